@@ -1,0 +1,28 @@
+//! The haptic wire contract shared by the agent and the controller.
+//!
+//! This crate owns the types of `GET /v1/state` and `POST /v1/apply`, file digests, plan ids,
+//! the path rules, op kinds, fences, API versioning and the runtime-claim comparison of two
+//! `haproxy.cfg` texts. It is pure: it must never do I/O beyond hashing a `std::io::Read`,
+//! and never depend on an async runtime or an HTTP stack.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod api;
+pub mod cfg;
+pub mod claim;
+pub mod cli;
+pub mod digest;
+pub mod fence;
+pub mod ops;
+pub mod path;
+pub mod plan;
+
+pub use api::{
+    Ack, AgentInfo, ApiVersion, AppliedInfo, ApplyRequest, Capabilities, Conflict, ConflictKind, ErrorBody,
+    HaproxyInfo, Mode, Nack, Part, PendingReload, ReloadState, ReloadStatus, RunningInfo, StateResponse, API_VERSION,
+};
+pub use digest::{Digest, DigestError, Hasher};
+pub use fence::{decide as decide_fence, Fence, FenceDecision};
+pub use ops::{Op, OpKind, ServerSet, ServerState};
+pub use path::{PathError, RelPath};
+pub use plan::{plan_id, FileEntry, PlanError, PlanId};

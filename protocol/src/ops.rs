@@ -1,0 +1,271 @@
+//! Runtime-API op kinds carried in `/v1/apply` batches.
+//!
+//! Owns the op vocabulary (`server.set`, `map.replace`, `acl.replace`, `cert.set`) and its JSON
+//! form. Later kinds extend it without breaking old peers: an unknown kind decodes to
+//! [`Op::Unknown`], which an agent refuses cleanly. It must never run an op.
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::path::RelPath;
+
+/// The kind of an op, as named on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OpKind {
+    /// `server.set`: a server's address, port, weight or state.
+    ServerSet,
+    /// `map.replace`: atomically replace a map file's entries.
+    MapReplace,
+    /// `acl.replace`: atomically replace an ACL file's patterns.
+    AclReplace,
+    /// `cert.set`: replace a loaded certificate from the tree.
+    CertSet,
+}
+
+impl OpKind {
+    /// Every kind this protocol version knows.
+    pub const ALL: [OpKind; 4] = [OpKind::ServerSet, OpKind::MapReplace, OpKind::AclReplace, OpKind::CertSet];
+
+    /// The wire name, e.g. `server.set`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OpKind::ServerSet => "server.set",
+            OpKind::MapReplace => "map.replace",
+            OpKind::AclReplace => "acl.replace",
+            OpKind::CertSet => "cert.set",
+        }
+    }
+
+    /// Looks a wire name up; `None` for kinds this version does not know.
+    pub fn from_name(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+impl fmt::Display for OpKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The administrative state a `server.set` puts a server in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServerState {
+    /// Takes traffic.
+    Ready,
+    /// Takes no new sessions except persistent ones.
+    Drain,
+    /// In maintenance: takes no traffic.
+    Maint,
+}
+
+impl ServerState {
+    /// The word HAProxy's `set server … state` takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServerState::Ready => "ready",
+            ServerState::Drain => "drain",
+            ServerState::Maint => "maint",
+        }
+    }
+}
+
+/// `server.set`: changes one server of a backend; absent fields stay as they are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSet {
+    /// The backend's name.
+    pub backend: String,
+    /// The server's name.
+    pub server: String,
+    /// The new IP address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addr: Option<String>,
+    /// The new port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// The new weight (0–256).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
+    /// The new administrative state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<ServerState>,
+}
+
+/// One runtime-API operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// Change one server.
+    ServerSet(ServerSet),
+    /// Replace a map's entries with exactly `entries` (key, value).
+    MapReplace {
+        /// The map file's path in the tree.
+        path: RelPath,
+        /// The complete new entries.
+        entries: Vec<(String, String)>,
+    },
+    /// Replace an ACL file's patterns with exactly `patterns`.
+    AclReplace {
+        /// The ACL file's path in the tree.
+        path: RelPath,
+        /// The complete new patterns.
+        patterns: Vec<String>,
+    },
+    /// Replace a loaded certificate with the PEM now at `path` in the tree.
+    CertSet {
+        /// The certificate file's path in the tree.
+        path: RelPath,
+    },
+    /// A kind this version does not know; kept so it can be refused by name.
+    Unknown {
+        /// The kind's wire name.
+        op: String,
+        /// The whole op as received.
+        raw: serde_json::Value,
+    },
+}
+
+impl Op {
+    /// The known kind, or `None` for [`Op::Unknown`].
+    pub fn kind(&self) -> Option<OpKind> {
+        match self {
+            Op::ServerSet(_) => Some(OpKind::ServerSet),
+            Op::MapReplace { .. } => Some(OpKind::MapReplace),
+            Op::AclReplace { .. } => Some(OpKind::AclReplace),
+            Op::CertSet { .. } => Some(OpKind::CertSet),
+            Op::Unknown { .. } => None,
+        }
+    }
+
+    /// The wire name of the kind, known or not.
+    pub fn kind_name(&self) -> &str {
+        match self {
+            Op::Unknown { op, .. } => op,
+            other => other.kind().map(OpKind::as_str).unwrap_or("?"),
+        }
+    }
+
+    /// The tree file this op covers, for file-backed kinds.
+    pub fn path(&self) -> Option<&RelPath> {
+        match self {
+            Op::MapReplace { path, .. } | Op::AclReplace { path, .. } | Op::CertSet { path } => Some(path),
+            _ => None,
+        }
+    }
+
+    /// A short human description for reasons and logs.
+    pub fn describe(&self) -> String {
+        match self {
+            Op::ServerSet(s) => format!("server.set {}/{}", s.backend, s.server),
+            Op::MapReplace { path, entries } => format!("map.replace {path} ({} entries)", entries.len()),
+            Op::AclReplace { path, patterns } => format!("acl.replace {path} ({} patterns)", patterns.len()),
+            Op::CertSet { path } => format!("cert.set {path}"),
+            Op::Unknown { op, .. } => format!("unknown op {op:?}"),
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MapReplaceWire {
+    path: RelPath,
+    entries: Vec<(String, String)>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AclReplaceWire {
+    path: RelPath,
+    patterns: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CertSetWire {
+    path: RelPath,
+}
+
+fn with_tag<T: Serialize>(kind: &str, body: &T) -> Result<serde_json::Value, serde_json::Error> {
+    let mut v = serde_json::to_value(body)?;
+    if let serde_json::Value::Object(m) = &mut v {
+        let mut out = serde_json::Map::new();
+        out.insert("op".into(), serde_json::Value::String(kind.into()));
+        out.append(m);
+        return Ok(serde_json::Value::Object(out));
+    }
+    Ok(v)
+}
+
+impl Serialize for Op {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::Error;
+        let v = match self {
+            Op::ServerSet(x) => with_tag("server.set", x),
+            Op::MapReplace { path, entries } => {
+                with_tag("map.replace", &MapReplaceWire { path: path.clone(), entries: entries.clone() })
+            }
+            Op::AclReplace { path, patterns } => {
+                with_tag("acl.replace", &AclReplaceWire { path: path.clone(), patterns: patterns.clone() })
+            }
+            Op::CertSet { path } => with_tag("cert.set", &CertSetWire { path: path.clone() }),
+            Op::Unknown { raw, .. } => Ok(raw.clone()),
+        }
+        .map_err(S::Error::custom)?;
+        v.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Op {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let raw = serde_json::Value::deserialize(d)?;
+        let serde_json::Value::Object(mut m) = raw.clone() else {
+            return Err(D::Error::custom("an op must be a JSON object"));
+        };
+        let Some(serde_json::Value::String(kind)) = m.remove("op") else {
+            return Err(D::Error::custom("an op needs a string field \"op\""));
+        };
+        let body = serde_json::Value::Object(m);
+        let err = |e: serde_json::Error| D::Error::custom(format!("op {kind}: {e}"));
+        Ok(match kind.as_str() {
+            "server.set" => Op::ServerSet(serde_json::from_value(body).map_err(err)?),
+            "map.replace" => {
+                let w: MapReplaceWire = serde_json::from_value(body).map_err(err)?;
+                Op::MapReplace { path: w.path, entries: w.entries }
+            }
+            "acl.replace" => {
+                let w: AclReplaceWire = serde_json::from_value(body).map_err(err)?;
+                Op::AclReplace { path: w.path, patterns: w.patterns }
+            }
+            "cert.set" => {
+                let w: CertSetWire = serde_json::from_value(body).map_err(err)?;
+                Op::CertSet { path: w.path }
+            }
+            _ => Op::Unknown { op: kind, raw },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_kind_decodes_and_round_trips() {
+        let j = r#"{"op":"backend.add","name":"be_x"}"#;
+        let op: Op = serde_json::from_str(j).unwrap();
+        assert_eq!(op.kind(), None);
+        assert_eq!(op.kind_name(), "backend.add");
+        let back: serde_json::Value = serde_json::to_value(&op).unwrap();
+        assert_eq!(back, serde_json::from_str::<serde_json::Value>(j).unwrap());
+    }
+
+    #[test]
+    fn known_kind_with_bad_fields_is_an_error() {
+        assert!(serde_json::from_str::<Op>(r#"{"op":"server.set","backend":"b"}"#).is_err());
+        assert!(serde_json::from_str::<Op>(r#"{"op":"map.replace","path":"../x","entries":[]}"#).is_err());
+        assert!(serde_json::from_str::<Op>(r#"{"op":"server.set","backend":"b","server":"s","bogus":1}"#).is_err());
+    }
+}

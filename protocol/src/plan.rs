@@ -1,0 +1,111 @@
+//! Plan manifests and plan ids.
+//!
+//! Owns [`FileEntry`] and the canonical plan id: `sha256:` of, for each file sorted bytewise by
+//! path, `<path> NUL <digest text> LF`. It must never depend on the order files were given in.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::digest::{Digest, DigestError};
+use crate::path::RelPath;
+
+/// One file of a plan: its path, digest and size in bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct FileEntry {
+    /// Where the file lives in the tree.
+    pub path: RelPath,
+    /// The digest of its bytes.
+    pub digest: Digest,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
+/// The id of a whole plan (the digest of its canonical manifest).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct PlanId(pub Digest);
+
+impl fmt::Display for PlanId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Debug for PlanId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl FromStr for PlanId {
+    type Err = DigestError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.parse().map(PlanId)
+    }
+}
+
+impl PlanId {
+    /// A short form (the first 12 hex characters) for logs and tables.
+    pub fn short(&self) -> String {
+        self.0.hex()[..12].to_string()
+    }
+}
+
+/// Why a manifest has no plan id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// The same path is listed twice.
+    #[error("duplicate path {0}")]
+    DuplicatePath(RelPath),
+    /// `haproxy.cfg` is not in the manifest.
+    #[error("the plan has no haproxy.cfg")]
+    MissingHaproxyCfg,
+}
+
+/// Computes the canonical plan id of a manifest; refuses duplicates and a missing `haproxy.cfg`.
+pub fn plan_id(files: &[FileEntry]) -> Result<PlanId, PlanError> {
+    let mut sorted: Vec<&FileEntry> = files.iter().collect();
+    sorted.sort_by(|a, b| a.path.as_str().as_bytes().cmp(b.path.as_str().as_bytes()));
+    for w in sorted.windows(2) {
+        if w[0].path == w[1].path {
+            return Err(PlanError::DuplicatePath(w[0].path.clone()));
+        }
+    }
+    if !sorted.iter().any(|f| f.path.is_haproxy_cfg()) {
+        return Err(PlanError::MissingHaproxyCfg);
+    }
+    let mut h = crate::digest::Hasher::new();
+    for f in sorted {
+        h.update(f.path.as_str().as_bytes());
+        h.update(b"\0");
+        h.update(f.digest.to_string().as_bytes());
+        h.update(b"\n");
+    }
+    Ok(PlanId(h.finish()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(p: &str, body: &[u8]) -> FileEntry {
+        FileEntry { path: RelPath::new(p).unwrap(), digest: Digest::of(body), size: body.len() as u64 }
+    }
+
+    #[test]
+    fn canonical_bytes() {
+        let files = vec![entry("maps/a.map", b"k v\n"), entry("haproxy.cfg", b"global\n")];
+        let manual = format!("haproxy.cfg\0{}\nmaps/a.map\0{}\n", Digest::of(b"global\n"), Digest::of(b"k v\n"));
+        assert_eq!(plan_id(&files).unwrap(), PlanId(Digest::of(manual.as_bytes())));
+    }
+
+    #[test]
+    fn refuses_duplicates_and_missing_cfg() {
+        let dup = vec![entry("haproxy.cfg", b"a"), entry("haproxy.cfg", b"b")];
+        assert!(matches!(plan_id(&dup), Err(PlanError::DuplicatePath(_))));
+        assert_eq!(plan_id(&[entry("x.map", b"")]), Err(PlanError::MissingHaproxyCfg));
+    }
+}
