@@ -1,0 +1,82 @@
+//! Finding the HAProxy binaries tests run against (`HAPTIC_HAPROXY_BINS` or the installed defaults).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use haptic_protocol::cli::{parse_version, Version};
+
+/// One HAProxy binary and the version it reports with `haproxy -v`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HaproxyBin {
+    /// Path of the executable.
+    pub path: PathBuf,
+    /// `(major, minor, patch)` parsed from `haproxy -v`.
+    pub version: Version,
+    /// The full version token, e.g. `2.6.12-1+deb12u4`.
+    pub version_string: String,
+}
+
+impl HaproxyBin {
+    /// Runs `path -v` and parses its version.
+    pub fn probe(path: impl AsRef<Path>) -> Result<Self, String> {
+        let path = path.as_ref().to_path_buf();
+        let out =
+            Command::new(&path).arg("-v").output().map_err(|e| format!("cannot run {} -v: {e}", path.display()))?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let version = parse_version(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let version_string =
+            text.lines().next().and_then(|l| l.split_whitespace().nth(2)).unwrap_or_default().to_string();
+        Ok(Self { path, version, version_string })
+    }
+
+    /// Whether the master CLI `reload` answers `Success=0|1` (HAProxy ≥ 2.7).
+    pub fn has_reload_status(&self) -> bool {
+        self.version >= (2, 7, 0)
+    }
+
+    /// A short label such as `haproxy 2.6.12`.
+    pub fn label(&self) -> String {
+        let (a, b, c) = self.version;
+        format!("haproxy {a}.{b}.{c}")
+    }
+}
+
+/// The workspace root (the parent of this crate's folder).
+pub fn workspace_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().unwrap_or(manifest).to_path_buf()
+}
+
+/// The default binaries: Debian's 2.6 and the 3.0 installed by `scripts/install-haproxy.sh`.
+pub fn default_bin_paths() -> Vec<PathBuf> {
+    vec![PathBuf::from("/usr/sbin/haproxy"), workspace_root().join("target/haproxy/3.0/haproxy")]
+}
+
+/// Every HAProxy binary to test against, from `HAPTIC_HAPROXY_BINS` (colon-separated) or the defaults.
+///
+/// Panics when a binary is missing or does not run, so no version is skipped silently.
+pub fn haproxy_bins() -> Vec<HaproxyBin> {
+    let (paths, from_env) = match std::env::var("HAPTIC_HAPROXY_BINS") {
+        Ok(v) if !v.trim().is_empty() => {
+            (v.split(':').filter(|s| !s.is_empty()).map(PathBuf::from).collect::<Vec<_>>(), true)
+        }
+        _ => (default_bin_paths(), false),
+    };
+    paths
+        .into_iter()
+        .map(|p| {
+            if !p.exists() {
+                if from_env {
+                    panic!("HAProxy binary {} (from HAPTIC_HAPROXY_BINS) does not exist", p.display());
+                }
+                panic!(
+                    "HAProxy binary {} is missing: run scripts/install-haproxy.sh (or set HAPTIC_HAPROXY_BINS)",
+                    p.display()
+                );
+            }
+            HaproxyBin::probe(&p).unwrap_or_else(|e| {
+                panic!("HAProxy binary {} is unusable ({e}): run scripts/install-haproxy.sh", p.display())
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,71 @@
+//! Small networking helpers: free ports and a minimal HTTP/1.1 GET client.
+
+use std::io;
+use std::net::{SocketAddr, TcpListener};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it, release it).
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().expect("local_addr").port()
+}
+
+/// Sends `GET path` (with `Connection: close`) to `addr` and returns `(status, body)`; 5 s timeout.
+pub async fn http_get(addr: SocketAddr, path: &str) -> io::Result<(u16, String)> {
+    let fut = async {
+        let mut s = TcpStream::connect(addr).await?;
+        let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await?;
+        parse_http_response(&buf)
+    };
+    tokio::time::timeout(Duration::from_secs(5), fut)
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, format!("GET {addr}{path} timed out")))?
+}
+
+/// Splits a raw HTTP/1.x response into status and body (no chunked decoding).
+fn parse_http_response(buf: &[u8]) -> io::Result<(u16, String)> {
+    let text = String::from_utf8_lossy(buf);
+    let bad = || io::Error::new(io::ErrorKind::InvalidData, format!("bad HTTP response: {text:?}"));
+    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(bad)?;
+    let status =
+        head.lines().next().and_then(|l| l.split_whitespace().nth(1)).and_then(|s| s.parse().ok()).ok_or_else(bad)?;
+    Ok((status, body.to_string()))
+}
+
+/// Polls `GET path` until it answers 200 with `body`, or panics after `timeout`.
+pub async fn wait_http_body(addr: SocketAddr, path: &str, body: &str, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let got = http_get(addr, path).await;
+        if matches!(&got, Ok((200, b)) if b == body) {
+            return;
+        }
+        if Instant::now() >= deadline {
+            panic!("GET {addr}{path}: wanted 200 {body:?}, last got {got:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_response() {
+        let raw = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-type: text/plain\r\n\r\nhello";
+        assert_eq!(parse_http_response(raw).unwrap(), (200, "hello".to_string()));
+        assert!(parse_http_response(b"garbage").is_err());
+    }
+
+    #[test]
+    fn free_port_is_nonzero() {
+        assert_ne!(free_port(), 0);
+    }
+}
