@@ -1,1 +1,79 @@
-fn main() { println!("haptic-agent --help"); }
+//! The `haptic-agent` binary: `init` and `run`.
+//!
+//! Owns process setup only: flags, logging, signals, binding the listener and wiring the
+//! library together. It must never hold apply logic of its own.
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::Parser as _;
+use haptic_agent::config::{Cli, Command, LogFormat, RunArgs};
+use haptic_agent::metrics::Metrics;
+use haptic_agent::{Agent, AgentConfig, AppState, Credentials};
+use tokio::signal::unix::{signal, SignalKind};
+use tracing::info;
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Init(a) => {
+            init_logging(LogFormat::Text);
+            let wrote = haptic_agent::init::init(&a.root, &a.health_bind)
+                .with_context(|| format!("init {}", a.root.display()))?;
+            if wrote {
+                info!(root = %a.root.display(), health_bind = %a.health_bind, "bootstrap tree written");
+            } else {
+                info!(root = %a.root.display(), "already initialised: nothing to do");
+            }
+            Ok(())
+        }
+        Command::Run(a) => {
+            init_logging(a.log_format);
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            rt.block_on(run(a))
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => b.init(),
+        LogFormat::Json => b.json().init(),
+    }
+}
+
+async fn run(a: RunArgs) -> anyhow::Result<()> {
+    let credentials = Credentials::from_file(&a.credentials_file)?;
+    let metrics = Arc::new(Metrics::new());
+    let cfg = AgentConfig {
+        root: a.root.clone(),
+        master_socket: a.master_socket.clone(),
+        haproxy_bin: a.haproxy_bin.clone(),
+        min_reload_interval: a.min_reload_interval,
+        reload_timeout: a.reload_timeout,
+        pod: a.pod_name.clone().unwrap_or_else(|| a.root.display().to_string()),
+    };
+    let agent = Agent::open(cfg, metrics).with_context(|| format!("open {}", a.root.display()))?;
+    let background = agent.spawn_background();
+    let listener = tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("bind {}", a.listen))?;
+    info!(listen = %listener.local_addr()?, root = %a.root.display(), "haptic-agent serving");
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let shutdown = async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        info!("shutting down: finishing in-flight applies");
+    };
+    let state = AppState { agent: agent.clone(), credentials, max_body: a.max_body };
+    haptic_agent::serve(listener, state, shutdown).await?;
+    agent.quiesce().await;
+    background.abort();
+    info!("bye");
+    Ok(())
+}

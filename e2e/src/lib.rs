@@ -11,6 +11,7 @@ pub mod bins;
 pub mod config;
 pub mod net;
 pub mod pids;
+pub mod pod;
 pub mod process;
 
 pub use bins::{haproxy_bins, workspace_root, HaproxyBin};

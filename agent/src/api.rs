@@ -1,0 +1,209 @@
+//! The agent's HTTP surface: `GET /v1/state[?verify=1]`, `POST /v1/apply`, `/healthz`,
+//! `/readyz`, `/metrics`.
+//!
+//! Owns routing, HTTP Basic auth on `/v1/*` (constant-time comparison), the body limit, JSON
+//! decoding and the mapping of outcomes to 200/400/401/409/413/422/500 JSON bodies, and logging
+//! each refusal once. It must never change the tree or talk to HAProxy itself: everything goes
+//! through [`crate::apply::Agent`].
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Query, Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use base64::Engine as _;
+use haptic_protocol::{ApplyRequest, ErrorBody};
+use serde::Deserialize;
+use subtle::ConstantTimeEq;
+use tokio::net::TcpListener;
+use tracing::warn;
+
+use crate::apply::{Agent, Refusal};
+use crate::error::AgentError;
+
+/// `user:password` for HTTP Basic auth.
+#[derive(Clone)]
+pub struct Credentials {
+    expected: Vec<u8>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Credentials(..)")
+    }
+}
+
+impl Credentials {
+    /// From a `user:password` line.
+    pub fn from_line(line: &str) -> Result<Self, AgentError> {
+        let line = line.trim_end_matches(['\n', '\r']);
+        match line.split_once(':') {
+            Some((u, _)) if !u.is_empty() => Ok(Self { expected: line.as_bytes().to_vec() }),
+            _ => Err(AgentError::Credentials("expected one line `user:password`".into())),
+        }
+    }
+
+    /// Reads the credentials file (its first line).
+    pub fn from_file(path: &std::path::Path) -> Result<Self, AgentError> {
+        let text = std::fs::read_to_string(path).map_err(|e| AgentError::io("read credentials", path, e))?;
+        Self::from_line(text.lines().next().unwrap_or_default())
+    }
+
+    /// Whether an `Authorization` header value carries these credentials (constant time).
+    pub fn accepts(&self, header: Option<&str>) -> bool {
+        let Some(h) = header else { return false };
+        let Some(b64) = h.strip_prefix("Basic ").or_else(|| h.strip_prefix("basic ")) else { return false };
+        let Ok(given) = base64::engine::general_purpose::STANDARD.decode(b64.trim()) else { return false };
+        given.ct_eq(&self.expected).into()
+    }
+}
+
+/// What the HTTP handlers share.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    /// The agent.
+    pub agent: Arc<Agent>,
+    /// The `/v1/*` credentials.
+    pub credentials: Credentials,
+    /// The body limit.
+    pub max_body: usize,
+}
+
+fn error(status: StatusCode, msg: impl Into<String>) -> Response {
+    (status, Json(ErrorBody { error: msg.into() })).into_response()
+}
+
+/// The router.
+pub fn router(state: AppState) -> Router {
+    let v1 = Router::new()
+        .route("/v1/state", get(get_state))
+        .route("/v1/apply", post(post_apply))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth))
+        .layer(DefaultBodyLimit::max(state.max_body));
+    Router::new()
+        .merge(v1)
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint") })
+        .with_state(state)
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves; in-flight requests finish first.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
+}
+
+async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let h = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    if !st.credentials.accepts(h) {
+        let what = if h.is_some() { "wrong credentials" } else { "no credentials" };
+        warn!(root = %st.agent.config().root.display(), path = %req.uri().path(), "refused: {what}");
+        let mut resp = error(StatusCode::UNAUTHORIZED, what);
+        resp.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Basic realm=\"haptic\""));
+        return resp;
+    }
+    next.run(req).await
+}
+
+#[derive(Debug, Deserialize)]
+struct StateQuery {
+    #[serde(default)]
+    verify: Option<String>,
+}
+
+async fn get_state(State(st): State<AppState>, Query(q): Query<StateQuery>) -> Response {
+    let verify = matches!(q.verify.as_deref(), Some("1" | "true" | "yes"));
+    match st.agent.state(verify).await {
+        Ok(s) => Json(s).into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+async fn post_apply(State(st): State<AppState>, _h: HeaderMap, body: Result<Bytes, BytesRejection>) -> Response {
+    let root = st.agent.config().root.display().to_string();
+    let body = match body {
+        Ok(b) => b,
+        Err(rej) => {
+            let status = rej.status();
+            let msg = if status == StatusCode::PAYLOAD_TOO_LARGE {
+                format!("body is over the limit of {} bytes", st.max_body)
+            } else {
+                format!("cannot read body: {rej}")
+            };
+            warn!(%root, "apply refused ({}): {msg}", status.as_u16());
+            return error(status, msg);
+        }
+    };
+    let req: ApplyRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            let msg = format!("malformed apply request: {e}");
+            warn!(%root, "apply refused (400): {msg}");
+            return error(StatusCode::BAD_REQUEST, msg);
+        }
+    };
+    let (plan, fence) = (req.plan_id, req.fence.clone());
+    let res = st.agent.apply(req).await;
+    match res {
+        Ok(ack) => Json(ack).into_response(),
+        Err(r) => {
+            warn!(
+                %root,
+                plan = %plan.short(),
+                fence = %format!("{}/{}/{}", fence.epoch, fence.seq, fence.holder),
+                "apply refused: {}",
+                r.message()
+            );
+            match r {
+                Refusal::BadRequest(m) => error(StatusCode::BAD_REQUEST, m),
+                Refusal::Conflict(c) => (StatusCode::CONFLICT, Json(c)).into_response(),
+                Refusal::Nack(n) => (StatusCode::UNPROCESSABLE_ENTITY, Json(n)).into_response(),
+                Refusal::Internal(m) => error(StatusCode::INTERNAL_SERVER_ERROR, m),
+            }
+        }
+    }
+}
+
+async fn readyz(State(st): State<AppState>) -> Response {
+    if st.agent.ready().await {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        error(StatusCode::SERVICE_UNAVAILABLE, "HAProxy master CLI unreachable")
+    }
+}
+
+async fn metrics(State(st): State<AppState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        st.agent.metrics().encode(),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn basic_auth() {
+        let c = Credentials::from_line("admin:s3cret\n").unwrap();
+        let enc = |s: &str| format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(s));
+        assert!(c.accepts(Some(&enc("admin:s3cret"))));
+        assert!(!c.accepts(Some(&enc("admin:s3cre"))));
+        assert!(!c.accepts(Some(&enc("admin:s3cretX"))));
+        assert!(!c.accepts(Some("Bearer x")));
+        assert!(!c.accepts(None));
+        assert!(Credentials::from_line("nocolon").is_err());
+    }
+}

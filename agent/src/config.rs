@@ -1,0 +1,155 @@
+//! Command-line flags of `haptic-agent` (each also readable from `HAPTIC_AGENT_<FLAG>`).
+//!
+//! Owns parsing and defaults of `init` and `run` flags, including human sizes (`256MiB`) and
+//! durations (`2s`). It must never touch the disk, sockets or HAProxy.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// `haptic-agent`: the sidecar that owns an HAProxy pod's config tree.
+#[derive(Debug, Parser)]
+#[command(name = "haptic-agent", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Write a bootstrap tree HAProxy can start on (does nothing on an initialised root).
+    Init(InitArgs),
+    /// Serve `/v1/state`, `/v1/apply`, `/healthz`, `/readyz` and `/metrics`.
+    Run(RunArgs),
+}
+
+/// Flags of `haptic-agent init`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct InitArgs {
+    /// The config tree root (`ROOT/current -> .trees/<id>`).
+    #[arg(long, env = "HAPTIC_AGENT_ROOT")]
+    pub root: PathBuf,
+    /// Where the bootstrap config answers `/healthz` 200 and `/ready` 503 (`:8404` = all addresses).
+    #[arg(long, env = "HAPTIC_AGENT_HEALTH_BIND", default_value = ":8404")]
+    pub health_bind: String,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Flags of `haptic-agent run`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// The HTTP listen address, e.g. `0.0.0.0:8080`.
+    #[arg(long, env = "HAPTIC_AGENT_LISTEN")]
+    pub listen: SocketAddr,
+    /// The config tree root.
+    #[arg(long, env = "HAPTIC_AGENT_ROOT")]
+    pub root: PathBuf,
+    /// HAProxy's master CLI socket.
+    #[arg(long, env = "HAPTIC_AGENT_MASTER_SOCKET")]
+    pub master_socket: PathBuf,
+    /// The pod's own HAProxy binary (used for `haproxy -c`).
+    #[arg(long, env = "HAPTIC_AGENT_HAPROXY_BIN")]
+    pub haproxy_bin: PathBuf,
+    /// A file with one line `user:password` for HTTP Basic auth on `/v1/*`.
+    #[arg(long, env = "HAPTIC_AGENT_CREDENTIALS_FILE")]
+    pub credentials_file: PathBuf,
+    /// At most one reload per this interval.
+    #[arg(long, env = "HAPTIC_AGENT_MIN_RELOAD_INTERVAL", default_value = "2s", value_parser = parse_duration)]
+    pub min_reload_interval: Duration,
+    /// How long a reload may take to be verified.
+    #[arg(long, env = "HAPTIC_AGENT_RELOAD_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub reload_timeout: Duration,
+    /// The largest accepted request body.
+    #[arg(long, env = "HAPTIC_AGENT_MAX_BODY", default_value = "256MiB", value_parser = parse_size)]
+    pub max_body: usize,
+    /// Log format.
+    #[arg(long, env = "HAPTIC_AGENT_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+    /// The pod's name for logs (defaults to the root path).
+    #[arg(long, env = "HAPTIC_AGENT_POD_NAME")]
+    pub pod_name: Option<String>,
+}
+
+/// Parses a human duration such as `2s`, `500ms` or `1m`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim()).map_err(|e| format!("bad duration {s:?}: {e}"))
+}
+
+/// Parses a byte size such as `1024`, `64KiB`, `256MiB`, `1GiB`, `10MB` or `1k`.
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("bad size {s:?}: expected a number and an optional unit"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1000,
+        "kib" | "ki" => 1 << 10,
+        "m" | "mb" => 1_000_000,
+        "mib" | "mi" => 1 << 20,
+        "g" | "gb" => 1_000_000_000,
+        "gib" | "gi" => 1 << 30,
+        other => return Err(format!("bad size {s:?}: unknown unit {other:?}")),
+    };
+    n.checked_mul(mult).and_then(|v| usize::try_from(v).ok()).ok_or_else(|| format!("size {s:?} is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("256MiB").unwrap(), 256 << 20);
+        assert_eq!(parse_size("1024").unwrap(), 1024);
+        assert_eq!(parse_size("64KiB").unwrap(), 65536);
+        assert_eq!(parse_size("1k").unwrap(), 1000);
+        assert!(parse_size("x").is_err());
+        assert!(parse_size("12 parsecs").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("2s").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_duration("150ms").unwrap(), Duration::from_millis(150));
+        assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn run_flags_parse() {
+        let cli = Cli::try_parse_from([
+            "haptic-agent",
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--root",
+            "/r",
+            "--master-socket",
+            "/m.sock",
+            "--haproxy-bin",
+            "/usr/sbin/haproxy",
+            "--credentials-file",
+            "/c",
+            "--max-body",
+            "1KiB",
+        ])
+        .unwrap();
+        let Command::Run(r) = cli.command else { panic!("not run") };
+        assert_eq!(r.max_body, 1024);
+        assert_eq!(r.min_reload_interval, Duration::from_secs(2));
+        assert_eq!(r.reload_timeout, Duration::from_secs(10));
+        assert_eq!(r.log_format, LogFormat::Text);
+    }
+}

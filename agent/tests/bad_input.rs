@@ -1,0 +1,124 @@
+//! Issue 3 test 7 on HAProxy 2.6 and 3.0: bad input → 400 / 401 / 413 (and a planted symlink
+//! → 409 missing_parts), with no file change and no reload.
+
+mod common;
+
+use common::*;
+use haptic_e2e::haproxy_bins;
+use haptic_e2e::pod::{AgentClient, PodOpts};
+use haptic_protocol::{Digest, Mode};
+use serde_json::{json, Value};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_changes_nothing_on_every_version() {
+    for bin in haproxy_bins() {
+        let label = bin.label();
+        let pod = pod_with(&bin, PodOpts { max_body: Some("64KiB".into()), ..Default::default() }).await;
+        let fe = port();
+        let mut files = only_cfg(&cfg(pod.health_bind(), fe, &[("s1", 9)], ""));
+        files.insert("maps/a.map".into(), b"k v\n".to_vec());
+        let p1 = pid(&files);
+        apply_ok(&pod, &request((1, 1), None, Mode::Reload, &files, |_| true, vec![])).await;
+        let before = state(&pod, true).await;
+        let reloads = master_reloads(&pod).await;
+        let mut seq = 2;
+        let mut next = || {
+            seq += 1;
+            seq
+        };
+        let good = |seq: u64| request((1, seq), Some(p1), Mode::Reload, &files, |_| true, vec![]);
+        let with_path = |seq: u64, path: &str| {
+            let mut v = good(seq);
+            v["files"][0]["path"] = json!(path);
+            v
+        };
+
+        let mut cases: Vec<(&str, String)> = Vec::new();
+        for bad in [
+            "../x".to_string(),
+            "/etc/passwd".into(),
+            "a/./b".into(),
+            "a//b".into(),
+            "a\u{0}b".into(),
+            "a".repeat(256),
+            format!("{}/x", ["abcdefghij"; 110].join("/")),
+            "a/b/c/d/e/f/g/h/i".into(),
+        ] {
+            cases.push(("bad path", with_path(next(), &bad).to_string()));
+        }
+        // A duplicate path.
+        let mut dup = good(next());
+        let first = dup["files"][0].clone();
+        dup["files"].as_array_mut().unwrap().push(first);
+        cases.push(("duplicate path", dup.to_string()));
+        // A part whose digest differs.
+        let mut wrong = good(next());
+        wrong["parts"]["maps/a.map"] = json!({"utf8": "k X\n"});
+        cases.push(("part digest", wrong.to_string()));
+        // Truncated JSON.
+        let full = good(next()).to_string();
+        cases.push(("truncated", full[..full.len() / 2].to_string()));
+        // A missing haproxy.cfg.
+        let mut nocfg = files.clone();
+        nocfg.remove("haproxy.cfg");
+        let mut v = good(next());
+        v["files"] = json!(entries(&nocfg));
+        v["parts"] = json!({});
+        cases.push(("no haproxy.cfg", v.to_string()));
+        // plan_id not matching files.
+        let mut v = good(next());
+        v["plan_id"] = json!(Digest::of(b"x"));
+        cases.push(("plan id", v.to_string()));
+
+        for (what, body) in &cases {
+            let (st, text) = pod.client().post_json("/v1/apply", body).await.unwrap();
+            assert_eq!(st, 400, "{label} {what}: {text}");
+            let v: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{label} {what}: {text}"));
+            assert!(v["error"].as_str().is_some_and(|e| !e.is_empty() && !e.contains('\n')), "{label} {what}: {v}");
+        }
+
+        // No or wrong credentials.
+        let body = good(next()).to_string();
+        let anon = AgentClient { addr: pod.addr(), auth: None };
+        let wrongpw = AgentClient { addr: pod.addr(), auth: Some(("haptic".into(), "nope".into())) };
+        for (who, c) in [("none", &anon), ("wrong", &wrongpw)] {
+            let (st, text) = c.post_json("/v1/apply", &body).await.unwrap();
+            assert_eq!(st, 401, "{label} {who}: {text}");
+            assert!(serde_json::from_str::<Value>(&text).unwrap()["error"].is_string());
+            assert_eq!(c.get("/v1/state").await.unwrap().0, 401, "{label} {who}");
+        }
+        assert_eq!(anon.get("/healthz").await.unwrap().0, 200);
+        assert_eq!(anon.get("/readyz").await.unwrap().0, 200);
+        assert_eq!(anon.get("/metrics").await.unwrap().0, 200);
+
+        // A body over --max-body.
+        let mut big = files.clone();
+        big.insert("files/big.bin".into(), vec![b'x'; 100 * 1024]);
+        let (st, v) = apply(&pod, &request((1, next()), Some(p1), Mode::Reload, &big, |_| true, vec![])).await;
+        assert_eq!(st, 413, "{label}: {v}");
+        assert!(v["error"].is_string());
+
+        // A symlink planted inside the tree is never followed: the file must be sent again.
+        let outside = pod.root().join("outside.map");
+        std::fs::write(&outside, b"k v\n").unwrap();
+        std::fs::remove_file(live(&pod, "maps/a.map")).unwrap();
+        std::os::unix::fs::symlink(&outside, live(&pod, "maps/a.map")).unwrap();
+        let (st, v) =
+            apply(&pod, &request((1, next()), Some(p1), Mode::Reload, &files, |p| p == "haproxy.cfg", vec![])).await;
+        assert_eq!(st, 409, "{label}: {v}");
+        assert_eq!(v["missing"], json!(["maps/a.map"]), "{label}: {v}");
+        let after = state(&pod, true).await;
+        assert!(after.files.iter().all(|f| f.path.as_str() != "maps/a.map"), "{label}: a symlink is not a tree file");
+        std::fs::remove_file(live(&pod, "maps/a.map")).unwrap();
+        std::fs::write(live(&pod, "maps/a.map"), b"k v\n").unwrap();
+
+        // Nothing changed, nothing reloaded.
+        let after = state(&pod, true).await;
+        assert_eq!(after.files, before.files, "{label}");
+        assert_eq!(after.applied.unwrap().plan_id, p1);
+        assert_eq!(master_reloads(&pod).await, reloads, "{label}: no reload");
+        let metrics = anon.get("/metrics").await.unwrap().1;
+        assert!(metrics.contains("haptic_agent_applies_total"), "{metrics}");
+        println!("{label}: bad input ok");
+    }
+}
