@@ -1,0 +1,176 @@
+//! Assembling a running controller from the three seams and its settings.
+//!
+//! Owns wiring: status board, metrics, agent client, deployer, gate checker, scheduler driver
+//! and admin server, plus the standalone entry point that picks the standalone seams. The
+//! generic [`start`] must never name a standalone type: only [`start_standalone`] does.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use crate::admin::{self, AdminState};
+use crate::client::{AgentClient, Credentials};
+use crate::deployer::{Deployer, DeployerConfig};
+use crate::error::Error;
+use crate::gate::{Checker, GateMode, Latch};
+use crate::metrics::Metrics;
+use crate::scheduler::{Driver, DriverConfig};
+use crate::seams::{EndpointSource, FenceHolder, RenderSource};
+use crate::standalone::{DirRenderSource, EpochFile, StaticEndpoints};
+use crate::status::{ControllerStatus, FleetStatus, GateStatus, StatusBoard};
+
+/// Settings shared by every mode.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Where the admin server listens.
+    pub admin_listen: SocketAddr,
+    /// The agents' credentials.
+    pub credentials: Credentials,
+    /// The HAProxy binary the gate runs.
+    pub haproxy_bin: PathBuf,
+    /// Idle time before drift repair.
+    pub drift_interval: Duration,
+    /// Safety net for one deployment.
+    pub deployment_timeout: Duration,
+    /// Bound of one pod's apply flow.
+    pub sync_timeout: Duration,
+    /// Pods applied to at once.
+    pub max_parallel: usize,
+    /// The gate latch's resting mode.
+    pub gate: GateMode,
+}
+
+/// Standalone settings.
+#[derive(Debug, Clone)]
+pub struct StandaloneSettings {
+    /// Common settings.
+    pub common: Settings,
+    /// The watched render directory.
+    pub config_dir: PathBuf,
+    /// The agents' URLs.
+    pub agents: Vec<String>,
+    /// The fence holder identity (default: persisted `<hostname>-<random>`).
+    pub identity: Option<String>,
+    /// Where the epoch file lives (default: next to the config dir).
+    pub state_dir: Option<PathBuf>,
+    /// Quiet window before a directory change is read.
+    pub settle: Duration,
+}
+
+/// The default state dir: `<parent of config dir>/.haptic-controller-<config dir name>`.
+pub fn default_state_dir(config_dir: &Path) -> PathBuf {
+    let abs = std::path::absolute(config_dir).unwrap_or_else(|_| config_dir.to_path_buf());
+    let name = abs.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "render".into());
+    abs.parent().unwrap_or(Path::new("/")).join(format!(".haptic-controller-{name}"))
+}
+
+/// A running controller.
+#[derive(Debug)]
+pub struct Running {
+    admin_addr: SocketAddr,
+    board: Arc<StatusBoard>,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Running {
+    /// The admin server's bound address.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin_addr
+    }
+
+    /// The current status.
+    pub fn status(&self) -> FleetStatus {
+        self.board.snapshot()
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// A token that stops the controller when cancelled.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Stops everything and waits for it.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+
+    /// Waits until the controller stops (after its shutdown token is cancelled).
+    pub async fn wait(self) {
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+}
+
+/// Starts a controller over any seams.
+pub async fn start(
+    settings: Settings,
+    renders: Box<dyn RenderSource>,
+    endpoints: Box<dyn EndpointSource>,
+    fence: Arc<dyn FenceHolder>,
+) -> Result<Running, Error> {
+    let metrics = Arc::new(Metrics::new());
+    let board = Arc::new(StatusBoard::new(
+        GateStatus::from_latch(&Latch::new(settings.gate), None),
+        ControllerStatus { identity: fence.identity(), epoch: fence.epoch(), ..Default::default() },
+    ));
+    let client = AgentClient::new(settings.credentials.clone(), settings.sync_timeout)?;
+    let deployer = Arc::new(Deployer::new(
+        client,
+        fence.clone(),
+        board.clone(),
+        metrics.clone(),
+        DeployerConfig { max_parallel: settings.max_parallel, sync_timeout: settings.sync_timeout },
+    ));
+    let checker = Checker::new(settings.haproxy_bin.clone(), Duration::from_secs(60));
+    let listener = tokio::net::TcpListener::bind(settings.admin_listen)
+        .await
+        .map_err(|e| Error::io(format!("admin listen {}", settings.admin_listen), e))?;
+    let admin_addr = listener.local_addr().map_err(|e| Error::io("admin listener", e))?;
+    let shutdown = CancellationToken::new();
+    let state = AdminState { board: board.clone(), metrics: metrics.clone() };
+    let sd = shutdown.clone();
+    let admin_task = tokio::spawn(async move {
+        if let Err(e) = admin::serve(listener, state, async move { sd.cancelled().await }).await {
+            tracing::error!("admin server failed: {e}");
+        }
+    });
+    let driver = Driver::new(
+        settings.gate,
+        deployer,
+        checker,
+        board.clone(),
+        metrics.clone(),
+        DriverConfig { deployment_timeout: settings.deployment_timeout, drift_interval: settings.drift_interval },
+    );
+    let sd = shutdown.clone();
+    let driver_task = tokio::spawn(async move { driver.run(renders, endpoints, sd).await });
+    info!(admin = %admin_addr, identity = %fence.identity(), epoch = fence.epoch(), "controller started");
+    Ok(Running { admin_addr, board, metrics, shutdown, tasks: vec![driver_task, admin_task] })
+}
+
+/// Starts a standalone controller: the config dir, the `--agent` list and the epoch file.
+pub async fn start_standalone(s: StandaloneSettings) -> Result<Running, Error> {
+    if !s.config_dir.is_dir() {
+        return Err(Error::Render { dir: s.config_dir.clone(), why: "not a directory".into() });
+    }
+    let endpoints = StaticEndpoints::new(&s.agents).map_err(Error::Client)?;
+    let state_dir = s.state_dir.clone().unwrap_or_else(|| default_state_dir(&s.config_dir));
+    let fence = Arc::new(EpochFile::open(&state_dir, s.identity.clone())?);
+    info!(state = %fence.path().display(), identity = %fence.identity(), epoch = fence.epoch(), "claimed a new fence term");
+    let renders = DirRenderSource::new(&s.config_dir, s.settle);
+    start(s.common, Box::new(renders), Box::new(endpoints), fence).await
+}

@@ -1,0 +1,683 @@
+//! The deployer: brings every pod of one deployment to a render through fenced applies.
+//!
+//! Owns, per pod (≤ `max_parallel` at once, each bounded by the sync timeout): knowing the pod
+//! (its last state read or ACK), resolving its baseline (plan cache first, else the pod's blob),
+//! the shared diff, the apply and its 409 handling (`prev_mismatch` re-reads and re-diffs once,
+//! `unknown_baseline` sends the complete state, `missing_parts` resends exactly those,
+//! `stale_epoch` asks the fence holder to reclaim or stands down), NACK handling (HAProxy's
+//! words into status; the pod's baseline — what the controller believed it holds — is dropped,
+//! so the next deployment re-reads the pod), and the
+//! follow-up of scheduled reloads, which is part of the deployment: a deployment ends when every
+//! pod runs the render, failed, or its reload missed the follow-up deadline. It must never decide when to deploy (the scheduler does) and
+//! never send an apply without a fence from the [`FenceHolder`].
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use haptic_protocol::api::Part;
+use haptic_protocol::{
+    Ack, ApiVersion, ApplyRequest, Capabilities, ConflictKind, FileEntry, Mode, PlanId, RelPath, StateResponse,
+};
+use tracing::{info, warn, Instrument};
+
+use crate::blob;
+use crate::client::{AgentClient, ApplyAnswer};
+use crate::diff::{complete_state, plan, Baseline, PlanDiff};
+use crate::metrics::{ConflictLabel, Metrics, PodLabel};
+use crate::render::Render;
+use crate::seams::{Endpoint, FenceHolder};
+use crate::status::{Phase, StatusBoard};
+
+/// How many baselines the plan cache keeps.
+const PLAN_CACHE: usize = 32;
+/// The most applies one pod gets in one deployment (conflict answers included).
+const MAX_ATTEMPTS: usize = 6;
+/// How often a follow-up polls a pod with a scheduled reload.
+const FOLLOW_UP_POLL: Duration = Duration::from_millis(100);
+
+/// Why a deployment runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeployKind {
+    /// A new render, new endpoints, or a retry.
+    Normal,
+    /// Drift repair: every pod's state is read with `?verify=1`.
+    Drift,
+}
+
+/// What happened to one pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodOutcome {
+    /// It already held and ran the render.
+    Unchanged,
+    /// It ACKed and runs the render.
+    Converged(Mode),
+    /// It ACKed; a paced reload is scheduled and followed up.
+    ReloadPending(Mode),
+    /// HAProxy refused the render (NACK), in its words.
+    Rejected(String),
+    /// It could not be brought to the render.
+    Failed(String),
+    /// This controller stood down.
+    StoodDown(String),
+}
+
+impl PodOutcome {
+    fn is_ok(&self) -> bool {
+        matches!(self, PodOutcome::Unchanged | PodOutcome::Converged(_) | PodOutcome::ReloadPending(_))
+    }
+}
+
+/// One finished deployment.
+#[derive(Debug, Clone)]
+pub struct DeploymentReport {
+    /// The plan deployed.
+    pub plan: PlanId,
+    /// Every pod's outcome.
+    pub pods: Vec<(String, PodOutcome)>,
+    /// How long it took.
+    pub duration: Duration,
+}
+
+impl DeploymentReport {
+    /// `success`, `partial`, `failed` or `stood_down`.
+    pub fn result(&self) -> &'static str {
+        if self.pods.iter().any(|(_, o)| matches!(o, PodOutcome::StoodDown(_))) {
+            "stood_down"
+        } else if self.pods.iter().all(|(_, o)| o.is_ok()) {
+            "success"
+        } else if self.pods.iter().any(|(_, o)| o.is_ok()) {
+            "partial"
+        } else {
+            "failed"
+        }
+    }
+
+    /// Whether the controller stood down during it.
+    pub fn stood_down(&self) -> Option<&str> {
+        self.pods.iter().find_map(|(_, o)| match o {
+            PodOutcome::StoodDown(w) => Some(w.as_str()),
+            _ => None,
+        })
+    }
+}
+
+/// What the deployer knows of a pod between deployments: its last state read, advanced by ACKs.
+#[derive(Debug, Clone)]
+struct Known {
+    applied: Option<PlanId>,
+    blob: serde_json::Value,
+    files: Vec<FileEntry>,
+    api: ApiVersion,
+    caps: Capabilities,
+}
+
+impl Known {
+    fn of(s: &StateResponse) -> Self {
+        Known {
+            applied: s.applied.as_ref().map(|a| a.plan_id),
+            blob: s.applied.as_ref().map(|a| a.blob.clone()).unwrap_or_default(),
+            files: s.files.clone(),
+            api: s.api,
+            caps: s.capabilities.clone(),
+        }
+    }
+}
+
+/// A small LRU of baselines by plan id.
+#[derive(Debug, Default)]
+struct PlanCache {
+    entries: VecDeque<Arc<Baseline>>,
+}
+
+impl PlanCache {
+    fn get(&mut self, id: PlanId) -> Option<Arc<Baseline>> {
+        let i = self.entries.iter().position(|b| b.plan_id == id)?;
+        let b = self.entries.remove(i)?;
+        self.entries.push_front(b.clone());
+        Some(b)
+    }
+
+    fn insert(&mut self, b: Arc<Baseline>) {
+        self.entries.retain(|e| e.plan_id != b.plan_id);
+        self.entries.push_front(b);
+        self.entries.truncate(PLAN_CACHE);
+    }
+}
+
+/// Diffs shared by pods with the same baseline and capabilities, within one deployment.
+type DiffKey = (Option<PlanId>, bool, u32, bool, Vec<String>);
+#[derive(Debug, Default)]
+struct SharedDiffs(Mutex<HashMap<DiffKey, Arc<OnceLock<PlanDiff>>>>);
+
+/// Settings of the deployer.
+#[derive(Debug, Clone)]
+pub struct DeployerConfig {
+    /// Pods applied to at once.
+    pub max_parallel: usize,
+    /// Bound of one pod's whole apply flow, and of each follow-up after the reload is due.
+    pub sync_timeout: Duration,
+}
+
+/// The deployer.
+pub struct Deployer {
+    client: AgentClient,
+    fence: Arc<dyn FenceHolder>,
+    board: Arc<StatusBoard>,
+    metrics: Arc<Metrics>,
+    cfg: DeployerConfig,
+    cache: Mutex<PlanCache>,
+    known: Mutex<HashMap<String, Known>>,
+}
+
+impl std::fmt::Debug for Deployer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Deployer").field("cfg", &self.cfg).finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn now_rfc3339() -> String {
+    time::OffsetDateTime::now_utc().format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
+}
+
+/// Paths whose digest on the pod differs from the render's (or that only one side has).
+fn differing(pod: &[FileEntry], render: &Render) -> BTreeSet<RelPath> {
+    let mut out = BTreeSet::new();
+    for e in render.manifest() {
+        if !pod.iter().any(|p| p.path == e.path && p.digest == e.digest) {
+            out.insert(e.path.clone());
+        }
+    }
+    for p in pod {
+        if render.entry(&p.path).is_none() {
+            out.insert(p.path.clone());
+        }
+    }
+    out
+}
+
+impl Deployer {
+    /// A deployer.
+    pub fn new(
+        client: AgentClient,
+        fence: Arc<dyn FenceHolder>,
+        board: Arc<StatusBoard>,
+        metrics: Arc<Metrics>,
+        cfg: DeployerConfig,
+    ) -> Self {
+        Deployer { client, fence, board, metrics, cfg, cache: Mutex::default(), known: Mutex::default() }
+    }
+
+    /// Remembers a render as a baseline (so pods that ACK it never need their blob decoded).
+    pub fn remember(&self, r: &Render) {
+        lock(&self.cache).insert(Arc::new(Baseline::of_render(r)));
+    }
+
+    /// Forgets what it knew of pods (e.g. after a cancelled deployment): the next deployment
+    /// reads their state again.
+    pub fn forget_pods(&self) {
+        lock(&self.known).clear();
+    }
+
+    /// Applies `render` to every endpoint and reports each pod's outcome.
+    pub async fn deploy(
+        self: &Arc<Self>,
+        render: Arc<Render>,
+        endpoints: Vec<Endpoint>,
+        kind: DeployKind,
+    ) -> DeploymentReport {
+        let started = Instant::now();
+        self.remember(&render);
+        let shared = Arc::new(SharedDiffs::default());
+        let pods: Vec<(String, PodOutcome)> = futures::stream::iter(endpoints)
+            .map(|ep| {
+                let me = self.clone();
+                let render = render.clone();
+                let shared = shared.clone();
+                async move {
+                    let fut = me.deploy_pod(&ep, &render, kind, &shared);
+                    let outcome = match tokio::time::timeout(me.cfg.sync_timeout, fut).await {
+                        Ok(o) => o,
+                        Err(_) => {
+                            lock(&me.known).remove(&ep.name);
+                            me.fail(&ep, format!("no answer within the sync timeout ({:?})", me.cfg.sync_timeout))
+                        }
+                    };
+                    // A scheduled reload is part of the deployment: the scheduler holds newer
+                    // renders (latest wins) until the fleet's paced reloads ran.
+                    let outcome = match outcome {
+                        PodOutcome::ReloadPending(mode) => {
+                            let due = me
+                                .board
+                                .snapshot()
+                                .pods
+                                .iter()
+                                .find(|p| p.pod == ep.name)
+                                .and_then(|p| p.pending_reload.as_ref().map(|r| r.due_in_ms))
+                                .unwrap_or(0);
+                            me.follow_up(&ep, render.plan_id(), mode, due).await
+                        }
+                        other => other,
+                    };
+                    (ep.name.clone(), outcome)
+                }
+            })
+            .buffer_unordered(self.cfg.max_parallel.max(1))
+            .collect()
+            .await;
+        let report = DeploymentReport { plan: render.plan_id(), pods, duration: started.elapsed() };
+        self.metrics.deployment_duration.observe(report.duration.as_secs_f64());
+        self.refresh_gauges();
+        report
+    }
+
+    /// Sets the converged/total gauges from the board.
+    pub fn refresh_gauges(&self) {
+        let s = self.board.snapshot();
+        self.metrics.pods_converged.set(i64::try_from(s.converged).unwrap_or(i64::MAX));
+        self.metrics.pods_total.set(i64::try_from(s.total).unwrap_or(i64::MAX));
+    }
+
+    fn fail(&self, ep: &Endpoint, why: String) -> PodOutcome {
+        warn!(pod = %ep.name, "apply failed: {why}");
+        self.board.pod(&ep.name, |p| {
+            p.phase = Phase::Failed;
+            p.last_error = Some(why.clone());
+        });
+        PodOutcome::Failed(why)
+    }
+
+    fn stand_down(&self, ep: &Endpoint, why: String) -> PodOutcome {
+        self.board.controller(|c| c.stood_down = Some(why.clone()));
+        self.board.pod(&ep.name, |p| {
+            p.phase = Phase::StoodDown;
+            p.last_error = Some(why.clone());
+        });
+        PodOutcome::StoodDown(why)
+    }
+
+    async fn read_state(&self, ep: &Endpoint, verify: bool) -> Result<StateResponse, String> {
+        let s = self.client.state(ep, verify).await.map_err(|e| e.0)?;
+        self.board.pod(&ep.name, |p| p.observe(&s));
+        lock(&self.known).insert(ep.name.clone(), Known::of(&s));
+        Ok(s)
+    }
+
+    /// The baseline for a pod's applied plan: the plan cache, else its blob.
+    fn baseline(&self, pod: &str, k: &Known) -> Option<Arc<Baseline>> {
+        let applied = k.applied?;
+        if let Some(b) = lock(&self.cache).get(applied) {
+            return Some(b);
+        }
+        match blob::decode(&k.blob, applied) {
+            Ok(b) => {
+                let b = Arc::new(b);
+                lock(&self.cache).insert(b.clone());
+                Some(b)
+            }
+            Err(e) => {
+                info!(pod, plan = %applied.short(), "no baseline from the pod's blob ({e}): complete state and a reload");
+                None
+            }
+        }
+    }
+
+    fn diff_for(&self, pod: &str, k: &Known, render: &Render, shared: &SharedDiffs) -> PlanDiff {
+        let base = self.baseline(pod, k);
+        let mut ops = k.caps.ops.clone();
+        ops.sort();
+        let key: DiffKey = (
+            base.as_ref().map(|b| b.plan_id),
+            base.as_ref().is_some_and(|b| b.cfg_text.is_some()),
+            k.api.major,
+            k.caps.runtime_batches,
+            ops,
+        );
+        let cell = lock(&shared.0).entry(key).or_default().clone();
+        cell.get_or_init(|| plan(base.as_deref(), render, k.api, &k.caps)).clone()
+    }
+
+    fn request(
+        &self,
+        render: &Render,
+        pd: &PlanDiff,
+        pod_files: &[FileEntry],
+        extra: &BTreeSet<RelPath>,
+    ) -> Option<ApplyRequest> {
+        let fence = self.fence.next_fence()?;
+        let mut parts = std::collections::BTreeMap::new();
+        for e in render.manifest() {
+            let has = pod_files.iter().any(|p| p.path == e.path && p.digest == e.digest);
+            if e.path.is_haproxy_cfg() || !has || extra.contains(&e.path) {
+                parts.insert(e.path.clone(), Part::from_bytes(render.bytes(&e.path).unwrap_or_default()));
+            }
+        }
+        Some(ApplyRequest {
+            fence,
+            baseline: pd.baseline,
+            plan_id: render.plan_id(),
+            mode: pd.mode.unwrap_or(Mode::FileOnly),
+            reasons: pd.reasons.clone(),
+            files: render.manifest().to_vec(),
+            parts,
+            batches: pd.batches.clone(),
+            blob: blob::encode(render),
+        })
+    }
+
+    async fn deploy_pod(
+        self: &Arc<Self>,
+        ep: &Endpoint,
+        render: &Arc<Render>,
+        kind: DeployKind,
+        shared: &SharedDiffs,
+    ) -> PodOutcome {
+        let started = Instant::now();
+        let target = render.plan_id();
+        if let Some(why) = self.fence.stood_down() {
+            return self.stand_down(ep, why);
+        }
+        let known = lock(&self.known).get(&ep.name).cloned();
+        let known = match (known, kind) {
+            (Some(k), DeployKind::Normal) => k,
+            _ => match self.read_state(ep, kind == DeployKind::Drift).await {
+                Ok(s) => Known::of(&s),
+                Err(e) => return self.fail(ep, e),
+            },
+        };
+        let drifted = if known.applied == Some(target) { differing(&known.files, render) } else { BTreeSet::new() };
+        if known.applied == Some(target) && drifted.is_empty() {
+            return self.unchanged(ep, render).await;
+        }
+        self.board.pod(&ep.name, |p| p.phase = Phase::Deploying);
+        let mut pd = if known.applied == Some(target) && !drifted.is_empty() {
+            let list: Vec<String> = drifted.iter().map(|p| p.to_string()).collect();
+            PlanDiff {
+                mode: Some(Mode::FileOnly),
+                reasons: vec![format!("drift: {} changed behind the controller's back; rewritten", list.join(", "))],
+                batches: Vec::new(),
+                baseline: Some(target),
+                skew: None,
+            }
+        } else {
+            self.diff_for(&ep.name, &known, render, shared)
+        };
+        let mut pod_files = known.files.clone();
+        let mut extra = drifted.clone();
+        let mut rediffed = false;
+        let mut skew_counted = false;
+        for _ in 0..MAX_ATTEMPTS {
+            let Some(req) = self.request(render, &pd, &pod_files, &extra) else {
+                return self.stand_down(ep, self.fence.stood_down().unwrap_or_else(|| "stood down".into()));
+            };
+            if pd.skew.is_some() && !skew_counted {
+                skew_counted = true;
+                self.metrics.version_skew.inc();
+            }
+            let span = tracing::info_span!(
+                "apply",
+                pod = %ep.name,
+                plan = %target.short(),
+                fence = %format!("{}/{}/{}", req.fence.epoch, req.fence.seq, req.fence.holder),
+                mode = %req.mode,
+            );
+            let answer = self.client.apply(ep, &req).instrument(span.clone()).await;
+            let _g = span.enter();
+            match answer {
+                Err(e) => {
+                    self.metrics.apply(req.mode.as_str(), "error");
+                    lock(&self.known).remove(&ep.name);
+                    return self.fail(ep, e.0);
+                }
+                Ok(ApplyAnswer::Ack(ack)) => {
+                    let repaired = !drifted.is_empty();
+                    return self.acked(ep, render, &req, ack, started, repaired);
+                }
+                Ok(ApplyAnswer::Nack(n)) => {
+                    self.metrics.apply(req.mode.as_str(), "nack");
+                    self.metrics.apply_rejected.get_or_create(&PodLabel { pod: ep.name.clone() }).inc();
+                    // Drop the pod's baseline: what the controller believed it holds. The next
+                    // deployment re-reads its state (a NACK leaves the pod as it was).
+                    lock(&self.known).remove(&ep.name);
+                    let words =
+                        if n.haproxy_output.trim().is_empty() { n.reason.clone() } else { n.haproxy_output.clone() };
+                    warn!(pod = %ep.name, "HAProxy refused the plan: {}: {words}", n.reason);
+                    // Nothing stayed changed on the pod; its mode and reasons stay those of the
+                    // plan it still runs.
+                    self.board.pod(&ep.name, |p| {
+                        p.phase = Phase::Rejected;
+                        p.last_error = Some(format!("{}: {words}", n.reason));
+                        p.last_apply_at = Some(now_rfc3339());
+                        p.last_apply_duration_ms = Some(started.elapsed().as_millis() as u64);
+                    });
+                    return PodOutcome::Rejected(words);
+                }
+                Ok(ApplyAnswer::Conflict(c)) => {
+                    self.metrics.apply(req.mode.as_str(), "conflict");
+                    self.metrics.conflicts.get_or_create(&ConflictLabel { conflict: c.conflict.as_str().into() }).inc();
+                    info!(conflict = c.conflict.as_str(), "409: {}", c.error);
+                    match c.conflict {
+                        ConflictKind::StaleEpoch => {
+                            let Some(seen) = c.fence else {
+                                return self.fail(ep, "stale_epoch without the fence the pod has seen".into());
+                            };
+                            if let Err(why) = self.fence.reclaim(&seen).await {
+                                return self.stand_down(ep, why);
+                            }
+                            let epoch = self.fence.epoch();
+                            self.board.controller(|c| c.epoch = epoch);
+                        }
+                        ConflictKind::PrevMismatch if !rediffed => {
+                            rediffed = true;
+                            let s = match self.read_state(ep, true).await {
+                                Ok(s) => s,
+                                Err(e) => return self.fail(ep, e),
+                            };
+                            let k = Known::of(&s);
+                            if k.applied == Some(target) && differing(&k.files, render).is_empty() {
+                                return self.unchanged(ep, render).await;
+                            }
+                            pd = self.diff_for(&ep.name, &k, render, shared);
+                            pod_files = k.files;
+                        }
+                        ConflictKind::PrevMismatch | ConflictKind::UnknownBaseline => {
+                            pd = complete_state(format!(
+                                "{}: complete state and a reload",
+                                if c.conflict == ConflictKind::UnknownBaseline {
+                                    "the agent has no applied plan"
+                                } else {
+                                    "the pod's plan changed again while re-diffing"
+                                }
+                            ));
+                        }
+                        ConflictKind::MissingParts => {
+                            if c.missing.is_empty() || c.missing.iter().all(|m| extra.contains(m)) {
+                                // Everything named was already sent: the pod's file list is stale.
+                                pod_files.clear();
+                            }
+                            extra.extend(c.missing);
+                        }
+                    }
+                }
+            }
+        }
+        lock(&self.known).remove(&ep.name);
+        self.fail(ep, format!("no ACK after {MAX_ATTEMPTS} attempts"))
+    }
+
+    /// The pod already holds the render: converged if it runs it, else followed up.
+    async fn unchanged(&self, ep: &Endpoint, render: &Render) -> PodOutcome {
+        // A fresh read tells whether it runs it (a known pod may have reloaded since).
+        let s = match self.read_state(ep, false).await {
+            Ok(s) => s,
+            Err(e) => return self.fail(ep, e),
+        };
+        let target = render.plan_id();
+        if s.running.as_ref().map(|r| r.plan_id) == Some(target) {
+            self.board.pod(&ep.name, |p| p.phase = Phase::Converged);
+            PodOutcome::Unchanged
+        } else {
+            let mode = s.applied.as_ref().map(|a| a.mode).unwrap_or(Mode::Reload);
+            self.board.pod(&ep.name, |p| p.phase = Phase::ReloadPending);
+            PodOutcome::ReloadPending(mode)
+        }
+    }
+
+    fn acked(
+        &self,
+        ep: &Endpoint,
+        render: &Arc<Render>,
+        req: &ApplyRequest,
+        ack: Ack,
+        started: Instant,
+        repaired: bool,
+    ) -> PodOutcome {
+        let target = render.plan_id();
+        self.metrics.apply(ack.mode.as_str(), "ack");
+        if ack.mode != Mode::Reload {
+            self.metrics.reloads_avoided.inc();
+        }
+        if repaired {
+            self.metrics.drift_repairs.inc();
+        }
+        {
+            let mut known = lock(&self.known);
+            if let Some(k) = known.get_mut(&ep.name) {
+                k.applied = Some(target);
+                k.files = req.files.clone();
+                k.blob = req.blob.clone();
+            }
+        }
+        let scheduled = ack.reload.as_ref().filter(|r| r.state == haptic_protocol::ReloadState::Scheduled);
+        let converged = ack.running == Some(target);
+        info!(pod = %ep.name, plan = %target.short(), mode = %ack.mode, converged, "ACK");
+        self.board.pod(&ep.name, |p| {
+            p.applied = Some(ack.applied);
+            p.running = ack.running;
+            p.mode = Some(ack.mode);
+            p.reasons = ack.reasons.clone();
+            p.last_error = None;
+            p.last_apply_at = Some(now_rfc3339());
+            p.last_apply_duration_ms = Some(started.elapsed().as_millis() as u64);
+            p.pending_reload = scheduled
+                .map(|r| haptic_protocol::PendingReload { plan_id: target, due_in_ms: r.due_in_ms.unwrap_or(0) });
+            p.phase = if converged { Phase::Converged } else { Phase::ReloadPending };
+        });
+        if converged {
+            PodOutcome::Converged(ack.mode)
+        } else {
+            PodOutcome::ReloadPending(ack.mode)
+        }
+    }
+
+    /// Polls a pod until it runs `target` (converged), its applied plan moves on, or the
+    /// deadline (`due_in_ms` + sync timeout) passes (failed).
+    async fn follow_up(&self, ep: &Endpoint, target: PlanId, mode: Mode, due_in_ms: u64) -> PodOutcome {
+        let deadline = Instant::now() + Duration::from_millis(due_in_ms) + self.cfg.sync_timeout;
+        let span = tracing::info_span!("follow_up", pod = %ep.name, plan = %target.short());
+        async {
+            loop {
+                tokio::time::sleep(FOLLOW_UP_POLL).await;
+                match self.client.state(ep, false).await {
+                    Ok(s) => {
+                        self.board.pod(&ep.name, |p| p.observe(&s));
+                        let applied = s.applied.as_ref().map(|a| a.plan_id);
+                        if applied != Some(target) {
+                            lock(&self.known).remove(&ep.name);
+                            return self.fail(
+                                ep,
+                                format!(
+                                    "the pod's applied plan moved away from {} before its reload ran",
+                                    target.short()
+                                ),
+                            );
+                        }
+                        if s.running.as_ref().map(|r| r.plan_id) == Some(target) {
+                            info!("the paced reload ran");
+                            self.board.pod(&ep.name, |p| {
+                                p.phase = Phase::Converged;
+                                p.pending_reload = None;
+                            });
+                            self.refresh_gauges();
+                            return PodOutcome::Converged(mode);
+                        }
+                        if Instant::now() >= deadline {
+                            lock(&self.known).remove(&ep.name);
+                            let why = s.last_error.unwrap_or_else(|| {
+                                format!("plan {} applied but not running by the follow-up deadline", target.short())
+                            });
+                            return self.fail(ep, why);
+                        }
+                    }
+                    Err(e) if Instant::now() >= deadline => {
+                        lock(&self.known).remove(&ep.name);
+                        return self.fail(ep, e.0);
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(n: u32) -> Render {
+        let cfg = format!("global\n  maxconn {n}\n");
+        Render::from_texts([("haproxy.cfg", cfg.as_str()), ("maps/a.map", "k v\n")]).unwrap()
+    }
+
+    #[test]
+    fn differing_files() {
+        let a = r(1);
+        assert!(differing(a.manifest(), &a).is_empty());
+        let b = r(2);
+        let d: Vec<String> = differing(b.manifest(), &a).into_iter().map(|p| p.to_string()).collect();
+        assert_eq!(d, vec!["haproxy.cfg"]);
+        let mut extra = a.manifest().to_vec();
+        extra.push(FileEntry {
+            path: RelPath::new("x.txt").unwrap(),
+            digest: haptic_protocol::Digest::of(b""),
+            size: 0,
+        });
+        assert_eq!(differing(&extra, &a).len(), 1);
+        assert_eq!(differing(&[], &a).len(), 2);
+    }
+
+    #[test]
+    fn plan_cache_is_a_bounded_lru() {
+        let mut c = PlanCache::default();
+        let renders: Vec<Render> = (0..(PLAN_CACHE as u32 + 2)).collect::<Vec<_>>().into_iter().map(r).collect();
+        for x in &renders {
+            c.insert(Arc::new(Baseline::of_render(x)));
+            // Keep the first one hot.
+            assert!(c.get(renders[0].plan_id()).is_some());
+        }
+        assert_eq!(c.entries.len(), PLAN_CACHE);
+        assert!(c.get(renders[0].plan_id()).is_some());
+        assert!(c.get(renders[1].plan_id()).is_none(), "the least recently used is evicted");
+    }
+
+    #[test]
+    fn report_results() {
+        let rep = |o: Vec<PodOutcome>| DeploymentReport {
+            plan: r(1).plan_id(),
+            pods: o.into_iter().enumerate().map(|(i, o)| (format!("p{i}"), o)).collect(),
+            duration: Duration::ZERO,
+        };
+        assert_eq!(rep(vec![PodOutcome::Unchanged, PodOutcome::Converged(Mode::Runtime)]).result(), "success");
+        assert_eq!(rep(vec![PodOutcome::Unchanged, PodOutcome::Failed("x".into())]).result(), "partial");
+        assert_eq!(rep(vec![PodOutcome::Rejected("x".into())]).result(), "failed");
+        let sd = rep(vec![PodOutcome::Unchanged, PodOutcome::StoodDown("other".into())]);
+        assert_eq!((sd.result(), sd.stood_down()), ("stood_down", Some("other")));
+    }
+}

@@ -1,0 +1,601 @@
+//! The plan diff: what it takes to bring a pod from its baseline plan to a desired render.
+//!
+//! Owns the decision runtime / file_only / reload, its human reasons and the op batches, built on
+//! `haptic_protocol::claim::diff_cfg` and `haptic_protocol::cfg` so the agent's runtime-claim
+//! verification agrees with it. Pure: it must never do I/O, never look at a clock, and never call
+//! a change runtime-safe that `verify_runtime_claim` would refuse.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use haptic_protocol::cfg::{self, parse_acl_file, parse_map_file, referenced_paths};
+use haptic_protocol::claim::diff_cfg;
+use haptic_protocol::{ApiVersion, Capabilities, FileEntry, Mode, Op, OpKind, PlanId, RelPath, API_VERSION};
+use serde::Serialize;
+
+use crate::render::Render;
+
+/// What the controller knows about a plan a pod holds: enough to diff a new render against it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Baseline {
+    /// The plan id.
+    pub plan_id: PlanId,
+    /// The plan's complete manifest.
+    pub manifest: Vec<FileEntry>,
+    /// The plan's `haproxy.cfg` text, when known (needed only if the config changed).
+    pub cfg_text: Option<Arc<str>>,
+}
+
+impl Baseline {
+    /// The baseline of a render the controller holds in full.
+    pub fn of_render(r: &Render) -> Self {
+        Baseline { plan_id: r.plan_id(), manifest: r.manifest().to_vec(), cfg_text: Some(Arc::from(r.cfg_text())) }
+    }
+
+    fn entry(&self, path: &RelPath) -> Option<&FileEntry> {
+        self.manifest.iter().find(|e| &e.path == path)
+    }
+}
+
+/// How a config loads a file, which decides how a change to it can land.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RefKind {
+    /// A map (`map*(` converters, `set-map(`/`del-map(`, or `-M -f`): `map.replace`.
+    Map,
+    /// An ACL pattern file (`-f`, `add-acl(`/`del-acl(`): `acl.replace`.
+    Acl,
+    /// A certificate loaded with `crt` (file or directory): `cert.set`.
+    Cert,
+    /// Anything else (errorfiles, crt-lists, CA files, Lua...): needs a reload.
+    Other,
+}
+
+/// The capability-independent diff of two plans.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct Diff {
+    /// `None` when nothing changed.
+    pub mode: Option<Mode>,
+    /// Why this mode, in human words (every reload reason for a reload).
+    pub reasons: Vec<String>,
+    /// The op batches of a runtime change; empty otherwise.
+    pub batches: Vec<Vec<Op>>,
+}
+
+impl Diff {
+    /// Every op kind the batches use.
+    pub fn op_kinds(&self) -> BTreeSet<OpKind> {
+        self.batches.iter().flatten().filter_map(Op::kind).collect()
+    }
+
+    /// Number of ops.
+    pub fn op_count(&self) -> usize {
+        self.batches.iter().map(Vec::len).sum()
+    }
+}
+
+/// A diff fitted to one agent: the mode, reasons and batches to send, and whether it is the
+/// complete state (no baseline).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PlanDiff {
+    /// `None` when the pod already holds the desired plan.
+    pub mode: Option<Mode>,
+    /// Human reasons.
+    pub reasons: Vec<String>,
+    /// Op batches.
+    pub batches: Vec<Vec<Op>>,
+    /// The baseline the apply is composed against; `None` = complete state.
+    pub baseline: Option<PlanId>,
+    /// Why the agent got the complete state and a reload because of version skew, if it did.
+    pub skew: Option<String>,
+}
+
+/// The complete state and a reload, for a pod without a usable baseline.
+pub fn complete_state(reason: impl Into<String>) -> PlanDiff {
+    PlanDiff { mode: Some(Mode::Reload), reasons: vec![reason.into()], batches: Vec::new(), baseline: None, skew: None }
+}
+
+/// Diffs a desired render against a baseline, then fits the result to the agent's API version
+/// and capabilities: an agent on another API major, or lacking an op kind the diff uses, gets
+/// the complete state and a reload (version skew), never a refusal.
+pub fn plan(baseline: Option<&Baseline>, desired: &Render, api: ApiVersion, caps: &Capabilities) -> PlanDiff {
+    let Some(base) = baseline else {
+        return complete_state("no usable baseline on the pod: complete state and a reload");
+    };
+    if !API_VERSION.compatible_with(&api) {
+        let why = format!(
+            "agent speaks API {}.{}, the controller {}.{}: complete state and a reload",
+            api.major, api.minor, API_VERSION.major, API_VERSION.minor
+        );
+        return PlanDiff { skew: Some(why.clone()), ..complete_state(why) };
+    }
+    let d = diff(base, desired);
+    let missing: Vec<&str> = d.op_kinds().into_iter().filter(|k| !caps.supports(*k)).map(OpKind::as_str).collect();
+    if !missing.is_empty() {
+        let why = format!("agent cannot run {}: complete state and a reload", missing.join(", "));
+        return PlanDiff { skew: Some(why.clone()), ..complete_state(why) };
+    }
+    PlanDiff { mode: d.mode, reasons: d.reasons, batches: d.batches, baseline: Some(base.plan_id), skew: None }
+}
+
+/// Diffs a desired render against a baseline (capability-independent).
+pub fn diff(base: &Baseline, desired: &Render) -> Diff {
+    if base.plan_id == desired.plan_id() {
+        return Diff::default();
+    }
+    let cfg_path = RelPath::haproxy_cfg();
+    let new_cfg = desired.cfg_text();
+    let cfg_unchanged = base.entry(&cfg_path).map(|e| e.digest) == desired.entry(&cfg_path).map(|e| e.digest);
+    // The running config's text: the same as the new one when the digest matches.
+    let old_cfg: Option<&str> = if cfg_unchanged { Some(new_cfg) } else { base.cfg_text.as_deref() };
+
+    let mut reload = Vec::new();
+    let mut runtime = Vec::new();
+    let mut file_only = Vec::new();
+    let mut file_ops = Vec::new();
+    let mut server_ops = Vec::new();
+
+    let Some(old_cfg) = old_cfg else {
+        return Diff {
+            mode: Some(Mode::Reload),
+            reasons: vec!["haproxy.cfg changed and the baseline's config text is unknown".into()],
+            batches: Vec::new(),
+        };
+    };
+    if !cfg_unchanged {
+        let cd = diff_cfg(old_cfg, new_cfg);
+        reload.extend(cd.reload_reasons.iter().cloned());
+        for ch in &cd.servers {
+            runtime.push(ch.reason());
+            server_ops.push(Op::ServerSet(ch.op()));
+        }
+    }
+
+    // Every changed file other than haproxy.cfg: added, removed or modified.
+    let old_files: BTreeMap<&RelPath, &FileEntry> = base.manifest.iter().map(|e| (&e.path, e)).collect();
+    let new_files: BTreeMap<&RelPath, &FileEntry> = desired.manifest().iter().map(|e| (&e.path, e)).collect();
+    let changed: BTreeSet<&RelPath> = old_files
+        .keys()
+        .chain(new_files.keys())
+        .filter(|p| !p.is_haproxy_cfg())
+        .filter(|p| old_files.get(*p).map(|e| e.digest) != new_files.get(*p).map(|e| e.digest))
+        .copied()
+        .collect();
+    let loaded_by_old = referenced_paths(old_cfg, changed.iter().copied());
+    let loaded_by_new = referenced_paths(new_cfg, changed.iter().copied());
+    for path in changed {
+        let (was, is) = (old_files.contains_key(path), new_files.contains_key(path));
+        if !loaded_by_old.contains(path) {
+            if loaded_by_new.contains(path) {
+                reload.push(format!("{path}: newly loaded by the config"));
+            } else {
+                file_only.push(format!("{path}: not loaded by the running config (file only)"));
+            }
+            continue;
+        }
+        if !is {
+            reload.push(format!("{path}: removed while the config loads it"));
+            continue;
+        }
+        if !was {
+            reload.push(format!("{path}: added where the config loads files (new files load at reload)"));
+            continue;
+        }
+        let bytes = desired.bytes(path).unwrap_or_default();
+        match (classify(old_cfg, path), std::str::from_utf8(bytes)) {
+            (RefKind::Map, Ok(text)) => {
+                let entries = parse_map_file(text);
+                runtime.push(format!("{path}: map replaced at runtime ({} entries)", entries.len()));
+                file_ops.push(Op::MapReplace { path: path.clone(), entries });
+            }
+            (RefKind::Acl, Ok(text)) => {
+                let patterns = parse_acl_file(text);
+                runtime.push(format!("{path}: ACL replaced at runtime ({} patterns)", patterns.len()));
+                file_ops.push(Op::AclReplace { path: path.clone(), patterns });
+            }
+            (RefKind::Map | RefKind::Acl, Err(_)) => {
+                reload.push(format!("{path}: not UTF-8, cannot be sent as entries"))
+            }
+            (RefKind::Cert, _) => {
+                runtime.push(format!("{path}: loaded certificate replaced at runtime"));
+                file_ops.push(Op::CertSet { path: path.clone() });
+            }
+            (RefKind::Other, _) => reload.push(format!("{path}: changed, and the config loads it at startup")),
+        }
+    }
+
+    if !reload.is_empty() {
+        return Diff { mode: Some(Mode::Reload), reasons: reload, batches: Vec::new() };
+    }
+    let runtime_needed = !file_ops.is_empty() || !server_ops.is_empty() || !cfg_unchanged;
+    if runtime_needed && !file_only.is_empty() {
+        // One apply is either runtime (every changed file covered by an op, as the agent's claim
+        // check demands) or file_only (the config text unchanged): both at once reload.
+        let mut reasons: Vec<String> =
+            file_only.iter().map(|r| format!("{r}, but it ships with runtime changes (one apply, one mode)")).collect();
+        reasons.extend(runtime);
+        return Diff { mode: Some(Mode::Reload), reasons, batches: Vec::new() };
+    }
+    if runtime_needed {
+        if file_ops.is_empty() && server_ops.is_empty() {
+            // Only comments or whitespace changed: the running config is equivalent and the
+            // runtime claim (which compares normalized lines) holds with no ops at all.
+            runtime.push("haproxy.cfg: only comments or whitespace changed".into());
+            return Diff { mode: Some(Mode::Runtime), reasons: runtime, batches: Vec::new() };
+        }
+        let mut batch = file_ops;
+        batch.extend(server_ops);
+        return Diff { mode: Some(Mode::Runtime), reasons: runtime, batches: vec![batch] };
+    }
+    Diff { mode: Some(Mode::FileOnly), reasons: file_only, batches: Vec::new() }
+}
+
+/// How `cfg_text` loads `path`; [`RefKind::Other`] when the reference is of no kind the runtime
+/// API can replace, or of several kinds.
+pub fn classify(cfg_text: &str, path: &RelPath) -> RefKind {
+    let parsed = cfg::parse(cfg_text);
+    let lines = parsed.preamble.iter().chain(parsed.sections.iter().flat_map(|s| s.lines.iter()));
+    let mut kinds = BTreeSet::new();
+    for line in lines {
+        classify_line(line, path.as_str(), &mut kinds);
+    }
+    match kinds.len() {
+        1 => kinds.into_iter().next().unwrap_or(RefKind::Other),
+        _ => RefKind::Other,
+    }
+}
+
+fn unquote(t: &str) -> &str {
+    let t = t.strip_prefix('"').and_then(|s| s.strip_suffix('"')).unwrap_or(t);
+    t.strip_prefix('\'').and_then(|s| s.strip_suffix('\'')).unwrap_or(t)
+}
+
+/// Extra files HAProxy loads next to a certificate; `set ssl cert` does not take them by name.
+fn is_cert_extra(path: &str) -> bool {
+    [".key", ".ocsp", ".issuer", ".sctl"].iter().any(|s| path.ends_with(s))
+}
+
+fn classify_line(tokens: &[String], path: &str, kinds: &mut BTreeSet<RefKind>) {
+    let has_m = tokens.iter().any(|t| t == "-M");
+    for (i, tok) in tokens.iter().enumerate() {
+        let t = unquote(tok);
+        let next = tokens.get(i + 1).map(|n| unquote(n));
+        match (t, next) {
+            ("-f", Some(n)) if n == path => {
+                kinds.insert(if has_m { RefKind::Map } else { RefKind::Acl });
+                continue;
+            }
+            ("crt", Some(n)) if dir_or_file_match(n, path) => {
+                kinds.insert(if is_cert_extra(path) { RefKind::Other } else { RefKind::Cert });
+                continue;
+            }
+            _ => {}
+        }
+        if i > 0 && (tokens[i - 1] == "-f" || tokens[i - 1] == "crt") {
+            continue; // handled above as the argument of the previous token
+        }
+        // Function-style references: `map_str(maps/x.map,default)`, `set-map(maps/x.map)`.
+        let mut search = 0;
+        let mut found = false;
+        while let Some(pos) = t[search..].find(path) {
+            let at = search + pos;
+            search = at + path.len();
+            let before = &t[..at];
+            let after = t[at + path.len()..].chars().next();
+            if !after.is_none_or(|c| c == ',' || c == ')' || c == '"' || c == '\'') {
+                continue;
+            }
+            found = true;
+            if let Some(fun_end) = before.strip_suffix('(') {
+                let name: String = fun_end
+                    .chars()
+                    .rev()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect();
+                let kind = if name == "map" || name.starts_with("map_") || name == "set-map" || name == "del-map" {
+                    RefKind::Map
+                } else if name == "add-acl" || name == "del-acl" {
+                    RefKind::Acl
+                } else {
+                    RefKind::Other
+                };
+                kinds.insert(kind);
+            } else {
+                kinds.insert(RefKind::Other);
+            }
+        }
+        if !found && t == path {
+            kinds.insert(RefKind::Other);
+        }
+    }
+}
+
+fn dir_or_file_match(arg: &str, path: &str) -> bool {
+    if arg == path {
+        return true;
+    }
+    let dir = arg.trim_end_matches('/');
+    !dir.is_empty() && path.strip_prefix(dir).is_some_and(|rest| rest.starts_with('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use haptic_protocol::claim::{verify_runtime_claim, ChangedFile};
+
+    const CFG: &str = "global\n  default-path config\ndefaults\n  mode http\n  timeout client 5s\nfrontend fe\n  bind 127.0.0.1:8080\n  bind 127.0.0.1:8443 ssl crt certs/\n  acl blocked src -f acls/blocked.acl\n  http-request deny if blocked\n  use_backend %[req.hdr(host),lower,map(maps/hosts.map,be_app)]\n  errorfile 503 errors/503.http\nbackend be_app\n  server SRV_1 127.0.0.1:9001 weight 10\n  server SRV_2 127.0.0.1:9002 disabled\n";
+
+    fn render(cfg: &str, extra: &[(&str, &str)]) -> Render {
+        let mut files = vec![("haproxy.cfg", cfg)];
+        files.extend_from_slice(extra);
+        Render::from_texts(files).unwrap()
+    }
+
+    fn base_files() -> Vec<(&'static str, &'static str)> {
+        vec![
+            ("maps/hosts.map", "a.example be_app\n"),
+            ("acls/blocked.acl", "10.0.0.0/8\n"),
+            ("certs/site.pem", "PEM-1\n"),
+            ("errors/503.http", "HTTP/1.0 503\r\n\r\n"),
+            ("files/notes.txt", "hello\n"),
+        ]
+    }
+
+    fn with(path: &'static str, body: &'static str) -> Vec<(&'static str, &'static str)> {
+        let mut v: Vec<_> = base_files().into_iter().filter(|(p, _)| *p != path).collect();
+        if !body.is_empty() {
+            v.push((path, body));
+        }
+        v
+    }
+
+    fn caps_all() -> Capabilities {
+        Capabilities { runtime_batches: true, ops: OpKind::ALL.iter().map(|k| k.as_str().to_string()).collect() }
+    }
+
+    /// Checks the diff as the agent would, with the shared claim verifier over every changed file.
+    fn agent_agrees(old: &Render, new: &Render, d: &Diff) {
+        let ops: Vec<Op> = d.batches.iter().flatten().cloned().collect();
+        let changed: Vec<(RelPath, Option<Vec<u8>>)> = old
+            .manifest()
+            .iter()
+            .chain(new.manifest())
+            .map(|e| e.path.clone())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .filter(|p| !p.is_haproxy_cfg() && old.entry(p).map(|e| e.digest) != new.entry(p).map(|e| e.digest))
+            .map(|p| {
+                let b = new.bytes(&p).map(<[u8]>::to_vec);
+                (p, b)
+            })
+            .collect();
+        let cf: Vec<ChangedFile<'_>> =
+            changed.iter().map(|(p, b)| ChangedFile { path: p, new: b.as_deref() }).collect();
+        let res = verify_runtime_claim(old.cfg_text(), new.cfg_text(), &cf, &ops);
+        assert!(res.is_ok(), "agent refuses the claim: {res:?}");
+    }
+
+    #[test]
+    fn same_render_is_nothing() {
+        let r = render(CFG, &base_files());
+        let d = diff(&Baseline::of_render(&r), &r);
+        assert_eq!(d, Diff::default());
+        let p = plan(Some(&Baseline::of_render(&r)), &r, API_VERSION, &caps_all());
+        assert_eq!(p.mode, None);
+    }
+
+    #[test]
+    fn endpoint_changes_are_runtime() {
+        let old = render(CFG, &base_files());
+        let new_cfg = CFG
+            .replace("127.0.0.1:9001 weight 10", "127.0.0.2:9011 weight 20")
+            .replace("127.0.0.1:9002 disabled", "127.0.0.1:9002");
+        let new = render(&new_cfg, &base_files());
+        let d = diff(&Baseline::of_render(&old), &new);
+        assert_eq!(d.mode, Some(Mode::Runtime), "{:?}", d.reasons);
+        assert_eq!(d.op_count(), 2);
+        assert!(d.reasons[0].contains("SRV_1"), "{:?}", d.reasons);
+        agent_agrees(&old, &new, &d);
+    }
+
+    #[test]
+    fn map_acl_and_cert_contents_are_runtime() {
+        let old = render(CFG, &base_files());
+        for (path, body, kind) in [
+            ("maps/hosts.map", "a.example be_app\nb.example be_app\n", OpKind::MapReplace),
+            ("acls/blocked.acl", "10.0.0.0/8\n192.168.0.0/16\n", OpKind::AclReplace),
+            ("certs/site.pem", "PEM-2\n", OpKind::CertSet),
+        ] {
+            let new = render(CFG, &with(path, body));
+            let d = diff(&Baseline::of_render(&old), &new);
+            assert_eq!(d.mode, Some(Mode::Runtime), "{path}: {:?}", d.reasons);
+            assert_eq!(d.op_kinds().into_iter().collect::<Vec<_>>(), vec![kind]);
+            agent_agrees(&old, &new, &d);
+        }
+        let new = render(CFG, &with("maps/hosts.map", "x y\n"));
+        let d = diff(&Baseline::of_render(&old), &new);
+        assert_eq!(
+            d.batches[0][0],
+            Op::MapReplace { path: RelPath::new("maps/hosts.map").unwrap(), entries: vec![("x".into(), "y".into())] }
+        );
+    }
+
+    #[test]
+    fn unloaded_files_are_file_only() {
+        let old = render(CFG, &base_files());
+        let new = render(CFG, &with("files/notes.txt", "changed\n"));
+        let d = diff(&Baseline::of_render(&old), &new);
+        assert_eq!(d.mode, Some(Mode::FileOnly), "{:?}", d.reasons);
+        assert!(d.batches.is_empty());
+        let added = render(CFG, &[base_files(), vec![("files/new.txt", "n")]].concat());
+        assert_eq!(diff(&Baseline::of_render(&old), &added).mode, Some(Mode::FileOnly));
+        let removed = render(CFG, &with("files/notes.txt", ""));
+        assert_eq!(diff(&Baseline::of_render(&old), &removed).mode, Some(Mode::FileOnly));
+        let comments = render(&format!("# header\n{CFG}"), &base_files());
+        let d = diff(&Baseline::of_render(&old), &comments);
+        assert_eq!((d.mode, d.op_count()), (Some(Mode::Runtime), 0));
+        agent_agrees(&old, &comments, &d);
+        // Unloaded files changing together with runtime changes: one apply, one mode.
+        let both = render(
+            CFG,
+            &[with("files/notes.txt", "x"), vec![]]
+                .concat()
+                .into_iter()
+                .map(|(p, b)| if p == "maps/hosts.map" { (p, "q r\n") } else { (p, b) })
+                .collect::<Vec<_>>(),
+        );
+        assert_eq!(diff(&Baseline::of_render(&old), &both).mode, Some(Mode::Reload));
+    }
+
+    #[test]
+    fn everything_else_reloads() {
+        let old = render(CFG, &base_files());
+        let cases: Vec<(&str, Render)> = vec![
+            ("frontend", render(&CFG.replace("timeout client 5s", "timeout client 6s"), &base_files())),
+            ("bind", render(&CFG.replace("127.0.0.1:8080", "127.0.0.1:8081"), &base_files())),
+            ("new server", render(&format!("{CFG}  server SRV_3 127.0.0.1:9003\n"), &base_files())),
+            ("errorfile", render(CFG, &with("errors/503.http", "HTTP/1.0 503\r\n\r\nx"))),
+            ("removed map", render(CFG, &with("maps/hosts.map", ""))),
+            ("new cert in crt dir", render(CFG, &[base_files(), vec![("certs/other.pem", "P")]].concat())),
+            ("cert key", render(CFG, &[base_files(), vec![("certs/site.pem.key", "K")]].concat())),
+        ];
+        for (name, new) in cases {
+            let d = diff(&Baseline::of_render(&old), &new);
+            assert_eq!(d.mode, Some(Mode::Reload), "{name}");
+            assert!(!d.reasons.is_empty() && d.batches.is_empty(), "{name}");
+        }
+        // A runtime-eligible change plus a reload-only change reloads.
+        let mixed =
+            render(&CFG.replace("weight 10", "weight 11").replace("5s", "6s"), &with("maps/hosts.map", "z z\n"));
+        assert_eq!(diff(&Baseline::of_render(&old), &mixed).mode, Some(Mode::Reload));
+    }
+
+    #[test]
+    fn unknown_baseline_text_reloads_only_if_the_cfg_changed() {
+        let old = render(CFG, &base_files());
+        let mut base = Baseline::of_render(&old);
+        base.cfg_text = None;
+        let map_only = render(CFG, &with("maps/hosts.map", "q r\n"));
+        assert_eq!(diff(&base, &map_only).mode, Some(Mode::Runtime));
+        let cfg = render(&CFG.replace("weight 10", "weight 11"), &base_files());
+        assert_eq!(diff(&base, &cfg).mode, Some(Mode::Reload));
+    }
+
+    #[test]
+    fn skew_and_missing_baseline_get_complete_state() {
+        let old = render(CFG, &base_files());
+        let new = render(CFG, &with("maps/hosts.map", "q r\n"));
+        let b = Baseline::of_render(&old);
+        let p = plan(None, &new, API_VERSION, &caps_all());
+        assert_eq!((p.mode, p.baseline), (Some(Mode::Reload), None));
+        let old_agent = Capabilities { runtime_batches: true, ops: vec!["server.set".into()] };
+        let p = plan(Some(&b), &new, API_VERSION, &old_agent);
+        assert_eq!((p.mode, p.baseline.is_none(), p.skew.is_some()), (Some(Mode::Reload), true, true));
+        let p = plan(Some(&b), &new, ApiVersion { major: 2, minor: 0 }, &caps_all());
+        assert!(p.skew.is_some());
+        let p = plan(Some(&b), &new, ApiVersion { major: 1, minor: 7 }, &caps_all());
+        assert_eq!((p.mode, p.skew), (Some(Mode::Runtime), None));
+        let no_batches = Capabilities { runtime_batches: false, ..caps_all() };
+        assert!(plan(Some(&b), &new, API_VERSION, &no_batches).skew.is_some());
+        // File-only changes need no op kind at all.
+        let fo = render(CFG, &with("files/notes.txt", "x"));
+        assert_eq!(plan(Some(&b), &fo, API_VERSION, &no_batches).mode, Some(Mode::FileOnly));
+    }
+
+    #[test]
+    fn classifies_references() {
+        let p = |s: &str| RelPath::new(s).unwrap();
+        assert_eq!(classify(CFG, &p("maps/hosts.map")), RefKind::Map);
+        assert_eq!(classify(CFG, &p("acls/blocked.acl")), RefKind::Acl);
+        assert_eq!(classify(CFG, &p("certs/site.pem")), RefKind::Cert);
+        assert_eq!(classify(CFG, &p("errors/503.http")), RefKind::Other);
+        let c = "frontend f\n  http-request set-map(maps/a.map) %[src] x\n  acl h hdr(host) -M -f maps/b.map\n  http-request add-acl(acls/c.acl) %[src]\n  bind :443 ssl crt \"certs/d.pem\" crt-list lists/e.txt\n";
+        assert_eq!(classify(c, &p("maps/a.map")), RefKind::Map);
+        assert_eq!(classify(c, &p("maps/b.map")), RefKind::Map);
+        assert_eq!(classify(c, &p("acls/c.acl")), RefKind::Acl);
+        assert_eq!(classify(c, &p("certs/d.pem")), RefKind::Cert);
+        assert_eq!(classify(c, &p("lists/e.txt")), RefKind::Other);
+        let both = "frontend f\n  acl x src -f maps/a.map\n  use_backend %[src,map_ip(maps/a.map)]\n";
+        assert_eq!(classify(both, &p("maps/a.map")), RefKind::Other);
+    }
+}
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn ip() -> impl Strategy<Value = String> {
+        (1u8..=254, 0u8..=255).prop_map(|(a, b)| format!("10.0.{a}.{b}"))
+    }
+
+    fn server() -> impl Strategy<Value = (String, u16, Option<u32>, bool)> {
+        (ip(), 1u16..=65535, proptest::option::of(0u32..=256), any::<bool>())
+    }
+
+    fn cfg_text(servers: &[(String, u16, Option<u32>, bool)], timeout: u32, comment: bool) -> String {
+        let mut s = format!(
+            "global\n  default-path config\ndefaults\n  mode http\n  timeout client {timeout}s\nfrontend fe\n  bind 127.0.0.1:8080\n  use_backend %[req.hdr(host),map(maps/h.map,be)]\nbackend be\n"
+        );
+        for (i, (ip, port, w, dis)) in servers.iter().enumerate() {
+            let w = w.map(|w| format!(" weight {w}")).unwrap_or_default();
+            let d = if *dis { " disabled" } else { "" };
+            let c = if comment { "   # slot" } else { "" };
+            s.push_str(&format!("  server s{i} {ip}:{port}{w}{d} check{c}\n"));
+        }
+        s
+    }
+
+    fn render(cfg: &str, map: &str, other: &str) -> Render {
+        Render::from_texts([("haproxy.cfg", cfg), ("maps/h.map", map), ("files/x.txt", other)]).unwrap()
+    }
+
+    proptest! {
+        #[test]
+        fn a_render_against_itself_is_nothing(
+            servers in proptest::collection::vec(server(), 0..6),
+            t in 1u32..100,
+            map in "[a-z ]{0,40}",
+            other in ".{0,20}",
+        ) {
+            let r = render(&cfg_text(&servers, t, false), &map, &other);
+            let d = diff(&Baseline::of_render(&r), &r);
+            prop_assert_eq!(d.mode, None);
+            prop_assert!(d.batches.is_empty());
+            let caps = Capabilities { runtime_batches: true, ops: vec!["server.set".into(), "map.replace".into()] };
+            let p = plan(Some(&Baseline::of_render(&r)), &r, API_VERSION, &caps);
+            prop_assert_eq!(p.mode, None);
+        }
+
+        #[test]
+        fn server_slot_changes_are_runtime_and_the_agent_agrees(
+            old in proptest::collection::vec(server(), 1..6),
+            new in proptest::collection::vec(server(), 1..6),
+            map_old in "[a-z]{1,5} [a-z]{1,5}\n",
+            map_new in "[a-z]{1,5} [a-z]{1,5}\n",
+            comment in any::<bool>(),
+        ) {
+            let n = old.len().min(new.len());
+            let (old, new) = (&old[..n], &new[..n]);
+            let a = render(&cfg_text(old, 5, false), &map_old, "x");
+            let b = render(&cfg_text(new, 5, comment), &map_new, "x");
+            let d = diff(&Baseline::of_render(&a), &b);
+            if a.plan_id() == b.plan_id() {
+                prop_assert_eq!(d.mode, None);
+            } else {
+                prop_assert!(d.mode != Some(Mode::Reload), "{:?}", d.reasons);
+                let ops: Vec<Op> = d.batches.iter().flatten().cloned().collect();
+                let p = RelPath::new("maps/h.map").unwrap();
+                let changed: Vec<haptic_protocol::claim::ChangedFile<'_>> = if map_old != map_new {
+                    vec![haptic_protocol::claim::ChangedFile { path: &p, new: Some(map_new.as_bytes()) }]
+                } else {
+                    vec![]
+                };
+                let res = haptic_protocol::claim::verify_runtime_claim(a.cfg_text(), b.cfg_text(), &changed, &ops);
+                prop_assert!(d.mode != Some(Mode::Runtime) || res.is_ok(), "{:?}", res);
+            }
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! The render gate: the controller's own `haproxy -c` over each render, and the latch.
+//!
+//! Owns running the check in a temp dir (off the deploy path) and the two-state latch:
+//! OPTIMISTIC dispatches renders at once, PESSIMISTIC holds them until one passes. A refusal
+//! pins the fleet on the last good render until a render passes. The latch is pure; the check
+//! is the only I/O here. It must never let a refused render replace the last good one.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use haptic_protocol::PlanId;
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+use crate::render::Render;
+
+/// The latch's resting mode (`--gate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum GateMode {
+    /// Renders dispatch at once; a refusal reverts the pods that took it and pins the fleet.
+    Optimistic,
+    /// Every render waits for the gate to pass it.
+    Pessimistic,
+}
+
+/// The gate's verdict on one render.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// `haproxy -c` accepted it.
+    Pass,
+    /// Refused, with HAProxy's words (or why the check could not run).
+    Refused(String),
+}
+
+/// The latch: pure state, moved by verdicts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Latch {
+    /// The resting mode.
+    pub mode: GateMode,
+    /// Whether the last verdict was a refusal: the fleet stays on the last good render.
+    pub pinned: bool,
+    /// The last render that passed.
+    pub last_good: Option<PlanId>,
+    /// The last refused render and HAProxy's words.
+    pub last_refused: Option<Refusal>,
+}
+
+/// A refused render.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refusal {
+    /// The render.
+    pub plan_id: PlanId,
+    /// HAProxy's words.
+    pub output: String,
+}
+
+impl Latch {
+    /// A fresh latch in `mode`.
+    pub fn new(mode: GateMode) -> Self {
+        Latch { mode, pinned: false, last_good: None, last_refused: None }
+    }
+
+    /// Whether a render may be dispatched before its verdict.
+    pub fn dispatch_before_verdict(&self) -> bool {
+        self.mode == GateMode::Optimistic && !self.pinned
+    }
+
+    /// Moves the latch on a verdict.
+    pub fn on_verdict(&mut self, plan: PlanId, v: &Verdict) {
+        match v {
+            Verdict::Pass => {
+                self.pinned = false;
+                self.last_good = Some(plan);
+            }
+            Verdict::Refused(output) => {
+                self.pinned = true;
+                self.last_refused = Some(Refusal { plan_id: plan, output: output.clone() });
+            }
+        }
+    }
+}
+
+/// Runs `haproxy -c` over renders.
+#[derive(Debug, Clone)]
+pub struct Checker {
+    bin: PathBuf,
+    timeout: Duration,
+}
+
+impl Checker {
+    /// A checker using `bin` (looked up on `PATH` when it has no `/`).
+    pub fn new(bin: impl Into<PathBuf>, timeout: Duration) -> Self {
+        Checker { bin: bin.into(), timeout }
+    }
+
+    /// The binary.
+    pub fn bin(&self) -> &Path {
+        &self.bin
+    }
+
+    /// Checks one render. `Err` means the check could not run at all.
+    pub async fn check(&self, render: &Render) -> Result<Verdict, Error> {
+        let tmp = tempfile::Builder::new().prefix("haptic-gate-").tempdir().map_err(|e| Error::Gate(e.to_string()))?;
+        let root = tmp.path().to_path_buf();
+        let r = render.clone();
+        let root2 = root.clone();
+        tokio::task::spawn_blocking(move || r.write_to(&root2)).await.map_err(|e| Error::Gate(e.to_string()))??;
+        let mut cmd = tokio::process::Command::new(&self.bin);
+        cmd.arg("-c").arg("-f").arg(root.join("haproxy.cfg")).current_dir(&root).kill_on_drop(true);
+        cmd.stdin(std::process::Stdio::null());
+        let out = tokio::time::timeout(self.timeout, cmd.output())
+            .await
+            .map_err(|_| Error::Gate(format!("{} -c did not finish within {:?}", self.bin.display(), self.timeout)))?
+            .map_err(|e| Error::Gate(format!("cannot run {}: {e}", self.bin.display())))?;
+        if out.status.success() {
+            return Ok(Verdict::Pass);
+        }
+        let mut text = String::from_utf8_lossy(&out.stderr).into_owned();
+        text.push_str(&String::from_utf8_lossy(&out.stdout));
+        let root_text = root.to_string_lossy();
+        let text = text.replace(&format!("{root_text}/"), "").replace(root_text.as_ref(), ".");
+        let text = text.trim().to_string();
+        Ok(Verdict::Refused(if text.is_empty() { format!("haproxy -c exited with {}", out.status) } else { text }))
+    }
+
+    /// Checks one render; a check that cannot run counts as a refusal (the gate never passes
+    /// what it did not see pass).
+    pub async fn verdict(&self, render: &Render) -> Verdict {
+        match self.check(render).await {
+            Ok(v) => v,
+            Err(e) => Verdict::Refused(format!("the gate could not run: {e}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use haptic_protocol::Digest;
+
+    #[test]
+    fn latch_moves() {
+        let (a, b) = (PlanId(Digest::of(b"a")), PlanId(Digest::of(b"b")));
+        let mut l = Latch::new(GateMode::Optimistic);
+        assert!(l.dispatch_before_verdict());
+        l.on_verdict(a, &Verdict::Pass);
+        assert_eq!(l.last_good, Some(a));
+        l.on_verdict(b, &Verdict::Refused("bad".into()));
+        assert!(l.pinned && !l.dispatch_before_verdict());
+        assert_eq!(l.last_good, Some(a), "a refusal never replaces the last good render");
+        l.on_verdict(b, &Verdict::Pass);
+        assert!(!l.pinned && l.dispatch_before_verdict());
+        let mut p = Latch::new(GateMode::Pessimistic);
+        p.on_verdict(a, &Verdict::Pass);
+        assert!(!p.dispatch_before_verdict());
+    }
+}

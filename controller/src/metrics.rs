@@ -1,0 +1,189 @@
+//! The controller's Prometheus metrics.
+//!
+//! Owns the metric names (fixed by the brief: `haptic_deployments_total{result}`,
+//! `haptic_deployment_duration_seconds`, `haptic_applies_total{mode,result}`,
+//! `haptic_reloads_avoided_total`, `haptic_pods_converged`, `haptic_pods_total`,
+//! `haptic_agent_version_skew_total`, `haptic_gate_rejections_total`, `haptic_gate_pinned`,
+//! `haptic_drift_repairs_total`, `haptic_apply_rejected_total{pod}`, plus
+//! `haptic_apply_conflicts_total{conflict}`) and their text encoding. It must never decide
+//! anything from a metric value.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// `{result}`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    /// e.g. `success`, `partial`, `failed`, `timeout`, `stood_down`.
+    pub result: String,
+}
+
+/// `{mode,result}`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApplyLabels {
+    /// The mode the agent landed with (or asked for, when it did not land).
+    pub mode: String,
+    /// `ack`, `nack`, `conflict`, `error`.
+    pub result: String,
+}
+
+/// `{pod}`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PodLabel {
+    /// The endpoint name.
+    pub pod: String,
+}
+
+/// `{conflict}`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConflictLabel {
+    /// The 409 kind.
+    pub conflict: String,
+}
+
+/// Every metric, registered.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// `haptic_deployments_total{result}`.
+    pub deployments: Family<ResultLabel, Counter>,
+    /// `haptic_deployment_duration_seconds`.
+    pub deployment_duration: Histogram,
+    /// `haptic_applies_total{mode,result}`.
+    pub applies: Family<ApplyLabels, Counter>,
+    /// `haptic_reloads_avoided_total`.
+    pub reloads_avoided: Counter,
+    /// `haptic_pods_converged`.
+    pub pods_converged: Gauge,
+    /// `haptic_pods_total`.
+    pub pods_total: Gauge,
+    /// `haptic_agent_version_skew_total`.
+    pub version_skew: Counter,
+    /// `haptic_gate_rejections_total`.
+    pub gate_rejections: Counter,
+    /// `haptic_gate_pinned`.
+    pub gate_pinned: Gauge,
+    /// `haptic_drift_repairs_total`.
+    pub drift_repairs: Counter,
+    /// `haptic_apply_rejected_total{pod}`.
+    pub apply_rejected: Family<PodLabel, Counter>,
+    /// `haptic_apply_conflicts_total{conflict}`.
+    pub conflicts: Family<ConflictLabel, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let deployments = Family::<ResultLabel, Counter>::default();
+        let deployment_duration = Histogram::new([0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]);
+        let applies = Family::<ApplyLabels, Counter>::default();
+        let reloads_avoided = Counter::default();
+        let pods_converged = Gauge::default();
+        let pods_total = Gauge::default();
+        let version_skew = Counter::default();
+        let gate_rejections = Counter::default();
+        let gate_pinned = Gauge::default();
+        let drift_repairs = Counter::default();
+        let apply_rejected = Family::<PodLabel, Counter>::default();
+        let conflicts = Family::<ConflictLabel, Counter>::default();
+        registry.register("haptic_deployments", "Deployments by result", deployments.clone());
+        registry.register(
+            "haptic_deployment_duration_seconds",
+            "Time from dispatch to every pod answered",
+            deployment_duration.clone(),
+        );
+        registry.register("haptic_applies", "Applies by landed mode and result", applies.clone());
+        registry.register("haptic_reloads_avoided", "Applies that landed without a reload", reloads_avoided.clone());
+        registry.register("haptic_pods_converged", "Pods running the target plan", pods_converged.clone());
+        registry.register("haptic_pods_total", "Pods known", pods_total.clone());
+        registry.register(
+            "haptic_agent_version_skew",
+            "Applies sent as complete state and a reload because of agent version skew",
+            version_skew.clone(),
+        );
+        registry.register("haptic_gate_rejections", "Renders refused by the gate", gate_rejections.clone());
+        registry.register(
+            "haptic_gate_pinned",
+            "1 while the fleet is pinned on the last good render",
+            gate_pinned.clone(),
+        );
+        registry.register("haptic_drift_repairs", "Pods rewritten by drift repair", drift_repairs.clone());
+        registry.register("haptic_apply_rejected", "Applies HAProxy refused (NACK), per pod", apply_rejected.clone());
+        registry.register("haptic_apply_conflicts", "409 answers by kind", conflicts.clone());
+        Metrics {
+            registry,
+            deployments,
+            deployment_duration,
+            applies,
+            reloads_avoided,
+            pods_converged,
+            pods_total,
+            version_skew,
+            gate_rejections,
+            gate_pinned,
+            drift_repairs,
+            apply_rejected,
+            conflicts,
+        }
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+
+    /// Counts one apply.
+    pub fn apply(&self, mode: &str, result: &str) {
+        self.applies.get_or_create(&ApplyLabels { mode: mode.into(), result: result.into() }).inc();
+    }
+
+    /// Counts one deployment.
+    pub fn deployment(&self, result: &str) {
+        self.deployments.get_or_create(&ResultLabel { result: result.into() }).inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        let m = Metrics::new();
+        m.apply("runtime", "ack");
+        m.deployment("success");
+        m.apply_rejected.get_or_create(&PodLabel { pod: "p1".into() }).inc();
+        m.gate_pinned.set(1);
+        let text = m.encode();
+        for name in [
+            "haptic_deployments_total{result=\"success\"} 1",
+            "haptic_applies_total{mode=\"runtime\",result=\"ack\"} 1",
+            "haptic_deployment_duration_seconds_bucket",
+            "haptic_reloads_avoided_total 0",
+            "haptic_pods_converged 0",
+            "haptic_pods_total 0",
+            "haptic_agent_version_skew_total 0",
+            "haptic_gate_rejections_total 0",
+            "haptic_gate_pinned 1",
+            "haptic_drift_repairs_total 0",
+            "haptic_apply_rejected_total{pod=\"p1\"} 1",
+        ] {
+            assert!(text.contains(name), "{name} missing in\n{text}");
+        }
+    }
+}

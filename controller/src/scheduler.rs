@@ -1,0 +1,598 @@
+//! The scheduler: decides which render is deployed next, and when.
+//!
+//! Owns the pure [`Core`] state machine — one deployment in flight, a single latest-wins pending
+//! slot, deploying only a gated (or, while optimistic, not yet refused) render and only with at
+//! least one endpoint, reverting to the last good render on a refusal, retrying the latest after
+//! a deployment timeout, and drift repair after an idle interval (sooner, with backoff, while
+//! pods are left failed) — and the async [`Driver`]
+//! that feeds it (render source, endpoint source, gate checks, deployment completions, timers).
+//! It must never talk to pods itself (the deployer does) and never let a refused render become
+//! the target.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use haptic_protocol::PlanId;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::deployer::{DeployKind, Deployer, DeploymentReport};
+use crate::gate::{Checker, GateMode, Latch, Verdict};
+use crate::metrics::Metrics;
+use crate::render::Render;
+use crate::seams::{Endpoint, EndpointSource, RenderEvent, RenderSource};
+use crate::status::{GateStatus, StatusBoard};
+
+/// What the scheduler reacts to.
+#[derive(Debug, Clone)]
+pub enum Input {
+    /// The render source produced a render, or content that is not one.
+    Render(RenderEvent),
+    /// The gate judged a render.
+    Verdict(Arc<Render>, Verdict),
+    /// The endpoint set changed.
+    Endpoints(Vec<Endpoint>),
+    /// A deployment ended: its report, or `None` when the deployment timeout cancelled it.
+    Finished(u64, Option<DeploymentReport>),
+    /// The fleet has been idle for the drift interval.
+    DriftDue,
+}
+
+/// What the scheduler asks for.
+#[derive(Debug, Clone)]
+pub enum Action {
+    /// Run the gate over a render.
+    Check(Arc<Render>),
+    /// Start a deployment.
+    Deploy {
+        /// Its id.
+        id: u64,
+        /// The render.
+        render: Arc<Render>,
+        /// The endpoints.
+        endpoints: Vec<Endpoint>,
+        /// Why.
+        kind: DeployKind,
+    },
+}
+
+/// The scheduler's pure state.
+#[derive(Debug)]
+pub struct Core {
+    latch: Latch,
+    latest: Option<Arc<Render>>,
+    last_good: Option<Arc<Render>>,
+    target: Option<Arc<Render>>,
+    checking: bool,
+    check_pending: Option<Arc<Render>>,
+    endpoints: Vec<Endpoint>,
+    in_flight: Option<(u64, Arc<Render>, DeployKind)>,
+    pending: Option<(Arc<Render>, DeployKind)>,
+    next_id: u64,
+    stood_down: bool,
+    render_error: Option<String>,
+}
+
+impl Core {
+    /// A core with the latch resting in `mode`.
+    pub fn new(mode: GateMode) -> Self {
+        Core {
+            latch: Latch::new(mode),
+            latest: None,
+            last_good: None,
+            target: None,
+            checking: false,
+            check_pending: None,
+            endpoints: Vec::new(),
+            in_flight: None,
+            pending: None,
+            next_id: 1,
+            stood_down: false,
+            render_error: None,
+        }
+    }
+
+    /// The latch.
+    pub fn latch(&self) -> &Latch {
+        &self.latch
+    }
+
+    /// The render the fleet should run (the last one dispatched).
+    pub fn target(&self) -> Option<PlanId> {
+        self.target.as_ref().map(|r| r.plan_id())
+    }
+
+    /// The id of the deployment in flight.
+    pub fn in_flight(&self) -> Option<u64> {
+        self.in_flight.as_ref().map(|(id, _, _)| *id)
+    }
+
+    /// The plan waiting in the pending slot.
+    pub fn pending(&self) -> Option<PlanId> {
+        self.pending.as_ref().map(|(r, _)| r.plan_id())
+    }
+
+    /// Why the source's content is not a render, if it is not.
+    pub fn render_error(&self) -> Option<&str> {
+        self.render_error.as_deref()
+    }
+
+    /// Whether the controller stood down.
+    pub fn stood_down(&self) -> bool {
+        self.stood_down
+    }
+
+    /// Feeds one input; returns what to do.
+    pub fn on(&mut self, input: Input) -> Vec<Action> {
+        let mut out = Vec::new();
+        match input {
+            Input::Render(Err(why)) => self.render_error = Some(why),
+            Input::Render(Ok(r)) => {
+                self.render_error = None;
+                self.latest = Some(r.clone());
+                if self.checking {
+                    self.check_pending = Some(r.clone());
+                } else {
+                    self.checking = true;
+                    out.push(Action::Check(r.clone()));
+                }
+                if self.latch.dispatch_before_verdict() {
+                    self.enqueue(r, DeployKind::Normal, &mut out);
+                }
+            }
+            Input::Verdict(r, v) => {
+                self.checking = false;
+                let plan = r.plan_id();
+                self.latch.on_verdict(plan, &v);
+                let is_latest = self.latest.as_ref().map(|l| l.plan_id()) == Some(plan);
+                match v {
+                    Verdict::Pass => {
+                        self.last_good = Some(r.clone());
+                        let dispatched = self.target() == Some(plan)
+                            || self.pending() == Some(plan)
+                            || self.in_flight.as_ref().is_some_and(|(_, f, _)| f.plan_id() == plan);
+                        if is_latest && !dispatched {
+                            self.enqueue(r, DeployKind::Normal, &mut out);
+                        }
+                    }
+                    Verdict::Refused(_) => {
+                        let took_it = self.target() == Some(plan)
+                            || self.in_flight.as_ref().is_some_and(|(_, f, _)| f.plan_id() == plan);
+                        if self.pending() == Some(plan) {
+                            self.pending = None;
+                        }
+                        if took_it {
+                            // Revert the pods that took it to the last good render.
+                            if let Some(good) = self.last_good.clone() {
+                                self.enqueue(good, DeployKind::Normal, &mut out);
+                            }
+                        }
+                    }
+                }
+                if let Some(next) = self.check_pending.take() {
+                    self.checking = true;
+                    out.push(Action::Check(next));
+                }
+            }
+            Input::Endpoints(eps) => {
+                self.endpoints = eps;
+                if self.pending.is_some() {
+                    self.try_start(&mut out);
+                } else if let Some(t) = self.target.clone() {
+                    self.enqueue(t, DeployKind::Normal, &mut out);
+                }
+            }
+            Input::Finished(id, report) => {
+                let Some((fid, render, kind)) = self.in_flight.take() else { return out };
+                if fid != id {
+                    self.in_flight = Some((fid, render, kind));
+                    return out;
+                }
+                match report {
+                    None => {
+                        // Timed out: retry the latest (the pending slot, else the same render).
+                        if self.pending.is_none() {
+                            self.pending = Some((render, kind));
+                        }
+                    }
+                    Some(rep) if rep.stood_down().is_some() => {
+                        self.stood_down = true;
+                        self.pending = None;
+                    }
+                    Some(_) => {}
+                }
+                self.try_start(&mut out);
+            }
+            Input::DriftDue => {
+                if self.in_flight.is_none() && self.pending.is_none() {
+                    if let Some(t) = self.target.clone() {
+                        self.enqueue(t, DeployKind::Drift, &mut out);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn enqueue(&mut self, r: Arc<Render>, kind: DeployKind, out: &mut Vec<Action>) {
+        if self.stood_down {
+            return;
+        }
+        self.pending = Some((r, kind));
+        self.try_start(out);
+    }
+
+    fn try_start(&mut self, out: &mut Vec<Action>) {
+        if self.in_flight.is_some() || self.endpoints.is_empty() || self.stood_down {
+            return;
+        }
+        let Some((render, kind)) = self.pending.take() else { return };
+        let id = self.next_id;
+        self.next_id += 1;
+        self.in_flight = Some((id, render.clone(), kind));
+        self.target = Some(render.clone());
+        out.push(Action::Deploy { id, render, endpoints: self.endpoints.clone(), kind });
+    }
+}
+
+/// Timers of the driver.
+#[derive(Debug, Clone)]
+pub struct DriverConfig {
+    /// Safety net for one deployment.
+    pub deployment_timeout: Duration,
+    /// Idle time before a drift repair.
+    pub drift_interval: Duration,
+}
+
+/// Feeds the core from the seams, the gate and the deployer, and runs its actions.
+pub struct Driver {
+    core: Core,
+    deployer: Arc<Deployer>,
+    checker: Checker,
+    board: Arc<StatusBoard>,
+    metrics: Arc<Metrics>,
+    cfg: DriverConfig,
+    retry: Option<Duration>,
+}
+
+/// The first retry delay after a deployment that left pods failed; it doubles up to the drift
+/// interval and resets on success.
+const FIRST_RETRY: Duration = Duration::from_secs(1);
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver").field("core", &self.core).field("cfg", &self.cfg).finish()
+    }
+}
+
+impl Driver {
+    /// A driver.
+    pub fn new(
+        mode: GateMode,
+        deployer: Arc<Deployer>,
+        checker: Checker,
+        board: Arc<StatusBoard>,
+        metrics: Arc<Metrics>,
+        cfg: DriverConfig,
+    ) -> Self {
+        Driver { core: Core::new(mode), deployer, checker, board, metrics, cfg, retry: None }
+    }
+
+    /// Runs until `shutdown`.
+    pub async fn run(
+        mut self,
+        mut renders: Box<dyn RenderSource>,
+        mut endpoints: Box<dyn EndpointSource>,
+        shutdown: CancellationToken,
+    ) {
+        let (in_tx, mut in_rx) = mpsc::unbounded_channel::<Input>();
+        // The sources run in their own tasks, so a half-finished wait is never cancelled.
+        let tx = in_tx.clone();
+        let render_task = tokio::spawn(async move {
+            while let Some(ev) = renders.next().await {
+                if let Err(why) = &ev {
+                    warn!("the render source holds no valid render: {why}");
+                }
+                if tx.send(Input::Render(ev)).is_err() {
+                    break;
+                }
+            }
+        });
+        let tx = in_tx.clone();
+        let endpoint_task = tokio::spawn(async move {
+            while let Some(eps) = endpoints.next().await {
+                if tx.send(Input::Endpoints(eps)).is_err() {
+                    break;
+                }
+            }
+        });
+
+        let mut running: Option<(u64, tokio::task::JoinHandle<()>, Instant)> = None;
+        let mut drift_at: Option<Instant> = None;
+        loop {
+            let deploy_deadline = running.as_ref().map(|(_, _, d)| *d);
+            let input = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                Some(i) = in_rx.recv() => i,
+                _ = sleep_until_opt(deploy_deadline) => {
+                    let Some((id, handle, _)) = running.take() else { continue };
+                    handle.abort();
+                    error!(id, timeout = ?self.cfg.deployment_timeout, "deployment timed out; cancelled it and retrying the latest render");
+                    self.deployer.forget_pods();
+                    Input::Finished(id, None)
+                }
+                _ = sleep_until_opt(drift_at) => {
+                    drift_at = None;
+                    Input::DriftDue
+                }
+            };
+            let actions = self.observe_and_feed(input, &mut running, &mut drift_at);
+            for a in actions {
+                match a {
+                    Action::Check(r) => {
+                        let checker = self.checker.clone();
+                        let tx = in_tx.clone();
+                        tokio::spawn(async move {
+                            let v = checker.verdict(&r).await;
+                            let _ = tx.send(Input::Verdict(r, v));
+                        });
+                    }
+                    Action::Deploy { id, render, endpoints, kind } => {
+                        info!(id, plan = %render.plan_id().short(), pods = endpoints.len(), ?kind, "deployment started");
+                        let deployer = self.deployer.clone();
+                        let tx = in_tx.clone();
+                        let handle = tokio::spawn(async move {
+                            let report = deployer.deploy(render, endpoints, kind).await;
+                            let _ = tx.send(Input::Finished(id, Some(report)));
+                        });
+                        running = Some((id, handle, Instant::now() + self.cfg.deployment_timeout));
+                    }
+                }
+            }
+            self.publish();
+        }
+        render_task.abort();
+        endpoint_task.abort();
+        if let Some((_, h, _)) = running {
+            h.abort();
+        }
+    }
+
+    fn observe_and_feed(
+        &mut self,
+        input: Input,
+        running: &mut Option<(u64, tokio::task::JoinHandle<()>, Instant)>,
+        drift_at: &mut Option<Instant>,
+    ) -> Vec<Action> {
+        match &input {
+            Input::Verdict(r, Verdict::Refused(out)) => {
+                self.metrics.gate_rejections.inc();
+                let first = out.lines().find(|l| l.contains("ALERT")).unwrap_or(out.as_str());
+                warn!(plan = %r.plan_id().short(), "the gate refused the render: {first}");
+            }
+            Input::Verdict(r, Verdict::Pass) => info!(plan = %r.plan_id().short(), "the gate passed the render"),
+            Input::Endpoints(eps) => {
+                let list: Vec<(String, String)> = eps.iter().map(|e| (e.name.clone(), e.url.clone())).collect();
+                self.board.set_endpoints(&list);
+                self.deployer.refresh_gauges();
+            }
+            Input::Finished(id, report) => {
+                if running.as_ref().is_some_and(|(rid, _, _)| rid == id) {
+                    *running = None;
+                }
+                if self.core.in_flight() == Some(*id) {
+                    let result = report.as_ref().map_or("timeout", |r| r.result());
+                    self.metrics.deployment(result);
+                    info!(id, result, "deployment finished");
+                    self.board.controller(|c| {
+                        c.deployments += 1;
+                        c.last_deployment = Some(result.to_string());
+                    });
+                    // Idle fleets get a drift pass after the interval; pods left failed get a
+                    // (verified) retry sooner, with a doubling backoff.
+                    let wait = if matches!(result, "partial" | "failed") {
+                        let next = self.retry.map_or(FIRST_RETRY, |d| d * 2).min(self.cfg.drift_interval);
+                        self.retry = Some(next);
+                        warn!(retry_in = ?next, "some pods are not on the target; retrying");
+                        next
+                    } else {
+                        self.retry = None;
+                        self.cfg.drift_interval
+                    };
+                    *drift_at = Some(Instant::now() + wait);
+                }
+            }
+            Input::DriftDue => {
+                if self.core.in_flight().is_some() {
+                    *drift_at = Some(Instant::now() + self.cfg.drift_interval);
+                } else {
+                    info!("re-applying the target from verified state (drift repair or retry)");
+                }
+            }
+            _ => {}
+        }
+        self.core.on(input)
+    }
+
+    fn publish(&self) {
+        let latch = self.core.latch();
+        self.metrics.gate_pinned.set(i64::from(latch.pinned));
+        let render_error = self.core.render_error().map(str::to_string);
+        self.board.gate(|g| *g = GateStatus::from_latch(latch, render_error));
+        let target = self.core.target();
+        self.board.controller(|c| c.target = target);
+    }
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => futures::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::deployer::PodOutcome;
+
+    fn r(n: u32) -> Arc<Render> {
+        let cfg = format!("global\n  maxconn {n}\n");
+        Arc::new(Render::from_texts([("haproxy.cfg", cfg.as_str())]).unwrap())
+    }
+
+    fn eps() -> Vec<Endpoint> {
+        vec![Endpoint { name: "p1".into(), url: "http://p1".into() }]
+    }
+
+    fn deploys(a: &[Action]) -> Vec<(u64, PlanId, DeployKind)> {
+        a.iter()
+            .filter_map(|a| match a {
+                Action::Deploy { id, render, kind, .. } => Some((*id, render.plan_id(), *kind)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn checks(a: &[Action]) -> Vec<PlanId> {
+        a.iter()
+            .filter_map(|a| match a {
+                Action::Check(r) => Some(r.plan_id()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn ok(plan: PlanId) -> Option<DeploymentReport> {
+        Some(DeploymentReport { plan, pods: vec![("p1".into(), PodOutcome::Unchanged)], duration: Duration::ZERO })
+    }
+
+    #[test]
+    fn waits_for_endpoints_then_deploys_latest_wins() {
+        let mut c = Core::new(GateMode::Optimistic);
+        let a = c.on(Input::Render(Ok(r(1))));
+        assert_eq!(checks(&a), vec![r(1).plan_id()]);
+        assert!(deploys(&a).is_empty(), "no endpoints yet");
+        let a = c.on(Input::Endpoints(eps()));
+        assert_eq!(deploys(&a), vec![(1, r(1).plan_id(), DeployKind::Normal)]);
+        // While deployment 1 runs, renders 2..=5 coalesce into the pending slot.
+        for n in 2..=5 {
+            assert!(deploys(&c.on(Input::Render(Ok(r(n))))).is_empty());
+        }
+        assert_eq!(c.pending(), Some(r(5).plan_id()));
+        let a = c.on(Input::Finished(1, ok(r(1).plan_id())));
+        assert_eq!(deploys(&a), vec![(2, r(5).plan_id(), DeployKind::Normal)]);
+        assert_eq!(c.target(), Some(r(5).plan_id()));
+        // A stale completion id changes nothing.
+        assert!(c.on(Input::Finished(1, ok(r(1).plan_id()))).is_empty());
+        assert_eq!(c.in_flight(), Some(2));
+    }
+
+    #[test]
+    fn gate_checks_one_at_a_time_latest_wins() {
+        let mut c = Core::new(GateMode::Optimistic);
+        c.on(Input::Render(Ok(r(1))));
+        assert!(checks(&c.on(Input::Render(Ok(r(2))))).is_empty());
+        c.on(Input::Render(Ok(r(3))));
+        let a = c.on(Input::Verdict(r(1), Verdict::Pass));
+        assert_eq!(checks(&a), vec![r(3).plan_id()]);
+    }
+
+    #[test]
+    fn pessimistic_holds_until_pass() {
+        let mut c = Core::new(GateMode::Pessimistic);
+        c.on(Input::Endpoints(eps()));
+        assert!(deploys(&c.on(Input::Render(Ok(r(1))))).is_empty());
+        let a = c.on(Input::Verdict(r(1), Verdict::Pass));
+        assert_eq!(deploys(&a), vec![(1, r(1).plan_id(), DeployKind::Normal)]);
+        // A refused render never deploys; the target stays the last good.
+        c.on(Input::Finished(1, ok(r(1).plan_id())));
+        c.on(Input::Render(Ok(r(2))));
+        let a = c.on(Input::Verdict(r(2), Verdict::Refused("bad".into())));
+        assert!(deploys(&a).is_empty());
+        assert_eq!(c.target(), Some(r(1).plan_id()));
+    }
+
+    #[test]
+    fn optimistic_refusal_reverts_and_pins_until_a_pass() {
+        let mut c = Core::new(GateMode::Optimistic);
+        c.on(Input::Endpoints(eps()));
+        c.on(Input::Render(Ok(r(1))));
+        c.on(Input::Verdict(r(1), Verdict::Pass));
+        c.on(Input::Finished(1, ok(r(1).plan_id())));
+        // Bad render 2 dispatches at once (optimistic), then the gate refuses it.
+        let a = c.on(Input::Render(Ok(r(2))));
+        assert_eq!(deploys(&a), vec![(2, r(2).plan_id(), DeployKind::Normal)]);
+        let a = c.on(Input::Verdict(r(2), Verdict::Refused("bad".into())));
+        assert!(deploys(&a).is_empty(), "deployment 2 still in flight");
+        assert!(c.latch().pinned);
+        assert_eq!(c.pending(), Some(r(1).plan_id()), "revert queued");
+        let a = c.on(Input::Finished(2, ok(r(2).plan_id())));
+        assert_eq!(deploys(&a), vec![(3, r(1).plan_id(), DeployKind::Normal)]);
+        c.on(Input::Finished(3, ok(r(1).plan_id())));
+        // Pinned: the next render waits for its verdict, then deploys.
+        assert!(deploys(&c.on(Input::Render(Ok(r(3))))).is_empty());
+        let a = c.on(Input::Verdict(r(3), Verdict::Pass));
+        assert_eq!(deploys(&a), vec![(4, r(3).plan_id(), DeployKind::Normal)]);
+        assert!(!c.latch().pinned);
+    }
+
+    #[test]
+    fn refused_while_pending_is_dropped() {
+        let mut c = Core::new(GateMode::Optimistic);
+        c.on(Input::Endpoints(eps()));
+        c.on(Input::Render(Ok(r(1))));
+        c.on(Input::Render(Ok(r(2))));
+        assert_eq!(c.pending(), Some(r(2).plan_id()));
+        c.on(Input::Verdict(r(1), Verdict::Pass));
+        c.on(Input::Verdict(r(2), Verdict::Refused("bad".into())));
+        assert_eq!(c.pending(), None);
+        let a = c.on(Input::Finished(1, ok(r(1).plan_id())));
+        assert!(deploys(&a).is_empty());
+        assert_eq!(c.target(), Some(r(1).plan_id()));
+    }
+
+    #[test]
+    fn timeout_retries_the_latest_and_drift_redeploys_when_idle() {
+        let mut c = Core::new(GateMode::Optimistic);
+        c.on(Input::Endpoints(eps()));
+        c.on(Input::Render(Ok(r(1))));
+        let a = c.on(Input::Finished(1, None));
+        assert_eq!(deploys(&a), vec![(2, r(1).plan_id(), DeployKind::Normal)]);
+        c.on(Input::Render(Ok(r(2))));
+        let a = c.on(Input::Finished(2, None));
+        assert_eq!(deploys(&a), vec![(3, r(2).plan_id(), DeployKind::Normal)], "the latest, not the timed-out one");
+        assert!(deploys(&c.on(Input::DriftDue)).is_empty(), "busy");
+        c.on(Input::Finished(3, ok(r(2).plan_id())));
+        let a = c.on(Input::DriftDue);
+        assert_eq!(deploys(&a), vec![(4, r(2).plan_id(), DeployKind::Drift)]);
+    }
+
+    #[test]
+    fn stands_down_for_good() {
+        let mut c = Core::new(GateMode::Optimistic);
+        c.on(Input::Endpoints(eps()));
+        c.on(Input::Render(Ok(r(1))));
+        let rep = DeploymentReport {
+            plan: r(1).plan_id(),
+            pods: vec![("p1".into(), PodOutcome::StoodDown("other holder".into()))],
+            duration: Duration::ZERO,
+        };
+        c.on(Input::Finished(1, Some(rep)));
+        assert!(c.stood_down());
+        assert!(deploys(&c.on(Input::Render(Ok(r(2))))).is_empty());
+        assert!(deploys(&c.on(Input::DriftDue)).is_empty());
+    }
+
+    #[test]
+    fn render_errors_keep_the_last_render() {
+        let mut c = Core::new(GateMode::Optimistic);
+        c.on(Input::Endpoints(eps()));
+        c.on(Input::Render(Ok(r(1))));
+        c.on(Input::Render(Err("no haproxy.cfg".into())));
+        assert_eq!(c.render_error(), Some("no haproxy.cfg"));
+        assert_eq!(c.target(), Some(r(1).plan_id()));
+    }
+}

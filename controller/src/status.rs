@@ -1,0 +1,381 @@
+//! Per-pod status and the fleet roll-up, served on `GET /status` and printed as a table.
+//!
+//! Owns the status JSON shape (`{"pods": [...], "converged": n, "total": n, "gate": {...}}`),
+//! the pure roll-up (which pods count as converged) and the table. It must never talk to a pod;
+//! the deployer and scheduler write into the [`StatusBoard`].
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use haptic_protocol::{Fence, Mode, PendingReload, PlanId, StateResponse};
+use serde::{Deserialize, Serialize};
+
+use crate::gate::{GateMode, Latch, Refusal};
+
+/// Where a pod stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Not contacted yet.
+    #[default]
+    Unknown,
+    /// An apply is in flight.
+    Deploying,
+    /// Applied and running the target plan.
+    Converged,
+    /// Applied; a paced reload is scheduled and followed up (neither converged nor failed).
+    ReloadPending,
+    /// HAProxy refused the plan (NACK); the pod keeps its previous plan.
+    Rejected,
+    /// The agent could not be reached or answered an error.
+    Failed,
+    /// The controller stood down (another holder fences this pod).
+    StoodDown,
+}
+
+impl Phase {
+    /// The word in the table.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Unknown => "unknown",
+            Phase::Deploying => "deploying",
+            Phase::Converged => "converged",
+            Phase::ReloadPending => "reload-pending",
+            Phase::Rejected => "rejected",
+            Phase::Failed => "failed",
+            Phase::StoodDown => "stood-down",
+        }
+    }
+}
+
+/// One pod's status.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct PodStatus {
+    /// The endpoint name.
+    pub pod: String,
+    /// The agent URL.
+    pub url: String,
+    /// Where it stands.
+    pub phase: Phase,
+    /// The plan on disk.
+    pub applied: Option<PlanId>,
+    /// The plan the worker runs.
+    pub running: Option<PlanId>,
+    /// The mode of the last apply.
+    pub mode: Option<Mode>,
+    /// The reasons of the last apply.
+    #[serde(default)]
+    pub reasons: Vec<String>,
+    /// A scheduled reload.
+    pub pending_reload: Option<PendingReload>,
+    /// The last error, in HAProxy's words where it had any (kept after the pod recovers; the
+    /// table shows it only while the pod is not converged).
+    pub last_error: Option<String>,
+    /// When the last apply was answered (RFC 3339).
+    pub last_apply_at: Option<String>,
+    /// How long the last apply took.
+    pub last_apply_duration_ms: Option<u64>,
+    /// HAProxy's version.
+    pub haproxy_version: Option<String>,
+    /// The agent's version.
+    pub agent_version: Option<String>,
+    /// The pod's fence high-water mark.
+    pub fence: Option<Fence>,
+    /// HAProxy's reload counter.
+    pub reloads: Option<u64>,
+}
+
+impl PodStatus {
+    /// Copies what a state read tells.
+    pub fn observe(&mut self, s: &StateResponse) {
+        self.applied = s.applied.as_ref().map(|a| a.plan_id);
+        self.running = s.running.as_ref().map(|r| r.plan_id);
+        self.pending_reload = s.pending_reload.clone();
+        self.haproxy_version = Some(s.haproxy.version.clone());
+        self.agent_version = Some(s.agent.version.clone());
+        self.fence = s.fence.clone();
+        self.reloads = Some(s.haproxy.reloads);
+    }
+}
+
+/// The gate's part of the status.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GateStatus {
+    /// The resting mode.
+    pub mode: GateMode,
+    /// Whether the fleet is pinned on the last good render.
+    pub pinned: bool,
+    /// The last render that passed.
+    pub last_good: Option<PlanId>,
+    /// The last refused render and HAProxy's words.
+    pub last_refused: Option<Refusal>,
+    /// Why the render source's current content is not a render, if it is not.
+    pub render_error: Option<String>,
+}
+
+impl GateStatus {
+    /// From the latch.
+    pub fn from_latch(l: &Latch, render_error: Option<String>) -> Self {
+        GateStatus {
+            mode: l.mode,
+            pinned: l.pinned,
+            last_good: l.last_good,
+            last_refused: l.last_refused.clone(),
+            render_error,
+        }
+    }
+}
+
+/// The controller's own part.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ControllerStatus {
+    /// Fence holder identity.
+    pub identity: String,
+    /// Current epoch.
+    pub epoch: u64,
+    /// Why it stood down, if it did.
+    pub stood_down: Option<String>,
+    /// The plan the fleet should run.
+    pub target: Option<PlanId>,
+    /// Deployments finished.
+    pub deployments: u64,
+    /// The last deployment's result.
+    pub last_deployment: Option<String>,
+}
+
+/// `GET /status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetStatus {
+    /// One entry per pod, by name.
+    pub pods: Vec<PodStatus>,
+    /// Pods running the target plan.
+    pub converged: usize,
+    /// Pods known.
+    pub total: usize,
+    /// The gate.
+    pub gate: GateStatus,
+    /// The controller.
+    pub controller: ControllerStatus,
+}
+
+/// Whether a pod counts as converged on `target`.
+pub fn is_converged(p: &PodStatus, target: Option<PlanId>) -> bool {
+    p.phase == Phase::Converged && target.is_some() && p.applied == target && p.running == target
+}
+
+/// The pure roll-up: `(converged, total)`.
+pub fn roll_up(pods: &[PodStatus], target: Option<PlanId>) -> (usize, usize) {
+    (pods.iter().filter(|p| is_converged(p, target)).count(), pods.len())
+}
+
+/// The shared, mutable status the components write into.
+#[derive(Debug)]
+pub struct StatusBoard {
+    inner: Mutex<Board>,
+}
+
+#[derive(Debug)]
+struct Board {
+    pods: BTreeMap<String, PodStatus>,
+    gate: GateStatus,
+    controller: ControllerStatus,
+}
+
+impl StatusBoard {
+    /// An empty board.
+    pub fn new(gate: GateStatus, controller: ControllerStatus) -> Self {
+        StatusBoard { inner: Mutex::new(Board { pods: BTreeMap::new(), gate, controller }) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Board> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sets the endpoint list: new pods appear as unknown, removed pods disappear.
+    pub fn set_endpoints(&self, eps: &[(String, String)]) {
+        let mut b = self.lock();
+        b.pods.retain(|name, _| eps.iter().any(|(n, _)| n == name));
+        for (name, url) in eps {
+            b.pods.entry(name.clone()).or_insert_with(|| PodStatus {
+                pod: name.clone(),
+                url: url.clone(),
+                ..Default::default()
+            });
+        }
+    }
+
+    /// Edits one pod's status (if the pod is still known).
+    pub fn pod(&self, name: &str, f: impl FnOnce(&mut PodStatus)) {
+        if let Some(p) = self.lock().pods.get_mut(name) {
+            f(p);
+        }
+    }
+
+    /// Edits the gate status.
+    pub fn gate(&self, f: impl FnOnce(&mut GateStatus)) {
+        f(&mut self.lock().gate);
+    }
+
+    /// Edits the controller status.
+    pub fn controller(&self, f: impl FnOnce(&mut ControllerStatus)) {
+        f(&mut self.lock().controller);
+    }
+
+    /// A consistent snapshot with the roll-up.
+    pub fn snapshot(&self) -> FleetStatus {
+        let b = self.lock();
+        let pods: Vec<PodStatus> = b.pods.values().cloned().collect();
+        let (converged, total) = roll_up(&pods, b.controller.target);
+        FleetStatus { pods, converged, total, gate: b.gate.clone(), controller: b.controller.clone() }
+    }
+}
+
+fn short(p: &Option<PlanId>) -> String {
+    p.map(|p| p.short()).unwrap_or_else(|| "-".into())
+}
+
+/// The status as a table: one row per pod, then the fleet and gate lines.
+pub fn table(s: &FleetStatus) -> String {
+    let mut rows: Vec<[String; 8]> = vec![[
+        "POD".into(),
+        "PHASE".into(),
+        "APPLIED".into(),
+        "RUNNING".into(),
+        "MODE".into(),
+        "LAST APPLY".into(),
+        "HAPROXY".into(),
+        "REASON / ERROR".into(),
+    ]];
+    for p in &s.pods {
+        let mode = p.mode.map(|m| m.as_str().to_string()).unwrap_or_else(|| "-".into());
+        let when = match (&p.last_apply_at, p.last_apply_duration_ms) {
+            (Some(at), Some(ms)) => format!("{} ({ms}ms)", at.get(11..19).unwrap_or(at)),
+            (Some(at), None) => at.clone(),
+            _ => "-".into(),
+        };
+        let error = p.last_error.as_ref().filter(|_| p.phase != Phase::Converged);
+        let mut note = match (error, p.reasons.first()) {
+            (Some(e), _) => format!("error: {}", e.lines().find(|l| !l.trim().is_empty()).unwrap_or(e)),
+            (None, Some(r)) if p.reasons.len() > 1 => format!("{r} (+{} more)", p.reasons.len() - 1),
+            (None, Some(r)) => r.clone(),
+            (None, None) => String::new(),
+        };
+        if let Some(pr) = &p.pending_reload {
+            note = format!("reload in {}ms; {note}", pr.due_in_ms);
+        }
+        if note.chars().count() > 100 {
+            note = note.chars().take(97).collect::<String>() + "...";
+        }
+        rows.push([
+            p.pod.clone(),
+            p.phase.as_str().into(),
+            short(&p.applied),
+            short(&p.running),
+            mode,
+            when,
+            p.haproxy_version.clone().unwrap_or_else(|| "-".into()),
+            note,
+        ]);
+    }
+    let mut widths = [0usize; 8];
+    for r in &rows {
+        for (i, c) in r.iter().enumerate() {
+            widths[i] = widths[i].max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for r in &rows {
+        let line: Vec<String> = r.iter().enumerate().map(|(i, c)| format!("{c:<w$}", w = widths[i])).collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    let g = &s.gate;
+    out.push_str(&format!(
+        "fleet: {}/{} converged on {}   gate: {}{}   last good: {}\n",
+        s.converged,
+        s.total,
+        short(&s.controller.target),
+        match g.mode {
+            GateMode::Optimistic => "optimistic",
+            GateMode::Pessimistic => "pessimistic",
+        },
+        if g.pinned { ", PINNED" } else { "" },
+        short(&g.last_good),
+    ));
+    if let Some(r) = &g.last_refused {
+        if g.pinned {
+            let first =
+                r.output.lines().find(|l| l.contains("ALERT")).or_else(|| r.output.lines().next()).unwrap_or("");
+            out.push_str(&format!("gate refused {}: {}\n", r.plan_id.short(), first.trim()));
+        }
+    }
+    if let Some(e) = &g.render_error {
+        out.push_str(&format!("render error: {e}\n"));
+    }
+    if let Some(why) = &s.controller.stood_down {
+        out.push_str(&format!("CONTROLLER STOOD DOWN: {why}\n"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use haptic_protocol::Digest;
+
+    fn pid(s: &str) -> PlanId {
+        PlanId(Digest::of(s.as_bytes()))
+    }
+
+    #[test]
+    fn roll_up_counts_only_pods_running_the_target() {
+        let t = Some(pid("t"));
+        let pod = |phase, applied: &str, running: &str| PodStatus {
+            phase,
+            applied: Some(pid(applied)),
+            running: Some(pid(running)),
+            ..Default::default()
+        };
+        let pods = vec![
+            pod(Phase::Converged, "t", "t"),
+            pod(Phase::ReloadPending, "t", "o"),
+            pod(Phase::Converged, "o", "o"),
+            pod(Phase::Failed, "t", "t"),
+        ];
+        assert_eq!(roll_up(&pods, t), (1, 4));
+        assert_eq!(roll_up(&pods, None), (0, 4));
+    }
+
+    #[test]
+    fn board_and_table() {
+        let b = StatusBoard::new(
+            GateStatus::from_latch(&Latch::new(GateMode::Optimistic), None),
+            ControllerStatus { identity: "me".into(), epoch: 1, ..Default::default() },
+        );
+        b.set_endpoints(&[("p1".into(), "http://p1".into()), ("p2".into(), "http://p2".into())]);
+        b.controller(|c| c.target = Some(pid("t")));
+        b.pod("p1", |p| {
+            p.phase = Phase::Converged;
+            p.applied = Some(pid("t"));
+            p.running = Some(pid("t"));
+            p.mode = Some(Mode::Runtime);
+            p.reasons = vec!["backend be: server s1 address a -> b".into()];
+        });
+        b.pod("p2", |p| {
+            p.phase = Phase::Rejected;
+            p.last_error = Some("[ALERT] parsing [haproxy.cfg:3]: unknown keyword".into());
+        });
+        let s = b.snapshot();
+        assert_eq!((s.converged, s.total), (1, 2));
+        let t = table(&s);
+        assert!(t.contains("p1") && t.contains("converged") && t.contains("runtime"), "{t}");
+        assert!(t.contains("error: [ALERT]"), "{t}");
+        assert!(t.contains("fleet: 1/2 converged"), "{t}");
+        let json = serde_json::to_value(&s).unwrap();
+        assert!(json["pods"].is_array() && json["converged"] == 1 && json["total"] == 2 && json["gate"].is_object());
+        let back: FleetStatus = serde_json::from_value(json).unwrap();
+        assert_eq!(back, s);
+        b.set_endpoints(&[("p2".into(), "http://p2".into())]);
+        assert_eq!(b.snapshot().total, 1);
+    }
+}

@@ -1,0 +1,155 @@
+//! The `haptic-controller` command line: `validate` (against HAProxy 2.6 and 3.0), `diff`,
+//! `status` (against a real admin server) and `run`'s refusals of bad settings.
+
+use std::process::Command;
+use std::sync::Arc;
+
+use haptic_controller::admin::{self, AdminState};
+use haptic_controller::gate::{GateMode, Latch};
+use haptic_controller::metrics::Metrics;
+use haptic_controller::status::{ControllerStatus, GateStatus, Phase, StatusBoard};
+use haptic_e2e::{basic_config, free_port, haproxy_bins};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_haptic-controller"))
+}
+
+fn dir_with(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    for (p, body) in files {
+        let target = d.path().join(p);
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        std::fs::write(target, body).unwrap();
+    }
+    d
+}
+
+#[test]
+fn validate_passes_good_and_refuses_bad_renders_on_every_version() {
+    let good = basic_config(free_port(), "    http-request set-var(txn.x) str(y),map(maps/a.map,none)\n");
+    let bad = basic_config(free_port(), "    no-such-keyword here\n");
+    let good_dir = dir_with(&[("haproxy.cfg", &good), ("maps/a.map", "k v\n")]);
+    let bad_dir = dir_with(&[("haproxy.cfg", &bad)]);
+    let missing_map = dir_with(&[("haproxy.cfg", &good)]);
+    for b in haproxy_bins() {
+        let out = bin().arg("validate").arg(good_dir.path()).arg("--haproxy-bin").arg(&b.path).output().unwrap();
+        assert!(out.status.success(), "{}: {}", b.label(), String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("valid"));
+        for d in [&bad_dir, &missing_map] {
+            let out =
+                bin().arg("validate").arg(d.path()).env("HAPTIC_CONTROLLER_HAPROXY_BIN", &b.path).output().unwrap();
+            assert_eq!(out.status.code(), Some(1), "{}", b.label());
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains("ALERT") && err.contains("haproxy.cfg"), "{}: {err}", b.label());
+            assert!(!err.contains("haptic-gate-"), "temp dir paths are hidden: {err}");
+        }
+    }
+    let out = bin().arg("validate").arg("/nonexistent-render").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn diff_shows_mode_reasons_and_batches() {
+    let cfg = "global\n  default-path config\nfrontend fe\n  bind 127.0.0.1:8080\n  use_backend %[req.hdr(host),map(maps/h.map,be)]\nbackend be\n  server s1 10.0.0.1:80 weight 5\n";
+    let old = dir_with(&[("haproxy.cfg", cfg), ("maps/h.map", "a be\n")]);
+    let runtime = dir_with(&[("haproxy.cfg", &cfg.replace("10.0.0.1:80", "10.0.0.2:81")), ("maps/h.map", "b be\n")]);
+    let out = bin().arg("diff").arg(old.path()).arg(runtime.path()).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("mode: runtime"), "{text}");
+    assert!(text.contains("server.set") && text.contains("map.replace") && text.contains("s1"), "{text}");
+    let reload = dir_with(&[("haproxy.cfg", &cfg.replace("8080", "8081")), ("maps/h.map", "a be\n")]);
+    let out = bin().args(["diff", "--output", "json"]).arg(old.path()).arg(reload.path()).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["mode"], "reload");
+    assert!(v["reasons"][0].as_str().unwrap().contains("frontend fe"), "{v}");
+    let out = bin().arg("diff").arg(old.path()).arg(old.path()).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("identical"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_prints_a_table_and_json_from_the_admin_server() {
+    let board = Arc::new(StatusBoard::new(
+        GateStatus::from_latch(&Latch::new(GateMode::Optimistic), None),
+        ControllerStatus { identity: "ctl".into(), epoch: 3, ..Default::default() },
+    ));
+    board.set_endpoints(&[("127.0.0.1:1".into(), "http://127.0.0.1:1".into())]);
+    board.pod("127.0.0.1:1", |p| {
+        p.phase = Phase::Rejected;
+        p.last_error = Some("[ALERT] (1) : config : parsing [haproxy.cfg:9] : unknown keyword 'x'".into());
+        p.haproxy_version = Some("3.0.11".into());
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let state = AdminState { board, metrics: Arc::new(Metrics::new()) };
+    let stop = tokio_util::sync::CancellationToken::new();
+    let s2 = stop.clone();
+    let server = tokio::spawn(admin::serve(listener, state, async move { s2.cancelled().await }));
+    let admin = format!("http://{addr}");
+    let out = tokio::task::spawn_blocking({
+        let admin = admin.clone();
+        move || bin().args(["status", "--admin", &admin]).output().unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.starts_with("POD"), "{table}");
+    assert!(table.contains("rejected") && table.contains("3.0.11") && table.contains("unknown keyword"), "{table}");
+    assert!(table.contains("fleet: 0/1 converged"), "{table}");
+    let out = tokio::task::spawn_blocking(move || {
+        bin().args(["status", "--output", "json"]).env("HAPTIC_CONTROLLER_ADMIN", &admin).output().unwrap()
+    })
+    .await
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((v["total"].as_u64(), v["converged"].as_u64()), (Some(1), Some(0)));
+    assert_eq!(v["pods"][0]["phase"], "rejected");
+    stop.cancel();
+    server.await.unwrap().unwrap();
+    // Nobody listening: a clear error, exit 2.
+    let out = bin().args(["status", "--admin", &format!("http://127.0.0.1:{}", free_port())]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn run_refuses_bad_settings_clearly() {
+    let d = dir_with(&[("haproxy.cfg", "global\n")]);
+    let creds = d.path().join(".creds");
+    std::fs::write(&creds, "u:p\n").unwrap();
+    // Not standalone.
+    let out = bin()
+        .args(["run", "--agent", "http://127.0.0.1:1", "--config-dir"])
+        .arg(d.path())
+        .arg("--credentials-file")
+        .arg(&creds)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--standalone"));
+    // Every flag also from the environment; a bad agent URL is refused before anything runs.
+    let out = bin()
+        .args(["run"])
+        .env("HAPTIC_CONTROLLER_STANDALONE", "true")
+        .env("HAPTIC_CONTROLLER_CONFIG_DIR", d.path())
+        .env("HAPTIC_CONTROLLER_AGENT", "127.0.0.1:1")
+        .env("HAPTIC_CONTROLLER_CREDENTIALS_FILE", &creds)
+        .env("HAPTIC_CONTROLLER_ADMIN_LISTEN", "127.0.0.1:0")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("must start with http://"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A config dir that does not exist.
+    let out = bin()
+        .args(["run", "--standalone", "--agent", "http://127.0.0.1:1", "--admin-listen", "127.0.0.1:0"])
+        .args(["--config-dir", "/nonexistent-dir", "--credentials-file"])
+        .arg(&creds)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a directory"));
+}
