@@ -42,6 +42,8 @@ pub struct PodOpts {
     pub health_bind: Option<String>,
     /// More `haptic-agent run` arguments.
     pub extra_args: Vec<String>,
+    /// `(user, password)` for the agent's Basic auth; `None` makes up a password per pod.
+    pub credentials: Option<(String, String)>,
 }
 
 impl Default for PodOpts {
@@ -52,6 +54,7 @@ impl Default for PodOpts {
             max_body: None,
             health_bind: None,
             extra_args: Vec::new(),
+            credentials: None,
         }
     }
 }
@@ -182,8 +185,9 @@ impl Pod {
         let mut hopts = HaproxyOpts::new(&run);
         hopts.cfg = root.join("current/haproxy.cfg");
         let hap = Haproxy::start(bin, hopts).await?;
-        let user = "haptic".to_string();
-        let password = format!("pw-{}", std::process::id() ^ (free_port() as u32));
+        let (user, password) = opts.credentials.clone().unwrap_or_else(|| {
+            ("haptic".to_string(), format!("pw-{}", std::process::id() ^ (free_port() as u32)))
+        });
         let creds_file = tmp.0.join("credentials");
         std::fs::write(&creds_file, format!("{user}:{password}\n")).map_err(io("write credentials"))?;
         let mut pod = Pod {
@@ -195,7 +199,7 @@ impl Pod {
             creds_file,
             user,
             password,
-            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            addr: SocketAddr::from(([127, 0, 0, 1], free_port())),
             health,
             log: Arc::new(Mutex::new(String::new())),
             _tmp: tmp,
@@ -205,8 +209,6 @@ impl Pod {
     }
 
     async fn start_agent(&mut self) -> Result<(), HarnessError> {
-        let port = free_port();
-        self.addr = SocketAddr::from(([127, 0, 0, 1], port));
         let mut cmd = Command::new(agent_bin());
         cmd.arg("run")
             .arg("--listen")
@@ -323,7 +325,8 @@ impl Pod {
         }
     }
 
-    /// Starts the agent again (after [`Self::kill_agent_9`] or [`Self::stop_agent`]; kills a running one first).
+    /// Starts the agent again on the same address (after [`Self::kill_agent_9`] or
+    /// [`Self::stop_agent`]; kills a running one first).
     pub async fn restart_agent(&mut self) -> Result<(), HarnessError> {
         self.kill_agent_9();
         self.start_agent().await

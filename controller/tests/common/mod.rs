@@ -37,17 +37,10 @@ impl Fleet {
         let dir = tempfile::tempdir().unwrap();
         let creds_file = dir.path().join("credentials");
         std::fs::write(&creds_file, format!("{USER}:{PASSWORD}\n")).unwrap();
+        let opts = PodOpts { credentials: Some((USER.into(), PASSWORD.into())), ..opts };
         let starts = (0..n).map(|_| Pod::start(bin, opts.clone()));
-        let mut pods: Vec<Pod> =
+        let pods: Vec<Pod> =
             futures::future::join_all(starts).await.into_iter().map(|p| p.expect("pod start")).collect();
-        // The harness gives every pod its own password; the controller has one credentials file.
-        // The pod keeps its credentials next to its root: rewrite them and restart the agent.
-        for p in &mut pods {
-            let file = p.root().parent().unwrap().join("credentials");
-            assert!(file.is_file(), "pod credentials file not where expected: {}", file.display());
-            std::fs::write(&file, format!("{USER}:{PASSWORD}\n")).unwrap();
-            p.restart_agent().await.expect("agent restart");
-        }
         let client =
             AgentClient::new(Credentials { user: USER.into(), password: PASSWORD.into() }, Duration::from_secs(30))
                 .unwrap();
