@@ -185,9 +185,10 @@ impl Pod {
         let mut hopts = HaproxyOpts::new(&run);
         hopts.cfg = root.join("current/haproxy.cfg");
         let hap = Haproxy::start(bin, hopts).await?;
-        let (user, password) = opts.credentials.clone().unwrap_or_else(|| {
-            ("haptic".to_string(), format!("pw-{}", std::process::id() ^ (free_port() as u32)))
-        });
+        let (user, password) = opts
+            .credentials
+            .clone()
+            .unwrap_or_else(|| ("haptic".to_string(), format!("pw-{}", std::process::id() ^ (free_port() as u32))));
         let creds_file = tmp.0.join("credentials");
         std::fs::write(&creds_file, format!("{user}:{password}\n")).map_err(io("write credentials"))?;
         let mut pod = Pod {
