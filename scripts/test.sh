@@ -21,7 +21,7 @@ cargo test --locked -p haptic-e2e --test harness -- --nocapture --test-threads=1
 echo "==> cargo test (whole workspace)"
 cargo test --workspace --locked -- --test-threads="${HAPTIC_TEST_THREADS:-2}"
 
-if [ -f e2e/src/bin/bench.rs ]; then
+if [ -f e2e/src/bin/bench/main.rs ]; then
   echo "==> benchmark smoke test (not timed)"
   cargo run --release --locked -p haptic-e2e --bin bench -- --quick --only runtime_apply
 fi
