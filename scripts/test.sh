@@ -22,7 +22,7 @@ echo "==> cargo test (whole workspace)"
 cargo test --workspace --locked -- --test-threads="${HAPTIC_TEST_THREADS:-2}"
 
 if [ -f e2e/src/bin/bench/main.rs ]; then
-  echo "==> benchmark smoke test (not timed)"
-  cargo run --release --locked -p haptic-e2e --bin bench -- --quick --only runtime_apply
+  echo "==> benchmark smoke test (not timed; debug build, beside the debug agent the tests built)"
+  cargo run --locked -p haptic-e2e --bin bench -- --quick --only runtime_apply
 fi
 echo "==> all tests passed"

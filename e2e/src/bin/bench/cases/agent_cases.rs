@@ -1,0 +1,203 @@
+//! Single-pod cases against one agent and a plain HAProxy floor side by side, interleaved
+//! iteration by iteration so both see the same machine noise: `runtime_apply`, `reload_apply`
+//! and `map_replace`. It must never time the verification read-backs.
+
+use std::time::Instant;
+
+use haptic_e2e::free_port;
+use haptic_protocol::{Mode, Op, ReloadState, ServerSet};
+
+use super::{BenchPod, Ctx};
+use crate::error::{BenchError, Result};
+use crate::floor::{description, durable_write, haproxy_check, map_transaction, server_addr, show_map, Plain};
+use crate::report::Row;
+use crate::stats::Samples;
+use crate::workload::{map_text, rel, CfgModel, Desired};
+
+/// The address server `be_0/s0` gets in iteration `i` (always a new one).
+fn addr_for(i: usize) -> (String, u16) {
+    (if i % 2 == 0 { "127.0.0.2" } else { "127.0.0.3" }.to_string(), 10_000 + (i % 5000) as u16)
+}
+
+/// `runtime_apply`: one `server.set` through `/v1/apply` (HTTP → ACK) against the same `set
+/// server` on the master CLI plus a durable write of the changed `haproxy.cfg`.
+pub async fn runtime_apply(ctx: &Ctx) -> Result<Vec<Row>> {
+    let (backends, servers) = if ctx.quick { (20, 10) } else { (100, 10) };
+    let mut model = CfgModel::new(free_port(), backends, servers);
+    let mut pod = BenchPod::start(ctx, "0s").await?;
+    let mut d = Desired::new();
+    d.set("haproxy.cfg", model.render());
+    pod.apply_complete(&d).await?;
+    let mut fmodel = model.clone();
+    fmodel.http_port = free_port();
+    let plain = Plain::start(&ctx.bin, &[("haproxy.cfg", fmodel.render().as_bytes())]).await?;
+
+    let (mut h, mut f, mut wrong) = (Samples::new(), Samples::new(), Vec::new());
+    for i in 0..ctx.warmup() + ctx.reps() {
+        let (ip, port) = addr_for(i);
+        // haptic
+        model.overrides.insert((0, 0), (ip.clone(), port));
+        d.set("haproxy.cfg", model.render());
+        let op = Op::ServerSet(ServerSet {
+            backend: "be_0".into(),
+            server: "s0".into(),
+            addr: Some(ip.clone()),
+            port: Some(port),
+            weight: None,
+            state: None,
+        });
+        let body = pod.body(&d, Mode::Runtime, false, |_| false, vec![vec![op]]);
+        let t = Instant::now();
+        let ans = pod.api.apply_raw(body).await?;
+        let took = t.elapsed();
+        let ack = ans.ack()?;
+        pod.current = Some(d.plan());
+        if ack.mode != Mode::Runtime {
+            wrong.push(format!("iteration {i}: landed as {} ({:?})", ack.mode, ack.reasons));
+        }
+        let got = server_addr(pod.pod.haproxy(), "be_0", "s0").await?;
+        if got != (ip.clone(), port) {
+            wrong.push(format!("iteration {i}: be_0/s0 is {got:?}, wanted {ip}:{port}"));
+        }
+        // floor
+        fmodel.overrides.insert((0, 0), (ip.clone(), port));
+        let text = fmodel.render();
+        let t = Instant::now();
+        let reply = plain.hap.worker_cmd(&format!("set server be_0/s0 addr {ip} port {port}")).await?;
+        durable_write(&plain.cfg(), text.as_bytes())?;
+        let ftook = t.elapsed();
+        if server_addr(&plain.hap, "be_0", "s0").await? != (ip.clone(), port) {
+            return Err(BenchError::Unexpected(format!("floor: set server did not apply: {reply}")));
+        }
+        if i >= ctx.warmup() {
+            h.push_ms(took);
+            f.push_ms(ftook);
+        }
+    }
+    let row = Row::repeated("runtime_apply", &format!("{backends}x{servers}"), &ctx.label, &h, Some(&f), "ms")
+        .verified(&wrong)
+        .goal_ratio(3.0);
+    Ok(vec![row])
+}
+
+/// `reload_apply`: an apply needing a reload (500 backends × 10 servers) → ACK `done`, against a
+/// durable write + `haproxy -c` + master CLI `reload` + verification done directly.
+pub async fn reload_apply(ctx: &Ctx) -> Result<Vec<Row>> {
+    let (backends, servers) = if ctx.quick { (100, 10) } else { (500, 10) };
+    let mut model = CfgModel::new(free_port(), backends, servers);
+    let mut pod = BenchPod::start(ctx, "0s").await?;
+    let mut d = Desired::new();
+    d.set("haproxy.cfg", model.render());
+    pod.apply_complete(&d).await?;
+    let mut fmodel = model.clone();
+    fmodel.http_port = free_port();
+    let plain = Plain::start(&ctx.bin, &[("haproxy.cfg", fmodel.render().as_bytes())]).await?;
+
+    let (mut h, mut f, mut wrong) = (Samples::new(), Samples::new(), Vec::new());
+    for i in 0..ctx.warmup() + ctx.reps() {
+        let gen = i as u64 + 1;
+        model.gen = gen;
+        d.set("haproxy.cfg", model.render());
+        let body = pod.body(&d, Mode::Reload, false, |_| false, vec![]);
+        let t = Instant::now();
+        let ans = pod.api.apply_raw(body).await?;
+        let took = t.elapsed();
+        let ack = ans.ack()?;
+        pod.current = Some(d.plan());
+        if ack.mode != Mode::Reload || ack.reload.as_ref().map(|r| r.state) != Some(ReloadState::Done) {
+            wrong.push(format!("iteration {i}: ACK mode {} reload {:?}", ack.mode, ack.reload));
+        }
+        let desc = description(pod.pod.haproxy()).await?;
+        if desc != format!("cfggen={gen}") {
+            wrong.push(format!("iteration {i}: worker runs {desc:?}, wanted cfggen={gen}"));
+        }
+        // floor
+        fmodel.gen = gen;
+        let text = fmodel.render();
+        let t = Instant::now();
+        durable_write(&plain.cfg(), text.as_bytes())?;
+        haproxy_check(&ctx.bin.path, &plain.dir).await?;
+        let outcome = plain.hap.reload_verified().await?;
+        let ftook = t.elapsed();
+        if !matches!(outcome, haptic_e2e::ReloadOutcome::Reloaded { .. })
+            || description(&plain.hap).await? != format!("cfggen={gen}")
+        {
+            return Err(BenchError::Unexpected(format!("floor reload failed: {outcome:?}")));
+        }
+        if i >= ctx.warmup() {
+            h.push_ms(took);
+            f.push_ms(ftook);
+        }
+    }
+    let row = Row::repeated("reload_apply", &format!("{backends}x{servers}"), &ctx.label, &h, Some(&f), "ms")
+        .verified(&wrong)
+        .goal_ratio(1.3);
+    Ok(vec![row])
+}
+
+/// Compares a live map with the entries it should hold (order-insensitive).
+fn map_mismatch(mut got: Vec<(String, String)>, want: &[(String, String)]) -> Option<String> {
+    let mut want = want.to_vec();
+    got.sort();
+    want.sort();
+    if got == want {
+        return None;
+    }
+    let first = got.iter().zip(&want).find(|(a, b)| a != b);
+    Some(format!("show map has {} entries (wanted {}), first difference {first:?}", got.len(), want.len()))
+}
+
+/// `map_replace`: `map.replace` of 100,000 entries against the same chunked `prepare` / `add map
+/// @ver` / `commit map` sent straight to the socket.
+pub async fn map_replace(ctx: &Ctx) -> Result<Vec<Row>> {
+    let n = if ctx.quick { 10_000 } else { 100_000 };
+    let name = "maps/hosts.map";
+    let mut model = CfgModel::new(free_port(), 2, 2);
+    model.map = Some(name.into());
+    let mut pod = BenchPod::start(ctx, "0s").await?;
+    let mut d = Desired::new();
+    d.set("haproxy.cfg", model.render());
+    d.set(name, map_text(n, "v0_"));
+    pod.apply_complete(&d).await?;
+    let mut fmodel = model.clone();
+    fmodel.http_port = free_port();
+    let first = map_text(n, "v0_");
+    let plain =
+        Plain::start(&ctx.bin, &[("haproxy.cfg", fmodel.render().as_bytes()), (name, first.as_bytes())]).await?;
+
+    let (mut h, mut f, mut wrong) = (Samples::new(), Samples::new(), Vec::new());
+    let reps = ctx.reps();
+    for i in 0..ctx.warmup() + reps {
+        let text = map_text(n, &format!("v{}_", i + 1));
+        let entries = haptic_protocol::cfg::parse_map_file(&text);
+        d.set(name, text.clone());
+        let op = Op::MapReplace { path: rel(name), entries: entries.clone() };
+        let body = pod.body(&d, Mode::Runtime, false, |p| p == name, vec![vec![op]]);
+        let t = Instant::now();
+        let ans = pod.api.apply_raw(body).await?;
+        let took = t.elapsed();
+        let ack = ans.ack()?;
+        pod.current = Some(d.plan());
+        if ack.mode != Mode::Runtime {
+            wrong.push(format!("iteration {i}: landed as {} ({:?})", ack.mode, ack.reasons));
+        }
+        if let Some(m) = map_mismatch(show_map(pod.pod.haproxy(), name).await?, &entries) {
+            wrong.push(format!("iteration {i}: {m}"));
+        }
+        // floor
+        let t = Instant::now();
+        map_transaction(&plain.hap, name, &entries).await?;
+        let ftook = t.elapsed();
+        if let Some(m) = map_mismatch(show_map(&plain.hap, name).await?, &entries) {
+            return Err(BenchError::Unexpected(format!("floor map transaction: {m}")));
+        }
+        if i >= ctx.warmup() {
+            h.push_ms(took);
+            f.push_ms(ftook);
+        }
+    }
+    let row = Row::repeated("map_replace", &format!("{n} entries"), &ctx.label, &h, Some(&f), "ms")
+        .verified(&wrong)
+        .goal_ratio(1.5);
+    Ok(vec![row])
+}

@@ -1,0 +1,380 @@
+//! A local fleet for the controller cases: pods (HAProxy + `haptic-agent`, sharing one set of
+//! credentials, each HAProxy given its own frontend port through its environment so one render
+//! serves every pod), a standalone `haptic-controller` over a config directory, and tiny HTTP
+//! upstreams. Everything runs in its own process group and is killed on drop; logs go to files
+//! in the fleet's temp dir. It must never link the agent or controller crates: it spawns their
+//! binaries.
+
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use haptic_e2e::process::cli_cmd;
+use haptic_e2e::{free_port, HaproxyBin};
+use haptic_protocol::cli::parse_show_proc;
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::agent_api::AgentApi;
+use crate::error::{BenchError, Result};
+
+/// The environment variable each pod's HAProxy reads its frontend port from.
+pub const PORT_ENV: &str = "HAPTIC_BENCH_PORT";
+/// The fleet's shared credentials.
+pub const USER: &str = "bench";
+/// The fleet's shared password.
+pub const PASSWORD: &str = "bench-fleet-secret";
+
+/// A child in its own process group: SIGTERM, then SIGKILL, on drop.
+#[derive(Debug)]
+pub struct Group {
+    child: Child,
+}
+
+impl Group {
+    fn spawn(cmd: &mut Command, what: &str) -> Result<Self> {
+        let child = cmd.process_group(0).spawn().map_err(BenchError::io(format!("spawn {what}")))?;
+        Ok(Self { child })
+    }
+
+    /// The leader's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether it has exited.
+    pub fn exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let Ok(raw) = i32::try_from(self.child.id()) else { return };
+        let _ = killpg(Pid::from_raw(raw), Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = killpg(Pid::from_raw(raw), Signal::SIGKILL);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn log_file(path: &Path) -> Result<(Stdio, Stdio)> {
+    let f = File::create(path).map_err(BenchError::io(format!("create {}", path.display())))?;
+    let g = f.try_clone().map_err(BenchError::io("dup log"))?;
+    Ok((Stdio::from(f), Stdio::from(g)))
+}
+
+/// The last `n` lines of a log file.
+pub fn tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// A binary next to the running executable (`target/<profile>/<name>`), or from `env`.
+pub fn sibling_bin(name: &str, env: &str) -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os(env) {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().map_err(BenchError::io("current_exe"))?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    [dir.join(name), dir.join("..").join(name)].into_iter().find(|p| p.is_file()).ok_or_else(|| {
+        BenchError::Unexpected(format!(
+            "{name} not found next to {} (run `cargo build --release -p haptic-agent -p haptic-controller` \
+             into the same target dir, or set {env})",
+            exe.display()
+        ))
+    })
+}
+
+/// One fleet pod.
+#[derive(Debug)]
+pub struct FleetPod {
+    /// Its frontend port (127.0.0.1).
+    pub port: u16,
+    /// The agent's base URL.
+    pub url: String,
+    /// The master CLI socket.
+    pub sock: PathBuf,
+    /// The agent's API.
+    pub api: AgentApi,
+    agent: Group,
+    _haproxy: Group,
+}
+
+impl FleetPod {
+    /// Starts HAProxy on a bootstrap tree and the agent in `dir`.
+    pub async fn start(bin: &HaproxyBin, dir: &Path, creds: &Path, interval: &str) -> Result<Self> {
+        std::fs::create_dir_all(dir).map_err(BenchError::io("mkdir pod"))?;
+        let agent_bin = sibling_bin("haptic-agent", "HAPTIC_AGENT_BIN")?;
+        let root = dir.join("root");
+        let port = free_port();
+        let out = Command::new(&agent_bin)
+            .args(["init", "--root"])
+            .arg(&root)
+            .args(["--health-bind", &format!("127.0.0.1:{}", free_port())])
+            .output()
+            .map_err(BenchError::io("haptic-agent init"))?;
+        if !out.status.success() {
+            return Err(BenchError::Unexpected(format!("agent init: {}", String::from_utf8_lossy(&out.stderr))));
+        }
+        let sock = dir.join("master.sock");
+        let (o, e) = log_file(&dir.join("haproxy.log"))?;
+        let haproxy = Group::spawn(
+            Command::new(&bin.path)
+                .arg("-W")
+                .arg("-db")
+                .arg("-S")
+                .arg(format!("{},level,admin", sock.display()))
+                .arg("-f")
+                .arg(root.join("current/haproxy.cfg"))
+                .env(PORT_ENV, port.to_string())
+                .current_dir(dir)
+                .stdin(Stdio::null())
+                .stdout(o)
+                .stderr(e),
+            "haproxy",
+        )?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(text) = cli_cmd(&sock, "show proc", Duration::from_secs(2)).await {
+                if parse_show_proc(&text).ok().and_then(|p| p.serving_worker().map(|w| w.pid)).is_some() {
+                    break;
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(BenchError::Timeout(format!(
+                    "haproxy in {}: {}",
+                    dir.display(),
+                    tail(&dir.join("haproxy.log"), 20)
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let listen = format!("127.0.0.1:{}", free_port());
+        let (o, e) = log_file(&dir.join("agent.log"))?;
+        let agent = Group::spawn(
+            Command::new(&agent_bin)
+                .arg("run")
+                .args(["--listen", &listen, "--root"])
+                .arg(&root)
+                .arg("--master-socket")
+                .arg(&sock)
+                .arg("--haproxy-bin")
+                .arg(&bin.path)
+                .arg("--credentials-file")
+                .arg(creds)
+                .args(["--min-reload-interval", interval])
+                .env(PORT_ENV, port.to_string())
+                .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
+                .stdin(Stdio::null())
+                .stdout(o)
+                .stderr(e),
+            "haptic-agent",
+        )?;
+        let url = format!("http://{listen}");
+        let api = AgentApi::new(&url, USER, PASSWORD)?;
+        let mut pod = Self { port, url, sock, api, agent, _haproxy: haproxy };
+        let http = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if pod.agent.exited() {
+                return Err(BenchError::Unexpected(format!("agent exited: {}", tail(&dir.join("agent.log"), 20))));
+            }
+            if let Ok(r) = http.get(format!("{}/readyz", pod.url)).send().await {
+                if r.status().is_success() {
+                    return Ok(pod);
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(BenchError::Timeout(format!("agent not ready: {}", tail(&dir.join("agent.log"), 20))));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The agent's pid.
+    pub fn agent_pid(&self) -> u32 {
+        self.agent.pid()
+    }
+
+    /// A worker command through the master CLI (`@1 cmd`).
+    pub async fn worker_cmd(&self, cmd: &str) -> Result<String> {
+        Ok(cli_cmd(&self.sock, &format!("@1 {cmd}"), Duration::from_secs(5)).await?)
+    }
+
+    /// The master's reload counter.
+    pub async fn reloads(&self) -> Result<u32> {
+        let text = cli_cmd(&self.sock, "show proc", Duration::from_secs(5)).await?;
+        Ok(parse_show_proc(&text).map_err(|e| BenchError::Unexpected(e.to_string()))?.master_reloads())
+    }
+}
+
+/// A standalone controller over a config directory.
+#[derive(Debug)]
+pub struct Controller {
+    group: Group,
+    /// `http://127.0.0.1:<admin port>`.
+    pub admin: String,
+    /// Its log file.
+    pub log: PathBuf,
+    http: reqwest::Client,
+}
+
+/// The parts of `GET /status` the bench reads.
+#[derive(Debug, Clone, Default)]
+pub struct FleetView {
+    /// Pods running the target.
+    pub converged: usize,
+    /// Pods known.
+    pub total: usize,
+    /// The target plan id text.
+    pub target: Option<String>,
+}
+
+impl Controller {
+    /// Starts `haptic-controller run --standalone` over `config_dir` and `agents`.
+    pub async fn start(
+        bin: &HaproxyBin,
+        dir: &Path,
+        config_dir: &Path,
+        creds: &Path,
+        agents: &[String],
+    ) -> Result<Self> {
+        let ctl = sibling_bin("haptic-controller", "HAPTIC_CONTROLLER_BIN")?;
+        let admin_addr = format!("127.0.0.1:{}", free_port());
+        let log = dir.join("controller.log");
+        let (o, e) = log_file(&log)?;
+        let group = Group::spawn(
+            Command::new(ctl)
+                .args(["run", "--standalone", "--config-dir"])
+                .arg(config_dir)
+                .arg(format!("--agent={}", agents.join(",")))
+                .arg("--credentials-file")
+                .arg(creds)
+                .args(["--admin-listen", &admin_addr, "--identity", "bench-controller", "--settle", "20ms"])
+                .arg("--haproxy-bin")
+                .arg(&bin.path)
+                .arg("--state-dir")
+                .arg(dir.join("controller-state"))
+                .env(PORT_ENV, free_port().to_string())
+                .stdin(Stdio::null())
+                .stdout(o)
+                .stderr(e),
+            "haptic-controller",
+        )?;
+        let http =
+            reqwest::Client::builder().timeout(Duration::from_secs(10)).build().map_err(BenchError::http("client"))?;
+        Ok(Self { group, admin: format!("http://{admin_addr}"), log, http })
+    }
+
+    /// The controller's pid.
+    pub fn pid(&self) -> u32 {
+        self.group.pid()
+    }
+
+    /// Reads `GET /status`.
+    pub async fn view(&self) -> Result<FleetView> {
+        let v: serde_json::Value = self
+            .http
+            .get(format!("{}/status", self.admin))
+            .send()
+            .await
+            .map_err(BenchError::http("GET /status"))?
+            .json()
+            .await
+            .map_err(BenchError::http("decode /status"))?;
+        Ok(FleetView {
+            converged: v["converged"].as_u64().unwrap_or(0) as usize,
+            total: v["total"].as_u64().unwrap_or(0) as usize,
+            target: v["controller"]["target"].as_str().map(str::to_string),
+        })
+    }
+
+    /// Polls `/status` every 5 ms until all `pods` run `plan`; returns when that was first seen.
+    pub async fn wait_converged(&mut self, plan: &str, pods: usize, timeout: Duration) -> Result<Instant> {
+        let deadline = Instant::now() + timeout;
+        let mut last = FleetView::default();
+        loop {
+            if let Ok(v) = self.view().await {
+                if v.target.as_deref() == Some(plan) && v.converged == pods && v.total == pods {
+                    return Ok(Instant::now());
+                }
+                last = v;
+            }
+            if self.group.exited() {
+                return Err(BenchError::Unexpected(format!("controller exited: {}", tail(&self.log, 30))));
+            }
+            if Instant::now() > deadline {
+                return Err(BenchError::Timeout(format!(
+                    "fleet not converged on {plan} within {timeout:?}: {}/{} converged, target {:?}; controller log:\n{}",
+                    last.converged,
+                    last.total,
+                    last.target,
+                    tail(&self.log, 15)
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// A tiny HTTP upstream on 127.0.0.1 answering `200 ok` to every request (`Connection: close`).
+#[derive(Debug)]
+pub struct Upstream {
+    /// Its port.
+    pub port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Upstream {
+    /// Binds and serves.
+    pub async fn start() -> Result<Self> {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(BenchError::io("bind upstream"))?;
+        let port = l.local_addr().map_err(BenchError::io("upstream addr"))?.port();
+        let task = tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    let mut got = Vec::new();
+                    let read = async {
+                        loop {
+                            let n = s.read(&mut buf).await?;
+                            if n == 0 {
+                                break;
+                            }
+                            got.extend_from_slice(&buf[..n]);
+                            if got.windows(4).any(|w| w == b"\r\n\r\n") || got.len() > 65536 {
+                                break;
+                            }
+                        }
+                        Ok::<_, std::io::Error>(())
+                    };
+                    if tokio::time::timeout(Duration::from_secs(10), read).await.is_ok() {
+                        let _ = s
+                            .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+                            .await;
+                        let _ = s.shutdown().await;
+                    }
+                });
+            }
+        });
+        Ok(Self { port, task })
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

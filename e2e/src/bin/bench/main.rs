@@ -1,0 +1,178 @@
+//! `bench`: measures haptic against the physical floor, side by side in one run (issue 6).
+//!
+//! `cargo run --release -p haptic-e2e --bin bench -- [--quick] [--only NAME]... [--json FILE]
+//! [--markdown FILE] [--haproxy PATH]...` runs real HAProxy (every installed version, or the
+//! given binaries), real agents and a real controller on 127.0.0.1, prints one row per figure
+//! with haptic's figure, the floor's, their ratio and p50/p99, and exits non-zero if any answer
+//! was wrong or a case could not run. The agent and controller binaries must be built into the
+//! same target dir first: `cargo build --release -p haptic-agent -p haptic-controller`.
+//!
+//! This file owns flags, the run order and the exit code; it must never measure anything itself.
+#![forbid(unsafe_code)]
+
+mod agent_api;
+mod cases;
+mod error;
+mod fleet_kit;
+mod floor;
+mod proc_mem;
+mod report;
+mod stats;
+mod workload;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{bail, Context as _};
+use clap::Parser;
+use haptic_e2e::{haproxy_bins, HaproxyBin};
+
+use crate::cases::Ctx;
+use crate::report::Row;
+
+/// Benchmarks haptic against what HAProxy itself allows, measured in the same run.
+#[derive(Debug, Parser)]
+#[command(name = "bench")]
+struct Args {
+    /// Small sizes and fewer repetitions (finishes in under two minutes).
+    #[arg(long)]
+    quick: bool,
+    /// Run only this case (repeatable): runtime_apply, reload_apply, map_replace, verify_state,
+    /// delta_transfer, fleet_runtime, fleet_reload, burst, traffic_under_churn, plan_diff, footprint.
+    #[arg(long = "only", value_name = "NAME")]
+    only: Vec<String>,
+    /// Write one JSON object per figure and HAProxy version to FILE (a JSON array).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write the results as a Markdown table to FILE.
+    #[arg(long, value_name = "FILE")]
+    markdown: Option<PathBuf>,
+    /// HAProxy binary to run against (repeatable; default: HAPTIC_HAPROXY_BINS or both installed versions).
+    #[arg(long = "haproxy", value_name = "PATH")]
+    haproxy: Vec<PathBuf>,
+    /// Pods in the fleet cases (default 20; 3 with --quick).
+    #[arg(long)]
+    pods: Option<usize>,
+}
+
+fn bins(args: &Args) -> anyhow::Result<Vec<HaproxyBin>> {
+    if args.haproxy.is_empty() {
+        return Ok(haproxy_bins());
+    }
+    args.haproxy
+        .iter()
+        .map(|p| {
+            // Pods run HAProxy from other working directories: make the path absolute.
+            let p = std::path::absolute(p).with_context(|| format!("--haproxy {}", p.display()))?;
+            HaproxyBin::probe(&p).map_err(anyhow::Error::msg)
+        })
+        .collect()
+}
+
+fn version_label(b: &HaproxyBin) -> String {
+    let (x, y, z) = b.version;
+    format!("{x}.{y}.{z}")
+}
+
+async fn run(args: Args) -> anyhow::Result<bool> {
+    for n in &args.only {
+        if !cases::ALL.contains(&n.as_str()) {
+            bail!("unknown case {n:?}; cases: {}", cases::ALL.join(", "));
+        }
+    }
+    let bins = bins(&args)?;
+    let started = Instant::now();
+    let only = (!args.only.is_empty()).then(|| args.only.clone());
+    let pods = args.pods.unwrap_or(if args.quick { 3 } else { 20 });
+    let mut rows: Vec<Row> = Vec::new();
+    let mut failed: Vec<String> = Vec::new();
+    println!("{}", report::header());
+    let base = Ctx { quick: args.quick, bin: bins[0].clone(), label: "none".into(), only, pods };
+    if base.wants("plan_diff") {
+        record("plan_diff", "none", cases::plan_diff::run(&base).await, &mut rows, &mut failed);
+    }
+    for bin in &bins {
+        let ctx = Ctx { bin: bin.clone(), label: version_label(bin), ..base.clone() };
+        eprintln!("# {} ({})", bin.label(), bin.path.display());
+        type Fut<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = error::Result<Vec<Row>>> + 'a>>;
+        let groups: Vec<(&str, &[&str], Fut<'_>)> = vec![
+            ("runtime_apply", &["runtime_apply"], Box::pin(cases::agent_cases::runtime_apply(&ctx))),
+            ("reload_apply", &["reload_apply"], Box::pin(cases::agent_cases::reload_apply(&ctx))),
+            ("map_replace", &["map_replace"], Box::pin(cases::agent_cases::map_replace(&ctx))),
+            (
+                "tree (footprint/verify_state/delta_transfer)",
+                &["footprint", "verify_state", "delta_transfer"],
+                Box::pin(cases::tree50::run(&ctx)),
+            ),
+            (
+                "fleet (fleet_runtime/fleet_reload/burst/traffic_under_churn/footprint)",
+                &["fleet_runtime", "fleet_reload", "burst", "traffic_under_churn", "footprint"],
+                Box::pin(cases::fleet::run(&ctx)),
+            ),
+        ];
+        for (name, members, fut) in groups {
+            if !members.iter().any(|m| ctx.wants(m)) {
+                continue;
+            }
+            let t = Instant::now();
+            let res = fut.await;
+            eprintln!("#   {name}: {:.1} s", t.elapsed().as_secs_f64());
+            record(name, &ctx.label, res, &mut rows, &mut failed);
+        }
+    }
+    eprintln!("# total {:.1} s", started.elapsed().as_secs_f64());
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&rows)?)
+            .with_context(|| format!("write {}", path.display()))?;
+    }
+    if let Some(path) = &args.markdown {
+        std::fs::write(path, report::markdown(&rows)).with_context(|| format!("write {}", path.display()))?;
+    }
+    let wrong: Vec<&Row> = rows.iter().filter(|r| !r.correct).collect();
+    for r in &wrong {
+        eprintln!("WRONG: {} {} {}: {}", r.case, r.haproxy, r.metric, r.note);
+    }
+    for f in &failed {
+        eprintln!("FAILED: {f}");
+    }
+    let missed: Vec<&Row> = rows.iter().filter(|r| r.meets_goal == Some(false)).collect();
+    for r in &missed {
+        eprintln!("goal missed: {} {} {} ({})", r.case, r.haproxy, r.metric, r.goal.as_deref().unwrap_or(""));
+    }
+    Ok(wrong.is_empty() && failed.is_empty())
+}
+
+fn record(name: &str, label: &str, res: error::Result<Vec<Row>>, rows: &mut Vec<Row>, failed: &mut Vec<String>) {
+    match res {
+        Ok(new) => {
+            for r in new {
+                println!("{}", report::line(&r));
+                rows.push(r);
+            }
+        }
+        Err(e) => {
+            println!("{name:<20} {label:<9} ERROR: {e}");
+            failed.push(format!("{name} on {label}: {e}"));
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("bench: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match rt.block_on(run(args)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("bench: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
