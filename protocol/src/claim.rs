@@ -85,8 +85,11 @@ impl CfgDiff {
 
 /// Compares two `haproxy.cfg` texts structurally.
 pub fn diff_cfg(old: &str, new: &str) -> CfgDiff {
-    let old = cfg::parse(old);
-    let new = cfg::parse(new);
+    diff_parsed(&cfg::parse(old), &cfg::parse(new))
+}
+
+/// Compares two parsed configs structurally (see [`diff_cfg`]).
+pub fn diff_parsed(old: &cfg::Config, new: &cfg::Config) -> CfgDiff {
     let mut out = CfgDiff::default();
     if old.preamble != new.preamble {
         out.reload_reasons.push("lines before the first section changed".into());
@@ -194,7 +197,8 @@ pub fn verify_runtime_claim(
     ops: &[Op],
 ) -> Result<(), ClaimError> {
     let mut reasons = Vec::new();
-    let diff = diff_cfg(old_cfg, new_cfg);
+    let new_parsed = cfg::parse(new_cfg);
+    let diff = diff_parsed(&cfg::parse(old_cfg), &new_parsed);
     reasons.extend(diff.reload_reasons.iter().cloned());
 
     let mut server_ops: BTreeMap<(&str, &str), Vec<&ServerSet>> = BTreeMap::new();
@@ -211,7 +215,7 @@ pub fn verify_runtime_claim(
         }
     }
 
-    let new_servers = servers_by_name(new_cfg);
+    let new_servers = if server_ops.is_empty() { BTreeMap::new() } else { servers_by_name(&new_parsed) };
     for ch in &diff.servers {
         if !server_ops.contains_key(&(ch.backend.as_str(), ch.server.as_str())) {
             reasons.push(format!("{} has no server.set op", ch.reason()));
@@ -257,9 +261,9 @@ pub fn verify_runtime_claim(
     }
 }
 
-fn servers_by_name(text: &str) -> BTreeMap<(String, String), ServerLine> {
+fn servers_by_name(parsed: &cfg::Config) -> BTreeMap<(String, String), ServerLine> {
     let mut out = BTreeMap::new();
-    for s in cfg::parse(text).sections.iter().filter(|s| s.has_servers()) {
+    for s in parsed.sections.iter().filter(|s| s.has_servers()) {
         for l in &s.lines {
             if let Some(sl) = parse_server(l) {
                 out.insert((s.name.clone().unwrap_or_default(), sl.name.clone()), sl);
