@@ -181,6 +181,14 @@ impl Part {
         }
     }
 
+    /// Decodes the part into bytes, reusing a `utf8` part's buffer.
+    pub fn into_bytes(self) -> Result<Vec<u8>, ApplyError> {
+        match self {
+            Part::Utf8(s) => Ok(s.into_bytes()),
+            base64 => base64.decode(),
+        }
+    }
+
     /// Decodes the part to bytes.
     pub fn decode(&self) -> Result<Vec<u8>, ApplyError> {
         match self {
@@ -266,8 +274,27 @@ pub enum ApplyError {
 
 impl ApplyRequest {
     /// Checks everything that needs no tree: plan id, parts listed and hashing to their digests,
-    /// blob size. Returns the decoded parts.
+    /// blob size. Returns the decoded parts (a copy; see [`Self::take_checked_parts`]).
     pub fn check(&self) -> Result<BTreeMap<RelPath, Vec<u8>>, ApplyError> {
+        self.check_manifest()?;
+        let index = self.file_index();
+        self.parts.iter().map(|(path, part)| checked_part(&index, path, part.decode()?)).collect()
+    }
+
+    /// Like [`Self::check`], but moves the parts out of the request instead of copying them, so a
+    /// large apply holds its bytes once. On error the request keeps no parts.
+    pub fn take_checked_parts(&mut self) -> Result<BTreeMap<RelPath, Vec<u8>>, ApplyError> {
+        self.check_manifest()?;
+        let parts = std::mem::take(&mut self.parts);
+        let index = self.file_index();
+        parts.into_iter().map(|(path, part)| checked_part(&index, &path, part.into_bytes()?)).collect()
+    }
+
+    fn file_index(&self) -> BTreeMap<&RelPath, &FileEntry> {
+        self.files.iter().map(|f| (&f.path, f)).collect()
+    }
+
+    fn check_manifest(&self) -> Result<(), ApplyError> {
         let computed = plan_id(&self.files)?;
         if computed != self.plan_id {
             return Err(ApplyError::PlanIdMismatch { declared: self.plan_id, computed });
@@ -276,31 +303,29 @@ impl ApplyRequest {
         if blob_len > MAX_BLOB_BYTES {
             return Err(ApplyError::BlobTooLarge(blob_len));
         }
-        let by_path: BTreeMap<&RelPath, &FileEntry> = self.files.iter().map(|f| (&f.path, f)).collect();
-        let mut out = BTreeMap::new();
-        for (path, part) in &self.parts {
-            let entry = by_path.get(path).ok_or_else(|| ApplyError::UnlistedPart(path.clone()))?;
-            let bytes = part.decode()?;
-            if bytes.len() as u64 != entry.size {
-                return Err(ApplyError::PartSize {
-                    path: path.clone(),
-                    declared: entry.size,
-                    actual: bytes.len() as u64,
-                });
-            }
-            let actual = Digest::of(&bytes);
-            if actual != entry.digest {
-                return Err(ApplyError::PartDigest { path: path.clone(), declared: entry.digest, actual });
-            }
-            out.insert(path.clone(), bytes);
-        }
-        Ok(out)
+        Ok(())
     }
 
     /// Every op of every batch, in order.
     pub fn ops(&self) -> impl Iterator<Item = &Op> {
         self.batches.iter().flatten()
     }
+}
+
+fn checked_part(
+    index: &BTreeMap<&RelPath, &FileEntry>,
+    path: &RelPath,
+    bytes: Vec<u8>,
+) -> Result<(RelPath, Vec<u8>), ApplyError> {
+    let entry = index.get(path).ok_or_else(|| ApplyError::UnlistedPart(path.clone()))?;
+    if bytes.len() as u64 != entry.size {
+        return Err(ApplyError::PartSize { path: path.clone(), declared: entry.size, actual: bytes.len() as u64 });
+    }
+    let actual = Digest::of(&bytes);
+    if actual != entry.digest {
+        return Err(ApplyError::PartDigest { path: path.clone(), declared: entry.digest, actual });
+    }
+    Ok((path.clone(), bytes))
 }
 
 /// Whether a reload ran or waits for the pacing interval.

@@ -110,6 +110,9 @@ fn apply() {
     both_ways("apply.json", &expected);
     let parts = expected.check().unwrap();
     assert_eq!(parts[&RelPath::new("maps/hosts.map").unwrap()], MAP);
+    let mut moved = expected.clone();
+    assert_eq!(moved.take_checked_parts().unwrap(), parts);
+    assert!(moved.parts.is_empty());
 }
 
 #[test]
@@ -187,6 +190,7 @@ fn apply_checks_refuse_bad_requests() {
     let mut req: ApplyRequest = serde_json::from_value(fixture("apply.json")).unwrap();
     req.parts.insert(RelPath::new("extra.txt").unwrap(), Part::Utf8("x".into()));
     assert!(matches!(req.check(), Err(ApplyError::UnlistedPart(_))));
+    assert!(matches!(req.take_checked_parts(), Err(ApplyError::UnlistedPart(_))));
 
     let mut req: ApplyRequest = serde_json::from_value(fixture("apply.json")).unwrap();
     req.files.push(req.files[0].clone());
