@@ -213,6 +213,62 @@ fn parse_addr(s: &str) -> (Option<IpAddr>, Option<u16>) {
     }
 }
 
+/// A TCP address a `bind` line listens on: an IP (`None` for any address) and a port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TcpBind {
+    /// The address; `None` for `*`, `::` written as empty or a bare `:port`.
+    pub ip: Option<IpAddr>,
+    /// The port.
+    pub port: u16,
+}
+
+/// Every plain TCP address the config's `bind` lines listen on (IPv4/IPv6 literals or any
+/// address, single ports and port ranges). Unix sockets, `fd@`, `sockpair@`, QUIC, names and
+/// environment variables are skipped: this feeds a best-effort pre-check, not a validator.
+pub fn tcp_binds(config: &Config) -> BTreeSet<TcpBind> {
+    let mut out = BTreeSet::new();
+    for section in config.sections.iter().filter(|s| s.kind == "frontend" || s.kind == "listen" || s.kind == "peers") {
+        for line in section.lines.iter().filter(|l| l.first().map(String::as_str) == Some("bind")) {
+            let Some(addrs) = line.get(1) else { continue };
+            for addr in addrs.split(',') {
+                out.extend(parse_bind_addr(addr));
+            }
+        }
+    }
+    out
+}
+
+fn parse_bind_addr(addr: &str) -> Vec<TcpBind> {
+    let addr = addr.strip_prefix("ipv4@").or_else(|| addr.strip_prefix("ipv6@")).or(Some(addr));
+    let Some(addr) = addr.filter(|a| !a.contains('@') && !a.starts_with('/') && !a.contains('$')) else {
+        return Vec::new();
+    };
+    let Some((host, ports)) = addr.rsplit_once(':') else { return Vec::new() };
+    let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    let ip = match host {
+        "" | "*" | "::" | "0.0.0.0" => None,
+        h => match h.parse::<IpAddr>() {
+            Ok(ip) => Some(ip),
+            Err(_) => return Vec::new(),
+        },
+    };
+    let (lo, hi) = ports.split_once('-').unwrap_or((ports, ports));
+    match (lo.parse::<u16>(), hi.parse::<u16>()) {
+        (Ok(lo), Ok(hi)) if lo > 0 && lo <= hi && hi - lo < 1024 => {
+            (lo..=hi).map(|port| TcpBind { ip, port }).collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The TCP binds of `new` on ports that `old` does not listen on at all: the ones a reload must
+/// newly acquire. A port the running config already holds is left out, since HAProxy passes its
+/// own listeners to the new worker.
+pub fn new_tcp_binds(old: &Config, new: &Config) -> Vec<TcpBind> {
+    let held: BTreeSet<u16> = tcp_binds(old).into_iter().map(|b| b.port).collect();
+    tcp_binds(new).into_iter().filter(|b| !held.contains(&b.port)).collect()
+}
+
 /// Returns which of `candidates` the config text references (by relative path, or through a
 /// referenced parent directory such as `crt certs/`).
 pub fn referenced_paths<'a>(cfg_text: &str, candidates: impl IntoIterator<Item = &'a RelPath>) -> BTreeSet<RelPath> {
@@ -303,6 +359,26 @@ mod tests {
         let cfg = "frontend f\n use_backend %[req.hdr(host),map(maps/hosts.map,be_x)]\n bind :443 ssl crt certs/\n";
         let got: Vec<String> = referenced_paths(cfg, &files).into_iter().map(|p| p.to_string()).collect();
         assert_eq!(got, vec!["certs/a.pem", "maps/hosts.map"]);
+    }
+
+    #[test]
+    fn bind_addresses() {
+        let old = parse("frontend a\n  bind :80\n  bind 127.0.0.1:8443 ssl crt certs/\n");
+        let new = parse(
+            "frontend a\n  bind :80,127.0.0.2:81\n  bind [::1]:9000-9001\n  bind unix@/run/x.sock\n  bind ipv4@*:8443\n  bind \"${PORT}\"\nlisten l\n  bind 10.0.0.1:82\n",
+        );
+        let ip = |s: &str| Some(s.parse::<IpAddr>().unwrap());
+        let got = new_tcp_binds(&old, &new);
+        assert_eq!(
+            got,
+            vec![
+                TcpBind { ip: ip("10.0.0.1"), port: 82 },
+                TcpBind { ip: ip("127.0.0.2"), port: 81 },
+                TcpBind { ip: ip("::1"), port: 9000 },
+                TcpBind { ip: ip("::1"), port: 9001 },
+            ]
+        );
+        assert!(tcp_binds(&new).contains(&TcpBind { ip: None, port: 8443 }));
     }
 
     #[test]
