@@ -145,7 +145,10 @@ async fn post_apply(State(st): State<AppState>, _h: HeaderMap, body: Result<Byte
             return error(status, msg);
         }
     };
-    let req: ApplyRequest = match serde_json::from_slice(&body) {
+    let parsed: Result<ApplyRequest, _> = serde_json::from_slice(&body);
+    // The raw body is not needed once decoded: only the decoded parts are held during the apply.
+    drop(body);
+    let req = match parsed {
         Ok(r) => r,
         Err(e) => {
             let msg = format!("malformed apply request: {e}");

@@ -26,7 +26,7 @@ use crate::metrics::Metrics;
 use crate::pacer::{PaceDecision, Pacer};
 use crate::reload::{probe, reload_verified, Probe, ReloadError};
 use crate::store::{baseline_check, fence_step, AppliedRecord, FenceStep, GoodRecord, LastAccepted, Persisted, Store};
-use crate::tree::{hash_dir, plan_tree, StageError, Tree};
+use crate::tree::{hash_dir, plan_tree, StageError, Stamps, Tree};
 
 /// How the agent is set up.
 #[derive(Debug, Clone)]
@@ -105,6 +105,9 @@ pub struct Agent {
     pacer: Mutex<Pacer>,
     probe: RwLock<Option<Probe>>,
     wake: tokio::sync::Notify,
+    /// Stamps of the files of one tree (by id) the agent wrote or hashed itself; only ever
+    /// trusted for that tree. Empty after a start, so the first apply hashes what it carries.
+    stamps: Mutex<(String, Stamps)>,
 }
 
 fn now_rfc3339() -> String {
@@ -150,6 +153,7 @@ impl Agent {
             pacer: Mutex::new(pacer),
             probe: RwLock::new(None),
             wake: tokio::sync::Notify::new(),
+            stamps: Mutex::new((String::new(), Stamps::new())),
         }))
     }
 
@@ -295,11 +299,33 @@ impl Agent {
         res
     }
 
-    async fn apply_locked(&self, req: ApplyRequest) -> Result<Ack, Refusal> {
-        let parts = req.check().map_err(|e| Refusal::BadRequest(e.to_string()))?;
+    async fn apply_locked(&self, mut req: ApplyRequest) -> Result<Ack, Refusal> {
+        let parts = req.take_checked_parts().map_err(|e| Refusal::BadRequest(e.to_string()))?;
         let mut guard = self.inner.lock().await;
         let p = &mut guard.p;
+        let mut fence_dirty = false;
+        let res = self.apply_fenced(p, &req, parts, &mut fence_dirty).await;
+        if res.is_err() {
+            // Staging linked (and removing the staged tree unlinked) live files.
+            self.refresh_stamps();
+            if fence_dirty {
+                // A refusal still raised the high-water mark: make it durable before answering.
+                self.save(p)?;
+            }
+        }
+        res
+    }
 
+    /// The apply after the request was decoded, with the lock held. The raised fence (if any) is
+    /// persisted together with the swap intent, the one write that must precede the swap;
+    /// `fence_dirty` says whether it still has to be persisted.
+    async fn apply_fenced(
+        &self,
+        p: &mut Persisted,
+        req: &ApplyRequest,
+        parts: BTreeMap<RelPath, Vec<u8>>,
+        fence_dirty: &mut bool,
+    ) -> Result<Ack, Refusal> {
         // 1. Fence, persisted before anything else.
         match fence_step(p, &req.fence, &req.plan_id) {
             FenceStep::Stale => {
@@ -325,7 +351,7 @@ impl Agent {
                 if raise {
                     p.fence = Some(req.fence.clone());
                     p.last_accepted = Some(LastAccepted { fence: req.fence.clone(), plan_id: req.plan_id, ack: None });
-                    self.save(p)?;
+                    *fence_dirty = true;
                 }
             }
         }
@@ -351,17 +377,33 @@ impl Agent {
             let msg = format!("{} desired file(s) neither sent nor present", plan.missing.len());
             return Err(conflict(ConflictKind::MissingParts, p, plan.missing, msg));
         }
-        let live_dir = self.tree.live_dir()?;
+        let live_id = self.tree.live_id()?;
+        let live_dir = live_id.as_deref().map(|l| self.tree.dir_of(l));
+        let trusted = {
+            let st = lock(&self.stamps);
+            if live_id.as_deref() == Some(st.0.as_str()) {
+                st.1.clone()
+            } else {
+                Stamps::new()
+            }
+        };
         let id = Tree::new_id();
+        let new_stamps: Stamps;
+        let syncing: tokio::task::JoinHandle<Result<(), AgentError>>;
         let staged = {
             let (tree, id, files, live_dir) = (self.tree.clone(), id.clone(), req.files.clone(), live_dir.clone());
-            let parts = parts.clone();
-            tokio::task::spawn_blocking(move || tree.stage(&id, &files, &parts, &plan, live_dir.as_deref()))
+            tokio::task::spawn_blocking(move || tree.build(&id, &files, parts, &plan, live_dir.as_deref(), &trusted))
                 .await
                 .map_err(|e| Refusal::Internal(format!("staging task failed: {e}")))?
         };
         let staged_dir = match staged {
-            Ok(d) => d,
+            Ok((d, stamps, unsynced)) => {
+                new_stamps = stamps;
+                // The new tree's fsyncs run while the mode is decided and the intent persisted;
+                // the swap waits for them.
+                syncing = tokio::task::spawn_blocking(move || unsynced.sync());
+                d
+            }
             Err(StageError::Missing(m)) => {
                 let msg = format!("{} file(s) in the live tree do not match their digest: send them", m.len());
                 return Err(conflict(ConflictKind::MissingParts, p, m, msg));
@@ -377,11 +419,12 @@ impl Agent {
         let new_cfg = read_cfg(&Some(staged_dir.clone()));
         let ops: Vec<Op> = req.ops().cloned().collect();
         let mut reasons = req.reasons.clone();
-        let mode = self.decide_mode(&req, &live_files, &old_cfg, &new_cfg, &parts, &staged_dir, &ops, &mut reasons);
+        let mode = self.decide_mode(req, &live_files, &old_cfg, &new_cfg, &staged_dir, &ops, &mut reasons);
 
         // 5. Check whatever will be loaded by a reload (or lies on disk for file_only).
         if mode != Mode::Runtime {
             if let Err(e) = check_tree(&self.cfg.haproxy_bin, &staged_dir).await {
+                let _ = syncing.await;
                 let _ = self.tree.remove(&id);
                 return Err(Refusal::Nack(Box::new(Nack {
                     error: "haproxy -c refused the config".into(),
@@ -403,12 +446,24 @@ impl Agent {
             files,
             tree: id.clone(),
         };
+        // One durable write carries the raised fence and the intent: both must be on disk before
+        // `current` moves. After the swap, recovery trusts `current` plus this intent, so the
+        // applied record is persisted with the ACK below (before it is answered).
         p.intent = Some(record.clone());
-        self.save(p)?;
+        let saved = self.store.save(p);
+        let synced = syncing.await.map_err(|e| AgentError::Tree(format!("fsync task failed: {e}"))).and_then(|r| r);
+        if let Err(e) = saved.and(synced) {
+            p.intent = None;
+            let _ = self.tree.remove(&id);
+            return Err(e.into());
+        }
+        self.publish(p);
+        *fence_dirty = false;
         self.tree.swap(&id)?;
+        *lock(&self.stamps) = (id.clone(), new_stamps);
         let prev = p.applied.replace(record).map(|a| a.plan_id);
         p.intent = None;
-        self.save(p)?;
+        self.publish(p);
         self.metrics.tree(req.files.len(), req.files.iter().map(|f| f.size).sum());
         self.gc(p);
 
@@ -471,7 +526,6 @@ impl Agent {
         live_files: &[FileEntry],
         old_cfg: &str,
         new_cfg: &str,
-        parts: &BTreeMap<RelPath, Vec<u8>>,
         staged_dir: &std::path::Path,
         ops: &[Op],
         reasons: &mut Vec<String>,
@@ -521,15 +575,12 @@ impl Agent {
                         _ => why.push(format!("op kind {} is not supported here", op.kind_name())),
                     }
                 }
-                // Bytes of each changed file: from the parts, else from the staged tree.
+                // Bytes of each changed file, from the staged (verified) tree.
                 let bytes: Vec<(&RelPath, Option<Vec<u8>>)> = changed_paths
                     .iter()
                     .map(|p| {
-                        let b = if new.contains_key(p) {
-                            parts.get(*p).cloned().or_else(|| std::fs::read(staged_dir.join(p.as_str())).ok())
-                        } else {
-                            None
-                        };
+                        let b =
+                            if new.contains_key(p) { std::fs::read(staged_dir.join(p.as_str())).ok() } else { None };
                         (*p, b)
                     })
                     .collect();
@@ -701,6 +752,20 @@ impl Agent {
         }
         if let Err(e) = self.tree.gc(&keep) {
             warn!("removing old trees failed: {e}");
+        }
+        self.refresh_stamps();
+    }
+
+    /// Re-reads the live tree's stamps after the agent linked or unlinked its files (which moves
+    /// their ctime); stamps of any other tree are dropped.
+    fn refresh_stamps(&self) {
+        let live = self.tree.live_id().ok().flatten();
+        let mut st = lock(&self.stamps);
+        if live.as_deref() == Some(st.0.as_str()) {
+            let (id, stamps) = &mut *st;
+            self.tree.refresh_stamps(id, stamps);
+        } else {
+            *st = (String::new(), Stamps::new());
         }
     }
 

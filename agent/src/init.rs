@@ -10,7 +10,7 @@ use haptic_protocol::{Digest, FileEntry, RelPath};
 
 use crate::error::AgentError;
 use crate::store::{GoodRecord, Persisted, Store};
-use crate::tree::{plan_tree, StageError, Tree};
+use crate::tree::{plan_tree, StageError, Stamps, Tree};
 
 /// The bootstrap `haproxy.cfg` for a health bind such as `:8404` or `127.0.0.1:8404`.
 pub fn bootstrap_cfg(health_bind: &str) -> Result<String, AgentError> {
@@ -54,7 +54,7 @@ pub fn init(root: &std::path::Path, health_bind: &str) -> Result<bool, AgentErro
     let files = vec![entry];
     let plan = plan_tree(&files, &parts.keys().cloned().collect::<BTreeSet<_>>(), &[]);
     let id = Tree::new_id();
-    tree.stage(&id, &files, &parts, &plan, None).map_err(|e| match e {
+    tree.stage(&id, &files, parts, &plan, None, &Stamps::new()).map_err(|e| match e {
         StageError::Agent(a) => a,
         StageError::Missing(m) => AgentError::Tree(format!("bootstrap tree incomplete: {m:?}")),
     })?;

@@ -149,7 +149,7 @@ impl Store {
             .map_err(|e| AgentError::State { path: self.dir.display().to_string(), why: e.to_string() })?;
         let tmp = self.dir.join(format!("{STATE_FILE}.tmp"));
         let _ = fs::remove_file(&tmp);
-        write_file(&tmp, &bytes)?;
+        write_file(&tmp, &bytes, true)?;
         let path = self.dir.join(STATE_FILE);
         fs::rename(&tmp, &path).ctx("rename", &path)?;
         sync_dir(&self.dir)

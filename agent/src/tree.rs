@@ -1,7 +1,8 @@
 //! The crash-safe config tree: `ROOT/current -> .trees/<id>`.
 //!
 //! Owns creating trees (written parts plus unchanged files carried by hard link), verifying their
-//! digests, fsyncing files and directories, the atomic symlink swap, hashing a live tree from disk
+//! digests (a carried file is re-hashed unless its inode still matches the [`Stamp`] the agent
+//! took when it wrote or hashed it), fsyncing files and directories, the atomic symlink swap, hashing a live tree from disk
 //! and removing old trees. It never follows a symlink found inside a tree (a planted symlink is
 //! treated as an absent file) and never writes outside `ROOT`. It must never decide what to
 //! apply, talk to HAProxy or touch `ROOT/.state`.
@@ -9,9 +10,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use haptic_protocol::{Digest, FileEntry, RelPath};
 
@@ -66,6 +68,111 @@ pub enum StageError {
     /// A disk error.
     #[error(transparent)]
     Agent(#[from] AgentError),
+}
+
+/// How much older than the moment the agent last hashed a file its mtime must be for the stamp to
+/// be trusted: file timestamps are coarse (one clock tick, or whole seconds on file systems that
+/// store no nanoseconds), so an edit made in the same tick could keep mtime and size. Such
+/// "racily clean" files are hashed once more, later, before they are trusted.
+pub const RACY_MARGIN: Duration = Duration::from_millis(100);
+/// [`RACY_MARGIN`] on a file system whose timestamps carry no nanoseconds.
+pub const RACY_MARGIN_COARSE: Duration = Duration::from_secs(2);
+/// How far back the agent sets the mtime of a file it writes into a new tree, so that any later
+/// edit moves the mtime even within the same clock tick (the file's stamp is trusted at once).
+pub const WRITE_BACKDATE: Duration = Duration::from_secs(3);
+
+/// What the agent knows about one file it wrote or hashed: while the inode keeps these stat
+/// fields, its content is still `digest`. A file edited behind the agent's back changes mtime or
+/// ctime (and usually size), so its stamp no longer matches and it is hashed again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    dev: u64,
+    ino: u64,
+    nlink: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+    /// When the agent wrote or hashed it (wall clock, taken before the stat).
+    verified_at: SystemTime,
+    /// The content's digest.
+    pub digest: Digest,
+}
+
+/// Stamps of one tree's files, by path.
+pub type Stamps = BTreeMap<RelPath, Stamp>;
+
+impl Stamp {
+    /// The stamp of a file with metadata `md` whose content was `digest` at `verified_at`.
+    pub fn of(md: &fs::Metadata, digest: Digest, verified_at: SystemTime) -> Self {
+        Self {
+            dev: md.dev(),
+            ino: md.ino(),
+            nlink: md.nlink(),
+            size: md.size(),
+            mtime: (md.mtime(), md.mtime_nsec()),
+            ctime: (md.ctime(), md.ctime_nsec()),
+            verified_at,
+            digest,
+        }
+    }
+
+    /// Whether `md` is the very inode and state this stamp recorded.
+    pub fn matches(&self, md: &fs::Metadata) -> bool {
+        md.file_type().is_file()
+            && md.dev() == self.dev
+            && md.ino() == self.ino
+            && md.nlink() == self.nlink
+            && md.size() == self.size
+            && (md.mtime(), md.mtime_nsec()) == self.mtime
+            && (md.ctime(), md.ctime_nsec()) == self.ctime
+    }
+
+    /// Whether size and mtime are unchanged (what a link or unlink by the agent leaves alone).
+    fn same_content_stat(&self, md: &fs::Metadata) -> bool {
+        md.file_type().is_file() && md.size() == self.size && (md.mtime(), md.mtime_nsec()) == self.mtime
+    }
+
+    /// The same content after the agent changed the link count (new ctime and nlink).
+    fn relinked(&self, md: &fs::Metadata) -> Self {
+        Self { nlink: md.nlink(), ctime: (md.ctime(), md.ctime_nsec()), ..*self }
+    }
+
+    /// Whether the mtime is old enough, relative to when the agent read or wrote the file, that
+    /// any later edit must have moved it.
+    pub fn trusted(&self) -> bool {
+        let mtime = UNIX_EPOCH
+            + Duration::new(u64::try_from(self.mtime.0).unwrap_or(0), u32::try_from(self.mtime.1).unwrap_or(0));
+        let margin = if self.mtime.1 == 0 && self.ctime.1 == 0 { RACY_MARGIN_COARSE } else { RACY_MARGIN };
+        mtime + margin < self.verified_at
+    }
+}
+
+/// The fsyncs a built tree still needs before it may be swapped in: the files written into it
+/// (carried files are already durable, or were fsynced when re-hashed) and every directory of it,
+/// deepest first, then `.trees`.
+#[derive(Debug, Default)]
+#[must_use = "a built tree must be synced before it is swapped in"]
+pub struct Unsynced {
+    files: Vec<PathBuf>,
+    dirs: Vec<PathBuf>,
+}
+
+impl Unsynced {
+    /// Runs the fsyncs, files first.
+    pub fn sync(self) -> Result<(), AgentError> {
+        for f in &self.files {
+            OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(f)
+                .and_then(|f| f.sync_all())
+                .ctx("fsync", f)?;
+        }
+        for d in &self.dirs {
+            sync_dir(d)?;
+        }
+        Ok(())
+    }
 }
 
 /// The config tree under one root.
@@ -163,74 +270,135 @@ impl Tree {
         }
     }
 
-    /// Builds tree `id` from `parts` (written) and `plan.carry` (hard-linked from `live_dir`),
-    /// then re-hashes every file against `desired`, fsyncs files and directories.
+    /// Builds tree `id` from `parts` (written, each dropped once on disk) and `plan.carry`
+    /// (hard-linked from `live_dir`), checks every digest and fsyncs what is new: written files,
+    /// carried files that had to be re-hashed, and every directory of the new tree.
     ///
-    /// On any error the half-built tree is removed.
+    /// A carried file whose live inode still matches its [`Stamp`] in `trusted` (the agent wrote
+    /// or hashed it and it was not touched since) is linked without being re-read or re-synced;
+    /// any other carried file is hashed from disk and fsynced. Returns the new tree's directory
+    /// and the stamps of its files. On any error the half-built tree is removed.
     pub fn stage(
         &self,
         id: &str,
         desired: &[FileEntry],
-        parts: &BTreeMap<RelPath, Vec<u8>>,
+        parts: BTreeMap<RelPath, Vec<u8>>,
         plan: &TreePlan,
         live_dir: Option<&Path>,
-    ) -> Result<PathBuf, StageError> {
-        let dir = self.dir_of(id);
-        let res = self.stage_inner(&dir, desired, parts, plan, live_dir);
-        if res.is_err() {
+        trusted: &Stamps,
+    ) -> Result<(PathBuf, Stamps), StageError> {
+        let (dir, stamps, unsynced) = self.build(id, desired, parts, plan, live_dir, trusted)?;
+        if let Err(e) = unsynced.sync() {
             let _ = fs::remove_dir_all(&dir);
+            return Err(e.into());
         }
-        res.map(|()| dir)
+        Ok((dir, stamps))
     }
 
+    /// [`Tree::stage`] without the final fsyncs: they are returned as [`Unsynced`], to run (maybe
+    /// in parallel with other work) before the tree is swapped in. On error the half-built tree
+    /// is removed.
+    pub fn build(
+        &self,
+        id: &str,
+        desired: &[FileEntry],
+        parts: BTreeMap<RelPath, Vec<u8>>,
+        plan: &TreePlan,
+        live_dir: Option<&Path>,
+        trusted: &Stamps,
+    ) -> Result<(PathBuf, Stamps, Unsynced), StageError> {
+        let dir = self.dir_of(id);
+        let mut unsynced = Unsynced::default();
+        let res = self.stage_inner(&dir, desired, parts, plan, live_dir, trusted, &mut unsynced);
+        match res {
+            Ok(stamps) => Ok((dir, stamps, unsynced)),
+            Err(e) => {
+                let _ = fs::remove_dir_all(&dir);
+                Err(e)
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn stage_inner(
         &self,
         dir: &Path,
         desired: &[FileEntry],
-        parts: &BTreeMap<RelPath, Vec<u8>>,
+        mut parts: BTreeMap<RelPath, Vec<u8>>,
         plan: &TreePlan,
         live_dir: Option<&Path>,
-    ) -> Result<(), StageError> {
+        trusted: &Stamps,
+        unsynced: &mut Unsynced,
+    ) -> Result<Stamps, StageError> {
         let trees = self.trees_dir();
         fs::create_dir_all(&trees).ctx("create", &trees)?;
         fs::create_dir(dir).ctx("create tree", dir)?;
+        let by_path: BTreeMap<&RelPath, &FileEntry> = desired.iter().map(|f| (&f.path, f)).collect();
+        let mut stamps = Stamps::new();
         let mut dirs: BTreeSet<PathBuf> = BTreeSet::from([dir.to_path_buf()]);
         for path in &plan.write {
-            let bytes = parts.get(path).ok_or_else(|| AgentError::Tree(format!("no part for {path}")))?;
+            // The caller checked each part's bytes against its digest when it decoded them.
+            let bytes = parts.remove(path).ok_or_else(|| AgentError::Tree(format!("no part for {path}")))?;
+            let entry = by_path.get(path).ok_or_else(|| AgentError::Tree(format!("{path} is not desired")))?;
+            if bytes.len() as u64 != entry.size {
+                return Err(AgentError::Tree(format!("part {path} does not match its size")).into());
+            }
             let dst = dir.join(path.as_str());
             ensure_parent(&dst, dir, &mut dirs)?;
-            write_file(&dst, bytes)?;
+            stamps.insert(path.clone(), write_stamped(&dst, &bytes, entry.digest)?);
+            unsynced.files.push(dst);
         }
+        drop(parts);
         let mut missing = Vec::new();
         for (dst_rel, src_rel) in &plan.carry {
+            let Some(entry) = by_path.get(dst_rel) else {
+                missing.push(dst_rel.clone());
+                continue;
+            };
             let Some(live) = live_dir else {
                 missing.push(dst_rel.clone());
                 continue;
             };
             let src = live.join(src_rel.as_str());
-            if !is_regular_nofollow(live, src_rel) {
+            let Some(src_md) = regular_nofollow(live, src_rel) else {
                 missing.push(dst_rel.clone());
                 continue;
-            }
+            };
             let dst = dir.join(dst_rel.as_str());
             ensure_parent(&dst, dir, &mut dirs)?;
-            if fs::hard_link(&src, &dst).is_err() {
+            let linked = fs::hard_link(&src, &dst).is_ok();
+            if !linked {
                 // Another file system or a link limit: copy without following symlinks.
                 match read_nofollow(&src) {
-                    Ok(bytes) => write_file(&dst, &bytes)?,
-                    Err(_) => missing.push(dst_rel.clone()),
+                    Ok(bytes) => {
+                        // Hashed and fsynced below.
+                        write_file(&dst, &bytes, false)?;
+                    }
+                    Err(_) => {
+                        missing.push(dst_rel.clone());
+                        continue;
+                    }
                 }
             }
-        }
-        // Verify every digest from disk, and fsync every file.
-        for f in desired {
-            if missing.contains(&f.path) {
-                continue;
+            // Trusted: the same inode, untouched since the agent wrote or hashed it, and the link
+            // reached that very inode (nothing swapped it in between).
+            let stamp = trusted.get(src_rel).filter(|s| {
+                linked && s.digest == entry.digest && s.size == entry.size && s.trusted() && s.matches(&src_md)
+            });
+            if let Some(s) = stamp {
+                match fs::symlink_metadata(&dst) {
+                    Ok(md) if md.ino() == s.ino && md.dev() == s.dev && s.same_content_stat(&md) => {
+                        stamps.insert(dst_rel.clone(), s.relinked(&md));
+                        continue;
+                    }
+                    _ => {}
+                }
             }
-            let p = dir.join(f.path.as_str());
-            match hash_and_sync(&p) {
-                Ok((d, size)) if d == f.digest && size == f.size => {}
-                Ok(_) | Err(_) => missing.push(f.path.clone()),
+            match hash_and_sync(&dst) {
+                Ok((d, size, md, at)) if d == entry.digest && size == entry.size => {
+                    stamps.insert(dst_rel.clone(), Stamp::of(&md, d, at));
+                }
+                Ok(_) | Err(_) => missing.push(dst_rel.clone()),
             }
         }
         if !missing.is_empty() {
@@ -238,14 +406,27 @@ impl Tree {
             missing.dedup();
             return Err(StageError::Missing(missing));
         }
-        // Directories deepest first, then .trees itself.
-        let mut all: Vec<&PathBuf> = dirs.iter().collect();
+        // Every directory of the new tree is new: deepest first, then .trees itself.
+        let mut all: Vec<PathBuf> = dirs.into_iter().collect();
         all.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
-        for d in all {
-            sync_dir(d)?;
-        }
-        sync_dir(&trees)?;
-        Ok(())
+        unsynced.dirs = all;
+        unsynced.dirs.push(trees);
+        Ok(stamps)
+    }
+
+    /// Re-reads the stamps of tree `id` right after the agent itself linked or unlinked its files
+    /// (which moves ctime and the link count): a stamp survives only if its inode, size and mtime
+    /// are unchanged; anything else is dropped, so that file is hashed again before it is trusted.
+    pub fn refresh_stamps(&self, id: &str, stamps: &mut Stamps) {
+        let dir = self.dir_of(id);
+        stamps.retain(|path, s| match regular_nofollow(&dir, path) {
+            Some(md) if s.matches(&md) => true,
+            Some(md) if md.ino() == s.ino && md.dev() == s.dev && s.same_content_stat(&md) => {
+                *s = s.relinked(&md);
+                true
+            }
+            _ => false,
+        });
     }
 
     /// Makes tree `id` live: a new symlink renamed over `current`, then the root fsynced.
@@ -295,19 +476,22 @@ fn walk(base: &Path, dir: &Path, depth: usize, out: &mut Vec<FileEntry>) -> Resu
     Ok(())
 }
 
-/// Whether `base/rel` is a regular file reached without any symlink on the way.
-fn is_regular_nofollow(base: &Path, rel: &RelPath) -> bool {
+/// The metadata of `base/rel` if it is a regular file reached without any symlink on the way.
+fn regular_nofollow(base: &Path, rel: &RelPath) -> Option<fs::Metadata> {
     let mut p = base.to_path_buf();
     let comps: Vec<&str> = rel.components().collect();
     for (i, c) in comps.iter().enumerate() {
         p.push(c);
-        let Ok(md) = fs::symlink_metadata(&p) else { return false };
+        let md = fs::symlink_metadata(&p).ok()?;
         let last = i + 1 == comps.len();
-        if (last && !md.file_type().is_file()) || (!last && !md.file_type().is_dir()) {
-            return false;
+        if last {
+            return md.file_type().is_file().then_some(md);
+        }
+        if !md.file_type().is_dir() {
+            return None;
         }
     }
-    true
+    None
 }
 
 fn open_nofollow(p: &Path) -> io::Result<File> {
@@ -321,13 +505,18 @@ fn read_nofollow(p: &Path) -> io::Result<Vec<u8>> {
     Ok(buf)
 }
 
-fn hash_and_sync(p: &Path) -> io::Result<(Digest, u64)> {
+/// Hashes and fsyncs a regular file; returns its digest, size, the metadata taken before reading
+/// and the moment just before that stat.
+fn hash_and_sync(p: &Path) -> io::Result<(Digest, u64, fs::Metadata, SystemTime)> {
     let f = open_nofollow(p)?;
-    if !f.metadata()?.file_type().is_file() {
+    let at = SystemTime::now();
+    let md = f.metadata()?;
+    if !md.file_type().is_file() {
         return Err(io::Error::new(io::ErrorKind::InvalidData, "not a regular file"));
     }
     f.sync_all()?;
-    Digest::from_reader(f)
+    let (d, size) = Digest::from_reader(f)?;
+    Ok((d, size, md, at))
 }
 
 fn ensure_parent(dst: &Path, tree: &Path, dirs: &mut BTreeSet<PathBuf>) -> Result<(), AgentError> {
@@ -347,12 +536,27 @@ fn ensure_parent(dst: &Path, tree: &Path, dirs: &mut BTreeSet<PathBuf>) -> Resul
     Ok(())
 }
 
-/// Writes a new file (never through an existing symlink) and fsyncs it.
-pub fn write_file(p: &Path, bytes: &[u8]) -> Result<(), AgentError> {
+/// Writes a new file (never through an existing symlink), fsyncing it when `sync`.
+pub fn write_file(p: &Path, bytes: &[u8], sync: bool) -> Result<(), AgentError> {
     let mut f =
         OpenOptions::new().write(true).create_new(true).custom_flags(libc::O_NOFOLLOW).open(p).ctx("create", p)?;
     f.write_all(bytes).ctx("write", p)?;
-    f.sync_all().ctx("fsync", p)
+    if sync {
+        f.sync_all().ctx("fsync", p)?;
+    }
+    Ok(())
+}
+
+/// Writes a new tree file (never through an existing symlink) with its mtime set
+/// [`WRITE_BACKDATE`] in the past and returns its stamp. The caller fsyncs it.
+fn write_stamped(p: &Path, bytes: &[u8], digest: Digest) -> Result<Stamp, AgentError> {
+    let mut f =
+        OpenOptions::new().write(true).create_new(true).custom_flags(libc::O_NOFOLLOW).open(p).ctx("create", p)?;
+    f.write_all(bytes).ctx("write", p)?;
+    let at = SystemTime::now();
+    f.set_times(fs::FileTimes::new().set_modified(at - WRITE_BACKDATE)).ctx("set mtime", p)?;
+    let md = f.metadata().ctx("stat", p)?;
+    Ok(Stamp::of(&md, digest, at))
 }
 
 /// fsyncs a directory.
@@ -422,7 +626,7 @@ mod tests {
             .map(|f| (f.path.clone(), if f.path.is_haproxy_cfg() { b"cfg1".to_vec() } else { b"k v\n".to_vec() }))
             .collect();
         let plan = plan_tree(&files, &parts.keys().cloned().collect(), &[]);
-        tree.stage("one", &files, &parts, &plan, None).unwrap();
+        tree.stage("one", &files, parts, &plan, None, &Stamps::new()).unwrap();
         tree.swap("one").unwrap();
         assert_eq!(tree.live_id().unwrap().as_deref(), Some("one"));
         assert_eq!(hash_dir(&tree.live_dir().unwrap().unwrap()).unwrap(), files);
@@ -433,14 +637,14 @@ mod tests {
         let plan2 = plan_tree(&files2, &parts2.keys().cloned().collect(), &files);
         assert_eq!(plan2.carry.len(), 1);
         let live = tree.live_dir().unwrap().unwrap();
-        tree.stage("two", &files2, &parts2, &plan2, Some(&live)).unwrap();
+        tree.stage("two", &files2, parts2.clone(), &plan2, Some(&live), &Stamps::new()).unwrap();
 
         // A symlink planted in the live tree is never followed.
         let secret = tmp.path().join("secret");
         fs::write(&secret, b"k v\n").unwrap();
         fs::remove_file(live.join("maps/a.map")).unwrap();
         std::os::unix::fs::symlink(&secret, live.join("maps/a.map")).unwrap();
-        let err = tree.stage("three", &files2, &parts2, &plan2, Some(&live)).unwrap_err();
+        let err = tree.stage("three", &files2, parts2, &plan2, Some(&live), &Stamps::new()).unwrap_err();
         assert!(matches!(err, StageError::Missing(ref m) if m == &vec![RelPath::new("maps/a.map").unwrap()]));
         assert!(!tree.dir_of("three").exists());
         // hash_dir skips the symlink.
@@ -449,5 +653,67 @@ mod tests {
         tree.swap("two").unwrap();
         assert_eq!(tree.gc(&["two"]).unwrap(), 1);
         assert_eq!(tree.list().unwrap(), vec!["two".to_string()]);
+    }
+
+    #[test]
+    fn carried_file_edited_behind_the_agents_back_is_rehashed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let tree = Tree::new(tmp.path());
+        let map = b"key1 value1\n".to_vec();
+        let files = vec![fe("haproxy.cfg", b"cfg1"), fe("maps/a.map", &map)];
+        let parts: BTreeMap<RelPath, Vec<u8>> =
+            BTreeMap::from([(RelPath::haproxy_cfg(), b"cfg1".to_vec()), (RelPath::new("maps/a.map").unwrap(), map)]);
+        let plan = plan_tree(&files, &parts.keys().cloned().collect(), &[]);
+        let (_, stamps) = tree.stage("one", &files, parts, &plan, None, &Stamps::new()).unwrap();
+        tree.swap("one").unwrap();
+        let a = RelPath::new("maps/a.map").unwrap();
+        // A file the agent wrote is trusted at once (its mtime was set back).
+        assert!(stamps[&a].trusted());
+
+        // Carried untouched: trusted, and its stamp follows the new link count.
+        let files2 = vec![fe("haproxy.cfg", b"cfg2"), fe("maps/a.map", b"key1 value1\n")];
+        let parts2 = BTreeMap::from([(RelPath::haproxy_cfg(), b"cfg2".to_vec())]);
+        let plan2 = plan_tree(&files2, &parts2.keys().cloned().collect(), &files);
+        let live = tree.live_dir().unwrap().unwrap();
+        let (_, mut stamps2) = tree.stage("two", &files2, parts2.clone(), &plan2, Some(&live), &stamps).unwrap();
+        tree.swap("two").unwrap();
+        tree.gc(&["two"]).unwrap();
+        tree.refresh_stamps("two", &mut stamps2);
+        let live = tree.live_dir().unwrap().unwrap();
+        let md = fs::symlink_metadata(live.join("maps/a.map")).unwrap();
+        assert!(stamps2[&a].matches(&md), "refreshed after the agent's own unlink");
+
+        // Edited behind the agent's back: same size, and even the old mtime put back.
+        let p = live.join("maps/a.map");
+        let old_mtime = md.modified().unwrap();
+        fs::write(&p, b"key1 VALUE1\n").unwrap();
+        File::options().write(true).open(&p).unwrap().set_times(fs::FileTimes::new().set_modified(old_mtime)).unwrap();
+        let md2 = fs::symlink_metadata(&p).unwrap();
+        assert_eq!(md2.len(), md.len());
+        assert!(!stamps2[&a].matches(&md2), "ctime moved");
+        let err = tree.stage("three", &files2, parts2.clone(), &plan2, Some(&live), &stamps2).unwrap_err();
+        assert!(matches!(err, StageError::Missing(ref m) if m == &vec![a.clone()]));
+        // A refresh drops the stamp of an edited file (mtime or size moved).
+        fs::write(&p, b"key1 value2\n").unwrap();
+        tree.refresh_stamps("two", &mut stamps2);
+        assert!(!stamps2.contains_key(&a));
+
+        // Restored content, untrusted (no stamp): hashed, accepted and stamped again.
+        fs::write(&p, b"key1 value1\n").unwrap();
+        let (_, stamps3) = tree.stage("four", &files2, parts2, &plan2, Some(&live), &stamps2).unwrap();
+        assert_eq!(stamps3[&a].digest, Digest::of(b"key1 value1\n"));
+    }
+
+    #[test]
+    fn racy_stamps_are_not_trusted() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("f");
+        fs::write(&p, b"x").unwrap();
+        let md = fs::symlink_metadata(&p).unwrap();
+        let mtime = md.modified().unwrap();
+        // Hashed within the same tick as its last write: an edit could keep mtime and size.
+        assert!(!Stamp::of(&md, Digest::of(b"x"), mtime).trusted());
+        assert!(!Stamp::of(&md, Digest::of(b"x"), mtime + RACY_MARGIN / 2).trusted());
+        assert!(Stamp::of(&md, Digest::of(b"x"), mtime + RACY_MARGIN_COARSE * 2).trusted());
     }
 }
