@@ -43,6 +43,8 @@ pub struct AgentConfig {
     pub reload_timeout: Duration,
     /// The pod's name in logs.
     pub pod: String,
+    /// Refuse a reload whose new TCP binds are held by another socket (see [`crate::check::precheck_binds`]).
+    pub bind_precheck: bool,
 }
 
 /// Why an apply was refused (nothing changed, except a raised fence high-water mark).
@@ -431,6 +433,18 @@ impl Agent {
                     rejected: true,
                     haproxy_output: e.output,
                     reason: "check: haproxy -c failed".into(),
+                })));
+            }
+        }
+        if mode == Mode::Reload && self.cfg.bind_precheck {
+            if let Err(e) = crate::check::precheck_binds(&old_cfg, &new_cfg) {
+                let _ = syncing.await;
+                let _ = self.tree.remove(&id);
+                return Err(Refusal::Nack(Box::new(Nack {
+                    error: "a port the new config binds is already in use".into(),
+                    rejected: true,
+                    haproxy_output: e.output,
+                    reason: "bind pre-check: a new bind address is held by another socket".into(),
                 })));
             }
         }

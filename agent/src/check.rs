@@ -53,3 +53,48 @@ pub async fn check_tree(bin: &Path, tree_dir: &Path) -> Result<(), CheckFailed> 
     }
     Err(CheckFailed { output: text })
 }
+
+/// Best-effort pre-check of the TCP ports a reload of `new_cfg` would newly bind (ports
+/// `old_cfg` does not listen on). A port another socket already holds makes HAProxy pause every
+/// listener for about two seconds of bind retries and then fail the reload (FACTS §2), so such a
+/// config is refused up front. Only "address in use" counts; anything else is left to HAProxy.
+pub fn precheck_binds(old_cfg: &str, new_cfg: &str) -> Result<(), CheckFailed> {
+    use haptic_protocol::cfg;
+    use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
+
+    let busy: Vec<String> = cfg::new_tcp_binds(&cfg::parse(old_cfg), &cfg::parse(new_cfg))
+        .into_iter()
+        .map(|b| SocketAddr::new(b.ip.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)), b.port))
+        .filter(|addr| matches!(TcpListener::bind(addr), Err(e) if e.kind() == std::io::ErrorKind::AddrInUse))
+        .map(|addr| addr.to_string())
+        .collect();
+    if busy.is_empty() {
+        return Ok(());
+    }
+    Err(CheckFailed {
+        output: format!(
+            "bind pre-check: {} already in use by another socket; a reload would pause every listener \
+             for ~2 s of bind retries and then fail",
+            busy.join(", ")
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_port_held_by_another_socket_is_refused() {
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = held.local_addr().unwrap().port();
+        let old = "frontend f\n  bind 127.0.0.1:1\n";
+        let new = format!("frontend f\n  bind 127.0.0.1:1\n  bind 127.0.0.1:{port}\n");
+        let err = precheck_binds(old, &new).unwrap_err();
+        assert!(err.output.contains(&format!("127.0.0.1:{port}")), "{}", err.output);
+        // A port the running config already listens on is HAProxy's own: not checked.
+        assert_eq!(precheck_binds(&new, &new), Ok(()));
+        drop(held);
+        assert_eq!(precheck_binds(old, &new), Ok(()));
+    }
+}

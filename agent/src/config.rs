@@ -80,6 +80,10 @@ pub struct RunArgs {
     /// The pod's name for logs (defaults to the root path).
     #[arg(long, env = "HAPTIC_AGENT_POD_NAME")]
     pub pod_name: Option<String>,
+    /// Refuse (422) a reload whose new TCP bind ports are already held by another socket, instead
+    /// of letting HAProxy pause its listeners for ~2 s of bind retries and fail.
+    #[arg(long, env = "HAPTIC_AGENT_BIND_PRECHECK", default_value_t = true, action = clap::ArgAction::Set)]
+    pub bind_precheck: bool,
 }
 
 /// Parses a human duration such as `2s`, `500ms` or `1m`.

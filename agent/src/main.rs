@@ -56,6 +56,7 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
         min_reload_interval: a.min_reload_interval,
         reload_timeout: a.reload_timeout,
         pod: a.pod_name.clone().unwrap_or_else(|| a.root.display().to_string()),
+        bind_precheck: a.bind_precheck,
     };
     let agent = Agent::open(cfg, metrics).with_context(|| format!("open {}", a.root.display()))?;
     let background = agent.spawn_background();

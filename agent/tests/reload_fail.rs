@@ -1,6 +1,7 @@
 //! Issue 3 test 6 on HAProxy 2.6 and 3.0: a config that passes `haproxy -c` but fails on
 //! reload (a port already held by another socket) → 422; the last good tree is live again and
-//! HAProxy still serves the old config.
+//! HAProxy still serves the old config. With the bind pre-check (the default) the agent refuses
+//! it before touching anything; without it, HAProxy's failed reload is rolled back.
 
 mod common;
 
@@ -8,13 +9,15 @@ use std::net::SocketAddr;
 
 use common::*;
 use haptic_e2e::haproxy_bins;
+use haptic_e2e::pod::PodOpts;
 use haptic_protocol::Mode;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_reload_restores_the_last_good_tree_on_every_version() {
     for bin in haproxy_bins() {
         let label = bin.label();
-        let pod = pod(&bin).await;
+        let no_precheck = PodOpts { extra_args: vec!["--bind-precheck=false".into()], ..Default::default() };
+        let pod = pod_with(&bin, no_precheck).await;
         let a = backend("A").await;
         let fe = port();
         let fe_addr = SocketAddr::from(([127, 0, 0, 1], fe));
@@ -66,5 +69,41 @@ async fn failed_reload_restores_the_last_good_tree_on_every_version() {
         let ack = apply_ok(&pod, &request((1, 4), Some(p1), Mode::Reload, &good2, |_| true, vec![])).await;
         assert_eq!(ack["reload"]["state"], "done", "{label}: {ack}");
         println!("{label}: failed reload restored");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bind_precheck_refuses_a_held_port_without_reloading_on_every_version() {
+    for bin in haproxy_bins() {
+        let label = bin.label();
+        let pod = pod(&bin).await;
+        let a = backend("A").await;
+        let fe = port();
+        let fe_addr = SocketAddr::from(([127, 0, 0, 1], fe));
+        let good = only_cfg(&cfg(pod.health_bind(), fe, &[("s1", a.port)], ""));
+        let p1 = pid(&good);
+        apply_ok(&pod, &request((1, 1), None, Mode::Reload, &good, |_| true, vec![])).await;
+        let (w, reloads) = (worker(&pod).await, master_reloads(&pod).await);
+
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let held_port = held.local_addr().unwrap().port();
+        let extra = format!("\nfrontend fe_conflict\n    bind 127.0.0.1:{held_port}\n    default_backend be_app\n");
+        let bad = only_cfg(&cfg(pod.health_bind(), fe, &[("s1", a.port)], &extra));
+        let (st, v) = apply(&pod, &request((1, 2), Some(p1), Mode::Reload, &bad, |_| true, vec![])).await;
+        assert_eq!(st, 422, "{label}: {v}");
+        assert!(v["reason"].as_str().unwrap().contains("bind pre-check"), "{label}: {v}");
+        assert!(v["haproxy_output"].as_str().unwrap().contains(&format!("127.0.0.1:{held_port}")), "{label}: {v}");
+        assert_eq!(master_reloads(&pod).await, reloads, "{label}: no reload was attempted");
+        assert_eq!(worker(&pod).await, w, "{label}");
+        let s = state(&pod, true).await;
+        assert_eq!(s.applied.as_ref().unwrap().plan_id, p1, "{label}");
+        assert_eq!(s.files, entries(&good), "{label}: nothing changed on disk");
+        assert_eq!(get(fe_addr, "/").await, (200, "A".into()), "{label}");
+
+        // Once the port is free, the same config lands.
+        drop(held);
+        let ack = apply_ok(&pod, &request((1, 3), Some(p1), Mode::Reload, &bad, |_| true, vec![])).await;
+        assert_eq!(ack["reload"]["state"], "done", "{label}: {ack}");
+        println!("{label}: bind pre-check refused a held port, then the config landed once it was free");
     }
 }
