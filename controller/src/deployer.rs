@@ -6,10 +6,14 @@
 //! `unknown_baseline` sends the complete state, `missing_parts` resends exactly those,
 //! `stale_epoch` asks the fence holder to reclaim or stands down), NACK handling (HAProxy's
 //! words into status; the pod's baseline — what the controller believed it holds — is dropped,
-//! so the next deployment re-reads the pod), and the
-//! follow-up of scheduled reloads, which is part of the deployment: a deployment ends when every
-//! pod runs the render, failed, or its reload missed the follow-up deadline. It must never decide when to deploy (the scheduler does) and
-//! never send an apply without a fence from the [`FenceHolder`].
+//! so the next deployment re-reads the pod), and the follow-up of scheduled reloads. A deployment
+//! ends when every pod has ACKed (its reload done or scheduled), failed, or stood down; a pod with
+//! a scheduled reload is then followed up in the background, outside the deployment slot
+//! ([`crate::followup`]: polled until it runs the render or the deadline passes, counting as
+//! neither converged nor failed until then, superseded by a newer apply to the pod), so a newer
+//! render dispatches at once and the agent's pacer folds it into the same reload. It must never
+//! decide when to deploy (the scheduler does) and never send an apply without a fence from the
+//! [`FenceHolder`].
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -20,11 +24,14 @@ use haptic_protocol::api::Part;
 use haptic_protocol::{
     Ack, ApiVersion, ApplyRequest, Capabilities, ConflictKind, FileEntry, Mode, PlanId, RelPath, StateResponse,
 };
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
 
 use crate::blob;
 use crate::client::{AgentClient, ApplyAnswer};
 use crate::diff::{complete_state, plan, Baseline, PlanDiff};
+use crate::followup::{judge, Poll, Step, Ticket, Tickets};
 use crate::metrics::{ConflictLabel, Metrics, PodLabel};
 use crate::render::Render;
 use crate::seams::{Endpoint, FenceHolder};
@@ -53,7 +60,7 @@ pub enum PodOutcome {
     Unchanged,
     /// It ACKed and runs the render.
     Converged(Mode),
-    /// It ACKed; a paced reload is scheduled and followed up.
+    /// It ACKed; a paced reload is scheduled and followed up in the background.
     ReloadPending(Mode),
     /// HAProxy refused the render (NACK), in its words.
     Rejected(String),
@@ -78,6 +85,9 @@ pub struct DeploymentReport {
     pub pods: Vec<(String, PodOutcome)>,
     /// How long it took.
     pub duration: Duration,
+    /// When every pod ended with a paced reload scheduled: how long after the deployment's end
+    /// the earliest of those reloads is due (else `None`).
+    pub reloads_due_in: Option<Duration>,
 }
 
 impl DeploymentReport {
@@ -101,6 +111,17 @@ impl DeploymentReport {
             _ => None,
         })
     }
+}
+
+/// How a background follow-up of a scheduled reload ended (superseded ones never report).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FollowUpEnd {
+    /// The pod.
+    pub pod: String,
+    /// The plan its reload was to bring into the worker.
+    pub plan: PlanId,
+    /// Whether the pod runs it now (else it failed, and the board says why).
+    pub converged: bool,
 }
 
 /// What the deployer knows of a pod between deployments: its last state read, advanced by ACKs.
@@ -169,6 +190,9 @@ pub struct Deployer {
     cfg: DeployerConfig,
     cache: Mutex<PlanCache>,
     known: Mutex<HashMap<String, Known>>,
+    follow_ups: Mutex<Tickets>,
+    follow_up_events: Mutex<Option<mpsc::UnboundedSender<FollowUpEnd>>>,
+    stop: CancellationToken,
 }
 
 impl std::fmt::Debug for Deployer {
@@ -210,7 +234,36 @@ impl Deployer {
         metrics: Arc<Metrics>,
         cfg: DeployerConfig,
     ) -> Self {
-        Deployer { client, fence, board, metrics, cfg, cache: Mutex::default(), known: Mutex::default() }
+        Deployer {
+            client,
+            fence,
+            board,
+            metrics,
+            cfg,
+            cache: Mutex::default(),
+            known: Mutex::default(),
+            follow_ups: Mutex::default(),
+            follow_up_events: Mutex::default(),
+            stop: CancellationToken::new(),
+        }
+    }
+
+    /// Where the ends of background follow-ups are reported from now on (replacing any earlier
+    /// receiver).
+    pub fn follow_up_events(&self) -> mpsc::UnboundedReceiver<FollowUpEnd> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        *lock(&self.follow_up_events) = Some(tx);
+        rx
+    }
+
+    /// Stops every background follow-up (the controller is stopping).
+    pub fn stop_follow_ups(&self) {
+        self.stop.cancel();
+    }
+
+    /// How many pods have a background follow-up running.
+    pub fn follow_ups_running(&self) -> usize {
+        lock(&self.follow_ups).len()
     }
 
     /// Remembers a render as a baseline (so pods that ACK it never need their blob decoded).
@@ -224,7 +277,8 @@ impl Deployer {
         lock(&self.known).clear();
     }
 
-    /// Applies `render` to every endpoint and reports each pod's outcome.
+    /// Applies `render` to every endpoint and reports each pod's outcome once every pod has
+    /// ACKed or failed; scheduled reloads are followed up in the background.
     pub async fn deploy(
         self: &Arc<Self>,
         render: Arc<Render>,
@@ -234,12 +288,15 @@ impl Deployer {
         let started = Instant::now();
         self.remember(&render);
         let shared = Arc::new(SharedDiffs::default());
-        let pods: Vec<(String, PodOutcome)> = futures::stream::iter(endpoints)
+        let pods: Vec<(String, PodOutcome, Option<Instant>)> = futures::stream::iter(endpoints)
             .map(|ep| {
                 let me = self.clone();
                 let render = render.clone();
                 let shared = shared.clone();
                 async move {
+                    // This apply supersedes the pod's older follow-up: whatever it waited for,
+                    // the pod is about to hold a newer plan.
+                    lock(&me.follow_ups).supersede(&ep.name);
                     let fut = me.deploy_pod(&ep, &render, kind, &shared);
                     let outcome = match tokio::time::timeout(me.cfg.sync_timeout, fut).await {
                         Ok(o) => o,
@@ -248,29 +305,35 @@ impl Deployer {
                             me.fail(&ep, format!("no answer within the sync timeout ({:?})", me.cfg.sync_timeout))
                         }
                     };
-                    // A scheduled reload is part of the deployment: the scheduler holds newer
-                    // renders (latest wins) until the fleet's paced reloads ran.
-                    let outcome = match outcome {
-                        PodOutcome::ReloadPending(mode) => {
-                            let due = me
-                                .board
-                                .snapshot()
-                                .pods
-                                .iter()
-                                .find(|p| p.pod == ep.name)
-                                .and_then(|p| p.pending_reload.as_ref().map(|r| r.due_in_ms))
-                                .unwrap_or(0);
-                            me.follow_up(&ep, render.plan_id(), mode, due).await
-                        }
-                        other => other,
-                    };
-                    (ep.name.clone(), outcome)
+                    // A scheduled reload is followed up outside the deployment slot, so a newer
+                    // render reaches the pod before its paced reload runs.
+                    let mut due_at = None;
+                    if let PodOutcome::ReloadPending(mode) = outcome {
+                        let due = me
+                            .board
+                            .snapshot()
+                            .pods
+                            .iter()
+                            .find(|p| p.pod == ep.name)
+                            .and_then(|p| p.pending_reload.as_ref().map(|r| r.due_in_ms))
+                            .unwrap_or(0);
+                        due_at = Some(Instant::now() + Duration::from_millis(due));
+                        me.spawn_follow_up(ep.clone(), render.plan_id(), mode, due);
+                    }
+                    (ep.name.clone(), outcome, due_at)
                 }
             })
             .buffer_unordered(self.cfg.max_parallel.max(1))
             .collect()
             .await;
-        let report = DeploymentReport { plan: render.plan_id(), pods, duration: started.elapsed() };
+        let dues: Option<Vec<Instant>> = pods.iter().map(|(_, _, d)| *d).collect();
+        let now = Instant::now();
+        let reloads_due_in = dues
+            .filter(|d| !d.is_empty())
+            .and_then(|d| d.into_iter().min())
+            .map(|at| at.saturating_duration_since(now));
+        let pods = pods.into_iter().map(|(n, o, _)| (n, o)).collect();
+        let report = DeploymentReport { plan: render.plan_id(), pods, duration: started.elapsed(), reloads_due_in };
         self.metrics.deployment_duration.observe(report.duration.as_secs_f64());
         self.refresh_gauges();
         report
@@ -575,55 +638,79 @@ impl Deployer {
         }
     }
 
-    /// Polls a pod until it runs `target` (converged), its applied plan moves on, or the
-    /// deadline (`due_in_ms` + sync timeout) passes (failed).
-    async fn follow_up(&self, ep: &Endpoint, target: PlanId, mode: Mode, due_in_ms: u64) -> PodOutcome {
-        let deadline = Instant::now() + Duration::from_millis(due_in_ms) + self.cfg.sync_timeout;
+    /// Follows up a pod's scheduled reload in the background, superseding any older follow-up.
+    fn spawn_follow_up(self: &Arc<Self>, ep: Endpoint, target: PlanId, mode: Mode, due_in_ms: u64) {
+        let ticket = lock(&self.follow_ups).issue(&ep.name, target);
+        let me = self.clone();
         let span = tracing::info_span!("follow_up", pod = %ep.name, plan = %target.short());
-        async {
-            loop {
-                tokio::time::sleep(FOLLOW_UP_POLL).await;
-                match self.client.state(ep, false).await {
-                    Ok(s) => {
-                        self.board.pod(&ep.name, |p| p.observe(&s));
-                        let applied = s.applied.as_ref().map(|a| a.plan_id);
-                        if applied != Some(target) {
-                            lock(&self.known).remove(&ep.name);
-                            return self.fail(
-                                ep,
-                                format!(
-                                    "the pod's applied plan moved away from {} before its reload ran",
-                                    target.short()
-                                ),
-                            );
-                        }
-                        if s.running.as_ref().map(|r| r.plan_id) == Some(target) {
-                            info!("the paced reload ran");
-                            self.board.pod(&ep.name, |p| {
-                                p.phase = Phase::Converged;
-                                p.pending_reload = None;
-                            });
-                            self.refresh_gauges();
-                            return PodOutcome::Converged(mode);
-                        }
-                        if Instant::now() >= deadline {
-                            lock(&self.known).remove(&ep.name);
-                            let why = s.last_error.unwrap_or_else(|| {
-                                format!("plan {} applied but not running by the follow-up deadline", target.short())
-                            });
-                            return self.fail(ep, why);
-                        }
-                    }
-                    Err(e) if Instant::now() >= deadline => {
-                        lock(&self.known).remove(&ep.name);
-                        return self.fail(ep, e.0);
-                    }
-                    Err(_) => {}
+        tokio::spawn(
+            async move {
+                let stop = me.stop.clone();
+                tokio::select! {
+                    _ = stop.cancelled() => {}
+                    () = me.follow_up(&ep, &ticket, mode, due_in_ms) => {}
                 }
             }
+            .instrument(span),
+        );
+    }
+
+    /// Polls a pod until it runs the ticket's plan (converged), its applied plan moves on, or the
+    /// deadline (`due_in_ms` + sync timeout) passes (failed); returns quietly once superseded.
+    async fn follow_up(&self, ep: &Endpoint, ticket: &Ticket, mode: Mode, due_in_ms: u64) {
+        let deadline = Instant::now() + Duration::from_millis(due_in_ms) + self.cfg.sync_timeout;
+        let target = ticket.plan;
+        loop {
+            tokio::time::sleep(FOLLOW_UP_POLL).await;
+            if !lock(&self.follow_ups).is_current(ticket) {
+                return;
+            }
+            let answer = self.client.state(ep, false).await;
+            let poll = match &answer {
+                Ok(s) => Poll::State {
+                    applied: s.applied.as_ref().map(|a| a.plan_id),
+                    running: s.running.as_ref().map(|r| r.plan_id),
+                    last_error: s.last_error.clone(),
+                },
+                Err(e) => Poll::Unreachable(e.0.clone()),
+            };
+            let step = judge(target, poll, Instant::now() >= deadline);
+            // Judged and recorded under the tickets' lock, so a newer apply that supersedes this
+            // follow-up never sees its board entry overwritten by a stale answer.
+            {
+                let mut tickets = lock(&self.follow_ups);
+                if !tickets.is_current(ticket) {
+                    return;
+                }
+                if let Ok(s) = &answer {
+                    self.board.pod(&ep.name, |p| p.observe(s));
+                }
+                match &step {
+                    Step::Wait => continue,
+                    Step::Converged => {
+                        info!(mode = %mode, "the paced reload ran");
+                        self.board.pod(&ep.name, |p| {
+                            p.phase = Phase::Converged;
+                            p.pending_reload = None;
+                        });
+                    }
+                    Step::Failed(why) => {
+                        lock(&self.known).remove(&ep.name);
+                        warn!(pod = %ep.name, "follow-up failed: {why}");
+                        self.board.pod(&ep.name, |p| {
+                            p.phase = Phase::Failed;
+                            p.last_error = Some(why.clone());
+                        });
+                    }
+                }
+                tickets.close(ticket);
+            }
+            self.refresh_gauges();
+            if let Some(tx) = lock(&self.follow_up_events).as_ref() {
+                let _ = tx.send(FollowUpEnd { pod: ep.name.clone(), plan: target, converged: step == Step::Converged });
+            }
+            return;
         }
-        .instrument(span)
-        .await
     }
 }
 
@@ -673,6 +760,7 @@ mod tests {
             plan: r(1).plan_id(),
             pods: o.into_iter().enumerate().map(|(i, o)| (format!("p{i}"), o)).collect(),
             duration: Duration::ZERO,
+            reloads_due_in: None,
         };
         assert_eq!(rep(vec![PodOutcome::Unchanged, PodOutcome::Converged(Mode::Runtime)]).result(), "success");
         assert_eq!(rep(vec![PodOutcome::Unchanged, PodOutcome::Failed("x".into())]).result(), "partial");

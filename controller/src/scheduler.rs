@@ -5,7 +5,14 @@
 //! least one endpoint, reverting to the last good render on a refusal, retrying the latest after
 //! a deployment timeout, and drift repair after an idle interval (sooner, with backoff, while
 //! pods are left failed) — and the async [`Driver`]
-//! that feeds it (render source, endpoint source, gate checks, deployment completions, timers).
+//! that feeds it (render source, endpoint source, gate checks, deployment completions, the ends
+//! of background follow-ups, timers). A deployment is in flight until every pod has ACKed or
+//! failed; scheduled reloads are followed up outside it (see [`crate::followup`]), and the next
+//! render dispatches as soon as it ends — unless every pod of the deployment that just ended has
+//! a paced reload scheduled: the agent's pacer folds whatever plan is latest at the due time
+//! into that one reload, so applies before then are wasted. The core then holds the pending slot
+//! (renders keep coalescing, latest wins) until a lead before the earliest due reload
+//! ([`hold_for`]), so the latest render still reaches every pod before its reload.
 //! It must never talk to pods itself (the deployer does) and never let a refused render become
 //! the target.
 
@@ -18,7 +25,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::deployer::{DeployKind, Deployer, DeploymentReport};
+use crate::deployer::{DeployKind, Deployer, DeploymentReport, FollowUpEnd};
 use crate::gate::{Checker, GateMode, Latch, Verdict};
 use crate::metrics::Metrics;
 use crate::render::Render;
@@ -38,6 +45,10 @@ pub enum Input {
     Finished(u64, Option<DeploymentReport>),
     /// The fleet has been idle for the drift interval.
     DriftDue,
+    /// A background follow-up of a scheduled reload ended.
+    FollowUpEnded(FollowUpEnd),
+    /// The hold asked for by [`Action::Hold`] with this token is over.
+    HoldOver(u64),
 }
 
 /// What the scheduler asks for.
@@ -56,6 +67,25 @@ pub enum Action {
         /// Why.
         kind: DeployKind,
     },
+    /// Hold the pending slot for `wait`, then feed [`Input::HoldOver`] with `token`.
+    Hold {
+        /// Identifies this hold.
+        token: u64,
+        /// How long.
+        wait: Duration,
+    },
+}
+
+/// The least time before a scheduled reload is due that a held render is dispatched.
+pub const MIN_LEAD: Duration = Duration::from_millis(150);
+
+/// How long to hold the pending slot after `report`: only when every pod ended with a paced
+/// reload scheduled, until a lead (the larger of [`MIN_LEAD`] and twice the deployment's
+/// duration, so the next apply round ends before the reload starts) before the earliest is due.
+pub fn hold_for(report: &DeploymentReport) -> Option<Duration> {
+    let due = report.reloads_due_in?;
+    let lead = MIN_LEAD.max(report.duration * 2);
+    due.checked_sub(lead).filter(|d| !d.is_zero())
 }
 
 /// The scheduler's pure state.
@@ -73,6 +103,7 @@ pub struct Core {
     next_id: u64,
     stood_down: bool,
     render_error: Option<String>,
+    held: Option<u64>,
 }
 
 impl Core {
@@ -91,6 +122,7 @@ impl Core {
             next_id: 1,
             stood_down: false,
             render_error: None,
+            held: None,
         }
     }
 
@@ -117,6 +149,11 @@ impl Core {
     /// Why the source's content is not a render, if it is not.
     pub fn render_error(&self) -> Option<&str> {
         self.render_error.as_deref()
+    }
+
+    /// Whether the pending slot is held until the fleet's scheduled reloads come near.
+    pub fn held(&self) -> bool {
+        self.held.is_some()
     }
 
     /// Whether the controller stood down.
@@ -177,6 +214,8 @@ impl Core {
                 }
             }
             Input::Endpoints(eps) => {
+                // New pods may need the render now: no hold.
+                self.held = None;
                 self.endpoints = eps;
                 if self.pending.is_some() {
                     self.try_start(&mut out);
@@ -201,7 +240,12 @@ impl Core {
                         self.stood_down = true;
                         self.pending = None;
                     }
-                    Some(_) => {}
+                    Some(rep) => {
+                        if let Some(wait) = hold_for(&rep) {
+                            self.held = Some(id);
+                            out.push(Action::Hold { token: id, wait });
+                        }
+                    }
                 }
                 self.try_start(&mut out);
             }
@@ -210,6 +254,15 @@ impl Core {
                     if let Some(t) = self.target.clone() {
                         self.enqueue(t, DeployKind::Drift, &mut out);
                     }
+                }
+            }
+            // A converged pod needs nothing; a failed follow-up is retried by the driver's
+            // backoff timer (a drift pass), like a deployment that left pods failed.
+            Input::FollowUpEnded(_) => {}
+            Input::HoldOver(token) => {
+                if self.held == Some(token) {
+                    self.held = None;
+                    self.try_start(&mut out);
                 }
             }
         }
@@ -225,7 +278,7 @@ impl Core {
     }
 
     fn try_start(&mut self, out: &mut Vec<Action>) {
-        if self.in_flight.is_some() || self.endpoints.is_empty() || self.stood_down {
+        if self.in_flight.is_some() || self.held.is_some() || self.endpoints.is_empty() || self.stood_down {
             return;
         }
         let Some((render, kind)) = self.pending.take() else { return };
@@ -308,9 +361,19 @@ impl Driver {
                 }
             }
         });
+        let tx = in_tx.clone();
+        let mut follow_ups = self.deployer.follow_up_events();
+        let follow_up_task = tokio::spawn(async move {
+            while let Some(end) = follow_ups.recv().await {
+                if tx.send(Input::FollowUpEnded(end)).is_err() {
+                    break;
+                }
+            }
+        });
 
         let mut running: Option<(u64, tokio::task::JoinHandle<()>, Instant)> = None;
         let mut drift_at: Option<Instant> = None;
+        let mut hold: Option<(u64, Instant)> = None;
         loop {
             let deploy_deadline = running.as_ref().map(|(_, _, d)| *d);
             let input = tokio::select! {
@@ -326,6 +389,10 @@ impl Driver {
                 _ = sleep_until_opt(drift_at) => {
                     drift_at = None;
                     Input::DriftDue
+                }
+                _ = sleep_until_opt(hold.map(|(_, at)| at)) => {
+                    let Some((token, _)) = hold.take() else { continue };
+                    Input::HoldOver(token)
                 }
             };
             let actions = self.observe_and_feed(input, &mut running, &mut drift_at);
@@ -349,12 +416,21 @@ impl Driver {
                         });
                         running = Some((id, handle, Instant::now() + self.cfg.deployment_timeout));
                     }
+                    Action::Hold { token, wait } => {
+                        info!(
+                            ?wait,
+                            "every pod has a paced reload scheduled; holding newer renders until shortly before it"
+                        );
+                        hold = Some((token, Instant::now() + wait));
+                    }
                 }
             }
             self.publish();
         }
         render_task.abort();
         endpoint_task.abort();
+        follow_up_task.abort();
+        self.deployer.stop_follow_ups();
         if let Some((_, h, _)) = running {
             h.abort();
         }
@@ -398,11 +474,31 @@ impl Driver {
                         warn!(retry_in = ?next, "some pods are not on the target; retrying");
                         next
                     } else {
-                        self.retry = None;
+                        // Pods whose paced reload is still followed up have not shown success yet.
+                        let reloads_pending = report.as_ref().is_some_and(|r| {
+                            r.pods.iter().any(|(_, o)| matches!(o, crate::deployer::PodOutcome::ReloadPending(_)))
+                        });
+                        if !reloads_pending {
+                            self.retry = None;
+                        }
                         self.cfg.drift_interval
                     };
                     *drift_at = Some(Instant::now() + wait);
                 }
+            }
+            Input::FollowUpEnded(end) if !end.converged && self.core.target() == Some(end.plan) => {
+                // A pod's paced reload did not bring the target into its worker: retry it
+                // (verified), with the same doubling backoff as a deployment that left pods failed.
+                let next = self.retry.map_or(FIRST_RETRY, |d| d * 2).min(self.cfg.drift_interval);
+                self.retry = Some(next);
+                warn!(pod = %end.pod, retry_in = ?next, "a scheduled reload did not converge; retrying");
+                if self.core.in_flight().is_none() {
+                    *drift_at = Some(drift_at.map_or(Instant::now() + next, |at| at.min(Instant::now() + next)));
+                }
+            }
+            Input::FollowUpEnded(end) if end.converged && self.deployer.follow_ups_running() == 0 => {
+                // Every scheduled reload ran: the backoff starts afresh.
+                self.retry = None;
             }
             Input::DriftDue => {
                 if self.core.in_flight().is_some() {
@@ -437,6 +533,7 @@ async fn sleep_until_opt(at: Option<Instant>) {
 mod tests {
     use super::*;
     use crate::deployer::PodOutcome;
+    use haptic_protocol::Mode;
 
     fn r(n: u32) -> Arc<Render> {
         let cfg = format!("global\n  maxconn {n}\n");
@@ -466,7 +563,12 @@ mod tests {
     }
 
     fn ok(plan: PlanId) -> Option<DeploymentReport> {
-        Some(DeploymentReport { plan, pods: vec![("p1".into(), PodOutcome::Unchanged)], duration: Duration::ZERO })
+        Some(DeploymentReport {
+            plan,
+            pods: vec![("p1".into(), PodOutcome::Unchanged)],
+            duration: Duration::ZERO,
+            reloads_due_in: None,
+        })
     }
 
     #[test]
@@ -488,6 +590,100 @@ mod tests {
         // A stale completion id changes nothing.
         assert!(c.on(Input::Finished(1, ok(r(1).plan_id()))).is_empty());
         assert_eq!(c.in_flight(), Some(2));
+    }
+
+    #[test]
+    fn scheduled_reloads_free_the_slot_and_newer_renders_dispatch_at_once() {
+        let mut c = Core::new(GateMode::Optimistic);
+        c.on(Input::Endpoints(eps()));
+        let a = c.on(Input::Render(Ok(r(1))));
+        assert_eq!(deploys(&a), vec![(1, r(1).plan_id(), DeployKind::Normal)]);
+        // While the apply round of deployment 1 runs, renders coalesce (latest wins).
+        for n in 2..=4 {
+            assert!(deploys(&c.on(Input::Render(Ok(r(n))))).is_empty());
+        }
+        // Every pod ACKed with a scheduled reload: the deployment is over, its reloads are
+        // followed up in the background, and the pending render goes out at once.
+        let pending = Some(DeploymentReport {
+            plan: r(1).plan_id(),
+            pods: vec![("p1".into(), PodOutcome::ReloadPending(Mode::Reload))],
+            duration: Duration::ZERO,
+            reloads_due_in: None,
+        });
+        let a = c.on(Input::Finished(1, pending));
+        assert_eq!(deploys(&a), vec![(2, r(4).plan_id(), DeployKind::Normal)]);
+        // With nothing pending, the next render dispatches the moment it arrives.
+        let rep = Some(DeploymentReport {
+            plan: r(4).plan_id(),
+            pods: vec![("p1".into(), PodOutcome::ReloadPending(Mode::Reload))],
+            duration: Duration::ZERO,
+            reloads_due_in: None,
+        });
+        assert!(deploys(&c.on(Input::Finished(2, rep))).is_empty());
+        let a = c.on(Input::Render(Ok(r(5))));
+        assert_eq!(deploys(&a), vec![(3, r(5).plan_id(), DeployKind::Normal)]);
+        // The end of a superseded plan's follow-up changes nothing in the core.
+        let end = FollowUpEnd { pod: "p1".into(), plan: r(4).plan_id(), converged: false };
+        assert!(c.on(Input::FollowUpEnded(end)).is_empty());
+        assert_eq!((c.in_flight(), c.target()), (Some(3), Some(r(5).plan_id())));
+    }
+
+    fn pending_report(plan: PlanId, duration_ms: u64, due_ms: Option<u64>) -> DeploymentReport {
+        DeploymentReport {
+            plan,
+            pods: vec![("p1".into(), PodOutcome::ReloadPending(Mode::Reload))],
+            duration: Duration::from_millis(duration_ms),
+            reloads_due_in: due_ms.map(Duration::from_millis),
+        }
+    }
+
+    fn holds(a: &[Action]) -> Vec<(u64, Duration)> {
+        a.iter()
+            .filter_map(|a| match a {
+                Action::Hold { token, wait } => Some((*token, *wait)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn hold_only_while_every_pod_waits_for_a_reload_far_enough_away() {
+        let p = r(1).plan_id();
+        assert_eq!(hold_for(&pending_report(p, 50, None)), None, "some pod has no scheduled reload");
+        assert_eq!(hold_for(&pending_report(p, 50, Some(1500))), Some(Duration::from_millis(1350)), "MIN_LEAD");
+        assert_eq!(hold_for(&pending_report(p, 400, Some(1500))), Some(Duration::from_millis(700)), "2 x duration");
+        assert_eq!(hold_for(&pending_report(p, 400, Some(800))), None, "due within the lead: dispatch at once");
+        assert_eq!(hold_for(&pending_report(p, 50, Some(150))), None);
+    }
+
+    #[test]
+    fn renders_coalesce_while_held_and_the_latest_goes_out_before_the_reload() {
+        let mut c = Core::new(GateMode::Optimistic);
+        c.on(Input::Endpoints(eps()));
+        c.on(Input::Render(Ok(r(1))));
+        let a = c.on(Input::Finished(1, Some(pending_report(r(1).plan_id(), 50, Some(1500)))));
+        assert_eq!(holds(&a), vec![(1, Duration::from_millis(1350))]);
+        assert!(c.held());
+        for n in 2..=6 {
+            assert!(deploys(&c.on(Input::Render(Ok(r(n))))).is_empty(), "held: render {n} coalesces");
+        }
+        assert_eq!(c.pending(), Some(r(6).plan_id()));
+        assert!(c.on(Input::HoldOver(7)).is_empty(), "a stale hold token changes nothing");
+        let a = c.on(Input::HoldOver(1));
+        assert_eq!(deploys(&a), vec![(2, r(6).plan_id(), DeployKind::Normal)]);
+        // Due within the lead: no hold, the next render goes out at once.
+        let a = c.on(Input::Finished(2, Some(pending_report(r(6).plan_id(), 50, Some(120)))));
+        assert!(holds(&a).is_empty() && !c.held());
+        assert_eq!(deploys(&c.on(Input::Render(Ok(r(7))))), vec![(3, r(7).plan_id(), DeployKind::Normal)]);
+        // New endpoints end a hold: new pods need the render now.
+        c.on(Input::Finished(3, Some(pending_report(r(7).plan_id(), 50, Some(1900)))));
+        c.on(Input::Render(Ok(r(8))));
+        assert!(c.held());
+        let mut two = eps();
+        two.push(Endpoint { name: "p2".into(), url: "http://p2".into() });
+        let a = c.on(Input::Endpoints(two));
+        assert_eq!(deploys(&a), vec![(4, r(8).plan_id(), DeployKind::Normal)]);
+        assert!(c.on(Input::HoldOver(3)).is_empty(), "the ended hold's timer changes nothing");
     }
 
     #[test]
@@ -579,6 +775,7 @@ mod tests {
             plan: r(1).plan_id(),
             pods: vec![("p1".into(), PodOutcome::StoodDown("other holder".into()))],
             duration: Duration::ZERO,
+            reloads_due_in: None,
         };
         c.on(Input::Finished(1, Some(rep)));
         assert!(c.stood_down());

@@ -14,7 +14,7 @@ use haptic_protocol::Mode;
 async fn runtime_reloads_bursts_and_the_gate_on_every_version() {
     for bin in haproxy_bins() {
         eprintln!("=== {}", bin.label());
-        let opts = PodOpts { min_reload_interval: "1s".into(), ..Default::default() };
+        let opts = PodOpts { min_reload_interval: "2s".into(), ..Default::default() };
         let fleet = Fleet::start(&bin, 3, opts).await;
         let work = tempfile::tempdir().unwrap();
         let cfg_dir = work.path().join("render");
