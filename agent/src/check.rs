@@ -57,15 +57,17 @@ pub async fn check_tree(bin: &Path, tree_dir: &Path) -> Result<(), CheckFailed> 
 /// Best-effort pre-check of the TCP ports a reload of `new_cfg` would newly bind (ports
 /// `old_cfg` does not listen on). A port another socket already holds makes HAProxy pause every
 /// listener for about two seconds of bind retries and then fail the reload (FACTS §2), so such a
-/// config is refused up front. Only "address in use" counts; anything else is left to HAProxy.
+/// config is refused up front. The probe binds the way HAProxy does on Linux (`SO_REUSEADDR` and
+/// `SO_REUSEPORT`), so a port other HAProxy processes share is not a conflict. Only "address in
+/// use" counts; anything else is left to HAProxy.
 pub fn precheck_binds(old_cfg: &str, new_cfg: &str) -> Result<(), CheckFailed> {
     use haptic_protocol::cfg;
-    use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
+    use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
     let busy: Vec<String> = cfg::new_tcp_binds(&cfg::parse(old_cfg), &cfg::parse(new_cfg))
         .into_iter()
         .map(|b| SocketAddr::new(b.ip.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)), b.port))
-        .filter(|addr| matches!(TcpListener::bind(addr), Err(e) if e.kind() == std::io::ErrorKind::AddrInUse))
+        .filter(|addr| matches!(probe_bind(*addr), Err(e) if e.kind() == std::io::ErrorKind::AddrInUse))
         .map(|addr| addr.to_string())
         .collect();
     if busy.is_empty() {
@@ -78,6 +80,16 @@ pub fn precheck_binds(old_cfg: &str, new_cfg: &str) -> Result<(), CheckFailed> {
             busy.join(", ")
         ),
     })
+}
+
+/// Binds (and at once releases) a listening socket on `addr` with HAProxy's socket options.
+fn probe_bind(addr: std::net::SocketAddr) -> std::io::Result<()> {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    s.set_reuse_address(true)?;
+    s.set_reuse_port(true)?;
+    s.bind(&addr.into())?;
+    s.listen(1)
 }
 
 #[cfg(test)]
@@ -95,6 +107,12 @@ mod tests {
         // A port the running config already listens on is HAProxy's own: not checked.
         assert_eq!(precheck_binds(&new, &new), Ok(()));
         drop(held);
+        assert_eq!(precheck_binds(old, &new), Ok(()));
+        // A port shared with SO_REUSEPORT (as HAProxy binds) is not a conflict: HAProxy can bind it too.
+        let shared = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        shared.set_reuse_port(true).unwrap();
+        shared.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into()).unwrap();
+        shared.listen(1).unwrap();
         assert_eq!(precheck_binds(old, &new), Ok(()));
     }
 }
