@@ -15,6 +15,7 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use haptic_protocol::cli::{self, Expect};
 use haptic_protocol::{Capabilities, Op, OpKind, ServerSet, ServerState};
 
 use crate::master::{payload_line, MasterCli, MAX_PAYLOAD};
@@ -122,17 +123,6 @@ impl Failure {
     }
 }
 
-/// What a successful reply to a command looks like.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Expect {
-    /// Silence: the reply holds only whitespace (one per command on a multi-command line).
-    Empty,
-    /// The reply's first line starts with one of these.
-    Starts(&'static [&'static str]),
-    /// The reply's last non-empty line is exactly this.
-    LastLine(&'static str),
-}
-
 /// Successful replies of `set server … addr … [port …]` (2.6 and 3.0 wording).
 const ADDR_CHANGED: &[&str] = &[
     "IP changed from",
@@ -144,48 +134,10 @@ const ADDR_CHANGED: &[&str] = &[
 const NEW_VERSION: &[&str] = &["New version created:"];
 const CERT_TRANSACTION: &[&str] = &["Transaction created for certificate", "Transaction updated for certificate"];
 
-/// Checks a reply: `Ok(text)` (severity tags removed, trimmed) when it is a success, else
-/// `Err(HAProxy's words)`. Error-tagged lines (`[3]: …`, 3.0) and "Unknown command" always fail.
+/// [`cli::check_reply`] with HAProxy's words shortened for logs and JSON errors.
 fn check_reply(reply: &str, expect: Expect) -> Result<String, String> {
-    let mut error_tag = false;
-    let lines: Vec<&str> = reply
-        .lines()
-        .map(|l| match strip_severity(l) {
-            Some((level, rest)) => {
-                error_tag |= level <= 3;
-                rest
-            }
-            None => l,
-        })
-        .collect();
-    let text = lines.join("\n").trim().to_string();
-    let fail = |text: &str| {
-        let words = if text.is_empty() { "(empty reply)".to_string() } else { shorten(text) };
-        Err(words)
-    };
-    if error_tag || text.contains("Unknown command") {
-        return fail(&text);
-    }
-    let ok = match expect {
-        Expect::Empty => text.is_empty(),
-        Expect::Starts(prefixes) => {
-            let first = text.lines().next().unwrap_or("");
-            prefixes.iter().any(|p| first.starts_with(p))
-        }
-        Expect::LastLine(last) => text.lines().rev().find(|l| !l.trim().is_empty()).map(str::trim) == Some(last),
-    };
-    if ok {
-        Ok(text)
-    } else {
-        fail(&text)
-    }
-}
-
-/// Reads a leading `[N]: ` severity tag.
-fn strip_severity(line: &str) -> Option<(u8, &str)> {
-    let rest = line.strip_prefix('[')?;
-    let (num, rest) = rest.split_once("]: ").or_else(|| rest.split_once("]:"))?;
-    Some((num.parse().ok()?, rest))
+    cli::check_reply(reply, expect)
+        .map_err(|text| if text.is_empty() { "(empty reply)".to_string() } else { shorten(&text) })
 }
 
 /// HAProxy's reply cut to something that fits a log line and a JSON error: the "Unknown command"
@@ -582,12 +534,10 @@ mod tests {
     }
 
     #[test]
-    fn names_and_severity_tags() {
+    fn names_and_error_text() {
         assert!(valid_name("be_app") && valid_name("SRV_2") && valid_name("a.b-c:d"));
         assert!(!valid_name("") && !valid_name("a b") && !valid_name("a;b") && !valid_name("a/b"));
-        assert_eq!(strip_severity("[3]: x"), Some((3, "x")));
-        assert_eq!(strip_severity("[x]: y"), None);
-        assert_eq!(strip_severity("plain"), None);
+        assert_eq!(cli::strip_severity_tag("plain"), None);
         assert_eq!(shorten(&"x".repeat(5000)).chars().count(), MAX_ERROR_TEXT + 1);
     }
 }

@@ -1,8 +1,8 @@
 //! Parsers for the text replies of HAProxy's CLI (master socket and worker stats socket).
 //!
 //! This module owns the *interpretation* of HAProxy's reply texts: `show proc`, the master CLI
-//! `reload` status (≥ 2.7), `show info`, `show version` / `haproxy -v`, and replies of commands sent
-//! with `set severity-output number;`. It is shared by the agent and the test harness so both read
+//! `reload` status (≥ 2.7), `show info`, `show version` / `haproxy -v`, and whether a runtime command's
+//! reply is its success form (with or without `set severity-output number;` tags). It is shared by the agent and the test harness so both read
 //! HAProxy the same way.
 //!
 //! It must stay pure: it must never do I/O (no sockets, no files, no processes, no clocks) and never
@@ -11,7 +11,6 @@
 //! The golden strings in the tests were captured from Debian's HAProxy 2.6.12 and 3.0.11.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 /// Why a CLI reply could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -333,86 +332,59 @@ fn parse_version_token(tok: &str) -> Option<Version> {
     Some((major, minor, patch))
 }
 
-/// The prefix that makes HAProxy tag replies with a syslog severity number (`[3]: …`).
-pub const SEVERITY_PREFIX: &str = "set severity-output number; ";
-
-/// A reply text with the severity HAProxy tagged it with, if any.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SeverityReply {
-    /// Syslog severity (`3` error, `4` warning, `6` info …), `None` for an untagged reply.
-    pub level: Option<u8>,
-    /// The reply text without the `[N]: ` tag, trimmed.
-    pub text: String,
-}
-
-impl fmt::Display for SeverityReply {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.level {
-            Some(l) => write!(f, "[{l}]: {}", self.text),
-            None => f.write_str(&self.text),
-        }
-    }
-}
-
-/// Classifies a reply to a command sent with [`SEVERITY_PREFIX`]: `Err` for a failure, `Ok` otherwise.
-///
-/// Failures are severity ≤ 3 (`[3]: No such server.`) and "Unknown command" texts, which HAProxy
-/// tags `[6]`. Warnings (`[4]`) are successes: `set server … addr` reports `[4]: IP changed …`.
-/// An untagged reply is checked against [`KNOWN_REPLIES_2_6`] (2.6 through the master ignores the
-/// severity setting); other untagged text counts as success.
-pub fn classify_severity(reply: &str) -> Result<SeverityReply, SeverityReply> {
-    // The reply of `set severity-output number` itself is an empty line; skip empty lines.
-    let body = reply.trim_matches(|c| c == '\n' || c == '\r' || c == ' ');
-    let (level, text) = match parse_severity_tag(body) {
-        Some((l, t)) => (Some(l), t.trim().to_string()),
-        None => (None, body.to_string()),
-    };
-    let out = SeverityReply { level, text };
-    let failed = match level {
-        Some(l) => l <= 3 || is_unknown_command(&out.text),
-        None => is_unknown_command(&out.text) || known_2_6_is_error(&out.text),
-    };
-    if failed {
-        Err(out)
-    } else {
-        Ok(out)
-    }
-}
-
-/// Reads a leading `[N]: ` tag.
-fn parse_severity_tag(s: &str) -> Option<(u8, &str)> {
-    let rest = s.strip_prefix('[')?;
-    let (num, rest) = rest.split_once("]:")?;
-    let level: u8 = num.parse().ok()?;
-    Some((level, rest))
-}
-
-/// Whether the text is HAProxy's "Unknown command" help listing.
-fn is_unknown_command(text: &str) -> bool {
-    text.starts_with("Unknown command")
-}
-
-/// Whether the untagged text is a known 2.6 error string.
-fn known_2_6_is_error(text: &str) -> bool {
-    KNOWN_REPLIES_2_6.iter().any(|k| k.is_error && text.starts_with(k.text.trim_end_matches('.')))
-}
-
-/// A reply text HAProxy 2.6 sends without the blank-line terminator (FACTS §1).
+/// What a successful reply to one runtime command looks like.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KnownReply {
-    /// The reply text (its first line; the `'@2'` prefix in the PID message varies).
-    pub text: &'static str,
-    /// Whether the reply reports a failure.
-    pub is_error: bool,
+pub enum Expect {
+    /// Silence: the reply holds only whitespace (one line per command on a multi-command line).
+    Empty,
+    /// The reply's first line starts with one of these.
+    Starts(&'static [&'static str]),
+    /// The reply's last non-empty line is exactly this.
+    LastLine(&'static str),
 }
 
-/// Replies HAProxy 2.6 sends without the blank-line terminator: read them until EOF.
-pub const KNOWN_REPLIES_2_6: &[KnownReply] = &[
-    KnownReply { text: "Server deleted.", is_error: false },
-    KnownReply { text: "Only servers in maintenance mode can be deleted.", is_error: true },
-    KnownReply { text: "Backend must use a dynamic load balancing to support dynamic servers.", is_error: true },
-    KnownReply { text: "Can't find the target PID matching the prefix", is_error: true },
-];
+/// Checks a command's reply against what its success looks like: `Ok(text)` with severity tags
+/// removed and trimmed, else `Err(text)` (HAProxy's words; empty when it said nothing). There is
+/// no status code (FACTS §1): error-tagged lines (`[3]: …`, 3.0 with `set severity-output number`),
+/// "Unknown command" and any text the success form does not allow all fail, which also catches the
+/// untagged errors 2.6 sends through the master (`No such server.`).
+pub fn check_reply(reply: &str, expect: Expect) -> Result<String, String> {
+    let mut error_tag = false;
+    let lines: Vec<&str> = reply
+        .lines()
+        .map(|l| match strip_severity_tag(l) {
+            Some((level, rest)) => {
+                error_tag |= level <= 3;
+                rest
+            }
+            None => l,
+        })
+        .collect();
+    let text = lines.join("\n").trim().to_string();
+    if error_tag || text.contains("Unknown command") {
+        return Err(text);
+    }
+    let ok = match expect {
+        Expect::Empty => text.is_empty(),
+        Expect::Starts(prefixes) => {
+            let first = text.lines().next().unwrap_or("");
+            prefixes.iter().any(|p| first.starts_with(p))
+        }
+        Expect::LastLine(last) => text.lines().rev().find(|l| !l.trim().is_empty()).map(str::trim) == Some(last),
+    };
+    if ok {
+        Ok(text)
+    } else {
+        Err(text)
+    }
+}
+
+/// Splits a leading `[N]: ` severity tag (from `set severity-output number`) off a reply line.
+pub fn strip_severity_tag(line: &str) -> Option<(u8, &str)> {
+    let rest = line.strip_prefix('[')?;
+    let (num, rest) = rest.split_once("]: ").or_else(|| rest.split_once("]:"))?;
+    Some((num.parse().ok()?, rest))
+}
 
 #[cfg(test)]
 mod tests {
@@ -586,38 +558,17 @@ Status: long-term supported branch - will stop receiving fixes around Q2 2027.\n
     }
 
     #[test]
-    fn severity_replies() {
-        // Captured from a worker socket with `set severity-output number; <cmd>` (2.6 and 3.0).
-        let ok = classify_severity("\n\n").unwrap();
-        assert_eq!((ok.level, ok.text.as_str()), (None, ""));
-        let warn = classify_severity("\n[4]: IP changed from '127.0.0.1' to '127.0.0.2' by 'stats socket command'\n\n")
-            .unwrap();
-        assert_eq!(warn.level, Some(4));
-        assert!(warn.text.starts_with("IP changed"));
-        let info = classify_severity("\n[6]: New server registered.\n\n").unwrap();
-        assert_eq!((info.level, info.text.as_str()), (Some(6), "New server registered."));
-        assert!(classify_severity("\n[6]: Server deleted.\n").is_ok());
-        let err = classify_severity("\n[3]: No such server.\n\n").unwrap_err();
-        assert_eq!((err.level, err.text.as_str()), (Some(3), "No such server."));
-        assert_eq!(err.to_string(), "[3]: No such server.");
-        let unk = classify_severity(
-            "\n[6]: Unknown command: 'foo', but maybe one of the following ones is a better match:\n  quit  : disconnect\n\n",
-        )
-        .unwrap_err();
-        assert_eq!(unk.level, Some(6));
-        // 3.0 master-level severity covers @1 commands.
-        assert!(classify_severity("[3]: No such server.\n\n").is_err());
-    }
-
-    #[test]
-    fn severity_untagged_2_6() {
-        assert!(classify_severity("Server deleted.\n").is_ok());
-        assert!(classify_severity("Only servers in maintenance mode can be deleted.\n").is_err());
-        assert!(classify_severity("Backend must use a dynamic load balancing to support dynamic servers.\n").is_err());
-        assert!(classify_severity("Can't find the target PID matching the prefix '@2'\n").is_err());
-        assert!(classify_severity(
-            "Unknown command, but maybe one of the following ones is a better match:\n  quit\n\n"
-        )
-        .is_err());
+    fn replies_are_checked_against_their_success_form() {
+        // Captured from 3.0 with `set severity-output number;` and from 2.6 through the master.
+        assert_eq!(check_reply("\n\n", Expect::Empty), Ok(String::new()));
+        let ip = "\n[4]: IP changed from '127.0.0.1' to '127.0.0.2' by 'stats socket command'\n\n";
+        assert!(check_reply(ip, Expect::Starts(&["IP changed from"])).unwrap().starts_with("IP changed"));
+        assert_eq!(check_reply("\n[3]: No such server.\n\n", Expect::Empty), Err("No such server.".into()));
+        assert_eq!(check_reply("No such server.\n", Expect::Empty), Err("No such server.".into()));
+        let unk = "\n[6]: Unknown command: 'foo', but maybe one of the following ones is a better match:\n  quit\n\n";
+        assert!(check_reply(unk, Expect::Empty).is_err());
+        assert!(check_reply("Committing certs/a.pem.\nSuccess!\n\n", Expect::LastLine("Success!")).is_ok());
+        assert_eq!(strip_severity_tag("[3]: x"), Some((3, "x")));
+        assert_eq!(strip_severity_tag("[x]: y"), None);
     }
 }
