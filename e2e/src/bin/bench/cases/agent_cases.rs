@@ -19,18 +19,40 @@ fn addr_for(i: usize) -> (String, u16) {
     (if i % 2 == 0 { "127.0.0.2" } else { "127.0.0.3" }.to_string(), 10_000 + (i % 5000) as u16)
 }
 
+/// One agent pod and one plain HAProxy floor, each on its own frontend port, both loaded with
+/// `model`'s config (and one more file, if given).
+struct Rig {
+    pod: BenchPod,
+    d: Desired,
+    plain: Plain,
+    fmodel: CfgModel,
+}
+
+async fn rig(ctx: &Ctx, model: &CfgModel, extra: Option<(&str, String)>) -> Result<Rig> {
+    let mut pod = BenchPod::start(ctx, "0s").await?;
+    let mut d = Desired::new();
+    d.set("haproxy.cfg", model.render());
+    if let Some((name, text)) = &extra {
+        d.set(name, text.clone());
+    }
+    pod.apply_complete(&d).await?;
+    let mut fmodel = model.clone();
+    fmodel.http_port = free_port();
+    let cfg = fmodel.render();
+    let mut files = vec![("haproxy.cfg", cfg.as_bytes())];
+    if let Some((name, text)) = &extra {
+        files.push((name, text.as_bytes()));
+    }
+    let plain = Plain::start(&ctx.bin, &files).await?;
+    Ok(Rig { pod, d, plain, fmodel })
+}
+
 /// `runtime_apply`: one `server.set` through `/v1/apply` (HTTP → ACK) against the same `set
 /// server` on the master CLI plus a durable write of the changed `haproxy.cfg`.
 pub async fn runtime_apply(ctx: &Ctx) -> Result<Vec<Row>> {
     let (backends, servers) = if ctx.quick { (20, 10) } else { (100, 10) };
     let mut model = CfgModel::new(free_port(), backends, servers);
-    let mut pod = BenchPod::start(ctx, "0s").await?;
-    let mut d = Desired::new();
-    d.set("haproxy.cfg", model.render());
-    pod.apply_complete(&d).await?;
-    let mut fmodel = model.clone();
-    fmodel.http_port = free_port();
-    let plain = Plain::start(&ctx.bin, &[("haproxy.cfg", fmodel.render().as_bytes())]).await?;
+    let Rig { mut pod, mut d, plain, mut fmodel } = rig(ctx, &model, None).await?;
 
     let (mut h, mut f, mut wrong) = (Samples::new(), Samples::new(), Vec::new());
     for i in 0..ctx.warmup() + ctx.reps() {
@@ -85,13 +107,7 @@ pub async fn runtime_apply(ctx: &Ctx) -> Result<Vec<Row>> {
 pub async fn reload_apply(ctx: &Ctx) -> Result<Vec<Row>> {
     let (backends, servers) = if ctx.quick { (100, 10) } else { (500, 10) };
     let mut model = CfgModel::new(free_port(), backends, servers);
-    let mut pod = BenchPod::start(ctx, "0s").await?;
-    let mut d = Desired::new();
-    d.set("haproxy.cfg", model.render());
-    pod.apply_complete(&d).await?;
-    let mut fmodel = model.clone();
-    fmodel.http_port = free_port();
-    let plain = Plain::start(&ctx.bin, &[("haproxy.cfg", fmodel.render().as_bytes())]).await?;
+    let Rig { mut pod, mut d, plain, mut fmodel } = rig(ctx, &model, None).await?;
 
     let (mut h, mut f, mut wrong) = (Samples::new(), Samples::new(), Vec::new());
     for i in 0..ctx.warmup() + ctx.reps() {
@@ -154,16 +170,7 @@ pub async fn map_replace(ctx: &Ctx) -> Result<Vec<Row>> {
     let name = "maps/hosts.map";
     let mut model = CfgModel::new(free_port(), 2, 2);
     model.map = Some(name.into());
-    let mut pod = BenchPod::start(ctx, "0s").await?;
-    let mut d = Desired::new();
-    d.set("haproxy.cfg", model.render());
-    d.set(name, map_text(n, "v0_"));
-    pod.apply_complete(&d).await?;
-    let mut fmodel = model.clone();
-    fmodel.http_port = free_port();
-    let first = map_text(n, "v0_");
-    let plain =
-        Plain::start(&ctx.bin, &[("haproxy.cfg", fmodel.render().as_bytes()), (name, first.as_bytes())]).await?;
+    let Rig { mut pod, mut d, plain, .. } = rig(ctx, &model, Some((name, map_text(n, "v0_")))).await?;
 
     let (mut h, mut f, mut wrong) = (Samples::new(), Samples::new(), Vec::new());
     let reps = ctx.reps();
