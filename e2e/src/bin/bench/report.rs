@@ -186,22 +186,30 @@ pub fn header() -> String {
     )
 }
 
-/// One console table line.
-pub fn line(r: &Row) -> String {
-    format!(
-        "{:<20} {:<9} {:<14} {:>10} {:>10} {:>6} {:>7} {:>17} {:>17} {:>4} {:<7} {}",
-        r.case,
-        r.haproxy,
-        r.metric,
+/// A row's cells, in table order; `no` is how a wrong answer reads.
+fn cells(r: &Row, no: &str) -> [String; 12] {
+    [
+        r.case.to_string(),
+        r.haproxy.to_string(),
+        r.metric.to_string(),
         num(r.haptic),
         opt(r.floor),
-        r.unit,
+        r.unit.to_string(),
         opt(r.ratio),
         pair(r.haptic_p50, r.haptic_p99),
         pair(r.floor_p50, r.floor_p99),
-        r.n,
-        if r.correct { "yes" } else { "NO" },
+        r.n.to_string(),
+        if r.correct { "yes".to_string() } else { no.to_string() },
         goal_text(r),
+    ]
+}
+
+/// One console table line.
+pub fn line(r: &Row) -> String {
+    let c = cells(r, "NO");
+    format!(
+        "{:<20} {:<9} {:<14} {:>10} {:>10} {:>6} {:>7} {:>17} {:>17} {:>4} {:<7} {}",
+        c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11]
     )
 }
 
@@ -212,21 +220,9 @@ pub fn markdown(rows: &[Row]) -> String {
          |---|---|---|---:|---:|---|---:|---:|---:|---:|---|---|\n",
     );
     for r in rows {
-        s.push_str(&format!(
-            "| `{}` | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-            r.case,
-            r.haproxy,
-            r.metric,
-            num(r.haptic),
-            opt(r.floor),
-            r.unit,
-            opt(r.ratio),
-            pair(r.haptic_p50, r.haptic_p99),
-            pair(r.floor_p50, r.floor_p99),
-            r.n,
-            if r.correct { "yes" } else { "**NO**" },
-            goal_text(r),
-        ));
+        let mut c = cells(r, "**NO**");
+        c[0] = format!("`{}`", c[0]);
+        s.push_str(&format!("| {} |\n", c.join(" | ")));
     }
     let notes: Vec<&Row> = rows.iter().filter(|r| !r.note.is_empty()).collect();
     if !notes.is_empty() {
