@@ -44,6 +44,8 @@ pub struct PodOpts {
     pub extra_args: Vec<String>,
     /// `(user, password)` for the agent's Basic auth; `None` makes up a password per pod.
     pub credentials: Option<(String, String)>,
+    /// Environment variables for both HAProxy and the agent (whose `haproxy -c` must see the same).
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for PodOpts {
@@ -55,6 +57,7 @@ impl Default for PodOpts {
             health_bind: None,
             extra_args: Vec::new(),
             credentials: None,
+            env: Vec::new(),
         }
     }
 }
@@ -62,26 +65,26 @@ impl Default for PodOpts {
 /// The agent binary: `HAPTIC_AGENT_BIN`, else `haptic-agent` next to the test executable's
 /// `deps/` directory (`target/<profile>/haptic-agent`). Panics with a clear message when missing.
 pub fn agent_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("HAPTIC_AGENT_BIN") {
-        let p = PathBuf::from(p);
-        assert!(p.is_file(), "HAPTIC_AGENT_BIN={} does not exist", p.display());
-        return p;
-    }
-    let exe = std::env::current_exe().expect("current_exe");
-    let mut candidates = Vec::new();
-    if let Some(dir) = exe.parent() {
-        candidates.push(dir.join("haptic-agent"));
-        if let Some(up) = dir.parent() {
-            candidates.push(up.join("haptic-agent"));
-        }
-    }
-    candidates.into_iter().find(|p| p.is_file()).unwrap_or_else(|| {
+    sibling_bin("haptic-agent", "HAPTIC_AGENT_BIN").unwrap_or_else(|| {
         panic!(
-            "the haptic-agent binary was not found next to {} (build it with `cargo build -p haptic-agent` \
+            "the haptic-agent binary was not found next to {:?} (build it with `cargo build -p haptic-agent` \
              into the same target dir, or set HAPTIC_AGENT_BIN)",
-            exe.display()
+            std::env::current_exe().ok()
         )
     })
+}
+
+/// A workspace binary: the path in env var `env` (which must exist), else `name` next to the
+/// running executable or one directory up (`target/<profile>/deps/x` → `target/<profile>/name`).
+pub fn sibling_bin(name: &str, env: &str) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os(env) {
+        let p = PathBuf::from(p);
+        assert!(p.is_file(), "{env}={} does not exist", p.display());
+        return Some(p);
+    }
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    [Some(dir.join(name)), dir.parent().map(|up| up.join(name))].into_iter().flatten().find(|p| p.is_file())
 }
 
 /// A temporary directory removed on drop (std only).
@@ -184,6 +187,7 @@ impl Pod {
         }
         let mut hopts = HaproxyOpts::new(&run);
         hopts.cfg = root.join("current/haproxy.cfg");
+        hopts.env = opts.env.clone();
         let hap = Haproxy::start(bin, hopts).await?;
         let (user, password) = opts
             .credentials
@@ -230,6 +234,7 @@ impl Pod {
             cmd.arg("--max-body").arg(m);
         }
         cmd.args(&self.opts.extra_args)
+            .envs(self.opts.env.iter().map(|(k, v)| (k, v)))
             .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -298,6 +303,11 @@ impl Pod {
     /// An authenticated client of this pod's agent.
     pub fn client(&self) -> AgentClient {
         AgentClient { addr: self.addr, auth: Some((self.user.clone(), self.password.clone())) }
+    }
+
+    /// The running agent's pid.
+    pub fn agent_pid(&self) -> Option<u32> {
+        self.agent.as_ref().map(|a| a.child.id())
     }
 
     /// `kill -9` of the agent's process group (HAProxy keeps running).

@@ -92,12 +92,14 @@ pub struct HaproxyOpts {
     pub cfg: PathBuf,
     /// Extra command-line arguments, appended after `-f <cfg>`.
     pub extra_args: Vec<String>,
+    /// Extra environment variables (a config can read them as `"${NAME}"`).
+    pub env: Vec<(String, String)>,
 }
 
 impl HaproxyOpts {
     /// Options for `<dir>/haproxy.cfg` with no extra arguments.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Self { dir: dir.into(), cfg: PathBuf::from("haproxy.cfg"), extra_args: Vec::new() }
+        Self { dir: dir.into(), cfg: PathBuf::from("haproxy.cfg"), extra_args: Vec::new(), env: Vec::new() }
     }
 
     /// The absolute path of the config file.
@@ -164,6 +166,7 @@ impl Haproxy {
             .arg("-f")
             .arg(opts.cfg_path())
             .args(&opts.extra_args)
+            .envs(opts.env.iter().map(|(k, v)| (k, v)))
             .current_dir(&opts.dir)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -1,8 +1,8 @@
-//! A local fleet for the controller cases: pods (HAProxy + `haptic-agent`, sharing one set of
+//! A local fleet for the controller cases: pods (`haptic_e2e::pod::Pod`s sharing one set of
 //! credentials, each HAProxy given its own frontend port through its environment so one render
 //! serves every pod), a standalone `haptic-controller` over a config directory, and tiny HTTP
-//! upstreams. Everything runs in its own process group and is killed on drop; logs go to files
-//! in the fleet's temp dir. It must never link the agent or controller crates: it spawns their
+//! upstreams. Everything runs in its own process group and is killed on drop; the controller logs
+//! to a file in the fleet's temp dir. It must never link the agent or controller crates: it spawns their
 //! binaries.
 
 use std::fs::File;
@@ -11,9 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use haptic_e2e::process::cli_cmd;
+use haptic_e2e::pod::{Pod, PodOpts};
 use haptic_e2e::{free_port, HaproxyBin};
-use haptic_protocol::cli::parse_show_proc;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -81,142 +80,58 @@ pub fn tail(path: &Path, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-/// A binary next to the running executable (`target/<profile>/<name>`), or from `env`.
+/// A workspace binary next to the bench (`target/<profile>/<name>`), or from `env`.
 pub fn sibling_bin(name: &str, env: &str) -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os(env) {
-        return Ok(PathBuf::from(p));
-    }
-    let exe = std::env::current_exe().map_err(BenchError::io("current_exe"))?;
-    let dir = exe.parent().unwrap_or(Path::new("."));
-    [dir.join(name), dir.join("..").join(name)].into_iter().find(|p| p.is_file()).ok_or_else(|| {
+    haptic_e2e::pod::sibling_bin(name, env).ok_or_else(|| {
         BenchError::Unexpected(format!(
-            "{name} not found next to {} (run `cargo build --release -p haptic-agent -p haptic-controller` \
-             into the same target dir, or set {env})",
-            exe.display()
+            "{name} not found next to the bench (run `cargo build --release -p haptic-agent -p haptic-controller` \
+             into the same target dir, or set {env})"
         ))
     })
 }
 
-/// One fleet pod.
+/// One fleet pod: a [`Pod`] with the fleet's credentials and its own frontend port.
 #[derive(Debug)]
 pub struct FleetPod {
     /// Its frontend port (127.0.0.1).
     pub port: u16,
     /// The agent's base URL.
     pub url: String,
-    /// The master CLI socket.
-    pub sock: PathBuf,
     /// The agent's API.
     pub api: AgentApi,
-    agent: Group,
-    _haproxy: Group,
+    pod: Pod,
 }
 
 impl FleetPod {
-    /// Starts HAProxy on a bootstrap tree and the agent in `dir`.
-    pub async fn start(bin: &HaproxyBin, dir: &Path, creds: &Path, interval: &str) -> Result<Self> {
-        std::fs::create_dir_all(dir).map_err(BenchError::io("mkdir pod"))?;
-        let agent_bin = sibling_bin("haptic-agent", "HAPTIC_AGENT_BIN")?;
-        let root = dir.join("root");
+    /// Starts HAProxy on a bootstrap tree and the agent, with the frontend port in [`PORT_ENV`].
+    pub async fn start(bin: &HaproxyBin, interval: &str) -> Result<Self> {
+        sibling_bin("haptic-agent", "HAPTIC_AGENT_BIN")?;
         let port = free_port();
-        let out = Command::new(&agent_bin)
-            .args(["init", "--root"])
-            .arg(&root)
-            .args(["--health-bind", &format!("127.0.0.1:{}", free_port())])
-            .output()
-            .map_err(BenchError::io("haptic-agent init"))?;
-        if !out.status.success() {
-            return Err(BenchError::Unexpected(format!("agent init: {}", String::from_utf8_lossy(&out.stderr))));
-        }
-        let sock = dir.join("master.sock");
-        let (o, e) = log_file(&dir.join("haproxy.log"))?;
-        let haproxy = Group::spawn(
-            Command::new(&bin.path)
-                .arg("-W")
-                .arg("-db")
-                .arg("-S")
-                .arg(format!("{},level,admin", sock.display()))
-                .arg("-f")
-                .arg(root.join("current/haproxy.cfg"))
-                .env(PORT_ENV, port.to_string())
-                .current_dir(dir)
-                .stdin(Stdio::null())
-                .stdout(o)
-                .stderr(e),
-            "haproxy",
-        )?;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(text) = cli_cmd(&sock, "show proc", Duration::from_secs(2)).await {
-                if parse_show_proc(&text).ok().and_then(|p| p.serving_worker().map(|w| w.pid)).is_some() {
-                    break;
-                }
-            }
-            if Instant::now() > deadline {
-                return Err(BenchError::Timeout(format!(
-                    "haproxy in {}: {}",
-                    dir.display(),
-                    tail(&dir.join("haproxy.log"), 20)
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let listen = format!("127.0.0.1:{}", free_port());
-        let (o, e) = log_file(&dir.join("agent.log"))?;
-        let agent = Group::spawn(
-            Command::new(&agent_bin)
-                .arg("run")
-                .args(["--listen", &listen, "--root"])
-                .arg(&root)
-                .arg("--master-socket")
-                .arg(&sock)
-                .arg("--haproxy-bin")
-                .arg(&bin.path)
-                .arg("--credentials-file")
-                .arg(creds)
-                .args(["--min-reload-interval", interval])
-                .env(PORT_ENV, port.to_string())
-                .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
-                .stdin(Stdio::null())
-                .stdout(o)
-                .stderr(e),
-            "haptic-agent",
-        )?;
-        let url = format!("http://{listen}");
+        let opts = PodOpts {
+            min_reload_interval: interval.into(),
+            credentials: Some((USER.into(), PASSWORD.into())),
+            env: vec![(PORT_ENV.into(), port.to_string())],
+            ..PodOpts::default()
+        };
+        let pod = Pod::start(bin, opts).await?;
+        let url = pod.url();
         let api = AgentApi::new(&url, USER, PASSWORD)?;
-        let mut pod = Self { port, url, sock, api, agent, _haproxy: haproxy };
-        let http = reqwest::Client::new();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if pod.agent.exited() {
-                return Err(BenchError::Unexpected(format!("agent exited: {}", tail(&dir.join("agent.log"), 20))));
-            }
-            if let Ok(r) = http.get(format!("{}/readyz", pod.url)).send().await {
-                if r.status().is_success() {
-                    return Ok(pod);
-                }
-            }
-            if Instant::now() > deadline {
-                return Err(BenchError::Timeout(format!("agent not ready: {}", tail(&dir.join("agent.log"), 20))));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        Ok(Self { port, url, api, pod })
     }
 
     /// The agent's pid.
-    pub fn agent_pid(&self) -> u32 {
-        self.agent.pid()
+    pub fn agent_pid(&self) -> Option<u32> {
+        self.pod.agent_pid()
     }
 
     /// A worker command through the master CLI (`@1 cmd`).
     pub async fn worker_cmd(&self, cmd: &str) -> Result<String> {
-        Ok(cli_cmd(&self.sock, &format!("@1 {cmd}"), Duration::from_secs(5)).await?)
+        Ok(self.pod.haproxy().worker_cmd(cmd).await?)
     }
 
     /// The master's reload counter.
     pub async fn reloads(&self) -> Result<u32> {
-        let text = cli_cmd(&self.sock, "show proc", Duration::from_secs(5)).await?;
-        Ok(parse_show_proc(&text).map_err(|e| BenchError::Unexpected(e.to_string()))?.master_reloads())
+        Ok(self.pod.haproxy().show_proc().await?.master_reloads())
     }
 }
 

@@ -1,20 +1,5 @@
-//! Process memory figures from `/proc`: finding a process by its command line, its resident set
-//! (`VmRSS`) and peak (`VmHWM`, resettable through `clear_refs`). It must never signal or
+//! Process memory figures from `/proc`: a process's resident set (`VmRSS`) and peak (`VmHWM`, resettable through `clear_refs`). It must never signal or
 //! otherwise touch the processes it reads.
-
-use std::path::Path;
-
-/// The pids whose command line contains every one of `needles` (as whole arguments).
-pub fn find_pids(needles: &[&str]) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
-            let args: Vec<String> = raw.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
-            needles.iter().all(|n| args.iter().any(|a| a == n || Path::new(a).file_name().is_some_and(|f| f == *n)))
-        })
-        .collect()
-}
 
 /// A `kB` field of `/proc/<pid>/status`, in bytes.
 fn status_field(pid: u32, key: &str) -> Option<u64> {

@@ -119,8 +119,8 @@ async fn start_fleet(ctx: &Ctx) -> Result<Fleet> {
     let upstreams = [Upstream::start().await?, Upstream::start().await?];
     let up = [upstreams[0].port, upstreams[1].port];
     let mut pods = Vec::new();
-    for i in 0..ctx.pods {
-        pods.push(FleetPod::start(&ctx.bin, &tmp.path().join(format!("pod{i:02}")), &creds, "2s").await?);
+    for _ in 0..ctx.pods {
+        pods.push(FleetPod::start(&ctx.bin, "2s").await?);
     }
     let mut model = CfgModel::new(0, 20, BE0_SERVERS);
     model.port_env = Some(PORT_ENV.into());
@@ -397,7 +397,7 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
             mib(f.desired().total_bytes())
         ));
         rows.push(r);
-        let agents: Vec<f64> = f.pods.iter().filter_map(|p| rss(p.agent_pid())).map(mib).collect();
+        let agents: Vec<f64> = f.pods.iter().filter_map(|p| p.agent_pid().and_then(rss)).map(mib).collect();
         if !agents.is_empty() {
             let mut r = Row::single(
                 "footprint",

@@ -95,10 +95,9 @@ impl BenchPod {
         Ok(Self { pod, api, current: None, fencer: Arc::new(Fencer::new(1)) })
     }
 
-    /// The agent's pid (found by its command line).
+    /// The agent's pid.
     pub fn agent_pid(&self) -> Option<u32> {
-        let root = self.pod.root().display().to_string();
-        crate::proc_mem::find_pids(&["haptic-agent", "run", &root]).into_iter().next()
+        self.pod.agent_pid()
     }
 
     /// The next apply request body for `d`: against the current plan (or complete state when
