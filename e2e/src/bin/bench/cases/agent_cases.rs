@@ -69,11 +69,7 @@ pub async fn runtime_apply(ctx: &Ctx) -> Result<Vec<Row>> {
             state: None,
         });
         let body = pod.body(&d, Mode::Runtime, false, |_| false, vec![vec![op]]);
-        let t = Instant::now();
-        let ans = pod.api.apply_raw(body).await?;
-        let took = t.elapsed();
-        let ack = ans.ack()?;
-        pod.current = Some(d.plan());
+        let (ack, took) = pod.timed_apply(body, &d).await?;
         if ack.mode != Mode::Runtime {
             wrong.push(format!("iteration {i}: landed as {} ({:?})", ack.mode, ack.reasons));
         }
@@ -115,11 +111,7 @@ pub async fn reload_apply(ctx: &Ctx) -> Result<Vec<Row>> {
         model.gen = gen;
         d.set("haproxy.cfg", model.render());
         let body = pod.body(&d, Mode::Reload, false, |_| false, vec![]);
-        let t = Instant::now();
-        let ans = pod.api.apply_raw(body).await?;
-        let took = t.elapsed();
-        let ack = ans.ack()?;
-        pod.current = Some(d.plan());
+        let (ack, took) = pod.timed_apply(body, &d).await?;
         if ack.mode != Mode::Reload || ack.reload.as_ref().map(|r| r.state) != Some(ReloadState::Done) {
             wrong.push(format!("iteration {i}: ACK mode {} reload {:?}", ack.mode, ack.reload));
         }
@@ -180,11 +172,7 @@ pub async fn map_replace(ctx: &Ctx) -> Result<Vec<Row>> {
         d.set(name, text.clone());
         let op = Op::MapReplace { path: rel(name), entries: entries.clone() };
         let body = pod.body(&d, Mode::Runtime, false, |p| p == name, vec![vec![op]]);
-        let t = Instant::now();
-        let ans = pod.api.apply_raw(body).await?;
-        let took = t.elapsed();
-        let ack = ans.ack()?;
-        pod.current = Some(d.plan());
+        let (ack, took) = pod.timed_apply(body, &d).await?;
         if ack.mode != Mode::Runtime {
             wrong.push(format!("iteration {i}: landed as {} ({:?})", ack.mode, ack.reasons));
         }

@@ -95,6 +95,16 @@ impl BenchPod {
         Ok(Self { pod, api, current: None, fencer: Arc::new(Fencer::new(1)) })
     }
 
+    /// Sends an apply body for `d`, timing HTTP request → ACK; the ACKed plan becomes current.
+    pub async fn timed_apply(&mut self, body: Vec<u8>, d: &Desired) -> Result<(Ack, std::time::Duration)> {
+        let t = std::time::Instant::now();
+        let ans = self.api.apply_raw(body).await?;
+        let took = t.elapsed();
+        let ack = ans.ack()?;
+        self.current = Some(d.plan());
+        Ok((ack, took))
+    }
+
     /// The agent's pid.
     pub fn agent_pid(&self) -> Option<u32> {
         self.pod.agent_pid()
