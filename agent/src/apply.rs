@@ -11,11 +11,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use haptic_haproxy::claim::{verify_runtime_claim, ChangedFile};
 use haptic_protocol::api::{
     AgentInfo, AppliedInfo, Conflict, ConflictKind, HaproxyInfo, Nack, PendingReload, ReloadState, ReloadStatus,
     RunningInfo, StateResponse,
 };
-use haptic_protocol::claim::{verify_runtime_claim, ChangedFile};
 use haptic_protocol::{Ack, ApplyRequest, Capabilities, FileEntry, Mode, Op, RelPath, API_VERSION};
 use tracing::{info, warn, Instrument};
 
@@ -569,7 +569,7 @@ impl Agent {
                     reasons.push("file_only refused: the apply carries runtime ops, reloading".into());
                     return Mode::Reload;
                 }
-                let loaded = haptic_protocol::cfg::referenced_paths(new_cfg, changed_paths.iter().copied());
+                let loaded = haptic_haproxy::cfg::referenced_paths(new_cfg, changed_paths.iter().copied());
                 if !loaded.is_empty() {
                     let list: Vec<String> = loaded.iter().map(|p| p.to_string()).collect();
                     reasons.push(format!("file_only refused: the config loads {}, reloading", list.join(", ")));

@@ -61,7 +61,7 @@ pub async fn check_tree(bin: &Path, tree_dir: &Path) -> Result<(), CheckFailed> 
 /// `SO_REUSEPORT`), so a port other HAProxy processes share is not a conflict. Only "address in
 /// use" counts; anything else is left to HAProxy.
 pub fn precheck_binds(old_cfg: &str, new_cfg: &str) -> Result<(), CheckFailed> {
-    use haptic_protocol::cfg;
+    use haptic_haproxy::cfg;
     use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
     let busy: Vec<String> = cfg::new_tcp_binds(&cfg::parse(old_cfg), &cfg::parse(new_cfg))

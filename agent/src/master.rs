@@ -4,7 +4,7 @@
 //! line (and payload), half-close (`shutdown(SHUT_WR)`, without which the master never closes),
 //! read until EOF, all under a timeout. One command per connection also sidesteps HAProxy 2.6's
 //! replies that lack the blank-line terminator. It knows nothing of what replies *mean*; that is
-//! `reload` and `runtime`, through `haptic_protocol::cli`.
+//! `reload` and `runtime`, through `haptic_haproxy::cli`.
 //!
 //! It must never send signals, never keep a connection open between commands (a session opened
 //! before a reload keeps talking to the old worker, and 2.6 allows only 10 master connections), and

@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use haptic_protocol::cli::{
+use haptic_haproxy::cli::{
     parse_reload_reply, parse_show_info, parse_show_proc, parse_version, CliParseError, ReloadReply, ShowProc,
 };
 use nix::errno::Errno;

@@ -15,7 +15,7 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use haptic_protocol::cli::{self, Expect};
+use haptic_haproxy::cli::{self, Expect};
 use haptic_protocol::{Capabilities, Op, OpKind, ServerSet, ServerState};
 
 use crate::master::{payload_line, MasterCli, MAX_PAYLOAD};

@@ -130,7 +130,7 @@ async fn wait_http_path(port: u16, path: &str, what: &str, want: impl Fn(u16, &s
 
 /// Whether the old worker `pid` still serves (`@1 show info` answers with it) and HTTP works.
 async fn assert_still_serving(rig: &Rig, pid: u32, port: u16) {
-    let info = haptic_protocol::cli::parse_show_info(&rig.worker("show info").await);
+    let info = haptic_haproxy::cli::parse_show_info(&rig.worker("show info").await);
     assert_eq!(info.pid(), Some(pid), "{}: the old worker must keep serving", rig.label);
     wait_http(port, &rig.label, |s, _| s == 200).await;
 }

@@ -1,15 +1,15 @@
 //! The plan diff: what it takes to bring a pod from its baseline plan to a desired render.
 //!
 //! Owns the decision runtime / file_only / reload, its human reasons and the op batches, built on
-//! `haptic_protocol::claim::diff_cfg` and `haptic_protocol::cfg` so the agent's runtime-claim
+//! `haptic_haproxy::claim::diff_cfg` and `haptic_haproxy::cfg` so the agent's runtime-claim
 //! verification agrees with it. Pure: it must never do I/O, never look at a clock, and never call
 //! a change runtime-safe that `verify_runtime_claim` would refuse.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use haptic_protocol::cfg::{self, parse_acl_file, parse_map_file, referenced_paths};
-use haptic_protocol::claim::diff_cfg;
+use haptic_haproxy::cfg::{self, parse_acl_file, parse_map_file, referenced_paths};
+use haptic_haproxy::claim::diff_cfg;
 use haptic_protocol::{ApiVersion, Capabilities, FileEntry, Mode, Op, OpKind, PlanId, RelPath, API_VERSION};
 use serde::Serialize;
 
@@ -323,7 +323,7 @@ fn dir_or_file_match(arg: &str, path: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use haptic_protocol::claim::{verify_runtime_claim, ChangedFile};
+    use haptic_haproxy::claim::{verify_runtime_claim, ChangedFile};
 
     const CFG: &str = "global\n  default-path config\ndefaults\n  mode http\n  timeout client 5s\nfrontend fe\n  bind 127.0.0.1:8080\n  bind 127.0.0.1:8443 ssl crt certs/\n  acl blocked src -f acls/blocked.acl\n  http-request deny if blocked\n  use_backend %[req.hdr(host),lower,map(maps/hosts.map,be_app)]\n  errorfile 503 errors/503.http\nbackend be_app\n  server SRV_1 127.0.0.1:9001 weight 10\n  server SRV_2 127.0.0.1:9002 disabled\n";
 
@@ -588,12 +588,12 @@ mod proptests {
                 prop_assert!(d.mode != Some(Mode::Reload), "{:?}", d.reasons);
                 let ops: Vec<Op> = d.batches.iter().flatten().cloned().collect();
                 let p = RelPath::new("maps/h.map").unwrap();
-                let changed: Vec<haptic_protocol::claim::ChangedFile<'_>> = if map_old != map_new {
-                    vec![haptic_protocol::claim::ChangedFile { path: &p, new: Some(map_new.as_bytes()) }]
+                let changed: Vec<haptic_haproxy::claim::ChangedFile<'_>> = if map_old != map_new {
+                    vec![haptic_haproxy::claim::ChangedFile { path: &p, new: Some(map_new.as_bytes()) }]
                 } else {
                     vec![]
                 };
-                let res = haptic_protocol::claim::verify_runtime_claim(a.cfg_text(), b.cfg_text(), &changed, &ops);
+                let res = haptic_haproxy::claim::verify_runtime_claim(a.cfg_text(), b.cfg_text(), &changed, &ops);
                 prop_assert!(d.mode != Some(Mode::Runtime) || res.is_ok(), "{:?}", res);
             }
         }

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use haptic_protocol::cli::{parse_version, Version};
+use haptic_haproxy::cli::{parse_version, Version};
 
 /// One HAProxy binary and the version it reports with `haproxy -v`.
 #[derive(Debug, Clone, PartialEq, Eq)]

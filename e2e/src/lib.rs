@@ -4,7 +4,7 @@
 //! [`haproxy_bins`]), talks to their master CLI, verifies reloads on 2.6 and ≥ 2.7, sends tiny HTTP
 //! requests through them, and guarantees that no HAProxy process outlives a test, even one that
 //! panics. It must never depend on the agent or controller crates: it tests them from outside.
-//! HAProxy's reply texts are interpreted by [`haptic_protocol::cli`], shared with the agent.
+//! HAProxy's reply texts are interpreted by [`haptic_haproxy::cli`], shared with the agent.
 #![forbid(unsafe_code)]
 
 pub mod bins;

@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use haptic_protocol::cli::{
+use haptic_haproxy::cli::{
     parse_reload_reply, parse_show_info, parse_show_proc, CliParseError, ReloadReply, ShowInfo, ShowProc,
 };
 use nix::sys::signal::{kill, killpg, Signal};

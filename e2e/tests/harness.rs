@@ -36,7 +36,7 @@ async fn lifecycle_on_every_version() {
         assert_eq!(proc0.current_worker().unwrap().pid, worker, "{label}");
         let info = hap.show_info().await.unwrap();
         assert_eq!(info.stopping(), Some(false), "{label}");
-        assert_eq!(haptic_protocol::cli::parse_version(info.version().unwrap()).unwrap(), bin.version);
+        assert_eq!(haptic_haproxy::cli::parse_version(info.version().unwrap()).unwrap(), bin.version);
         println!("{label} ({}) started master={} worker={worker}", bin.version_string, hap.master_pid());
 
         // Traffic through the frontend.

@@ -1,16 +1,13 @@
 //! The haptic wire contract shared by the agent and the controller.
 //!
 //! This crate owns the types of `GET /v1/state` and `POST /v1/apply`, file digests, plan ids,
-//! the path rules, op kinds, fences, API versioning and the runtime-claim comparison of two
-//! `haproxy.cfg` texts. It is pure: it must never do I/O beyond hashing a `std::io::Read`,
-//! and never depend on an async runtime or an HTTP stack.
+//! the path rules, op kinds, fences and API versioning. HAProxy knowledge (config parsing, the
+//! runtime claim, CLI replies) lives in `haptic-haproxy`. It is pure: it must never do I/O beyond
+//! hashing a `std::io::Read`, and never depend on an async runtime or an HTTP stack.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod api;
-pub mod cfg;
-pub mod claim;
-pub mod cli;
 pub mod digest;
 pub mod fence;
 pub mod ops;

@@ -2,7 +2,6 @@
 //! exist, messages round-trip through JSON, and the fence order is monotonic.
 
 use haptic_protocol::api::{Ack, Mode, ReloadState, ReloadStatus};
-use haptic_protocol::claim::diff_cfg;
 use haptic_protocol::fence::{decide, FenceDecision};
 use haptic_protocol::{plan_id, Digest, Fence, FileEntry, PlanId, RelPath};
 use proptest::prelude::*;
@@ -115,16 +114,5 @@ proptest! {
                 prop_assert_eq!(Some((f, plan)), last.clone());
             }
         }
-    }
-
-    /// A config diffed against itself (with comments and spacing changed) has nothing to do.
-    #[test]
-    fn cfg_diff_of_itself_is_empty(servers in prop::collection::vec((1u8..255, 1u16..65535, 0u32..256), 1..20)) {
-        let mut cfg = String::from("global\n  default-path config\nbackend be\n  balance roundrobin\n");
-        for (i, (ip, port, w)) in servers.iter().enumerate() {
-            cfg.push_str(&format!("  server s{i} 10.0.0.{ip}:{port} weight {w}\n"));
-        }
-        let noisy = cfg.replace("  ", "\t ").replace('\n', "   # c\n");
-        prop_assert!(diff_cfg(&cfg, &noisy).is_empty());
     }
 }

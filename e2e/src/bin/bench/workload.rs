@@ -223,7 +223,7 @@ impl Fencer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use haptic_protocol::claim::diff_cfg;
+    use haptic_haproxy::claim::diff_cfg;
 
     #[test]
     fn one_override_is_one_runtime_server_change() {
@@ -244,7 +244,7 @@ mod tests {
     fn maps_and_chunks() {
         let t = map_text(1000, "v");
         assert_eq!(t.lines().count(), 1000);
-        let entries = haptic_protocol::cfg::parse_map_file(&t);
+        let entries = haptic_haproxy::cfg::parse_map_file(&t);
         assert_eq!(entries.len(), 1000);
         let chunks = map_chunks(&entries, 1024);
         assert!(chunks.iter().all(|c| c.len() <= 1024 && !c.contains("\n\n")));

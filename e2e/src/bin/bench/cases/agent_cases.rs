@@ -168,7 +168,7 @@ pub async fn map_replace(ctx: &Ctx) -> Result<Vec<Row>> {
     let reps = ctx.reps();
     for i in 0..ctx.warmup() + reps {
         let text = map_text(n, &format!("v{}_", i + 1));
-        let entries = haptic_protocol::cfg::parse_map_file(&text);
+        let entries = haptic_haproxy::cfg::parse_map_file(&text);
         d.set(name, text.clone());
         let op = Op::MapReplace { path: rel(name), entries: entries.clone() };
         let body = pod.body(&d, Mode::Runtime, false, |p| p == name, vec![vec![op]]);

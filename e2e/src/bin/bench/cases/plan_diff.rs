@@ -1,14 +1,14 @@
 //! `plan_diff`: the structural diff at the heart of the controller's plan diff
-//! (`haptic_protocol::claim::diff_cfg`) at growing sizes with one changed server, against the
-//! floor of parsing the config once (`haptic_protocol::cfg::parse`). It shows whether the cost
+//! (`haptic_haproxy::claim::diff_cfg`) at growing sizes with one changed server, against the
+//! floor of parsing the config once (`haptic_haproxy::cfg::parse`). It shows whether the cost
 //! grows linearly. Pure CPU: no HAProxy, run once for all versions. It must never link the
 //! controller crate.
 
 use std::hint::black_box;
 use std::time::Instant;
 
-use haptic_protocol::cfg::parse;
-use haptic_protocol::claim::diff_cfg;
+use haptic_haproxy::cfg::parse;
+use haptic_haproxy::claim::diff_cfg;
 
 use super::Ctx;
 use crate::error::Result;

@@ -9,8 +9,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::cfg::{self, parse_server, ServerLine};
-use crate::ops::{Op, ServerSet, ServerState};
-use crate::path::RelPath;
+use haptic_protocol::ops::{Op, ServerSet, ServerState};
+use haptic_protocol::RelPath;
 
 /// The most reload reasons listed per section before they are summarised.
 const MAX_REASONS_PER_SECTION: usize = 3;

@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use crate::path::RelPath;
+use haptic_protocol::RelPath;
 
 /// Keywords that open a section.
 pub const SECTION_KEYWORDS: &[&str] = &[
