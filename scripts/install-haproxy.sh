@@ -32,7 +32,10 @@ if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet haproxy 2
 fi
 
 # 2. HAProxy 3.0 from trixie into a private prefix.
-if ! { [ -x "$bin30" ] && "$bin30" -v 2>/dev/null | grep -q '^HAProxy version 3\.0\.'; }; then
+# (No `| grep -q` / `| head` on a binary's output: with pipefail, an early-closing reader can
+# kill the writer with SIGPIPE and fail the check at random.)
+is30() { local v; v=$("$1" -v 2>/dev/null) || return 1; [[ $v == "HAProxy version 3.0."* ]]; }
+if ! { [ -x "$bin30" ] && is30 "$bin30"; }; then
   log "installing HAProxy 3.0 from Debian trixie into $prefix"
   work="$prefix.work"
   rm -rf "$work" "$prefix"
@@ -57,7 +60,7 @@ SRC
   patchelf --set-interpreter "$libdir/ld-linux-x86-64.so.2" --force-rpath --set-rpath "$libdir" "$bin30.tmp"
   mv "$bin30.tmp" "$bin30"
   rm -rf "$work"
-  "$bin30" -v | head -1 | grep -q '^HAProxy version 3\.0\.' || { log "the 3.0 binary does not run"; exit 1; }
+  is30 "$bin30" || { log "the 3.0 binary does not run: $("$bin30" -v 2>&1 | sed -n 1p)"; exit 1; }
 fi
 
 echo "$bin26"

@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
-# The README's test command: installs HAProxy 2.6 and 3.0 (scripts/install-haproxy.sh), then runs
-# formatting, clippy and the whole test suite against real HAProxy processes on 127.0.0.1.
+# The README's test command: installs HAProxy 2.6 and 3.0 (scripts/install-haproxy.sh) and the local
+# Kubernetes control plane (scripts/install-k8s.sh), then runs formatting, clippy and the whole test
+# suite against real HAProxy processes and a real kube-apiserver on 127.0.0.1.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 echo "==> installing HAProxy (2.6 from Debian, 3.0 from trixie into target/haproxy)"
-mapfile -t bins < <(scripts/install-haproxy.sh)
+# (Not `mapfile < <(script)`: a failing install must stop the run.)
+hap_paths=$(scripts/install-haproxy.sh)
+mapfile -t bins <<<"$hap_paths"
 export HAPTIC_HAPROXY_BINS="${HAPTIC_HAPROXY_BINS:-$(IFS=:; echo "${bins[*]}")}"
 for b in "${bins[@]}"; do echo "    $("$b" -v | head -1)  ($b)"; done
+
+echo "==> installing the local Kubernetes control plane (kube-apiserver from Go, etcd from trixie, into target/k8s)"
+k8s_paths=$(scripts/install-k8s.sh)
+mapfile -t k8s <<<"$k8s_paths"
+export HAPTIC_KUBE_APISERVER="${HAPTIC_KUBE_APISERVER:-${k8s[0]}}" HAPTIC_ETCD="${HAPTIC_ETCD:-${k8s[1]}}"
+echo "    $("$HAPTIC_KUBE_APISERVER" --version)  ($HAPTIC_KUBE_APISERVER)"
+echo "    $("$HAPTIC_ETCD" --version 2>/dev/null | sed -n 1p)  ($HAPTIC_ETCD)"
 
 echo "==> cargo fmt --check"
 cargo fmt --all --check
@@ -17,6 +27,9 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 echo "==> real-HAProxy harness on every version (output shown)"
 cargo test --locked -p haptic-e2e --test harness -- --nocapture --test-threads=1
+
+echo "==> local control plane and kubelet stand-in (output shown: start-up time)"
+cargo test --locked -p haptic-e2e --test control_plane -- --nocapture
 
 echo "==> cargo test (whole workspace)"
 cargo test --workspace --locked -- --test-threads="${HAPTIC_TEST_THREADS:-2}"

@@ -9,6 +9,7 @@
 
 pub mod bins;
 pub mod config;
+pub mod k8s;
 pub mod net;
 pub mod pids;
 pub mod pod;

@@ -46,6 +46,8 @@ pub struct PodOpts {
     pub credentials: Option<(String, String)>,
     /// Environment variables for both HAProxy and the agent (whose `haproxy -c` must see the same).
     pub env: Vec<(String, String)>,
+    /// The agent's listen address; `None` picks `127.0.0.1:<free port>`.
+    pub agent_listen: Option<SocketAddr>,
 }
 
 impl Default for PodOpts {
@@ -58,6 +60,7 @@ impl Default for PodOpts {
             extra_args: Vec::new(),
             credentials: None,
             env: Vec::new(),
+            agent_listen: None,
         }
     }
 }
@@ -195,6 +198,7 @@ impl Pod {
             .unwrap_or_else(|| ("haptic".to_string(), format!("pw-{}", std::process::id() ^ (free_port() as u32))));
         let creds_file = tmp.0.join("credentials");
         std::fs::write(&creds_file, format!("{user}:{password}\n")).map_err(io("write credentials"))?;
+        let addr = opts.agent_listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], free_port())));
         let mut pod = Pod {
             agent: None,
             hap,
@@ -204,7 +208,7 @@ impl Pod {
             creds_file,
             user,
             password,
-            addr: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            addr,
             health,
             log: Arc::new(Mutex::new(String::new())),
             _tmp: tmp,
@@ -334,6 +338,25 @@ impl Pod {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Whether HAProxy's master process is alive.
+    pub fn haproxy_running(&self) -> bool {
+        self.hap.master_alive()
+    }
+
+    /// Kills HAProxy's whole process group (the container dies; the agent keeps running).
+    pub fn kill_haproxy(&mut self) -> Vec<u32> {
+        self.hap.kill()
+    }
+
+    /// Starts HAProxy again on the pod's live tree (`ROOT/current/haproxy.cfg`) with the same
+    /// master socket, as a restarted HAProxy container would; kills a running one first.
+    pub async fn restart_haproxy(&mut self) -> Result<(), HarnessError> {
+        self.hap.kill();
+        let opts = self.hap.opts().clone();
+        self.hap = Haproxy::start(&self.bin, opts).await?;
+        Ok(())
     }
 
     /// Starts the agent again on the same address (after [`Self::kill_agent_9`] or

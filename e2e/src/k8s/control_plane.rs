@@ -1,0 +1,384 @@
+//! A real Kubernetes control plane for tests: `etcd` + `kube-apiserver` on free loopback ports.
+//!
+//! Owns finding the binaries `scripts/install-k8s.sh` installs, starting both processes in a
+//! temporary directory (token auth, a generated service-account key, etcd without fsync), waiting
+//! for `/readyz`, writing a kubeconfig, handing out `kube::Client`s, and tearing every process
+//! down (process groups, SIGTERM then SIGKILL) on drop, also during a panic. It must never
+//! reach anything but 127.0.0.1, and never leave a process or a directory behind.
+
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+
+use crate::bins::workspace_root;
+use crate::net::free_port;
+use crate::pids::group_members;
+
+/// How long the apiserver may take to answer `/readyz` 200 (envtest waits 20 s; a loaded
+/// 2-core machine needs more).
+const READY_DEADLINE: Duration = Duration::from_secs(60);
+/// How long a process gets between SIGTERM and SIGKILL.
+const TERM_GRACE: Duration = Duration::from_secs(5);
+
+/// What went wrong starting or using the control plane.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlPlaneError {
+    /// A binary `scripts/install-k8s.sh` installs is missing.
+    #[error("{what} not found at {path}: run scripts/install-k8s.sh (or set {env})")]
+    Missing {
+        /// Which binary.
+        what: &'static str,
+        /// Where it was looked for.
+        path: PathBuf,
+        /// The variable that overrides the path.
+        env: &'static str,
+    },
+    /// A file or process operation failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A process exited or never became ready.
+    #[error("{0}")]
+    Start(String),
+    /// The kube client could not be built.
+    #[error("kube client: {0}")]
+    Kube(String),
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ControlPlaneError {
+    let what = what.into();
+    move |source| ControlPlaneError::Io { what, source }
+}
+
+/// The Kubernetes version the tools module (`e2e/k8s-tools/go.mod`) builds, e.g. `1.34.4`.
+pub fn k8s_version() -> Option<String> {
+    let gomod = std::fs::read_to_string(workspace_root().join("e2e/k8s-tools/go.mod")).ok()?;
+    gomod.lines().find_map(|l| {
+        let rest = l.trim().strip_prefix("k8s.io/kubernetes v")?;
+        Some(rest.split_whitespace().next()?.to_string())
+    })
+}
+
+/// The `kube-apiserver` binary: `HAPTIC_KUBE_APISERVER`, else `target/k8s/v<version>/kube-apiserver`.
+pub fn apiserver_bin() -> Result<PathBuf, ControlPlaneError> {
+    let path = std::env::var_os("HAPTIC_KUBE_APISERVER").map(PathBuf::from).unwrap_or_else(|| {
+        let v = k8s_version().unwrap_or_else(|| "unknown".into());
+        workspace_root().join(format!("target/k8s/v{v}/kube-apiserver"))
+    });
+    existing(path, "kube-apiserver", "HAPTIC_KUBE_APISERVER")
+}
+
+/// The `etcd` binary: `HAPTIC_ETCD`, else `target/k8s/etcd/etcd`.
+pub fn etcd_bin() -> Result<PathBuf, ControlPlaneError> {
+    let path = std::env::var_os("HAPTIC_ETCD")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target/k8s/etcd/etcd"));
+    existing(path, "etcd", "HAPTIC_ETCD")
+}
+
+fn existing(path: PathBuf, what: &'static str, env: &'static str) -> Result<PathBuf, ControlPlaneError> {
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(ControlPlaneError::Missing { what, path, env })
+    }
+}
+
+/// One child process in its own process group, its output in a log file.
+#[derive(Debug)]
+struct GroupProc {
+    name: &'static str,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl GroupProc {
+    fn spawn(name: &'static str, mut cmd: Command, log: PathBuf) -> Result<Self, ControlPlaneError> {
+        let out = File::create(&log).map_err(io_err(format!("create {}", log.display())))?;
+        let err = out.try_clone().map_err(io_err("clone log handle"))?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0)
+            .spawn()
+            .map_err(io_err(format!("spawn {name}")))?;
+        Ok(Self { name, child: Some(child), log })
+    }
+
+    /// The process's exit status, if it already exited.
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// SIGTERM to the group, SIGKILL after [`TERM_GRACE`], reaps the leader. Idempotent.
+    fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let leader = child.id();
+        let Ok(raw) = i32::try_from(leader) else {
+            return;
+        };
+        let gone = |c: &mut Child| !matches!(c.try_wait(), Ok(None)) && group_members(leader).is_empty();
+        let _ = killpg(Pid::from_raw(raw), Signal::SIGTERM);
+        let deadline = Instant::now() + TERM_GRACE;
+        while !gone(&mut child) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if !gone(&mut child) {
+            let _ = killpg(Pid::from_raw(raw), Signal::SIGKILL);
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for GroupProc {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A running etcd + kube-apiserver pair on 127.0.0.1, stopped on drop.
+#[derive(Debug)]
+pub struct ControlPlane {
+    // Field order is drop order: the apiserver stops before etcd, the directory goes last.
+    apiserver: GroupProc,
+    etcd: GroupProc,
+    url: String,
+    token: String,
+    kubeconfig: PathBuf,
+    kubeconfig_text: String,
+    version: String,
+    startup: Duration,
+    dir: tempfile::TempDir,
+}
+
+impl ControlPlane {
+    /// Starts etcd and the apiserver on free loopback ports and waits until `/readyz` is 200.
+    pub async fn start() -> Result<Self, ControlPlaneError> {
+        let t0 = Instant::now();
+        let apiserver_path = apiserver_bin()?;
+        let etcd_path = etcd_bin()?;
+        let dir = tempfile::Builder::new().prefix("haptic-k8s-").tempdir().map_err(io_err("create temp dir"))?;
+        let d = dir.path();
+
+        // etcd: loopback only, no fsync (test data), peer port picked by the kernel.
+        let etcd_port = free_port();
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        let mut cmd = Command::new(&etcd_path);
+        cmd.arg("--data-dir")
+            .arg(d.join("etcd"))
+            .arg("--name")
+            .arg("haptic-test")
+            .arg("--listen-client-urls")
+            .arg(&etcd_url)
+            .arg("--advertise-client-urls")
+            .arg(&etcd_url)
+            .arg("--listen-peer-urls")
+            .arg("http://127.0.0.1:0")
+            .arg("--initial-advertise-peer-urls")
+            .arg("http://127.0.0.1:0")
+            .arg("--unsafe-no-fsync")
+            .arg("--log-level")
+            .arg("warn");
+        let mut etcd = GroupProc::spawn("etcd", cmd, d.join("etcd.log"))?;
+
+        // One RSA key signs and verifies service-account tokens; one static admin token.
+        let sa_key = d.join("sa.key");
+        let out = Command::new("openssl")
+            .args(["genrsa", "-out"])
+            .arg(&sa_key)
+            .arg("2048")
+            .output()
+            .map_err(io_err("run openssl genrsa (is openssl installed?)"))?;
+        if !out.status.success() {
+            return Err(ControlPlaneError::Start(format!(
+                "openssl genrsa failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        let token = format!("haptic-admin-{:016x}", rand_u64());
+        std::fs::write(d.join("tokens.csv"), format!("{token},admin,admin,system:masters\n"))
+            .map_err(io_err("write token file"))?;
+
+        let port = free_port();
+        let url = format!("https://127.0.0.1:{port}");
+        let mut cmd = Command::new(&apiserver_path);
+        cmd.arg(format!("--etcd-servers={etcd_url}"))
+            .arg(format!("--cert-dir={}", d.join("certs").display()))
+            .arg(format!("--secure-port={port}"))
+            .arg("--bind-address=127.0.0.1")
+            .arg("--advertise-address=127.0.0.1")
+            .arg("--authorization-mode=RBAC")
+            .arg("--service-cluster-ip-range=10.0.0.0/24")
+            .arg("--allow-privileged=true")
+            .arg("--disable-admission-plugins=ServiceAccount")
+            .arg(format!("--service-account-issuer={url}/"))
+            .arg(format!("--service-account-key-file={}", sa_key.display()))
+            .arg(format!("--service-account-signing-key-file={}", sa_key.display()))
+            .arg(format!("--token-auth-file={}", d.join("tokens.csv").display()))
+            .arg("--endpoint-reconciler-type=none")
+            .arg("--v=1");
+        // etcd must accept connections before the apiserver's storage checks start the clock.
+        wait_tcp(etcd_port, &mut etcd).await?;
+
+        let kubeconfig_text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: haptic-test\n  cluster:\n    server: {url}\n    \
+             insecure-skip-tls-verify: true\nusers:\n- name: admin\n  user:\n    token: {token}\n\
+             contexts:\n- name: haptic-test\n  context:\n    cluster: haptic-test\n    user: admin\n    \
+             namespace: default\ncurrent-context: haptic-test\n"
+        );
+        let kubeconfig = d.join("kubeconfig");
+        std::fs::write(&kubeconfig, &kubeconfig_text).map_err(io_err("write kubeconfig"))?;
+
+        let apiserver = GroupProc::spawn("kube-apiserver", cmd, d.join("apiserver.log"))?;
+        let mut cp = Self {
+            apiserver,
+            etcd,
+            url,
+            token,
+            kubeconfig,
+            kubeconfig_text,
+            version: String::new(),
+            startup: Duration::ZERO,
+            dir,
+        };
+        let client = cp.client().await?;
+        let deadline = Instant::now() + READY_DEADLINE;
+        loop {
+            for p in [&mut cp.etcd, &mut cp.apiserver] {
+                if let Some(st) = p.exited() {
+                    return Err(ControlPlaneError::Start(format!("{} exited ({st}):\n{}", p.name, p.log_tail())));
+                }
+            }
+            let req =
+                http::Request::get("/readyz").body(Vec::new()).map_err(|e| ControlPlaneError::Kube(e.to_string()));
+            if let Ok(body) = client.request_text(req?).await {
+                if body.trim() == "ok" {
+                    break;
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(ControlPlaneError::Start(format!(
+                    "kube-apiserver not ready after {READY_DEADLINE:?}:\n{}",
+                    cp.apiserver.log_tail()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        cp.version = client.apiserver_version().await.map_err(|e| ControlPlaneError::Kube(e.to_string()))?.git_version;
+        cp.startup = t0.elapsed();
+        Ok(cp)
+    }
+
+    /// A client with the admin token (system:masters).
+    pub async fn client(&self) -> Result<Client, ControlPlaneError> {
+        let kc = Kubeconfig::from_yaml(&self.kubeconfig_text).map_err(|e| ControlPlaneError::Kube(e.to_string()))?;
+        let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| ControlPlaneError::Kube(e.to_string()))?;
+        Client::try_from(config).map_err(|e| ControlPlaneError::Kube(e.to_string()))
+    }
+
+    /// The kubeconfig file (admin token, `insecure-skip-tls-verify`): `KUBECONFIG` for processes.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// `https://127.0.0.1:<port>`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The admin bearer token.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The apiserver's `/version` `gitVersion`, e.g. `v1.34.4`.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// From the start of [`Self::start`] to `/readyz` 200.
+    pub fn startup(&self) -> Duration {
+        self.startup
+    }
+
+    /// The temp dir holding the data, certs, logs and kubeconfig.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The apiserver's log so far (last 30 lines).
+    pub fn apiserver_log_tail(&self) -> String {
+        self.apiserver.log_tail()
+    }
+
+    /// The pids of etcd and the apiserver (for leak checks).
+    pub fn pids(&self) -> Vec<u32> {
+        [self.etcd.pid(), self.apiserver.pid()].into_iter().flatten().collect()
+    }
+
+    /// Stops both processes now (also done on drop).
+    pub fn stop(&mut self) {
+        self.apiserver.stop();
+        self.etcd.stop();
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Waits until `127.0.0.1:port` accepts TCP connections, or the process exits, or 30 s pass.
+async fn wait_tcp(port: u16, proc: &mut GroupProc) -> Result<(), ControlPlaneError> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            return Ok(());
+        }
+        if let Some(st) = proc.exited() {
+            return Err(ControlPlaneError::Start(format!("{} exited ({st}):\n{}", proc.name, proc.log_tail())));
+        }
+        if Instant::now() >= deadline {
+            return Err(ControlPlaneError::Start(format!("{} not listening:\n{}", proc.name, proc.log_tail())));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// 64 bits from the kernel's random source (std only), for tokens that differ per run.
+pub(crate) fn rand_u64() -> u64 {
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    if let Ok(mut f) = File::open("/dev/urandom") {
+        let _ = f.read_exact(&mut b);
+    }
+    u64::from_le_bytes(b) ^ u64::from(std::process::id())
+}
