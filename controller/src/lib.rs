@@ -15,6 +15,7 @@ pub mod diff;
 pub mod error;
 pub mod followup;
 pub mod gate;
+pub mod kubernetes;
 pub mod render;
 
 pub use error::Error;

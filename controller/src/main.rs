@@ -58,6 +58,8 @@ enum Command {
         #[arg(long, env = "HAPTIC_CONTROLLER_HAPROXY_BIN", default_value = "haproxy")]
         haproxy_bin: PathBuf,
     },
+    /// Prints the `HAProxyConfig` CustomResourceDefinition (YAML) for `kubectl apply -f -`.
+    Crd,
     /// Shows the mode, reasons and op batches that bring OLD_DIR to NEW_DIR.
     Diff {
         /// The baseline render directory.
@@ -245,6 +247,10 @@ fn main() -> ExitCode {
             Command::Run(a) => run(*a).await.map(|()| ExitCode::SUCCESS),
             Command::Status { admin, output } => status(&admin, output).await.map(|()| ExitCode::SUCCESS),
             Command::Validate { dir, haproxy_bin } => validate(dir, haproxy_bin).await,
+            Command::Crd => {
+                print!("{}", haptic_controller::kubernetes::crd::crd_yaml());
+                Ok(ExitCode::SUCCESS)
+            }
             Command::Diff { old_dir, new_dir, output } => {
                 diff_cmd(old_dir, new_dir, output).map(|()| ExitCode::SUCCESS)
             }

@@ -1,0 +1,407 @@
+//! The `HAProxyConfig` custom resource (`haptic.dev/v1alpha1`, short name `hapc`).
+//!
+//! Owns the Rust types of the resource's spec and status (BRIEF §7.1), the CRD generated from
+//! them (`haptic-controller crd`, committed as `charts/haptic/crds/haproxyconfig.yaml`), and the
+//! small pure helpers that turn durations and the status roll-up into the resource's fields. It
+//! must never talk to the apiserver: the watchers and the status writer do.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The desired HAProxy configuration of one fleet of HAProxy pods in this namespace.
+#[derive(CustomResource, Debug, Clone, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "haptic.dev",
+    version = "v1alpha1",
+    kind = "HAProxyConfig",
+    plural = "haproxyconfigs",
+    singular = "haproxyconfig",
+    shortname = "hapc",
+    namespaced,
+    status = "HAProxyConfigStatus",
+    printcolumn = r#"{"name":"Plan","type":"string","jsonPath":".status.planShort","description":"the latest render that passed the gate (12 hex digits of its plan id)"}"#,
+    printcolumn = r#"{"name":"Gate","type":"string","jsonPath":".status.gate.state"}"#,
+    printcolumn = r#"{"name":"Converged","type":"string","jsonPath":".status.convergedText","description":"pods running the plan / pods"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct HAProxyConfigSpec {
+    /// The HAProxy pods (same namespace) this configuration is deployed to.
+    pub pod_selector: LabelSelector,
+    /// How to reach each pod's agent.
+    #[serde(default)]
+    pub agent: AgentSpec,
+    /// The `haproxy.cfg` text (exactly one of `config` and `configFrom`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<String>,
+    /// Where the `haproxy.cfg` text comes from instead of `config`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_from: Option<ConfigFrom>,
+    /// Auxiliary files (maps, certificates, error pages), by path relative to the config.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<FileSpec>,
+    /// Controller behaviour.
+    #[serde(default)]
+    pub controller: ControllerSpec,
+    /// Agent behaviour (the chart passes these to the agents as flags).
+    #[serde(default)]
+    pub dataplane: DataplaneSpec,
+}
+
+/// How the controller reaches an agent.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentSpec {
+    /// The agent's port on the pod IP.
+    #[serde(default = "default_agent_port")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: u16,
+    /// The name of the agent container (its state decides admission).
+    #[serde(default = "default_agent_container")]
+    pub container: String,
+    /// The Secret with keys `username` and `password`.
+    #[serde(default = "default_credentials_ref")]
+    pub credentials_secret_ref: LocalObjectRef,
+}
+
+fn default_agent_port() -> u16 {
+    8080
+}
+fn default_agent_container() -> String {
+    "agent".into()
+}
+fn default_credentials_ref() -> LocalObjectRef {
+    LocalObjectRef { name: "haptic-agent-credentials".into() }
+}
+
+impl Default for AgentSpec {
+    fn default() -> Self {
+        Self {
+            port: default_agent_port(),
+            container: default_agent_container(),
+            credentials_secret_ref: default_credentials_ref(),
+        }
+    }
+}
+
+/// A reference to an object in the resource's namespace.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq, PartialOrd, Ord)]
+pub struct LocalObjectRef {
+    /// The object's name.
+    pub name: String,
+}
+
+/// A key of a ConfigMap in the resource's namespace.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq, PartialOrd, Ord)]
+pub struct KeyRef {
+    /// The ConfigMap's name.
+    pub name: String,
+    /// The key.
+    pub key: String,
+}
+
+/// Where `haproxy.cfg` comes from.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigFrom {
+    /// A ConfigMap key holding the text.
+    pub config_map_key_ref: KeyRef,
+}
+
+/// One auxiliary file: a path and exactly one source.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FileSpec {
+    /// The file's path relative to `haproxy.cfg` (`[A-Za-z0-9._-]` components, no `..`).
+    pub path: String,
+    /// A ConfigMap key (text or binary data).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_key_ref: Option<KeyRef>,
+    /// A Secret: a `kubernetes.io/tls` Secret becomes one PEM (certificate, then key); another
+    /// Secret needs `key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretFileRef>,
+    /// Inline content.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
+/// A Secret as a file source.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct SecretFileRef {
+    /// The Secret's name.
+    pub name: String,
+    /// The key to use; unset for a `kubernetes.io/tls` Secret (`tls.crt` + `tls.key`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+/// Controller settings of this resource.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ControllerSpec {
+    /// Safety net of one deployment (e.g. `30s`).
+    #[serde(default = "d30")]
+    pub deployment_timeout: String,
+    /// Idle time before the fleet is re-applied from verified state.
+    #[serde(default = "d60")]
+    pub drift_prevention_interval: String,
+    /// Bound of one pod's apply.
+    #[serde(default = "d30")]
+    pub sync_timeout: String,
+    /// Pods applied to at once.
+    #[serde(default = "default_max_parallel")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub max_parallel: u16,
+    /// The gate latch's resting mode.
+    #[serde(default)]
+    pub gate: GateSpec,
+}
+
+fn d30() -> String {
+    "30s".into()
+}
+fn d60() -> String {
+    "60s".into()
+}
+fn default_max_parallel() -> u16 {
+    16
+}
+
+impl Default for ControllerSpec {
+    fn default() -> Self {
+        Self {
+            deployment_timeout: d30(),
+            drift_prevention_interval: d60(),
+            sync_timeout: d30(),
+            max_parallel: default_max_parallel(),
+            gate: GateSpec::Optimistic,
+        }
+    }
+}
+
+/// The gate latch's resting mode.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum GateSpec {
+    /// Renders dispatch at once; a refusal reverts and pins.
+    #[default]
+    Optimistic,
+    /// Renders wait for the gate.
+    Pessimistic,
+}
+
+/// Agent settings the chart passes to every agent.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DataplaneSpec {
+    /// `--min-reload-interval`.
+    #[serde(default = "d2")]
+    pub min_deployment_interval: String,
+    /// `--reload-timeout`.
+    #[serde(default = "d10")]
+    pub reload_verification_timeout: String,
+}
+
+fn d2() -> String {
+    "2s".into()
+}
+fn d10() -> String {
+    "10s".into()
+}
+
+impl Default for DataplaneSpec {
+    fn default() -> Self {
+        Self { min_deployment_interval: d2(), reload_verification_timeout: d10() }
+    }
+}
+
+/// What the leader reports.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HAProxyConfigStatus {
+    /// The generation the status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The latest render that passed the gate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan_id: Option<String>,
+    /// Its first 12 hex digits (the `Plan` column).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan_short: Option<String>,
+    /// The last render every pod ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_good_plan_id: Option<String>,
+    /// The gate latch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate: Option<GateStatusField>,
+    /// Pods running the target plan.
+    #[serde(default)]
+    pub converged: u32,
+    /// Admitted pods.
+    #[serde(default)]
+    pub total: u32,
+    /// `converged/total` (the `Converged` column).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub converged_text: Option<String>,
+    /// The leader that wrote this status, and its fence epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<LeaderField>,
+    /// `Validated` and `Converged`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// One entry per admitted pod.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deployed_to_pods: Vec<PodStatusField>,
+}
+
+/// The gate latch in the status.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct GateStatusField {
+    /// `optimistic`, `pessimistic` or `pinned`.
+    pub state: String,
+    /// HAProxy's words when the gate refused the latest render.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// The writer of the status.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct LeaderField {
+    /// The Lease holder identity.
+    pub identity: String,
+    /// The fence epoch of its term.
+    pub epoch: u64,
+}
+
+/// One pod in `status.deployedToPods`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodStatusField {
+    /// The pod's name.
+    pub pod: String,
+    /// Its UID.
+    #[serde(default)]
+    pub uid: String,
+    /// Its IP.
+    #[serde(default)]
+    pub ip: String,
+    /// `converged`, `reload-pending`, `deploying`, `rejected`, `failed`, `unknown`, …
+    pub phase: String,
+    /// The plan on disk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_plan: Option<String>,
+    /// The plan HAProxy's worker runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running_plan: Option<String>,
+    /// How the last apply landed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// Why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
+    /// A paced reload is scheduled.
+    #[serde(default)]
+    pub pending_reload: bool,
+    /// The last error, in HAProxy's words where it has some.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// When the last apply was answered (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_applied_at: Option<String>,
+    /// The pod's HAProxy version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub haproxy_version: Option<String>,
+}
+
+/// The CRD as YAML, exactly what `haptic-controller crd` prints and the chart commits.
+pub fn crd_yaml() -> String {
+    use kube::CustomResourceExt;
+    let crd = HAProxyConfig::crd();
+    let body = serde_saphyr::to_string(&crd).expect("the CRD serializes");
+    format!("# Generated by `haptic-controller crd`; do not edit (a test checks it).\n{body}")
+}
+
+/// A spec duration (`30s`, `1m30s`, `500ms`), with the field named in the error.
+pub fn parse_duration(field: &str, text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim()).map_err(|e| format!("spec.{field}: {text:?} is not a duration ({e})"))
+}
+
+/// Labels of a `matchLabels`-only selector as `k=v,k2=v2` (for a list/watch `labelSelector`);
+/// `matchExpressions` are turned into set-based terms.
+pub fn selector_string(sel: &LabelSelector) -> String {
+    let mut terms: Vec<String> = sel
+        .match_labels
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect::<BTreeMap<_, _>>()
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    for e in sel.match_expressions.clone().unwrap_or_default() {
+        let values = e.values.unwrap_or_default().join(",");
+        terms.push(match e.operator.as_str() {
+            "In" => format!("{} in ({values})", e.key),
+            "NotIn" => format!("{} notin ({values})", e.key),
+            "Exists" => e.key.clone(),
+            "DoesNotExist" => format!("!{}", e.key),
+            other => format!("{} {other} ({values})", e.key),
+        });
+    }
+    terms.join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_committed_crd_matches_the_generator() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/haptic/crds/haproxyconfig.yaml");
+        let committed = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            committed == crd_yaml(),
+            "{path} is stale: regenerate it with `cargo run -p haptic-controller -- crd > charts/haptic/crds/haproxyconfig.yaml`"
+        );
+    }
+
+    #[test]
+    fn crd_has_the_names_and_printer_columns_of_the_brief() {
+        let y = crd_yaml();
+        for needle in [
+            "name: haproxyconfigs.haptic.dev",
+            "- hapc",
+            "kind: HAProxyConfig",
+            "name: v1alpha1",
+            "name: Plan",
+            "name: Gate",
+            "name: Converged",
+            "name: Age",
+            "status: {}",
+        ] {
+            assert!(y.contains(needle), "missing {needle:?} in:\n{y}");
+        }
+    }
+
+    #[test]
+    fn spec_defaults_fill_in() {
+        let spec: HAProxyConfigSpec = serde_json::from_value(serde_json::json!({
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "haproxy"}},
+            "config": "global\n",
+        }))
+        .unwrap();
+        assert_eq!(spec.agent.port, 8080);
+        assert_eq!(spec.agent.credentials_secret_ref.name, "haptic-agent-credentials");
+        assert_eq!(spec.controller.max_parallel, 16);
+        assert_eq!(parse_duration("x", &spec.controller.deployment_timeout).unwrap(), Duration::from_secs(30));
+        assert_eq!(spec.dataplane.min_deployment_interval, "2s");
+        assert_eq!(selector_string(&spec.pod_selector), "app.kubernetes.io/name=haproxy");
+        assert!(parse_duration("syncTimeout", "soon").unwrap_err().contains("spec.syncTimeout"));
+    }
+}
