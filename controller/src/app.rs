@@ -14,6 +14,7 @@ use tracing::info;
 
 use crate::admin::{self, AdminState};
 use crate::client::{AgentClient, Credentials};
+
 use crate::deployer::{Deployer, DeployerConfig};
 use crate::error::Error;
 use crate::gate::{Checker, GateMode, Latch};
@@ -115,19 +116,61 @@ impl Running {
     }
 }
 
-/// Starts a controller over any seams.
+/// Parts a controller shares across restarts of its deployment loop (Kubernetes mode runs one
+/// loop per leadership term over the same client, metrics and status board).
+#[derive(Debug, Clone)]
+pub struct Shared {
+    /// The agents' client (its credentials can be rotated).
+    pub client: AgentClient,
+    /// The metrics registry.
+    pub metrics: Arc<Metrics>,
+    /// The status board.
+    pub board: Arc<StatusBoard>,
+}
+
+impl Shared {
+    /// Fresh parts for `settings`, with the status naming `identity` at `epoch`.
+    pub fn new(settings: &Settings, identity: String, epoch: u64) -> Result<Self, Error> {
+        Ok(Self {
+            client: AgentClient::new(settings.credentials.clone(), settings.sync_timeout)?,
+            metrics: Arc::new(Metrics::new()),
+            board: Arc::new(StatusBoard::new(
+                GateStatus::from_latch(&Latch::new(settings.gate), None),
+                ControllerStatus { identity, epoch, ..Default::default() },
+            )),
+        })
+    }
+}
+
+/// Starts a controller over any seams, with its admin server on `settings.admin_listen`.
 pub async fn start(
     settings: Settings,
     renders: Box<dyn RenderSource>,
     endpoints: Box<dyn EndpointSource>,
     fence: Arc<dyn FenceHolder>,
 ) -> Result<Running, Error> {
-    let metrics = Arc::new(Metrics::new());
-    let board = Arc::new(StatusBoard::new(
-        GateStatus::from_latch(&Latch::new(settings.gate), None),
-        ControllerStatus { identity: fence.identity(), epoch: fence.epoch(), ..Default::default() },
-    ));
-    let client = AgentClient::new(settings.credentials.clone(), settings.sync_timeout)?;
+    let shared = Shared::new(&settings, fence.identity(), fence.epoch())?;
+    let listener = tokio::net::TcpListener::bind(settings.admin_listen)
+        .await
+        .map_err(|e| Error::io(format!("admin listen {}", settings.admin_listen), e))?;
+    start_with(settings, renders, endpoints, fence, shared, Some(listener)).await
+}
+
+/// Starts the deployment loop over any seams and shared parts; serves the admin API on
+/// `admin` when given (without one, [`Running::admin_addr`] is `0.0.0.0:0`).
+pub async fn start_with(
+    settings: Settings,
+    renders: Box<dyn RenderSource>,
+    endpoints: Box<dyn EndpointSource>,
+    fence: Arc<dyn FenceHolder>,
+    shared: Shared,
+    admin: Option<tokio::net::TcpListener>,
+) -> Result<Running, Error> {
+    let Shared { client, metrics, board } = shared;
+    board.controller(|c| {
+        c.identity = fence.identity();
+        c.epoch = fence.epoch();
+    });
     let deployer = Arc::new(Deployer::new(
         client,
         fence.clone(),
@@ -136,18 +179,19 @@ pub async fn start(
         DeployerConfig { max_parallel: settings.max_parallel, sync_timeout: settings.sync_timeout },
     ));
     let checker = Checker::new(settings.haproxy_bin.clone(), Duration::from_secs(60));
-    let listener = tokio::net::TcpListener::bind(settings.admin_listen)
-        .await
-        .map_err(|e| Error::io(format!("admin listen {}", settings.admin_listen), e))?;
-    let admin_addr = listener.local_addr().map_err(|e| Error::io("admin listener", e))?;
     let shutdown = CancellationToken::new();
-    let state = AdminState { board: board.clone(), metrics: metrics.clone() };
-    let sd = shutdown.clone();
-    let admin_task = tokio::spawn(async move {
-        if let Err(e) = admin::serve(listener, state, async move { sd.cancelled().await }).await {
-            tracing::error!("admin server failed: {e}");
-        }
-    });
+    let mut tasks = Vec::new();
+    let mut admin_addr = SocketAddr::from(([0, 0, 0, 0], 0));
+    if let Some(listener) = admin {
+        admin_addr = listener.local_addr().map_err(|e| Error::io("admin listener", e))?;
+        let state = AdminState { board: board.clone(), metrics: metrics.clone() };
+        let sd = shutdown.clone();
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = admin::serve(listener, state, async move { sd.cancelled().await }).await {
+                tracing::error!("admin server failed: {e}");
+            }
+        }));
+    }
     let driver = Driver::new(
         settings.gate,
         deployer,
@@ -157,9 +201,9 @@ pub async fn start(
         DriverConfig { deployment_timeout: settings.deployment_timeout, drift_interval: settings.drift_interval },
     );
     let sd = shutdown.clone();
-    let driver_task = tokio::spawn(async move { driver.run(renders, endpoints, sd).await });
+    tasks.push(tokio::spawn(async move { driver.run(renders, endpoints, sd).await }));
     info!(admin = %admin_addr, identity = %fence.identity(), epoch = fence.epoch(), "controller started");
-    Ok(Running { admin_addr, board, metrics, shutdown, tasks: vec![driver_task, admin_task] })
+    Ok(Running { admin_addr, board, metrics, shutdown, tasks })
 }
 
 /// Starts a standalone controller: the config dir, the `--agent` list and the epoch file.

@@ -5,6 +5,7 @@
 //! about an answer — that is the deployer's job.
 
 use std::path::Path;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use haptic_protocol::{Ack, ApplyRequest, Conflict, Nack, StateResponse};
@@ -57,11 +58,12 @@ pub enum ApplyAnswer {
 #[error("{0}")]
 pub struct CallError(pub String);
 
-/// The agents' HTTP client.
+/// The agents' HTTP client. Clones share the connection pool and the credentials, so a
+/// rotated credential ([`AgentClient::set_credentials`]) reaches every clone at once.
 #[derive(Debug, Clone)]
 pub struct AgentClient {
     http: reqwest::Client,
-    creds: Credentials,
+    creds: Arc<RwLock<Credentials>>,
 }
 
 impl AgentClient {
@@ -73,16 +75,27 @@ impl AgentClient {
             .pool_idle_timeout(Duration::from_secs(30))
             .build()
             .map_err(|e| Error::Client(e.to_string()))?;
-        Ok(AgentClient { http, creds })
+        Ok(AgentClient { http, creds: Arc::new(RwLock::new(creds)) })
+    }
+
+    /// Replaces the credentials of this client and every clone (a rotated Secret).
+    pub fn set_credentials(&self, creds: Credentials) {
+        *self.creds.write().unwrap_or_else(|e| e.into_inner()) = creds;
+    }
+
+    /// The current credentials.
+    pub fn credentials(&self) -> Credentials {
+        self.creds.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// `GET /v1/state[?verify=1]`.
     pub async fn state(&self, ep: &Endpoint, verify: bool) -> Result<StateResponse, CallError> {
         let url = format!("{}/v1/state{}", ep.url, if verify { "?verify=1" } else { "" });
+        let creds = self.credentials();
         let resp = self
             .http
             .get(&url)
-            .basic_auth(&self.creds.user, Some(&self.creds.password))
+            .basic_auth(&creds.user, Some(&creds.password))
             .send()
             .await
             .map_err(|e| CallError(format!("GET {url}: {}", error_chain(&e))))?;
@@ -97,10 +110,11 @@ impl AgentClient {
     /// `POST /v1/apply`.
     pub async fn apply(&self, ep: &Endpoint, req: &ApplyRequest) -> Result<ApplyAnswer, CallError> {
         let url = format!("{}/v1/apply", ep.url);
+        let creds = self.credentials();
         let resp = self
             .http
             .post(&url)
-            .basic_auth(&self.creds.user, Some(&self.creds.password))
+            .basic_auth(&creds.user, Some(&creds.password))
             .json(req)
             .send()
             .await

@@ -6,3 +6,4 @@
 
 pub mod crd;
 pub mod lease;
+pub mod render;

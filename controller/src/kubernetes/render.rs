@@ -1,0 +1,386 @@
+//! Renders from the `HAProxyConfig` resource and the ConfigMaps and Secrets it names.
+//!
+//! Owns the pure [`build`] (spec + lookups → file set, or a [`RenderError`] whose reason is
+//! `MissingReference` or `InvalidSpec`) and the watcher that keeps the resource, ConfigMaps and
+//! Secrets of the namespace in reflector stores and publishes each settled change as one render.
+//! A change to any referenced object is a new render; an unchanged result is not republished.
+//! It must never deploy, and never read objects outside its namespace.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use haptic_protocol::RelPath;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, Client};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::crd::{HAProxyConfig, HAProxyConfigSpec};
+use crate::render::Render;
+use crate::seams::RenderEvent;
+
+/// Why the resource is not a render.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenderError {
+    /// `MissingReference` or `InvalidSpec` (the `Validated` condition's reason).
+    pub reason: &'static str,
+    /// What is wrong, naming the field and object.
+    pub message: String,
+}
+
+impl RenderError {
+    fn missing(message: String) -> Self {
+        Self { reason: "MissingReference", message }
+    }
+    fn invalid(message: String) -> Self {
+        Self { reason: "InvalidSpec", message }
+    }
+}
+
+/// Reads named objects of the namespace.
+pub trait Lookup {
+    /// A ConfigMap by name.
+    fn config_map(&self, name: &str) -> Option<Arc<ConfigMap>>;
+    /// A Secret by name.
+    fn secret(&self, name: &str) -> Option<Arc<Secret>>;
+}
+
+fn config_map_key(l: &dyn Lookup, name: &str, key: &str, field: &str) -> Result<Vec<u8>, RenderError> {
+    let cm = l.config_map(name).ok_or_else(|| RenderError::missing(format!("{field}: ConfigMap {name} not found")))?;
+    if let Some(t) = cm.data.as_ref().and_then(|d| d.get(key)) {
+        return Ok(t.as_bytes().to_vec());
+    }
+    if let Some(b) = cm.binary_data.as_ref().and_then(|d| d.get(key)) {
+        return Ok(b.0.clone());
+    }
+    Err(RenderError::missing(format!("{field}: ConfigMap {name} has no key {key:?}")))
+}
+
+/// Builds the file set of a spec: `haproxy.cfg` from `config` or `configFrom`, then every file.
+pub fn build(spec: &HAProxyConfigSpec, l: &dyn Lookup) -> Result<BTreeMap<RelPath, Vec<u8>>, RenderError> {
+    let cfg = match (&spec.config, &spec.config_from) {
+        (Some(text), None) => text.as_bytes().to_vec(),
+        (None, Some(from)) => {
+            let r = &from.config_map_key_ref;
+            config_map_key(l, &r.name, &r.key, "spec.configFrom.configMapKeyRef")?
+        }
+        (Some(_), Some(_)) => {
+            return Err(RenderError::invalid("set only one of spec.config and spec.configFrom".into()))
+        }
+        (None, None) => return Err(RenderError::invalid("set spec.config or spec.configFrom".into())),
+    };
+    let mut files = BTreeMap::from([(RelPath::haproxy_cfg(), cfg)]);
+    for (i, f) in spec.files.iter().enumerate() {
+        let field = format!("spec.files[{i}]");
+        let path =
+            RelPath::new(&f.path).map_err(|e| RenderError::invalid(format!("{field}.path {:?}: {e}", f.path)))?;
+        if path.is_haproxy_cfg() {
+            return Err(RenderError::invalid(format!("{field}.path: haproxy.cfg comes from spec.config")));
+        }
+        let sources = [f.config_map_key_ref.is_some(), f.secret_ref.is_some(), f.content.is_some()];
+        if sources.iter().filter(|s| **s).count() != 1 {
+            return Err(RenderError::invalid(format!(
+                "{field} ({}): set exactly one of configMapKeyRef, secretRef, content",
+                f.path
+            )));
+        }
+        let bytes = if let Some(r) = &f.config_map_key_ref {
+            config_map_key(l, &r.name, &r.key, &format!("{field}.configMapKeyRef"))?
+        } else if let Some(r) = &f.secret_ref {
+            let s = l
+                .secret(&r.name)
+                .ok_or_else(|| RenderError::missing(format!("{field}.secretRef: Secret {} not found", r.name)))?;
+            secret_file(&s, r.key.as_deref())
+                .map_err(|why| RenderError::missing(format!("{field}.secretRef: {why}")))?
+        } else {
+            f.content.clone().unwrap_or_default().into_bytes()
+        };
+        if files.insert(path, bytes).is_some() {
+            return Err(RenderError::invalid(format!("{field}.path {:?} appears twice", f.path)));
+        }
+    }
+    Ok(files)
+}
+
+/// A Secret as one file: the `key`'s bytes, or for a `kubernetes.io/tls` Secret without a key
+/// the certificate followed by the private key (one PEM, as HAProxy's `crt` wants it).
+pub fn secret_file(s: &Secret, key: Option<&str>) -> Result<Vec<u8>, String> {
+    let name = s.metadata.name.clone().unwrap_or_default();
+    let data = s.data.clone().unwrap_or_default();
+    if let Some(k) = key {
+        return data.get(k).map(|b| b.0.clone()).ok_or_else(|| format!("Secret {name} has no key {k:?}"));
+    }
+    if s.type_.as_deref() != Some("kubernetes.io/tls") {
+        return Err(format!("Secret {name} is not of type kubernetes.io/tls: name the key to use"));
+    }
+    let crt = data.get("tls.crt").ok_or_else(|| format!("Secret {name} has no tls.crt"))?;
+    let key = data.get("tls.key").ok_or_else(|| format!("Secret {name} has no tls.key"))?;
+    let mut pem = crt.0.clone();
+    if !pem.ends_with(b"\n") {
+        pem.push(b'\n');
+    }
+    pem.extend_from_slice(&key.0);
+    Ok(pem)
+}
+
+/// The reflector stores of the namespace.
+#[derive(Debug, Clone)]
+pub struct Stores {
+    /// ConfigMaps.
+    pub config_maps: Store<ConfigMap>,
+    /// Secrets.
+    pub secrets: Store<Secret>,
+    /// `HAProxyConfig`s.
+    pub configs: Store<HAProxyConfig>,
+    namespace: String,
+}
+
+impl Lookup for Stores {
+    fn config_map(&self, name: &str) -> Option<Arc<ConfigMap>> {
+        self.config_maps.get(&ObjectRef::new(name).within(&self.namespace))
+    }
+    fn secret(&self, name: &str) -> Option<Arc<Secret>> {
+        self.secrets.get(&ObjectRef::new(name).within(&self.namespace))
+    }
+}
+
+impl Stores {
+    /// The watched resource, if it exists.
+    pub fn config(&self, name: &str) -> Option<Arc<HAProxyConfig>> {
+        self.configs.get(&ObjectRef::new(name).within(&self.namespace))
+    }
+}
+
+/// What the resource watcher publishes.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// The resource (absent: not created yet or deleted).
+    pub config: Option<Arc<HAProxyConfig>>,
+    /// The render of the current spec, or why there is none.
+    pub render: Option<Result<Arc<Render>, RenderError>>,
+}
+
+/// Starts reflectors for the namespace's ConfigMaps, Secrets and `HAProxyConfig`s; every change
+/// settles for `settle`, then the named resource is rendered and published (only when the
+/// render, its error or the resource's generation changed). Returns the stores and the feed.
+pub fn watch_renders(
+    client: Client,
+    namespace: &str,
+    name: &str,
+    settle: Duration,
+    shutdown: CancellationToken,
+) -> (Stores, watch::Receiver<Snapshot>) {
+    let (cm_reader, cm_writer) = reflector::store();
+    let (sec_reader, sec_writer) = reflector::store();
+    let (cfg_reader, cfg_writer) = reflector::store();
+    let stores =
+        Stores { config_maps: cm_reader, secrets: sec_reader, configs: cfg_reader, namespace: namespace.to_string() };
+    let cms = reflector::reflector(
+        cm_writer,
+        watcher(Api::<ConfigMap>::namespaced(client.clone(), namespace), watcher::Config::default()),
+    )
+    .map(|r| r.map(|_| ()).map_err(|e| e.to_string()))
+    .boxed();
+    let secs = reflector::reflector(
+        sec_writer,
+        watcher(Api::<Secret>::namespaced(client.clone(), namespace), watcher::Config::default()),
+    )
+    .map(|r| r.map(|_| ()).map_err(|e| e.to_string()))
+    .boxed();
+    let cfgs = reflector::reflector(
+        cfg_writer,
+        watcher(
+            Api::<HAProxyConfig>::namespaced(client, namespace),
+            watcher::Config::default().fields(&format!("metadata.name={name}")),
+        ),
+    )
+    .map(|r| r.map(|_| ()).map_err(|e| e.to_string()))
+    .boxed();
+    let (tx, rx) = watch::channel(Snapshot::default());
+    let s = stores.clone();
+    let name = name.to_string();
+    tokio::spawn(async move {
+        let mut events = futures::stream::select_all([cms, secs, cfgs]);
+        let mut last: Option<(Option<i64>, Option<Result<haptic_protocol::PlanId, RenderError>>)> = None;
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                ev = events.next() => match ev {
+                    None => return,
+                    Some(Err(e)) => { warn!("watching the namespace: {e}"); continue; }
+                    Some(Ok(())) => {}
+                },
+            }
+            // Settle: let a burst of changes (a ConfigMap and the resource together) land.
+            let quiet = tokio::time::sleep(settle);
+            tokio::pin!(quiet);
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = &mut quiet => break,
+                    ev = events.next() => match ev {
+                        None => return,
+                        Some(_) => quiet.as_mut().reset(tokio::time::Instant::now() + settle),
+                    },
+                }
+            }
+            // Every raw watch event (also a list's end) comes through here, so a store that is
+            // not synced yet is checked again on its own next event.
+            if !(ready(&s.config_maps) && ready(&s.secrets) && ready(&s.configs)) {
+                continue;
+            }
+            let config = s.config(&name);
+            let render = config.as_ref().map(|c| {
+                build(&c.spec, &s).and_then(|files| {
+                    Render::new(files).map(Arc::new).map_err(|why| RenderError::invalid(why.to_string()))
+                })
+            });
+            let key = (
+                config.as_ref().and_then(|c| c.metadata.generation),
+                render.as_ref().map(|r| r.as_ref().map(|r| r.plan_id()).map_err(Clone::clone)),
+            );
+            if last.as_ref() == Some(&key) {
+                continue;
+            }
+            match &render {
+                Some(Ok(r)) => info!(plan = %r.plan_id(), "render of {name} ready"),
+                Some(Err(e)) => warn!(reason = e.reason, "{name} is not a render: {}", e.message),
+                None => info!("HAProxyConfig {name} does not exist (yet)"),
+            }
+            last = Some(key);
+            let _ = tx.send(Snapshot { config, render });
+        }
+    });
+    (stores, rx)
+}
+
+fn ready<K: kube::Resource + Clone + 'static>(s: &Store<K>) -> bool
+where
+    K::DynamicType: std::hash::Hash + Eq + Clone,
+{
+    futures::FutureExt::now_or_never(s.wait_until_ready()).is_some()
+}
+
+/// A [`crate::seams::RenderSource`] over the published snapshots: yields the current render at
+/// once, then each new one. Many can read one feed (one per leadership term).
+#[derive(Debug)]
+pub struct FeedRenderSource {
+    rx: watch::Receiver<Snapshot>,
+    first: bool,
+}
+
+impl FeedRenderSource {
+    /// A source reading `rx`.
+    pub fn new(rx: watch::Receiver<Snapshot>) -> Self {
+        Self { rx, first: true }
+    }
+}
+
+impl crate::seams::RenderSource for FeedRenderSource {
+    fn next(&mut self) -> futures::future::BoxFuture<'_, Option<RenderEvent>> {
+        Box::pin(async move {
+            loop {
+                if !std::mem::take(&mut self.first) {
+                    self.rx.changed().await.ok()?;
+                }
+                let snap = self.rx.borrow_and_update().clone();
+                match snap.render {
+                    Some(Ok(r)) => return Some(Ok(r)),
+                    Some(Err(e)) => return Some(Err(format!("{}: {}", e.reason, e.message))),
+                    None => continue,
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::ByteString;
+    use serde_json::json;
+
+    #[derive(Default)]
+    struct Fake {
+        cms: BTreeMap<String, Arc<ConfigMap>>,
+        secrets: BTreeMap<String, Arc<Secret>>,
+    }
+
+    impl Lookup for Fake {
+        fn config_map(&self, name: &str) -> Option<Arc<ConfigMap>> {
+            self.cms.get(name).cloned()
+        }
+        fn secret(&self, name: &str) -> Option<Arc<Secret>> {
+            self.secrets.get(name).cloned()
+        }
+    }
+
+    fn spec(v: serde_json::Value) -> HAProxyConfigSpec {
+        let mut base = json!({"podSelector": {"matchLabels": {"app": "haproxy"}}});
+        base.as_object_mut().unwrap().extend(v.as_object().unwrap().clone());
+        serde_json::from_value(base).unwrap()
+    }
+
+    #[test]
+    fn builds_from_every_source_and_names_what_is_missing() {
+        let mut f = Fake::default();
+        let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "cfg"},
+            "data": {"haproxy.cfg": "global\n", "hosts.map": "a b\n"}}))
+        .unwrap();
+        f.cms.insert("cfg".into(), Arc::new(cm));
+        let mut tls = Secret::default();
+        tls.metadata.name = Some("site".into());
+        tls.type_ = Some("kubernetes.io/tls".into());
+        tls.data = Some(BTreeMap::from([
+            ("tls.crt".to_string(), ByteString(b"CERT".to_vec())),
+            ("tls.key".to_string(), ByteString(b"KEY\n".to_vec())),
+        ]));
+        f.secrets.insert("site".into(), Arc::new(tls));
+        let s = spec(json!({
+            "configFrom": {"configMapKeyRef": {"name": "cfg", "key": "haproxy.cfg"}},
+            "files": [
+                {"path": "maps/hosts.map", "configMapKeyRef": {"name": "cfg", "key": "hosts.map"}},
+                {"path": "certs/site.pem", "secretRef": {"name": "site"}},
+                {"path": "errors/503.http", "content": "HTTP/1.0 503\r\n\r\n"},
+            ],
+        }));
+        let files = build(&s, &f).unwrap();
+        let get = |p: &str| String::from_utf8(files[&RelPath::new(p).unwrap()].clone()).unwrap();
+        assert_eq!(get("haproxy.cfg"), "global\n");
+        assert_eq!(get("maps/hosts.map"), "a b\n");
+        assert_eq!(get("certs/site.pem"), "CERT\nKEY\n");
+        assert_eq!(get("errors/503.http"), "HTTP/1.0 503\r\n\r\n");
+
+        let missing = spec(json!({"config": "global\n",
+            "files": [{"path": "maps/x.map", "configMapKeyRef": {"name": "nope", "key": "k"}}]}));
+        let e = build(&missing, &f).unwrap_err();
+        assert_eq!(e.reason, "MissingReference");
+        assert!(e.message.contains("ConfigMap nope not found") && e.message.contains("spec.files[0]"), "{e:?}");
+        let bad_key = spec(json!({"configFrom": {"configMapKeyRef": {"name": "cfg", "key": "other"}}}));
+        assert!(build(&bad_key, &f).unwrap_err().message.contains("no key \"other\""));
+    }
+
+    #[test]
+    fn refuses_bad_specs_with_the_field_named() {
+        let f = Fake::default();
+        for (v, needle) in [
+            (json!({}), "set spec.config or spec.configFrom"),
+            (json!({"config": "g", "files": [{"path": "../x", "content": "x"}]}), "spec.files[0].path"),
+            (json!({"config": "g", "files": [{"path": "haproxy.cfg", "content": "x"}]}), "comes from spec.config"),
+            (json!({"config": "g", "files": [{"path": "a"}]}), "exactly one of"),
+            (json!({"config": "g", "files": [{"path": "a", "content": "1"}, {"path": "a", "content": "2"}]}), "twice"),
+        ] {
+            let e = build(&spec(v), &f).unwrap_err();
+            assert_eq!(e.reason, "InvalidSpec");
+            assert!(e.message.contains(needle), "{needle:?} not in {:?}", e.message);
+        }
+        let mut opaque = Secret::default();
+        opaque.metadata.name = Some("o".into());
+        assert!(secret_file(&opaque, None).unwrap_err().contains("not of type kubernetes.io/tls"));
+    }
+}
