@@ -80,6 +80,17 @@ pub struct Running {
 }
 
 impl Running {
+    /// Assembles a running controller from its parts (for other modes' wiring).
+    pub(crate) fn from_parts(
+        admin_addr: SocketAddr,
+        board: Arc<StatusBoard>,
+        metrics: Arc<Metrics>,
+        shutdown: CancellationToken,
+        tasks: Vec<tokio::task::JoinHandle<()>>,
+    ) -> Self {
+        Self { admin_addr, board, metrics, shutdown, tasks }
+    }
+
     /// The admin server's bound address.
     pub fn admin_addr(&self) -> SocketAddr {
         self.admin_addr

@@ -15,6 +15,8 @@ use haptic_controller::app::{self, Settings, StandaloneSettings};
 use haptic_controller::client::Credentials;
 use haptic_controller::diff::{diff, Baseline};
 use haptic_controller::gate::{Checker, GateMode, Verdict};
+use haptic_controller::kubernetes::lease::LeaseTiming;
+use haptic_controller::kubernetes::run::{start_kubernetes, KubernetesSettings};
 use haptic_controller::render::load_dir;
 use haptic_controller::status::{table, FleetStatus};
 
@@ -73,31 +75,87 @@ enum Command {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("mode").required(true).args(["standalone", "kubernetes"])))]
 struct RunArgs {
     /// Standalone mode: a config directory and a list of agents, no Kubernetes.
-    #[arg(long, env = "HAPTIC_CONTROLLER_STANDALONE")]
+    #[arg(long, env = "HAPTIC_CONTROLLER_STANDALONE", help_heading = "Mode (pick one)")]
     standalone: bool,
+    /// Kubernetes mode: one HAProxyConfig resource, pod discovery, leader election on a Lease.
+    #[arg(long, env = "HAPTIC_CONTROLLER_KUBERNETES", help_heading = "Mode (pick one)")]
+    kubernetes: bool,
     /// The render directory to watch (haproxy.cfg plus aux files).
-    #[arg(long, env = "HAPTIC_CONTROLLER_CONFIG_DIR")]
-    config_dir: PathBuf,
+    #[arg(
+        long,
+        env = "HAPTIC_CONTROLLER_CONFIG_DIR",
+        help_heading = "Standalone mode",
+        required_if_eq("standalone", "true"),
+        conflicts_with = "kubernetes"
+    )]
+    config_dir: Option<PathBuf>,
     /// An agent's base URL (repeat for every pod).
-    #[arg(long = "agent", env = "HAPTIC_CONTROLLER_AGENT", value_delimiter = ',', required = true)]
+    #[arg(
+        long = "agent",
+        env = "HAPTIC_CONTROLLER_AGENT",
+        value_delimiter = ',',
+        help_heading = "Standalone mode",
+        required_if_eq("standalone", "true"),
+        conflicts_with = "kubernetes"
+    )]
     agents: Vec<String>,
     /// The agents' credentials file (one line `user:password`).
-    #[arg(long, env = "HAPTIC_CONTROLLER_CREDENTIALS_FILE")]
-    credentials_file: PathBuf,
+    #[arg(
+        long,
+        env = "HAPTIC_CONTROLLER_CREDENTIALS_FILE",
+        help_heading = "Standalone mode",
+        required_if_eq("standalone", "true"),
+        conflicts_with = "kubernetes"
+    )]
+    credentials_file: Option<PathBuf>,
+    /// Where the fence epoch is persisted (default: `<config-dir>/../.haptic-controller-<name>`).
+    #[arg(long, env = "HAPTIC_CONTROLLER_STATE_DIR", help_heading = "Standalone mode", conflicts_with = "kubernetes")]
+    state_dir: Option<PathBuf>,
+    /// Quiet window before a change is read (a half-written edit never deploys).
+    #[arg(long, env = "HAPTIC_CONTROLLER_SETTLE", default_value = "300ms", value_parser = humantime::parse_duration)]
+    settle: Duration,
+    /// The namespace of the HAProxyConfig, its ConfigMaps, Secrets, pods and Lease.
+    #[arg(long, env = "POD_NAMESPACE", help_heading = "Kubernetes mode", required_if_eq("kubernetes", "true"))]
+    namespace: Option<String>,
+    /// The HAProxyConfig this controller serves.
+    #[arg(
+        long = "config",
+        env = "HAPTIC_CONTROLLER_CONFIG",
+        help_heading = "Kubernetes mode",
+        required_if_eq("kubernetes", "true")
+    )]
+    config_name: Option<String>,
+    /// The Lease that elects the leader (default: `haptic-<config>`).
+    #[arg(long, env = "HAPTIC_CONTROLLER_LEASE_NAME", help_heading = "Kubernetes mode")]
+    lease_name: Option<String>,
+    /// How long a Lease record stays valid after it last changed.
+    #[arg(long, env = "HAPTIC_CONTROLLER_LEASE_DURATION", default_value = "15s", value_parser = humantime::parse_duration,
+          help_heading = "Kubernetes mode")]
+    lease_duration: Duration,
+    /// A leader that could not renew for this long stops deploying.
+    #[arg(long, env = "HAPTIC_CONTROLLER_RENEW_DEADLINE", default_value = "10s", value_parser = humantime::parse_duration,
+          help_heading = "Kubernetes mode")]
+    renew_deadline: Duration,
+    /// How often the Lease is read and renewed.
+    #[arg(long, env = "HAPTIC_CONTROLLER_RETRY_PERIOD", default_value = "2s", value_parser = humantime::parse_duration,
+          help_heading = "Kubernetes mode")]
+    retry_period: Duration,
+    /// `POD_NAME` (the identity is `<pod name>-<random>`).
+    #[arg(long, env = "POD_NAME", hide = true)]
+    pod_name: Option<String>,
     /// The admin server (`/status`, `/metrics`, `/healthz`).
     #[arg(long, env = "HAPTIC_CONTROLLER_ADMIN_LISTEN", default_value = "127.0.0.1:9180")]
     admin_listen: SocketAddr,
     /// The HAProxy binary the gate runs.
     #[arg(long, env = "HAPTIC_CONTROLLER_HAPROXY_BIN", default_value = "haproxy")]
     haproxy_bin: PathBuf,
-    /// The fence holder identity (default: `<hostname>-<random>`, persisted in the state dir).
+    /// The fence holder identity (standalone default: `<hostname>-<random>`, persisted in the
+    /// state dir; Kubernetes default: `<POD_NAME>-<random>`, new per start).
     #[arg(long, env = "HAPTIC_CONTROLLER_IDENTITY")]
     identity: Option<String>,
-    /// Where the fence epoch is persisted (default: `<config-dir>/../.haptic-controller-<name>`).
-    #[arg(long, env = "HAPTIC_CONTROLLER_STATE_DIR")]
-    state_dir: Option<PathBuf>,
     /// Idle time after which the fleet is re-applied from verified state.
     #[arg(long, env = "HAPTIC_CONTROLLER_DRIFT_INTERVAL", default_value = "60s", value_parser = humantime::parse_duration)]
     drift_interval: Duration,
@@ -113,12 +171,13 @@ struct RunArgs {
     /// The gate latch's resting mode.
     #[arg(long, env = "HAPTIC_CONTROLLER_GATE", value_enum, default_value = "optimistic")]
     gate: GateMode,
-    /// Quiet window before a config-dir change is read (a half-written edit never deploys).
-    #[arg(long, env = "HAPTIC_CONTROLLER_SETTLE", default_value = "300ms", value_parser = humantime::parse_duration)]
-    settle: Duration,
     /// Log format.
     #[arg(long, env = "HAPTIC_CONTROLLER_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
+}
+
+fn hostname() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|h| h.trim().to_string()).filter(|h| !h.is_empty())
 }
 
 fn init_logging(json: bool) {
@@ -134,28 +193,57 @@ fn init_logging(json: bool) {
 
 async fn run(a: RunArgs) -> anyhow::Result<()> {
     init_logging(a.log_format == "json");
-    if !a.standalone {
-        bail!("only standalone mode is available in this build: pass --standalone");
-    }
-    let credentials = Credentials::load(&a.credentials_file)?;
-    let settings = StandaloneSettings {
-        common: Settings {
-            admin_listen: a.admin_listen,
-            credentials,
-            haproxy_bin: a.haproxy_bin,
-            drift_interval: a.drift_interval,
-            deployment_timeout: a.deployment_timeout,
-            sync_timeout: a.sync_timeout,
-            max_parallel: usize::from(a.max_parallel),
-            gate: a.gate,
-        },
-        config_dir: a.config_dir,
-        agents: a.agents,
-        identity: a.identity,
-        state_dir: a.state_dir,
-        settle: a.settle,
+    let common = |credentials| Settings {
+        admin_listen: a.admin_listen,
+        credentials,
+        haproxy_bin: a.haproxy_bin.clone(),
+        drift_interval: a.drift_interval,
+        deployment_timeout: a.deployment_timeout,
+        sync_timeout: a.sync_timeout,
+        max_parallel: usize::from(a.max_parallel),
+        gate: a.gate,
     };
-    let running = app::start_standalone(settings).await?;
+    let running = if a.kubernetes {
+        let config = a.config_name.clone().context("--config names the HAProxyConfig to serve")?;
+        let namespace = a.namespace.clone().context("--namespace (or POD_NAMESPACE) is needed")?;
+        let identity = a.identity.clone().unwrap_or_else(|| {
+            let base = a.pod_name.clone().unwrap_or_else(|| hostname().unwrap_or_else(|| "haptic-controller".into()));
+            format!("{base}-{:08x}", rand::random::<u32>())
+        });
+        let client = kube::Client::try_default()
+            .await
+            .context("no Kubernetes client configuration (in-cluster service account or KUBECONFIG)")?;
+        let settings = KubernetesSettings {
+            common: common(Credentials { user: String::new(), password: String::new() }),
+            lease_name: a.lease_name.clone().unwrap_or_else(|| format!("haptic-{config}")),
+            namespace,
+            config,
+            identity,
+            timing: LeaseTiming {
+                duration: a.lease_duration,
+                renew_deadline: a.renew_deadline,
+                retry_period: a.retry_period,
+            },
+            settle: a.settle,
+        };
+        tracing::info!(namespace = %settings.namespace, config = %settings.config, lease = %settings.lease_name,
+            identity = %settings.identity, "starting in Kubernetes mode");
+        start_kubernetes(settings, client).await?
+    } else {
+        let (Some(config_dir), Some(credentials_file)) = (a.config_dir.clone(), a.credentials_file.clone()) else {
+            bail!("standalone mode needs --config-dir, --agent and --credentials-file");
+        };
+        let credentials = Credentials::load(&credentials_file)?;
+        let settings = StandaloneSettings {
+            common: common(credentials),
+            config_dir,
+            agents: a.agents.clone(),
+            identity: a.identity.clone(),
+            state_dir: a.state_dir.clone(),
+            settle: a.settle,
+        };
+        app::start_standalone(settings).await?
+    };
     let token = running.shutdown_token();
     tokio::spawn(async move {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();

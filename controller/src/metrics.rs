@@ -45,6 +45,13 @@ pub struct ConflictLabel {
     pub conflict: String,
 }
 
+/// `{reason}`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// `agent_container_not_running` or `agent_unreachable`.
+    pub reason: String,
+}
+
 /// Every metric, registered.
 #[derive(Debug)]
 pub struct Metrics {
@@ -73,6 +80,8 @@ pub struct Metrics {
     pub apply_rejected: Family<PodLabel, Counter>,
     /// `haptic_apply_conflicts_total{conflict}`.
     pub conflicts: Family<ConflictLabel, Counter>,
+    /// `haptic_haproxy_pods_rejected_total{reason}` (Kubernetes mode's admission).
+    pub pods_rejected: Family<ReasonLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -121,6 +130,12 @@ impl Metrics {
         registry.register("haptic_drift_repairs", "Pods rewritten by drift repair", drift_repairs.clone());
         registry.register("haptic_apply_rejected", "Applies HAProxy refused (NACK), per pod", apply_rejected.clone());
         registry.register("haptic_apply_conflicts", "409 answers by kind", conflicts.clone());
+        let pods_rejected = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "haptic_haproxy_pods_rejected",
+            "HAProxy pods not admitted as deployment targets, by reason",
+            pods_rejected.clone(),
+        );
         Metrics {
             registry,
             deployments,
@@ -135,6 +150,7 @@ impl Metrics {
             drift_repairs,
             apply_rejected,
             conflicts,
+            pods_rejected,
         }
     }
 
@@ -150,6 +166,11 @@ impl Metrics {
     /// Counts one apply.
     pub fn apply(&self, mode: &str, result: &str) {
         self.applies.get_or_create(&ApplyLabels { mode: mode.into(), result: result.into() }).inc();
+    }
+
+    /// Counts one pod not admitted, by reason.
+    pub fn pod_rejected(&self, reason: &str) {
+        self.pods_rejected.get_or_create(&ReasonLabel { reason: reason.into() }).inc();
     }
 
     /// Counts one deployment.

@@ -5,5 +5,9 @@
 //! scheduler never learn that Kubernetes is behind them.
 
 pub mod crd;
+pub mod discovery;
+pub mod fence;
 pub mod lease;
 pub mod render;
+pub mod run;
+pub mod status;

@@ -165,6 +165,9 @@ pub struct Snapshot {
     pub render: Option<Result<Arc<Render>, RenderError>>,
 }
 
+/// What was last published: the resource's generation and the render's plan id or error.
+type PublishedKey = (Option<i64>, Option<Result<haptic_protocol::PlanId, RenderError>>);
+
 /// Starts reflectors for the namespace's ConfigMaps, Secrets and `HAProxyConfig`s; every change
 /// settles for `settle`, then the named resource is rendered and published (only when the
 /// render, its error or the resource's generation changed). Returns the stores and the feed.
@@ -206,7 +209,7 @@ pub fn watch_renders(
     let name = name.to_string();
     tokio::spawn(async move {
         let mut events = futures::stream::select_all([cms, secs, cfgs]);
-        let mut last: Option<(Option<i64>, Option<Result<haptic_protocol::PlanId, RenderError>>)> = None;
+        let mut last: Option<PublishedKey> = None;
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,

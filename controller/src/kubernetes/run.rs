@@ -1,0 +1,220 @@
+//! Running one `HAProxyConfig` in Kubernetes mode (BRIEF §7.2).
+//!
+//! Owns the wiring: every replica watches the resource (renders), discovers and admits pods,
+//! runs the Lease elector and serves `/healthz`, `/metrics` and `/status`; only while the Lease
+//! is held does a deployment loop (gate, diff, deployer, scheduler, drift) run over the shared
+//! feeds, with the status writer beside it. Losing the Lease cancels both at once; winning it
+//! again starts a new term with a higher epoch. It must never hold deployment logic itself.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::runtime::events::Recorder;
+use kube::{Api, Client};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::crd::{parse_duration, GateSpec, HAProxyConfig};
+use super::discovery::{discover, Discovered, FeedEndpoints};
+use super::fence::LeaseFence;
+use super::lease::{Elector, LeaseTiming};
+use super::render::{watch_renders, FeedRenderSource, Snapshot};
+use super::status;
+use crate::admin::{self, AdminState};
+use crate::app::{Running, Settings, Shared};
+use crate::client::Credentials;
+use crate::error::Error;
+use crate::gate::GateMode;
+
+/// Kubernetes-mode settings.
+#[derive(Debug, Clone)]
+pub struct KubernetesSettings {
+    /// Common settings; `credentials` is unused (they come from the resource's Secret), and the
+    /// resource's `spec.controller` overrides the timing, parallelism and gate fields.
+    pub common: Settings,
+    /// The namespace of the resource, its ConfigMaps, Secrets, pods and Lease.
+    pub namespace: String,
+    /// The `HAProxyConfig` name.
+    pub config: String,
+    /// The Lease name (default `haptic-<config>`).
+    pub lease_name: String,
+    /// This replica's identity (Lease holder and fence holder).
+    pub identity: String,
+    /// Lease timing.
+    pub timing: LeaseTiming,
+    /// Quiet window after a change before rendering.
+    pub settle: Duration,
+}
+
+/// The common settings with the resource's `spec.controller` applied (bad values keep the flag's
+/// value and are logged).
+pub fn term_settings(base: &Settings, cfg: Option<&HAProxyConfig>) -> Settings {
+    let mut s = base.clone();
+    let Some(c) = cfg.map(|c| &c.spec.controller) else { return s };
+    let set = |field: &str, text: &str, slot: &mut Duration| match parse_duration(field, text) {
+        Ok(d) => *slot = d,
+        Err(e) => warn!("{e}; keeping {slot:?}"),
+    };
+    set("controller.deploymentTimeout", &c.deployment_timeout, &mut s.deployment_timeout);
+    set("controller.driftPreventionInterval", &c.drift_prevention_interval, &mut s.drift_interval);
+    set("controller.syncTimeout", &c.sync_timeout, &mut s.sync_timeout);
+    s.max_parallel = usize::from(c.max_parallel.max(1));
+    s.gate = match c.gate {
+        GateSpec::Optimistic => GateMode::Optimistic,
+        GateSpec::Pessimistic => GateMode::Pessimistic,
+    };
+    s
+}
+
+/// Starts Kubernetes mode; the returned [`Running`] stops everything (releasing the Lease).
+pub async fn start_kubernetes(s: KubernetesSettings, client: Client) -> Result<Running, Error> {
+    let shutdown = CancellationToken::new();
+    let mut common = s.common.clone();
+    common.credentials = Credentials { user: String::new(), password: String::new() };
+    let shared = Shared::new(&common, s.identity.clone(), 0)?;
+    shared.board.controller(|c| c.stood_down = Some("waiting for the Lease".into()));
+
+    let (stores, snaps) = watch_renders(client.clone(), &s.namespace, &s.config, s.settle, shutdown.clone());
+    let disc = discover(
+        client.clone(),
+        &s.namespace,
+        snaps.clone(),
+        stores.secrets.clone(),
+        shared.client.clone(),
+        shared.metrics.clone(),
+        shutdown.clone(),
+    );
+    let (elector, leadership, raise) =
+        Elector::new(Api::namespaced(client.clone(), &s.namespace), &s.lease_name, &s.identity, s.timing);
+
+    let listener = tokio::net::TcpListener::bind(common.admin_listen)
+        .await
+        .map_err(|e| Error::io(format!("admin listen {}", common.admin_listen), e))?;
+    let admin_addr: SocketAddr = listener.local_addr().map_err(|e| Error::io("admin listener", e))?;
+    let mut tasks = Vec::new();
+    let state = AdminState { board: shared.board.clone(), metrics: shared.metrics.clone() };
+    let sd = shutdown.clone();
+    tasks.push(tokio::spawn(async move {
+        if let Err(e) = admin::serve(listener, state, async move { sd.cancelled().await }).await {
+            tracing::error!("admin server failed: {e}");
+        }
+    }));
+    let elector_stop = CancellationToken::new();
+    let es = elector_stop.clone();
+    let elector_task = tokio::spawn(async move { elector.run(es).await });
+
+    let fence = Arc::new(LeaseFence::new(&s.identity, leadership.clone(), raise, s.timing.renew_deadline));
+    let recorder = status::recorder(client.clone(), &s.identity);
+    let api: Api<HAProxyConfig> = Api::namespaced(client, &s.namespace);
+    let sd = shutdown.clone();
+    let board = shared.board.clone();
+    let metrics = shared.metrics.clone();
+    tasks.push(tokio::spawn(async move {
+        terms(s, common, shared, fence, leadership, snaps, disc, api, recorder, sd).await;
+        elector_stop.cancel();
+        let _ = elector_task.await;
+    }));
+    info!(admin = %admin_addr, "kubernetes mode started");
+    Ok(Running::from_parts(admin_addr, board, metrics, shutdown, tasks))
+}
+
+/// One deployment loop per leadership term, until `shutdown`.
+#[allow(clippy::too_many_arguments)]
+async fn terms(
+    s: KubernetesSettings,
+    common: Settings,
+    shared: Shared,
+    fence: Arc<LeaseFence>,
+    mut leadership: watch::Receiver<Option<super::lease::Term>>,
+    snaps: watch::Receiver<Snapshot>,
+    disc: watch::Receiver<Discovered>,
+    api: Api<HAProxyConfig>,
+    recorder: Recorder,
+    shutdown: CancellationToken,
+) {
+    loop {
+        // Follow until this replica holds the Lease.
+        loop {
+            if leadership.borrow_and_update().is_some() {
+                break;
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                r = leadership.changed() => if r.is_err() { return },
+            }
+        }
+        let epoch = leadership.borrow().as_ref().map_or(0, |t| t.epoch);
+        let cfg = snaps.borrow().config.clone();
+        let settings = term_settings(&common, cfg.as_deref());
+        let controller_spec = cfg.as_ref().map(|c| c.spec.controller.clone());
+        shared.board.controller(|c| c.stood_down = None);
+        info!(identity = %s.identity, epoch, config = %s.config, "leading: starting a deployment term");
+        let running = match crate::app::start_with(
+            settings,
+            Box::new(FeedRenderSource::new(snaps.clone())),
+            Box::new(FeedEndpoints::new(disc.clone())),
+            fence.clone(),
+            shared.clone(),
+            None,
+        )
+        .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                warn!("cannot start a deployment term: {e}");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(s.timing.retry_period) => continue,
+                }
+            }
+        };
+        let term = CancellationToken::new();
+        let writer = tokio::spawn(status::write_loop(
+            api.clone(),
+            s.config.clone(),
+            shared.board.clone(),
+            snaps.clone(),
+            disc.clone(),
+            recorder.clone(),
+            term.clone(),
+        ));
+        // Run until the Lease is lost, the controller settings change, or shutdown.
+        let mut spec_rx = snaps.clone();
+        let why = loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break None,
+                r = leadership.changed() => {
+                    if r.is_err() || leadership.borrow().is_none() {
+                        break Some("lost the Lease".to_string());
+                    }
+                }
+                r = spec_rx.changed() => {
+                    if r.is_err() { break None; }
+                    let now = spec_rx.borrow().config.as_ref().map(|c| c.spec.controller.clone());
+                    if now != controller_spec {
+                        info!("spec.controller changed: restarting the deployment loop with the new settings");
+                        break Some(String::new());
+                    }
+                }
+            }
+        };
+        term.cancel();
+        let _ = writer.await;
+        running.stop().await;
+        match why {
+            None => return,
+            Some(w) if w.is_empty() => continue,
+            Some(w) => {
+                warn!(identity = %s.identity, "STANDING DOWN: {w}; deployments stopped");
+                shared.board.controller(|c| c.stood_down = Some(w.clone()));
+                let obj = snaps.borrow().config.clone();
+                if let Some(obj) = obj {
+                    status::publish(&recorder, &obj, (true, "StoodDown", format!("{} stood down: {w}", s.identity)))
+                        .await;
+                }
+            }
+        }
+    }
+}

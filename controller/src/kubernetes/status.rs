@@ -1,0 +1,220 @@
+//! The resource's status and Events (BRIEF §7.5), written by the leader only.
+//!
+//! Owns the pure [`build`] (status board + discovery + render state → `HAProxyConfigStatus`),
+//! the pure [`events_between`] (which Kubernetes Events two consecutive views call for: gate
+//! refusals, NACKs, stand-downs) and the writer loop that patches the status subresource when it
+//! changed, at most every 500 ms. It must never decide anything about deployments.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Client, Resource};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use super::crd::{GateStatusField, HAProxyConfig, HAProxyConfigStatus, LeaderField, PodStatusField};
+use super::discovery::Discovered;
+use super::render::Snapshot;
+use crate::status::{FleetStatus, Phase};
+
+/// The smallest gap between two status writes.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(500);
+
+fn condition(type_: &str, ok: bool, reason: &str, message: &str, generation: Option<i64>) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: if ok { "True" } else { "False" }.into(),
+        reason: reason.into(),
+        message: message.chars().take(32 * 1024).collect(),
+        observed_generation: generation,
+        // Filled in by `keep_transition_times`.
+        last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+    }
+}
+
+/// The status of the resource from what the leader knows (pure; transition times are the
+/// epoch here and fixed up against the previous status by [`keep_transition_times`]).
+pub fn build(fleet: &FleetStatus, snap: &Snapshot, disc: &Discovered) -> HAProxyConfigStatus {
+    let generation = snap.config.as_ref().and_then(|c| c.metadata.generation);
+    let target = fleet.controller.target;
+    let gate_refused = fleet.gate.last_refused.as_ref();
+    let gate_state = if fleet.gate.pinned {
+        "pinned"
+    } else {
+        match fleet.gate.mode {
+            crate::gate::GateMode::Optimistic => "optimistic",
+            crate::gate::GateMode::Pessimistic => "pessimistic",
+        }
+    };
+    let render_err = snap.render.as_ref().and_then(|r| r.as_ref().err());
+    let latest_refused = fleet.gate.pinned && gate_refused.is_some();
+    let validated = match (render_err, latest_refused) {
+        (Some(e), _) => condition("Validated", false, e.reason, &e.message, generation),
+        (None, true) => {
+            let words = gate_refused.map(|r| r.output.clone()).unwrap_or_default();
+            condition("Validated", false, "GateRefused", &words, generation)
+        }
+        (None, false) => match fleet.gate.last_good {
+            Some(p) => condition("Validated", true, "GatePassed", &format!("plan {} passed haproxy -c", p), generation),
+            None => condition("Validated", false, "Pending", "no render has passed the gate yet", generation),
+        },
+    };
+    let (converged, total) = (fleet.converged, disc.endpoints.len().max(fleet.total));
+    let conv_ok = total > 0 && converged == total;
+    let converged_cond = if let Some(e) = &disc.credentials_error {
+        condition("Converged", false, "NoCredentials", e, generation)
+    } else if total == 0 {
+        condition(
+            "Converged",
+            false,
+            "NoPods",
+            "no HAProxy pod is admitted (see podSelector and the agents)",
+            generation,
+        )
+    } else if conv_ok {
+        condition("Converged", true, "AllPodsConverged", &format!("{converged}/{total} pods run the plan"), generation)
+    } else {
+        condition("Converged", false, "Deploying", &format!("{converged}/{total} pods run the plan"), generation)
+    };
+    let deployed_to_pods = fleet
+        .pods
+        .iter()
+        .map(|p| {
+            let info = disc.pods.get(&p.pod);
+            PodStatusField {
+                pod: p.pod.clone(),
+                uid: info.map(|i| i.uid.clone()).unwrap_or_default(),
+                ip: info.map(|i| i.ip.clone()).unwrap_or_default(),
+                phase: p.phase.as_str().into(),
+                applied_plan: p.applied.map(|x| x.to_string()),
+                running_plan: p.running.map(|x| x.to_string()),
+                mode: p.mode.map(|m| m.as_str().to_string()),
+                reasons: p.reasons.clone(),
+                pending_reload: p.pending_reload.is_some(),
+                last_error: if p.phase == Phase::Converged { None } else { p.last_error.clone() },
+                last_applied_at: p.last_apply_at.clone(),
+                haproxy_version: p.haproxy_version.clone(),
+            }
+        })
+        .collect();
+    HAProxyConfigStatus {
+        observed_generation: generation,
+        plan_id: fleet.gate.last_good.or(target).map(|p| p.to_string()),
+        plan_short: fleet.gate.last_good.or(target).map(|p| p.short()),
+        last_good_plan_id: fleet.gate.last_good.map(|p| p.to_string()),
+        gate: Some(GateStatusField {
+            state: gate_state.into(),
+            message: gate_refused
+                .map(|r| r.output.lines().find(|l| l.contains("[ALERT]")).unwrap_or(&r.output).to_string()),
+        }),
+        converged: u32::try_from(converged).unwrap_or(u32::MAX),
+        total: u32::try_from(total).unwrap_or(u32::MAX),
+        converged_text: Some(format!("{converged}/{total}")),
+        leader: Some(LeaderField { identity: fleet.controller.identity.clone(), epoch: fleet.controller.epoch }),
+        conditions: vec![validated, converged_cond],
+        deployed_to_pods,
+    }
+}
+
+/// Keeps each condition's `lastTransitionTime` from `prev` while its status is unchanged, and
+/// stamps `now` on the ones that changed.
+pub fn keep_transition_times(new: &mut HAProxyConfigStatus, prev: Option<&HAProxyConfigStatus>, now: Time) {
+    for c in &mut new.conditions {
+        let old = prev.and_then(|p| p.conditions.iter().find(|o| o.type_ == c.type_));
+        c.last_transition_time = match old {
+            Some(o) if o.status == c.status => o.last_transition_time.clone(),
+            _ => now.clone(),
+        };
+    }
+}
+
+/// An Event to publish: `(warning?, reason, note)`.
+pub type EventSpec = (bool, &'static str, String);
+
+/// The Events between two consecutive fleet views (pure).
+pub fn events_between(prev: Option<&FleetStatus>, now: &FleetStatus) -> Vec<EventSpec> {
+    let mut out = Vec::new();
+    let prev_refused = prev.and_then(|p| p.gate.last_refused.as_ref()).map(|r| r.plan_id);
+    if let Some(r) = &now.gate.last_refused {
+        if prev_refused != Some(r.plan_id) {
+            out.push((true, "GateRefused", format!("haproxy -c refused plan {}: {}", r.plan_id.short(), r.output)));
+        }
+    }
+    for p in &now.pods {
+        let before = prev.and_then(|f| f.pods.iter().find(|q| q.pod == p.pod));
+        let was = before.map(|b| (b.phase, b.last_error.clone()));
+        if p.phase == Phase::Rejected && was != Some((Phase::Rejected, p.last_error.clone())) {
+            let words = p.last_error.clone().unwrap_or_default();
+            out.push((true, "ApplyRejected", format!("pod {}: HAProxy refused the plan: {words}", p.pod)));
+        }
+    }
+    if let Some(why) = &now.controller.stood_down {
+        if prev.and_then(|p| p.controller.stood_down.as_ref()) != Some(why) {
+            out.push((true, "StoodDown", format!("{} stood down: {why}", now.controller.identity)));
+        }
+    }
+    out
+}
+
+/// Publishes one Event on the resource (failures are logged, never fatal).
+pub async fn publish(recorder: &Recorder, obj: &HAProxyConfig, ev: EventSpec) {
+    let (warning, reason, note) = ev;
+    let event = Event {
+        type_: if warning { EventType::Warning } else { EventType::Normal },
+        reason: reason.into(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Deploy".into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&event, &obj.object_ref(&())).await {
+        warn!("cannot publish Event {reason}: {e}");
+    }
+}
+
+/// An Events recorder named after the controller and this replica.
+pub fn recorder(client: Client, identity: &str) -> Recorder {
+    Recorder::new(client, Reporter { controller: "haptic-controller".into(), instance: Some(identity.into()) })
+}
+
+/// Writes the status while `token` is not cancelled: on change, at most every [`MIN_INTERVAL`].
+#[allow(clippy::too_many_arguments)]
+pub async fn write_loop(
+    api: Api<HAProxyConfig>,
+    name: String,
+    board: std::sync::Arc<crate::status::StatusBoard>,
+    snaps: watch::Receiver<Snapshot>,
+    disc: watch::Receiver<Discovered>,
+    recorder: Recorder,
+    token: CancellationToken,
+) {
+    let mut last_written: Option<HAProxyConfigStatus> = None;
+    let mut last_fleet: Option<FleetStatus> = None;
+    loop {
+        let fleet = board.snapshot();
+        let snap = snaps.borrow().clone();
+        let discovered = disc.borrow().clone();
+        if let Some(obj) = snap.config.clone() {
+            for ev in events_between(last_fleet.as_ref(), &fleet) {
+                publish(&recorder, &obj, ev).await;
+            }
+            let mut status = build(&fleet, &snap, &discovered);
+            let prev = last_written.clone().or_else(|| obj.status.clone());
+            keep_transition_times(&mut status, prev.as_ref(), Time(k8s_openapi::jiff::Timestamp::now()));
+            if Some(&status) != last_written.as_ref() {
+                let patch = serde_json::json!({ "status": status });
+                match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                    Ok(_) => last_written = Some(status),
+                    Err(e) => warn!("cannot write the status of {name}: {e}"),
+                }
+            }
+        }
+        last_fleet = Some(fleet);
+        tokio::select! {
+            _ = token.cancelled() => return,
+            _ = tokio::time::sleep(MIN_INTERVAL) => {}
+        }
+    }
+}
