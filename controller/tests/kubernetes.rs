@@ -1,0 +1,504 @@
+//! Kubernetes mode end to end: a real kube-apiserver + etcd (`ControlPlane`), HAProxy pods run
+//! for real by the kubelet stand-in (`LocalPods`, HAProxy 2.6 and 3.0), and the controller
+//! binary in `run --kubernetes` as a separate process. Needs `scripts/install-k8s.sh`.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use haptic_controller::kubernetes::crd::HAProxyConfig;
+use haptic_e2e::k8s::{Container, ControlPlane, LocalPods, LocalPodsOpts};
+use haptic_e2e::pod::AgentClient;
+use haptic_e2e::{free_port, haproxy_bins, http_get, HaproxyBin};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::Client;
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use serde_json::json;
+
+const DEADLINE: Duration = Duration::from_secs(60);
+const USER: &str = "haptic";
+const PASSWORD: &str = "k8s-secret-pw";
+
+/// A `haptic-controller run --kubernetes` process, killed (process group) on drop.
+struct Controller {
+    child: Option<Child>,
+    log: PathBuf,
+    identity: String,
+}
+
+impl Controller {
+    fn start(cp: &ControlPlane, ns: &str, bin: &HaproxyBin, identity: &str, dir: &Path) -> Controller {
+        let log = dir.join(format!("controller-{identity}.log"));
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_haptic-controller"))
+            .args(["run", "--kubernetes", "--namespace", ns, "--config", "edge", "--identity", identity])
+            .args(["--admin-listen", "127.0.0.1:0", "--settle", "50ms"])
+            .args(["--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "500ms"])
+            .args(["--drift-interval", "600s"])
+            .arg("--haproxy-bin")
+            .arg(&bin.path)
+            .env("KUBECONFIG", cp.kubeconfig())
+            .env("RUST_LOG", "info,kube=warn")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        Controller { child: Some(child), log, identity: identity.into() }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = killpg(Pid::from_raw(c.id() as i32), Signal::SIGKILL);
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        self.kill9();
+        if std::thread::panicking() {
+            eprintln!("--- log of controller {} ---\n{}", self.identity, self.log());
+        }
+    }
+}
+
+fn cfg_text(fe: u16, body: &str, server_port: u16, broken: bool) -> String {
+    format!(
+        "global\n    default-path config\n\n\
+         defaults\n    mode http\n    timeout connect 2s\n    timeout client 5s\n    timeout server 5s\n\n\
+         frontend fe_main\n    bind \"${{POD_IP}}:{fe}\"\n\
+         \x20   http-request return status 200 content-type text/plain string \"{body}\" if {{ path /hello }}\n\
+         \x20   http-request return status 200 content-type text/plain lf-string \"%[req.hdr(host),lower,map(maps/hosts.map,none)]\" if {{ path /route }}\n\
+         {}\
+         \x20   default_backend be_app\n\n\
+         backend be_app\n    balance roundrobin\n    server s1 127.0.0.1:{server_port} weight 10\n",
+        if broken { "    bogus-directive here\n" } else { "" }
+    )
+}
+
+async fn apply_crd(client: &Client) {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/haptic/crds/haproxyconfig.yaml");
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    api.create(&PostParams::default(), &crd).await.unwrap();
+    eventually("the HAProxyConfig CRD to be established", || {
+        let api = api.clone();
+        async move {
+            let c = api.get("haproxyconfigs.haptic.dev").await.ok()?;
+            c.status?.conditions?.iter().any(|c| c.type_ == "Established" && c.status == "True").then_some(())
+        }
+    })
+    .await;
+}
+
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn put_configmap(client: &Client, ns: &str, name: &str, data: BTreeMap<&str, String>) {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data});
+    api.patch(name, &PatchParams::apply("haptic-test").force(), &Patch::Apply(&cm)).await.unwrap();
+}
+
+async fn put_secret(client: &Client, ns: &str, password: &str) {
+    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let s = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "haptic-agent-credentials"},
+                   "stringData": {"username": USER, "password": password}});
+    api.patch("haptic-agent-credentials", &PatchParams::apply("haptic-test").force(), &Patch::Apply(&s)).await.unwrap();
+}
+
+async fn status_of(api: &Api<HAProxyConfig>) -> serde_json::Value {
+    let obj = api.get("edge").await.unwrap();
+    serde_json::to_value(obj.status).unwrap()
+}
+
+fn condition<'a>(status: &'a serde_json::Value, type_: &str) -> Option<&'a serde_json::Value> {
+    status["conditions"].as_array()?.iter().find(|c| c["type"] == type_)
+}
+
+/// Waits until `Converged=True` on `plan` (if given) for `n` pods; returns the status.
+async fn converged(api: &Api<HAProxyConfig>, n: u64, not_plan: Option<&str>) -> serde_json::Value {
+    eventually(&format!("{n} pods converged"), || async {
+        let s = status_of(api).await;
+        let ok = condition(&s, "Converged").is_some_and(|c| c["status"] == "True")
+            && s["converged"] == n
+            && s["total"] == n
+            && not_plan.is_none_or(|p| s["planId"] != p);
+        ok.then_some(s)
+    })
+    .await
+}
+
+async fn worker_pids(pods: &LocalPods) -> BTreeMap<String, u32> {
+    let mut out = BTreeMap::new();
+    for n in pods.names() {
+        out.insert(n.clone(), pods.pod(&n).unwrap().haproxy().worker_pid().await.unwrap());
+    }
+    out
+}
+
+async fn pod_state(pods: &LocalPods, name: &str) -> serde_json::Value {
+    let addr: SocketAddr = pods.agent_url(name).unwrap().trim_start_matches("http://").parse().unwrap();
+    let (code, body) = AgentClient { addr, auth: Some((USER.into(), PASSWORD.into())) }.get("/v1/state").await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+struct Env {
+    cp: ControlPlane,
+    client: Client,
+    dir: tempfile::TempDir,
+}
+
+async fn env() -> Env {
+    let cp = ControlPlane::start().await.unwrap_or_else(|e| panic!("control plane: {e}"));
+    let client = cp.client().await.unwrap();
+    apply_crd(&client).await;
+    Env { cp, client, dir: tempfile::tempdir().unwrap() }
+}
+
+async fn namespace(client: &Client, ns: &str) {
+    let obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &obj).await.unwrap();
+}
+
+async fn create_config(client: &Client, ns: &str, agent_port: u16, files: serde_json::Value) -> Api<HAProxyConfig> {
+    let api: Api<HAProxyConfig> = Api::namespaced(client.clone(), ns);
+    let obj: HAProxyConfig = serde_json::from_value(json!({
+        "apiVersion": "haptic.dev/v1alpha1", "kind": "HAProxyConfig",
+        "metadata": {"name": "edge"},
+        "spec": {
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "haproxy"}},
+            "configFrom": {"configMapKeyRef": {"name": "edge-cfg", "key": "haproxy.cfg"}},
+            "agent": {"port": agent_port},
+            "files": files,
+            "controller": {"maxParallel": 16},
+        },
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &obj).await.unwrap();
+    api
+}
+
+/// Render, deploy, runtime change, map change, a refused config and a missing reference, on
+/// 3 local pods per HAProxy version, through the real apiserver.
+#[tokio::test]
+async fn deploys_a_haproxyconfig_to_local_pods_on_every_version() {
+    let e = env().await;
+    for bin in haproxy_bins() {
+        let ns = format!("edge-{}{}", bin.version.0, bin.version.1);
+        println!("--- {} in namespace {ns}", bin.label());
+        namespace(&e.client, &ns).await;
+        put_secret(&e.client, &ns, PASSWORD).await;
+        let mut opts = LocalPodsOpts::new(&ns, bin.clone(), USER, PASSWORD);
+        opts.agent_port = free_port();
+        let mut pods = LocalPods::new(e.client.clone(), opts);
+        pods.create(3).await.unwrap();
+        let fe = free_port();
+        put_configmap(
+            &e.client,
+            &ns,
+            "edge-cfg",
+            BTreeMap::from([
+                ("haproxy.cfg", cfg_text(fe, "v1", 9001, false)),
+                ("hosts.map", "a.example be_a\n".into()),
+            ]),
+        )
+        .await;
+        let api = create_config(
+            &e.client,
+            &ns,
+            pods.agent_port(),
+            json!([{"path": "maps/hosts.map", "configMapKeyRef": {"name": "edge-cfg", "key": "hosts.map"}}]),
+        )
+        .await;
+        let ctl = Controller::start(&e.cp, &ns, &bin, "ctl-a", e.dir.path());
+
+        // First deploy: every pod converges and serves the render on its own IP.
+        let s = converged(&api, 3, None).await;
+        let deployed = s["deployedToPods"].as_array().unwrap();
+        assert_eq!(deployed.len(), 3, "{s:#}");
+        for p in deployed {
+            assert_eq!(p["appliedPlan"], p["runningPlan"], "{p}");
+            assert_eq!(p["appliedPlan"], s["planId"]);
+            assert!(!p["uid"].as_str().unwrap().is_empty() && p["ip"].as_str().unwrap().starts_with("127."));
+        }
+        assert_eq!(condition(&s, "Validated").unwrap()["status"], "True");
+        assert_eq!(s["convergedText"], "3/3");
+        assert_eq!(s["leader"]["identity"], "ctl-a");
+        for n in pods.names() {
+            let addr = SocketAddr::from((pods.ip(&n).unwrap(), fe));
+            assert_eq!(http_get(addr, "/hello").await.unwrap(), (200, "v1".to_string()));
+            assert_eq!(pod_state(&pods, &n).await["fence"]["holder"], "ctl-a");
+        }
+
+        // An endpoint change in the ConfigMap lands as runtime: no new worker.
+        let before = worker_pids(&pods).await;
+        let plan1 = s["planId"].as_str().unwrap().to_string();
+        put_configmap(
+            &e.client,
+            &ns,
+            "edge-cfg",
+            BTreeMap::from([
+                ("haproxy.cfg", cfg_text(fe, "v1", 9002, false)),
+                ("hosts.map", "a.example be_a\n".into()),
+            ]),
+        )
+        .await;
+        let s = converged(&api, 3, Some(&plan1)).await;
+        for p in s["deployedToPods"].as_array().unwrap() {
+            assert_eq!(p["mode"], "runtime", "{p}");
+        }
+        assert_eq!(worker_pids(&pods).await, before, "an endpoint change must not reload");
+
+        // A map change is runtime too, and the new entry answers.
+        let plan2 = s["planId"].as_str().unwrap().to_string();
+        put_configmap(
+            &e.client,
+            &ns,
+            "edge-cfg",
+            BTreeMap::from([
+                ("haproxy.cfg", cfg_text(fe, "v1", 9002, false)),
+                ("hosts.map", "a.example be_a\nb.example be_b\n".into()),
+            ]),
+        )
+        .await;
+        let s = converged(&api, 3, Some(&plan2)).await;
+        assert!(s["deployedToPods"].as_array().unwrap().iter().all(|p| p["mode"] == "runtime"), "{s:#}");
+        assert_eq!(worker_pids(&pods).await, before);
+
+        // A config HAProxy refuses: Validated=False with HAProxy's words; the pods keep serving.
+        let good_plan = s["planId"].clone();
+        put_configmap(
+            &e.client,
+            &ns,
+            "edge-cfg",
+            BTreeMap::from([
+                ("haproxy.cfg", cfg_text(fe, "v2", 9002, true)),
+                ("hosts.map", "a.example be_a\nb.example be_b\n".into()),
+            ]),
+        )
+        .await;
+        let s = eventually("Validated=False after a refused render", || async {
+            let s = status_of(&api).await;
+            condition(&s, "Validated").is_some_and(|c| c["status"] == "False").then_some(s)
+        })
+        .await;
+        let v = condition(&s, "Validated").unwrap();
+        assert_eq!(v["reason"], "GateRefused", "{v}");
+        assert!(v["message"].as_str().unwrap().contains("[ALERT]"), "{v}");
+        assert!(s["gate"]["message"].as_str().unwrap().contains("bogus-directive"), "{s:#}");
+        assert_eq!(s["lastGoodPlanId"], good_plan);
+        for n in pods.names() {
+            let addr = SocketAddr::from((pods.ip(&n).unwrap(), fe));
+            assert_eq!(http_get(addr, "/hello").await.unwrap(), (200, "v1".to_string()));
+        }
+
+        // A missing reference: a render error, nothing deployed; fixed when it is created.
+        let configs: Api<HAProxyConfig> = Api::namespaced(e.client.clone(), &ns);
+        let patch = json!({"spec": {"configFrom": {"configMapKeyRef": {"name": "edge-cfg-v2", "key": "haproxy.cfg"}}}});
+        configs.patch("edge", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        let s = eventually("MissingReference", || async {
+            let s = status_of(&api).await;
+            condition(&s, "Validated").is_some_and(|c| c["reason"] == "MissingReference").then_some(s)
+        })
+        .await;
+        assert!(condition(&s, "Validated").unwrap()["message"].as_str().unwrap().contains("edge-cfg-v2"));
+        for n in pods.names() {
+            assert_eq!(pod_state(&pods, &n).await["applied"]["plan_id"], good_plan);
+        }
+        put_configmap(
+            &e.client,
+            &ns,
+            "edge-cfg-v2",
+            BTreeMap::from([("haproxy.cfg", cfg_text(fe, "v3", 9002, false))]),
+        )
+        .await;
+        let s = eventually("the fixed reference to converge", || async {
+            let s = status_of(&api).await;
+            let ok = condition(&s, "Validated").is_some_and(|c| c["status"] == "True")
+                && condition(&s, "Converged").is_some_and(|c| c["status"] == "True")
+                && s["planId"] != good_plan;
+            ok.then_some(s)
+        })
+        .await;
+        assert_eq!(s["converged"], 3);
+        for n in pods.names() {
+            let addr = SocketAddr::from((pods.ip(&n).unwrap(), fe));
+            assert_eq!(http_get(addr, "/hello").await.unwrap(), (200, "v3".to_string()), "{}", ctl.log());
+        }
+        drop(ctl);
+    }
+}
+
+/// Admission: a pod whose agent container is not running and a pod with the wrong credential
+/// are not targets (counted by reason); a deleted pod leaves the status; a replaced pod is
+/// probed again and converges; a rotated Secret is used without a restart.
+#[tokio::test]
+async fn discovery_admits_only_reachable_agents_and_follows_pod_changes() {
+    let e = env().await;
+    let bin = haproxy_bins().pop().unwrap();
+    let ns = "disco";
+    namespace(&e.client, ns).await;
+    put_secret(&e.client, ns, PASSWORD).await;
+    let mut opts = LocalPodsOpts::new(ns, bin.clone(), USER, PASSWORD);
+    opts.agent_port = free_port();
+    let mut pods = LocalPods::new(e.client.clone(), opts.clone());
+    let names = pods.create(3).await.unwrap();
+    // A fourth pod matching the selector whose agent has another password.
+    let mut wrong = opts.clone();
+    wrong.prefix = "stranger".into();
+    wrong.pod.credentials = Some((USER.into(), "not-the-secret".into()));
+    let mut strangers = LocalPods::new(e.client.clone(), wrong);
+    strangers.create(1).await.unwrap();
+    let fe = free_port();
+    put_configmap(&e.client, ns, "edge-cfg", BTreeMap::from([("haproxy.cfg", cfg_text(fe, "v1", 9001, false))])).await;
+    let api = create_config(&e.client, ns, pods.agent_port(), json!([])).await;
+    let ctl = Controller::start(&e.cp, ns, &bin, "ctl-d", e.dir.path());
+    let s = converged(&api, 3, None).await;
+    let in_status: Vec<String> =
+        s["deployedToPods"].as_array().unwrap().iter().map(|p| p["pod"].as_str().unwrap().to_string()).collect();
+    assert_eq!(in_status, names, "the stranger is not admitted");
+    assert!(ctl.log().contains("agent_unreachable"), "{}", ctl.log());
+
+    // The agent container stops: the pod leaves the targets.
+    pods.kill_container(&names[0], Container::Agent).await.unwrap();
+    eventually("the pod with a dead agent to leave the status", || async {
+        let s = status_of(&api).await;
+        (s["total"] == 2 && s["deployedToPods"].as_array()?.iter().all(|p| p["pod"] != names[0])).then_some(())
+    })
+    .await;
+    assert!(ctl.log().contains("agent_container_not_running"), "{}", ctl.log());
+    pods.restart_container(&names[0], Container::Agent).await.unwrap();
+    converged(&api, 3, None).await;
+
+    // Deleted: it leaves the status. Replaced (new UID, same name): probed again, converges.
+    pods.delete(&names[1]).await.unwrap();
+    eventually("the deleted pod to leave the status", || async {
+        let s = status_of(&api).await;
+        (s["total"] == 2).then_some(())
+    })
+    .await;
+    let old_uid = pods.uid(&names[2]).unwrap().to_string();
+    pods.replace(&names[2]).await.unwrap();
+    let s = eventually("the replaced pod to converge", || async {
+        let s = status_of(&api).await;
+        let p = s["deployedToPods"].as_array()?.iter().find(|p| p["pod"] == names[2].as_str())?.clone();
+        (p["uid"] != old_uid.as_str() && p["phase"] == "converged").then_some(s)
+    })
+    .await;
+    assert_eq!(s["total"], 2);
+
+    // Rotate the Secret: the running controller uses the new credential at once (the agents,
+    // still on the old one, now refuse it, so no pod is a target), and rotating back re-admits
+    // every pod, without a controller restart.
+    put_secret(&e.client, ns, "rotated-pw").await;
+    eventually("the rotated credential to be used", || async {
+        let s = status_of(&api).await;
+        (s["total"] == 0).then_some(())
+    })
+    .await;
+    put_secret(&e.client, ns, PASSWORD).await;
+    converged(&api, 2, None).await;
+    drop(ctl);
+}
+
+/// Leadership and fencing with two controller processes.
+#[tokio::test]
+async fn leader_failover_reloads_nothing_and_fences_the_old_leader() {
+    let e = env().await;
+    let bin = haproxy_bins().pop().unwrap();
+    let ns = "lead";
+    namespace(&e.client, ns).await;
+    put_secret(&e.client, ns, PASSWORD).await;
+    let mut opts = LocalPodsOpts::new(ns, bin.clone(), USER, PASSWORD);
+    opts.agent_port = free_port();
+    let mut pods = LocalPods::new(e.client.clone(), opts);
+    pods.create(3).await.unwrap();
+    let fe = free_port();
+    put_configmap(&e.client, ns, "edge-cfg", BTreeMap::from([("haproxy.cfg", cfg_text(fe, "v1", 9001, false))])).await;
+    let api = create_config(&e.client, ns, pods.agent_port(), json!([])).await;
+    let leases: Api<Lease> = Api::namespaced(e.client.clone(), ns);
+
+    let mut a = Controller::start(&e.cp, ns, &bin, "ctl-a", e.dir.path());
+    let s = converged(&api, 3, None).await;
+    assert_eq!(s["leader"]["identity"], "ctl-a");
+    let b = Controller::start(&e.cp, ns, &bin, "ctl-b", e.dir.path());
+    let epoch_a = s["leader"]["epoch"].as_u64().unwrap();
+    // Only the holder applies: every pod's fence names ctl-a.
+    for n in pods.names() {
+        assert_eq!(pod_state(&pods, &n).await["fence"]["holder"], "ctl-a");
+    }
+    let lease = leases.get("haptic-edge").await.unwrap();
+    assert_eq!(lease.spec.as_ref().unwrap().holder_identity.as_deref(), Some("ctl-a"));
+
+    // kill -9 the leader: ctl-b takes over with a higher epoch and reloads no pod.
+    let before = worker_pids(&pods).await;
+    a.kill9();
+    let s = eventually("ctl-b to lead", || async {
+        let s = status_of(&api).await;
+        (s["leader"]["identity"] == "ctl-b" && s["converged"] == 3).then_some(s)
+    })
+    .await;
+    assert!(s["leader"]["epoch"].as_u64().unwrap() > epoch_a, "{s:#}");
+    // The new leader's first deployment reloaded nothing.
+    assert_eq!(worker_pids(&pods).await, before, "{}", b.log());
+    for n in pods.names() {
+        let st = pod_state(&pods, &n).await;
+        assert_eq!(st["fence"]["holder"], "ctl-b", "{}", b.log());
+    }
+
+    // Deleting the Lease resets the epoch; the new holder raises its epoch above the pods'.
+    let pods_epoch = pod_state(&pods, &pods.names()[0]).await["fence"]["epoch"].as_u64().unwrap();
+    leases.delete("haptic-edge", &DeleteParams::default()).await.unwrap();
+    let fe_cm = cfg_text(fe, "after-delete", 9001, false);
+    put_configmap(&e.client, ns, "edge-cfg", BTreeMap::from([("haproxy.cfg", fe_cm)])).await;
+    eventually("a new render to land after the Lease was deleted", || async {
+        for n in pods.names() {
+            let addr = SocketAddr::from((pods.ip(&n).unwrap(), fe));
+            if http_get(addr, "/hello").await.ok()? != (200, "after-delete".to_string()) {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
+    let st = pod_state(&pods, &pods.names()[0]).await;
+    assert!(st["fence"]["epoch"].as_u64().unwrap() > pods_epoch, "{st} {}", b.log());
+
+    // The old leader restarted does not deploy while it does not hold the Lease.
+    let a2 = Controller::start(&e.cp, ns, &bin, "ctl-a", e.dir.path());
+    eventually("ctl-a to be following", || async { a2.log().contains("kubernetes mode started").then_some(()) }).await;
+    for n in pods.names() {
+        assert_eq!(pod_state(&pods, &n).await["fence"]["holder"], "ctl-b");
+    }
+    drop(b);
+    drop(a2);
+    let _ = &mut pods;
+}
