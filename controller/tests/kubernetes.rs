@@ -126,6 +126,22 @@ async fn put_configmap(client: &Client, ns: &str, name: &str, data: BTreeMap<&st
     api.patch(name, &PatchParams::apply("haptic-test").force(), &Patch::Apply(&cm)).await.unwrap();
 }
 
+/// The ConfigMap `edge-cfg` with `haproxy.cfg` and a one-entry `hosts.map`.
+async fn put_cfg(client: &Client, ns: &str, cfg: String) {
+    put_configmap(
+        client,
+        ns,
+        "edge-cfg",
+        BTreeMap::from([("haproxy.cfg", cfg), ("hosts.map", "a.example be_a\n".into())]),
+    )
+    .await;
+}
+
+/// `spec.files` with the map from `edge-cfg`.
+fn map_file() -> serde_json::Value {
+    json!([{"path": "maps/hosts.map", "configMapKeyRef": {"name": "edge-cfg", "key": "hosts.map"}}])
+}
+
 async fn put_secret(client: &Client, ns: &str, password: &str) {
     let api: Api<Secret> = Api::namespaced(client.clone(), ns);
     let s = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "haptic-agent-credentials"},
@@ -378,8 +394,8 @@ async fn discovery_admits_only_reachable_agents_and_follows_pod_changes() {
     let mut strangers = LocalPods::new(e.client.clone(), wrong);
     strangers.create(1).await.unwrap();
     let fe = free_port();
-    put_configmap(&e.client, ns, "edge-cfg", BTreeMap::from([("haproxy.cfg", cfg_text(fe, "v1", 9001, false))])).await;
-    let api = create_config(&e.client, ns, pods.agent_port(), json!([])).await;
+    put_cfg(&e.client, ns, cfg_text(fe, "v1", 9001, false)).await;
+    let api = create_config(&e.client, ns, pods.agent_port(), map_file()).await;
     let ctl = Controller::start(&e.cp, ns, &bin, "ctl-d", e.dir.path());
     let s = converged(&api, 3, None).await;
     let in_status: Vec<String> =
@@ -442,8 +458,8 @@ async fn leader_failover_reloads_nothing_and_fences_the_old_leader() {
     let mut pods = LocalPods::new(e.client.clone(), opts);
     pods.create(3).await.unwrap();
     let fe = free_port();
-    put_configmap(&e.client, ns, "edge-cfg", BTreeMap::from([("haproxy.cfg", cfg_text(fe, "v1", 9001, false))])).await;
-    let api = create_config(&e.client, ns, pods.agent_port(), json!([])).await;
+    put_cfg(&e.client, ns, cfg_text(fe, "v1", 9001, false)).await;
+    let api = create_config(&e.client, ns, pods.agent_port(), map_file()).await;
     let leases: Api<Lease> = Api::namespaced(e.client.clone(), ns);
 
     let mut a = Controller::start(&e.cp, ns, &bin, "ctl-a", e.dir.path());
@@ -469,16 +485,43 @@ async fn leader_failover_reloads_nothing_and_fences_the_old_leader() {
     assert!(s["leader"]["epoch"].as_u64().unwrap() > epoch_a, "{s:#}");
     // The new leader's first deployment reloaded nothing.
     assert_eq!(worker_pids(&pods).await, before, "{}", b.log());
+    // Its first change (an endpoint) lands as runtime under its own, higher fence.
+    let plan = s["planId"].as_str().unwrap().to_string();
+    put_cfg(&e.client, ns, cfg_text(fe, "v1", 9002, false)).await;
+    converged(&api, 3, Some(&plan)).await;
+    assert_eq!(worker_pids(&pods).await, before, "{}", b.log());
     for n in pods.names() {
         let st = pod_state(&pods, &n).await;
         assert_eq!(st["fence"]["holder"], "ctl-b", "{}", b.log());
+        assert!(st["fence"]["epoch"].as_u64().unwrap() > epoch_a);
     }
+    // An apply still stamped with the old leader's term is refused by the agents.
+    let name = pods.names()[0].clone();
+    let addr: SocketAddr = pods.agent_url(&name).unwrap().trim_start_matches("http://").parse().unwrap();
+    let st = pod_state(&pods, &name).await;
+    let fence_b = st["fence"].clone();
+    let stale = json!({
+        "fence": {"epoch": epoch_a, "seq": 999, "holder": "ctl-a"},
+        "baseline": st["applied"]["plan_id"], "plan_id": st["applied"]["plan_id"], "mode": "file_only",
+        "reasons": [], "files": st["files"], "parts": {}, "batches": [], "blob": {},
+    });
+    let agent = AgentClient { addr, auth: Some((USER.into(), PASSWORD.into())) };
+    let (code, body) = agent.post_json("/v1/apply", &stale.to_string()).await.unwrap();
+    assert_eq!(code, 409, "{body}");
+    assert!(body.contains("stale_epoch"), "{body}");
+    assert_eq!(pod_state(&pods, &name).await["fence"], fence_b);
 
     // Deleting the Lease resets the epoch; the new holder raises its epoch above the pods'.
     let pods_epoch = pod_state(&pods, &pods.names()[0]).await["fence"]["epoch"].as_u64().unwrap();
     leases.delete("haptic-edge", &DeleteParams::default()).await.unwrap();
-    let fe_cm = cfg_text(fe, "after-delete", 9001, false);
-    put_configmap(&e.client, ns, "edge-cfg", BTreeMap::from([("haproxy.cfg", fe_cm)])).await;
+    eventually("ctl-b to hold a new Lease", || async {
+        let l = leases.get_opt("haptic-edge").await.ok()??;
+        let spec = l.spec?;
+        (spec.holder_identity.as_deref() == Some("ctl-b") && (spec.lease_transitions? as u64) < pods_epoch)
+            .then_some(())
+    })
+    .await;
+    put_cfg(&e.client, ns, cfg_text(fe, "after-delete", 9001, false)).await;
     eventually("a new render to land after the Lease was deleted", || async {
         for n in pods.names() {
             let addr = SocketAddr::from((pods.ip(&n).unwrap(), fe));
