@@ -45,9 +45,18 @@ enum Command {
     Run(Box<RunArgs>),
     /// Prints one row per pod from a running controller's admin endpoint.
     Status {
-        /// The admin endpoint.
+        /// The admin endpoint (standalone mode).
         #[arg(long, env = "HAPTIC_CONTROLLER_ADMIN", default_value = "http://127.0.0.1:9180")]
         admin: String,
+        /// Read the HAProxyConfig's status from Kubernetes (KUBECONFIG or in-cluster) instead.
+        #[arg(long)]
+        kubernetes: bool,
+        /// The namespace of the HAProxyConfig (Kubernetes).
+        #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+        namespace: String,
+        /// The HAProxyConfig (Kubernetes).
+        #[arg(long = "config", env = "HAPTIC_CONTROLLER_CONFIG", default_value = "haptic")]
+        config_name: String,
         /// Output format.
         #[arg(long, env = "HAPTIC_CONTROLLER_OUTPUT", value_enum, default_value = "table")]
         output: TableOrJson,
@@ -278,6 +287,21 @@ async fn status(admin: &str, output: TableOrJson) -> anyhow::Result<()> {
     Ok(())
 }
 
+async fn status_kubernetes(namespace: &str, name: &str, output: TableOrJson) -> anyhow::Result<()> {
+    use haptic_controller::kubernetes::crd::HAProxyConfig;
+    let client = kube::Client::try_default()
+        .await
+        .context("no Kubernetes client configuration (in-cluster service account or KUBECONFIG)")?;
+    let api: kube::Api<HAProxyConfig> = kube::Api::namespaced(client, namespace);
+    let obj = api.get(name).await.with_context(|| format!("HAProxyConfig {namespace}/{name}"))?;
+    let st = obj.status.unwrap_or_default();
+    match output {
+        TableOrJson::Table => print!("{}", table(&haptic_controller::kubernetes::status::to_fleet(&st))),
+        TableOrJson::Json => println!("{}", serde_json::to_string_pretty(&st)?),
+    }
+    Ok(())
+}
+
 async fn validate(dir: PathBuf, bin: PathBuf) -> anyhow::Result<ExitCode> {
     let render = load_dir(&dir)?;
     let checker = Checker::new(bin, Duration::from_secs(60));
@@ -333,7 +357,10 @@ fn main() -> ExitCode {
     let res: anyhow::Result<ExitCode> = rt.block_on(async {
         match cli.command {
             Command::Run(a) => run(*a).await.map(|()| ExitCode::SUCCESS),
-            Command::Status { admin, output } => status(&admin, output).await.map(|()| ExitCode::SUCCESS),
+            Command::Status { kubernetes: true, namespace, config_name, output, .. } => {
+                status_kubernetes(&namespace, &config_name, output).await.map(|()| ExitCode::SUCCESS)
+            }
+            Command::Status { admin, output, .. } => status(&admin, output).await.map(|()| ExitCode::SUCCESS),
             Command::Validate { dir, haproxy_bin } => validate(dir, haproxy_bin).await,
             Command::Crd => {
                 print!("{}", haptic_controller::kubernetes::crd::crd_yaml());

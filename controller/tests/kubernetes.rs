@@ -273,6 +273,18 @@ async fn deploys_a_haproxyconfig_to_local_pods_on_every_version() {
             assert_eq!(http_get(addr, "/hello").await.unwrap(), (200, "v1".to_string()));
             assert_eq!(pod_state(&pods, &n).await["fence"]["holder"], "ctl-a");
         }
+        // `status --kubernetes` prints the same table as standalone mode, from the resource.
+        let out = Command::new(env!("CARGO_BIN_EXE_haptic-controller"))
+            .args(["status", "--kubernetes", "--namespace", &ns, "--config", "edge"])
+            .env("KUBECONFIG", e.cp.kubeconfig())
+            .output()
+            .unwrap();
+        let table = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(table.contains("3/3 converged"), "{table}");
+        for n in pods.names() {
+            assert!(table.lines().any(|l| l.starts_with(&n) && l.contains("converged")), "{n} in {table}");
+        }
 
         // An endpoint change in the ConfigMap lands as runtime: no new worker.
         let before = worker_pids(&pods).await;
@@ -331,6 +343,14 @@ async fn deploys_a_haproxyconfig_to_local_pods_on_every_version() {
         assert!(v["message"].as_str().unwrap().contains("[ALERT]"), "{v}");
         assert!(s["gate"]["message"].as_str().unwrap().contains("bogus-directive"), "{s:#}");
         assert_eq!(s["lastGoodPlanId"], good_plan);
+        let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(e.client.clone(), &ns);
+        let refused = eventually("a GateRefused Event", || async {
+            let list = events.list(&Default::default()).await.ok()?;
+            list.items.into_iter().find(|ev| ev.reason.as_deref() == Some("GateRefused"))
+        })
+        .await;
+        assert!(refused.note.unwrap_or_default().contains("[ALERT]"));
+        assert_eq!(refused.regarding.unwrap().name.as_deref(), Some("edge"));
         for n in pods.names() {
             let addr = SocketAddr::from((pods.ip(&n).unwrap(), fe));
             assert_eq!(http_get(addr, "/hello").await.unwrap(), (200, "v1".to_string()));

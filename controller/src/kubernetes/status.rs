@@ -119,6 +119,65 @@ pub fn build(fleet: &FleetStatus, snap: &Snapshot, disc: &Discovered) -> HAProxy
     }
 }
 
+/// The resource's status as the fleet status the table prints (`status --kubernetes`).
+pub fn to_fleet(s: &HAProxyConfigStatus) -> FleetStatus {
+    use crate::gate::GateMode;
+    use crate::status::{ControllerStatus, GateStatus, PodStatus};
+    let plan = |t: &Option<String>| t.as_deref().and_then(|t| t.parse().ok());
+    let phase = |t: &str| match t {
+        "converged" => Phase::Converged,
+        "deploying" => Phase::Deploying,
+        "reload-pending" => Phase::ReloadPending,
+        "rejected" => Phase::Rejected,
+        "failed" => Phase::Failed,
+        "stood-down" => Phase::StoodDown,
+        _ => Phase::Unknown,
+    };
+    let gate = s.gate.clone().unwrap_or_default();
+    let validated = s.conditions.iter().find(|c| c.type_ == "Validated");
+    let render_error = validated
+        .filter(|c| c.status == "False" && c.reason != "GateRefused" && c.reason != "Pending")
+        .map(|c| format!("{}: {}", c.reason, c.message));
+    let pods: Vec<PodStatus> = s
+        .deployed_to_pods
+        .iter()
+        .map(|p| PodStatus {
+            pod: p.pod.clone(),
+            url: p.ip.clone(),
+            phase: phase(&p.phase),
+            applied: plan(&p.applied_plan),
+            running: plan(&p.running_plan),
+            mode: p.mode.as_deref().and_then(|m| serde_json::from_value(serde_json::json!(m)).ok()),
+            reasons: p.reasons.clone(),
+            last_error: p.last_error.clone(),
+            last_apply_at: p.last_applied_at.clone(),
+            haproxy_version: p.haproxy_version.clone(),
+            ..PodStatus::default()
+        })
+        .collect();
+    FleetStatus {
+        pods,
+        converged: s.converged as usize,
+        total: s.total as usize,
+        gate: GateStatus {
+            mode: if gate.state == "pessimistic" { GateMode::Pessimistic } else { GateMode::Optimistic },
+            pinned: gate.state == "pinned",
+            last_good: plan(&s.last_good_plan_id),
+            last_refused: gate.message.map(|m| crate::gate::Refusal {
+                plan_id: plan(&s.plan_id).unwrap_or(haptic_protocol::PlanId(haptic_protocol::Digest::of(b""))),
+                output: m,
+            }),
+            render_error,
+        },
+        controller: ControllerStatus {
+            identity: s.leader.as_ref().map(|l| l.identity.clone()).unwrap_or_default(),
+            epoch: s.leader.as_ref().map_or(0, |l| l.epoch),
+            target: plan(&s.plan_id),
+            ..ControllerStatus::default()
+        },
+    }
+}
+
 /// Keeps each condition's `lastTransitionTime` from `prev` while its status is unchanged, and
 /// stamps `now` on the ones that changed.
 pub fn keep_transition_times(new: &mut HAProxyConfigStatus, prev: Option<&HAProxyConfigStatus>, now: Time) {
