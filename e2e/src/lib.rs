@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bins;
+pub mod cluster;
 pub mod config;
 pub mod k8s;
 pub mod net;

@@ -1,0 +1,235 @@
+//! The e2e suite's view of a Kubernetes cluster running haptic: one small [`Cluster`] trait,
+//! two backends.
+//!
+//! - [`local::LocalCluster`] (default): the local control plane (`ControlPlane`), HAProxy pods
+//!   run by the kubelet stand-in (`LocalPods`) and two `haptic-controller run --kubernetes`
+//!   processes, all on loopback.
+//! - [`kind::KindCluster`] (`HAPTIC_E2E_CLUSTER=kind`): a real cluster where the chart is
+//!   installed, reached through the kubeconfig; traffic and agent checks go through the API's
+//!   port-forward, kills through the API (pod delete) and exec.
+//!
+//! Scenarios (`e2e/tests/scenarios.rs`) call only the trait and the helpers here, which talk to
+//! the apiserver like a user would (ConfigMap, Secret, `HAProxyConfig` as plain JSON: this
+//! crate never links the controller). Nothing here may reach beyond 127.0.0.0/8 on the local
+//! backend.
+
+pub mod kind;
+pub mod local;
+pub mod scenarios;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::Client;
+use serde_json::{json, Value};
+
+/// The name of the `HAProxyConfig` every scenario drives.
+pub const CONFIG: &str = "edge";
+/// The ConfigMap holding `haproxy.cfg` and `hosts.map`.
+pub const CONFIG_MAP: &str = "edge-cfg";
+
+/// What went wrong talking to a cluster.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ClusterError(pub String);
+
+impl ClusterError {
+    /// Wraps any displayable error with what was being done.
+    pub fn of(what: &str, e: impl std::fmt::Display) -> Self {
+        ClusterError(format!("{what}: {e}"))
+    }
+}
+
+/// A result of a cluster operation.
+pub type Result<T> = std::result::Result<T, ClusterError>;
+
+/// A cluster running haptic, as the scenarios see it.
+#[allow(async_fn_in_trait)]
+pub trait Cluster {
+    /// A client with rights to the test namespace.
+    fn client(&self) -> Client;
+    /// The namespace of the HAProxy pods, the controller and the resource.
+    fn namespace(&self) -> &str;
+    /// The HAProxy frontend's `bind` line for the scenarios' configs (each backend knows where
+    /// its pods can listen).
+    fn bind_line(&self) -> String;
+    /// The HAProxy pods' names, sorted.
+    async fn haproxy_pods(&self) -> Result<Vec<String>>;
+    /// Sets the number of HAProxy pods and waits until that many exist (not converged).
+    async fn scale_haproxy(&mut self, n: usize) -> Result<()>;
+    /// Replaces every HAProxy pod (a rolling update of the Deployment on a real cluster).
+    async fn replace_all_haproxy(&mut self) -> Result<()>;
+    /// `GET path` through one pod's frontend → `(status, body)`.
+    async fn get(&self, pod: &str, path: &str) -> Result<(u16, String)>;
+    /// The pod agent's `GET /v1/state` (as JSON).
+    async fn agent_state(&self, pod: &str) -> Result<Value>;
+    /// Kills the agent container; the kubelet (or its stand-in) restarts it.
+    async fn restart_agent(&mut self, pod: &str) -> Result<()>;
+    /// Kills HAProxy's worker process (the master exits with it); the container restarts.
+    async fn kill_haproxy_worker(&mut self, pod: &str) -> Result<()>;
+    /// Overwrites a file in the pod's live config tree behind the agent's back.
+    async fn edit_file_in_pod(&self, pod: &str, path: &str, content: &str) -> Result<()>;
+    /// Kills the controller replica holding the Lease; returns its identity.
+    async fn kill_leader(&mut self) -> Result<String>;
+}
+
+/// The scenarios' config: a frontend answering `/hello` with `body`, a map routed on `/route`,
+/// and `be_app` with one server slot per port in `servers`.
+pub fn config_text(bind: &str, body: &str, servers: &[u16], timeout_client: u32) -> String {
+    let mut s = format!(
+        "global\n    default-path config\n\n\
+         defaults\n    mode http\n    timeout connect 2s\n    timeout client {timeout_client}s\n    timeout server 5s\n\n\
+         frontend fe_main\n    {bind}\n\
+         \x20   http-request return status 200 content-type text/plain string \"{body}\" if {{ path /hello }}\n\
+         \x20   http-request return status 200 content-type text/plain lf-string \"%[req.hdr(host),lower,map(maps/hosts.map,none)]\" if {{ path /route }}\n\
+         \x20   default_backend be_app\n\n\
+         backend be_app\n    balance roundrobin\n"
+    );
+    for (i, p) in servers.iter().enumerate() {
+        s.push_str(&format!("    server s{} 127.0.0.1:{p} weight 10\n", i + 1));
+    }
+    s
+}
+
+/// Writes the ConfigMap (server-side apply).
+pub async fn put_config_map(client: &Client, ns: &str, cfg: &str, map: &str) -> Result<()> {
+    let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), ns);
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": CONFIG_MAP},
+                    "data": {"haproxy.cfg": cfg, "hosts.map": map}});
+    api.patch(CONFIG_MAP, &PatchParams::apply("haptic-e2e").force(), &Patch::Apply(&cm))
+        .await
+        .map_err(|e| ClusterError::of("apply the ConfigMap", e))?;
+    Ok(())
+}
+
+fn hapc_api(client: &Client, ns: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("haptic.dev", "v1alpha1", "HAProxyConfig");
+    Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk_with_plural(&gvk, "haproxyconfigs"))
+}
+
+/// Creates or updates the `HAProxyConfig` (server-side apply) with the scenarios' spec.
+pub async fn put_haproxy_config(client: &Client, ns: &str, agent_port: u16, drift: &str) -> Result<()> {
+    let obj = json!({
+        "apiVersion": "haptic.dev/v1alpha1", "kind": "HAProxyConfig", "metadata": {"name": CONFIG},
+        "spec": {
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "haproxy"}},
+            "agent": {"port": agent_port},
+            "configFrom": {"configMapKeyRef": {"name": CONFIG_MAP, "key": "haproxy.cfg"}},
+            "files": [{"path": "maps/hosts.map", "configMapKeyRef": {"name": CONFIG_MAP, "key": "hosts.map"}}],
+            "controller": {"driftPreventionInterval": drift},
+        },
+    });
+    hapc_api(client, ns)
+        .patch(CONFIG, &PatchParams::apply("haptic-e2e").force(), &Patch::Apply(&obj))
+        .await
+        .map_err(|e| ClusterError::of("apply the HAProxyConfig", e))?;
+    Ok(())
+}
+
+/// The `HAProxyConfig`'s status (`null` before the first write).
+pub async fn status(client: &Client, ns: &str) -> Result<Value> {
+    let obj = hapc_api(client, ns).get(CONFIG).await.map_err(|e| ClusterError::of("get the HAProxyConfig", e))?;
+    Ok(obj.data.get("status").cloned().unwrap_or(Value::Null))
+}
+
+/// A condition of the status by type.
+pub fn condition<'a>(status: &'a Value, type_: &str) -> Option<&'a Value> {
+    status["conditions"].as_array()?.iter().find(|c| c["type"] == type_)
+}
+
+/// The status as the table `haptic-controller status` prints (for the demo and failures).
+pub fn status_table(s: &Value) -> String {
+    let mut out =
+        String::from("POD                PHASE           APPLIED       RUNNING       MODE      REASON / ERROR\n");
+    let short = |v: &Value| -> String {
+        v.as_str().map(|t| t.trim_start_matches("sha256:").chars().take(12).collect()).unwrap_or_else(|| "-".into())
+    };
+    for p in s["deployedToPods"].as_array().cloned().unwrap_or_default() {
+        let why = p["lastError"]
+            .as_str()
+            .map(String::from)
+            .or_else(|| p["reasons"].as_array().and_then(|r| r.first()).and_then(|r| r.as_str()).map(String::from))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "{:<18} {:<15} {:<13} {:<13} {:<9} {}\n",
+            p["pod"].as_str().unwrap_or("?"),
+            p["phase"].as_str().unwrap_or("?"),
+            short(&p["appliedPlan"]),
+            short(&p["runningPlan"]),
+            p["mode"].as_str().unwrap_or("-"),
+            why.lines().next().unwrap_or("")
+        ));
+    }
+    let cond = |t: &str| {
+        condition(s, t)
+            .map(|c| format!("{}={} ({})", t, c["status"].as_str().unwrap_or("?"), c["reason"].as_str().unwrap_or("")))
+    };
+    out.push_str(&format!(
+        "fleet: {} converged on {}   gate: {}   leader: {} (epoch {})\n{}   {}\n",
+        s["convergedText"].as_str().unwrap_or("-"),
+        short(&s["planId"]),
+        s["gate"]["state"].as_str().unwrap_or("-"),
+        s["leader"]["identity"].as_str().unwrap_or("-"),
+        s["leader"]["epoch"],
+        cond("Validated").unwrap_or_default(),
+        cond("Converged").unwrap_or_default(),
+    ));
+    out
+}
+
+/// Polls `check` until it returns `Some`, or fails with `what` after `timeout`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return Ok(v);
+        }
+        if Instant::now() >= deadline {
+            return Err(ClusterError(format!("timed out after {timeout:?} waiting for {what}")));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until every one of `n` pods runs a plan other than `not` (when given), with
+/// `Converged=True`; returns the status.
+pub async fn wait_converged(client: &Client, ns: &str, n: usize, not: Option<&Value>) -> Result<Value> {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut last = Value::Null;
+    loop {
+        if let Ok(s) = status(client, ns).await {
+            let ok = condition(&s, "Converged").is_some_and(|c| c["status"] == "True")
+                && s["converged"] == n
+                && s["total"] == n
+                && not.is_none_or(|p| &s["planId"] != p);
+            if ok {
+                return Ok(s);
+            }
+            last = s;
+        }
+        if Instant::now() >= deadline {
+            return Err(ClusterError(format!(
+                "timed out waiting for {n} pods converged; last status:\n{}",
+                status_table(&last)
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Worker pid per pod from the agents' state.
+pub async fn worker_pids<C: Cluster>(c: &C) -> Result<BTreeMap<String, u64>> {
+    let mut out = BTreeMap::new();
+    for p in c.haproxy_pods().await? {
+        let st = c.agent_state(&p).await?;
+        out.insert(p, st["haproxy"]["worker_pid"].as_u64().unwrap_or(0));
+    }
+    Ok(out)
+}
