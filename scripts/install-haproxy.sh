@@ -32,7 +32,10 @@ if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet haproxy 2
 fi
 
 # 2. HAProxy 3.0 from trixie into a private prefix.
-if ! { [ -x "$bin30" ] && "$bin30" -v 2>/dev/null | grep -q '^HAProxy version 3\.0\.'; }; then
+# `haproxy -v` output is captured whole: piping it into `head`/`grep -q` under pipefail fails
+# whenever the reader exits before HAProxy has written everything (SIGPIPE).
+version30() { [ -x "$bin30" ] && "$bin30" -v 2>/dev/null || true; }
+if ! [[ "$(version30)" == "HAProxy version 3.0."* ]]; then
   log "installing HAProxy 3.0 from Debian trixie into $prefix"
   work="$prefix.work"
   rm -rf "$work" "$prefix"
@@ -57,7 +60,7 @@ SRC
   patchelf --set-interpreter "$libdir/ld-linux-x86-64.so.2" --force-rpath --set-rpath "$libdir" "$bin30.tmp"
   mv "$bin30.tmp" "$bin30"
   rm -rf "$work"
-  "$bin30" -v | head -1 | grep -q '^HAProxy version 3\.0\.' || { log "the 3.0 binary does not run"; exit 1; }
+  [[ "$(version30)" == "HAProxy version 3.0."* ]] || { log "the 3.0 binary does not run: $("$bin30" -v 2>&1 || true)"; exit 1; }
 fi
 
 echo "$bin26"
