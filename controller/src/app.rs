@@ -154,7 +154,11 @@ pub async fn start(
         checker,
         board.clone(),
         metrics.clone(),
-        DriverConfig { deployment_timeout: settings.deployment_timeout, drift_interval: settings.drift_interval },
+        DriverConfig {
+            deployment_timeout: settings.deployment_timeout,
+            max_parallel: settings.max_parallel,
+            drift_interval: settings.drift_interval,
+        },
     );
     let sd = shutdown.clone();
     let driver_task = tokio::spawn(async move { driver.run(renders, endpoints, sd).await });
