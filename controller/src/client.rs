@@ -85,9 +85,10 @@ impl AgentClient {
             .basic_auth(&self.creds.user, Some(&self.creds.password))
             .send()
             .await
-            .map_err(|e| CallError(format!("GET {url}: {}", error_chain(&e))))?;
+            .map_err(|e| CallError(format!("GET {url}: {}", error_chain(&e.without_url()))))?;
         let status = resp.status();
-        let body = resp.bytes().await.map_err(|e| CallError(format!("GET {url}: {}", error_chain(&e))))?;
+        let body =
+            resp.bytes().await.map_err(|e| CallError(format!("GET {url}: {}", error_chain(&e.without_url()))))?;
         if !status.is_success() {
             return Err(CallError(format!("GET {url}: {status}: {}", error_text(&body))));
         }
@@ -104,9 +105,10 @@ impl AgentClient {
             .json(req)
             .send()
             .await
-            .map_err(|e| CallError(format!("POST {url}: {}", error_chain(&e))))?;
+            .map_err(|e| CallError(format!("POST {url}: {}", error_chain(&e.without_url()))))?;
         let status = resp.status().as_u16();
-        let body = resp.bytes().await.map_err(|e| CallError(format!("POST {url}: {}", error_chain(&e))))?;
+        let body =
+            resp.bytes().await.map_err(|e| CallError(format!("POST {url}: {}", error_chain(&e.without_url()))))?;
         let decode_err = |e: serde_json::Error| CallError(format!("POST {url}: {status} with undecodable body: {e}"));
         match status {
             200 => Ok(ApplyAnswer::Ack(serde_json::from_slice(&body).map_err(decode_err)?)),

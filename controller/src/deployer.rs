@@ -2,14 +2,15 @@
 //!
 //! Owns, per pod (≤ `max_parallel` at once, each bounded by the sync timeout): knowing the pod
 //! (its last state read or ACK), resolving its baseline (plan cache first, else the pod's blob),
-//! the shared diff, the apply and its 409 handling (`prev_mismatch` re-reads and re-diffs once,
+//! the shared diff, the apply and carrying out what [`crate::attempt::next`] decides after each
+//! answer (an exact retry after a transport error; `prev_mismatch` re-reads and re-diffs once,
 //! `unknown_baseline` sends the complete state, `missing_parts` resends exactly those,
 //! `stale_epoch` asks the fence holder to reclaim or stands down), NACK handling (HAProxy's
 //! words into status; the pod's baseline — what the controller believed it holds — is dropped,
 //! so the next deployment re-reads the pod), and the follow-up of scheduled reloads. A deployment
 //! ends when every pod has ACKed (its reload done or scheduled), failed, or stood down; a pod with
 //! a scheduled reload is then followed up in the background, outside the deployment slot
-//! ([`crate::followup`]: polled until it runs the render or the deadline passes, counting as
+//! ([`crate::followup`]: one poller per pod, backing off, until it runs the render or the deadline passes, counting as
 //! neither converged nor failed until then, superseded by a newer apply to the pod), so a newer
 //! render dispatches at once and the agent's pacer folds it into the same reload. It must never
 //! decide when to deploy (the scheduler does) and never send an apply without a fence from the

@@ -17,6 +17,7 @@ use haptic_controller::diff::{diff, Baseline};
 use haptic_controller::gate::{Checker, GateMode, Verdict};
 use haptic_controller::render::load_dir;
 use haptic_controller::status::{table, FleetStatus};
+use haptic_controller::Error;
 
 #[derive(Debug, Parser)]
 #[command(name = "haptic-controller", version, about = "Gets HAProxy configuration onto a fleet of HAProxy pods")]
@@ -99,7 +100,8 @@ struct RunArgs {
     /// Idle time after which the fleet is re-applied from verified state.
     #[arg(long, env = "HAPTIC_CONTROLLER_DRIFT_INTERVAL", default_value = "60s", value_parser = humantime::parse_duration)]
     drift_interval: Duration,
-    /// Safety net: a deployment running longer is cancelled and the latest render retried.
+    /// Safety net per wave of --max-parallel pods: a deployment running longer than this times
+    /// ceil(pods / max-parallel) is cancelled and the latest render retried.
     #[arg(long, env = "HAPTIC_CONTROLLER_DEPLOYMENT_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     deployment_timeout: Duration,
     /// Bound of one pod's apply (every request, and the whole flow).
@@ -135,7 +137,7 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
     if !a.standalone {
         bail!("only standalone mode is available in this build: pass --standalone");
     }
-    let credentials = Credentials::load(&a.credentials_file)?;
+    let credentials = Credentials::load(&a.credentials_file).map_err(Error::flag("--credentials-file"))?;
     let settings = StandaloneSettings {
         common: Settings {
             admin_listen: a.admin_listen,
@@ -191,7 +193,7 @@ async fn status(admin: &str, output: TableOrJson) -> anyhow::Result<()> {
 async fn validate(dir: PathBuf, bin: PathBuf) -> anyhow::Result<ExitCode> {
     let render = load_dir(&dir)?;
     let checker = Checker::new(bin, Duration::from_secs(60));
-    match checker.check(&render).await? {
+    match checker.check(&render).await.map_err(Error::flag("--haproxy-bin"))? {
         Verdict::Pass => {
             println!("{}: valid (plan {})", dir.display(), render.plan_id());
             Ok(ExitCode::SUCCESS)
@@ -236,7 +238,7 @@ fn main() -> ExitCode {
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("haptic-controller: cannot start the runtime: {e}");
+            eprintln!("haptic-controller: error: cannot start the runtime: {e}");
             return ExitCode::from(2);
         }
     };
@@ -253,7 +255,8 @@ fn main() -> ExitCode {
     match res {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("haptic-controller: {e:#}");
+            // One line: what failed, then each cause once, joined by ": ".
+            eprintln!("haptic-controller: error: {e:#}");
             ExitCode::from(2)
         }
     }
