@@ -51,7 +51,8 @@ enum Command {
         #[arg(long, env = "HAPTIC_CONTROLLER_OUTPUT", value_enum, default_value = "table")]
         output: TableOrJson,
     },
-    /// Runs the gate (`haproxy -c`) over a render directory once; exits 1 with HAProxy's words.
+    /// Runs the gate over a render directory once (`default-path config` in `global`, then
+    /// `haproxy -c`); exits 1 with HAProxy's words, 2 when it cannot run.
     Validate {
         /// The render directory.
         dir: PathBuf,
@@ -59,7 +60,8 @@ enum Command {
         #[arg(long, env = "HAPTIC_CONTROLLER_HAPROXY_BIN", default_value = "haproxy")]
         haproxy_bin: PathBuf,
     },
-    /// Shows the mode, reasons and op batches that bring OLD_DIR to NEW_DIR.
+    /// Shows the mode, reasons (the lines each section gained or lost) and op batches that
+    /// bring OLD_DIR to NEW_DIR.
     Diff {
         /// The baseline render directory.
         old_dir: PathBuf,
@@ -104,7 +106,8 @@ struct RunArgs {
     /// ceil(pods / max-parallel) is cancelled and the latest render retried.
     #[arg(long, env = "HAPTIC_CONTROLLER_DEPLOYMENT_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     deployment_timeout: Duration,
-    /// Bound of one pod's apply (every request, and the whole flow).
+    /// Bound of one pod's apply (every request, and the whole flow, exact retries of an apply
+    /// whose answer was lost included), and of a scheduled reload's follow-up after it is due.
     #[arg(long, env = "HAPTIC_CONTROLLER_SYNC_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     sync_timeout: Duration,
     /// Pods applied to at once.
