@@ -1,18 +1,22 @@
 //! The controller on a real fleet when things go wrong (2 pods, HAProxy 2.6 and 3.0; pod 1 is
 //! reached through a real proxy on 127.0.0.1 that can lose answers, hold applies and report
-//! other capabilities): version skew, the exact retry of an apply whose answer was lost,
-//! `unknown_baseline` from a wiped pod, `max_parallel`, and the pessimistic latch.
+//! other capabilities, or let another writer in first): version skew, the exact retry of an
+//! apply whose answer was lost, `unknown_baseline` from a wiped pod, `max_parallel`, the
+//! pessimistic latch, and a second `prev_mismatch`.
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::proxy::Proxy;
 use common::*;
+use haptic_controller::blob;
 use haptic_controller::gate::GateMode;
 use haptic_e2e::pod::PodOpts;
 use haptic_e2e::{free_port, haproxy_bins};
-use haptic_protocol::Mode;
+use haptic_protocol::api::Part;
+use haptic_protocol::{ApplyRequest, Fence, Mode};
 
 const MAP: &str = "a.example be_app\n";
 
@@ -152,6 +156,41 @@ async fn skew_lost_answers_wiped_pods_max_parallel_and_the_pessimistic_gate_on_e
         let r6 = write_render(&cfg_dir, &fixed.files("a.example be_app\nb.example be_app\n"));
         converged(&ctl, &fleet, r6.plan_id()).await;
         wait_until("unpinned", &ctl, &fleet, |s| (!s.gate.pinned).then_some(())).await;
+
+        // Another writer changes pod 1 right before each of the controller's applies would land
+        // (with the controller's own holder, so the controller lifts its epoch and goes on): the
+        // first prev_mismatch re-reads and re-diffs, the second sends the complete state.
+        let rogue = |n: u32| {
+            let mut c = fixed.clone();
+            c.servers[1].1 = 50 + n;
+            let dir = work.path().join(format!("rogue{n}"));
+            std::fs::create_dir(&dir).unwrap();
+            let r = write_render(&dir, &c.files("a.example be_app\nb.example be_app\n"));
+            let req = ApplyRequest {
+                fence: Fence { epoch: 0, seq: 0, holder: String::new() },
+                baseline: None,
+                plan_id: r.plan_id(),
+                mode: Mode::Reload,
+                reasons: vec![format!("another writer ({n})")],
+                files: r.manifest().to_vec(),
+                parts: r.files().map(|(p, b)| (p.clone(), Part::from_bytes(b))).collect::<BTreeMap<_, _>>(),
+                batches: vec![],
+                blob: blob::encode(&r),
+            };
+            serde_json::to_value(&req).unwrap()
+        };
+        let mismatches = metric(&ctl, "haptic_apply_conflicts_total{conflict=\"prev_mismatch\"}");
+        proxy.rules(|r| r.inject = [rogue(1), rogue(2)].into());
+        let mut last = fixed.clone();
+        last.servers[0].0 = 9114;
+        let r7 = write_render(&cfg_dir, &last.files("a.example be_app\nb.example be_app\n"));
+        let st = converged(&ctl, &fleet, r7.plan_id()).await;
+        assert_eq!(proxy.inject_left(), 0, "both writers got in");
+        assert_eq!(metric(&ctl, "haptic_apply_conflicts_total{conflict=\"prev_mismatch\"}") - mismatches, 2.0);
+        let p1 = pod_status(&st, &proxy.url());
+        assert_eq!(p1.mode, Some(Mode::Reload), "{st:?}");
+        assert!(p1.reasons.iter().any(|r| r.contains("changed again while re-diffing")), "{:?}", p1.reasons);
+        assert_eq!(st.controller.stood_down, None);
         ctl.stop().await;
     }
 }

@@ -21,6 +21,11 @@ pub struct Rules {
     pub hold_applies: bool,
     /// Rewrites the JSON body of `GET /v1/state` answers.
     pub rewrite_state: Option<fn(&mut serde_json::Value)>,
+    /// Another writer: before forwarding a controller's apply that would land (its baseline is
+    /// the pod's applied plan), the next of these apply bodies is sent to the agent first, with
+    /// the controller's own holder and epoch and the seq after the controller's (so it is
+    /// accepted, and the controller's apply then meets a changed pod).
+    pub inject: std::collections::VecDeque<serde_json::Value>,
 }
 
 #[derive(Debug, Default)]
@@ -91,6 +96,11 @@ impl Proxy {
     /// Apply answers dropped so far.
     pub fn answers_dropped(&self) -> usize {
         *lock(&self.shared.answers_dropped)
+    }
+
+    /// Injected applies not sent yet.
+    pub fn inject_left(&self) -> usize {
+        lock(&self.shared.rules).inject.len()
     }
 
     /// Stops holding applies and lets every held one through.
@@ -172,6 +182,9 @@ async fn serve(mut client: TcpStream, upstream: SocketAddr, s: &Shared) -> std::
             *lock(&s.held) -= 1;
         }
     }
+    if is_apply && !lock(&s.rules).inject.is_empty() {
+        inject(&head, &body, upstream, s).await?;
+    }
     let mut up = TcpStream::connect(upstream).await?;
     up.write_all(rewrite_head(&head, body.len()).as_bytes()).await?;
     up.write_all(&body).await?;
@@ -191,4 +204,44 @@ async fn serve(mut client: TcpStream, upstream: SocketAddr, s: &Shared) -> std::
     client.write_all(rewrite_head(&rhead, rbody.len()).as_bytes()).await?;
     client.write_all(&rbody).await?;
     client.shutdown().await
+}
+
+/// One request to the agent with the controller's credentials; the answer's status and body.
+async fn call(
+    upstream: SocketAddr,
+    auth: &str,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> std::io::Result<(u16, Vec<u8>)> {
+    let mut up = TcpStream::connect(upstream).await?;
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {upstream}\r\n{auth}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    up.write_all(head.as_bytes()).await?;
+    up.write_all(body).await?;
+    let (rhead, rbody) = read_message(&mut up).await?.unwrap_or_default();
+    let status = rhead.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    Ok((status, rbody))
+}
+
+/// Sends the next injected apply first when the controller's apply would land.
+async fn inject(head: &str, body: &[u8], upstream: SocketAddr, s: &Shared) -> std::io::Result<()> {
+    let auth = head.split("\r\n").find(|l| l.to_ascii_lowercase().starts_with("authorization:")).unwrap_or("");
+    let ctl: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+    let (_, state) = call(upstream, auth, "GET", "/v1/state", b"").await?;
+    let state: serde_json::Value = serde_json::from_slice(&state).unwrap_or_default();
+    if ctl["baseline"].is_null() || ctl["baseline"] != state["applied"]["plan_id"] {
+        return Ok(());
+    }
+    let Some(mut rogue) = lock(&s.rules).inject.pop_front() else { return Ok(()) };
+    let fence = &ctl["fence"];
+    rogue["fence"] = serde_json::json!({
+        "epoch": fence["epoch"], "seq": fence["seq"].as_u64().unwrap_or(0) + 1, "holder": fence["holder"],
+    });
+    let (status, answer) = call(upstream, auth, "POST", "/v1/apply", &serde_json::to_vec(&rogue).unwrap()).await?;
+    assert_eq!(status, 200, "the injected apply was refused: {}", String::from_utf8_lossy(&answer));
+    Ok(())
 }
