@@ -37,9 +37,12 @@ pub enum Answer {
         /// For `missing_parts`: the paths named.
         missing: Vec<RelPath>,
     },
-    /// No answer, or an answer the protocol does not know (connection refused or reset, a
-    /// 5xx, an undecodable body), with why.
+    /// No answer, or one that says nothing about the apply (connection refused or reset, a
+    /// timeout, a 5xx, an undecodable body), with why: the apply may or may not have landed.
     Transport(String),
+    /// The agent refused the request itself (4xx: malformed, credentials, too large), with
+    /// why: sending it again changes nothing.
+    Refused(String),
 }
 
 /// What to do next.
@@ -110,6 +113,7 @@ pub fn next(state: &mut Attempts, answer: Answer) -> Next {
     let next = match answer {
         Answer::Ack => return Next::Acked,
         Answer::Nack => return Next::Rejected,
+        Answer::Refused(why) => return Next::Fail(why),
         Answer::Transport(why) if state.transport_retries >= MAX_TRANSPORT_RETRIES => {
             return Next::Fail(format!("{why} (after {} retries of the same apply)", state.transport_retries))
         }
@@ -176,6 +180,12 @@ mod tests {
             Next::Fail(why) => assert!(why.contains("connection refused") && why.contains("2 retries"), "{why}"),
             other => panic!("{other:?}"),
         }
+        // A request the agent refused itself is not sent again.
+        let mut s = Attempts::default();
+        assert_eq!(
+            next(&mut s, Answer::Refused("401: wrong credentials".into())),
+            Next::Fail("401: wrong credentials".into())
+        );
         // The exact retry of a landed apply is answered with its ACK.
         let mut s = Attempts::default();
         assert_eq!(next(&mut s, Answer::Transport("reset".into())), Next::ExactRetry);
@@ -229,6 +239,7 @@ mod tests {
             Just(Answer::Ack),
             Just(Answer::Nack),
             Just(Answer::Transport("x".into())),
+            Just(Answer::Refused("400".into())),
             Just(conflict(ConflictKind::StaleEpoch)),
             Just(conflict(ConflictKind::PrevMismatch)),
             Just(conflict(ConflictKind::UnknownBaseline)),

@@ -50,6 +50,14 @@ pub enum ApplyAnswer {
     Conflict(Conflict),
     /// 422.
     Nack(Nack),
+    /// Any other status: 4xx (the agent refused the request itself: malformed, credentials,
+    /// too large) or 5xx, with the agent's `error`.
+    Refused {
+        /// The HTTP status.
+        status: u16,
+        /// The agent's words.
+        error: String,
+    },
 }
 
 /// A transport or protocol failure talking to one agent.
@@ -114,7 +122,7 @@ impl AgentClient {
             200 => Ok(ApplyAnswer::Ack(serde_json::from_slice(&body).map_err(decode_err)?)),
             409 => Ok(ApplyAnswer::Conflict(serde_json::from_slice(&body).map_err(decode_err)?)),
             422 => Ok(ApplyAnswer::Nack(serde_json::from_slice(&body).map_err(decode_err)?)),
-            _ => Err(CallError(format!("POST {url}: {status}: {}", error_text(&body)))),
+            _ => Ok(ApplyAnswer::Refused { status, error: format!("POST {url}: {status}: {}", error_text(&body)) }),
         }
     }
 }

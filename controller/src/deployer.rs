@@ -500,6 +500,14 @@ impl Deployer {
                     info!(conflict = c.conflict.as_str(), "409: {}", c.error);
                     Answer::Conflict { kind: c.conflict, fence: c.fence.clone(), missing: c.missing.clone() }
                 }
+                Ok(ApplyAnswer::Refused { status, error }) => {
+                    self.metrics.apply(req.mode.as_str(), "error");
+                    if *status >= 500 {
+                        Answer::Transport(error.clone())
+                    } else {
+                        Answer::Refused(error.clone())
+                    }
+                }
                 Err(e) => {
                     self.metrics.apply(req.mode.as_str(), "error");
                     Answer::Transport(e.0.clone())
