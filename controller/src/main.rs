@@ -181,9 +181,10 @@ async fn status(admin: &str, output: TableOrJson) -> anyhow::Result<()> {
         .get(&url)
         .send()
         .await
-        .with_context(|| format!("GET {url}"))?;
+        .map_err(reqwest::Error::without_url)
+        .with_context(|| format!("--admin {admin}: GET {url}"))?;
     if !resp.status().is_success() {
-        bail!("GET {url}: {}", resp.status());
+        bail!("--admin {admin}: GET {url}: {}", resp.status());
     }
     let s: FleetStatus = resp.json().await.with_context(|| format!("GET {url}: undecodable status"))?;
     match output {

@@ -131,8 +131,13 @@ async fn status_prints_a_table_and_json_from_the_admin_server() {
     stop.cancel();
     server.await.unwrap().unwrap();
     // Nobody listening: a clear error, exit 2.
-    let out = bin().args(["status", "--admin", &format!("http://127.0.0.1:{}", free_port())]).output().unwrap();
+    let nobody = format!("http://127.0.0.1:{}", free_port());
+    let out = bin().args(["status", "--admin", &nobody]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with(&format!("haptic-controller: error: --admin {nobody}: GET {nobody}/status: ")), "{err}");
+    assert_eq!(err.matches(&nobody).count(), 2, "the URL is said once by the flag and once by the request: {err}");
+    assert!(err.contains("Connection refused"), "{err}");
 }
 
 #[test]
