@@ -490,8 +490,8 @@ impl Deployer {
                 mode = %req.mode,
             );
             let answer = self.client.apply(ep, &req).instrument(span.clone()).await;
-            let _g = span.enter();
-            let judged = match &answer {
+            // The span is entered only around code that does not await.
+            let judged = span.in_scope(|| match &answer {
                 Ok(ApplyAnswer::Ack(_)) => Answer::Ack,
                 Ok(ApplyAnswer::Nack(_)) => Answer::Nack,
                 Ok(ApplyAnswer::Conflict(c)) => {
@@ -512,27 +512,29 @@ impl Deployer {
                     self.metrics.apply(req.mode.as_str(), "error");
                     Answer::Transport(e.0.clone())
                 }
-            };
+            });
             let step = next(&mut attempts, judged);
             // Every step but an exact retry sends a new request (a new fence).
             match step {
                 Next::Acked => {
                     let Ok(ApplyAnswer::Ack(ack)) = answer else { unreachable!("judged as an ACK") };
                     let repaired = !drifted.is_empty();
-                    return self.acked(ep, render, &req, ack, started, repaired);
+                    return span.in_scope(|| self.acked(ep, render, &req, ack, started, repaired));
                 }
                 Next::Rejected => {
                     let Ok(ApplyAnswer::Nack(n)) = answer else { unreachable!("judged as a NACK") };
-                    return self.rejected(ep, &req, n);
+                    return span.in_scope(|| self.rejected(ep, &req, n));
                 }
                 Next::Fail(why) => {
                     lock(&self.known).remove(&ep.name);
-                    return self.fail(ep, why);
+                    return span.in_scope(|| self.fail(ep, why));
                 }
                 Next::ExactRetry => {
                     self.metrics.apply_retries.inc();
                     let backoff = TRANSPORT_RETRY_BACKOFF * u32::try_from(attempts.transport_retries()).unwrap_or(1);
-                    warn!(pod = %ep.name, ?backoff, "no answer to the apply; retrying the same apply (same fence and plan)");
+                    span.in_scope(|| {
+                        warn!(?backoff, "no answer to the apply; sending the same apply again (same fence and plan)")
+                    });
                     tokio::time::sleep(backoff).await;
                     continue;
                 }
