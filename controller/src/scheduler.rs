@@ -756,6 +756,66 @@ mod tests {
         assert_eq!(deploys(&a), vec![(4, slot(6, 4).plan_id(), DeployKind::Normal)]);
     }
 
+    #[derive(Debug, Clone)]
+    enum Step {
+        Render(u32, u16),
+        FinishScheduled,
+        FinishConverged,
+        HoldOver,
+    }
+
+    fn any_step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (5u32..8, 1u16..4).prop_map(|(t, p)| Step::Render(t, p)),
+            Just(Step::FinishScheduled),
+            Just(Step::FinishConverged),
+            Just(Step::HoldOver),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Whatever renders arrive and however deployments end, a render waits in the pending
+        /// slot only behind a deployment in flight, or held while it needs a reload on top of the
+        /// target: a runtime render is never held.
+        #[test]
+        fn only_renders_needing_a_reload_wait_for_the_slot(steps in proptest::collection::vec(any_step(), 1..40)) {
+            let mut c = Core::new(GateMode::Optimistic);
+            c.on(Input::Endpoints(eps()));
+            let mut renders = std::collections::HashMap::new();
+            let mut hold_token = None;
+            for step in steps {
+                let actions = match step {
+                    Step::Render(t, p) => {
+                        let r = slot(t, p);
+                        renders.insert(r.plan_id(), r.clone());
+                        c.on(Input::Render(Ok(r)))
+                    }
+                    Step::FinishScheduled | Step::FinishConverged => match c.in_flight() {
+                        Some(id) => {
+                            let plan = c.target().unwrap();
+                            let due = matches!(step, Step::FinishScheduled).then_some(5000);
+                            c.on(Input::Finished(id, Some(pending_report(plan, 50, due))))
+                        }
+                        None => vec![],
+                    },
+                    Step::HoldOver => match hold_token {
+                        Some(t) => c.on(Input::HoldOver(t)),
+                        None => vec![],
+                    },
+                };
+                if let Some((t, _)) = holds(&actions).last() {
+                    hold_token = Some(*t);
+                }
+                if let (None, Some(pending)) = (c.in_flight(), c.pending()) {
+                    let target = &renders[&c.target().unwrap()];
+                    proptest::prop_assert!(c.held(), "a render waits with nothing in flight and no hold");
+                    proptest::prop_assert!(needs_reload(target, &renders[&pending]), "a runtime render was held");
+                }
+            }
+        }
+    }
+
     #[test]
     fn the_deployment_timeout_scales_with_the_waves() {
         let t = Duration::from_secs(30);
