@@ -115,7 +115,7 @@ pub fn next(state: &mut Attempts, answer: Answer) -> Next {
         Answer::Nack => return Next::Rejected,
         Answer::Refused(why) => return Next::Fail(why),
         Answer::Transport(why) if state.transport_retries >= MAX_TRANSPORT_RETRIES => {
-            return Next::Fail(format!("{why} (after {} retries of the same apply)", state.transport_retries))
+            return Next::Fail(format!("no answer to {} tries of the same apply: {why}", state.transport_retries + 1))
         }
         Answer::Transport(_) => {
             state.transport_retries += 1;
@@ -177,7 +177,7 @@ mod tests {
         assert_eq!(next(&mut s, Answer::Transport("reset".into())), Next::ExactRetry);
         assert_eq!(next(&mut s, Answer::Transport("reset".into())), Next::ExactRetry);
         match next(&mut s, Answer::Transport("connection refused".into())) {
-            Next::Fail(why) => assert!(why.contains("connection refused") && why.contains("2 retries"), "{why}"),
+            Next::Fail(why) => assert_eq!(why, "no answer to 3 tries of the same apply: connection refused"),
             other => panic!("{other:?}"),
         }
         // A request the agent refused itself is not sent again.
