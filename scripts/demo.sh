@@ -242,7 +242,11 @@ render "$SRV1" "$SRV3" "" "    http-response set-header X-Served-By haptic" ""
 wait_for "the frontend change" 30 converged_on_new "$T"
 step_done
 
-bold "5/7  A broken config -> refused by the gate; the fleet stays on the last good render and keeps serving"
+bold "5/7  A broken config -> refused: the fleet stays on the last good render and keeps serving"
+say "the gate is optimistic (the default): the render goes to the pods at once, while the gate checks it;"
+say "each pod's own haproxy -c refuses it (422, nothing changes on the pod), then the gate's check refuses"
+say "it too and pins the fleet on the last good render until a render passes (--gate pessimistic would hold"
+say "every render until the gate passed it, and no pod would see this one)"
 GOOD=$(field target)
 render "$SRV1" "$SRV3" "" "    http-response set-header X-Served-By haptic" "    balance no-such-algorithm"
 gate_pinned() { [ "$(field pinned)" = true ]; }
@@ -250,6 +254,9 @@ wait_for "the gate to refuse it" 30 gate_pinned
 back_on_good() { [ "$(field target)" = "$GOOD" ] && all_converged; }
 wait_for "the fleet back on the last good render" 30 back_on_good
 step_done
+say "refused by the pods' own haproxy -c: $(metric 'haptic_apply_rejected_total{pod="127.0.0.1:'$((BASE + 201))'"}' || true) + \
+$(metric 'haptic_apply_rejected_total{pod="127.0.0.1:'$((BASE + 202))'"}' || true) + \
+$(metric 'haptic_apply_rejected_total{pod="127.0.0.1:'$((BASE + 203))'"}' || true) applies; by the gate: $(metric haptic_gate_rejections_total) render"
 say "GET / through the fleet still answers: $(http $FE shop.example /)"
 say "fixing the config again (the next good render deploys and unpins the gate)"
 render "$SRV1" "$SRV3" "" "    http-response set-header X-Served-By haptic" "    # fixed"

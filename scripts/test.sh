@@ -25,6 +25,17 @@ cargo fmt --all --check
 echo "==> cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+echo "==> building the agent and controller binaries the tests and the bench start"
+# Integration tests outside the agent crate and the bench start these as processes. They use
+# exactly these builds (never a stale binary left in target/ by an older checkout).
+cargo build --locked -p haptic-agent --bin haptic-agent -p haptic-controller --bin haptic-controller
+export HAPTIC_AGENT_BIN="$PWD/target/debug/haptic-agent"
+export HAPTIC_CONTROLLER_BIN="$PWD/target/debug/haptic-controller"
+if [ -n "${CARGO_TARGET_DIR:-}" ]; then
+  export HAPTIC_AGENT_BIN="$CARGO_TARGET_DIR/debug/haptic-agent"
+  export HAPTIC_CONTROLLER_BIN="$CARGO_TARGET_DIR/debug/haptic-controller"
+fi
+
 echo "==> real-HAProxy harness on every version (output shown)"
 cargo test --locked -p haptic-e2e --test harness -- --nocapture --test-threads=1
 
@@ -35,7 +46,7 @@ echo "==> cargo test (whole workspace)"
 cargo test --workspace --locked -- --test-threads="${HAPTIC_TEST_THREADS:-2}"
 
 if [ -f e2e/src/bin/bench/main.rs ]; then
-  echo "==> benchmark smoke test (not timed; debug build, beside the debug agent the tests built)"
+  echo "==> benchmark smoke run: every case once, debug build, untimed (speed goals are judged only in release runs)"
   cargo run --locked -p haptic-e2e --bin bench -- --quick --only runtime_apply
 fi
 echo "==> all tests passed"

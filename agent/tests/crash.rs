@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::*;
 use haptic_e2e::haproxy_bins;
 use haptic_protocol::{Mode, PlanId};
-use rand::Rng;
+use rand::RngExt as _;
 
 const TRIALS: u64 = 25;
 
@@ -22,7 +22,7 @@ async fn kill_9_during_applies_leaves_a_whole_plan_on_every_version() {
         let mut pod = pod(&bin).await;
         let h = health(&pod);
         let fe = port();
-        let mut rng = rand::thread_rng();
+        let mut rng = rand::rng();
         let mut prev: Option<PlanId> = None;
         let mut landed = BTreeSet::new();
         let mut seq = 0u64;
@@ -39,7 +39,7 @@ async fn kill_9_during_applies_leaves_a_whole_plan_on_every_version() {
             let client = pod.client();
             let body = req.to_string();
             let inflight = tokio::spawn(async move { client.post_json("/v1/apply", &body).await });
-            let delay = rng.gen_range(0..250);
+            let delay = rng.random_range(0..250);
             tokio::time::sleep(Duration::from_millis(delay)).await;
             pod.kill_agent_9();
             let _ = inflight.await;

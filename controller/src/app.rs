@@ -163,7 +163,7 @@ pub async fn start(
     let shared = Shared::new(&settings, fence.identity(), fence.epoch())?;
     let listener = tokio::net::TcpListener::bind(settings.admin_listen)
         .await
-        .map_err(|e| Error::io(format!("admin listen {}", settings.admin_listen), e))?;
+        .map_err(|e| Error::flag("--admin-listen")(Error::io(settings.admin_listen.to_string(), e)))?;
     start_with(settings, renders, endpoints, fence, shared, Some(listener)).await
 }
 
@@ -209,7 +209,11 @@ pub async fn start_with(
         checker,
         board.clone(),
         metrics.clone(),
-        DriverConfig { deployment_timeout: settings.deployment_timeout, drift_interval: settings.drift_interval },
+        DriverConfig {
+            deployment_timeout: settings.deployment_timeout,
+            max_parallel: settings.max_parallel,
+            drift_interval: settings.drift_interval,
+        },
     );
     let sd = shutdown.clone();
     tasks.push(tokio::spawn(async move { driver.run(renders, endpoints, sd).await }));
@@ -220,11 +224,12 @@ pub async fn start_with(
 /// Starts a standalone controller: the config dir, the `--agent` list and the epoch file.
 pub async fn start_standalone(s: StandaloneSettings) -> Result<Running, Error> {
     if !s.config_dir.is_dir() {
-        return Err(Error::Render { dir: s.config_dir.clone(), why: "not a directory".into() });
+        let e = Error::Render { dir: s.config_dir.clone(), why: "not a directory".into() };
+        return Err(Error::flag("--config-dir")(e));
     }
-    let endpoints = StaticEndpoints::new(&s.agents).map_err(Error::Client)?;
+    let endpoints = StaticEndpoints::new(&s.agents).map_err(|e| Error::flag("--agent")(Error::Client(e)))?;
     let state_dir = s.state_dir.clone().unwrap_or_else(|| default_state_dir(&s.config_dir));
-    let fence = Arc::new(EpochFile::open(&state_dir, s.identity.clone())?);
+    let fence = Arc::new(EpochFile::open(&state_dir, s.identity.clone()).map_err(Error::flag("--state-dir"))?);
     info!(state = %fence.path().display(), identity = %fence.identity(), epoch = fence.epoch(), "claimed a new fence term");
     let renders = DirRenderSource::new(&s.config_dir, s.settle);
     start(s.common, Box::new(renders), Box::new(endpoints), fence).await

@@ -51,6 +51,14 @@ pub enum ApplyAnswer {
     Conflict(Conflict),
     /// 422.
     Nack(Nack),
+    /// Any other status: 4xx (the agent refused the request itself: malformed, credentials,
+    /// too large) or 5xx, with the agent's `error`.
+    Refused {
+        /// The HTTP status.
+        status: u16,
+        /// The agent's words.
+        error: String,
+    },
 }
 
 /// A transport or protocol failure talking to one agent.
@@ -98,9 +106,10 @@ impl AgentClient {
             .basic_auth(&creds.user, Some(&creds.password))
             .send()
             .await
-            .map_err(|e| CallError(format!("GET {url}: {}", error_chain(&e))))?;
+            .map_err(|e| CallError(format!("GET {url}: {}", error_chain(&e.without_url()))))?;
         let status = resp.status();
-        let body = resp.bytes().await.map_err(|e| CallError(format!("GET {url}: {}", error_chain(&e))))?;
+        let body =
+            resp.bytes().await.map_err(|e| CallError(format!("GET {url}: {}", error_chain(&e.without_url()))))?;
         if !status.is_success() {
             return Err(CallError(format!("GET {url}: {status}: {}", error_text(&body))));
         }
@@ -118,15 +127,16 @@ impl AgentClient {
             .json(req)
             .send()
             .await
-            .map_err(|e| CallError(format!("POST {url}: {}", error_chain(&e))))?;
+            .map_err(|e| CallError(format!("POST {url}: {}", error_chain(&e.without_url()))))?;
         let status = resp.status().as_u16();
-        let body = resp.bytes().await.map_err(|e| CallError(format!("POST {url}: {}", error_chain(&e))))?;
+        let body =
+            resp.bytes().await.map_err(|e| CallError(format!("POST {url}: {}", error_chain(&e.without_url()))))?;
         let decode_err = |e: serde_json::Error| CallError(format!("POST {url}: {status} with undecodable body: {e}"));
         match status {
             200 => Ok(ApplyAnswer::Ack(serde_json::from_slice(&body).map_err(decode_err)?)),
             409 => Ok(ApplyAnswer::Conflict(serde_json::from_slice(&body).map_err(decode_err)?)),
             422 => Ok(ApplyAnswer::Nack(serde_json::from_slice(&body).map_err(decode_err)?)),
-            _ => Err(CallError(format!("POST {url}: {status}: {}", error_text(&body)))),
+            _ => Ok(ApplyAnswer::Refused { status, error: format!("POST {url}: {status}: {}", error_text(&body)) }),
         }
     }
 }

@@ -2,14 +2,15 @@
 //!
 //! Owns, per pod (≤ `max_parallel` at once, each bounded by the sync timeout): knowing the pod
 //! (its last state read or ACK), resolving its baseline (plan cache first, else the pod's blob),
-//! the shared diff, the apply and its 409 handling (`prev_mismatch` re-reads and re-diffs once,
+//! the shared diff, the apply and carrying out what [`crate::attempt::next`] decides after each
+//! answer (an exact retry after a transport error; `prev_mismatch` re-reads and re-diffs once,
 //! `unknown_baseline` sends the complete state, `missing_parts` resends exactly those,
 //! `stale_epoch` asks the fence holder to reclaim or stands down), NACK handling (HAProxy's
 //! words into status; the pod's baseline — what the controller believed it holds — is dropped,
 //! so the next deployment re-reads the pod), and the follow-up of scheduled reloads. A deployment
 //! ends when every pod has ACKed (its reload done or scheduled), failed, or stood down; a pod with
 //! a scheduled reload is then followed up in the background, outside the deployment slot
-//! ([`crate::followup`]: polled until it runs the render or the deadline passes, counting as
+//! ([`crate::followup`]: one poller per pod, backing off, until it runs the render or the deadline passes, counting as
 //! neither converged nor failed until then, superseded by a newer apply to the pod), so a newer
 //! render dispatches at once and the agent's pacer folds it into the same reload. It must never
 //! decide when to deploy (the scheduler does) and never send an apply without a fence from the
@@ -21,17 +22,16 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use haptic_protocol::api::Part;
-use haptic_protocol::{
-    Ack, ApiVersion, ApplyRequest, Capabilities, ConflictKind, FileEntry, Mode, PlanId, RelPath, StateResponse,
-};
+use haptic_protocol::{Ack, ApiVersion, ApplyRequest, Capabilities, FileEntry, Mode, PlanId, RelPath, StateResponse};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
 
+use crate::attempt::{next, Answer, Attempts, Next};
 use crate::blob;
 use crate::client::{AgentClient, ApplyAnswer};
 use crate::diff::{complete_state, plan, Baseline, PlanDiff};
-use crate::followup::{judge, Poll, Step, Ticket, Tickets};
+use crate::followup::{judge, poll_delay, Poll, Step, Ticket, Tickets};
 use crate::metrics::{ConflictLabel, Metrics, PodLabel};
 use crate::render::Render;
 use crate::seams::{Endpoint, FenceHolder};
@@ -39,10 +39,8 @@ use crate::status::{Phase, StatusBoard};
 
 /// How many baselines the plan cache keeps.
 const PLAN_CACHE: usize = 32;
-/// The most applies one pod gets in one deployment (conflict answers included).
-const MAX_ATTEMPTS: usize = 6;
-/// How often a follow-up polls a pod with a scheduled reload.
-const FOLLOW_UP_POLL: Duration = Duration::from_millis(100);
+/// The pause before an exact retry of an apply that got no answer (times the retry number).
+const TRANSPORT_RETRY_BACKOFF: Duration = Duration::from_millis(200);
 
 /// Why a deployment runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,6 +189,7 @@ pub struct Deployer {
     cache: Mutex<PlanCache>,
     known: Mutex<HashMap<String, Known>>,
     follow_ups: Mutex<Tickets>,
+    pollers: Mutex<HashMap<String, tokio::task::AbortHandle>>,
     follow_up_events: Mutex<Option<mpsc::UnboundedSender<FollowUpEnd>>>,
     stop: CancellationToken,
 }
@@ -243,6 +242,7 @@ impl Deployer {
             cache: Mutex::default(),
             known: Mutex::default(),
             follow_ups: Mutex::default(),
+            pollers: Mutex::default(),
             follow_up_events: Mutex::default(),
             stop: CancellationToken::new(),
         }
@@ -296,7 +296,7 @@ impl Deployer {
                 async move {
                     // This apply supersedes the pod's older follow-up: whatever it waited for,
                     // the pod is about to hold a newer plan.
-                    lock(&me.follow_ups).supersede(&ep.name);
+                    me.stop_poller(&ep.name);
                     let fut = me.deploy_pod(&ep, &render, kind, &shared);
                     let outcome = match tokio::time::timeout(me.cfg.sync_timeout, fut).await {
                         Ok(o) => o,
@@ -471,13 +471,13 @@ impl Deployer {
             self.diff_for(&ep.name, &known, render, shared)
         };
         let mut pod_files = known.files.clone();
-        let mut extra = drifted.clone();
-        let mut rediffed = false;
+        let mut attempts = Attempts::with_extra(drifted.clone());
         let mut skew_counted = false;
-        for _ in 0..MAX_ATTEMPTS {
-            let Some(req) = self.request(render, &pd, &pod_files, &extra) else {
-                return self.stand_down(ep, self.fence.stood_down().unwrap_or_else(|| "stood down".into()));
-            };
+        let mut req = match self.request(render, &pd, &pod_files, attempts.extra()) {
+            Some(req) => req,
+            None => return self.stand_down(ep, self.fence.stood_down().unwrap_or_else(|| "stood down".into())),
+        };
+        loop {
             if pd.skew.is_some() && !skew_counted {
                 skew_counted = true;
                 self.metrics.version_skew.inc();
@@ -490,87 +490,103 @@ impl Deployer {
                 mode = %req.mode,
             );
             let answer = self.client.apply(ep, &req).instrument(span.clone()).await;
-            let _g = span.enter();
-            match answer {
-                Err(e) => {
-                    self.metrics.apply(req.mode.as_str(), "error");
-                    lock(&self.known).remove(&ep.name);
-                    return self.fail(ep, e.0);
-                }
-                Ok(ApplyAnswer::Ack(ack)) => {
-                    let repaired = !drifted.is_empty();
-                    return self.acked(ep, render, &req, ack, started, repaired);
-                }
-                Ok(ApplyAnswer::Nack(n)) => {
-                    self.metrics.apply(req.mode.as_str(), "nack");
-                    self.metrics.apply_rejected.get_or_create(&PodLabel { pod: ep.name.clone() }).inc();
-                    // Drop the pod's baseline: what the controller believed it holds. The next
-                    // deployment re-reads its state (a NACK leaves the pod as it was).
-                    lock(&self.known).remove(&ep.name);
-                    let words =
-                        if n.haproxy_output.trim().is_empty() { n.reason.clone() } else { n.haproxy_output.clone() };
-                    warn!(pod = %ep.name, "HAProxy refused the plan: {}: {words}", n.reason);
-                    // Nothing stayed changed on the pod; its mode and reasons stay those of the
-                    // plan it still runs.
-                    self.board.pod(&ep.name, |p| {
-                        p.phase = Phase::Rejected;
-                        p.last_error = Some(format!("{}: {words}", n.reason));
-                        p.last_apply_at = Some(now_rfc3339());
-                        p.last_apply_duration_ms = Some(started.elapsed().as_millis() as u64);
-                    });
-                    return PodOutcome::Rejected(words);
-                }
+            // The span is entered only around code that does not await.
+            let judged = span.in_scope(|| match &answer {
+                Ok(ApplyAnswer::Ack(_)) => Answer::Ack,
+                Ok(ApplyAnswer::Nack(_)) => Answer::Nack,
                 Ok(ApplyAnswer::Conflict(c)) => {
                     self.metrics.apply(req.mode.as_str(), "conflict");
                     self.metrics.conflicts.get_or_create(&ConflictLabel { conflict: c.conflict.as_str().into() }).inc();
                     info!(conflict = c.conflict.as_str(), "409: {}", c.error);
-                    match c.conflict {
-                        ConflictKind::StaleEpoch => {
-                            let Some(seen) = c.fence else {
-                                return self.fail(ep, "stale_epoch without the fence the pod has seen".into());
-                            };
-                            if let Err(why) = self.fence.reclaim(&seen).await {
-                                return self.stand_down(ep, why);
-                            }
-                            let epoch = self.fence.epoch();
-                            self.board.controller(|c| c.epoch = epoch);
-                        }
-                        ConflictKind::PrevMismatch if !rediffed => {
-                            rediffed = true;
-                            let s = match self.read_state(ep, true).await {
-                                Ok(s) => s,
-                                Err(e) => return self.fail(ep, e),
-                            };
-                            let k = Known::of(&s);
-                            if k.applied == Some(target) && differing(&k.files, render).is_empty() {
-                                return self.unchanged(ep, render).await;
-                            }
-                            pd = self.diff_for(&ep.name, &k, render, shared);
-                            pod_files = k.files;
-                        }
-                        ConflictKind::PrevMismatch | ConflictKind::UnknownBaseline => {
-                            pd = complete_state(format!(
-                                "{}: complete state and a reload",
-                                if c.conflict == ConflictKind::UnknownBaseline {
-                                    "the agent has no applied plan"
-                                } else {
-                                    "the pod's plan changed again while re-diffing"
-                                }
-                            ));
-                        }
-                        ConflictKind::MissingParts => {
-                            if c.missing.is_empty() || c.missing.iter().all(|m| extra.contains(m)) {
-                                // Everything named was already sent: the pod's file list is stale.
-                                pod_files.clear();
-                            }
-                            extra.extend(c.missing);
-                        }
+                    Answer::Conflict { kind: c.conflict, fence: c.fence.clone(), missing: c.missing.clone() }
+                }
+                Ok(ApplyAnswer::Refused { status, error }) => {
+                    self.metrics.apply(req.mode.as_str(), "error");
+                    if *status >= 500 {
+                        Answer::Transport(error.clone())
+                    } else {
+                        Answer::Refused(error.clone())
+                    }
+                }
+                Err(e) => {
+                    self.metrics.apply(req.mode.as_str(), "error");
+                    Answer::Transport(e.0.clone())
+                }
+            });
+            let step = next(&mut attempts, judged);
+            // Every step but an exact retry sends a new request (a new fence).
+            match step {
+                Next::Acked => {
+                    let Ok(ApplyAnswer::Ack(ack)) = answer else { unreachable!("judged as an ACK") };
+                    let repaired = !drifted.is_empty();
+                    return span.in_scope(|| self.acked(ep, render, &req, ack, started, repaired));
+                }
+                Next::Rejected => {
+                    let Ok(ApplyAnswer::Nack(n)) = answer else { unreachable!("judged as a NACK") };
+                    return span.in_scope(|| self.rejected(ep, &req, n));
+                }
+                Next::Fail(why) => {
+                    lock(&self.known).remove(&ep.name);
+                    return span.in_scope(|| self.fail(ep, why));
+                }
+                Next::ExactRetry => {
+                    self.metrics.apply_retries.inc();
+                    let backoff = TRANSPORT_RETRY_BACKOFF * u32::try_from(attempts.transport_retries()).unwrap_or(1);
+                    span.in_scope(|| {
+                        warn!(?backoff, "no answer to the apply; sending the same apply again (same fence and plan)")
+                    });
+                    tokio::time::sleep(backoff).await;
+                    continue;
+                }
+                Next::Reclaim { seen } => {
+                    if let Err(why) = self.fence.reclaim(&seen).await {
+                        return self.stand_down(ep, why);
+                    }
+                    let epoch = self.fence.epoch();
+                    self.board.controller(|c| c.epoch = epoch);
+                }
+                Next::Rediff => {
+                    let s = match self.read_state(ep, true).await {
+                        Ok(s) => s,
+                        Err(e) => return self.fail(ep, e),
+                    };
+                    let k = Known::of(&s);
+                    if k.applied == Some(target) && differing(&k.files, render).is_empty() {
+                        return self.unchanged(ep, render).await;
+                    }
+                    pd = self.diff_for(&ep.name, &k, render, shared);
+                    pod_files = k.files;
+                }
+                Next::CompleteState(why) => pd = complete_state(why),
+                Next::Resend { forget_pod_files, .. } => {
+                    if forget_pod_files {
+                        pod_files.clear();
                     }
                 }
             }
+            req = match self.request(render, &pd, &pod_files, attempts.extra()) {
+                Some(req) => req,
+                None => return self.stand_down(ep, self.fence.stood_down().unwrap_or_else(|| "stood down".into())),
+            };
         }
+    }
+
+    /// A NACK: HAProxy's words into the pod's status; nothing stayed changed on the pod.
+    fn rejected(&self, ep: &Endpoint, req: &ApplyRequest, n: haptic_protocol::Nack) -> PodOutcome {
+        self.metrics.apply(req.mode.as_str(), "nack");
+        self.metrics.apply_rejected.get_or_create(&PodLabel { pod: ep.name.clone() }).inc();
+        // Drop the pod's baseline: what the controller believed it holds. The next deployment
+        // re-reads its state (a NACK leaves the pod as it was).
         lock(&self.known).remove(&ep.name);
-        self.fail(ep, format!("no ACK after {MAX_ATTEMPTS} attempts"))
+        let words = if n.haproxy_output.trim().is_empty() { n.reason.clone() } else { n.haproxy_output.clone() };
+        warn!(pod = %ep.name, "HAProxy refused the plan: {}: {words}", n.reason);
+        // The pod still holds and runs its previous plan: its mode, reasons and last apply stay
+        // those of that plan; the refusal is the error.
+        self.board.pod(&ep.name, |p| {
+            p.phase = Phase::Rejected;
+            p.last_error = Some(format!("{}: {words}", n.reason));
+        });
+        PodOutcome::Rejected(words)
     }
 
     /// The pod already holds the render: converged if it runs it, else followed up.
@@ -643,7 +659,8 @@ impl Deployer {
         let ticket = lock(&self.follow_ups).issue(&ep.name, target);
         let me = self.clone();
         let span = tracing::info_span!("follow_up", pod = %ep.name, plan = %target.short());
-        tokio::spawn(
+        let name = ep.name.clone();
+        let task = tokio::spawn(
             async move {
                 let stop = me.stop.clone();
                 tokio::select! {
@@ -653,15 +670,28 @@ impl Deployer {
             }
             .instrument(span),
         );
+        // One poller per pod: the superseded one stops now, not at its next poll.
+        if let Some(old) = lock(&self.pollers).insert(name, task.abort_handle()) {
+            old.abort();
+        }
+    }
+
+    /// Stops the pod's poller (a newer apply supersedes its follow-up).
+    fn stop_poller(&self, pod: &str) {
+        lock(&self.follow_ups).supersede(pod);
+        if let Some(old) = lock(&self.pollers).remove(pod) {
+            old.abort();
+        }
     }
 
     /// Polls a pod until it runs the ticket's plan (converged), its applied plan moves on, or the
     /// deadline (`due_in_ms` + sync timeout) passes (failed); returns quietly once superseded.
     async fn follow_up(&self, ep: &Endpoint, ticket: &Ticket, mode: Mode, due_in_ms: u64) {
-        let deadline = Instant::now() + Duration::from_millis(due_in_ms) + self.cfg.sync_timeout;
+        let due_in = Duration::from_millis(due_in_ms);
+        let deadline = Instant::now() + due_in + self.cfg.sync_timeout;
         let target = ticket.plan;
-        loop {
-            tokio::time::sleep(FOLLOW_UP_POLL).await;
+        for polls in 0u32.. {
+            tokio::time::sleep(poll_delay(polls, due_in)).await;
             if !lock(&self.follow_ups).is_current(ticket) {
                 return;
             }

@@ -8,13 +8,22 @@ use std::path::PathBuf;
 /// Everything that can go wrong at the controller's boundary.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A file or directory could not be read or written.
-    #[error("{path}: {source}")]
+    /// A file or directory could not be read or written. The I/O error is part of the message,
+    /// not a `source`, so a printed chain says it once.
+    #[error("{}: {cause}", .path.display())]
     Io {
         /// The path involved.
         path: PathBuf,
         /// The underlying error.
-        source: std::io::Error,
+        cause: std::io::Error,
+    },
+    /// A setting is unusable; names the flag (or environment variable) it came from.
+    #[error("{flag}: {inner}")]
+    Flag {
+        /// The flag, e.g. `--credentials-file`.
+        flag: &'static str,
+        /// What is wrong with it.
+        inner: Box<Error>,
     },
     /// A render directory does not form a valid render.
     #[error("render {dir}: {why}")]
@@ -25,7 +34,7 @@ pub enum Error {
         why: String,
     },
     /// A credentials file is unusable.
-    #[error("credentials file {path}: {why}")]
+    #[error("{path}: {why}")]
     Credentials {
         /// The file.
         path: PathBuf,
@@ -58,7 +67,26 @@ pub enum Error {
 
 impl Error {
     /// Wraps an I/O error with its path.
-    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        Error::Io { path: path.into(), source }
+    pub fn io(path: impl Into<PathBuf>, cause: std::io::Error) -> Self {
+        Error::Io { path: path.into(), cause }
+    }
+
+    /// Names the flag a bad setting came from.
+    pub fn flag(flag: &'static str) -> impl FnOnce(Error) -> Error {
+        move |inner| Error::Flag { flag, inner: Box::new(inner) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cause_is_said_once_and_the_flag_is_named() {
+        let e = Error::io("/x/creds", std::io::Error::from(std::io::ErrorKind::NotFound));
+        let e = Error::flag("--credentials-file")(e);
+        let chain = format!("{:#}", anyhow::Error::from(e));
+        assert_eq!(chain.matches("not found").count(), 1, "{chain}");
+        assert!(chain.starts_with("--credentials-file: /x/creds: "), "{chain}");
     }
 }

@@ -4,11 +4,14 @@
 //! A pod that ACKs with a scheduled (paced) reload is followed up in the background, outside the
 //! deployment slot, so a newer render dispatches at once (the agent's pacer keeps only the latest
 //! plan, so one reload picks up the latest). Owns the pure bookkeeping — [`Tickets`]: one current
-//! follow-up per pod, a newer apply or follow-up supersedes the older — and the pure judgement of
-//! one poll, [`judge`]. It must never do I/O (the deployer polls and writes the status board) and
+//! follow-up per pod, a newer apply or follow-up supersedes the older —, the pure judgement of
+//! one poll, [`judge`], and when to poll, [`poll_delay`]: first once the reload is due, then with
+//! a doubling backoff (HAProxy 2.6's master CLI takes 10 connections, and every state read of a
+//! pod may use one). It must never do I/O (the deployer polls and writes the status board) and
 //! never decide when to deploy (the scheduler does).
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use haptic_protocol::PlanId;
 
@@ -100,6 +103,21 @@ pub enum Poll {
     Unreachable(String),
 }
 
+/// The first pause between polls after the reload was due; it doubles up to [`MAX_POLL_GAP`].
+pub const FIRST_POLL_GAP: Duration = Duration::from_millis(100);
+/// The longest pause between two polls of one pod.
+pub const MAX_POLL_GAP: Duration = Duration::from_secs(1);
+
+/// How long to wait before poll number `polls` (0 = the first) of a follow-up whose reload was
+/// due `due_in` after it started: the first poll shortly after the reload is due (it cannot run
+/// earlier), then [`FIRST_POLL_GAP`] doubling up to [`MAX_POLL_GAP`].
+pub fn poll_delay(polls: u32, due_in: Duration) -> Duration {
+    if polls == 0 {
+        return due_in + FIRST_POLL_GAP;
+    }
+    FIRST_POLL_GAP.saturating_mul(1u32 << (polls - 1).min(16)).min(MAX_POLL_GAP)
+}
+
 /// Judges one poll for a follow-up waiting for `target`; `past_deadline` once the reload's due
 /// time plus the sync timeout has passed.
 pub fn judge(target: PlanId, poll: Poll, past_deadline: bool) -> Step {
@@ -157,6 +175,15 @@ mod tests {
         assert_ne!(a, a2);
         assert!(!t.is_current(&a) && t.is_current(&a2));
         assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn polls_start_when_the_reload_is_due_and_back_off() {
+        let due = Duration::from_millis(1800);
+        assert_eq!(poll_delay(0, due), Duration::from_millis(1900));
+        let gaps: Vec<u128> = (1..8).map(|n| poll_delay(n, due).as_millis()).collect();
+        assert_eq!(gaps, vec![100, 200, 400, 800, 1000, 1000, 1000]);
+        assert_eq!(poll_delay(u32::MAX, due), MAX_POLL_GAP, "no overflow");
     }
 
     #[test]

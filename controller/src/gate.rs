@@ -81,6 +81,26 @@ impl Latch {
     }
 }
 
+/// What the gate refuses before running HAProxy: a `haproxy.cfg` without `default-path config`
+/// in its `global` section. Without it HAProxy resolves the relative paths of aux files
+/// (`maps/…`, `certs/…`) against its working directory, so the same render would load other
+/// files (or none) in the gate, in the agent's check and in the pod (BRIEF §2).
+pub fn precheck(render: &Render) -> Option<String> {
+    let cfg = haptic_haproxy::cfg::parse(render.cfg_text());
+    let has = cfg
+        .sections
+        .iter()
+        .filter(|s| s.kind == "global")
+        .flat_map(|s| &s.lines)
+        .any(|l| l.len() == 2 && l[0] == "default-path" && l[1] == "config");
+    (!has).then(|| {
+        "haproxy.cfg: the global section has no `default-path config` line; without it HAProxy \
+         looks up relative paths (maps/, certs/, errors/ ...) in its working directory instead of \
+         next to haproxy.cfg, so the render would not load the same files in the pod"
+            .to_string()
+    })
+}
+
 /// Runs `haproxy -c` over renders.
 #[derive(Debug, Clone)]
 pub struct Checker {
@@ -101,6 +121,9 @@ impl Checker {
 
     /// Checks one render. `Err` means the check could not run at all.
     pub async fn check(&self, render: &Render) -> Result<Verdict, Error> {
+        if let Some(why) = precheck(render) {
+            return Ok(Verdict::Refused(why));
+        }
         let tmp = tempfile::Builder::new().prefix("haptic-gate-").tempdir().map_err(|e| Error::Gate(e.to_string()))?;
         let root = tmp.path().to_path_buf();
         let r = render.clone();
@@ -138,6 +161,22 @@ impl Checker {
 mod tests {
     use super::*;
     use haptic_protocol::Digest;
+
+    #[test]
+    fn precheck_wants_default_path_config_in_global() {
+        let r = |cfg: &str| Render::from_texts([("haproxy.cfg", cfg)]).unwrap();
+        assert_eq!(precheck(&r("global\n  default-path config\ndefaults\n  mode http\n")), None);
+        assert_eq!(precheck(&r("global\n    default-path   config # relative paths\n")), None);
+        for bad in [
+            "global\n  maxconn 10\n",
+            "global\n  default-path current\n",
+            "global\n  # default-path config\n",
+            "defaults\n  default-path config\n",
+        ] {
+            let why = precheck(&r(bad)).unwrap_or_else(|| panic!("accepted {bad:?}"));
+            assert!(why.contains("default-path config"), "{why}");
+        }
+    }
 
     #[test]
     fn latch_moves() {

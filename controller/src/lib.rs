@@ -3,13 +3,14 @@
 //!
 //! Components (each with a pure core): [`gate`] (the controller's own `haproxy -c` and the
 //! optimistic/pessimistic latch), [`diff`] (runtime / file_only / reload), [`deployer`] (fenced
-//! applies per pod, 409 handling), [`followup`] (background follow-ups of paced reloads), [`scheduler`] (one deployment in flight, a
+//! applies per pod) with [`attempt`] (what follows each answer: exact retries, 409 handling), [`followup`] (background follow-ups of paced reloads), [`scheduler`] (one deployment in flight, a
 //! latest-wins pending slot, deployment timeout, drift), [`status`] and [`metrics`]. The three
 //! things Kubernetes mode swaps are traits in [`seams`]: where renders come from, where
 //! endpoints come from, and who holds the fence. This crate must never know which mode runs
 //! outside [`standalone`] and `main.rs`.
 #![forbid(unsafe_code)]
 
+pub mod attempt;
 pub mod deployer;
 pub mod diff;
 pub mod error;

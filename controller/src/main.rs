@@ -19,6 +19,7 @@ use haptic_controller::kubernetes::lease::LeaseTiming;
 use haptic_controller::kubernetes::run::{start_kubernetes, KubernetesSettings};
 use haptic_controller::render::load_dir;
 use haptic_controller::status::{table, FleetStatus};
+use haptic_controller::Error;
 
 #[derive(Debug, Parser)]
 #[command(name = "haptic-controller", version, about = "Gets HAProxy configuration onto a fleet of HAProxy pods")]
@@ -61,7 +62,8 @@ enum Command {
         #[arg(long, env = "HAPTIC_CONTROLLER_OUTPUT", value_enum, default_value = "table")]
         output: TableOrJson,
     },
-    /// Runs the gate (`haproxy -c`) over a render directory once; exits 1 with HAProxy's words.
+    /// Runs the gate over a render directory once (`default-path config` in `global`, then
+    /// `haproxy -c`); exits 1 with HAProxy's words, 2 when it cannot run.
     Validate {
         /// The render directory.
         dir: PathBuf,
@@ -71,7 +73,8 @@ enum Command {
     },
     /// Prints the `HAProxyConfig` CustomResourceDefinition (YAML) for `kubectl apply -f -`.
     Crd,
-    /// Shows the mode, reasons and op batches that bring OLD_DIR to NEW_DIR.
+    /// Shows the mode, reasons (the lines each section gained or lost) and op batches that
+    /// bring OLD_DIR to NEW_DIR.
     Diff {
         /// The baseline render directory.
         old_dir: PathBuf,
@@ -168,10 +171,12 @@ struct RunArgs {
     /// Idle time after which the fleet is re-applied from verified state.
     #[arg(long, env = "HAPTIC_CONTROLLER_DRIFT_INTERVAL", default_value = "60s", value_parser = humantime::parse_duration)]
     drift_interval: Duration,
-    /// Safety net: a deployment running longer is cancelled and the latest render retried.
+    /// Safety net per wave of --max-parallel pods: a deployment running longer than this times
+    /// ceil(pods / max-parallel) is cancelled and the latest render retried.
     #[arg(long, env = "HAPTIC_CONTROLLER_DEPLOYMENT_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     deployment_timeout: Duration,
-    /// Bound of one pod's apply (every request, and the whole flow).
+    /// Bound of one pod's apply (every request, and the whole flow, exact retries of an apply
+    /// whose answer was lost included), and of a scheduled reload's follow-up after it is due.
     #[arg(long, env = "HAPTIC_CONTROLLER_SYNC_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     sync_timeout: Duration,
     /// Pods applied to at once.
@@ -242,7 +247,7 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
         let (Some(config_dir), Some(credentials_file)) = (a.config_dir.clone(), a.credentials_file.clone()) else {
             bail!("standalone mode needs --config-dir, --agent and --credentials-file");
         };
-        let credentials = Credentials::load(&credentials_file)?;
+        let credentials = Credentials::load(&credentials_file).map_err(Error::flag("--credentials-file"))?;
         let settings = StandaloneSettings {
             common: common(credentials),
             config_dir,
@@ -275,9 +280,10 @@ async fn status(admin: &str, output: TableOrJson) -> anyhow::Result<()> {
         .get(&url)
         .send()
         .await
-        .with_context(|| format!("GET {url}"))?;
+        .map_err(reqwest::Error::without_url)
+        .with_context(|| format!("--admin {admin}: GET {url}"))?;
     if !resp.status().is_success() {
-        bail!("GET {url}: {}", resp.status());
+        bail!("--admin {admin}: GET {url}: {}", resp.status());
     }
     let s: FleetStatus = resp.json().await.with_context(|| format!("GET {url}: undecodable status"))?;
     match output {
@@ -305,7 +311,7 @@ async fn status_kubernetes(namespace: &str, name: &str, output: TableOrJson) -> 
 async fn validate(dir: PathBuf, bin: PathBuf) -> anyhow::Result<ExitCode> {
     let render = load_dir(&dir)?;
     let checker = Checker::new(bin, Duration::from_secs(60));
-    match checker.check(&render).await? {
+    match checker.check(&render).await.map_err(Error::flag("--haproxy-bin"))? {
         Verdict::Pass => {
             println!("{}: valid (plan {})", dir.display(), render.plan_id());
             Ok(ExitCode::SUCCESS)
@@ -350,7 +356,7 @@ fn main() -> ExitCode {
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("haptic-controller: cannot start the runtime: {e}");
+            eprintln!("haptic-controller: error: cannot start the runtime: {e}");
             return ExitCode::from(2);
         }
     };
@@ -374,7 +380,8 @@ fn main() -> ExitCode {
     match res {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("haptic-controller: {e:#}");
+            // One line: what failed, then each cause once, joined by ": ".
+            eprintln!("haptic-controller: error: {e:#}");
             ExitCode::from(2)
         }
     }

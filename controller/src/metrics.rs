@@ -5,7 +5,7 @@
 //! `haptic_reloads_avoided_total`, `haptic_pods_converged`, `haptic_pods_total`,
 //! `haptic_agent_version_skew_total`, `haptic_gate_rejections_total`, `haptic_gate_pinned`,
 //! `haptic_drift_repairs_total`, `haptic_apply_rejected_total{pod}`, plus
-//! `haptic_apply_conflicts_total{conflict}`) and their text encoding. It must never decide
+//! `haptic_apply_conflicts_total{conflict}` and `haptic_apply_retries_total`) and their text encoding. It must never decide
 //! anything from a metric value.
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -82,6 +82,8 @@ pub struct Metrics {
     pub conflicts: Family<ConflictLabel, Counter>,
     /// `haptic_haproxy_pods_rejected_total{reason}` (Kubernetes mode's admission).
     pub pods_rejected: Family<ReasonLabel, Counter>,
+    /// `haptic_apply_retries_total`: exact retries (same fence and plan) after no answer.
+    pub apply_retries: Counter,
 }
 
 impl Default for Metrics {
@@ -106,7 +108,13 @@ impl Metrics {
         let drift_repairs = Counter::default();
         let apply_rejected = Family::<PodLabel, Counter>::default();
         let conflicts = Family::<ConflictLabel, Counter>::default();
+        let apply_retries = Counter::default();
         registry.register("haptic_deployments", "Deployments by result", deployments.clone());
+        registry.register(
+            "haptic_apply_retries",
+            "Applies sent again unchanged (same fence and plan) after no answer",
+            apply_retries.clone(),
+        );
         registry.register(
             "haptic_deployment_duration_seconds",
             "Time from dispatch to every pod answered",
@@ -151,6 +159,7 @@ impl Metrics {
             apply_rejected,
             conflicts,
             pods_rejected,
+            apply_retries,
         }
     }
 

@@ -12,7 +12,9 @@
 //! a paced reload scheduled: the agent's pacer folds whatever plan is latest at the due time
 //! into that one reload, so applies before then are wasted. The core then holds the pending slot
 //! (renders keep coalescing, latest wins) until a lead before the earliest due reload
-//! ([`hold_for`]), so the latest render still reaches every pod before its reload.
+//! ([`hold_for`]), so the latest render still reaches every pod before its reload. Only renders
+//! that need a reload wait there: a runtime or file_only render goes out at once even while held
+//! ([`needs_reload`]; BRIEF §4 "never held back").
 //! It must never talk to pods itself (the deployer does) and never let a refused render become
 //! the target.
 
@@ -278,7 +280,10 @@ impl Core {
     }
 
     fn try_start(&mut self, out: &mut Vec<Action>) {
-        if self.in_flight.is_some() || self.held.is_some() || self.endpoints.is_empty() || self.stood_down {
+        if self.in_flight.is_some() || self.endpoints.is_empty() || self.stood_down {
+            return;
+        }
+        if self.held.is_some() && self.pending_needs_reload() {
             return;
         }
         let Some((render, kind)) = self.pending.take() else { return };
@@ -290,11 +295,38 @@ impl Core {
     }
 }
 
+impl Core {
+    /// Whether the pending render needs a reload on top of the target (the plan the held pods
+    /// applied). Only such renders wait for the pods' reload slot: runtime and file_only renders
+    /// are never held back (BRIEF §4), they land in the tree the scheduled reload will load.
+    fn pending_needs_reload(&self) -> bool {
+        let Some((pending, _)) = &self.pending else { return false };
+        let Some(target) = &self.target else { return true };
+        needs_reload(target, pending)
+    }
+}
+
+/// Whether bringing a fleet from `from` to `to` needs a reload (pure; capability-independent:
+/// a pod whose agent cannot run the ops gets a reload anyway, and holding it is then harmless).
+pub fn needs_reload(from: &Render, to: &Render) -> bool {
+    crate::diff::diff(&crate::diff::Baseline::of_render(from), to).mode == Some(haptic_protocol::Mode::Reload)
+}
+
+/// How long a deployment to `pods` pods may run before the safety net cancels it: the
+/// deployment timeout once per wave of at most `max_parallel` pods (`--deployment-timeout` is
+/// per wave, so it does not fire routinely on a fleet much larger than `--max-parallel`).
+pub fn deployment_deadline(per_wave: Duration, pods: usize, max_parallel: usize) -> Duration {
+    let waves = pods.div_ceil(max_parallel.max(1)).max(1);
+    per_wave.saturating_mul(u32::try_from(waves).unwrap_or(u32::MAX))
+}
+
 /// Timers of the driver.
 #[derive(Debug, Clone)]
 pub struct DriverConfig {
-    /// Safety net for one deployment.
+    /// Safety net for one wave of a deployment (see [`deployment_deadline`]).
     pub deployment_timeout: Duration,
+    /// Pods applied to at once (the deployer's `max_parallel`).
+    pub max_parallel: usize,
     /// Idle time before a drift repair.
     pub drift_interval: Duration,
 }
@@ -382,7 +414,7 @@ impl Driver {
                 _ = sleep_until_opt(deploy_deadline) => {
                     let Some((id, handle, _)) = running.take() else { continue };
                     handle.abort();
-                    error!(id, timeout = ?self.cfg.deployment_timeout, "deployment timed out; cancelled it and retrying the latest render");
+                    error!(id, per_wave = ?self.cfg.deployment_timeout, "deployment timed out; cancelled it and retrying the latest render");
                     self.deployer.forget_pods();
                     Input::Finished(id, None)
                 }
@@ -407,14 +439,16 @@ impl Driver {
                         });
                     }
                     Action::Deploy { id, render, endpoints, kind } => {
-                        info!(id, plan = %render.plan_id().short(), pods = endpoints.len(), ?kind, "deployment started");
+                        let pods = endpoints.len();
+                        info!(id, plan = %render.plan_id().short(), pods, ?kind, "deployment started");
                         let deployer = self.deployer.clone();
                         let tx = in_tx.clone();
                         let handle = tokio::spawn(async move {
                             let report = deployer.deploy(render, endpoints, kind).await;
                             let _ = tx.send(Input::Finished(id, Some(report)));
                         });
-                        running = Some((id, handle, Instant::now() + self.cfg.deployment_timeout));
+                        let limit = deployment_deadline(self.cfg.deployment_timeout, pods, self.cfg.max_parallel);
+                        running = Some((id, handle, Instant::now() + limit));
                     }
                     Action::Hold { token, wait } => {
                         info!(
@@ -684,6 +718,114 @@ mod tests {
         let a = c.on(Input::Endpoints(two));
         assert_eq!(deploys(&a), vec![(4, r(8).plan_id(), DeployKind::Normal)]);
         assert!(c.on(Input::HoldOver(3)).is_empty(), "the ended hold's timer changes nothing");
+    }
+
+    /// A render with a frontend timeout (a reload to change) and one server slot (runtime).
+    fn slot(timeout: u32, port: u16) -> Arc<Render> {
+        let cfg = format!(
+            "global\n  default-path config\ndefaults\n  mode http\n  timeout client {timeout}s\n\
+             backend be\n  server s1 127.0.0.1:{port} weight 10\n"
+        );
+        Arc::new(Render::from_texts([("haproxy.cfg", cfg.as_str())]).unwrap())
+    }
+
+    #[test]
+    fn runtime_renders_are_never_held_behind_the_pods_reload_slot() {
+        assert!(needs_reload(&slot(5, 1), &slot(6, 1)));
+        assert!(!needs_reload(&slot(5, 1), &slot(5, 2)));
+        let mut c = Core::new(GateMode::Optimistic);
+        c.on(Input::Endpoints(eps()));
+        c.on(Input::Render(Ok(slot(5, 1))));
+        // A frontend change: every pod schedules its paced reload 5 s out; the slot is held.
+        c.on(Input::Finished(1, ok(slot(5, 1).plan_id())));
+        assert_eq!(deploys(&c.on(Input::Render(Ok(slot(6, 1))))), vec![(2, slot(6, 1).plan_id(), DeployKind::Normal)]);
+        let a = c.on(Input::Finished(2, Some(pending_report(slot(6, 1).plan_id(), 50, Some(5000)))));
+        assert_eq!(holds(&a), vec![(2, Duration::from_millis(4850))]);
+        // An endpoint change on top of the scheduled plan goes out at once, held or not.
+        let a = c.on(Input::Render(Ok(slot(6, 2))));
+        assert_eq!(deploys(&a), vec![(3, slot(6, 2).plan_id(), DeployKind::Normal)], "runtime render held back");
+        let a = c.on(Input::Finished(3, Some(pending_report(slot(6, 2).plan_id(), 50, Some(4800)))));
+        assert_eq!(holds(&a), vec![(3, Duration::from_millis(4650))]);
+        // A render that needs a reload waits for the slot; an endpoint change after it, on top of
+        // it, still needs that reload (latest wins), so it waits too.
+        assert!(deploys(&c.on(Input::Render(Ok(slot(7, 2))))).is_empty(), "a reload render waits");
+        assert!(deploys(&c.on(Input::Render(Ok(slot(7, 3))))).is_empty());
+        assert_eq!(c.pending(), Some(slot(7, 3).plan_id()));
+        // The latest is runtime-only against the target again (its reload change was undone): out at once.
+        let a = c.on(Input::Render(Ok(slot(6, 4))));
+        assert_eq!(deploys(&a), vec![(4, slot(6, 4).plan_id(), DeployKind::Normal)]);
+    }
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        Render(u32, u16),
+        FinishScheduled,
+        FinishConverged,
+        HoldOver,
+    }
+
+    fn any_step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (5u32..8, 1u16..4).prop_map(|(t, p)| Step::Render(t, p)),
+            Just(Step::FinishScheduled),
+            Just(Step::FinishConverged),
+            Just(Step::HoldOver),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Whatever renders arrive and however deployments end, a render waits in the pending
+        /// slot only behind a deployment in flight, or held while it needs a reload on top of the
+        /// target: a runtime render is never held.
+        #[test]
+        fn only_renders_needing_a_reload_wait_for_the_slot(steps in proptest::collection::vec(any_step(), 1..40)) {
+            let mut c = Core::new(GateMode::Optimistic);
+            c.on(Input::Endpoints(eps()));
+            let mut renders = std::collections::HashMap::new();
+            let mut hold_token = None;
+            for step in steps {
+                let actions = match step {
+                    Step::Render(t, p) => {
+                        let r = slot(t, p);
+                        renders.insert(r.plan_id(), r.clone());
+                        c.on(Input::Render(Ok(r)))
+                    }
+                    Step::FinishScheduled | Step::FinishConverged => match c.in_flight() {
+                        Some(id) => {
+                            let plan = c.target().unwrap();
+                            let due = matches!(step, Step::FinishScheduled).then_some(5000);
+                            c.on(Input::Finished(id, Some(pending_report(plan, 50, due))))
+                        }
+                        None => vec![],
+                    },
+                    Step::HoldOver => match hold_token {
+                        Some(t) => c.on(Input::HoldOver(t)),
+                        None => vec![],
+                    },
+                };
+                if let Some((t, _)) = holds(&actions).last() {
+                    hold_token = Some(*t);
+                }
+                if let (None, Some(pending)) = (c.in_flight(), c.pending()) {
+                    let target = &renders[&c.target().unwrap()];
+                    proptest::prop_assert!(c.held(), "a render waits with nothing in flight and no hold");
+                    proptest::prop_assert!(needs_reload(target, &renders[&pending]), "a runtime render was held");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_deployment_timeout_scales_with_the_waves() {
+        let t = Duration::from_secs(30);
+        assert_eq!(deployment_deadline(t, 1, 16), t);
+        assert_eq!(deployment_deadline(t, 16, 16), t);
+        assert_eq!(deployment_deadline(t, 17, 16), t * 2);
+        assert_eq!(deployment_deadline(t, 100, 16), t * 7);
+        assert_eq!(deployment_deadline(t, 3, 1), t * 3);
+        assert_eq!(deployment_deadline(t, 0, 16), t, "never zero");
+        assert_eq!(deployment_deadline(t, 5, 0), t * 5, "max_parallel 0 counts as 1");
     }
 
     #[test]

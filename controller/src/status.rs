@@ -234,6 +234,43 @@ fn short(p: &Option<PlanId>) -> String {
     p.map(|p| p.short()).unwrap_or_else(|| "-".into())
 }
 
+/// The widest REASON / ERROR cell.
+const NOTE_WIDTH: usize = 110;
+
+/// Shortens a `what: cause: cause ...` chain to `max` characters keeping its ends: the first
+/// part says what failed, the last says why (`POST http://…/v1/apply: … : Connection refused
+/// (os error 111)`), so a cut never hides the cause.
+fn clip(text: &str, max: usize) -> String {
+    let len = |s: &str| s.chars().count();
+    if len(text) <= max {
+        return text.to_string();
+    }
+    let parts: Vec<&str> = text.split(": ").collect();
+    let cut = |s: &str, n: usize| -> String {
+        if len(s) <= n {
+            s.to_string()
+        } else {
+            s.chars().take(n.saturating_sub(1)).collect::<String>() + "…"
+        }
+    };
+    if parts.len() < 2 {
+        return cut(text, max);
+    }
+    // The tail: as many trailing parts as fit in two thirds of the width (at least the last).
+    let mut tail: Vec<&str> = Vec::new();
+    for p in parts[1..].iter().rev() {
+        let joined = len(&tail.iter().rev().chain(std::iter::once(p)).copied().collect::<Vec<_>>().join(": "));
+        if !tail.is_empty() && joined + len(p) > max * 2 / 3 {
+            break;
+        }
+        tail.push(p);
+    }
+    tail.reverse();
+    let tail = cut(&tail.join(": "), max * 2 / 3);
+    let head_room = max.saturating_sub(len(&tail) + 5).max(1);
+    format!("{}: …: {tail}", cut(parts[0], head_room))
+}
+
 /// The status as a table: one row per pod, then the fleet and gate lines.
 pub fn table(s: &FleetStatus) -> String {
     let mut rows: Vec<[String; 8]> = vec![[
@@ -255,7 +292,9 @@ pub fn table(s: &FleetStatus) -> String {
         };
         let error = p.last_error.as_ref().filter(|_| p.phase != Phase::Converged);
         let mut note = match (error, p.reasons.first()) {
-            (Some(e), _) => format!("error: {}", e.lines().find(|l| !l.trim().is_empty()).unwrap_or(e)),
+            (Some(e), _) => {
+                format!("error: {}", clip(e.lines().find(|l| !l.trim().is_empty()).unwrap_or(e), NOTE_WIDTH - 7))
+            }
             (None, Some(r)) if p.reasons.len() > 1 => format!("{r} (+{} more)", p.reasons.len() - 1),
             (None, Some(r)) => r.clone(),
             (None, None) => String::new(),
@@ -263,9 +302,7 @@ pub fn table(s: &FleetStatus) -> String {
         if let Some(pr) = &p.pending_reload {
             note = format!("reload in {}ms; {note}", pr.due_in_ms);
         }
-        if note.chars().count() > 100 {
-            note = note.chars().take(97).collect::<String>() + "...";
-        }
+        note = clip(&note, NOTE_WIDTH);
         rows.push([
             p.pod.clone(),
             p.phase.as_str().into(),
@@ -344,6 +381,21 @@ mod tests {
         ];
         assert_eq!(roll_up(&pods, t), (1, 4));
         assert_eq!(roll_up(&pods, None), (0, 4));
+    }
+
+    #[test]
+    fn long_errors_keep_what_failed_and_the_cause() {
+        let e = "POST http://127.0.0.1:18201/v1/apply: error sending request: client error (Connect): \
+                 tcp connect error: Connection refused (os error 111)";
+        let c = clip(e, NOTE_WIDTH);
+        assert!(c.chars().count() <= NOTE_WIDTH, "{c}");
+        assert!(c.starts_with("POST http://127.0.0.1:18201/v1/apply: …: "), "{c}");
+        assert!(c.ends_with("Connection refused (os error 111)"), "{c}");
+        assert_eq!(clip("short: enough", 110), "short: enough");
+        let one = "x".repeat(200);
+        assert_eq!(clip(&one, 50).chars().count(), 50);
+        let tiny_tail = format!("{}: {}", "h".repeat(150), "y".repeat(150));
+        assert!(clip(&tiny_tail, 60).chars().count() <= 60);
     }
 
     #[test]

@@ -46,6 +46,21 @@ fn validate_passes_good_and_refuses_bad_renders_on_every_version() {
     }
     let out = bin().arg("validate").arg("/nonexistent-render").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
+    // A config without `default-path config` would load other files in the pod than here.
+    let no_default_path =
+        dir_with(&[("haproxy.cfg", &good.replace("default-path config", "")), ("maps/a.map", "k v\n")]);
+    for b in haproxy_bins() {
+        let out = bin().arg("validate").arg(no_default_path.path()).arg("--haproxy-bin").arg(&b.path).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}", b.label());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("no `default-path config`"), "{}: {err}", b.label());
+    }
+    // A missing HAProxy binary names the flag it came from.
+    let out =
+        bin().arg("validate").arg(good_dir.path()).args(["--haproxy-bin", "/nonexistent/haproxy"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("haptic-controller: error: --haproxy-bin: "), "{err}");
 }
 
 #[test]
@@ -65,6 +80,14 @@ fn diff_shows_mode_reasons_and_batches() {
     assert!(v["reasons"][0].as_str().unwrap().contains("frontend fe"), "{v}");
     let out = bin().arg("diff").arg(old.path()).arg(old.path()).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("identical"));
+    // An added server is named, not counted.
+    let added =
+        dir_with(&[("haproxy.cfg", &format!("{cfg}  server s2 10.0.0.2:80 weight 5\n")), ("maps/h.map", "a be\n")]);
+    let out = bin().arg("diff").arg(old.path()).arg(added.path()).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("mode: reload"), "{text}");
+    assert!(text.contains(r#"backend be: added "server s2 10.0.0.2:80 weight 5""#), "{text}");
+    assert!(!text.contains("lines ->"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -108,8 +131,13 @@ async fn status_prints_a_table_and_json_from_the_admin_server() {
     stop.cancel();
     server.await.unwrap().unwrap();
     // Nobody listening: a clear error, exit 2.
-    let out = bin().args(["status", "--admin", &format!("http://127.0.0.1:{}", free_port())]).output().unwrap();
+    let nobody = format!("http://127.0.0.1:{}", free_port());
+    let out = bin().args(["status", "--admin", &nobody]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with(&format!("haptic-controller: error: --admin {nobody}: GET {nobody}/status: ")), "{err}");
+    assert_eq!(err.matches(&nobody).count(), 2, "the URL is said once by the flag and once by the request: {err}");
+    assert!(err.contains("Connection refused"), "{err}");
 }
 
 #[test]
@@ -151,5 +179,19 @@ fn run_refuses_bad_settings_clearly() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not a directory"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--config-dir") && err.contains("not a directory"), "{err}");
+    // A missing credentials file: the flag, the path, and the cause once, on one line.
+    let out = bin()
+        .args(["run", "--standalone", "--agent", "http://127.0.0.1:1", "--admin-listen", "127.0.0.1:0"])
+        .arg("--config-dir")
+        .arg(d.path())
+        .args(["--credentials-file", "/nonexistent/creds"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("haptic-controller: error: --credentials-file: /nonexistent/creds: "), "{err}");
+    assert_eq!(err.matches("os error 2").count(), 1, "the cause is said once: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }

@@ -71,6 +71,7 @@ async fn runtime_reloads_bursts_and_the_gate_on_every_version() {
 
         // A broken render: refused by the gate, no pod changes, the fleet pinned and serving.
         let good = fleet.states().await;
+        let before = ctl.status();
         let mut broken = cfg.clone();
         broken.broken = true;
         let bad = write_render(&cfg_dir, &broken.files("a.example be_app\nb.example be_app\n"));
@@ -97,6 +98,15 @@ async fn runtime_reloads_bursts_and_the_gate_on_every_version() {
             let err = p.last_error.as_deref().unwrap_or_default();
             assert!(err.contains("balance"), "{}: {err:?}", p.pod);
             assert_eq!(metric(&ctl, &format!("haptic_apply_rejected_total{{pod=\"{}\"}}", p.pod)), 1.0);
+            // The refused apply changed nothing on the pod: its last apply, mode and reasons are
+            // still those of the plan it runs; the refusal is its error.
+            let was = before.pods.iter().find(|b| b.pod == p.pod).unwrap();
+            assert_eq!(
+                (&p.last_apply_at, p.mode, &p.reasons),
+                (&was.last_apply_at, was.mode, &was.reasons),
+                "{}",
+                p.pod
+            );
         }
         assert_eq!(metric(&ctl, "haptic_gate_pinned"), 1.0);
         assert!(metric(&ctl, "haptic_gate_rejections_total") >= 1.0);

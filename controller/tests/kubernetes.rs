@@ -22,6 +22,15 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use serde_json::json;
 
+mod common;
+
+/// LocalPods options whose agents are the binary Cargo built for these tests.
+fn local_opts(ns: &str, bin: &HaproxyBin) -> LocalPodsOpts {
+    let mut o = LocalPodsOpts::new(ns, bin.clone(), USER, PASSWORD);
+    o.pod.agent_bin = Some(common::agent_bin());
+    o
+}
+
 const DEADLINE: Duration = Duration::from_secs(60);
 const USER: &str = "haptic";
 const PASSWORD: &str = "k8s-secret-pw";
@@ -232,7 +241,7 @@ async fn deploys_a_haproxyconfig_to_local_pods_on_every_version() {
         println!("--- {} in namespace {ns}", bin.label());
         namespace(&e.client, &ns).await;
         put_secret(&e.client, &ns, PASSWORD).await;
-        let mut opts = LocalPodsOpts::new(&ns, bin.clone(), USER, PASSWORD);
+        let mut opts = local_opts(&ns, &bin);
         opts.agent_port = free_port();
         let mut pods = LocalPods::new(e.client.clone(), opts);
         pods.create(3).await.unwrap();
@@ -403,7 +412,7 @@ async fn discovery_admits_only_reachable_agents_and_follows_pod_changes() {
     let ns = "disco";
     namespace(&e.client, ns).await;
     put_secret(&e.client, ns, PASSWORD).await;
-    let mut opts = LocalPodsOpts::new(ns, bin.clone(), USER, PASSWORD);
+    let mut opts = local_opts(ns, &bin);
     opts.agent_port = free_port();
     let mut pods = LocalPods::new(e.client.clone(), opts.clone());
     let names = pods.create(3).await.unwrap();
@@ -473,7 +482,7 @@ async fn leader_failover_reloads_nothing_and_fences_the_old_leader() {
     let ns = "lead";
     namespace(&e.client, ns).await;
     put_secret(&e.client, ns, PASSWORD).await;
-    let mut opts = LocalPodsOpts::new(ns, bin.clone(), USER, PASSWORD);
+    let mut opts = local_opts(ns, &bin);
     opts.agent_port = free_port();
     let mut pods = LocalPods::new(e.client.clone(), opts);
     pods.create(3).await.unwrap();

@@ -48,6 +48,9 @@ pub struct PodOpts {
     pub env: Vec<(String, String)>,
     /// The agent's listen address; `None` picks `127.0.0.1:<free port>`.
     pub agent_listen: Option<SocketAddr>,
+    /// The agent binary; `None` uses [`agent_bin`]. Tests outside the agent crate pass the one
+    /// Cargo built for them, so a stale sibling binary is never used.
+    pub agent_bin: Option<PathBuf>,
 }
 
 impl Default for PodOpts {
@@ -61,6 +64,7 @@ impl Default for PodOpts {
             credentials: None,
             env: Vec::new(),
             agent_listen: None,
+            agent_bin: None,
         }
     }
 }
@@ -173,7 +177,7 @@ impl Pod {
         let run = tmp.0.join("run");
         std::fs::create_dir_all(&run).map_err(io("create run dir"))?;
         let health = opts.health_bind.clone().unwrap_or_else(|| format!("127.0.0.1:{}", free_port()));
-        let out = Command::new(agent_bin())
+        let out = Command::new(opts.agent_bin.clone().unwrap_or_else(agent_bin))
             .arg("init")
             .arg("--root")
             .arg(&root)
@@ -218,7 +222,7 @@ impl Pod {
     }
 
     async fn start_agent(&mut self) -> Result<(), HarnessError> {
-        let mut cmd = Command::new(agent_bin());
+        let mut cmd = Command::new(self.opts.agent_bin.clone().unwrap_or_else(agent_bin));
         cmd.arg("run")
             .arg("--listen")
             .arg(self.addr.to_string())

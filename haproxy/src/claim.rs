@@ -103,7 +103,7 @@ pub fn diff_parsed(old: &cfg::Config, new: &cfg::Config) -> CfgDiff {
     for (o, n) in old.sections.iter().zip(&new.sections) {
         let mut reasons = Vec::new();
         if o.lines.len() != n.lines.len() {
-            reasons.push(format!("{}: {} lines -> {} lines", o.label(), o.lines.len(), n.lines.len()));
+            added_and_removed(o, n, &mut reasons);
         } else {
             for (ol, nl) in o.lines.iter().zip(&n.lines) {
                 if ol == nl {
@@ -128,6 +128,35 @@ pub fn diff_parsed(old: &cfg::Config, new: &cfg::Config) -> CfgDiff {
         out.reload_reasons.extend(reasons);
     }
     out
+}
+
+/// Names the lines a section gained and lost (as multisets, in file order), e.g.
+/// `backend be_app: added "server SRV_3 127.0.0.1:9003"`.
+fn added_and_removed(o: &cfg::Section, n: &cfg::Section, reasons: &mut Vec<String>) {
+    let mut old_left: BTreeMap<&[String], usize> = BTreeMap::new();
+    for l in &o.lines {
+        *old_left.entry(l.as_slice()).or_default() += 1;
+    }
+    let mut added = Vec::new();
+    for l in &n.lines {
+        match old_left.get_mut(l.as_slice()) {
+            Some(c) if *c > 0 => *c -= 1,
+            _ => added.push(l),
+        }
+    }
+    let mut new_left: BTreeMap<&[String], usize> = BTreeMap::new();
+    for l in &n.lines {
+        *new_left.entry(l.as_slice()).or_default() += 1;
+    }
+    for l in &o.lines {
+        match new_left.get_mut(l.as_slice()) {
+            Some(c) if *c > 0 => *c -= 1,
+            _ => reasons.push(format!("{}: removed {:?}", o.label(), l.join(" "))),
+        }
+    }
+    for l in added {
+        reasons.push(format!("{}: added {:?}", o.label(), l.join(" ")));
+    }
 }
 
 fn section_set_reasons(old: &[&str], new: &[&str], reasons: &mut Vec<String>) {
@@ -343,6 +372,21 @@ mod tests {
         let ops: Vec<Op> = d.servers.iter().map(|c| Op::ServerSet(c.op())).collect();
         assert_eq!(verify_runtime_claim(BASE, &new, &[], &ops), Ok(()));
         assert!(verify_runtime_claim(BASE, &new, &[], &ops[..1]).is_err());
+    }
+
+    #[test]
+    fn added_and_removed_lines_are_named() {
+        let added = BASE.replace("disabled\n", "disabled\n  server SRV_3 10.0.0.3:8080\n");
+        let d = diff_cfg(BASE, &added);
+        assert_eq!(d.reload_reasons, vec![r#"backend be_app: added "server SRV_3 10.0.0.3:8080""#]);
+        let removed = BASE.replace("  default_backend be_app\n", "");
+        assert_eq!(diff_cfg(BASE, &removed).reload_reasons, vec![r#"frontend fe: removed "default_backend be_app""#]);
+        // A duplicate line added is named once; a changed line among added ones is both.
+        let dup = BASE.replace("mode http\n", "mode http\n  mode http\n  option httplog\n");
+        assert_eq!(
+            diff_cfg(BASE, &dup).reload_reasons,
+            vec![r#"defaults: added "mode http""#, r#"defaults: added "option httplog""#]
+        );
     }
 
     #[test]

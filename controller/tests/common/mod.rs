@@ -1,10 +1,12 @@
 //! Shared helpers for the controller's integration tests: a fleet of real pods (HAProxy plus the
-//! agent binary, via `haptic_e2e::pod`), render directories, an in-process standalone
+//! agent binary Cargo builds for these tests, via `haptic_e2e::pod`), render directories, an in-process standalone
 //! controller, and polling with deadlines (never sleeps as synchronisation).
 #![allow(dead_code)]
 
+pub mod proxy;
+
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use haptic_controller::app::{self, Running, Settings, StandaloneSettings};
@@ -32,12 +34,42 @@ pub struct Fleet {
     client: AgentClient,
 }
 
+/// The `haptic-agent` binary built from this checkout, never a possibly stale one next to the
+/// test executable: `cargo test -p haptic-controller` does not build other packages' binaries,
+/// so the first call per test process runs `cargo build -p haptic-agent --bin haptic-agent`
+/// (the same cargo, profile and target dir; a no-op when it is up to date) and takes the path
+/// Cargo reports. `HAPTIC_AGENT_BIN` overrides it (scripts/test.sh builds and sets it once).
+pub fn agent_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(p) = std::env::var_os("HAPTIC_AGENT_BIN") {
+            return PathBuf::from(p);
+        }
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let out = std::process::Command::new(cargo)
+            .args(["build", "--quiet", "-p", "haptic-agent", "--bin", "haptic-agent", "--message-format=json"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .expect("run cargo build -p haptic-agent");
+        assert!(out.status.success(), "cargo build -p haptic-agent failed");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "haptic-agent")
+            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+            .expect("cargo build reported no haptic-agent executable")
+    })
+    .clone()
+}
+
 impl Fleet {
     pub async fn start(bin: &HaproxyBin, n: usize, opts: PodOpts) -> Fleet {
         let dir = tempfile::tempdir().unwrap();
         let creds_file = dir.path().join("credentials");
         std::fs::write(&creds_file, format!("{USER}:{PASSWORD}\n")).unwrap();
-        let opts = PodOpts { credentials: Some((USER.into(), PASSWORD.into())), ..opts };
+        let agent = tokio::task::spawn_blocking(agent_bin).await.unwrap();
+        let opts = PodOpts { credentials: Some((USER.into(), PASSWORD.into())), agent_bin: Some(agent), ..opts };
         let starts = (0..n).map(|_| Pod::start(bin, opts.clone()));
         let pods: Vec<Pod> =
             futures::future::join_all(starts).await.into_iter().map(|p| p.expect("pod start")).collect();

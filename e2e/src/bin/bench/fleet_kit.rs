@@ -80,12 +80,46 @@ pub fn tail(path: &Path, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-/// A workspace binary next to the bench (`target/<profile>/<name>`), or from `env`.
+/// A workspace binary (`haptic-agent`, `haptic-controller`) built from this checkout: the path
+/// in `env` when set; else, when the bench runs under Cargo (`cargo run`), the binary Cargo
+/// builds for it now with the bench's profile (a no-op when up to date), never a possibly stale
+/// one left in `target/`; else the one next to the bench.
 pub fn sibling_bin(name: &str, env: &str) -> Result<PathBuf> {
+    static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    if std::env::var_os(env).is_none() {
+        if let Some(cargo) = std::env::var_os("CARGO") {
+            let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((_, p)) = built.iter().find(|(n, _)| n == name) {
+                return Ok(p.clone());
+            }
+            let mut cmd = Command::new(cargo);
+            cmd.args(["build", "--quiet", "-p", name, "--bin", name, "--message-format=json"]);
+            if !cfg!(debug_assertions) {
+                cmd.arg("--release");
+            }
+            let out = cmd
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .stderr(Stdio::inherit())
+                .output()
+                .map_err(BenchError::io(format!("cargo build -p {name}")))?;
+            let path = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == name)
+                .find_map(|m| m["executable"].as_str().map(PathBuf::from));
+            match path {
+                Some(p) if out.status.success() => {
+                    built.push((name.to_string(), p.clone()));
+                    return Ok(p);
+                }
+                _ => return Err(BenchError::Unexpected(format!("cargo build -p {name} --bin {name} failed"))),
+            }
+        }
+    }
     haptic_e2e::pod::sibling_bin(name, env).ok_or_else(|| {
         BenchError::Unexpected(format!(
-            "{name} not found next to the bench (run `cargo build --release -p haptic-agent -p haptic-controller` \
-             into the same target dir, or set {env})"
+            "{name} not found next to the bench (run the bench with `cargo run`, build it with `cargo build \
+             --release -p haptic-agent -p haptic-controller` into the same target dir, or set {env})"
         ))
     })
 }
@@ -105,9 +139,10 @@ pub struct FleetPod {
 impl FleetPod {
     /// Starts HAProxy on a bootstrap tree and the agent, with the frontend port in [`PORT_ENV`].
     pub async fn start(bin: &HaproxyBin, interval: &str) -> Result<Self> {
-        sibling_bin("haptic-agent", "HAPTIC_AGENT_BIN")?;
+        let agent = sibling_bin("haptic-agent", "HAPTIC_AGENT_BIN")?;
         let port = free_port();
         let opts = PodOpts {
+            agent_bin: Some(agent),
             min_reload_interval: interval.into(),
             credentials: Some((USER.into(), PASSWORD.into())),
             env: vec![(PORT_ENV.into(), port.to_string())],

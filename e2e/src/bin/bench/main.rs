@@ -137,8 +137,18 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         eprintln!("FAILED: {f}");
     }
     let missed: Vec<&Row> = rows.iter().filter(|r| r.meets_goal == Some(false)).collect();
-    for r in &missed {
-        eprintln!("goal missed: {} {} {} ({})", r.case, r.haproxy, r.metric, r.goal.as_deref().unwrap_or(""));
+    if cfg!(debug_assertions) {
+        // A debug build is a smoke run: it shows every case works and measures correctly, and
+        // says nothing about speed.
+        eprintln!(
+            "# untimed smoke run (debug build): speed goals are judged only in a release run \
+             (cargo run --release -p haptic-e2e --bin bench){}",
+            if missed.is_empty() { "" } else { "; debug timings miss some of them, as expected" }
+        );
+    } else {
+        for r in &missed {
+            eprintln!("goal missed: {} {} {} ({})", r.case, r.haproxy, r.metric, r.goal.as_deref().unwrap_or(""));
+        }
     }
     Ok(wrong.is_empty() && failed.is_empty())
 }

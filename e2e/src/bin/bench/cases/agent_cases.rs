@@ -16,7 +16,7 @@ use crate::workload::{map_text, rel, CfgModel, Desired};
 
 /// The address server `be_0/s0` gets in iteration `i` (always a new one).
 fn addr_for(i: usize) -> (String, u16) {
-    (if i % 2 == 0 { "127.0.0.2" } else { "127.0.0.3" }.to_string(), 10_000 + (i % 5000) as u16)
+    (if i.is_multiple_of(2) { "127.0.0.2" } else { "127.0.0.3" }.to_string(), 10_000 + (i % 5000) as u16)
 }
 
 /// One agent pod and one plain HAProxy floor, each on its own frontend port, both loaded with

@@ -88,7 +88,8 @@ pub struct BenchPod {
 impl BenchPod {
     /// Starts a pod with `--min-reload-interval interval`.
     pub async fn start(ctx: &Ctx, interval: &str) -> Result<Self> {
-        let opts = PodOpts { min_reload_interval: interval.into(), ..PodOpts::default() };
+        let agent = crate::fleet_kit::sibling_bin("haptic-agent", "HAPTIC_AGENT_BIN")?;
+        let opts = PodOpts { min_reload_interval: interval.into(), agent_bin: Some(agent), ..PodOpts::default() };
         let pod = Pod::start(&ctx.bin, opts).await?;
         let (u, p) = pod.credentials();
         let api = AgentApi::new(&pod.url(), u, p)?;
