@@ -10,7 +10,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Query, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
@@ -44,8 +44,9 @@ impl Credentials {
     pub fn from_line(line: &str) -> Result<Self, AgentError> {
         let line = line.trim_end_matches(['\n', '\r']);
         match line.split_once(':') {
-            Some((u, _)) if !u.is_empty() => Ok(Self { expected: line.as_bytes().to_vec() }),
-            _ => Err(AgentError::Credentials("expected one line `user:password`".into())),
+            Some((u, p)) if !u.is_empty() && !p.is_empty() => Ok(Self { expected: line.as_bytes().to_vec() }),
+            Some(_) => Err(AgentError::Credentials("user and password must not be empty".into())),
+            None => Err(AgentError::Credentials("expected one line `user:password`".into())),
         }
     }
 
@@ -84,7 +85,6 @@ pub fn router(state: AppState) -> Router {
     let v1 = Router::new()
         .route("/v1/state", get(get_state))
         .route("/v1/apply", post(post_apply))
-        .route_layer(middleware::from_fn_with_state(state.clone(), auth))
         .layer(DefaultBodyLimit::max(state.max_body));
     Router::new()
         .merge(v1)
@@ -92,6 +92,10 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint") })
+        .method_not_allowed_fallback(method_not_allowed)
+        // Outermost: every `/v1` path, known or not, needs credentials before anything is said
+        // about it (so an unknown `/v1/x` is a 401 without them and a JSON 404 with them).
+        .layer(middleware::from_fn_with_state(state.clone(), auth))
         .with_state(state)
 }
 
@@ -104,7 +108,19 @@ pub async fn serve(
     axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
 }
 
+async fn method_not_allowed(req: Request) -> Response {
+    error(StatusCode::METHOD_NOT_ALLOWED, format!("method {} is not allowed on {}", req.method(), req.uri().path()))
+}
+
+/// Whether `path` is under `/v1` (and so needs credentials).
+fn is_v1(path: &str) -> bool {
+    path == "/v1" || path.starts_with("/v1/")
+}
+
 async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    if !is_v1(req.uri().path()) {
+        return next.run(req).await;
+    }
     let h = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     if !st.credentials.accepts(h) {
         let what = if h.is_some() { "wrong credentials" } else { "no credentials" };
@@ -117,13 +133,30 @@ async fn auth(State(st): State<AppState>, req: Request, next: Next) -> Response 
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct StateQuery {
     #[serde(default)]
     verify: Option<String>,
 }
 
-async fn get_state(State(st): State<AppState>, Query(q): Query<StateQuery>) -> Response {
-    let verify = matches!(q.verify.as_deref(), Some("1" | "true" | "yes"));
+/// `verify=` values: `1|true|yes` and `0|false|no`; anything else is a bad query. Pure.
+fn parse_verify(v: Option<&str>) -> Result<bool, String> {
+    match v {
+        None | Some("0" | "false" | "no") => Ok(false),
+        Some("1" | "true" | "yes") => Ok(true),
+        Some(other) => Err(format!("bad query: verify={other:?} (expected 1 or 0)")),
+    }
+}
+
+async fn get_state(State(st): State<AppState>, q: Result<Query<StateQuery>, QueryRejection>) -> Response {
+    let q = match q {
+        Ok(Query(q)) => q,
+        Err(rej) => return error(StatusCode::BAD_REQUEST, format!("bad query: {}", rej.body_text())),
+    };
+    let verify = match parse_verify(q.verify.as_deref()) {
+        Ok(v) => v,
+        Err(msg) => return error(StatusCode::BAD_REQUEST, msg),
+    };
     match st.agent.state(verify).await {
         Ok(s) => Json(s).into_response(),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
@@ -208,5 +241,16 @@ mod tests {
         assert!(!c.accepts(Some("Bearer x")));
         assert!(!c.accepts(None));
         assert!(Credentials::from_line("nocolon").is_err());
+        assert!(Credentials::from_line("admin:").is_err(), "an empty password is refused");
+        assert!(Credentials::from_line(":pw").is_err());
+    }
+
+    #[test]
+    fn verify_values() {
+        assert_eq!(parse_verify(None), Ok(false));
+        assert_eq!(parse_verify(Some("1")), Ok(true));
+        assert_eq!(parse_verify(Some("0")), Ok(false));
+        assert!(parse_verify(Some("maybe")).is_err());
+        assert!(is_v1("/v1") && is_v1("/v1/x") && !is_v1("/v10") && !is_v1("/healthz"));
     }
 }

@@ -9,6 +9,27 @@ use haptic_e2e::pod::{AgentClient, PodOpts};
 use haptic_protocol::{Digest, Mode};
 use serde_json::{json, Value};
 
+/// An empty password (or user) in the credentials file is refused at start, with a clear message.
+#[test]
+fn empty_password_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    for line in ["haptic:", ":secret", "haptic:\n"] {
+        let creds = dir.path().join("creds");
+        std::fs::write(&creds, line).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_haptic-agent"))
+            .args(["run", "--listen", "127.0.0.1:0", "--master-socket", "/nonexistent.sock"])
+            .args(["--haproxy-bin", "/usr/sbin/haproxy", "--root"])
+            .arg(dir.path().join("root"))
+            .arg("--credentials-file")
+            .arg(&creds)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{line:?} accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("must not be empty"), "{line:?}: {err}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_changes_nothing_on_every_version() {
     for bin in haproxy_bins() {
@@ -90,6 +111,27 @@ async fn bad_input_changes_nothing_on_every_version() {
         assert_eq!(anon.get("/healthz").await.unwrap().0, 200);
         assert_eq!(anon.get("/readyz").await.unwrap().0, 200);
         assert_eq!(anon.get("/metrics").await.unwrap().0, 200);
+
+        // Every answer is JSON: 405, bad query strings, unknown /v1 paths (after auth).
+        let authed = pod.client();
+        for (method, path, want) in [
+            ("GET", "/v1/apply", 405),
+            ("DELETE", "/v1/state", 405),
+            ("GET", "/v1/state?verify=maybe", 400),
+            ("GET", "/v1/state?verify=1&x=2", 400),
+            ("GET", "/v1/nope", 404),
+            ("GET", "/v1", 404),
+            ("GET", "/nope", 404),
+        ] {
+            let (st, text) = authed.request(method, path, None).await.unwrap();
+            assert_eq!(st, want, "{label} {method} {path}: {text}");
+            let v: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{label} {method} {path}: {text}"));
+            assert!(v["error"].as_str().is_some_and(|e| !e.is_empty()), "{label} {method} {path}: {v}");
+        }
+        // Unknown /v1 paths say nothing without credentials.
+        let (st, text) = anon.get("/v1/nope").await.unwrap();
+        assert_eq!(st, 401, "{label}: {text}");
+        assert!(serde_json::from_str::<Value>(&text).unwrap()["error"].is_string());
 
         // A body over --max-body.
         let mut big = files.clone();

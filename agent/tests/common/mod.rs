@@ -171,8 +171,16 @@ pub async fn pod(bin: &HaproxyBin) -> Pod {
     pod_with(bin, PodOpts::default()).await
 }
 
+/// Makes the pod harness run the agent binary Cargo built for these tests, never a possibly
+/// stale sibling binary.
+pub fn use_this_agent() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| std::env::set_var("HAPTIC_AGENT_BIN", env!("CARGO_BIN_EXE_haptic-agent")));
+}
+
 /// Starts a pod.
 pub async fn pod_with(bin: &HaproxyBin, opts: PodOpts) -> Pod {
+    use_this_agent();
     Pod::start(bin, opts).await.unwrap_or_else(|e| panic!("{}: pod did not start: {e}", bin.label()))
 }
 
