@@ -91,6 +91,21 @@ async fn bad_input_changes_nothing_on_every_version() {
         v["plan_id"] = json!(Digest::of(b"x"));
         cases.push(("plan id", v.to_string()));
 
+        // A file that another file needs as a directory.
+        // (A plan id cannot be computed for it, so the request carries the good one.)
+        let mut v = good(next());
+        let clash = Files::from([("files/a".into(), b"1".to_vec()), ("files/a/b".into(), b"2".to_vec())]);
+        for (e, (path, bytes)) in entries(&clash).into_iter().zip(&clash) {
+            v["files"].as_array_mut().unwrap().push(json!(e));
+            v["parts"][path] = json!({"utf8": String::from_utf8(bytes.clone()).unwrap()});
+        }
+        cases.push(("file/directory clash", v.to_string()));
+        // A holder over 253 bytes.
+        let mut v = good(next());
+        v["fence"]["holder"] = json!("h".repeat(254));
+        cases.push(("long holder", v.to_string()));
+
+        let fence_before = state(&pod, false).await.fence;
         for (what, body) in &cases {
             let (st, text) = pod.client().post_json("/v1/apply", body).await.unwrap();
             assert_eq!(st, 400, "{label} {what}: {text}");
@@ -111,6 +126,8 @@ async fn bad_input_changes_nothing_on_every_version() {
         assert_eq!(anon.get("/healthz").await.unwrap().0, 200);
         assert_eq!(anon.get("/readyz").await.unwrap().0, 200);
         assert_eq!(anon.get("/metrics").await.unwrap().0, 200);
+
+        assert_eq!(state(&pod, false).await.fence, fence_before, "{label}: a 400 does not raise the fence");
 
         // Every answer is JSON: 405, bad query strings, unknown /v1 paths (after auth).
         let authed = pod.client();

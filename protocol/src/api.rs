@@ -267,6 +267,9 @@ pub enum ApplyError {
     /// A base64 part does not decode.
     #[error("bad base64 part: {0}")]
     BadBase64(String),
+    /// The fence's holder is longer than [`crate::fence::MAX_HOLDER_BYTES`].
+    #[error("fence holder is {0} bytes; the limit is 253")]
+    HolderTooLong(usize),
     /// The blob is over 1 MiB.
     #[error("blob is {0} bytes; the limit is 1 MiB")]
     BlobTooLarge(usize),
@@ -295,6 +298,9 @@ impl ApplyRequest {
     }
 
     fn check_manifest(&self) -> Result<(), ApplyError> {
+        if self.fence.holder.len() > crate::fence::MAX_HOLDER_BYTES {
+            return Err(ApplyError::HolderTooLong(self.fence.holder.len()));
+        }
         let computed = plan_id(&self.files)?;
         if computed != self.plan_id {
             return Err(ApplyError::PlanIdMismatch { declared: self.plan_id, computed });

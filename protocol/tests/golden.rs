@@ -200,6 +200,12 @@ fn apply_checks_refuse_bad_requests() {
     req.blob = json!("x".repeat(MAX_BLOB_BYTES));
     assert!(matches!(req.check(), Err(ApplyError::BlobTooLarge(_))));
 
+    let mut req: ApplyRequest = serde_json::from_value(fixture("apply.json")).unwrap();
+    req.fence.holder = "h".repeat(254);
+    assert!(matches!(req.check(), Err(ApplyError::HolderTooLong(254))));
+    req.fence.holder = "h".repeat(253);
+    assert!(req.check().is_ok());
+
     let mut bad = fixture("apply.json");
     bad["files"][1]["path"] = json!("../etc/passwd");
     assert!(serde_json::from_value::<ApplyRequest>(bad).is_err());
