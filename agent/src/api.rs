@@ -18,6 +18,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine as _;
+use haptic_protocol::api::{Unavailable, HAPROXY_UNAVAILABLE};
 use haptic_protocol::{ApplyRequest, ErrorBody};
 use serde::Deserialize;
 use subtle::ConstantTimeEq;
@@ -206,6 +207,11 @@ async fn post_apply(State(st): State<AppState>, _h: HeaderMap, body: Result<Byte
                 Refusal::Conflict(c) => (StatusCode::CONFLICT, Json(c)).into_response(),
                 Refusal::Nack(n) => (StatusCode::UNPROCESSABLE_ENTITY, Json(n)).into_response(),
                 Refusal::Internal(m) => error(StatusCode::INTERNAL_SERVER_ERROR, m),
+                Refusal::Unavailable(reason) => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    Json(Unavailable { error: HAPROXY_UNAVAILABLE.into(), reason, applied: plan }),
+                )
+                    .into_response(),
             }
         }
     }

@@ -424,6 +424,21 @@ pub struct Nack {
     pub reason: String,
 }
 
+/// The `error` of a 503 answered while HAProxy is not running.
+pub const HAPROXY_UNAVAILABLE: &str = "haproxy_unavailable";
+
+/// 503: HAProxy is not running (its master is gone). The tree was written, so HAProxy starts on
+/// `applied` when its container restarts; nothing was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unavailable {
+    /// Always [`HAPROXY_UNAVAILABLE`].
+    pub error: String,
+    /// What the agent saw, e.g. `HAProxy not running: master pid 12 is gone`.
+    pub reason: String,
+    /// The plan now on disk.
+    pub applied: PlanId,
+}
+
 /// Any other error: `{"error": "..."}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {

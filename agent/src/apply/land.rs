@@ -61,6 +61,12 @@ impl Agent {
         reasons: &mut Vec<String>,
     ) -> Result<(Mode, Option<ReloadStatus>), Refusal> {
         let running_was_prev = p.running.is_some() && p.running == prev || (p.running.is_none() && prev.is_none());
+        // The tree is written and checked; with HAProxy gone there is nothing to tell it, and it
+        // starts on this tree when its container restarts.
+        if let Some(why) = self.gone_now().await {
+            self.mark_down(p, &why);
+            return Err(Refusal::Unavailable(why));
+        }
         match mode {
             Mode::FileOnly => {
                 self.advance_running(p, running_was_prev);

@@ -29,6 +29,7 @@ use crate::store::{baseline_check, fence_step, AppliedRecord, FenceStep, GoodRec
 use crate::tree::{hash_dir, plan_tree, StageError, Stamps, Tree};
 
 mod admit;
+mod health;
 mod land;
 mod mode;
 mod recover;
@@ -69,13 +70,15 @@ pub enum Refusal {
     Nack(Box<Nack>),
     /// 500: the agent itself failed.
     Internal(String),
+    /// 503: HAProxy is not running; the tree was written (HAProxy starts on it when it restarts).
+    Unavailable(String),
 }
 
 impl Refusal {
     /// The one-line error text.
     pub fn message(&self) -> String {
         match self {
-            Refusal::BadRequest(m) | Refusal::Internal(m) => m.clone(),
+            Refusal::BadRequest(m) | Refusal::Internal(m) | Refusal::Unavailable(m) => m.clone(),
             Refusal::Conflict(c) => c.error.clone(),
             Refusal::Nack(n) => n.error.clone(),
         }
@@ -88,6 +91,7 @@ impl Refusal {
             Refusal::Conflict(_) => "conflict",
             Refusal::Nack(_) => "nack",
             Refusal::Internal(_) => "error",
+            Refusal::Unavailable(_) => "haproxy_unavailable",
         }
     }
 }
@@ -117,6 +121,10 @@ pub struct Agent {
     snapshot: RwLock<Persisted>,
     pacer: Mutex<Pacer>,
     probe: RwLock<Option<Probe>>,
+    /// Why HAProxy is known to be gone (`None` while it runs or nothing is known).
+    down: Mutex<Option<String>>,
+    /// Since when the master CLI refuses connections (see [`health`]).
+    unreachable_since: Mutex<Option<Instant>>,
     wake: tokio::sync::Notify,
     /// Stamps of the files of one tree (by id) the agent wrote or hashed itself; only ever
     /// trusted for that tree. Empty after a start, so the first apply hashes what it carries.
@@ -165,6 +173,8 @@ impl Agent {
             inner: tokio::sync::Mutex::new(Inner { p }),
             pacer: Mutex::new(pacer),
             probe: RwLock::new(None),
+            down: Mutex::new(None),
+            unreachable_since: Mutex::new(None),
             wake: tokio::sync::Notify::new(),
             stamps: Mutex::new((String::new(), Stamps::new())),
         }))
@@ -191,8 +201,8 @@ impl Agent {
         let me = self.clone();
         tokio::spawn(async move {
             let _ = me.version().await;
-            me.converge_after_start().await;
-            me.reload_loop().await;
+            me.converge().await;
+            tokio::join!(me.watch_loop(), me.reload_loop());
         })
     }
 
@@ -306,6 +316,8 @@ impl Agent {
         let prev = self.swap_and_record(p, req, &mut staged, mode).await?;
         let (final_mode, reload) = self.land(p, &staged, mode, prev, &ops, &mut reasons).await?;
         self.gc(p);
+        // A landed apply ends whatever failure was recorded before.
+        p.last_error = None;
         let ack = Ack { applied: req.plan_id, running: p.running, mode: final_mode, reasons, reload };
         if let Some(la) = p.last_accepted.as_mut() {
             if la.fence == req.fence && la.plan_id == req.plan_id {

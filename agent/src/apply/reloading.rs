@@ -7,15 +7,25 @@
 
 use super::*;
 
+/// Why [`Agent::run_reload`] did not land.
+#[derive(Debug)]
+pub(super) enum ReloadFail {
+    /// HAProxy refused it (its words); the last good tree is live again.
+    Refused(String),
+    /// HAProxy is not running: nothing was reloaded, the tree stays.
+    Unavailable(String),
+}
+
 impl Agent {
-    /// After a restart, a running plan that is not the applied one is reloaded (paced).
-    pub(super) async fn converge_after_start(&self) {
+    /// After a start, or when HAProxy is back, a running plan that is not the applied one is
+    /// reloaded (paced).
+    pub(super) async fn converge(&self) {
         let mut inner = self.inner.lock().await;
         let Some(applied) = inner.p.applied.as_ref().map(|a| a.plan_id) else { return };
         if inner.p.running == Some(applied) {
             return;
         }
-        info!(root = %self.cfg.root.display(), plan = %applied.short(), "running plan unknown or behind after start: reloading");
+        info!(root = %self.cfg.root.display(), plan = %applied.short(), "running plan unknown or behind: reloading");
         let decision = lock(&self.pacer).request(Instant::now(), applied);
         match decision {
             PaceDecision::ReloadNow => {
@@ -62,7 +72,8 @@ impl Agent {
         match decision {
             PaceDecision::ReloadNow => match self.run_reload(p).await {
                 Ok(()) => Ok(ReloadStatus { state: ReloadState::Done, due_in_ms: None }),
-                Err(output) => Err(Refusal::Nack(Box::new(Nack {
+                Err(ReloadFail::Unavailable(why)) => Err(Refusal::Unavailable(why)),
+                Err(ReloadFail::Refused(output)) => Err(Refusal::Nack(Box::new(Nack {
                     error: "HAProxy refused the reload; the last good tree is live again".into(),
                     rejected: true,
                     haproxy_output: output,
@@ -85,11 +96,35 @@ impl Agent {
 
     /// Runs one verified reload of the live tree (the pacer already counts it as started).
     /// Success: running := applied. Failure: the last good tree is restored and HAProxy's words
-    /// are recorded in `last_error` and returned.
-    pub(super) async fn run_reload(&self, p: &mut Persisted) -> Result<(), String> {
+    /// are recorded in `last_error` and returned. HAProxy gone, or a master CLI that never took
+    /// the reload: nothing is restored (HAProxy did not read anything).
+    pub(super) async fn run_reload(&self, p: &mut Persisted) -> Result<(), ReloadFail> {
+        // A master still re-executing (e.g. for a reload begun before this agent started)
+        // refuses connections for a moment: wait for it, within the reload timeout.
+        let deadline = Instant::now() + self.cfg.reload_timeout;
+        while !self.cli.ping().await {
+            if let Some(why) = self.gone_now().await {
+                self.mark_down(p, &why);
+                return Err(ReloadFail::Unavailable(why));
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let res = self.reload_once(p).await;
         match res {
             Ok(()) => Ok(()),
+            Err(e @ ReloadError::Cli(_)) => {
+                // The reload was never sent (the master CLI failed before it): nothing to undo.
+                let why = format!("reload not sent: {e}");
+                warn!(root = %self.cfg.root.display(), "{why}");
+                p.last_error = Some(why.clone());
+                if let Err(err) = self.save(p) {
+                    warn!("recording the failure failed: {err}");
+                }
+                Err(ReloadFail::Unavailable(why))
+            }
             Err(e) => {
                 let output = match &e {
                     ReloadError::Failed { output } => output.clone(),
@@ -106,7 +141,7 @@ impl Agent {
                         warn!("reloading back to the last good tree failed too");
                     }
                 }
-                Err(output)
+                Err(ReloadFail::Refused(output))
             }
         }
     }

@@ -11,8 +11,9 @@ impl Agent {
         let snap = self.snapshot.read().unwrap_or_else(|e| e.into_inner()).clone();
         let fresh = probe(&self.state_cli).await;
         let busy = self.inner.try_lock().is_err();
+        let down = self.down_reason().is_some();
         let haproxy = match &fresh {
-            Ok(pr) => {
+            Ok(pr) if !down => {
                 *self.probe.write().unwrap_or_else(|e| e.into_inner()) = Some(pr.clone());
                 HaproxyInfo {
                     version: pr.version_string.clone(),
@@ -22,7 +23,20 @@ impl Agent {
                     reloads: pr.reloads,
                 }
             }
-            Err(_) => {
+            _ if down => HaproxyInfo {
+                version: self
+                    .probe
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .as_ref()
+                    .map(|c| c.version_string.clone())
+                    .unwrap_or_default(),
+                running: false,
+                master_pid: None,
+                worker_pid: None,
+                reloads: 0,
+            },
+            _ => {
                 let cached = self.probe.read().unwrap_or_else(|e| e.into_inner()).clone();
                 HaproxyInfo {
                     version: cached.as_ref().map(|c| c.version_string.clone()).unwrap_or_default(),
@@ -64,7 +78,7 @@ impl Agent {
                 mode: a.mode,
                 at: a.at.clone(),
             }),
-            running: snap.running.map(|plan_id| RunningInfo { plan_id }),
+            running: if down { None } else { snap.running.map(|plan_id| RunningInfo { plan_id }) },
             pending_reload,
             files,
             verified: verify,
