@@ -112,9 +112,19 @@ impl AgentClient {
             200 => Ok(ApplyAnswer::Ack(serde_json::from_slice(&body).map_err(decode_err)?)),
             409 => Ok(ApplyAnswer::Conflict(serde_json::from_slice(&body).map_err(decode_err)?)),
             422 => Ok(ApplyAnswer::Nack(serde_json::from_slice(&body).map_err(decode_err)?)),
+            // HAProxy is not running on the pod: a failure of the pod, never a rejected render.
+            503 if haproxy_unavailable(&body).is_some() => {
+                Err(CallError(format!("HAProxy not running: {}", haproxy_unavailable(&body).unwrap_or_default())))
+            }
             _ => Err(CallError(format!("POST {url}: {status}: {}", error_text(&body)))),
         }
     }
+}
+
+/// The reason of a 503 `haproxy_unavailable` answer, if `body` is one.
+fn haproxy_unavailable(body: &[u8]) -> Option<String> {
+    let u: haptic_protocol::api::Unavailable = serde_json::from_slice(body).ok()?;
+    (u.error == haptic_protocol::api::HAPROXY_UNAVAILABLE).then_some(u.reason)
 }
 
 fn error_text(body: &[u8]) -> String {
@@ -138,6 +148,47 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A real HTTP exchange on 127.0.0.1: an agent answering 503 `haproxy_unavailable` is a
+    /// failed call saying "HAProxy not running", not a NACK.
+    #[tokio::test]
+    async fn haproxy_unavailable_is_a_failure_not_a_rejection() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let body =
+            serde_json::json!({"error": "haproxy_unavailable", "reason": "HAProxy not running (master pid 7 is gone)",
+            "applied": haptic_protocol::PlanId(haptic_protocol::Digest::of(b"x"))})
+            .to_string();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut buf = vec![0u8; 65536];
+            let mut got = Vec::new();
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = s.read(&mut buf).await.unwrap();
+                got.extend_from_slice(&buf[..n]);
+            }
+            let resp = format!(
+                "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            s.write_all(resp.as_bytes()).await.unwrap();
+        });
+        let client =
+            AgentClient::new(Credentials { user: "u".into(), password: "p".into() }, Duration::from_secs(10)).unwrap();
+        let ep = Endpoint { name: addr.to_string(), url: format!("http://{addr}") };
+        let req: ApplyRequest = serde_json::from_value(serde_json::json!({
+            "fence": {"epoch": 1, "seq": 1, "holder": "t"}, "baseline": null,
+            "plan_id": haptic_protocol::plan_id(&[haptic_protocol::FileEntry {
+                path: haptic_protocol::RelPath::haproxy_cfg(), digest: haptic_protocol::Digest::of(b""), size: 0 }]).unwrap(),
+            "mode": "reload", "files": [{"path": "haproxy.cfg", "digest": haptic_protocol::Digest::of(b""), "size": 0}],
+        }))
+        .unwrap();
+        let err = client.apply(&ep, &req).await.unwrap_err();
+        assert!(err.0.starts_with("HAProxy not running"), "{err}");
+        server.await.unwrap();
+        assert_eq!(haproxy_unavailable(br#"{"error": "other", "reason": "x", "applied": null}"#), None);
+    }
 
     #[test]
     fn credentials_file() {
