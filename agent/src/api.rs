@@ -8,9 +8,10 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{DefaultBodyLimit, Query, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
@@ -23,6 +24,7 @@ use haptic_protocol::{ApplyRequest, ErrorBody};
 use serde::Deserialize;
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tracing::warn;
 
 use crate::apply::{Agent, Refusal};
@@ -66,6 +68,37 @@ impl Credentials {
     }
 }
 
+/// The HTTP server's resource bounds (flags of `haptic-agent run`).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// The largest accepted request body (`--max-body`).
+    pub max_body: usize,
+    /// How long a request's headers may take, counted from when the connection waits for it.
+    pub header_timeout: Duration,
+    /// How long a kept-alive connection may wait for its next request.
+    pub idle_timeout: Duration,
+    /// How long a whole request body may take to arrive.
+    pub body_timeout: Duration,
+    /// The most connections served at once; more are closed at once.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_body: 256 << 20,
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            body_timeout: Duration::from_secs(120),
+            max_connections: 64,
+        }
+    }
+}
+
+/// How many applies may be admitted at once: one running, one waiting for the apply lock.
+/// Admission comes before the body is read, so at most two bodies are ever held.
+pub const APPLY_SLOTS: usize = 2;
+
 /// What the HTTP handlers share.
 #[derive(Debug, Clone)]
 pub struct AppState {
@@ -73,8 +106,17 @@ pub struct AppState {
     pub agent: Arc<Agent>,
     /// The `/v1/*` credentials.
     pub credentials: Credentials,
-    /// The body limit.
-    pub max_body: usize,
+    /// Resource bounds.
+    pub limits: Limits,
+    /// Admission of applies (see [`APPLY_SLOTS`]).
+    pub apply_slots: Arc<Semaphore>,
+}
+
+impl AppState {
+    /// The handlers' state.
+    pub fn new(agent: Arc<Agent>, credentials: Credentials, limits: Limits) -> Self {
+        Self { agent, credentials, limits, apply_slots: Arc::new(Semaphore::new(APPLY_SLOTS)) }
+    }
 }
 
 fn error(status: StatusCode, msg: impl Into<String>) -> Response {
@@ -86,7 +128,8 @@ pub fn router(state: AppState) -> Router {
     let v1 = Router::new()
         .route("/v1/state", get(get_state))
         .route("/v1/apply", post(post_apply))
-        .layer(DefaultBodyLimit::max(state.max_body));
+        // The apply handler reads its body itself, bounded (see `read_body`).
+        .layer(DefaultBodyLimit::disable());
     Router::new()
         .merge(v1)
         .route("/healthz", get(|| async { "ok\n" }))
@@ -101,12 +144,55 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves; in-flight requests finish first.
+///
+/// HTTP/1 only, with a header read timeout that also bounds how long a connection may wait for
+/// its next request (`min(header, idle)`), and at most `max_connections` connections: more are
+/// closed as soon as they are accepted, so a flood of idle connections never exhausts the
+/// agent's file descriptors.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
+    let limits = state.limits;
+    let app = router(state);
+    let conns = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.header_timeout.min(limits.idle_timeout))
+        .keep_alive(true);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((s, _)) => s,
+                    Err(e) => {
+                        // EMFILE and friends: back off instead of spinning.
+                        warn!("accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let Ok(permit) = conns.clone().try_acquire_owned() else {
+                    warn!(max = limits.max_connections, "connection refused: too many connections");
+                    drop(stream);
+                    continue;
+                };
+                let svc = hyper_util::service::TowerToHyperService::new(app.clone());
+                let conn = graceful.watch(http.serve_connection(hyper_util::rt::TokioIo::new(stream), svc));
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                    drop(permit);
+                });
+            }
+            () = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
 }
 
 async fn method_not_allowed(req: Request) -> Response {
@@ -164,19 +250,62 @@ async fn get_state(State(st): State<AppState>, q: Result<Query<StateQuery>, Quer
     }
 }
 
-async fn post_apply(State(st): State<AppState>, _h: HeaderMap, body: Result<Bytes, BytesRejection>) -> Response {
+fn too_large(max: usize) -> Response {
+    error(StatusCode::PAYLOAD_TOO_LARGE, format!("body is over the limit of {max} bytes"))
+}
+
+/// Why a body could not be read.
+enum BodyError {
+    TooLarge,
+    TimedOut,
+    Read(String),
+}
+
+/// Reads a whole body: at most `max` bytes, within `timeout` in all.
+async fn read_body(body: axum::body::Body, max: usize, timeout: Duration) -> Result<Bytes, BodyError> {
+    let limited = http_body_util::Limited::new(body, max);
+    match tokio::time::timeout(timeout, http_body_util::BodyExt::collect(limited)).await {
+        Err(_) => Err(BodyError::TimedOut),
+        Ok(Ok(c)) => Ok(c.to_bytes()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(BodyError::TooLarge),
+        Ok(Err(e)) => Err(BodyError::Read(e.to_string())),
+    }
+}
+
+/// The declared `Content-Length`, if any and readable.
+fn content_length(h: &HeaderMap) -> Option<u64> {
+    h.get(header::CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
+}
+
+async fn post_apply(State(st): State<AppState>, req: Request) -> Response {
     let root = st.agent.config().root.display().to_string();
-    let body = match body {
+    let max = st.limits.max_body;
+    // Refused before a byte of the body is read.
+    if content_length(req.headers()).is_some_and(|n| n > max as u64) {
+        warn!(%root, "apply refused (413): declared body over {max} bytes");
+        return too_large(max);
+    }
+    // One apply running, one waiting; the rest are told to come back.
+    let Ok(_slot) = st.apply_slots.clone().try_acquire_owned() else {
+        warn!(%root, "apply refused (429): an apply is running and another is waiting");
+        let mut resp =
+            error(StatusCode::TOO_MANY_REQUESTS, "busy: one apply is running and another is waiting; retry later");
+        resp.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+        return resp;
+    };
+    let body = match read_body(req.into_body(), max, st.limits.body_timeout).await {
         Ok(b) => b,
-        Err(rej) => {
-            let status = rej.status();
-            let msg = if status == StatusCode::PAYLOAD_TOO_LARGE {
-                format!("body is over the limit of {} bytes", st.max_body)
-            } else {
-                format!("cannot read body: {rej}")
+        Err(e) => {
+            let resp = match e {
+                BodyError::TooLarge => too_large(max),
+                BodyError::TimedOut => error(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!("the body did not arrive within {:?}", st.limits.body_timeout),
+                ),
+                BodyError::Read(m) => error(StatusCode::BAD_REQUEST, format!("cannot read body: {m}")),
             };
-            warn!(%root, "apply refused ({}): {msg}", status.as_u16());
-            return error(status, msg);
+            warn!(%root, "apply refused ({}): cannot read the body", resp.status().as_u16());
+            return resp;
         }
     };
     let parsed: Result<ApplyRequest, _> = serde_json::from_slice(&body);

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Parser as _;
+use haptic_agent::api::Limits;
 use haptic_agent::config::{Cli, Command, LogFormat, RunArgs};
 use haptic_agent::metrics::Metrics;
 use haptic_agent::{Agent, AgentConfig, AppState, Credentials};
@@ -29,6 +30,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Run(a) => {
+            let a = *a;
             init_logging(a.log_format);
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             rt.block_on(run(a))
@@ -71,7 +73,14 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
         }
         info!("shutting down: finishing in-flight applies");
     };
-    let state = AppState { agent: agent.clone(), credentials, max_body: a.max_body };
+    let limits = Limits {
+        max_body: a.max_body,
+        header_timeout: a.header_timeout,
+        idle_timeout: a.idle_timeout,
+        body_timeout: a.body_timeout,
+        max_connections: a.max_connections,
+    };
+    let state = AppState::new(agent.clone(), credentials, limits);
     haptic_agent::serve(listener, state, shutdown).await?;
     agent.quiesce().await;
     background.abort();

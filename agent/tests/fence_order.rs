@@ -4,27 +4,9 @@
 
 mod common;
 
-use std::os::unix::fs::PermissionsExt;
-
 use common::*;
 use haptic_e2e::haproxy_bins;
-use haptic_e2e::HaproxyBin;
 use haptic_protocol::Mode;
-
-/// A wrapper of the real HAProxy that, while `dir/gate` exists, holds every `-c` run until a line
-/// is written to `dir/fifo`. Everything else runs the real binary at once.
-fn gated(bin: &HaproxyBin, dir: &std::path::Path) -> HaproxyBin {
-    let script = dir.join("haproxy-gated");
-    let text = format!(
-        "#!/bin/sh\nfor a in \"$@\"; do\n  if [ \"$a\" = \"-c\" ] && [ -e '{d}/gate' ]; then read _ < '{d}/fifo'; break; fi\ndone\nexec '{real}' \"$@\"\n",
-        d = dir.display(),
-        real = bin.path.display()
-    );
-    std::fs::write(&script, text).unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    nix::unistd::mkfifo(&dir.join("fifo"), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
-    HaproxyBin { path: script, ..bin.clone() }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fence_is_persisted_before_staging_on_every_version() {

@@ -208,3 +208,26 @@ pub fn port() -> u16 {
 pub fn live(pod: &Pod, path: &str) -> std::path::PathBuf {
     pod.root().join("current").join(path)
 }
+
+/// A wrapper of the real HAProxy that, while `dir/gate` exists, holds every `-c` run until a line
+/// is written to `dir/fifo`. Everything else runs the real binary at once.
+/// Opens the gate of [`gated`] for one held `haproxy -c` (blocks until one reads).
+pub fn release_one(dir: &std::path::Path) {
+    use std::io::Write as _;
+    let mut f = std::fs::OpenOptions::new().write(true).open(dir.join("fifo")).unwrap();
+    f.write_all(b"go\n").unwrap();
+}
+
+pub fn gated(bin: &HaproxyBin, dir: &std::path::Path) -> HaproxyBin {
+    let script = dir.join("haproxy-gated");
+    let text = format!(
+        "#!/bin/sh\nfor a in \"$@\"; do\n  if [ \"$a\" = \"-c\" ] && [ -e '{d}/gate' ]; then read _ < '{d}/fifo'; break; fi\ndone\nexec '{real}' \"$@\"\n",
+        d = dir.display(),
+        real = bin.path.display()
+    );
+    std::fs::write(&script, text).unwrap();
+    let mode = <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755);
+    std::fs::set_permissions(&script, mode).unwrap();
+    nix::unistd::mkfifo(&dir.join("fifo"), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    HaproxyBin { path: script, ..bin.clone() }
+}
