@@ -29,6 +29,7 @@ use tracing::warn;
 
 use crate::apply::{Agent, Refusal};
 use crate::error::AgentError;
+use crate::tree::Drift;
 
 /// `user:password` for HTTP Basic auth.
 #[derive(Clone)]
@@ -244,8 +245,8 @@ async fn get_state(State(st): State<AppState>, q: Result<Query<StateQuery>, Quer
         Ok(v) => v,
         Err(msg) => return error(StatusCode::BAD_REQUEST, msg),
     };
-    match st.agent.state(verify).await {
-        Ok(s) => Json(s).into_response(),
+    match st.agent.state_marked(verify).await {
+        Ok((s, drift)) => Json(mark_drift(s, &drift)).into_response(),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
@@ -275,6 +276,28 @@ async fn read_body(body: axum::body::Body, max: usize, timeout: Duration) -> Res
 /// The declared `Content-Length`, if any and readable.
 fn content_length(h: &HeaderMap) -> Option<u64> {
     h.get(header::CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
+}
+
+/// The state as JSON, with each drifted file of `files` marked `"missing": true` or
+/// `"not_regular": true` (peers that do not know the markers still see its changed digest).
+fn mark_drift(s: haptic_protocol::StateResponse, drift: &[(haptic_protocol::RelPath, Drift)]) -> serde_json::Value {
+    let mut v = serde_json::to_value(&s).unwrap_or_default();
+    if drift.is_empty() {
+        return v;
+    }
+    if let Some(files) = v.get_mut("files").and_then(|f| f.as_array_mut()) {
+        for f in files {
+            let Some(path) = f.get("path").and_then(|p| p.as_str()) else { continue };
+            if let Some((_, how)) = drift.iter().find(|(p, _)| p.as_str() == path) {
+                let key = match how {
+                    Drift::Missing => "missing",
+                    Drift::NotRegular => "not_regular",
+                };
+                f[key] = serde_json::Value::Bool(true);
+            }
+        }
+    }
+    v
 }
 
 async fn post_apply(State(st): State<AppState>, req: Request) -> Response {

@@ -166,9 +166,20 @@ async fn bad_input_changes_nothing_on_every_version() {
             apply(&pod, &request((1, next()), Some(p1), Mode::Reload, &files, |p| p == "haproxy.cfg", vec![])).await;
         assert_eq!(st, 409, "{label}: {v}");
         assert_eq!(v["missing"], json!(["maps/a.map"]), "{label}: {v}");
-        let after = state(&pod, true).await;
-        assert!(after.files.iter().all(|f| f.path.as_str() != "maps/a.map"), "{label}: a symlink is not a tree file");
+        // Drift is visible: the symlink is listed as not regular, a deleted file as missing.
+        let marked = |v: &Value, path: &str| -> Value {
+            v["files"].as_array().unwrap().iter().find(|f| f["path"] == path).cloned().unwrap_or(Value::Null)
+        };
+        let (_, text) = pod.client().get("/v1/state?verify=1").await.unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let f = marked(&v, "maps/a.map");
+        assert_eq!(f["not_regular"], true, "{label}: {v}");
+        assert_eq!(f["digest"], json!(Digest::of(b"")), "{label}: a symlink is not a tree file: {v}");
         std::fs::remove_file(live(&pod, "maps/a.map")).unwrap();
+        let (_, text) = pod.client().get("/v1/state?verify=1").await.unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(marked(&v, "maps/a.map")["missing"], true, "{label}: {v}");
+        assert!(marked(&v, "haproxy.cfg").get("missing").is_none(), "{label}: {v}");
         std::fs::write(live(&pod, "maps/a.map"), b"k v\n").unwrap();
 
         // Nothing changed, nothing reloaded.

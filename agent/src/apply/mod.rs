@@ -26,7 +26,7 @@ use crate::metrics::Metrics;
 use crate::pacer::{PaceDecision, Pacer};
 use crate::reload::{probe, reload_verified, Probe, ReloadError};
 use crate::store::{baseline_check, fence_step, AppliedRecord, FenceStep, GoodRecord, LastAccepted, Persisted, Store};
-use crate::tree::{hash_dir, plan_tree, StageError, Stamps, Tree};
+use crate::tree::{plan_tree, verify_dir, Drift, StageError, Stamps, Tree};
 
 mod admit;
 mod health;
@@ -118,7 +118,8 @@ pub struct Agent {
     state_cli: MasterCli,
     metrics: Arc<Metrics>,
     inner: tokio::sync::Mutex<Inner>,
-    snapshot: RwLock<Persisted>,
+    /// The last published record: readers clone the `Arc`, writers swap it (never held across work).
+    snapshot: RwLock<Arc<Persisted>>,
     pacer: Mutex<Pacer>,
     probe: RwLock<Option<Probe>>,
     /// Why HAProxy is known to be gone (`None` while it runs or nothing is known).
@@ -169,7 +170,7 @@ impl Agent {
             cli,
             state_cli,
             metrics,
-            snapshot: RwLock::new(p.clone()),
+            snapshot: RwLock::new(Arc::new(p.clone())),
             inner: tokio::sync::Mutex::new(Inner { p }),
             pacer: Mutex::new(pacer),
             probe: RwLock::new(None),
@@ -232,7 +233,8 @@ impl Agent {
     }
 
     fn publish(&self, p: &Persisted) {
-        *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = p.clone();
+        let next = Arc::new(p.clone());
+        *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = next;
     }
 
     fn save(&self, p: &Persisted) -> Result<(), AgentError> {

@@ -6,9 +6,65 @@
 use super::*;
 
 impl Agent {
-    /// `GET /v1/state`: never waits for an apply.
+    fn published(&self) -> Arc<Persisted> {
+        self.snapshot.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The published record and the tree it names, re-hashed from disk, from one and the same
+    /// plan: the hash is of the record's own tree (never of whatever `current` is by then), and
+    /// it is retried when an apply published another record meanwhile.
+    async fn verified(&self) -> Result<(Arc<Persisted>, Vec<(FileEntry, Option<Drift>)>), AgentError> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let snap = self.published();
+            let (dir, index) = match &snap.applied {
+                Some(a) => (Some(self.tree.dir_of(&a.tree)), a.files.clone()),
+                None => (self.tree.live_dir()?, vec![]),
+            };
+            let Some(dir) = dir else { return Ok((snap, vec![])) };
+            let hashed = tokio::task::spawn_blocking(move || verify_dir(&dir, &index))
+                .await
+                .map_err(|e| AgentError::Tree(format!("hash task: {e}")))?;
+            let again = self.published();
+            let same = Arc::ptr_eq(&snap, &again)
+                || snap.applied.as_ref().map(|a| (&a.tree, a.plan_id))
+                    == again.applied.as_ref().map(|a| (&a.tree, a.plan_id));
+            match hashed {
+                Ok(files) if same => return Ok((snap, files)),
+                // The tree was replaced (or removed) while it was read: read the new one.
+                _ if tries < 20 => continue,
+                Ok(files) => return Ok((snap, files)),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// `GET /v1/state`: never waits for an apply. Drifted files (with `verify`) are returned
+    /// beside the response, to be marked in `files`.
+    pub async fn state_marked(&self, verify: bool) -> Result<(StateResponse, Vec<(RelPath, Drift)>), AgentError> {
+        let (snap, verified) = if verify || self.published().applied.is_none() {
+            let (s, f) = self.verified().await?;
+            (s, Some(f))
+        } else {
+            (self.published(), None)
+        };
+        let drift: Vec<(RelPath, Drift)> =
+            verified.iter().flatten().filter_map(|(f, m)| m.map(|m| (f.path.clone(), m))).collect();
+        let files = match verified {
+            Some(v) => v.into_iter().map(|(f, _)| f).collect(),
+            None => snap.applied.as_ref().map(|a| a.files.clone()).unwrap_or_default(),
+        };
+        let resp = self.state_from(&snap, files, verify).await;
+        Ok((resp, drift))
+    }
+
+    /// `GET /v1/state` without drift markers.
     pub async fn state(&self, verify: bool) -> Result<StateResponse, AgentError> {
-        let snap = self.snapshot.read().unwrap_or_else(|e| e.into_inner()).clone();
+        Ok(self.state_marked(verify).await?.0)
+    }
+
+    async fn state_from(&self, snap: &Persisted, files: Vec<FileEntry>, verify: bool) -> StateResponse {
         let fresh = probe(&self.state_cli).await;
         let busy = self.inner.try_lock().is_err();
         let down = self.down_reason().is_some();
@@ -48,17 +104,6 @@ impl Agent {
                 }
             }
         };
-        let files = if verify || snap.applied.is_none() {
-            let live = self.tree.live_dir()?;
-            match live {
-                Some(d) => tokio::task::spawn_blocking(move || hash_dir(&d))
-                    .await
-                    .map_err(|e| AgentError::Tree(format!("hash task: {e}")))??,
-                None => vec![],
-            }
-        } else {
-            snap.applied.as_ref().map(|a| a.files.clone()).unwrap_or_default()
-        };
         let pending = lock(&self.pacer).due(Instant::now());
         let pending_reload = pending.and_then(|(plan, d)| {
             Some(PendingReload {
@@ -66,7 +111,7 @@ impl Agent {
                 due_in_ms: u64::try_from(d.as_millis()).ok()?,
             })
         });
-        Ok(StateResponse {
+        StateResponse {
             api: API_VERSION,
             agent: AgentInfo { version: env!("CARGO_PKG_VERSION").to_string() },
             haproxy,
@@ -83,6 +128,6 @@ impl Agent {
             files,
             verified: verify,
             last_error: snap.last_error.clone(),
-        })
+        }
     }
 }
