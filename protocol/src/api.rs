@@ -86,6 +86,9 @@ pub enum Mode {
     FileOnly,
     /// Swap the tree and reload HAProxy.
     Reload,
+    /// A mode from a newer minor version; an agent lands it as a checked `reload`.
+    #[serde(other)]
+    Unknown,
 }
 
 impl Mode {
@@ -95,6 +98,7 @@ impl Mode {
             Mode::Runtime => "runtime",
             Mode::FileOnly => "file_only",
             Mode::Reload => "reload",
+            Mode::Unknown => "unknown",
         }
     }
 }
@@ -342,6 +346,9 @@ pub enum ReloadState {
     Done,
     /// The reload is scheduled for the end of the pacing interval.
     Scheduled,
+    /// A state from a newer minor version: not known to be done (follow it up like `scheduled`).
+    #[serde(other)]
+    Unknown,
 }
 
 /// The reload part of an ACK.
@@ -381,6 +388,9 @@ pub enum ConflictKind {
     UnknownBaseline,
     /// A desired file is neither present with its digest nor sent.
     MissingParts,
+    /// A kind from a newer minor version (a writer re-reads the state and sends complete state).
+    #[serde(other)]
+    Unknown,
 }
 
 impl ConflictKind {
@@ -391,6 +401,7 @@ impl ConflictKind {
             ConflictKind::PrevMismatch => "prev_mismatch",
             ConflictKind::UnknownBaseline => "unknown_baseline",
             ConflictKind::MissingParts => "missing_parts",
+            ConflictKind::Unknown => "unknown",
         }
     }
 }

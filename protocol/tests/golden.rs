@@ -224,6 +224,22 @@ fn unknown_op_kind_decodes_in_a_request() {
 }
 
 #[test]
+fn unknown_enum_values_from_a_newer_minor_decode() {
+    let mut v = fixture("apply.json");
+    v["mode"] = json!("turbo");
+    let req: ApplyRequest = serde_json::from_value(v).unwrap();
+    assert_eq!(req.mode, Mode::Unknown);
+    let ack: Ack = serde_json::from_value(json!({"applied": pid(), "running": null, "mode": "turbo", "reasons": [],
+        "reload": {"state": "queued", "due_in_ms": 5}}))
+    .unwrap();
+    assert_eq!((ack.mode, ack.reload.unwrap().state), (Mode::Unknown, ReloadState::Unknown));
+    let c: Conflict = serde_json::from_value(json!({"error": "x", "conflict": "lease_lost", "fence": null,
+        "actual_baseline": null}))
+    .unwrap();
+    assert_eq!(c.conflict, ConflictKind::Unknown);
+}
+
+#[test]
 fn versions() {
     assert!(API_VERSION.compatible_with(&ApiVersion { major: 1, minor: 7 }));
     assert!(!API_VERSION.compatible_with(&ApiVersion { major: 2, minor: 0 }));

@@ -102,7 +102,8 @@ impl Agent {
                     Ok((Mode::Reload, Some(self.reload_paced(p).await?)))
                 }
             },
-            Mode::Reload => Ok((Mode::Reload, Some(self.reload_paced(p).await?))),
+            // decide_mode never keeps an unknown mode: it is a checked reload.
+            Mode::Reload | Mode::Unknown => Ok((Mode::Reload, Some(self.reload_paced(p).await?))),
         }
     }
 

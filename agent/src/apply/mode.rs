@@ -34,6 +34,10 @@ impl Agent {
         let cfg_changed = old_cfg != new_cfg;
         match req.mode {
             Mode::Reload => Mode::Reload,
+            Mode::Unknown => {
+                reasons.push("a mode this agent does not know (newer protocol): checked reload instead".into());
+                Mode::Reload
+            }
             Mode::FileOnly => {
                 if cfg_changed {
                     reasons.push("file_only refused: haproxy.cfg changed, reloading".into());
