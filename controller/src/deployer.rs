@@ -548,13 +548,14 @@ impl Deployer {
                             pd = self.diff_for(&ep.name, &k, render, shared);
                             pod_files = k.files;
                         }
-                        ConflictKind::PrevMismatch | ConflictKind::UnknownBaseline => {
+                        ConflictKind::PrevMismatch | ConflictKind::UnknownBaseline | ConflictKind::Unknown => {
                             pd = complete_state(format!(
                                 "{}: complete state and a reload",
-                                if c.conflict == ConflictKind::UnknownBaseline {
-                                    "the agent has no applied plan"
-                                } else {
-                                    "the pod's plan changed again while re-diffing"
+                                match c.conflict {
+                                    ConflictKind::UnknownBaseline => "the agent has no applied plan",
+                                    ConflictKind::Unknown =>
+                                        "the agent answered a conflict this controller does not know",
+                                    _ => "the pod's plan changed again while re-diffing",
                                 }
                             ));
                         }
@@ -616,7 +617,8 @@ impl Deployer {
                 k.blob = req.blob.clone();
             }
         }
-        let scheduled = ack.reload.as_ref().filter(|r| r.state == haptic_protocol::ReloadState::Scheduled);
+        // A reload state this controller does not know is followed up like a scheduled one.
+        let scheduled = ack.reload.as_ref().filter(|r| r.state != haptic_protocol::ReloadState::Done);
         let converged = ack.running == Some(target);
         info!(pod = %ep.name, plan = %target.short(), mode = %ack.mode, converged, "ACK");
         self.board.pod(&ep.name, |p| {
