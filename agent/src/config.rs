@@ -88,6 +88,14 @@ pub struct RunArgs {
     /// The most HTTP connections served at once; more are closed as soon as they are accepted.
     #[arg(long, env = "HAPTIC_AGENT_MAX_CONNECTIONS", default_value_t = 64)]
     pub max_connections: usize,
+    /// An absolute path prefix the config may make HAProxy read outside the tree (repeatable).
+    #[arg(long = "allow-path", env = "HAPTIC_AGENT_ALLOW_PATH", value_delimiter = ',',
+          default_values_t = ["/etc/ssl/certs".to_string(), "/usr/share/ca-certificates".to_string()])]
+    pub allow_path: Vec<String>,
+    /// The directory sockets of the config (`stats socket`, unix `bind`) must live under
+    /// (default: the master socket's directory).
+    #[arg(long, env = "HAPTIC_AGENT_SOCKET_DIR")]
+    pub socket_dir: Option<PathBuf>,
     /// Log format.
     #[arg(long, env = "HAPTIC_AGENT_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -175,5 +183,6 @@ mod tests {
             (Duration::from_secs(10), Duration::from_secs(60), Duration::from_secs(120))
         );
         assert_eq!(r.max_connections, 64);
+        assert_eq!(r.allow_path, ["/etc/ssl/certs", "/usr/share/ca-certificates"]);
     }
 }

@@ -59,6 +59,14 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
         reload_timeout: a.reload_timeout,
         pod: a.pod_name.clone().unwrap_or_else(|| a.root.display().to_string()),
         bind_precheck: a.bind_precheck,
+        path_policy: haptic_haproxy::paths::PathPolicy {
+            allowed: a.allow_path.clone(),
+            socket_dir: a
+                .socket_dir
+                .clone()
+                .or_else(|| a.master_socket.parent().map(std::path::Path::to_path_buf))
+                .map(|d| d.display().to_string()),
+        },
     };
     let agent = Agent::open(cfg, metrics).with_context(|| format!("open {}", a.root.display()))?;
     let background = agent.spawn_background();

@@ -57,6 +57,8 @@ pub struct AgentConfig {
     pub pod: String,
     /// Refuse a reload whose new TCP binds are held by another socket (see [`crate::check::precheck_binds`]).
     pub bind_precheck: bool,
+    /// Where config paths may point outside the tree, and where sockets may live.
+    pub path_policy: haptic_haproxy::paths::PathPolicy,
 }
 
 /// Why an apply was refused (nothing changed, except a raised fence high-water mark).

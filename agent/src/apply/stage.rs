@@ -86,7 +86,14 @@ impl Agent {
     /// Checks whatever a reload will load (or lies on disk for file_only): `haproxy -c`, then
     /// the bind pre-check. A refusal removes the staged tree.
     pub(super) async fn check(&self, staged: Staged, mode: Mode) -> Result<Staged, Refusal> {
-        let refused = if mode == Mode::Runtime {
+        let refused = if let Err(why) = self.check_paths(&staged) {
+            Some(Nack {
+                error: "the config makes HAProxy read paths outside the tree".into(),
+                rejected: true,
+                haproxy_output: why.join("\n"),
+                reason: format!("path rules: {}", why.first().map(String::as_str).unwrap_or_default()),
+            })
+        } else if mode == Mode::Runtime {
             None
         } else if let Err(e) = check_tree(&self.cfg.haproxy_bin, &staged.dir).await {
             Some(Nack {
@@ -112,6 +119,18 @@ impl Agent {
                 Err(Refusal::Nack(Box::new(nack)))
             }
         }
+    }
+
+    /// The path rules (BRIEF §2) over the staged config, before `haproxy -c` reads anything.
+    fn check_paths(&self, staged: &Staged) -> Result<(), Vec<String>> {
+        use haptic_haproxy::paths::{check_paths, file_refs};
+        let dir = staged.dir.clone();
+        let read = move |p: &str| -> Option<String> {
+            let rel = RelPath::new(p).ok()?;
+            std::fs::read_to_string(dir.join(rel.as_str())).ok()
+        };
+        let refs = file_refs(&staged.new_cfg, &read);
+        check_paths(&staged.new_cfg, &refs, &self.cfg.path_policy)
     }
 
     /// Removes a staged tree that will not be swapped in (off the async runtime).
