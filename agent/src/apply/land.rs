@@ -99,7 +99,8 @@ impl Agent {
                             reason: format!("runtime op failed ({why}) and the tree does not pass haproxy -c"),
                         })));
                     }
-                    Ok((Mode::Reload, Some(self.reload_paced(p).await?)))
+                    // At once, not paced: the worker holds the ops that landed before the failure.
+                    Ok((Mode::Reload, Some(self.reload_now(p).await?)))
                 }
             },
             // decide_mode never keeps an unknown mode: it is a checked reload.

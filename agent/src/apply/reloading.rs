@@ -65,6 +65,28 @@ impl Agent {
         }
     }
 
+    /// Reloads at once, outside the pacing (after a failed runtime op the worker holds part of a
+    /// batch: it must not keep it until the interval ends). A pending reload is taken over: this
+    /// one loads the latest tree.
+    pub(super) async fn reload_now(&self, p: &mut Persisted) -> Result<ReloadStatus, Refusal> {
+        {
+            let mut pacer = lock(&self.pacer);
+            pacer.cancel_pending();
+            pacer.started(Instant::now());
+        }
+        self.metrics.pending_reload.set(0);
+        match self.run_reload(p).await {
+            Ok(()) => Ok(ReloadStatus { state: ReloadState::Done, due_in_ms: None }),
+            Err(ReloadFail::Unavailable(why)) => Err(Refusal::Unavailable(why)),
+            Err(ReloadFail::Refused(output)) => Err(Refusal::Nack(Box::new(Nack {
+                error: "HAProxy refused the reload; the last good tree is live again".into(),
+                rejected: true,
+                haproxy_output: output,
+                reason: "reload failed".into(),
+            }))),
+        }
+    }
+
     /// Asks the pacer; reloads now or schedules.
     pub(super) async fn reload_paced(&self, p: &mut Persisted) -> Result<ReloadStatus, Refusal> {
         let plan = p.applied.as_ref().map(|a| a.plan_id).ok_or_else(|| Refusal::Internal("nothing applied".into()))?;
