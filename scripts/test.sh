@@ -18,6 +18,9 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "==> real-HAProxy harness on every version (output shown)"
 cargo test --locked -p haptic-e2e --test harness -- --nocapture --test-threads=1
 
+echo "==> fuzz targets, bounded run (scripts/fuzz.sh runs them longer)"
+PROPTEST_CASES="${HAPTIC_FUZZ_CASES:-256}" cargo test --locked -p haptic-protocol -p haptic-haproxy --test fuzz
+
 echo "==> cargo test (whole workspace)"
 cargo test --workspace --locked -- --test-threads="${HAPTIC_TEST_THREADS:-2}"
 
