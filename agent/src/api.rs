@@ -155,6 +155,16 @@ pub async fn serve(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    serve_tls(listener, state, None, shutdown).await
+}
+
+/// [`serve`], over TLS when `tls` is given (the handshake is bounded by the header timeout).
+pub async fn serve_tls(
+    listener: TcpListener,
+    state: AppState,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let limits = state.limits;
     let app = router(state);
     let conns = Arc::new(Semaphore::new(limits.max_connections.max(1)));
@@ -182,11 +192,30 @@ pub async fn serve(
                     continue;
                 };
                 let svc = hyper_util::service::TowerToHyperService::new(app.clone());
-                let conn = graceful.watch(http.serve_connection(hyper_util::rt::TokioIo::new(stream), svc));
-                tokio::spawn(async move {
-                    let _ = conn.await;
-                    drop(permit);
-                });
+                match &tls {
+                    None => {
+                        let conn = graceful.watch(http.serve_connection(hyper_util::rt::TokioIo::new(stream), svc));
+                        tokio::spawn(async move {
+                            let _ = conn.await;
+                            drop(permit);
+                        });
+                    }
+                    Some(acceptor) => {
+                        let (acceptor, http, watcher) = (acceptor.clone(), http.clone(), graceful.watcher());
+                        let handshake = limits.header_timeout.min(limits.idle_timeout);
+                        tokio::spawn(async move {
+                            match tokio::time::timeout(handshake, acceptor.accept(stream)).await {
+                                Ok(Ok(tls)) => {
+                                    let conn = http.serve_connection(hyper_util::rt::TokioIo::new(tls), svc);
+                                    let _ = watcher.watch(conn).await;
+                                }
+                                Ok(Err(e)) => tracing::debug!("TLS handshake failed: {e}"),
+                                Err(_) => tracing::debug!("TLS handshake timed out"),
+                            }
+                            drop(permit);
+                        });
+                    }
+                }
             }
             () = &mut shutdown => break,
         }

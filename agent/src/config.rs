@@ -96,6 +96,12 @@ pub struct RunArgs {
     /// (default: the master socket's directory).
     #[arg(long, env = "HAPTIC_AGENT_SOCKET_DIR")]
     pub socket_dir: Option<PathBuf>,
+    /// Serve HTTPS with this PEM certificate chain (leaf first); needs `--tls-key-file`.
+    #[arg(long, env = "HAPTIC_AGENT_TLS_CERT_FILE", requires = "tls_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The PEM private key of `--tls-cert-file`.
+    #[arg(long, env = "HAPTIC_AGENT_TLS_KEY_FILE", requires = "tls_cert_file")]
+    pub tls_key_file: Option<PathBuf>,
     /// Log format.
     #[arg(long, env = "HAPTIC_AGENT_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,

@@ -50,6 +50,10 @@ fn init_logging(format: LogFormat) {
 
 async fn run(a: RunArgs) -> anyhow::Result<()> {
     let credentials = Credentials::from_file(&a.credentials_file)?;
+    let tls = match (&a.tls_cert_file, &a.tls_key_file) {
+        (Some(c), Some(k)) => Some(haptic_agent::tls::acceptor(c, k)?),
+        _ => None,
+    };
     let metrics = Arc::new(Metrics::new());
     let cfg = AgentConfig {
         root: a.root.clone(),
@@ -71,7 +75,7 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
     let agent = Agent::open(cfg, metrics).with_context(|| format!("open {}", a.root.display()))?;
     let background = agent.spawn_background();
     let listener = tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("bind {}", a.listen))?;
-    info!(listen = %listener.local_addr()?, root = %a.root.display(), "haptic-agent serving");
+    info!(listen = %listener.local_addr()?, root = %a.root.display(), tls = tls.is_some(), "haptic-agent serving");
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let shutdown = async move {
@@ -89,7 +93,7 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
         max_connections: a.max_connections,
     };
     let state = AppState::new(agent.clone(), credentials, limits);
-    haptic_agent::serve(listener, state, shutdown).await?;
+    haptic_agent::api::serve_tls(listener, state, tls, shutdown).await?;
     agent.quiesce().await;
     background.abort();
     info!("bye");
