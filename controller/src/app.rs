@@ -42,6 +42,8 @@ pub struct Settings {
     pub max_parallel: usize,
     /// The gate latch's resting mode.
     pub gate: GateMode,
+    /// The PEM CA bundle that signed the agents' TLS certificates (`https://` agents).
+    pub agent_ca_file: Option<PathBuf>,
 }
 
 /// Standalone settings.
@@ -127,7 +129,13 @@ pub async fn start(
         GateStatus::from_latch(&Latch::new(settings.gate), None),
         ControllerStatus { identity: fence.identity(), epoch: fence.epoch(), ..Default::default() },
     ));
-    let client = AgentClient::new(settings.credentials.clone(), settings.sync_timeout)?;
+    let ca = match &settings.agent_ca_file {
+        Some(p) => {
+            Some(std::fs::read(p).map_err(|e| Error::Client(format!("read --agent-ca-file {}: {e}", p.display())))?)
+        }
+        None => None,
+    };
+    let client = AgentClient::with_ca(settings.credentials.clone(), settings.sync_timeout, ca.as_deref())?;
     let deployer = Arc::new(Deployer::new(
         client,
         fence.clone(),

@@ -84,6 +84,9 @@ struct RunArgs {
     /// The agents' credentials file (one line `user:password`).
     #[arg(long, env = "HAPTIC_CONTROLLER_CREDENTIALS_FILE")]
     credentials_file: PathBuf,
+    /// The PEM CA bundle that signed the agents' TLS certificates; needed for `https://` agents.
+    #[arg(long, env = "HAPTIC_CONTROLLER_AGENT_CA_FILE")]
+    agent_ca_file: Option<PathBuf>,
     /// The admin server (`/status`, `/metrics`, `/healthz`).
     #[arg(long, env = "HAPTIC_CONTROLLER_ADMIN_LISTEN", default_value = "127.0.0.1:9180")]
     admin_listen: SocketAddr,
@@ -136,6 +139,11 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
         bail!("only standalone mode is available in this build: pass --standalone");
     }
     let credentials = Credentials::load(&a.credentials_file)?;
+    if a.agent_ca_file.is_none() {
+        if let Some(u) = a.agents.iter().find(|u| u.starts_with("https://")) {
+            bail!("agent URL {u} is https://: pass --agent-ca-file with the CA that signed the agents' certificates");
+        }
+    }
     let settings = StandaloneSettings {
         common: Settings {
             admin_listen: a.admin_listen,
@@ -146,6 +154,7 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
             sync_timeout: a.sync_timeout,
             max_parallel: usize::from(a.max_parallel),
             gate: a.gate,
+            agent_ca_file: a.agent_ca_file,
         },
         config_dir: a.config_dir,
         agents: a.agents,
