@@ -164,6 +164,9 @@ pub struct StateResponse {
     pub verified: bool,
     /// The last failure, in HAProxy's words where it had any.
     pub last_error: Option<String>,
+    /// HAProxy's warnings about the applied config (a config can load with warnings).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub last_warnings: Vec<String>,
 }
 
 /// The bytes of one file sent in an apply.

@@ -72,6 +72,7 @@ fn state() {
         files: files(),
         verified: false,
         last_error: None,
+        last_warnings: vec![],
     };
     both_ways("state.json", &expected);
 }

@@ -320,8 +320,12 @@ impl Agent {
         let prev = self.swap_and_record(p, req, &mut staged, mode).await?;
         let (final_mode, reload) = self.land(p, &staged, mode, prev, &ops, &mut reasons).await?;
         self.gc(p);
-        // A landed apply ends whatever failure was recorded before.
+        // A landed apply ends whatever failure was recorded before; a checked one replaces the
+        // warnings HAProxy had about the config.
         p.last_error = None;
+        if let Some(w) = staged.warnings.take() {
+            p.last_warnings = w;
+        }
         let ack = Ack { applied: req.plan_id, running: p.running, mode: final_mode, reasons, reload };
         if let Some(la) = p.last_accepted.as_mut() {
             if la.fence == req.fence && la.plan_id == req.plan_id {

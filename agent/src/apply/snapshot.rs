@@ -128,6 +128,7 @@ impl Agent {
             files,
             verified: verify,
             last_error: snap.last_error.clone(),
+            last_warnings: snap.last_warnings.clone(),
         }
     }
 }

@@ -24,6 +24,8 @@ pub(super) struct Staged {
     pub old_cfg: String,
     /// The staged `haproxy.cfg`.
     pub new_cfg: String,
+    /// HAProxy's warnings from `haproxy -c` of this tree (`None`: not checked, a runtime apply).
+    pub warnings: Option<Vec<String>>,
 }
 
 impl Agent {
@@ -80,12 +82,17 @@ impl Agent {
             .await
             .map_err(|e| Refusal::Internal(format!("reading configs failed: {e}")))?
         };
-        Ok(Staged { id, dir, stamps, syncing, live_files, old_cfg, new_cfg })
+        Ok(Staged { id, dir, stamps, syncing, live_files, old_cfg, new_cfg, warnings: None })
     }
 
     /// Checks whatever a reload will load (or lies on disk for file_only): `haproxy -c`, then
     /// the bind pre-check. A refusal removes the staged tree.
-    pub(super) async fn check(&self, staged: Staged, mode: Mode) -> Result<Staged, Refusal> {
+    pub(super) async fn check(&self, mut staged: Staged, mode: Mode) -> Result<Staged, Refusal> {
+        let checked = if mode == Mode::Runtime || self.check_paths(&staged).is_err() {
+            None
+        } else {
+            Some(check_tree(&self.cfg.haproxy_bin, &staged.dir).await)
+        };
         let refused = if let Err(why) = self.check_paths(&staged) {
             Some(Nack {
                 error: "the config makes HAProxy read paths outside the tree".into(),
@@ -95,7 +102,7 @@ impl Agent {
             })
         } else if mode == Mode::Runtime {
             None
-        } else if let Err(e) = check_tree(&self.cfg.haproxy_bin, &staged.dir).await {
+        } else if let Some(Err(e)) = checked.clone() {
             Some(Nack {
                 error: "haproxy -c refused the config".into(),
                 rejected: true,
@@ -113,7 +120,10 @@ impl Agent {
             None
         };
         match refused {
-            None => Ok(staged),
+            None => {
+                staged.warnings = checked.and_then(Result::ok);
+                Ok(staged)
+            }
             Some(nack) => {
                 self.discard(staged).await;
                 Err(Refusal::Nack(Box::new(nack)))
