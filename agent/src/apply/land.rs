@@ -29,17 +29,17 @@ impl Agent {
         // The intent is on disk before `current` moves: after the swap, recovery trusts `current`
         // plus this intent, so the applied record is persisted with the ACK (before it is answered).
         p.intent = Some(record.clone());
-        let saved = self.store.save(p);
+        let saved = blocking(|| self.store.save(p));
         let synced = (&mut staged.syncing)
             .await
             .map_err(|e| AgentError::Tree(format!("fsync task failed: {e}")))
             .and_then(|r| r);
         if let Err(e) = saved.and(synced) {
             p.intent = None;
-            let _ = self.tree.remove(&staged.id);
+            let _ = blocking(|| self.tree.remove(&staged.id));
             return Err(e.into());
         }
-        self.tree.swap(&staged.id)?;
+        blocking(|| self.tree.swap(&staged.id))?;
         *lock(&self.stamps) = (staged.id.clone(), std::mem::take(&mut staged.stamps));
         let prev = p.applied.replace(record).map(|a| a.plan_id);
         p.intent = None;

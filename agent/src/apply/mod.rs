@@ -148,6 +148,17 @@ fn conflict(kind: ConflictKind, p: &Persisted, missing: Vec<RelPath>, error: Str
     }))
 }
 
+/// Runs file-system work that blocks (fsyncs, renames, `remove_dir_all`) without stalling the
+/// async runtime's other tasks (`/v1/state`, `/healthz`): on a multi-threaded runtime the worker
+/// hands its other tasks to another thread first. Elsewhere (a current-thread runtime, or no
+/// runtime at all) it just runs.
+fn blocking<R>(f: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -240,7 +251,7 @@ impl Agent {
     }
 
     fn save(&self, p: &Persisted) -> Result<(), AgentError> {
-        self.store.save(p)?;
+        blocking(|| self.store.save(p))?;
         self.publish(p);
         Ok(())
     }
@@ -288,7 +299,7 @@ impl Agent {
         let res = self.apply_fenced(p, &req, parts).await;
         if res.is_err() {
             // Staging linked (and removing the staged tree unlinked) live files.
-            self.refresh_stamps();
+            blocking(|| self.refresh_stamps());
         }
         res
     }

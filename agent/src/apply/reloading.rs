@@ -207,7 +207,7 @@ impl Agent {
         p.last_error = Some(why.to_string());
         if let Some(lg) = p.last_good.clone() {
             if self.tree.dir_of(&lg.tree).is_dir() {
-                self.tree.swap(&lg.tree)?;
+                blocking(|| self.tree.swap(&lg.tree))?;
                 p.applied = lg.applied.clone();
                 if let Some(a) = &lg.applied {
                     self.metrics.tree(a.files.len(), a.files.iter().map(|f| f.size).sum());
@@ -231,10 +231,12 @@ impl Agent {
         if let Some(g) = p.last_good.as_ref() {
             keep.push(&g.tree);
         }
-        if let Err(e) = self.tree.gc(&keep) {
-            warn!("removing old trees failed: {e}");
-        }
-        self.refresh_stamps();
+        blocking(|| {
+            if let Err(e) = self.tree.gc(&keep) {
+                warn!("removing old trees failed: {e}");
+            }
+            self.refresh_stamps();
+        });
     }
 
     /// Re-reads the live tree's stamps after the agent linked or unlinked its files (which moves
