@@ -55,3 +55,36 @@ async fn paths_outside_the_tree_are_refused_on_every_version() {
         println!("{label}: paths outside the tree refused");
     }
 }
+
+/// The same path list decides `file_only`: a certificate HAProxy loads only through a `crt-list`
+/// (the config never names it) is never `file_only`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_loaded_through_a_crt_list_is_never_file_only_on_every_version() {
+    let (pki1, pki2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    make_ca(pki1.path());
+    make_ca(pki2.path());
+    let pem = |d: &std::path::Path| {
+        let mut b = std::fs::read(d.join("agent.pem")).unwrap();
+        b.extend(std::fs::read(d.join("agent.key")).unwrap());
+        b
+    };
+    for bin in haproxy_bins() {
+        let label = bin.label();
+        let pod = pod(&bin).await;
+        let fe = port();
+        let tls = format!(
+            "frontend fe_tls\n    bind 127.0.0.1:{}   ssl crt-list lists/l.txt\n    default_backend be_app\n",
+            port()
+        );
+        let mut v1 = only_cfg(&cfg(pod.health_bind(), fe, &[("s1", 9001)], &tls));
+        v1.insert("lists/l.txt".into(), b"certs/site.pem\n".to_vec());
+        v1.insert("certs/site.pem".into(), pem(pki1.path()));
+        apply_ok(&pod, &request((1, 1), None, Mode::Reload, &v1, |_| true, vec![])).await;
+        let mut v2 = v1.clone();
+        v2.insert("certs/site.pem".into(), pem(pki2.path()));
+        let ack = apply_ok(&pod, &request((1, 2), Some(pid(&v1)), Mode::FileOnly, &v2, |_| true, vec![])).await;
+        assert_eq!(ack["mode"], "reload", "{label}: {ack}");
+        assert!(ack["reasons"].to_string().contains("loads certs/site.pem"), "{label}: {ack}");
+        println!("{label}: crt-list entry is loaded, not file_only");
+    }
+}

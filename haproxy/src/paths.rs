@@ -157,6 +157,35 @@ fn is_unix_addr(a: &str) -> bool {
     a.starts_with('/') || a.starts_with("unix@")
 }
 
+/// Which of `candidates` (tree paths) HAProxy loads when it loads `cfg_text`: a path the config
+/// names in a file directive (including `crt` companions and `crt-list` entries), a path under a
+/// directory it reads (`crt DIR/`, `crt-base`...), or any path [`crate::cfg::referenced_paths`]
+/// finds mentioned. A file HAProxy loads is never `file_only`. Pure.
+pub fn loaded_paths<'a>(
+    cfg_text: &str,
+    candidates: impl IntoIterator<Item = &'a haptic_protocol::RelPath>,
+    read_crt_list: &dyn Fn(&str) -> Option<String>,
+) -> std::collections::BTreeSet<haptic_protocol::RelPath> {
+    let candidates: Vec<&haptic_protocol::RelPath> = candidates.into_iter().collect();
+    let mut out = crate::cfg::referenced_paths(cfg_text, candidates.iter().copied());
+    let refs: Vec<(String, RefKind)> = file_refs(cfg_text, read_crt_list)
+        .into_iter()
+        .filter_map(|r| normalize(&r.path).map(|p| (p, r.kind)))
+        .filter(|(p, _)| !p.starts_with('/'))
+        .collect();
+    for c in candidates {
+        let hit = refs.iter().any(|(p, kind)| match kind {
+            RefKind::File => p == c.as_str(),
+            RefKind::Dir => p.is_empty() || under(c.as_str(), p),
+            RefKind::Socket => false,
+        });
+        if hit {
+            out.insert(c.clone());
+        }
+    }
+    out
+}
+
 /// Where paths may point.
 #[derive(Debug, Clone, Default)]
 pub struct PathPolicy {
@@ -330,6 +359,21 @@ mod tests {
         let text = "global\n    daemon\nfrontend f\n    bind :80\n";
         let why = check_paths(text, &file_refs(text, &|_| None), &policy()).unwrap_err();
         assert!(why[0].contains("default-path config"), "{why:?}");
+    }
+
+    #[test]
+    fn loaded_paths_include_companions_crt_list_entries_and_dirs() {
+        let text = format!(
+            "{HEAD}frontend f\n    bind :443 ssl crt certs/site.pem crt-list lists/l.txt\n    bind :444 ssl crt dir/\n"
+        );
+        let read = |p: &str| (p == "lists/l.txt").then(|| "certs/other.pem\n".to_string());
+        let paths: Vec<haptic_protocol::RelPath> =
+            ["certs/site.pem.key", "certs/other.pem", "dir/x.pem", "files/readme.txt", "certs/site.pem.ocsp"]
+                .into_iter()
+                .map(|p| haptic_protocol::RelPath::new(p).unwrap())
+                .collect();
+        let got: Vec<String> = loaded_paths(&text, paths.iter(), &read).into_iter().map(|p| p.to_string()).collect();
+        assert_eq!(got, ["certs/other.pem", "certs/site.pem.key", "certs/site.pem.ocsp", "dir/x.pem"]);
     }
 
     #[test]

@@ -47,7 +47,11 @@ impl Agent {
                     reasons.push("file_only refused: the apply carries runtime ops, reloading".into());
                     return Mode::Reload;
                 }
-                let loaded = haptic_haproxy::cfg::referenced_paths(new_cfg, changed_paths.iter().copied());
+                let read = |p: &str| -> Option<String> {
+                    let rel = RelPath::new(p).ok()?;
+                    std::fs::read_to_string(staged_dir.join(rel.as_str())).ok()
+                };
+                let loaded = haptic_haproxy::paths::loaded_paths(new_cfg, changed_paths.iter().copied(), &read);
                 if !loaded.is_empty() {
                     let list: Vec<String> = loaded.iter().map(|p| p.to_string()).collect();
                     reasons.push(format!("file_only refused: the config loads {}, reloading", list.join(", ")));
