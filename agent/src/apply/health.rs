@@ -88,16 +88,18 @@ impl Agent {
 
     /// Records that HAProxy is gone: nothing runs any plan, no reload is pending.
     pub(super) fn mark_down(&self, p: &mut Persisted, why: &str) {
-        let was = lock(&self.down).replace(why.to_string());
-        if was.is_none() {
-            warn!(root = %self.cfg.root.display(), "{why}");
-        }
         lock(&self.pacer).cancel_pending();
         self.metrics.pending_reload.set(0);
         p.running = None;
         p.last_error = Some(why.to_string());
         if let Err(e) = self.save(p) {
             warn!("recording that HAProxy is gone failed: {e}");
+            self.publish(p);
+        }
+        // Only now, so a reader that sees HAProxy gone also sees the record that says why.
+        let was = lock(&self.down).replace(why.to_string());
+        if was.is_none() {
+            warn!(root = %self.cfg.root.display(), "{why}");
         }
     }
 
