@@ -87,7 +87,9 @@ impl AgentClient {
         let http = b
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(5)))
-            .pool_idle_timeout(Duration::from_secs(30))
+            // Below the agents' idle bound (`--header-timeout`, default 10 s), so a pooled connection is
+            // never reused just as the agent closes it.
+            .pool_idle_timeout(Duration::from_secs(5))
             .build()
             .map_err(|e| Error::Client(e.to_string()))?;
         Ok(AgentClient { http, creds })
