@@ -41,6 +41,8 @@ cargo test --locked -p haptic-e2e --test harness -- --nocapture --test-threads=1
 
 echo "==> local control plane and kubelet stand-in (output shown: start-up time)"
 cargo test --locked -p haptic-e2e --test control_plane -- --nocapture
+echo "==> fuzz targets, bounded run (scripts/fuzz.sh runs them longer)"
+PROPTEST_CASES="${HAPTIC_FUZZ_CASES:-256}" cargo test --locked -p haptic-protocol -p haptic-haproxy --test fuzz
 
 echo "==> cargo test (whole workspace)"
 cargo test --workspace --locked -- --test-threads="${HAPTIC_TEST_THREADS:-2}"

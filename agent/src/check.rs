@@ -21,8 +21,26 @@ pub struct CheckFailed {
     pub output: String,
 }
 
-/// Runs `<bin> -c -f haproxy.cfg` in `tree_dir`; `Ok` only on exit code 0.
-pub async fn check_tree(bin: &Path, tree_dir: &Path) -> Result<(), CheckFailed> {
+/// HAProxy's `[WARNING]` lines in `text`, without the `(pid)` that differs between runs. Pure.
+pub fn warnings(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.trim().strip_prefix("[WARNING]")?.trim_start();
+            // `(1234) : config : ...` -> `config : ...`
+            let rest = match rest.strip_prefix('(').and_then(|r| r.split_once(')')) {
+                Some((pid, r)) if pid.chars().all(|c| c.is_ascii_digit()) => {
+                    r.trim_start().trim_start_matches(':').trim_start()
+                }
+                _ => rest,
+            };
+            Some(rest.to_string())
+        })
+        .collect()
+}
+
+/// Runs `<bin> -c -f haproxy.cfg` in `tree_dir`; `Ok` only on exit code 0, with HAProxy's
+/// warnings (a valid config may still have some).
+pub async fn check_tree(bin: &Path, tree_dir: &Path) -> Result<Vec<String>, CheckFailed> {
     let mut cmd = Command::new(bin);
     cmd.arg("-c")
         .arg("-f")
@@ -38,7 +56,7 @@ pub async fn check_tree(bin: &Path, tree_dir: &Path) -> Result<(), CheckFailed> 
         Ok(Ok(out)) => out,
     };
     if out.status.success() {
-        return Ok(());
+        return Ok(warnings(&String::from_utf8_lossy(&out.stderr)));
     }
     let mut text = String::from_utf8_lossy(&out.stderr).trim_end().to_string();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -95,6 +113,14 @@ fn probe_bind(addr: std::net::SocketAddr) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn warning_lines_lose_their_pid() {
+        let text =
+            "[NOTICE]   (1) : x\n[WARNING]  (2726) : config : parsing [haproxy.cfg:11] : a rule.\n[ALERT] (3) : y\n";
+        assert_eq!(warnings(text), vec!["config : parsing [haproxy.cfg:11] : a rule.".to_string()]);
+        assert!(warnings("").is_empty());
+    }
 
     #[test]
     fn a_port_held_by_another_socket_is_refused() {

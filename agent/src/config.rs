@@ -24,7 +24,7 @@ pub enum Command {
     /// Write a bootstrap tree HAProxy can start on (does nothing on an initialised root).
     Init(InitArgs),
     /// Serve `/v1/state`, `/v1/apply`, `/healthz`, `/readyz` and `/metrics`.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
 }
 
 /// Flags of `haptic-agent init`.
@@ -74,6 +74,34 @@ pub struct RunArgs {
     /// The largest accepted request body.
     #[arg(long, env = "HAPTIC_AGENT_MAX_BODY", default_value = "256MiB", value_parser = parse_size)]
     pub max_body: usize,
+    /// How long a request's headers may take to arrive, counted from when the connection waits
+    /// for the request.
+    #[arg(long, env = "HAPTIC_AGENT_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub header_timeout: Duration,
+    /// How long a kept-alive connection may wait for its next request (bounded by
+    /// `--header-timeout` too: HTTP/1 waits for a request by reading its headers).
+    #[arg(long, env = "HAPTIC_AGENT_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+    /// How long a whole request body may take to arrive.
+    #[arg(long, env = "HAPTIC_AGENT_BODY_TIMEOUT", default_value = "120s", value_parser = parse_duration)]
+    pub body_timeout: Duration,
+    /// The most HTTP connections served at once; more are closed as soon as they are accepted.
+    #[arg(long, env = "HAPTIC_AGENT_MAX_CONNECTIONS", default_value_t = 64)]
+    pub max_connections: usize,
+    /// An absolute path prefix the config may make HAProxy read outside the tree (repeatable).
+    #[arg(long = "allow-path", env = "HAPTIC_AGENT_ALLOW_PATH", value_delimiter = ',',
+          default_values_t = ["/etc/ssl/certs".to_string(), "/usr/share/ca-certificates".to_string()])]
+    pub allow_path: Vec<String>,
+    /// The directory sockets of the config (`stats socket`, unix `bind`) must live under
+    /// (default: the master socket's directory).
+    #[arg(long, env = "HAPTIC_AGENT_SOCKET_DIR")]
+    pub socket_dir: Option<PathBuf>,
+    /// Serve HTTPS with this PEM certificate chain (leaf first); needs `--tls-key-file`.
+    #[arg(long, env = "HAPTIC_AGENT_TLS_CERT_FILE", requires = "tls_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The PEM private key of `--tls-cert-file`.
+    #[arg(long, env = "HAPTIC_AGENT_TLS_KEY_FILE", requires = "tls_cert_file")]
+    pub tls_key_file: Option<PathBuf>,
     /// Log format.
     #[arg(long, env = "HAPTIC_AGENT_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -151,9 +179,16 @@ mod tests {
         ])
         .unwrap();
         let Command::Run(r) = cli.command else { panic!("not run") };
+        let r = *r;
         assert_eq!(r.max_body, 1024);
         assert_eq!(r.min_reload_interval, Duration::from_secs(2));
         assert_eq!(r.reload_timeout, Duration::from_secs(10));
         assert_eq!(r.log_format, LogFormat::Text);
+        assert_eq!(
+            (r.header_timeout, r.idle_timeout, r.body_timeout),
+            (Duration::from_secs(10), Duration::from_secs(60), Duration::from_secs(120))
+        );
+        assert_eq!(r.max_connections, 64);
+        assert_eq!(r.allow_path, ["/etc/ssl/certs", "/usr/share/ca-certificates"]);
     }
 }

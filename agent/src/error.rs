@@ -32,6 +32,9 @@ pub enum AgentError {
     /// The credentials file is missing or malformed.
     #[error("credentials: {0}")]
     Credentials(String),
+    /// The TLS certificate or key cannot be used.
+    #[error("tls: {0}")]
+    Tls(String),
 }
 
 impl AgentError {

@@ -18,6 +18,7 @@ pub mod pacer;
 pub mod reload;
 pub mod runtime;
 pub mod store;
+pub mod tls;
 pub mod tree;
 
 pub use api::{router, serve, AppState, Credentials};

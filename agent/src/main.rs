@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Parser as _;
+use haptic_agent::api::Limits;
 use haptic_agent::config::{Cli, Command, LogFormat, RunArgs};
 use haptic_agent::metrics::Metrics;
 use haptic_agent::{Agent, AgentConfig, AppState, Credentials};
@@ -29,6 +30,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Run(a) => {
+            let a = *a;
             init_logging(a.log_format);
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             rt.block_on(run(a))
@@ -48,6 +50,10 @@ fn init_logging(format: LogFormat) {
 
 async fn run(a: RunArgs) -> anyhow::Result<()> {
     let credentials = Credentials::from_file(&a.credentials_file)?;
+    let tls = match (&a.tls_cert_file, &a.tls_key_file) {
+        (Some(c), Some(k)) => Some(haptic_agent::tls::acceptor(c, k)?),
+        _ => None,
+    };
     let metrics = Arc::new(Metrics::new());
     let cfg = AgentConfig {
         root: a.root.clone(),
@@ -57,11 +63,19 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
         reload_timeout: a.reload_timeout,
         pod: a.pod_name.clone().unwrap_or_else(|| a.root.display().to_string()),
         bind_precheck: a.bind_precheck,
+        path_policy: haptic_haproxy::paths::PathPolicy {
+            allowed: a.allow_path.clone(),
+            socket_dir: a
+                .socket_dir
+                .clone()
+                .or_else(|| a.master_socket.parent().map(std::path::Path::to_path_buf))
+                .map(|d| d.display().to_string()),
+        },
     };
     let agent = Agent::open(cfg, metrics).with_context(|| format!("open {}", a.root.display()))?;
     let background = agent.spawn_background();
     let listener = tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("bind {}", a.listen))?;
-    info!(listen = %listener.local_addr()?, root = %a.root.display(), "haptic-agent serving");
+    info!(listen = %listener.local_addr()?, root = %a.root.display(), tls = tls.is_some(), "haptic-agent serving");
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let shutdown = async move {
@@ -71,8 +85,15 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
         }
         info!("shutting down: finishing in-flight applies");
     };
-    let state = AppState { agent: agent.clone(), credentials, max_body: a.max_body };
-    haptic_agent::serve(listener, state, shutdown).await?;
+    let limits = Limits {
+        max_body: a.max_body,
+        header_timeout: a.header_timeout,
+        idle_timeout: a.idle_timeout,
+        body_timeout: a.body_timeout,
+        max_connections: a.max_connections,
+    };
+    let state = AppState::new(agent.clone(), credentials, limits);
+    haptic_agent::api::serve_tls(listener, state, tls, shutdown).await?;
     agent.quiesce().await;
     background.abort();
     info!("bye");

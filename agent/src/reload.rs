@@ -125,6 +125,16 @@ enum Liveness {
     Unknown,
 }
 
+/// Whether the process `pid` is alive as seen from here: `Some(false)` when it is gone (or a
+/// zombie), `None` when it cannot be seen (another pid namespace).
+pub fn pid_alive(pid: u32) -> Option<bool> {
+    match pid_state(pid) {
+        Liveness::Alive => Some(true),
+        Liveness::Dead => Some(false),
+        Liveness::Unknown => None,
+    }
+}
+
 /// Watches the master pid; only trusts ESRCH when the pid was visible at the start.
 #[derive(Debug)]
 struct MasterWatch {

@@ -75,6 +75,9 @@ pub struct Persisted {
     pub running: Option<PlanId>,
     /// The last failure, in HAProxy's words.
     pub last_error: Option<String>,
+    /// HAProxy's warnings about the applied config (from its check), kept after a success.
+    #[serde(default)]
+    pub last_warnings: Vec<String>,
 }
 
 /// What the fence rules say about an incoming apply (pure result of [`fence_step`]).

@@ -454,6 +454,41 @@ pub fn hash_dir(dir: &Path) -> Result<Vec<FileEntry>, AgentError> {
     Ok(out)
 }
 
+/// How an indexed file that is not a regular file of the tree any more looks on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drift {
+    /// Nothing is there.
+    Missing,
+    /// Something is there, but not a regular file reached without symlinks (a symlink, a
+    /// directory, a fifo...).
+    NotRegular,
+}
+
+/// Re-hashes the tree at `dir` against its `index`: every regular file found, plus one entry per
+/// indexed path that is no longer a regular file, marked with how it drifted (its digest is that
+/// of empty content, so a peer that ignores the marker still sees a change). Sorted by path.
+pub fn verify_dir(dir: &Path, index: &[FileEntry]) -> Result<Vec<(FileEntry, Option<Drift>)>, AgentError> {
+    let found = hash_dir(dir)?;
+    let have: BTreeSet<&RelPath> = found.iter().map(|f| &f.path).collect();
+    let mut drifted: Vec<(FileEntry, Option<Drift>)> = index
+        .iter()
+        .filter(|f| !have.contains(&f.path))
+        .map(|f| {
+            let p = dir.join(f.path.as_str());
+            let how = match fs::symlink_metadata(&p) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Drift::Missing,
+                Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => Drift::NotRegular,
+                _ => Drift::NotRegular,
+            };
+            (FileEntry { path: f.path.clone(), digest: Digest::of(b""), size: 0 }, Some(how))
+        })
+        .collect();
+    let mut out: Vec<(FileEntry, Option<Drift>)> = found.into_iter().map(|f| (f, None)).collect();
+    out.append(&mut drifted);
+    out.sort_by(|a, b| a.0.path.as_str().as_bytes().cmp(b.0.path.as_str().as_bytes()));
+    Ok(out)
+}
+
 fn walk(base: &Path, dir: &Path, depth: usize, out: &mut Vec<FileEntry>) -> Result<(), AgentError> {
     if depth > haptic_protocol::path::MAX_DEPTH {
         return Ok(());
@@ -702,6 +737,29 @@ mod tests {
         fs::write(&p, b"key1 value1\n").unwrap();
         let (_, stamps3) = tree.stage("four", &files2, parts2, &plan2, Some(&live), &stamps2).unwrap();
         assert_eq!(stamps3[&a].digest, Digest::of(b"key1 value1\n"));
+    }
+
+    #[test]
+    fn verify_marks_missing_and_non_regular_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        fs::create_dir_all(d.join("maps")).unwrap();
+        fs::write(d.join("haproxy.cfg"), b"global\n").unwrap();
+        fs::write(d.join("outside"), b"k v\n").unwrap();
+        std::os::unix::fs::symlink(d.join("outside"), d.join("maps/a.map")).unwrap();
+        let index = vec![fe("haproxy.cfg", b"global\n"), fe("maps/a.map", b"k v\n"), fe("maps/gone.map", b"x")];
+        let got = verify_dir(d, &index).unwrap();
+        let marks: Vec<(&str, Option<Drift>)> = got.iter().map(|(f, m)| (f.path.as_str(), *m)).collect();
+        assert_eq!(
+            marks,
+            vec![
+                ("haproxy.cfg", None),
+                ("maps/a.map", Some(Drift::NotRegular)),
+                ("maps/gone.map", Some(Drift::Missing)),
+                ("outside", None)
+            ]
+        );
+        assert!(got.iter().filter(|(_, m)| m.is_some()).all(|(f, _)| f.digest == Digest::of(b"") && f.size == 0));
     }
 
     #[test]

@@ -9,6 +9,27 @@ use haptic_e2e::pod::{AgentClient, PodOpts};
 use haptic_protocol::{Digest, Mode};
 use serde_json::{json, Value};
 
+/// An empty password (or user) in the credentials file is refused at start, with a clear message.
+#[test]
+fn empty_password_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    for line in ["haptic:", ":secret", "haptic:\n"] {
+        let creds = dir.path().join("creds");
+        std::fs::write(&creds, line).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_haptic-agent"))
+            .args(["run", "--listen", "127.0.0.1:0", "--master-socket", "/nonexistent.sock"])
+            .args(["--haproxy-bin", "/usr/sbin/haproxy", "--root"])
+            .arg(dir.path().join("root"))
+            .arg("--credentials-file")
+            .arg(&creds)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{line:?} accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("must not be empty"), "{line:?}: {err}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_changes_nothing_on_every_version() {
     for bin in haproxy_bins() {
@@ -70,6 +91,21 @@ async fn bad_input_changes_nothing_on_every_version() {
         v["plan_id"] = json!(Digest::of(b"x"));
         cases.push(("plan id", v.to_string()));
 
+        // A file that another file needs as a directory.
+        // (A plan id cannot be computed for it, so the request carries the good one.)
+        let mut v = good(next());
+        let clash = Files::from([("files/a".into(), b"1".to_vec()), ("files/a/b".into(), b"2".to_vec())]);
+        for (e, (path, bytes)) in entries(&clash).into_iter().zip(&clash) {
+            v["files"].as_array_mut().unwrap().push(json!(e));
+            v["parts"][path] = json!({"utf8": String::from_utf8(bytes.clone()).unwrap()});
+        }
+        cases.push(("file/directory clash", v.to_string()));
+        // A holder over 253 bytes.
+        let mut v = good(next());
+        v["fence"]["holder"] = json!("h".repeat(254));
+        cases.push(("long holder", v.to_string()));
+
+        let fence_before = state(&pod, false).await.fence;
         for (what, body) in &cases {
             let (st, text) = pod.client().post_json("/v1/apply", body).await.unwrap();
             assert_eq!(st, 400, "{label} {what}: {text}");
@@ -91,6 +127,29 @@ async fn bad_input_changes_nothing_on_every_version() {
         assert_eq!(anon.get("/readyz").await.unwrap().0, 200);
         assert_eq!(anon.get("/metrics").await.unwrap().0, 200);
 
+        assert_eq!(state(&pod, false).await.fence, fence_before, "{label}: a 400 does not raise the fence");
+
+        // Every answer is JSON: 405, bad query strings, unknown /v1 paths (after auth).
+        let authed = pod.client();
+        for (method, path, want) in [
+            ("GET", "/v1/apply", 405),
+            ("DELETE", "/v1/state", 405),
+            ("GET", "/v1/state?verify=maybe", 400),
+            ("GET", "/v1/state?verify=1&x=2", 400),
+            ("GET", "/v1/nope", 404),
+            ("GET", "/v1", 404),
+            ("GET", "/nope", 404),
+        ] {
+            let (st, text) = authed.request(method, path, None).await.unwrap();
+            assert_eq!(st, want, "{label} {method} {path}: {text}");
+            let v: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{label} {method} {path}: {text}"));
+            assert!(v["error"].as_str().is_some_and(|e| !e.is_empty()), "{label} {method} {path}: {v}");
+        }
+        // Unknown /v1 paths say nothing without credentials.
+        let (st, text) = anon.get("/v1/nope").await.unwrap();
+        assert_eq!(st, 401, "{label}: {text}");
+        assert!(serde_json::from_str::<Value>(&text).unwrap()["error"].is_string());
+
         // A body over --max-body.
         let mut big = files.clone();
         big.insert("files/big.bin".into(), vec![b'x'; 100 * 1024]);
@@ -107,9 +166,20 @@ async fn bad_input_changes_nothing_on_every_version() {
             apply(&pod, &request((1, next()), Some(p1), Mode::Reload, &files, |p| p == "haproxy.cfg", vec![])).await;
         assert_eq!(st, 409, "{label}: {v}");
         assert_eq!(v["missing"], json!(["maps/a.map"]), "{label}: {v}");
-        let after = state(&pod, true).await;
-        assert!(after.files.iter().all(|f| f.path.as_str() != "maps/a.map"), "{label}: a symlink is not a tree file");
+        // Drift is visible: the symlink is listed as not regular, a deleted file as missing.
+        let marked = |v: &Value, path: &str| -> Value {
+            v["files"].as_array().unwrap().iter().find(|f| f["path"] == path).cloned().unwrap_or(Value::Null)
+        };
+        let (_, text) = pod.client().get("/v1/state?verify=1").await.unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let f = marked(&v, "maps/a.map");
+        assert_eq!(f["not_regular"], true, "{label}: {v}");
+        assert_eq!(f["digest"], json!(Digest::of(b"")), "{label}: a symlink is not a tree file: {v}");
         std::fs::remove_file(live(&pod, "maps/a.map")).unwrap();
+        let (_, text) = pod.client().get("/v1/state?verify=1").await.unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(marked(&v, "maps/a.map")["missing"], true, "{label}: {v}");
+        assert!(marked(&v, "haproxy.cfg").get("missing").is_none(), "{label}: {v}");
         std::fs::write(live(&pod, "maps/a.map"), b"k v\n").unwrap();
 
         // Nothing changed, nothing reloaded.

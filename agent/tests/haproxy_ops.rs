@@ -159,6 +159,20 @@ async fn verified_reload_success_refusal_and_port_conflict() {
         assert_eq!(p.master_pid, rig.hap.master_pid(), "{label}");
         let w0 = p.worker_pid.unwrap();
         caps.push((p.version, capabilities(p.version)));
+        // Every op kind advertised is backed by commands HAProxy itself lists in its `help`.
+        let help = rig.cli.worker("help").await.unwrap();
+        for op in &capabilities(p.version).ops {
+            let needs: &[&str] = match op.as_str() {
+                "server.set" => &["set server"],
+                "map.replace" => &["prepare map", "add map", "commit map"],
+                "acl.replace" => &["prepare acl", "add acl", "commit acl"],
+                "cert.set" => &["set ssl cert", "commit ssl cert"],
+                other => panic!("{label}: no command list for advertised op {other}"),
+            };
+            for cmd in needs {
+                assert!(help.contains(cmd), "{label}: {op} advertised but HAProxy's help has no `{cmd}`:\n{help}");
+            }
+        }
 
         // Success: a new worker answers.
         let ok = reload_verified(&rig.cli, p.version, RELOAD_TIMEOUT).await.unwrap_or_else(|e| {

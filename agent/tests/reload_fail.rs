@@ -52,7 +52,7 @@ async fn failed_reload_restores_the_last_good_tree_on_every_version() {
         let client = pod.client();
         let body = request((1, 3), Some(p1), Mode::Reload, &bad, |_| true, vec![]).to_string();
         let inflight = tokio::spawn(async move { client.post_json("/v1/apply", &body).await });
-        // The fence is persisted and visible before staging: the apply is in flight.
+        // The fence is persisted (and published) before staging, so seeing it means the apply is in flight.
         wait_state(&pod, "the apply's fence", |s| s.fence.as_ref().is_some_and(|f| f.seq == 3)).await;
         let status = pod.stop_agent().await.expect("agent exited");
         assert!(status.success(), "{label}: {status:?}");

@@ -43,6 +43,8 @@ pub struct Settings {
     pub max_parallel: usize,
     /// The gate latch's resting mode.
     pub gate: GateMode,
+    /// The PEM CA bundle that signed the agents' TLS certificates (`https://` agents).
+    pub agent_ca_file: Option<PathBuf>,
 }
 
 /// Standalone settings.
@@ -142,8 +144,14 @@ pub struct Shared {
 impl Shared {
     /// Fresh parts for `settings`, with the status naming `identity` at `epoch`.
     pub fn new(settings: &Settings, identity: String, epoch: u64) -> Result<Self, Error> {
+        let ca = match &settings.agent_ca_file {
+            Some(p) => Some(
+                std::fs::read(p).map_err(|e| Error::Client(format!("read --agent-ca-file {}: {e}", p.display())))?,
+            ),
+            None => None,
+        };
         Ok(Self {
-            client: AgentClient::new(settings.credentials.clone(), settings.sync_timeout)?,
+            client: AgentClient::with_ca(settings.credentials.clone(), settings.sync_timeout, ca.as_deref())?,
             metrics: Arc::new(Metrics::new()),
             board: Arc::new(StatusBoard::new(
                 GateStatus::from_latch(&Latch::new(settings.gate), None),

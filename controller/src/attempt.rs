@@ -135,6 +135,9 @@ pub fn next(state: &mut Attempts, answer: Answer) -> Next {
         Answer::Conflict { kind: ConflictKind::UnknownBaseline, .. } => {
             Next::CompleteState("the agent has no applied plan: complete state and a reload".into())
         }
+        Answer::Conflict { kind: ConflictKind::Unknown, .. } => Next::CompleteState(
+            "the agent answered a conflict this controller does not know: complete state and a reload".into(),
+        ),
         Answer::Conflict { kind: ConflictKind::MissingParts, missing, .. } => {
             // Everything named was already sent: the pod's file list is stale.
             let forget_pod_files = missing.is_empty() || missing.iter().all(|m| state.extra.contains(m));
@@ -202,6 +205,14 @@ mod tests {
         // A third one (the pod keeps changing under a complete state cannot happen: no baseline)
         // still never loops: the apply budget ends it.
         assert!(matches!(next(&mut s, conflict(ConflictKind::PrevMismatch)), Next::CompleteState(_)));
+    }
+
+    #[test]
+    fn a_conflict_kind_from_a_newer_minor_sends_the_complete_state() {
+        let mut s = Attempts::default();
+        assert!(
+            matches!(next(&mut s, conflict(ConflictKind::Unknown)), Next::CompleteState(w) if w.contains("does not know"))
+        );
     }
 
     #[test]

@@ -77,10 +77,29 @@ pub struct AgentClient {
 impl AgentClient {
     /// A client whose every request is bounded by `timeout`.
     pub fn new(creds: Credentials, timeout: Duration) -> Result<Self, Error> {
-        let http = reqwest::Client::builder()
+        Self::with_ca(creds, timeout, None)
+    }
+
+    /// [`Self::new`], trusting the PEM CA bundle `ca` for `https://` agents (rustls; no other
+    /// roots are trusted).
+    pub fn with_ca(creds: Credentials, timeout: Duration, ca: Option<&[u8]>) -> Result<Self, Error> {
+        let mut b = reqwest::Client::builder().use_rustls_tls();
+        if let Some(pem) = ca {
+            let certs =
+                reqwest::Certificate::from_pem_bundle(pem).map_err(|e| Error::Client(format!("agent CA: {e}")))?;
+            if certs.is_empty() {
+                return Err(Error::Client("agent CA: no certificate in the file".into()));
+            }
+            for c in certs {
+                b = b.add_root_certificate(c);
+            }
+        }
+        let http = b
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(5)))
-            .pool_idle_timeout(Duration::from_secs(30))
+            // Below the agents' idle bound (`--header-timeout`, default 10 s), so a pooled connection is
+            // never reused just as the agent closes it.
+            .pool_idle_timeout(Duration::from_secs(5))
             .build()
             .map_err(|e| Error::Client(e.to_string()))?;
         Ok(AgentClient { http, creds: Arc::new(RwLock::new(creds)) })
@@ -136,9 +155,20 @@ impl AgentClient {
             200 => Ok(ApplyAnswer::Ack(serde_json::from_slice(&body).map_err(decode_err)?)),
             409 => Ok(ApplyAnswer::Conflict(serde_json::from_slice(&body).map_err(decode_err)?)),
             422 => Ok(ApplyAnswer::Nack(serde_json::from_slice(&body).map_err(decode_err)?)),
+            // HAProxy is not running on the pod: a failure of the pod, never a rejected render.
+            503 if haproxy_unavailable(&body).is_some() => Ok(ApplyAnswer::Refused {
+                status,
+                error: format!("HAProxy not running: {}", haproxy_unavailable(&body).unwrap_or_default()),
+            }),
             _ => Ok(ApplyAnswer::Refused { status, error: format!("POST {url}: {status}: {}", error_text(&body)) }),
         }
     }
+}
+
+/// The reason of a 503 `haproxy_unavailable` answer, if `body` is one.
+fn haproxy_unavailable(body: &[u8]) -> Option<String> {
+    let u: haptic_protocol::api::Unavailable = serde_json::from_slice(body).ok()?;
+    (u.error == haptic_protocol::api::HAPROXY_UNAVAILABLE).then_some(u.reason)
 }
 
 fn error_text(body: &[u8]) -> String {
@@ -162,6 +192,169 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A real HTTP exchange on 127.0.0.1: an agent answering 503 `haproxy_unavailable` is a
+    /// failed call saying "HAProxy not running", not a NACK.
+    #[tokio::test]
+    async fn haproxy_unavailable_is_a_failure_not_a_rejection() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let body =
+            serde_json::json!({"error": "haproxy_unavailable", "reason": "HAProxy not running (master pid 7 is gone)",
+            "applied": haptic_protocol::PlanId(haptic_protocol::Digest::of(b"x"))})
+            .to_string();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut buf = vec![0u8; 65536];
+            let mut got = Vec::new();
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = s.read(&mut buf).await.unwrap();
+                got.extend_from_slice(&buf[..n]);
+            }
+            let resp = format!(
+                "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            s.write_all(resp.as_bytes()).await.unwrap();
+        });
+        let client =
+            AgentClient::new(Credentials { user: "u".into(), password: "p".into() }, Duration::from_secs(10)).unwrap();
+        let ep = Endpoint { name: addr.to_string(), url: format!("http://{addr}") };
+        let req: ApplyRequest = serde_json::from_value(serde_json::json!({
+            "fence": {"epoch": 1, "seq": 1, "holder": "t"}, "baseline": null,
+            "plan_id": haptic_protocol::plan_id(&[haptic_protocol::FileEntry {
+                path: haptic_protocol::RelPath::haproxy_cfg(), digest: haptic_protocol::Digest::of(b""), size: 0 }]).unwrap(),
+            "mode": "reload", "files": [{"path": "haproxy.cfg", "digest": haptic_protocol::Digest::of(b""), "size": 0}],
+        }))
+        .unwrap();
+        let err = client.apply(&ep, &req).await.unwrap_err();
+        assert!(err.0.starts_with("HAProxy not running"), "{err}");
+        server.await.unwrap();
+        assert_eq!(haproxy_unavailable(br#"{"error": "other", "reason": "x", "applied": null}"#), None);
+    }
+
+    /// A CA and a 127.0.0.1 server certificate signed by it (openssl), in `dir`.
+    fn make_ca(dir: &std::path::Path) {
+        let run = |args: &[&str]| {
+            let out = std::process::Command::new("openssl").args(args).current_dir(dir).output().expect("openssl");
+            assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        run(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=haptic test CA",
+        ]);
+        run(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "srv.key",
+            "-out",
+            "srv.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ]);
+        std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n").unwrap();
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            "srv.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "srv.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+        ]);
+    }
+
+    /// `https://` agents: trusted through `--agent-ca-file` (a real TLS server on 127.0.0.1 with a
+    /// certificate from a generated CA); without the CA the call fails on the certificate.
+    #[tokio::test]
+    async fn https_agents_are_trusted_through_the_agent_ca() {
+        use rustls_pki_types::pem::PemObject as _;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let d = tempfile::tempdir().unwrap();
+        make_ca(d.path());
+        let certs = rustls_pki_types::CertificateDer::pem_file_iter(d.path().join("srv.pem"))
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = rustls_pki_types::PrivateKeyDer::from_pem_file(d.path().join("srv.key")).unwrap();
+        let cfg =
+            rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_no_client_auth()
+                .with_single_cert(certs, key)
+                .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(cfg));
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let body = serde_json::json!({"error": "haproxy_unavailable", "reason": "over TLS",
+            "applied": haptic_protocol::PlanId(haptic_protocol::Digest::of(b"x"))})
+        .to_string();
+        let server = tokio::spawn(async move {
+            loop {
+                let Ok((s, _)) = l.accept().await else { return };
+                let Ok(mut s) = acceptor.accept(s).await else { continue };
+                let mut got = Vec::new();
+                let mut buf = vec![0u8; 65536];
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let n = s.read(&mut buf).await.unwrap();
+                    got.extend_from_slice(&buf[..n]);
+                }
+                let resp = format!(
+                    "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                s.write_all(resp.as_bytes()).await.unwrap();
+                let _ = s.shutdown().await;
+            }
+        });
+        let creds = Credentials { user: "u".into(), password: "p".into() };
+        let ep = Endpoint { name: addr.to_string(), url: format!("https://{addr}") };
+        let req: ApplyRequest = serde_json::from_value(serde_json::json!({
+            "fence": {"epoch": 1, "seq": 1, "holder": "t"}, "baseline": null,
+            "plan_id": haptic_protocol::plan_id(&[haptic_protocol::FileEntry {
+                path: haptic_protocol::RelPath::haproxy_cfg(), digest: haptic_protocol::Digest::of(b""), size: 0 }]).unwrap(),
+            "mode": "reload", "files": [{"path": "haproxy.cfg", "digest": haptic_protocol::Digest::of(b""), "size": 0}],
+        }))
+        .unwrap();
+        let ca = std::fs::read(d.path().join("ca.pem")).unwrap();
+        let trusting = AgentClient::with_ca(creds.clone(), Duration::from_secs(10), Some(&ca)).unwrap();
+        let err = trusting.apply(&ep, &req).await.unwrap_err();
+        assert_eq!(err.0, "HAProxy not running: over TLS", "the exchange went through TLS");
+        let untrusting = AgentClient::new(creds, Duration::from_secs(10)).unwrap();
+        let err = untrusting.apply(&ep, &req).await.unwrap_err();
+        assert!(!err.0.contains("HAProxy not running"), "an untrusted certificate was accepted: {err}");
+        assert!(AgentClient::with_ca(
+            Credentials { user: "u".into(), password: "p".into() },
+            Duration::from_secs(1),
+            Some(b"junk")
+        )
+        .is_err());
+        server.abort();
+    }
 
     #[test]
     fn credentials_file() {

@@ -632,7 +632,8 @@ impl Deployer {
                 k.blob = req.blob.clone();
             }
         }
-        let scheduled = ack.reload.as_ref().filter(|r| r.state == haptic_protocol::ReloadState::Scheduled);
+        // A reload state this controller does not know is followed up like a scheduled one.
+        let scheduled = ack.reload.as_ref().filter(|r| r.state != haptic_protocol::ReloadState::Done);
         let converged = ack.running == Some(target);
         info!(pod = %ep.name, plan = %target.short(), mode = %ack.mode, converged, "ACK");
         self.board.pod(&ep.name, |p| {

@@ -121,7 +121,8 @@ impl Checker {
 
     /// Checks one render. `Err` means the check could not run at all.
     pub async fn check(&self, render: &Render) -> Result<Verdict, Error> {
-        if let Some(why) = precheck(render) {
+        // The path rules come first: `haproxy -c` would read whatever the config names.
+        if let Some(why) = precheck(render).or_else(|| path_refusal(render)) {
             return Ok(Verdict::Refused(why));
         }
         let tmp = tempfile::Builder::new().prefix("haptic-gate-").tempdir().map_err(|e| Error::Gate(e.to_string()))?;
@@ -157,6 +158,24 @@ impl Checker {
     }
 }
 
+/// The path rules the agents enforce (BRIEF §2), over a render: every file the config makes
+/// HAProxy read resolves inside the tree or under the default allowed prefixes, and `global` has
+/// `default-path config`. Sockets are left to the agents, which know their socket directory.
+/// `Some(reasons)` when the render breaks them. Pure.
+pub fn path_refusal(render: &Render) -> Option<String> {
+    use haptic_haproxy::paths::{check_paths, file_refs, PathPolicy, RefKind};
+    let read = |p: &str| -> Option<String> {
+        let rel = haptic_protocol::RelPath::new(p).ok()?;
+        render.bytes(&rel).map(|b| String::from_utf8_lossy(b).into_owned())
+    };
+    let refs: Vec<_> = file_refs(render.cfg_text(), &read).into_iter().filter(|r| r.kind != RefKind::Socket).collect();
+    let policy =
+        PathPolicy { allowed: PathPolicy::DEFAULT_ALLOWED.iter().map(|s| s.to_string()).collect(), socket_dir: None };
+    check_paths(render.cfg_text(), &refs, &policy)
+        .err()
+        .map(|why| format!("[path rules] {}", why.join("\n[path rules] ")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,6 +194,31 @@ mod tests {
         ] {
             let why = precheck(&r(bad)).unwrap_or_else(|| panic!("accepted {bad:?}"));
             assert!(why.contains("default-path config"), "{why}");
+        }
+    }
+
+    #[test]
+    fn paths_outside_the_tree_are_refused_by_the_gate() {
+        let ok = "global\n    default-path config\nfrontend f\n    bind :80\n    http-request set-var(txn.x) req.hdr(host),map(maps/a.map,none)\n";
+        assert_eq!(path_refusal(&Render::from_texts([("haproxy.cfg", ok), ("maps/a.map", "k v\n")]).unwrap()), None);
+        let bad = ok.replace("maps/a.map", "/etc/passwd");
+        let why = path_refusal(&Render::from_texts([("haproxy.cfg", bad.as_str())]).unwrap()).unwrap();
+        assert!(why.contains("line 5") && why.contains("map()") && why.contains("/etc/passwd"), "{why}");
+        let nodp = ok.replace("    default-path config\n", "");
+        assert!(path_refusal(&Render::from_texts([("haproxy.cfg", nodp.as_str()), ("maps/a.map", "k v\n")]).unwrap())
+            .unwrap()
+            .contains("default-path config"));
+    }
+
+    /// With a real `haproxy -c` (which would load `/etc/passwd` as a map and pass): refused.
+    #[tokio::test]
+    async fn the_gate_refuses_before_haproxy_reads_outside_the_tree() {
+        let Some(bin) = haptic_e2e::haproxy_bins().into_iter().next() else { return };
+        let cfg = "global\n    default-path config\ndefaults\n    mode http\n    timeout connect 1s\n    timeout client 1s\n    timeout server 1s\nfrontend f\n    bind 127.0.0.1:0\n    http-request set-var(txn.x) req.hdr(host),map(/etc/passwd,none)\n    http-request return status 200\n";
+        let c = Checker::new(&bin.path, Duration::from_secs(30));
+        match c.check(&Render::from_texts([("haproxy.cfg", cfg)]).unwrap()).await.unwrap() {
+            Verdict::Refused(why) => assert!(why.contains("/etc/passwd") && why.contains("line 10"), "{why}"),
+            Verdict::Pass => panic!("a map outside the tree passed the gate"),
         }
     }
 

@@ -158,6 +158,9 @@ struct RunArgs {
     /// `POD_NAME` (the identity is `<pod name>-<random>`).
     #[arg(long, env = "POD_NAME", hide = true)]
     pod_name: Option<String>,
+    /// The PEM CA bundle that signed the agents' TLS certificates; needed for `https://` agents.
+    #[arg(long, env = "HAPTIC_CONTROLLER_AGENT_CA_FILE")]
+    agent_ca_file: Option<PathBuf>,
     /// The admin server (`/status`, `/metrics`, `/healthz`).
     #[arg(long, env = "HAPTIC_CONTROLLER_ADMIN_LISTEN", default_value = "127.0.0.1:9180")]
     admin_listen: SocketAddr,
@@ -216,6 +219,7 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
         sync_timeout: a.sync_timeout,
         max_parallel: usize::from(a.max_parallel),
         gate: a.gate,
+        agent_ca_file: a.agent_ca_file.clone(),
     };
     let running = if a.kubernetes {
         let config = a.config_name.clone().context("--config names the HAProxyConfig to serve")?;
@@ -248,6 +252,13 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
             bail!("standalone mode needs --config-dir, --agent and --credentials-file");
         };
         let credentials = Credentials::load(&credentials_file).map_err(Error::flag("--credentials-file"))?;
+        if a.agent_ca_file.is_none() {
+            if let Some(u) = a.agents.iter().find(|u| u.starts_with("https://")) {
+                bail!(
+                    "agent URL {u} is https://: pass --agent-ca-file with the CA that signed the agents' certificates"
+                );
+            }
+        }
         let settings = StandaloneSettings {
             common: common(credentials),
             config_dir,

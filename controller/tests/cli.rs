@@ -171,6 +171,28 @@ fn run_refuses_bad_settings_clearly() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // An https:// agent without --agent-ca-file: refused at start, saying what to pass.
+    let out = bin()
+        .args([
+            "run",
+            "--standalone",
+            "--agent",
+            "https://127.0.0.1:1",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--config-dir",
+        ])
+        .arg(d.path())
+        .arg("--credentials-file")
+        .arg(&creds)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--agent-ca-file"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // A config dir that does not exist.
     let out = bin()
         .args(["run", "--standalone", "--agent", "http://127.0.0.1:1", "--admin-listen", "127.0.0.1:0"])

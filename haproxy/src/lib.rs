@@ -10,3 +10,4 @@
 pub mod cfg;
 pub mod claim;
 pub mod cli;
+pub mod paths;

@@ -86,6 +86,9 @@ pub enum Mode {
     FileOnly,
     /// Swap the tree and reload HAProxy.
     Reload,
+    /// A mode from a newer minor version; an agent lands it as a checked `reload`.
+    #[serde(other)]
+    Unknown,
 }
 
 impl Mode {
@@ -95,6 +98,7 @@ impl Mode {
             Mode::Runtime => "runtime",
             Mode::FileOnly => "file_only",
             Mode::Reload => "reload",
+            Mode::Unknown => "unknown",
         }
     }
 }
@@ -160,6 +164,9 @@ pub struct StateResponse {
     pub verified: bool,
     /// The last failure, in HAProxy's words where it had any.
     pub last_error: Option<String>,
+    /// HAProxy's warnings about the applied config (a config can load with warnings).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub last_warnings: Vec<String>,
 }
 
 /// The bytes of one file sent in an apply.
@@ -267,6 +274,9 @@ pub enum ApplyError {
     /// A base64 part does not decode.
     #[error("bad base64 part: {0}")]
     BadBase64(String),
+    /// The fence's holder is longer than [`crate::fence::MAX_HOLDER_BYTES`].
+    #[error("fence holder is {0} bytes; the limit is 253")]
+    HolderTooLong(usize),
     /// The blob is over 1 MiB.
     #[error("blob is {0} bytes; the limit is 1 MiB")]
     BlobTooLarge(usize),
@@ -295,6 +305,9 @@ impl ApplyRequest {
     }
 
     fn check_manifest(&self) -> Result<(), ApplyError> {
+        if self.fence.holder.len() > crate::fence::MAX_HOLDER_BYTES {
+            return Err(ApplyError::HolderTooLong(self.fence.holder.len()));
+        }
         let computed = plan_id(&self.files)?;
         if computed != self.plan_id {
             return Err(ApplyError::PlanIdMismatch { declared: self.plan_id, computed });
@@ -336,6 +349,9 @@ pub enum ReloadState {
     Done,
     /// The reload is scheduled for the end of the pacing interval.
     Scheduled,
+    /// A state from a newer minor version: not known to be done (follow it up like `scheduled`).
+    #[serde(other)]
+    Unknown,
 }
 
 /// The reload part of an ACK.
@@ -375,6 +391,9 @@ pub enum ConflictKind {
     UnknownBaseline,
     /// A desired file is neither present with its digest nor sent.
     MissingParts,
+    /// A kind from a newer minor version (a writer re-reads the state and sends complete state).
+    #[serde(other)]
+    Unknown,
 }
 
 impl ConflictKind {
@@ -385,6 +404,7 @@ impl ConflictKind {
             ConflictKind::PrevMismatch => "prev_mismatch",
             ConflictKind::UnknownBaseline => "unknown_baseline",
             ConflictKind::MissingParts => "missing_parts",
+            ConflictKind::Unknown => "unknown",
         }
     }
 }
@@ -416,6 +436,21 @@ pub struct Nack {
     pub haproxy_output: String,
     /// Which step refused it (check or reload) and why.
     pub reason: String,
+}
+
+/// The `error` of a 503 answered while HAProxy is not running.
+pub const HAPROXY_UNAVAILABLE: &str = "haproxy_unavailable";
+
+/// 503: HAProxy is not running (its master is gone). The tree was written, so HAProxy starts on
+/// `applied` when its container restarts; nothing was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unavailable {
+    /// Always [`HAPROXY_UNAVAILABLE`].
+    pub error: String,
+    /// What the agent saw, e.g. `HAProxy not running: master pid 12 is gone`.
+    pub reason: String,
+    /// The plan now on disk.
+    pub applied: PlanId,
 }
 
 /// Any other error: `{"error": "..."}`.

@@ -18,6 +18,9 @@ pub struct Fence {
     pub holder: String,
 }
 
+/// The longest `holder` accepted, in bytes (a DNS name's limit; holders are identities).
+pub const MAX_HOLDER_BYTES: usize = 253;
+
 /// What an agent does with an incoming fence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FenceDecision {

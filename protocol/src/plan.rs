@@ -63,6 +63,14 @@ pub enum PlanError {
     /// `haproxy.cfg` is not in the manifest.
     #[error("the plan has no haproxy.cfg")]
     MissingHaproxyCfg,
+    /// A path is both a file and a directory of another file (`files/a` and `files/a/b`).
+    #[error("path {file} is a file, but {under} needs it to be a directory")]
+    FileDirClash {
+        /// The path listed as a file.
+        file: RelPath,
+        /// A path below it.
+        under: RelPath,
+    },
 }
 
 /// Computes the canonical plan id of a manifest; refuses duplicates and a missing `haproxy.cfg`.
@@ -76,6 +84,18 @@ pub fn plan_id(files: &[FileEntry]) -> Result<PlanId, PlanError> {
     }
     if !sorted.iter().any(|f| f.path.is_haproxy_cfg()) {
         return Err(PlanError::MissingHaproxyCfg);
+    }
+    let paths: std::collections::BTreeSet<&str> = sorted.iter().map(|f| f.path.as_str()).collect();
+    for f in &sorted {
+        let p = f.path.as_str();
+        for (i, _) in p.match_indices('/') {
+            if let Some(file) = paths.get(&p[..i]) {
+                return Err(PlanError::FileDirClash {
+                    file: RelPath::new(*file).expect("a listed path"),
+                    under: f.path.clone(),
+                });
+            }
+        }
     }
     let mut h = crate::digest::Hasher::new();
     for f in sorted {
@@ -93,6 +113,21 @@ mod tests {
 
     fn entry(p: &str, body: &[u8]) -> FileEntry {
         FileEntry { path: RelPath::new(p).unwrap(), digest: Digest::of(body), size: body.len() as u64 }
+    }
+
+    #[test]
+    fn a_file_that_is_also_a_directory_is_refused() {
+        let files =
+            [entry("haproxy.cfg", b"x"), entry("files/a", b"1"), entry("files/a-x", b"2"), entry("files/a/b", b"3")];
+        assert_eq!(
+            plan_id(&files),
+            Err(PlanError::FileDirClash {
+                file: RelPath::new("files/a").unwrap(),
+                under: RelPath::new("files/a/b").unwrap()
+            })
+        );
+        assert!(plan_id(&[entry("haproxy.cfg", b"x"), entry("files/a-x", b"2"), entry("files/a/b", b"3")]).is_ok());
+        assert!(plan_id(&[entry("haproxy.cfg", b"x"), entry("haproxy.cfg/x", b"2")]).is_err());
     }
 
     #[test]

@@ -72,6 +72,7 @@ fn state() {
         files: files(),
         verified: false,
         last_error: None,
+        last_warnings: vec![],
     };
     both_ways("state.json", &expected);
 }
@@ -200,6 +201,12 @@ fn apply_checks_refuse_bad_requests() {
     req.blob = json!("x".repeat(MAX_BLOB_BYTES));
     assert!(matches!(req.check(), Err(ApplyError::BlobTooLarge(_))));
 
+    let mut req: ApplyRequest = serde_json::from_value(fixture("apply.json")).unwrap();
+    req.fence.holder = "h".repeat(254);
+    assert!(matches!(req.check(), Err(ApplyError::HolderTooLong(254))));
+    req.fence.holder = "h".repeat(253);
+    assert!(req.check().is_ok());
+
     let mut bad = fixture("apply.json");
     bad["files"][1]["path"] = json!("../etc/passwd");
     assert!(serde_json::from_value::<ApplyRequest>(bad).is_err());
@@ -215,6 +222,22 @@ fn unknown_op_kind_decodes_in_a_request() {
     let req: ApplyRequest = serde_json::from_value(v).unwrap();
     assert_eq!(req.ops().next().unwrap().kind(), None);
     assert_eq!(req.ops().next().unwrap().kind_name(), "backend.add");
+}
+
+#[test]
+fn unknown_enum_values_from_a_newer_minor_decode() {
+    let mut v = fixture("apply.json");
+    v["mode"] = json!("turbo");
+    let req: ApplyRequest = serde_json::from_value(v).unwrap();
+    assert_eq!(req.mode, Mode::Unknown);
+    let ack: Ack = serde_json::from_value(json!({"applied": pid(), "running": null, "mode": "turbo", "reasons": [],
+        "reload": {"state": "queued", "due_in_ms": 5}}))
+    .unwrap();
+    assert_eq!((ack.mode, ack.reload.unwrap().state), (Mode::Unknown, ReloadState::Unknown));
+    let c: Conflict = serde_json::from_value(json!({"error": "x", "conflict": "lease_lost", "fence": null,
+        "actual_baseline": null}))
+    .unwrap();
+    assert_eq!(c.conflict, ConflictKind::Unknown);
 }
 
 #[test]

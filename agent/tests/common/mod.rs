@@ -171,8 +171,16 @@ pub async fn pod(bin: &HaproxyBin) -> Pod {
     pod_with(bin, PodOpts::default()).await
 }
 
+/// Makes the pod harness run the agent binary Cargo built for these tests, never a possibly
+/// stale sibling binary.
+pub fn use_this_agent() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| std::env::set_var("HAPTIC_AGENT_BIN", env!("CARGO_BIN_EXE_haptic-agent")));
+}
+
 /// Starts a pod.
 pub async fn pod_with(bin: &HaproxyBin, opts: PodOpts) -> Pod {
+    use_this_agent();
     Pod::start(bin, opts).await.unwrap_or_else(|e| panic!("{}: pod did not start: {e}", bin.label()))
 }
 
@@ -199,4 +207,80 @@ pub fn port() -> u16 {
 /// `ROOT/current/<path>`.
 pub fn live(pod: &Pod, path: &str) -> std::path::PathBuf {
     pod.root().join("current").join(path)
+}
+
+/// A wrapper of the real HAProxy that, while `dir/gate` exists, holds every `-c` run until a line
+/// is written to `dir/fifo`. Everything else runs the real binary at once.
+/// Opens the gate of [`gated`] for one held `haproxy -c` (blocks until one reads).
+pub fn release_one(dir: &std::path::Path) {
+    use std::io::Write as _;
+    let mut f = std::fs::OpenOptions::new().write(true).open(dir.join("fifo")).unwrap();
+    f.write_all(b"go\n").unwrap();
+}
+
+pub fn gated(bin: &HaproxyBin, dir: &std::path::Path) -> HaproxyBin {
+    let script = dir.join("haproxy-gated");
+    let text = format!(
+        "#!/bin/sh\nfor a in \"$@\"; do\n  if [ \"$a\" = \"-c\" ] && [ -e '{d}/gate' ]; then read _ < '{d}/fifo'; break; fi\ndone\nexec '{real}' \"$@\"\n",
+        d = dir.display(),
+        real = bin.path.display()
+    );
+    std::fs::write(&script, text).unwrap();
+    let mode = <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755);
+    std::fs::set_permissions(&script, mode).unwrap();
+    nix::unistd::mkfifo(&dir.join("fifo"), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    HaproxyBin { path: script, ..bin.clone() }
+}
+
+/// A CA and a server certificate for 127.0.0.1 signed by it, as PEM files in `dir`.
+pub fn make_ca(dir: &std::path::Path) {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl").args(args).current_dir(dir).output().expect("openssl");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=haptic test CA",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "agent.key",
+        "-out",
+        "agent.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n").unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "agent.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "agent.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+    ]);
 }

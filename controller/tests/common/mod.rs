@@ -183,6 +183,7 @@ pub fn settings(
             sync_timeout: Duration::from_secs(20),
             max_parallel: 16,
             gate: GateMode::Optimistic,
+            agent_ca_file: None,
         },
         config_dir: config_dir.to_path_buf(),
         agents: fleet.urls(),

@@ -1,0 +1,58 @@
+//! Admitting an apply: the fence rules and the baseline, before anything is staged.
+//!
+//! Owns raising the fence high-water mark and persisting it (BRIEF §3: "check fence → persist the
+//! new fence high-water mark → stage ..."), so neither a crash nor a slow `haproxy -c` can leave
+//! `/v1/state` or `.state` showing an older fence than the one the agent enforces. It must never
+//! touch the tree nor HAProxy.
+
+use super::*;
+
+impl Agent {
+    /// Fence, then baseline. `Ok(Some(ack))`: the exact retry of an apply that landed.
+    pub(super) fn admit(&self, p: &mut Persisted, req: &ApplyRequest) -> Result<Option<Ack>, Refusal> {
+        match fence_step(p, &req.fence, &req.plan_id) {
+            FenceStep::Stale => {
+                let seen = p.fence.clone();
+                return Err(conflict(
+                    ConflictKind::StaleEpoch,
+                    p,
+                    vec![],
+                    format!(
+                        "stale fence {}/{}/{}: the agent has seen {}",
+                        req.fence.epoch,
+                        req.fence.seq,
+                        req.fence.holder,
+                        seen.map(|f| format!("{}/{}/{}", f.epoch, f.seq, f.holder)).unwrap_or_default()
+                    ),
+                ));
+            }
+            FenceStep::Replay(ack) => {
+                info!("exact retry: answering the same ACK");
+                return Ok(Some(ack));
+            }
+            FenceStep::Proceed { raise: false } => {}
+            FenceStep::Proceed { raise: true } => {
+                let before = (p.fence.clone(), p.last_accepted.clone());
+                p.fence = Some(req.fence.clone());
+                p.last_accepted = Some(LastAccepted { fence: req.fence.clone(), plan_id: req.plan_id, ack: None });
+                if let Err(e) = self.save(p) {
+                    // Not durable: not raised either.
+                    (p.fence, p.last_accepted) = before;
+                    return Err(e.into());
+                }
+            }
+        }
+        if let Err(kind) = baseline_check(p.applied.as_ref().map(|a| &a.plan_id), req.baseline.as_ref()) {
+            let msg = match kind {
+                ConflictKind::UnknownBaseline => "the agent has no applied plan: send the complete state".to_string(),
+                _ => format!(
+                    "baseline {} is not the applied plan {}",
+                    req.baseline.map(|b| b.to_string()).unwrap_or_default(),
+                    p.applied.as_ref().map(|a| a.plan_id.to_string()).unwrap_or_default()
+                ),
+            };
+            return Err(conflict(kind, p, vec![], msg));
+        }
+        Ok(None)
+    }
+}

@@ -1,0 +1,158 @@
+//! HAProxy liveness: noticing that HAProxy is gone, and picking it up again when it is back.
+//!
+//! Owns the rule "gone" = the master CLI cannot be connected to (refused, missing) *and* the
+//! master pid last seen is not alive here; the background watcher that records it (`running:
+//! null`, `last_error`) and, when a master answers again (a new one, or the same one after a
+//! silence), reloads the applied plan so `running` is known again. It must never restart HAProxy
+//! itself, send signals, nor write the tree.
+
+use super::*;
+
+/// How often the watcher looks at HAProxy.
+const WATCH_EVERY: Duration = Duration::from_millis(500);
+
+/// What one look at HAProxy saw.
+#[derive(Debug)]
+pub(super) enum Seen {
+    /// The master answered.
+    Up(Probe),
+    /// HAProxy is not running; the reason names what was seen.
+    Gone(String),
+    /// Unreachable, but the master may live (a 2.6 reload refuses connections; a hung master).
+    Unsure,
+}
+
+/// How long the master CLI must refuse connections, when no master pid can be checked, before
+/// HAProxy counts as gone: longer than a reload's re-exec (≈ 2.3 s for a port conflict on 2.6).
+const GONE_AFTER: Duration = Duration::from_secs(5);
+
+/// The "gone" rule. Pure: `unreachable_for` = how long the CLI could not be connected to at all
+/// (`None`: it answered or timed out), `master_alive` = what the last seen master pid says
+/// (`None`: no pid known, or not visible from here).
+pub(super) fn gone(unreachable_for: Option<Duration>, master_alive: Option<bool>) -> bool {
+    match (unreachable_for, master_alive) {
+        (None, _) | (Some(_), Some(true)) => false,
+        (Some(_), Some(false)) => true,
+        (Some(d), None) => d >= GONE_AFTER,
+    }
+}
+
+impl Agent {
+    /// Looks at HAProxy once through `cli`; keeps the cached probe fresh.
+    pub(super) async fn look(&self, cli: &MasterCli) -> Seen {
+        match probe(cli).await {
+            Ok(p) => {
+                *lock(&self.unreachable_since) = None;
+                *self.probe.write().unwrap_or_else(|e| e.into_inner()) = Some(p.clone());
+                Seen::Up(p)
+            }
+            Err(e) => {
+                let unreachable =
+                    matches!(&e, ReloadError::Cli(c @ crate::master::CliError::Connect(..)) if c.is_unreachable());
+                let unreachable_for = {
+                    let mut since = lock(&self.unreachable_since);
+                    if unreachable {
+                        Some(since.get_or_insert_with(Instant::now).elapsed())
+                    } else {
+                        *since = None;
+                        None
+                    }
+                };
+                let master = self.probe.read().unwrap_or_else(|e| e.into_inner()).as_ref().map(|p| p.master_pid);
+                let alive = master.and_then(crate::reload::pid_alive);
+                if gone(unreachable_for, alive) {
+                    let pid = master.map(|m| format!(" (master pid {m} is gone)")).unwrap_or_default();
+                    Seen::Gone(format!("HAProxy not running{pid}: {e}"))
+                } else {
+                    Seen::Unsure
+                }
+            }
+        }
+    }
+
+    /// Whether HAProxy is gone right now (one `show version` when the master answers).
+    pub(super) async fn gone_now(&self) -> Option<String> {
+        if self.cli.ping().await {
+            return None;
+        }
+        match self.look(&self.cli).await {
+            Seen::Gone(why) => Some(why),
+            Seen::Up(_) | Seen::Unsure => None,
+        }
+    }
+
+    /// Whether HAProxy was last seen gone, and why.
+    pub(super) fn down_reason(&self) -> Option<String> {
+        lock(&self.down).clone()
+    }
+
+    /// Records that HAProxy is gone: nothing runs any plan, no reload is pending.
+    pub(super) fn mark_down(&self, p: &mut Persisted, why: &str) {
+        lock(&self.pacer).cancel_pending();
+        self.metrics.pending_reload.set(0);
+        p.running = None;
+        p.last_error = Some(why.to_string());
+        if let Err(e) = self.save(p) {
+            warn!("recording that HAProxy is gone failed: {e}");
+            self.publish(p);
+        }
+        // Only now, so a reader that sees HAProxy gone also sees the record that says why.
+        let was = lock(&self.down).replace(why.to_string());
+        if was.is_none() {
+            warn!(root = %self.cfg.root.display(), "{why}");
+        }
+    }
+
+    /// Watches HAProxy forever: records it gone (after two looks in a row), and when a master
+    /// answers after that, or a master with another pid appears, reloads the applied plan.
+    pub(super) async fn watch_loop(&self) {
+        let mut last_master: Option<u32> =
+            self.probe.read().unwrap_or_else(|e| e.into_inner()).as_ref().map(|p| p.master_pid);
+        let mut gone_looks = 0u32;
+        let mut tick = tokio::time::interval(WATCH_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            match self.look(&self.state_cli).await {
+                Seen::Gone(why) => {
+                    gone_looks += 1;
+                    if gone_looks >= 2 && self.down_reason().is_none() {
+                        let mut inner = self.inner.lock().await;
+                        self.mark_down(&mut inner.p, &why);
+                    }
+                }
+                Seen::Up(p) => {
+                    gone_looks = 0;
+                    let new_master = last_master.is_some_and(|m| m != p.master_pid);
+                    last_master = Some(p.master_pid);
+                    if self.down_reason().is_some() || new_master {
+                        info!(root = %self.cfg.root.display(), master = p.master_pid, "HAProxy is back: reloading the applied plan");
+                        let mut inner = self.inner.lock().await;
+                        *lock(&self.down) = None;
+                        // Whatever the new master loaded, it is not known to be the applied plan.
+                        inner.p.running = None;
+                        drop(inner);
+                        self.converge().await;
+                    }
+                }
+                Seen::Unsure => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gone;
+
+    #[test]
+    fn gone_needs_an_unreachable_cli_and_no_live_master() {
+        use std::time::Duration;
+        let ms = |n| Some(Duration::from_millis(n));
+        assert!(gone(ms(0), Some(false)), "the master pid is gone");
+        assert!(!gone(ms(60_000), Some(true)), "a live master refusing connections is reloading");
+        assert!(!gone(None, Some(false)), "a CLI that answered (or timed out) is not gone");
+        assert!(!gone(ms(2_300), None), "no pid to check: a re-exec may refuse for ≈2.3 s");
+        assert!(gone(ms(5_000), None), "no pid to check: a long silence is gone");
+    }
+}

@@ -1,0 +1,354 @@
+//! The apply pipeline and the agent's live state (BRIEF §3–§4).
+//!
+//! Owns [`Agent`]: crash recovery on start, the serialized all-or-nothing apply (fence → persist
+//! → baseline → stage → mode → check → swap → record → runtime ops / paced reload → ACK), the
+//! background paced-reload task, restoring the last good tree after a failed reload, and the
+//! `/v1/state` snapshot that never waits behind an apply. It must never speak HTTP (see
+//! [`crate::api`]) nor parse HAProxy's replies itself (see [`crate::reload`], [`crate::runtime`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use haptic_haproxy::claim::{verify_runtime_claim, ChangedFile};
+use haptic_protocol::api::{
+    AgentInfo, AppliedInfo, Conflict, ConflictKind, HaproxyInfo, Nack, PendingReload, ReloadState, ReloadStatus,
+    RunningInfo, StateResponse,
+};
+use haptic_protocol::{Ack, ApplyRequest, Capabilities, FileEntry, Mode, Op, RelPath, API_VERSION};
+use tracing::{info, warn, Instrument};
+
+use crate::check::check_tree;
+use crate::error::AgentError;
+use crate::master::MasterCli;
+use crate::metrics::Metrics;
+use crate::pacer::{PaceDecision, Pacer};
+use crate::reload::{probe, reload_verified, Probe, ReloadError};
+use crate::store::{baseline_check, fence_step, AppliedRecord, FenceStep, GoodRecord, LastAccepted, Persisted, Store};
+use crate::tree::{plan_tree, verify_dir, Drift, StageError, Stamps, Tree};
+
+mod admit;
+mod health;
+mod land;
+mod mode;
+mod recover;
+mod reloading;
+mod snapshot;
+mod stage;
+
+pub use recover::recover;
+use stage::Staged;
+
+/// How the agent is set up.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// The tree root.
+    pub root: PathBuf,
+    /// HAProxy's master CLI socket.
+    pub master_socket: PathBuf,
+    /// The pod's HAProxy binary, for `haproxy -c`.
+    pub haproxy_bin: PathBuf,
+    /// At most one reload per this interval.
+    pub min_reload_interval: Duration,
+    /// How long a reload may take to be verified.
+    pub reload_timeout: Duration,
+    /// The pod's name in logs.
+    pub pod: String,
+    /// Refuse a reload whose new TCP binds are held by another socket (see [`crate::check::precheck_binds`]).
+    pub bind_precheck: bool,
+    /// Where config paths may point outside the tree, and where sockets may live.
+    pub path_policy: haptic_haproxy::paths::PathPolicy,
+}
+
+/// Why an apply was refused (nothing changed, except a raised fence high-water mark).
+#[derive(Debug, Clone)]
+pub enum Refusal {
+    /// 400: malformed request.
+    BadRequest(String),
+    /// 409: conflicts with the agent's state.
+    Conflict(Box<Conflict>),
+    /// 422: HAProxy refused the config.
+    Nack(Box<Nack>),
+    /// 500: the agent itself failed.
+    Internal(String),
+    /// 503: HAProxy is not running; the tree was written (HAProxy starts on it when it restarts).
+    Unavailable(String),
+}
+
+impl Refusal {
+    /// The one-line error text.
+    pub fn message(&self) -> String {
+        match self {
+            Refusal::BadRequest(m) | Refusal::Internal(m) | Refusal::Unavailable(m) => m.clone(),
+            Refusal::Conflict(c) => c.error.clone(),
+            Refusal::Nack(n) => n.error.clone(),
+        }
+    }
+
+    /// The label for metrics.
+    fn result(&self) -> &'static str {
+        match self {
+            Refusal::BadRequest(_) => "bad_request",
+            Refusal::Conflict(_) => "conflict",
+            Refusal::Nack(_) => "nack",
+            Refusal::Internal(_) => "error",
+            Refusal::Unavailable(_) => "haproxy_unavailable",
+        }
+    }
+}
+
+impl From<AgentError> for Refusal {
+    fn from(e: AgentError) -> Self {
+        Refusal::Internal(e.to_string())
+    }
+}
+
+/// The authoritative record, only touched with the apply lock held.
+#[derive(Debug)]
+struct Inner {
+    p: Persisted,
+}
+
+/// One agent: its tree, record, HAProxy and pacing.
+#[derive(Debug)]
+pub struct Agent {
+    cfg: AgentConfig,
+    tree: Tree,
+    store: Store,
+    cli: MasterCli,
+    state_cli: MasterCli,
+    metrics: Arc<Metrics>,
+    inner: tokio::sync::Mutex<Inner>,
+    /// The last published record: readers clone the `Arc`, writers swap it (never held across work).
+    snapshot: RwLock<Arc<Persisted>>,
+    pacer: Mutex<Pacer>,
+    probe: RwLock<Option<Probe>>,
+    /// Why HAProxy is known to be gone (`None` while it runs or nothing is known).
+    down: Mutex<Option<String>>,
+    /// Since when the master CLI refuses connections (see [`health`]).
+    unreachable_since: Mutex<Option<Instant>>,
+    wake: tokio::sync::Notify,
+    /// Stamps of the files of one tree (by id) the agent wrote or hashed itself; only ever
+    /// trusted for that tree. Empty after a start, so the first apply hashes what it carries.
+    stamps: Mutex<(String, Stamps)>,
+}
+
+fn now_rfc3339() -> String {
+    time::OffsetDateTime::now_utc().format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
+}
+
+fn conflict(kind: ConflictKind, p: &Persisted, missing: Vec<RelPath>, error: String) -> Refusal {
+    Refusal::Conflict(Box::new(Conflict {
+        error,
+        conflict: kind,
+        fence: p.fence.clone(),
+        actual_baseline: p.applied.as_ref().map(|a| a.plan_id),
+        missing,
+    }))
+}
+
+/// Runs file-system work that blocks (fsyncs, renames, `remove_dir_all`) without stalling the
+/// async runtime's other tasks (`/v1/state`, `/healthz`): on a multi-threaded runtime the worker
+/// hands its other tasks to another thread first. Elsewhere (a current-thread runtime, or no
+/// runtime at all) it just runs.
+fn blocking<R>(f: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Agent {
+    /// Opens the root: clears staging leftovers, reconciles `.state` with `current` (trusting
+    /// `current` after a crash) and persists the reconciled record. Does not talk to HAProxy.
+    pub fn open(cfg: AgentConfig, metrics: Arc<Metrics>) -> Result<Arc<Self>, AgentError> {
+        let tree = Tree::new(&cfg.root);
+        let store = Store::new(&cfg.root);
+        let p = recover(&tree, &store)?;
+        let cli = MasterCli::new(&cfg.master_socket, Duration::from_secs(5));
+        let state_cli = MasterCli::new(&cfg.master_socket, Duration::from_millis(1500));
+        if let Some(a) = &p.applied {
+            metrics.tree(a.files.len(), a.files.iter().map(|f| f.size).sum());
+        }
+        let pacer = Pacer::new(cfg.min_reload_interval);
+        Ok(Arc::new(Self {
+            cfg,
+            tree,
+            store,
+            cli,
+            state_cli,
+            metrics,
+            snapshot: RwLock::new(Arc::new(p.clone())),
+            inner: tokio::sync::Mutex::new(Inner { p }),
+            pacer: Mutex::new(pacer),
+            probe: RwLock::new(None),
+            down: Mutex::new(None),
+            unreachable_since: Mutex::new(None),
+            wake: tokio::sync::Notify::new(),
+            stamps: Mutex::new((String::new(), Stamps::new())),
+        }))
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &AgentConfig {
+        &self.cfg
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Whether the master CLI answers.
+    pub async fn ready(&self) -> bool {
+        self.state_cli.ping().await
+    }
+
+    /// Starts the background work: probing HAProxy, converging a running plan that lags the
+    /// applied one after a restart, and running paced reloads when they come due.
+    pub fn spawn_background(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let me = self.clone();
+        tokio::spawn(async move {
+            let _ = me.version().await;
+            me.converge().await;
+            tokio::join!(me.watch_loop(), me.reload_loop());
+        })
+    }
+
+    /// HAProxy's version, probing when unknown.
+    async fn version(&self) -> Option<(u32, u32, u32)> {
+        if let Some(p) = self.probe.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            return Some(p.version);
+        }
+        match probe(&self.cli).await {
+            Ok(p) => {
+                let v = p.version;
+                *self.probe.write().unwrap_or_else(|e| e.into_inner()) = Some(p);
+                Some(v)
+            }
+            Err(e) => {
+                warn!(root = %self.cfg.root.display(), "cannot probe HAProxy: {e}");
+                None
+            }
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        match self.probe.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            Some(p) => crate::runtime::capabilities(p.version),
+            None => Capabilities::default(),
+        }
+    }
+
+    fn publish(&self, p: &Persisted) {
+        let next = Arc::new(p.clone());
+        *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = next;
+    }
+
+    fn save(&self, p: &Persisted) -> Result<(), AgentError> {
+        blocking(|| self.store.save(p))?;
+        self.publish(p);
+        Ok(())
+    }
+
+    /// Handles one apply to completion. Runs in its own task so a client that goes away never
+    /// cuts an apply in half.
+    pub async fn apply(self: &Arc<Self>, req: ApplyRequest) -> Result<Ack, Refusal> {
+        let me = self.clone();
+        let span = tracing::info_span!(
+            "apply",
+            pod = %self.cfg.pod,
+            plan = %req.plan_id.short(),
+            fence = %format!("{}/{}/{}", req.fence.epoch, req.fence.seq, req.fence.holder),
+        );
+        let handle = tokio::spawn(async move { me.apply_inner(req).await }.instrument(span));
+        handle.await.unwrap_or_else(|e| Err(Refusal::Internal(format!("apply task failed: {e}"))))
+    }
+
+    async fn apply_inner(&self, req: ApplyRequest) -> Result<Ack, Refusal> {
+        let started = Instant::now();
+        let asked = req.mode;
+        let res = self.apply_locked(req).await;
+        match &res {
+            Ok(ack) => {
+                self.metrics.apply(ack.mode.as_str(), "ack");
+                self.metrics.apply_duration.observe(started.elapsed().as_secs_f64());
+                info!(mode = %ack.mode, reload = ?ack.reload.as_ref().map(|r| r.state), "applied");
+            }
+            Err(r) => {
+                self.metrics.apply(asked.as_str(), r.result());
+                if let Refusal::Conflict(c) = r {
+                    self.metrics.conflict(c.conflict.as_str());
+                }
+            }
+        }
+        res
+    }
+
+    async fn apply_locked(&self, mut req: ApplyRequest) -> Result<Ack, Refusal> {
+        // Everything that needs no state is checked before the lock, so a malformed request
+        // changes nothing, not even the fence.
+        let parts = req.take_checked_parts().map_err(|e| Refusal::BadRequest(e.to_string()))?;
+        let mut guard = self.inner.lock().await;
+        let p = &mut guard.p;
+        let res = self.apply_fenced(p, &req, parts).await;
+        if res.is_err() {
+            // Staging linked (and removing the staged tree unlinked) live files.
+            blocking(|| self.refresh_stamps());
+        }
+        res
+    }
+
+    /// The pipeline, with the lock held: admit (fence, persisted; baseline) → stage → decide the
+    /// mode → check → swap and record → land (runtime ops or a paced reload) → ACK.
+    async fn apply_fenced(
+        &self,
+        p: &mut Persisted,
+        req: &ApplyRequest,
+        parts: BTreeMap<RelPath, Vec<u8>>,
+    ) -> Result<Ack, Refusal> {
+        if let Some(ack) = self.admit(p, req)? {
+            return Ok(ack);
+        }
+        let staged = self.stage(p, req, parts).await?;
+        let ops: Vec<Op> = req.ops().cloned().collect();
+        let mut reasons = req.reasons.clone();
+        let mode = self.decide_mode(
+            req,
+            &staged.live_files,
+            &staged.old_cfg,
+            &staged.new_cfg,
+            &staged.dir,
+            &ops,
+            &mut reasons,
+        );
+        let mut staged = self.check(staged, mode).await?;
+        let prev = self.swap_and_record(p, req, &mut staged, mode).await?;
+        let (final_mode, reload) = self.land(p, &staged, mode, prev, &ops, &mut reasons).await?;
+        self.gc(p);
+        // A landed apply ends whatever failure was recorded before; a checked one replaces the
+        // warnings HAProxy had about the config.
+        p.last_error = None;
+        if let Some(w) = staged.warnings.take() {
+            p.last_warnings = w;
+        }
+        let ack = Ack { applied: req.plan_id, running: p.running, mode: final_mode, reasons, reload };
+        if let Some(la) = p.last_accepted.as_mut() {
+            if la.fence == req.fence && la.plan_id == req.plan_id {
+                la.ack = Some(ack.clone());
+            }
+        }
+        self.save(p)?;
+        Ok(ack)
+    }
+
+    /// Waits for an in-flight apply or reload to finish (used on shutdown).
+    pub async fn quiesce(&self) {
+        let _g = self.inner.lock().await;
+    }
+}

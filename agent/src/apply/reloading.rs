@@ -1,0 +1,254 @@
+//! Reloads: the paced background loop, one verified reload, and restoring the last good tree.
+//!
+//! Owns converging after a start, running scheduled reloads when they come due, the paced
+//! reload an apply asks for, and the rollback after a failed reload (with HAProxy's words in
+//! `last_error`). It must never accept an apply nor parse HAProxy's replies (see
+//! [`crate::reload`]).
+
+use super::*;
+
+/// Why [`Agent::run_reload`] did not land.
+#[derive(Debug)]
+pub(super) enum ReloadFail {
+    /// HAProxy refused it (its words); the last good tree is live again.
+    Refused(String),
+    /// HAProxy is not running: nothing was reloaded, the tree stays.
+    Unavailable(String),
+}
+
+impl Agent {
+    /// After a start, or when HAProxy is back, a running plan that is not the applied one is
+    /// reloaded (paced).
+    pub(super) async fn converge(&self) {
+        let mut inner = self.inner.lock().await;
+        let Some(applied) = inner.p.applied.as_ref().map(|a| a.plan_id) else { return };
+        if inner.p.running == Some(applied) {
+            return;
+        }
+        info!(root = %self.cfg.root.display(), plan = %applied.short(), "running plan unknown or behind: reloading");
+        let decision = lock(&self.pacer).request(Instant::now(), applied);
+        match decision {
+            PaceDecision::ReloadNow => {
+                let _ = self.run_reload(&mut inner.p).await;
+            }
+            PaceDecision::Scheduled { .. } => self.wake.notify_one(),
+        }
+    }
+
+    /// Runs scheduled reloads when they come due (forever).
+    pub(super) async fn reload_loop(&self) {
+        loop {
+            let due = lock(&self.pacer).due(Instant::now());
+            self.metrics.pending_reload.set(i64::from(due.is_some()));
+            match due {
+                None => self.wake.notified().await,
+                Some((_, d)) if !d.is_zero() => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(d) => {}
+                        _ = self.wake.notified() => {}
+                    }
+                }
+                Some(_) => {
+                    let mut inner = self.inner.lock().await;
+                    let taken = lock(&self.pacer).take_due(Instant::now());
+                    if taken.is_some() {
+                        self.metrics.pending_reload.set(0);
+                        let plan = inner.p.applied.as_ref().map(|a| a.plan_id);
+                        let span = tracing::info_span!("paced_reload", pod = %self.cfg.pod, plan = %plan.map(|p| p.short()).unwrap_or_default());
+                        let _ = self.run_reload(&mut inner.p).instrument(span).await;
+                    } else {
+                        drop(inner);
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reloads at once, outside the pacing (after a failed runtime op the worker holds part of a
+    /// batch: it must not keep it until the interval ends). A pending reload is taken over: this
+    /// one loads the latest tree.
+    pub(super) async fn reload_now(&self, p: &mut Persisted) -> Result<ReloadStatus, Refusal> {
+        {
+            let mut pacer = lock(&self.pacer);
+            pacer.cancel_pending();
+            pacer.started(Instant::now());
+        }
+        self.metrics.pending_reload.set(0);
+        match self.run_reload(p).await {
+            Ok(()) => Ok(ReloadStatus { state: ReloadState::Done, due_in_ms: None }),
+            Err(ReloadFail::Unavailable(why)) => Err(Refusal::Unavailable(why)),
+            Err(ReloadFail::Refused(output)) => Err(Refusal::Nack(Box::new(Nack {
+                error: "HAProxy refused the reload; the last good tree is live again".into(),
+                rejected: true,
+                haproxy_output: output,
+                reason: "reload failed".into(),
+            }))),
+        }
+    }
+
+    /// Asks the pacer; reloads now or schedules.
+    pub(super) async fn reload_paced(&self, p: &mut Persisted) -> Result<ReloadStatus, Refusal> {
+        let plan = p.applied.as_ref().map(|a| a.plan_id).ok_or_else(|| Refusal::Internal("nothing applied".into()))?;
+        let decision = lock(&self.pacer).request(Instant::now(), plan);
+        match decision {
+            PaceDecision::ReloadNow => match self.run_reload(p).await {
+                Ok(()) => Ok(ReloadStatus { state: ReloadState::Done, due_in_ms: None }),
+                Err(ReloadFail::Unavailable(why)) => Err(Refusal::Unavailable(why)),
+                Err(ReloadFail::Refused(output)) => Err(Refusal::Nack(Box::new(Nack {
+                    error: "HAProxy refused the reload; the last good tree is live again".into(),
+                    rejected: true,
+                    haproxy_output: output,
+                    reason: "reload failed".into(),
+                }))),
+            },
+            PaceDecision::Scheduled { due_in, replaced } => {
+                if replaced.is_some() {
+                    self.metrics.reload_coalesced.inc();
+                }
+                self.metrics.pending_reload.set(1);
+                self.wake.notify_one();
+                Ok(ReloadStatus {
+                    state: ReloadState::Scheduled,
+                    due_in_ms: Some(u64::try_from(due_in.as_millis()).unwrap_or(u64::MAX)),
+                })
+            }
+        }
+    }
+
+    /// Runs one verified reload of the live tree (the pacer already counts it as started).
+    /// Success: running := applied. Failure: the last good tree is restored and HAProxy's words
+    /// are recorded in `last_error` and returned. HAProxy gone, or a master CLI that never took
+    /// the reload: nothing is restored (HAProxy did not read anything).
+    pub(super) async fn run_reload(&self, p: &mut Persisted) -> Result<(), ReloadFail> {
+        // A master still re-executing (e.g. for a reload begun before this agent started)
+        // refuses connections for a moment: wait for it, within the reload timeout.
+        let deadline = Instant::now() + self.cfg.reload_timeout;
+        while !self.cli.ping().await {
+            if let Some(why) = self.gone_now().await {
+                self.mark_down(p, &why);
+                return Err(ReloadFail::Unavailable(why));
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let res = self.reload_once(p).await;
+        match res {
+            Ok(()) => Ok(()),
+            Err(e @ ReloadError::Cli(_)) => {
+                // The reload was never sent (the master CLI failed before it): nothing to undo.
+                let why = format!("reload not sent: {e}");
+                warn!(root = %self.cfg.root.display(), "{why}");
+                p.last_error = Some(why.clone());
+                if let Err(err) = self.save(p) {
+                    warn!("recording the failure failed: {err}");
+                }
+                Err(ReloadFail::Unavailable(why))
+            }
+            Err(e) => {
+                let output = match &e {
+                    ReloadError::Failed { output } => output.clone(),
+                    other => other.to_string(),
+                };
+                warn!(root = %self.cfg.root.display(), "reload failed, restoring the last good tree: {output}");
+                if let Err(err) = self.restore_last_good(p, &output) {
+                    warn!("restoring the last good tree failed: {err}");
+                }
+                if !matches!(e, ReloadError::Failed { .. }) {
+                    // HAProxy's state is unknown: load the restored tree.
+                    lock(&self.pacer).started(Instant::now());
+                    if self.reload_once(p).await.is_err() {
+                        warn!("reloading back to the last good tree failed too");
+                    }
+                }
+                Err(ReloadFail::Refused(output))
+            }
+        }
+    }
+
+    /// One verified reload; records success (running, last good) or failure metrics.
+    pub(super) async fn reload_once(&self, p: &mut Persisted) -> Result<(), ReloadError> {
+        let started = Instant::now();
+        let res = match self.version().await {
+            Some(v) => reload_verified(&self.cli, v, self.cfg.reload_timeout).await,
+            None => Err(ReloadError::Unexpected("HAProxy version unknown (master CLI unreachable)".into())),
+        };
+        lock(&self.pacer).finished(Instant::now(), res.is_ok());
+        let secs = started.elapsed().as_secs_f64();
+        match &res {
+            Ok(ok) => {
+                self.metrics.reload("ok", secs);
+                info!(old = ?ok.old_worker, new = ok.new_worker, took_ms = ok.took.as_millis() as u64, "reload verified");
+                p.running = p.applied.as_ref().map(|a| a.plan_id);
+                p.last_good = match &p.applied {
+                    Some(a) => Some(GoodRecord { tree: a.tree.clone(), applied: Some(a.clone()) }),
+                    None => self.tree.live_id().ok().flatten().map(|tree| GoodRecord { tree, applied: None }),
+                };
+                if let Err(e) = self.save(p) {
+                    warn!("recording the reload failed: {e}");
+                }
+                self.gc(p);
+                if let Ok(pr) = probe(&self.cli).await {
+                    *self.probe.write().unwrap_or_else(|e| e.into_inner()) = Some(pr);
+                }
+            }
+            Err(e) => {
+                let label = if matches!(e, ReloadError::Timeout) { "timeout" } else { "failed" };
+                self.metrics.reload(label, secs);
+            }
+        }
+        res.map(|_| ())
+    }
+
+    /// Swaps the last good tree back in and makes it the applied record.
+    pub(super) fn restore_last_good(&self, p: &mut Persisted, why: &str) -> Result<(), AgentError> {
+        p.last_error = Some(why.to_string());
+        if let Some(lg) = p.last_good.clone() {
+            if self.tree.dir_of(&lg.tree).is_dir() {
+                blocking(|| self.tree.swap(&lg.tree))?;
+                p.applied = lg.applied.clone();
+                if let Some(a) = &lg.applied {
+                    self.metrics.tree(a.files.len(), a.files.iter().map(|f| f.size).sum());
+                }
+            }
+        }
+        lock(&self.pacer).cancel_pending();
+        self.metrics.pending_reload.set(0);
+        self.save(p)?;
+        self.gc(p);
+        Ok(())
+    }
+
+    /// Keeps only the live tree and the last good one.
+    pub(super) fn gc(&self, p: &Persisted) {
+        let live = self.tree.live_id().ok().flatten();
+        let mut keep: Vec<&str> = Vec::new();
+        if let Some(l) = live.as_deref() {
+            keep.push(l);
+        }
+        if let Some(g) = p.last_good.as_ref() {
+            keep.push(&g.tree);
+        }
+        blocking(|| {
+            if let Err(e) = self.tree.gc(&keep) {
+                warn!("removing old trees failed: {e}");
+            }
+            self.refresh_stamps();
+        });
+    }
+
+    /// Re-reads the live tree's stamps after the agent linked or unlinked its files (which moves
+    /// their ctime); stamps of any other tree are dropped.
+    pub(super) fn refresh_stamps(&self) {
+        let live = self.tree.live_id().ok().flatten();
+        let mut st = lock(&self.stamps);
+        if live.as_deref() == Some(st.0.as_str()) {
+            let (id, stamps) = &mut *st;
+            self.tree.refresh_stamps(id, stamps);
+        } else {
+            *st = (String::new(), Stamps::new());
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! Issue 9 item 1 on HAProxy 2.6 and 3.0: the agent's HTTP resources are bounded. Slow headers
+//! and slow bodies are cut by timeouts, idle connections beyond `--max-connections` never pile up
+//! file descriptors, a declared `Content-Length` over `--max-body` gets its 413 before any body
+//! byte is sent, and only one apply runs with one waiting (the rest: 429, `Retry-After`, JSON).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use common::*;
+use haptic_e2e::haproxy_bins;
+use haptic_e2e::pod::{Pod, PodOpts};
+use haptic_protocol::Mode;
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+fn auth(pod: &Pod) -> String {
+    let (u, p) = pod.credentials();
+    format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}")))
+}
+
+/// Reads until EOF (or an error) within [`DEADLINE`]; returns what arrived. Panics when the
+/// server keeps the connection open past the deadline.
+async fn read_until_closed(s: &mut TcpStream, what: &str) -> String {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, s.read(&mut chunk)).await {
+            Err(_) => panic!("{what}: the agent kept the connection open; got {:?}", String::from_utf8_lossy(&buf)),
+            Ok(Ok(0)) | Ok(Err(_)) => return String::from_utf8_lossy(&buf).into_owned(),
+            Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// Reads one response head and body (up to the end of the JSON) within [`DEADLINE`].
+async fn read_response(s: &mut TcpStream, what: &str) -> (u16, String, String) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let len = head.lines().find_map(|l| {
+                l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap())
+            });
+            if len.is_some_and(|n| body.len() >= n) {
+                let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+                return (status, head.to_string(), body.to_string());
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, s.read(&mut chunk)).await {
+            Err(_) => panic!("{what}: no answer; got {text:?}"),
+            Ok(Ok(0)) | Ok(Err(_)) => panic!("{what}: closed without an answer; got {text:?}"),
+            Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_resources_are_bounded_on_every_version() {
+    for bin in haproxy_bins() {
+        let label = bin.label();
+        let opts = PodOpts {
+            max_body: Some("1MiB".into()),
+            extra_args: ["--header-timeout=1s", "--body-timeout=1s", "--max-connections=8"].map(String::from).to_vec(),
+            ..Default::default()
+        };
+        let pod = pod_with(&bin, opts).await;
+        let addr = pod.addr();
+
+        // Headers sent halfway, then nothing: the connection is closed.
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+        read_until_closed(&mut s, &format!("{label} slow headers")).await;
+
+        // An idle connection is closed too.
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        read_until_closed(&mut s, &format!("{label} idle connection")).await;
+
+        // A body that stops arriving: 408, JSON.
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let head = format!(
+            "POST /v1/apply HTTP/1.1\r\nHost: x\r\nAuthorization: {}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{\"fence\"",
+            auth(&pod)
+        );
+        s.write_all(head.as_bytes()).await.unwrap();
+        let (st, _, body) = read_response(&mut s, &format!("{label} slow body")).await;
+        assert_eq!(st, 408, "{label}: {body}");
+        assert!(serde_json::from_str::<Value>(&body).unwrap()["error"].is_string(), "{label}: {body}");
+
+        // A declared body over --max-body: 413 before a byte of it is sent.
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let head = format!(
+            "POST /v1/apply HTTP/1.1\r\nHost: x\r\nAuthorization: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            auth(&pod),
+            300u64 << 20
+        );
+        s.write_all(head.as_bytes()).await.unwrap();
+        let (st, _, body) = read_response(&mut s, &format!("{label} declared too large")).await;
+        assert_eq!(st, 413, "{label}: {body}");
+        assert!(serde_json::from_str::<Value>(&body).unwrap()["error"].is_string(), "{label}: {body}");
+
+        // 40 idle connections: the agent holds at most --max-connections of them, and serves
+        // again once its idle ones are closed.
+        let agent = pod.agent_pid().unwrap();
+        let base = open_fds(agent);
+        let mut idle = Vec::new();
+        for _ in 0..40 {
+            idle.push(TcpStream::connect(addr).await.unwrap());
+        }
+        let mut most = 0;
+        for s in idle.iter_mut() {
+            // Each one is either closed at once (over the cap) or later (idle timeout).
+            let _ = s.write_all(b"G").await;
+            most = most.max(open_fds(agent));
+        }
+        assert!(most <= base + 8 + 2, "{label}: {most} fds open (base {base}, cap 8)");
+        for s in idle.iter_mut() {
+            read_until_closed(s, &format!("{label} idle flood")).await;
+        }
+        drop(idle);
+        let deadline = Instant::now() + DEADLINE;
+        while pod.client().get("/healthz").await.map(|r| r.0).unwrap_or(0) != 200 {
+            assert!(Instant::now() < deadline, "{label}: /healthz never answered again");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        println!("{label}: timeouts, connection cap and early 413 ok");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_apply_runs_one_waits_the_rest_get_429_on_every_version() {
+    for bin in haproxy_bins() {
+        let label = bin.label();
+        let dir = tempfile::tempdir().unwrap();
+        let pod = pod(&gated(&bin, dir.path())).await;
+        let fe = port();
+        let v1 = only_cfg(&cfg(pod.health_bind(), fe, &[("s1", 9001)], ""));
+        apply_ok(&pod, &request((1, 1), None, Mode::Reload, &v1, |_| true, vec![])).await;
+
+        // Apply 2 is held in its `haproxy -c`. Of three more sent at once, one is admitted (it
+        // waits for the apply lock) and two are told to retry.
+        std::fs::write(dir.path().join("gate"), b"").unwrap();
+        let send = |seq: u64| {
+            let files = only_cfg(&cfg(pod.health_bind(), fe, &[("s1", 9000 + seq as u16)], ""));
+            let body = request((1, seq), None, Mode::Reload, &files, |_| true, vec![]).to_string();
+            let (addr, auth) = (pod.addr(), auth(&pod));
+            tokio::spawn(async move {
+                let mut s = TcpStream::connect(addr).await.unwrap();
+                let head = format!(
+                    "POST /v1/apply HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                s.write_all(head.as_bytes()).await.unwrap();
+                read_response(&mut s, "apply").await
+            })
+        };
+        let held = send(2);
+        wait_state(&pod, "apply 2 in flight", |s| s.fence.as_ref().is_some_and(|f| f.seq == 2)).await;
+        let mut more: Vec<_> = (3..6).map(send).collect();
+        let deadline = Instant::now() + DEADLINE;
+        while more.iter().filter(|h| h.is_finished()).count() < 2 {
+            assert!(Instant::now() < deadline, "{label}: two of three applies should be refused at once");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let (done, waiting): (Vec<_>, Vec<_>) = more.drain(..).partition(|h| h.is_finished());
+        assert_eq!(waiting.len(), 1, "{label}: exactly one apply waits");
+        for h in done {
+            let (st, head, body) = h.await.unwrap();
+            assert_eq!(st, 429, "{label}: {body}");
+            assert!(head.to_ascii_lowercase().contains("retry-after: 1"), "{label}: {head}");
+            assert!(serde_json::from_str::<Value>(&body).unwrap()["error"].is_string(), "{label}: {body}");
+        }
+
+        // Release the held check: both admitted applies complete.
+        std::fs::remove_file(dir.path().join("gate")).unwrap();
+        release_one(dir.path());
+        for h in std::iter::once(held).chain(waiting) {
+            let (st, _, body) = h.await.unwrap();
+            assert_eq!(st, 200, "{label}: {body}");
+        }
+        println!("{label}: one apply running, one waiting, 429 for the rest");
+    }
+}
