@@ -156,10 +156,13 @@ impl AgentClient {
             409 => Ok(ApplyAnswer::Conflict(serde_json::from_slice(&body).map_err(decode_err)?)),
             422 => Ok(ApplyAnswer::Nack(serde_json::from_slice(&body).map_err(decode_err)?)),
             // HAProxy is not running on the pod: a failure of the pod, never a rejected render.
-            503 if haproxy_unavailable(&body).is_some() => Ok(ApplyAnswer::Refused {
-                status,
-                error: format!("HAProxy not running: {}", haproxy_unavailable(&body).unwrap_or_default()),
-            }),
+            // (A 5xx: the deployer retries it exactly, then fails the pod with these words.)
+            503 if haproxy_unavailable(&body).is_some() => {
+                let why = haproxy_unavailable(&body).unwrap_or_default();
+                let error =
+                    if why.starts_with("HAProxy not running") { why } else { format!("HAProxy not running: {why}") };
+                Ok(ApplyAnswer::Refused { status, error })
+            }
             _ => Ok(ApplyAnswer::Refused { status, error: format!("POST {url}: {status}: {}", error_text(&body)) }),
         }
     }
@@ -228,8 +231,12 @@ mod tests {
             "mode": "reload", "files": [{"path": "haproxy.cfg", "digest": haptic_protocol::Digest::of(b""), "size": 0}],
         }))
         .unwrap();
-        let err = client.apply(&ep, &req).await.unwrap_err();
-        assert!(err.0.starts_with("HAProxy not running"), "{err}");
+        match client.apply(&ep, &req).await {
+            Ok(ApplyAnswer::Refused { status: 503, error }) => {
+                assert_eq!(error, "HAProxy not running (master pid 7 is gone)")
+            }
+            other => panic!("wanted a 503 failure, got {other:?}"),
+        }
         server.await.unwrap();
         assert_eq!(haproxy_unavailable(br#"{"error": "other", "reason": "x", "applied": null}"#), None);
     }
@@ -342,8 +349,12 @@ mod tests {
         .unwrap();
         let ca = std::fs::read(d.path().join("ca.pem")).unwrap();
         let trusting = AgentClient::with_ca(creds.clone(), Duration::from_secs(10), Some(&ca)).unwrap();
-        let err = trusting.apply(&ep, &req).await.unwrap_err();
-        assert_eq!(err.0, "HAProxy not running: over TLS", "the exchange went through TLS");
+        match trusting.apply(&ep, &req).await {
+            Ok(ApplyAnswer::Refused { status: 503, error }) => {
+                assert_eq!(error, "HAProxy not running: over TLS", "the exchange went through TLS")
+            }
+            other => panic!("wanted the TLS server's 503, got {other:?}"),
+        }
         let untrusting = AgentClient::new(creds, Duration::from_secs(10)).unwrap();
         let err = untrusting.apply(&ep, &req).await.unwrap_err();
         assert!(!err.0.contains("HAProxy not running"), "an untrusted certificate was accepted: {err}");

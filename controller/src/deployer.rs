@@ -502,7 +502,9 @@ impl Deployer {
                 }
                 Ok(ApplyAnswer::Refused { status, error }) => {
                     self.metrics.apply(req.mode.as_str(), "error");
-                    if *status >= 500 {
+                    if *status >= 500 && !error.starts_with("HAProxy not running") {
+                        // No real answer (a proxy, an overloaded agent): retry the same apply.
+                        // HAProxy down on the pod is a real answer: the pod fails at once.
                         Answer::Transport(error.clone())
                     } else {
                         Answer::Refused(error.clone())

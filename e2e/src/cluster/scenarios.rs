@@ -223,15 +223,7 @@ pub async fn run_all<C: Cluster>(c: &mut C, agent_port: u16, narrate: bool) -> R
     Run::<C>::ensure(worker_pids(r.c).await? == pids, || "an agent restart reloaded HAProxy".into())?;
     r.step("agent container restarted: HAProxy untouched").await?;
 
-    // 9. HAProxy worker killed: the container restarts on the latest plan.
-    r.c.kill_haproxy_worker(&p0).await?;
-    let s = r.converged(2, None).await?;
-    r.serves("v3").await?;
-    let st = r.c.agent_state(&p0).await?;
-    Run::<C>::ensure(st["running"]["plan_id"] == s["planId"], || format!("{st:#}"))?;
-    r.step("HAProxy worker killed: restarted on the current plan").await?;
-
-    // 10. The leader is killed: the other replica takes over without a reload.
+    // 9. The leader is killed: the other replica takes over without a reload.
     let pids = worker_pids(r.c).await?;
     let old = r.status().await?["leader"].clone();
     let killed = r.c.kill_leader().await?;
@@ -243,8 +235,19 @@ pub async fn run_all<C: Cluster>(c: &mut C, agent_port: u16, narrate: bool) -> R
     .await?;
     let _ = s;
     r.converged(2, None).await?;
-    Run::<C>::ensure(worker_pids(r.c).await? == pids, || "the failover reloaded a pod".into())?;
+    let after = worker_pids(r.c).await?;
+    Run::<C>::ensure(after == pids, || format!("the failover reloaded a pod: worker pids {pids:?} -> {after:?}"))?;
     r.step("leader killed: another replica leads, no pod reloaded").await?;
+
+    // 10. HAProxy worker killed: the container restarts on the latest plan (after the failover
+    // step: the agent reloads a HAProxy that came back, to know what its worker runs).
+    let p0 = r.c.haproxy_pods().await?[0].clone();
+    r.c.kill_haproxy_worker(&p0).await?;
+    let s = r.converged(2, None).await?;
+    r.serves("v3").await?;
+    let st = r.c.agent_state(&p0).await?;
+    Run::<C>::ensure(st["running"]["plan_id"] == s["planId"], || format!("{st:#}"))?;
+    r.step("HAProxy worker killed: restarted on the current plan").await?;
 
     // 11. Every HAProxy pod replaced (a rolling update).
     let before: Vec<String> = r.c.haproxy_pods().await?;
