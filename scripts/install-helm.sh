@@ -25,7 +25,9 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 log "building helm $version with $(go version) into $dir (about 70 s on 2 cores)"
 mkdir -p "$dir"
+# The version stamp `make` would set (else `helm version` says only the minor, e.g. v3.22).
 GOTOOLCHAIN=local CGO_ENABLED=0 GOBIN="$dir" GOFLAGS=-trimpath \
-  go install "helm.sh/helm/v3/cmd/helm@$version" >&2
+  go install -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$version" \
+  "helm.sh/helm/v3/cmd/helm@$version" >&2
 is_version "$bin" || { log "built $bin but it does not report $version"; exit 1; }
 echo "$bin"
