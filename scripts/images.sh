@@ -4,6 +4,7 @@
 #
 #   scripts/images.sh              # build + smoke + pod
 #   scripts/images.sh --no-pod     # build + smoke only
+#   scripts/images.sh --bases      # only the two base images (step 1)
 #   scripts/images.sh --clean      # remove the images, the base images and working containers
 #
 # 1. Base images, made locally when missing (no registry is needed):
@@ -44,8 +45,9 @@ mode=all
 case "${1:-}" in
   "") ;;
   --no-pod) mode=nopod ;;
+  --bases) mode=bases ;;
   --clean) mode=clean ;;
-  *) die "unknown argument $1 (use --no-pod or --clean)" ;;
+  *) die "unknown argument $1 (use --no-pod, --bases or --clean)" ;;
 esac
 
 # Containers and processes this run made; removed/stopped on exit.
@@ -139,6 +141,11 @@ if ! have_image "$rust_img"; then
     --env RUST_VERSION="$rust_version" "$c"
   "${B[@]}" commit --quiet "$c" "$rust_img" >/dev/null
   "${B[@]}" rm "$c" >/dev/null
+fi
+
+if [ "$mode" = bases ]; then
+  log "base images ready: $base_img, $rust_img"
+  exit 0
 fi
 
 # 2. The images, from the Dockerfiles as written.
