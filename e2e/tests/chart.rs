@@ -54,7 +54,11 @@ fn helm(args: &[&str]) -> (bool, String, String) {
         .env("HELM_DATA_HOME", std::env::temp_dir().join("haptic-helm-data"))
         .output()
         .expect("helm runs");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// `helm template` with extra args; the rendered objects (empty documents dropped).
@@ -247,9 +251,8 @@ fn check_render(objs: &[Value], agent_port: u64, min_reload: &str, reload_timeou
     assert_eq!(secret["metadata"]["annotations"]["helm.sh/resource-policy"], "keep");
     let typed: Secret = serde_json::from_value(secret.clone()).unwrap();
     let data = typed.data.unwrap_or_default();
-    let decode = |k: &str| {
-        String::from_utf8(data.get(k).unwrap_or_else(|| panic!("Secret has no {k}")).0.clone()).unwrap()
-    };
+    let decode =
+        |k: &str| String::from_utf8(data.get(k).unwrap_or_else(|| panic!("Secret has no {k}")).0.clone()).unwrap();
     let (user, pass, line) = (decode("username"), decode("password"), decode("credentials"));
     assert_eq!(line, format!("{user}:{pass}"));
     assert!(pass.len() >= 32, "a generated password of 32 characters");
@@ -375,10 +378,8 @@ fn default_render_is_wired_as_the_brief_says() {
     assert!(!objs.iter().any(|o| kind_of(o) == "CustomResourceDefinition"));
     let with_crds = render(&["--include-crds"]);
     let crd = one(&with_crds, "CustomResourceDefinition", "haproxyconfigs.haptic.dev");
-    let committed: Value = serde_saphyr::from_str(
-        &std::fs::read_to_string(chart_dir().join("crds/haproxyconfig.yaml")).unwrap(),
-    )
-    .unwrap();
+    let committed: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(chart_dir().join("crds/haproxyconfig.yaml")).unwrap()).unwrap();
     assert_eq!(crd, &committed, "the chart ships the committed (generated) CRD unchanged");
 }
 
@@ -436,8 +437,7 @@ async fn every_rendered_object_passes_a_server_side_dry_run() {
 
     // The generated CRD, for real (a dry-run HAProxyConfig needs it established).
     let crd: CustomResourceDefinition =
-        serde_saphyr::from_str(&std::fs::read_to_string(chart_dir().join("crds/haproxyconfig.yaml")).unwrap())
-            .unwrap();
+        serde_saphyr::from_str(&std::fs::read_to_string(chart_dir().join("crds/haproxyconfig.yaml")).unwrap()).unwrap();
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     crds.create(&PostParams::default(), &crd).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -481,7 +481,11 @@ async fn every_rendered_object_passes_a_server_side_dry_run() {
             checked += 1;
         }
     }
-    println!("{checked} rendered objects accepted by kube-apiserver {} (dryRun: All) in {:?}", cp.version(), started.elapsed());
+    println!(
+        "{checked} rendered objects accepted by kube-apiserver {} (dryRun: All) in {:?}",
+        cp.version(),
+        started.elapsed()
+    );
     assert!(checked >= 24, "both renders checked");
     let pids = cp.pids();
     cp.stop();
