@@ -85,7 +85,7 @@ command -v curl >/dev/null 2>&1 || need+=(curl)
 if [ ${#need[@]} -gt 0 ]; then
   log "apt-get install ${need[*]}"
   $sudo apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >&2
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 mkdir -p "$work"
 avail_kb=$(df -Pk "$work" | awk 'NR==2 {print $4}')
