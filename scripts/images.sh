@@ -5,6 +5,7 @@
 #   scripts/images.sh              # build + smoke + pod
 #   scripts/images.sh --no-pod     # build + smoke only
 #   scripts/images.sh --bases      # only the two base images (step 1)
+#   scripts/images.sh --smoke      # reuse the built images: smoke + pod only
 #   scripts/images.sh --clean      # remove the images, the base images and working containers
 #
 # 1. Base images, made locally when missing (no registry is needed):
@@ -46,8 +47,9 @@ case "${1:-}" in
   "") ;;
   --no-pod) mode=nopod ;;
   --bases) mode=bases ;;
+  --smoke) mode=smoke ;;
   --clean) mode=clean ;;
-  *) die "unknown argument $1 (use --no-pod, --bases or --clean)" ;;
+  *) die "unknown argument $1 (use --no-pod, --bases, --smoke or --clean)" ;;
 esac
 
 # Containers and processes this run made; removed/stopped on exit.
@@ -152,6 +154,7 @@ fi
 revision=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 for which in agent controller; do
   img="localhost/haptic-$which:$tag"
+  if [ "$mode" = smoke ] && have_image "$img"; then log "reusing $img"; continue; fi
   log "buildah bud -f Dockerfile.$which -t $img (RUST_IMAGE=$rust_img BASE_IMAGE=$base_img)"
   t0=$(date +%s)
   # HTTPS from inside RUN (crates.io) needs the machine's CA bundle; apt uses plain http.
@@ -165,10 +168,18 @@ for which in agent controller; do
 done
 
 # 3. Smoke runs.
+# Splits "[buildah run options...] -- CMD..." into the arrays opts and cmd.
+split_args() {
+  opts=(); cmd=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do opts+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  cmd=("$@")
+}
 run_in() { # IMAGE [buildah run options...] -- CMD...
   local img=$1; shift
-  local c; c=$(from "$img")
-  "${B[@]}" run --isolation chroot --network host "$@" "$c" 2>&1
+  local c opts cmd; c=$(from "$img")
+  split_args "$@"
+  "${B[@]}" run --isolation chroot --network host "${opts[@]}" "$c" -- "${cmd[@]}" 2>&1
 }
 expect() { # WHAT PATTERN OUTPUT
   if [[ $3 =~ $2 ]]; then log "ok: $1"; else echo "$3" >&2; die "$1: want /$2/"; fi
@@ -251,8 +262,9 @@ log "pod: init (health on 127.0.0.1:$health_port)"
 run_in "$agent_img" "${mounts[@]}" -- haptic-agent init --root /etc/haproxy --health-bind "127.0.0.1:$health_port" >/dev/null
 background() { # NAME IMAGE [options] -- CMD...
   local name=$1 img=$2; shift 2
-  local c; c=$(from "$img")
-  setsid "${B[@]}" run --isolation chroot --network host "$@" "$c" >"$pod/$name.log" 2>&1 &
+  local c opts cmd; c=$(from "$img")
+  split_args "$@"
+  setsid "${B[@]}" run --isolation chroot --network host "${opts[@]}" "$c" -- "${cmd[@]}" >"$pod/$name.log" 2>&1 &
   pgids+=("$!")
 }
 log "pod: HAProxy container"
