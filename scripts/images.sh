@@ -157,9 +157,10 @@ for which in agent controller; do
   if [ "$mode" = smoke ] && have_image "$img"; then log "reusing $img"; continue; fi
   log "buildah bud -f Dockerfile.$which -t $img (RUST_IMAGE=$rust_img BASE_IMAGE=$base_img)"
   t0=$(date +%s)
-  # HTTPS from inside RUN (crates.io) needs the machine's CA bundle; apt uses plain http.
+  # HTTPS from inside RUN (crates.io) uses the build base's own ca-certificates (installed above,
+  # as in the official rust image). No `-v /etc/ssl/certs` bind: it would apply to every RUN, and
+  # the final stage's `apt-get install ca-certificates` must write there.
   "${B[@]}" bud --isolation chroot --network host --layers=false \
-    -v /etc/ssl/certs:/etc/ssl/certs:ro \
     --build-arg "RUST_IMAGE=$rust_img" --build-arg "BASE_IMAGE=$base_img" \
     --build-arg "REVISION=$revision" \
     -f "Dockerfile.$which" -t "$img" . >"$work/build-$which.log" 2>&1 ||

@@ -491,3 +491,48 @@ async fn every_rendered_object_passes_a_server_side_dry_run() {
     cp.stop();
     assert_no_stray(&pids);
 }
+
+#[tokio::test]
+async fn helm_install_then_upgrade_keeps_the_generated_credential() {
+    let mut cp = ControlPlane::start().await.unwrap_or_else(|e| panic!("control plane did not start: {e}"));
+    let client = cp.client().await.unwrap();
+    let kubeconfig = cp.kubeconfig().to_str().unwrap().to_string();
+    let chart = chart_dir();
+    let chart = chart.to_str().unwrap();
+    let ns = "haptic-install";
+    let common = ["--namespace", ns, "--kubeconfig", kubeconfig.as_str()];
+
+    // A real install (CRD from crds/ first, then every template); no kubelet runs the pods.
+    let mut args = vec!["install", RELEASE, chart, "--create-namespace"];
+    args.extend_from_slice(&common);
+    let (ok, out, err) = helm(&args);
+    assert!(ok, "helm install:\n{out}\n{err}");
+    assert!(out.contains("kubectl -n haptic-install get hapc demo-haptic"), "NOTES:\n{out}");
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let password = |s: Secret| s.data.unwrap_or_default()["password"].0.clone();
+    let first = password(secrets.get("demo-haptic-agent-credentials").await.unwrap());
+    assert_eq!(first.len(), 32);
+    let gvk = GroupVersionKind::gvk("haptic.dev", "v1alpha1", "HAProxyConfig");
+    let (ar, _) = pinned_kind(&client, &gvk).await.unwrap();
+    let hapc = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ar).get("demo-haptic").await.unwrap();
+    assert_eq!(hapc.data["spec"]["agent"]["port"], 9080);
+
+    // An upgrade renders a fresh random password, but `lookup` keeps the one the cluster holds.
+    let mut args = vec!["upgrade", RELEASE, chart, "--set", "haproxy.replicas=3"];
+    args.extend_from_slice(&common);
+    let (ok, out, err) = helm(&args);
+    assert!(ok, "helm upgrade:\n{out}\n{err}");
+    let second = password(secrets.get("demo-haptic-agent-credentials").await.unwrap());
+    assert_eq!(first, second, "the credential survives an upgrade");
+
+    // Uninstall keeps it too (helm.sh/resource-policy: keep), so a reinstall keeps the agents' credential.
+    let mut args = vec!["uninstall", RELEASE];
+    args.extend_from_slice(&common);
+    let (ok, out, err) = helm(&args);
+    assert!(ok, "helm uninstall:\n{out}\n{err}");
+    assert!(secrets.get_opt("demo-haptic-agent-credentials").await.unwrap().is_some());
+    println!("helm install, upgrade and uninstall against kube-apiserver {}: the credential was kept", cp.version());
+    let pids = cp.pids();
+    cp.stop();
+    assert_no_stray(&pids);
+}
