@@ -5,7 +5,8 @@
 //! master socket path, agent port and credentials wiring, probes, security contexts, RBAC verbs,
 //! NetworkPolicy), runs the default `haproxy.cfg` through every HAProxy's `haproxy -c`, then starts
 //! the local control plane, applies the generated CRD for real and creates every rendered object
-//! with a server-side dry run, so the apiserver's own schemas check them.
+//! with a server-side dry run, so the apiserver's own schemas check them; and installs, upgrades
+//! and uninstalls the chart for real there (the generated credential is kept throughout).
 //!
 //! Needs `scripts/install-helm.sh` (helm; or `HAPTIC_HELM`), `scripts/install-k8s.sh` and
 //! `scripts/install-haproxy.sh` to have run.
