@@ -136,6 +136,11 @@ if ! have_image "$rust_img"; then
   # Dereferenced copy (the toolchain dir may be a symlink); no docs or sources.
   tar -C "$sysroot" -chf - --exclude=./share/doc --exclude=./lib/rustlib/src --exclude=./lib/rustlib/rustc-src \
     --exclude='./lib/rustlib/*/analysis' . | $sudo tar -C "$dest" -xf -
+  # This machine's CA bundle, so cargo inside RUN reaches crates.io through whatever TLS proxy the
+  # machine trusts (an official rust image elsewhere needs nothing). Only the build base gets it.
+  if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+    $sudo cp /etc/ssl/certs/ca-certificates.crt "$m/etc/ssl/certs/ca-certificates.crt"
+  fi
   "${B[@]}" unmount "$c" >/dev/null
   # The toolchain's own bin/ first on PATH: the rustup proxies would try to sync the channel online.
   "${B[@]}" config --env RUSTUP_HOME=/usr/local/rustup --env CARGO_HOME=/usr/local/cargo \
@@ -157,9 +162,9 @@ for which in agent controller; do
   if [ "$mode" = smoke ] && have_image "$img"; then log "reusing $img"; continue; fi
   log "buildah bud -f Dockerfile.$which -t $img (RUST_IMAGE=$rust_img BASE_IMAGE=$base_img)"
   t0=$(date +%s)
-  # HTTPS from inside RUN (crates.io) uses the build base's own ca-certificates (installed above,
-  # as in the official rust image). No `-v /etc/ssl/certs` bind: it would apply to every RUN, and
-  # the final stage's `apt-get install ca-certificates` must write there.
+  # HTTPS from inside RUN (crates.io) uses the build base's CA bundle (the machine's, copied in
+  # above). No `-v /etc/ssl/certs` bind: it would apply to every RUN, and the final stage's
+  # `apt-get install ca-certificates` must write there.
   "${B[@]}" bud --isolation chroot --network host --layers=false \
     --build-arg "RUST_IMAGE=$rust_img" --build-arg "BASE_IMAGE=$base_img" \
     --build-arg "REVISION=$revision" \
