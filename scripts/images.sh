@@ -162,6 +162,7 @@ for which in agent controller; do
   if [ "$mode" = smoke ] && have_image "$img"; then log "reusing $img"; continue; fi
   log "buildah bud -f Dockerfile.$which -t $img (RUST_IMAGE=$rust_img BASE_IMAGE=$base_img)"
   t0=$(date +%s)
+  old_id=$("${B[@]}" inspect --type image --format '{{.FromImageID}}' "$img" 2>/dev/null || true)
   # HTTPS from inside RUN (crates.io) uses the build base's CA bundle (the machine's, copied in
   # above). No `-v /etc/ssl/certs` bind: it would apply to every RUN, and the final stage's
   # `apt-get install ca-certificates` must write there.
@@ -171,6 +172,9 @@ for which in agent controller; do
     -f "Dockerfile.$which" -t "$img" . >"$work/build-$which.log" 2>&1 ||
     { tail -30 "$work/build-$which.log" >&2; die "building $img (see $work/build-$which.log)"; }
   log "built $img in $(($(date +%s) - t0))s"
+  # The previous build of this tag, now untagged (vfs keeps full copies): removed.
+  new_id=$("${B[@]}" inspect --type image --format '{{.FromImageID}}' "$img")
+  if [ -n "$old_id" ] && [ "$old_id" != "$new_id" ]; then "${B[@]}" rmi "$old_id" >/dev/null 2>&1 || true; fi
 done
 
 # 3. Smoke runs.
