@@ -64,7 +64,9 @@ cleanup() {
   exit "$rc"
 }
 trap cleanup EXIT
-from() { local c; c=$("${B[@]}" from "$1"); containers+=("$c"); echo "$c"; }
+# `from IMAGE` sets $ctr to a new working container and remembers it for cleanup (no command
+# substitution: an array append in a subshell would be lost).
+from() { ctr=$("${B[@]}" from "$1"); containers+=("$ctr"); }
 have_image() { "${B[@]}" inspect --type image "$1" >/dev/null 2>&1; }
 
 if [ "$mode" = clean ]; then
@@ -110,7 +112,7 @@ if ! have_image "$base_img"; then
     $sudo touch "$rootfs/.complete"
   fi
   log "committing $base_img from $rootfs"
-  c=$("${B[@]}" from scratch); containers+=("$c")
+  from scratch; c=$ctr
   m=$("${B[@]}" mount "$c")
   $sudo cp -a "$rootfs/." "$m/"
   $sudo rm -f "$m/.complete"
@@ -126,7 +128,7 @@ rust_version=$(rustc --version | awk '{print $2}')
 rust_img="localhost/haptic-rust:$rust_version-trixie"
 if ! have_image "$rust_img"; then
   log "making $rust_img ($toolchain from $sysroot)"
-  c=$(from "$base_img")
+  from "$base_img"; c=$ctr
   "${B[@]}" run --isolation chroot --network host "$c" -- sh -c \
     'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gcc libc6-dev ca-certificates >/dev/null && rm -rf /var/lib/apt/lists/*' \
     || die "apt-get in $rust_img"
@@ -185,11 +187,13 @@ split_args() {
   [ $# -gt 0 ] && shift
   cmd=("$@")
 }
-run_in() { # IMAGE [buildah run options...] -- CMD...
+run_in() { # IMAGE [buildah run options...] -- CMD...   (often inside $(...): removes its container)
   local img=$1; shift
-  local c opts cmd; c=$(from "$img")
+  local opts cmd rc=0 ctr; from "$img"
   split_args "$@"
-  "${B[@]}" run --isolation chroot --network host "${opts[@]}" "$c" -- "${cmd[@]}" 2>&1
+  "${B[@]}" run --isolation chroot --network host "${opts[@]}" "$ctr" -- "${cmd[@]}" 2>&1 || rc=$?
+  "${B[@]}" rm "$ctr" >/dev/null 2>&1 || true
+  return "$rc"
 }
 expect() { # WHAT PATTERN OUTPUT
   if [[ $3 =~ $2 ]]; then log "ok: $1"; else echo "$3" >&2; die "$1: want /$2/"; fi
@@ -239,8 +243,7 @@ chmod -R a+rX "$smoke/render" "$smoke/bad"
 out=$(run_in "$ctl_img" -v "$smoke/render:/render:ro" -- haptic-controller validate /render) ||
   { echo "$out" >&2; die "controller validate refused the sample render"; }
 log "ok: controller validate accepts the sample render"
-c=$(from "$ctl_img")
-if "${B[@]}" run --isolation chroot -v "$smoke/bad:/render:ro" "$c" -- haptic-controller validate /render >"$smoke/bad.out" 2>&1; then
+if run_in "$ctl_img" -v "$smoke/bad:/render:ro" -- haptic-controller validate /render >"$smoke/bad.out" 2>&1; then
   die "controller validate passed a broken render"
 fi
 log "ok: controller validate refuses a broken render: $(grep -m1 -o 'ALERT.*' "$smoke/bad.out" || head -1 "$smoke/bad.out")"
@@ -272,9 +275,9 @@ log "pod: init (health on 127.0.0.1:$health_port)"
 run_in "$agent_img" "${mounts[@]}" -- haptic-agent init --root /etc/haproxy --health-bind "127.0.0.1:$health_port" >/dev/null
 background() { # NAME IMAGE [options] -- CMD...
   local name=$1 img=$2; shift 2
-  local c opts cmd; c=$(from "$img")
+  local opts cmd; from "$img"
   split_args "$@"
-  setsid "${B[@]}" run --isolation chroot --network host "${opts[@]}" "$c" -- "${cmd[@]}" >"$pod/$name.log" 2>&1 &
+  setsid "${B[@]}" run --isolation chroot --network host "${opts[@]}" "$ctr" -- "${cmd[@]}" >"$pod/$name.log" 2>&1 &
   pgids+=("$!")
 }
 log "pod: HAProxy container"
