@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The README's test command: installs HAProxy 2.6 and 3.0 (scripts/install-haproxy.sh) and the local
-# Kubernetes control plane (scripts/install-k8s.sh), then runs formatting, clippy and the whole test
-# suite against real HAProxy processes and a real kube-apiserver on 127.0.0.1.
+# The README's test command: installs HAProxy 2.6 and 3.0 (scripts/install-haproxy.sh), the local
+# Kubernetes control plane (scripts/install-k8s.sh) and helm (scripts/install-helm.sh), then runs
+# formatting, clippy and the whole test suite against real HAProxy processes and a real
+# kube-apiserver on 127.0.0.1. The images are a separate step (scripts/images.sh, run by .ci/run).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -18,6 +19,11 @@ mapfile -t k8s <<<"$k8s_paths"
 export HAPTIC_KUBE_APISERVER="${HAPTIC_KUBE_APISERVER:-${k8s[0]}}" HAPTIC_ETCD="${HAPTIC_ETCD:-${k8s[1]}}"
 echo "    $("$HAPTIC_KUBE_APISERVER" --version)  ($HAPTIC_KUBE_APISERVER)"
 echo "    $("$HAPTIC_ETCD" --version 2>/dev/null | sed -n 1p)  ($HAPTIC_ETCD)"
+
+echo "==> installing helm (the Go module's CLI, pinned, into target/helm)"
+HAPTIC_HELM="${HAPTIC_HELM:-$(scripts/install-helm.sh)}"
+export HAPTIC_HELM
+echo "    helm $("$HAPTIC_HELM" version --short)  ($HAPTIC_HELM)"
 
 echo "==> cargo fmt --check"
 cargo fmt --all --check
@@ -43,6 +49,9 @@ echo "==> local control plane and kubelet stand-in (output shown: start-up time)
 cargo test --locked -p haptic-e2e --test control_plane -- --nocapture
 echo "==> fuzz targets, bounded run (scripts/fuzz.sh runs them longer)"
 PROPTEST_CASES="${HAPTIC_FUZZ_CASES:-256}" cargo test --locked -p haptic-protocol -p haptic-haproxy --test fuzz
+
+echo "==> Helm chart: lint, render, assertions, server-side dry run against the real apiserver (output shown)"
+cargo test --locked -p haptic-e2e --test chart -- --nocapture
 
 echo "==> cargo test (whole workspace)"
 cargo test --workspace --locked -- --test-threads="${HAPTIC_TEST_THREADS:-2}"

@@ -1,0 +1,99 @@
+{{/* The chart name. */}}
+{{- define "haptic.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The object name prefix. */}}
+{{- define "haptic.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "haptic.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels on every object. */}}
+{{- define "haptic.labels" -}}
+helm.sh/chart: {{ include "haptic.chart" . }}
+app.kubernetes.io/name: {{ include "haptic.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: haptic
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Selector labels of the controller pods. */}}
+{{- define "haptic.controller.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "haptic.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: controller
+{{- end }}
+
+{{/* Selector labels of the HAProxy pods (also the HAProxyConfig's podSelector). */}}
+{{- define "haptic.haproxy.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "haptic.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: haproxy
+{{- end }}
+
+{{- define "haptic.controller.fullname" -}}
+{{- printf "%s-controller" (include "haptic.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "haptic.haproxy.fullname" -}}
+{{- printf "%s-haproxy" (include "haptic.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "haptic.controller.serviceAccountName" -}}
+{{- if .Values.controller.serviceAccount.create }}
+{{- default (include "haptic.controller.fullname" .) .Values.controller.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.controller.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "haptic.haproxy.serviceAccountName" -}}
+{{- if .Values.haproxy.serviceAccount.create }}
+{{- default (include "haptic.haproxy.fullname" .) .Values.haproxy.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.haproxy.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The HAProxyConfig's name. */}}
+{{- define "haptic.configName" -}}
+{{- default (include "haptic.fullname" .) .Values.config.name }}
+{{- end }}
+
+{{/* The credentials Secret's name. */}}
+{{- define "haptic.credentialsSecret" -}}
+{{- default (printf "%s-agent-credentials" (include "haptic.fullname" .)) .Values.agent.credentials.existingSecret }}
+{{- end }}
+
+{{/* An image reference: repository, then @digest or :tag (default appVersion). */}}
+{{- define "haptic.image" -}}
+{{- $img := index .root.Values.images .which }}
+{{- if $img.digest }}
+{{- printf "%s@%s" $img.repository $img.digest }}
+{{- else }}
+{{- printf "%s:%s" $img.repository (default .root.Chart.AppVersion $img.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* The paths of BRIEF §2, shared by the HAProxy container and the agent. */}}
+{{- define "haptic.configRoot" -}}/etc/haproxy{{- end }}
+{{- define "haptic.runDir" -}}/run/haptic{{- end }}
+{{- define "haptic.masterSocket" -}}/run/haptic/master.sock{{- end }}
+{{- define "haptic.credentialsDir" -}}/etc/haptic/credentials{{- end }}

@@ -1,0 +1,539 @@
+//! The Helm chart `charts/haptic`, checked with the real `helm` CLI and the real apiserver.
+//!
+//! Renders the chart with its default values and with `charts/haptic/ci/production-values.yaml`
+//! (`helm template`), runs `helm lint --strict`, asserts on the rendered manifests (shared volumes,
+//! master socket path, agent port and credentials wiring, probes, security contexts, RBAC verbs,
+//! NetworkPolicy), runs the default `haproxy.cfg` through every HAProxy's `haproxy -c`, then starts
+//! the local control plane, applies the generated CRD for real and creates every rendered object
+//! with a server-side dry run, so the apiserver's own schemas check them; and installs, upgrades
+//! and uninstalls the chart for real there (the generated credential is kept throughout).
+//!
+//! Needs `scripts/install-helm.sh` (helm; or `HAPTIC_HELM`), `scripts/install-k8s.sh` and
+//! `scripts/install-haproxy.sh` to have run.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use haptic_e2e::k8s::ControlPlane;
+use haptic_e2e::{assert_no_stray, haproxy_bins, workspace_root};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, PostParams};
+use kube::core::{DynamicObject, GroupVersionKind};
+use kube::discovery::{pinned_kind, Scope};
+use serde_json::{json, Value};
+
+const NAMESPACE: &str = "haptic-chart";
+const RELEASE: &str = "demo";
+const HELM_VERSION: &str = "v3.22.0";
+
+/// The helm binary: `HAPTIC_HELM`, else what `scripts/install-helm.sh` installs.
+fn helm_bin() -> PathBuf {
+    let path = std::env::var_os("HAPTIC_HELM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join(format!("target/helm/{HELM_VERSION}/helm")));
+    assert!(path.is_file(), "helm is missing at {}: run scripts/install-helm.sh (or set HAPTIC_HELM)", path.display());
+    path
+}
+
+fn chart_dir() -> PathBuf {
+    workspace_root().join("charts/haptic")
+}
+
+fn production_values() -> PathBuf {
+    chart_dir().join("ci/production-values.yaml")
+}
+
+/// Runs helm; returns (success, stdout, stderr).
+fn helm(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(helm_bin())
+        .args(args)
+        .env("HELM_CACHE_HOME", std::env::temp_dir().join("haptic-helm-cache"))
+        .env("HELM_CONFIG_HOME", std::env::temp_dir().join("haptic-helm-config"))
+        .env("HELM_DATA_HOME", std::env::temp_dir().join("haptic-helm-data"))
+        .output()
+        .expect("helm runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `helm template` with extra args; the rendered objects (empty documents dropped).
+fn render(extra: &[&str]) -> Vec<Value> {
+    let chart = chart_dir();
+    let mut args = vec!["template", RELEASE, chart.to_str().unwrap(), "--namespace", NAMESPACE];
+    args.extend_from_slice(extra);
+    let (ok, out, err) = helm(&args);
+    assert!(ok, "helm {args:?} failed:\n{err}");
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&out).unwrap_or_else(|e| panic!("rendered YAML: {e}\n{out}"));
+    docs.into_iter().filter(|d| d.is_object()).collect()
+}
+
+fn render_default() -> Vec<Value> {
+    render(&[])
+}
+
+fn render_production() -> Vec<Value> {
+    let values = production_values();
+    render(&["-f", values.to_str().unwrap()])
+}
+
+fn kind_of(o: &Value) -> &str {
+    o["kind"].as_str().unwrap_or_default()
+}
+
+fn name_of(o: &Value) -> &str {
+    o["metadata"]["name"].as_str().unwrap_or_default()
+}
+
+fn one<'a>(objs: &'a [Value], kind: &str, name_suffix: &str) -> &'a Value {
+    let found: Vec<&Value> = objs.iter().filter(|o| kind_of(o) == kind && name_of(o).ends_with(name_suffix)).collect();
+    assert_eq!(found.len(), 1, "want exactly one {kind} named *{name_suffix}, got {}", found.len());
+    found[0]
+}
+
+fn container<'a>(pod: &'a Value, name: &str) -> &'a Value {
+    pod["containers"]
+        .as_array()
+        .into_iter()
+        .chain(pod["initContainers"].as_array())
+        .flatten()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no container {name}"))
+}
+
+/// A container's command and args as one list.
+fn argv(c: &Value) -> Vec<String> {
+    ["command", "args"]
+        .iter()
+        .flat_map(|k| c[*k].as_array().cloned().unwrap_or_default())
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The value of `--flag=value` or `--flag value` in argv.
+fn flag(argv: &[String], name: &str) -> Option<String> {
+    let eq = format!("{name}=");
+    argv.iter().enumerate().find_map(|(i, a)| {
+        a.strip_prefix(&eq).map(str::to_string).or_else(|| (a == name).then(|| argv.get(i + 1).cloned()).flatten())
+    })
+}
+
+/// mountPath by volume name.
+fn mounts(c: &Value) -> BTreeMap<String, String> {
+    c["volumeMounts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| (m["name"].as_str().unwrap().to_string(), m["mountPath"].as_str().unwrap().to_string()))
+        .collect()
+}
+
+fn port_named(c: &Value, name: &str) -> u64 {
+    c["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["name"] == name)
+        .and_then(|p| p["containerPort"].as_u64())
+        .unwrap_or_else(|| panic!("container {} has no port {name}", c["name"]))
+}
+
+fn assert_hardened(c: &Value) {
+    let sc = &c["securityContext"];
+    let who = c["name"].as_str().unwrap();
+    assert_eq!(sc["runAsNonRoot"], true, "{who}");
+    assert_eq!(sc["runAsUser"], 65532, "{who}");
+    assert_eq!(sc["readOnlyRootFilesystem"], true, "{who}");
+    assert_eq!(sc["allowPrivilegeEscalation"], false, "{who}");
+    assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]), "{who}");
+    assert!(c["resources"]["requests"].is_object(), "{who} has resource requests");
+}
+
+fn assert_http_probe(c: &Value, probe: &str, path: &str, port: &str) {
+    let p = &c[probe]["httpGet"];
+    assert_eq!(p["path"], path, "{} {probe}", c["name"]);
+    assert_eq!(p["port"], port, "{} {probe}", c["name"]);
+}
+
+/// Every assertion on one render. `agent_port`, `min_reload` and `reload_timeout` are the values
+/// the render was made with.
+fn check_render(objs: &[Value], agent_port: u64, min_reload: &str, reload_timeout: &str) {
+    let kinds: BTreeSet<&str> = objs.iter().map(kind_of).collect();
+    for k in [
+        "Deployment",
+        "HAProxyConfig",
+        "Role",
+        "RoleBinding",
+        "Secret",
+        "Service",
+        "ServiceAccount",
+        "NetworkPolicy",
+        "PodDisruptionBudget",
+    ] {
+        assert!(kinds.contains(k), "no {k} rendered: {kinds:?}");
+    }
+    for o in objs {
+        if kind_of(o) != "CustomResourceDefinition" {
+            assert_eq!(o["metadata"]["namespace"], NAMESPACE, "{} {} namespace", kind_of(o), name_of(o));
+        }
+    }
+
+    // The HAProxy Deployment: init + HAProxy + agent sharing the config tree and the socket dir.
+    let hap = one(objs, "Deployment", "-haproxy");
+    let pod = &hap["spec"]["template"]["spec"];
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    let init = container(pod, "init");
+    let haproxy = container(pod, "haproxy");
+    let agent = container(pod, "agent");
+    for c in [init, haproxy, agent] {
+        assert_hardened(c);
+    }
+    let volumes: BTreeMap<&str, &Value> =
+        pod["volumes"].as_array().unwrap().iter().map(|v| (v["name"].as_str().unwrap(), v)).collect();
+    assert!(volumes["config"]["emptyDir"].is_object());
+    assert!(volumes["run"]["emptyDir"].is_object());
+    let (mi, mh, ma) = (mounts(init), mounts(haproxy), mounts(agent));
+    assert_eq!(mi.get("config").map(String::as_str), Some("/etc/haproxy"));
+    assert_eq!(mh.get("config").map(String::as_str), Some("/etc/haproxy"));
+    assert_eq!(ma.get("config").map(String::as_str), Some("/etc/haproxy"));
+    assert_eq!(mh.get("run").map(String::as_str), Some("/run/haptic"));
+    assert_eq!(ma.get("run").map(String::as_str), Some("/run/haptic"));
+    assert!(!mh.contains_key("credentials") && !mi.contains_key("credentials"), "only the agent sees the credential");
+
+    // The commands of BRIEF §2, and the master socket both ends agree on.
+    let ai = argv(init);
+    assert_eq!(&ai[..2], ["haptic-agent", "init"]);
+    assert_eq!(flag(&ai, "--root").as_deref(), Some("/etc/haproxy"));
+    let health_port = port_named(haproxy, "health");
+    assert_eq!(flag(&ai, "--health-bind"), Some(format!(":{health_port}")));
+    let ah = argv(haproxy);
+    assert_eq!(
+        ah[..7],
+        ["haproxy", "-W", "-db", "-S", "/run/haptic/master.sock,level,admin", "-f", "/etc/haproxy/current/haproxy.cfg"]
+    );
+    let aa = argv(agent);
+    assert_eq!(&aa[..2], ["haptic-agent", "run"]);
+    let master_socket = ah[4].split(',').next().unwrap();
+    assert_eq!(flag(&aa, "--master-socket").as_deref(), Some(master_socket));
+    assert_eq!(flag(&aa, "--root").as_deref(), Some("/etc/haproxy"));
+    assert_eq!(flag(&aa, "--haproxy-bin").as_deref(), Some("/usr/sbin/haproxy"));
+    assert_eq!(flag(&aa, "--listen"), Some(format!("0.0.0.0:{agent_port}")));
+    assert_eq!(flag(&aa, "--min-reload-interval").as_deref(), Some(min_reload));
+    assert_eq!(flag(&aa, "--reload-timeout").as_deref(), Some(reload_timeout));
+    assert_eq!(port_named(agent, "agent"), agent_port);
+
+    // Ports: HAProxy's traffic and health ports never clash with the agent's.
+    let hap_ports: Vec<u64> =
+        haproxy["ports"].as_array().unwrap().iter().map(|p| p["containerPort"].as_u64().unwrap()).collect();
+    assert!(hap_ports.contains(&8080) && hap_ports.contains(&8443), "HAProxy serves 8080/8443: {hap_ports:?}");
+    assert!(!hap_ports.contains(&agent_port), "agent port {agent_port} clashes with HAProxy's {hap_ports:?}");
+
+    // Probes: HAProxy /healthz (liveness) and /ready (readiness), agent /healthz and /readyz.
+    assert_http_probe(haproxy, "livenessProbe", "/healthz", "health");
+    assert_http_probe(haproxy, "readinessProbe", "/ready", "health");
+    assert_http_probe(agent, "livenessProbe", "/healthz", "agent");
+    assert_http_probe(agent, "readinessProbe", "/readyz", "agent");
+
+    // The credential: one Secret, the agent's file from its `credentials` key, the
+    // HAProxyConfig naming the same Secret.
+    let secret = one(objs, "Secret", "-agent-credentials");
+    let secret_name = name_of(secret);
+    let creds = &volumes["credentials"]["secret"];
+    assert_eq!(creds["secretName"], secret_name);
+    assert_eq!(creds["items"][0]["key"], "credentials");
+    let cred_path = format!("{}/{}", ma["credentials"], creds["items"][0]["path"].as_str().unwrap());
+    assert_eq!(flag(&aa, "--credentials-file"), Some(cred_path));
+    assert_eq!(secret["metadata"]["annotations"]["helm.sh/resource-policy"], "keep");
+    let typed: Secret = serde_json::from_value(secret.clone()).unwrap();
+    let data = typed.data.unwrap_or_default();
+    let decode =
+        |k: &str| String::from_utf8(data.get(k).unwrap_or_else(|| panic!("Secret has no {k}")).0.clone()).unwrap();
+    let (user, pass, line) = (decode("username"), decode("password"), decode("credentials"));
+    assert_eq!(line, format!("{user}:{pass}"));
+    assert!(pass.len() >= 32, "a generated password of 32 characters");
+
+    let hapc = one(objs, "HAProxyConfig", "");
+    let spec = &hapc["spec"];
+    assert_eq!(spec["agent"]["port"], agent_port);
+    assert_eq!(spec["agent"]["container"], "agent");
+    assert_eq!(spec["agent"]["credentialsSecretRef"]["name"], secret_name);
+    assert_eq!(spec["dataplane"]["minDeploymentInterval"], min_reload);
+    assert_eq!(spec["dataplane"]["reloadVerificationTimeout"], reload_timeout);
+    // The podSelector selects exactly the HAProxy pods.
+    let pod_labels = &hap["spec"]["template"]["metadata"]["labels"];
+    for (k, v) in spec["podSelector"]["matchLabels"].as_object().unwrap() {
+        assert_eq!(&pod_labels[k], v, "podSelector label {k}");
+    }
+    assert_eq!(&hap["spec"]["selector"], &spec["podSelector"]);
+
+    // The controller: leader election on >= 2 replicas, identity from the downward API.
+    let ctl = one(objs, "Deployment", "-controller");
+    assert!(ctl["spec"]["replicas"].as_u64().unwrap() >= 2);
+    let cpod = &ctl["spec"]["template"]["spec"];
+    let c = container(cpod, "controller");
+    assert_hardened(c);
+    let ac = argv(c);
+    assert_eq!(ac[0], "run");
+    assert!(ac.contains(&"--kubernetes".to_string()));
+    assert_eq!(flag(&ac, "--config").as_deref(), Some(name_of(hapc)));
+    assert_eq!(flag(&ac, "--haproxy-bin").as_deref(), Some("/usr/sbin/haproxy"));
+    let admin_port = port_named(c, "metrics");
+    assert_eq!(flag(&ac, "--admin-listen"), Some(format!("0.0.0.0:{admin_port}")));
+    let env: BTreeMap<&str, &Value> =
+        c["env"].as_array().unwrap().iter().map(|e| (e["name"].as_str().unwrap(), &e["valueFrom"])).collect();
+    assert_eq!(env["POD_NAME"]["fieldRef"]["fieldPath"], "metadata.name");
+    assert_eq!(env["POD_NAMESPACE"]["fieldRef"]["fieldPath"], "metadata.namespace");
+    assert_http_probe(c, "livenessProbe", "/healthz", "metrics");
+    assert_http_probe(c, "readinessProbe", "/healthz", "metrics");
+    assert_eq!(mounts(c).get("tmp").map(String::as_str), Some("/tmp"), "the gate's temp dir is writable");
+    let sa = cpod["serviceAccountName"].as_str().unwrap();
+
+    // RBAC: exactly the verbs the controller uses, in its namespace only.
+    assert!(!kinds.contains("ClusterRole") && !kinds.contains("ClusterRoleBinding"));
+    let role = one(objs, "Role", "-controller");
+    let mut rules: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
+    for r in role["rules"].as_array().unwrap() {
+        for g in r["apiGroups"].as_array().unwrap() {
+            for res in r["resources"].as_array().unwrap() {
+                let verbs = rules.entry((g.as_str().unwrap().into(), res.as_str().unwrap().into())).or_default();
+                verbs.extend(r["verbs"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()));
+            }
+        }
+    }
+    let want: BTreeMap<(String, String), BTreeSet<String>> = [
+        ("", "pods", &["list", "watch"][..]),
+        ("", "configmaps", &["list", "watch"]),
+        ("", "secrets", &["list", "watch"]),
+        ("coordination.k8s.io", "leases", &["get", "create", "update"]),
+        ("haptic.dev", "haproxyconfigs", &["get", "list", "watch"]),
+        ("haptic.dev", "haproxyconfigs/status", &["patch"]),
+        ("events.k8s.io", "events", &["create", "patch"]),
+    ]
+    .into_iter()
+    .map(|(g, r, v)| ((g.to_string(), r.to_string()), v.iter().map(|s| s.to_string()).collect()))
+    .collect();
+    assert_eq!(rules, want, "RBAC rules");
+    let binding = one(objs, "RoleBinding", "-controller");
+    assert_eq!(binding["roleRef"]["name"], name_of(role));
+    assert_eq!(binding["subjects"][0]["name"], sa);
+    one(objs, "ServiceAccount", sa);
+
+    // NetworkPolicy: the HAProxy pods; the agent port only from the controller pods.
+    let np = one(objs, "NetworkPolicy", "-haproxy");
+    assert_eq!(&np["spec"]["podSelector"], &spec["podSelector"]);
+    let ctl_labels = &ctl["spec"]["selector"]["matchLabels"];
+    let rules = np["spec"]["ingress"].as_array().unwrap();
+    let agent_rules: Vec<&Value> = rules
+        .iter()
+        .filter(|r| r["ports"].as_array().unwrap().iter().any(|p| p["port"].as_u64() == Some(agent_port)))
+        .collect();
+    assert_eq!(agent_rules.len(), 1, "one rule opens the agent port");
+    assert_eq!(agent_rules[0]["ports"].as_array().unwrap().len(), 1, "that rule opens only the agent port");
+    assert_eq!(&agent_rules[0]["from"][0]["podSelector"]["matchLabels"], ctl_labels);
+    assert!(agent_rules[0]["from"].as_array().is_some_and(|f| !f.is_empty()), "the agent port is never open to all");
+
+    // The HAProxy Service: 80/443 to the named container ports.
+    let svc = one(objs, "Service", "-haproxy");
+    let ports: BTreeMap<&str, (&Value, &Value)> = svc["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["name"].as_str().unwrap(), (&p["port"], &p["targetPort"])))
+        .collect();
+    assert_eq!(ports["http"], (&json!(80), &json!("http")));
+    assert_eq!(ports["https"], (&json!(443), &json!("https")));
+    assert_eq!(&svc["spec"]["selector"], &spec["podSelector"]["matchLabels"]);
+
+    // PDBs for both Deployments.
+    assert_eq!(objs.iter().filter(|o| kind_of(o) == "PodDisruptionBudget").count(), 2);
+}
+
+#[test]
+fn helm_lint_strict_passes_with_default_and_production_values() {
+    let chart = chart_dir();
+    let (ok, out, err) = helm(&["lint", "--strict", chart.to_str().unwrap()]);
+    assert!(ok, "helm lint --strict:\n{out}\n{err}");
+    let values = production_values();
+    let (ok, out, err) = helm(&["lint", "--strict", chart.to_str().unwrap(), "-f", values.to_str().unwrap()]);
+    assert!(ok, "helm lint --strict -f production-values.yaml:\n{out}\n{err}");
+    let (_, version, _) = helm(&["version", "--short"]);
+    println!("helm {} lints the chart clean (default and production values)", version.trim());
+}
+
+#[test]
+fn default_render_is_wired_as_the_brief_says() {
+    let objs = render_default();
+    check_render(&objs, 9080, "2s", "10s");
+    assert!(!objs.iter().any(|o| kind_of(o) == "ServiceMonitor"), "ServiceMonitor is opt-in");
+    let hap = one(&objs, "Deployment", "-haproxy");
+    assert_eq!(hap["spec"]["replicas"], 2);
+    let image = container(&hap["spec"]["template"]["spec"], "agent")["image"].as_str().unwrap().to_string();
+    assert_eq!(image, "ghcr.io/haptic/haptic-agent:0.1.0");
+    // `helm template` renders no CRD (it lives in crds/, installed by `helm install`).
+    assert!(!objs.iter().any(|o| kind_of(o) == "CustomResourceDefinition"));
+    let with_crds = render(&["--include-crds"]);
+    let crd = one(&with_crds, "CustomResourceDefinition", "haproxyconfigs.haptic.dev");
+    let committed: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(chart_dir().join("crds/haproxyconfig.yaml")).unwrap()).unwrap();
+    assert_eq!(crd, &committed, "the chart ships the committed (generated) CRD unchanged");
+}
+
+#[test]
+fn production_render_is_wired_as_the_brief_says() {
+    let objs = render_production();
+    check_render(&objs, 9090, "5s", "20s");
+    assert_eq!(one(&objs, "Deployment", "-controller")["spec"]["replicas"], 3);
+    assert_eq!(one(&objs, "Deployment", "-haproxy")["spec"]["replicas"], 6);
+    assert_eq!(one(&objs, "HAProxyConfig", "edge")["spec"]["controller"]["gate"], "pessimistic");
+    let sm = one(&objs, "ServiceMonitor", "-controller");
+    assert_eq!(sm["spec"]["endpoints"][0]["port"], "metrics");
+    let np = one(&objs, "NetworkPolicy", "-haproxy");
+    assert_eq!(np["spec"]["ingress"][0]["from"].as_array().unwrap().len(), 2, "controller pods + agentFrom");
+    let ctl = one(&objs, "Deployment", "-controller");
+    let image = container(&ctl["spec"]["template"]["spec"], "controller")["image"].as_str().unwrap().to_string();
+    assert!(image.starts_with("registry.example.com/haptic/haptic-controller@sha256:"), "{image}");
+}
+
+#[test]
+fn the_values_schema_refuses_bad_values() {
+    for bad in ["agent.port=0", "config.controller.gate=sometimes", "controller.leaseDuration=soon", "nope=1"] {
+        let chart = chart_dir();
+        let (ok, _, err) = helm(&["template", RELEASE, chart.to_str().unwrap(), "--set", bad]);
+        assert!(!ok, "--set {bad} rendered");
+        assert!(err.contains("schema"), "--set {bad}: {err}");
+    }
+}
+
+#[test]
+fn the_default_haproxy_cfg_passes_haproxy_check_on_every_version() {
+    let objs = render_default();
+    let cfg = one(&objs, "HAProxyConfig", "")["spec"]["config"].as_str().unwrap().to_string();
+    assert!(cfg.contains("default-path config"));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("haproxy.cfg");
+    std::fs::write(&path, &cfg).unwrap();
+    for bin in haproxy_bins() {
+        let out = Command::new(&bin.path).arg("-c").arg("-f").arg(&path).output().unwrap();
+        assert!(
+            out.status.success(),
+            "haproxy {} -c refused the chart's default config:\n{}{}",
+            bin.version_string,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_rendered_object_passes_a_server_side_dry_run() {
+    let started = Instant::now();
+    let mut cp = ControlPlane::start().await.unwrap_or_else(|e| panic!("control plane did not start: {e}"));
+    let client = cp.client().await.unwrap();
+
+    // The generated CRD, for real (a dry-run HAProxyConfig needs it established).
+    let crd: CustomResourceDefinition =
+        serde_saphyr::from_str(&std::fs::read_to_string(chart_dir().join("crds/haproxyconfig.yaml")).unwrap()).unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &crd).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let c = crds.get("haproxyconfigs.haptic.dev").await.unwrap();
+        let established = c
+            .status
+            .and_then(|s| s.conditions)
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True"));
+        if established {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the CRD never became Established");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NAMESPACE}})).unwrap();
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
+
+    let dry = PostParams { dry_run: true, ..Default::default() };
+    let mut checked = 0;
+    for (profile, objs) in [("default", render_default()), ("production", render_production())] {
+        for o in objs {
+            let (kind, name) = (kind_of(&o).to_string(), name_of(&o).to_string());
+            let api_version = o["apiVersion"].as_str().unwrap();
+            let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+            if group == "monitoring.coreos.com" {
+                // prometheus-operator's CRD is not part of this control plane.
+                println!("{profile}: {kind} {name}: skipped (no prometheus-operator CRD here)");
+                continue;
+            }
+            let gvk = GroupVersionKind::gvk(group, version, &kind);
+            let (ar, caps) = pinned_kind(&client, &gvk).await.unwrap_or_else(|e| panic!("{profile}: {kind}: {e}"));
+            let api: Api<DynamicObject> = match caps.scope {
+                Scope::Namespaced => Api::namespaced_with(client.clone(), NAMESPACE, &ar),
+                Scope::Cluster => Api::all_with(client.clone(), &ar),
+            };
+            let obj: DynamicObject = serde_json::from_value(o.clone()).unwrap();
+            if let Err(e) = api.create(&dry, &obj).await {
+                panic!("{profile}: the apiserver refused {kind} {name} (dry run): {e}\n{o:#}");
+            }
+            checked += 1;
+        }
+    }
+    println!(
+        "{checked} rendered objects accepted by kube-apiserver {} (dryRun: All) in {:?}",
+        cp.version(),
+        started.elapsed()
+    );
+    assert!(checked >= 24, "both renders checked");
+    let pids = cp.pids();
+    cp.stop();
+    assert_no_stray(&pids);
+}
+
+#[tokio::test]
+async fn helm_install_then_upgrade_keeps_the_generated_credential() {
+    let mut cp = ControlPlane::start().await.unwrap_or_else(|e| panic!("control plane did not start: {e}"));
+    let client = cp.client().await.unwrap();
+    let kubeconfig = cp.kubeconfig().to_str().unwrap().to_string();
+    let chart = chart_dir();
+    let chart = chart.to_str().unwrap();
+    let ns = "haptic-install";
+    let common = ["--namespace", ns, "--kubeconfig", kubeconfig.as_str()];
+
+    // A real install (CRD from crds/ first, then every template); no kubelet runs the pods.
+    let mut args = vec!["install", RELEASE, chart, "--create-namespace"];
+    args.extend_from_slice(&common);
+    let (ok, out, err) = helm(&args);
+    assert!(ok, "helm install:\n{out}\n{err}");
+    assert!(out.contains("kubectl -n haptic-install get hapc demo-haptic"), "NOTES:\n{out}");
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let password = |s: Secret| s.data.unwrap_or_default()["password"].0.clone();
+    let first = password(secrets.get("demo-haptic-agent-credentials").await.unwrap());
+    assert_eq!(first.len(), 32);
+    let gvk = GroupVersionKind::gvk("haptic.dev", "v1alpha1", "HAProxyConfig");
+    let (ar, _) = pinned_kind(&client, &gvk).await.unwrap();
+    let hapc = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ar).get("demo-haptic").await.unwrap();
+    assert_eq!(hapc.data["spec"]["agent"]["port"], 9080);
+
+    // An upgrade renders a fresh random password, but `lookup` keeps the one the cluster holds.
+    let mut args = vec!["upgrade", RELEASE, chart, "--set", "haproxy.replicas=3"];
+    args.extend_from_slice(&common);
+    let (ok, out, err) = helm(&args);
+    assert!(ok, "helm upgrade:\n{out}\n{err}");
+    let second = password(secrets.get("demo-haptic-agent-credentials").await.unwrap());
+    assert_eq!(first, second, "the credential survives an upgrade");
+
+    // Uninstall keeps it too (helm.sh/resource-policy: keep), so a reinstall keeps the agents' credential.
+    let mut args = vec!["uninstall", RELEASE];
+    args.extend_from_slice(&common);
+    let (ok, out, err) = helm(&args);
+    assert!(ok, "helm uninstall:\n{out}\n{err}");
+    assert!(secrets.get_opt("demo-haptic-agent-credentials").await.unwrap().is_some());
+    println!("helm install, upgrade and uninstall against kube-apiserver {}: the credential was kept", cp.version());
+    let pids = cp.pids();
+    cp.stop();
+    assert_no_stray(&pids);
+}
