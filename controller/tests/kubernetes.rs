@@ -408,8 +408,14 @@ async fn deploys_a_haproxyconfig_to_local_pods_on_every_version() {
 #[tokio::test]
 async fn discovery_admits_only_reachable_agents_and_follows_pod_changes() {
     let e = env().await;
-    let bin = haproxy_bins().pop().unwrap();
-    let ns = "disco";
+    for bin in haproxy_bins() {
+        let ns = format!("disco-{}{}", bin.version.0, bin.version.1);
+        println!("--- {} in namespace {ns}", bin.label());
+        discovery_on(&e, bin, &ns).await;
+    }
+}
+
+async fn discovery_on(e: &Env, bin: HaproxyBin, ns: &str) {
     namespace(&e.client, ns).await;
     put_secret(&e.client, ns, PASSWORD).await;
     let mut opts = local_opts(ns, &bin);
@@ -478,8 +484,14 @@ async fn discovery_admits_only_reachable_agents_and_follows_pod_changes() {
 #[tokio::test]
 async fn leader_failover_reloads_nothing_and_fences_the_old_leader() {
     let e = env().await;
-    let bin = haproxy_bins().pop().unwrap();
-    let ns = "lead";
+    for bin in haproxy_bins() {
+        let ns = format!("lead-{}{}", bin.version.0, bin.version.1);
+        println!("--- {} in namespace {ns}", bin.label());
+        leadership_on(&e, bin, &ns).await;
+    }
+}
+
+async fn leadership_on(e: &Env, bin: HaproxyBin, ns: &str) {
     namespace(&e.client, ns).await;
     put_secret(&e.client, ns, PASSWORD).await;
     let mut opts = local_opts(ns, &bin);
