@@ -4,6 +4,11 @@
 #
 #   scripts/demo.sh          # tour, then keeps running: edit the render dir it prints, Ctrl-C stops
 #   scripts/demo.sh --once   # tour, then stops everything and exits (0 = every step went as told)
+#   scripts/demo.sh --kubernetes
+#                            # the same tour in Kubernetes mode on a local control plane (etcd +
+#                            # kube-apiserver from scripts/install-k8s.sh): the CRD, a Secret, a
+#                            # ConfigMap and an HAProxyConfig, 3 local HAProxy pods, 2 controller
+#                            # replicas; the resource's status after each step, a leader kill too
 #
 # Everything lives under target/demo/ (logs, trees, sockets). Every process this script starts is
 # stopped on exit or Ctrl-C (by pid). HAProxy: the 3.0 build from scripts/install-haproxy.sh when
@@ -13,15 +18,32 @@
 set -euo pipefail
 
 ONCE=0
+KUBE=0
 for a in "$@"; do
   case "$a" in
     --once) ONCE=1 ;;
-    -h | --help) sed -n '2,13p' "$0"; exit 0 ;;
+    --kubernetes) KUBE=1 ;;
+    -h | --help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "unknown argument: $a (try --help)" >&2; exit 2 ;;
   esac
 done
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+if [ "$KUBE" = 1 ]; then
+  # The Kubernetes tour is a program of the e2e crate (the same scenarios the e2e suite runs);
+  # it starts and stops every process itself. Debug builds: the tour is not about speed.
+  cd "$ROOT"
+  hap=$(scripts/install-haproxy.sh | tail -1)
+  k8s=$(scripts/install-k8s.sh)
+  cargo build -q -p haptic-agent --bin haptic-agent -p haptic-controller --bin haptic-controller -p haptic-e2e --bin demo-k8s
+  target=${CARGO_TARGET_DIR:-$ROOT/target}
+  export HAPTIC_AGENT_BIN="$target/debug/haptic-agent" HAPTIC_CONTROLLER_BIN="$target/debug/haptic-controller"
+  HAPTIC_KUBE_APISERVER=$(echo "$k8s" | sed -n 1p) HAPTIC_ETCD=$(echo "$k8s" | sed -n 2p)
+  export HAPTIC_KUBE_APISERVER HAPTIC_ETCD
+  export HAPTIC_DEMO_HAPROXY="${HAPTIC_DEMO_HAPROXY:-$hap}"
+  exec "$target/debug/demo-k8s"
+fi
 W="$ROOT/target/demo"
 BASE=${HAPTIC_DEMO_PORT_BASE:-18000}
 FE=$((BASE + 80))

@@ -35,7 +35,7 @@ regen() {
     python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
   # Every staging module k8s.io/kubernetes replaces with ./staging/... gets its published v0.X.Y.
   local m
-  for m in $(sed -n 's#^[[:space:]]*\(k8s.io/[^ ]*\) => \./staging/.*#\1#p' "$gomod"); do
+  sed -n 's#^[[:space:]]*\(k8s.io/[^ ]*\) => \./staging/.*#\1#p' "$gomod" | while read -r m; do
     (cd "$tools" && go mod edit -replace="$m=$m@$s")
   done
   # The packages, not only the module: go.sum must hold everything the build needs.

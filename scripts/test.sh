@@ -25,6 +25,14 @@ HAPTIC_HELM="${HAPTIC_HELM:-$(scripts/install-helm.sh)}"
 export HAPTIC_HELM
 echo "    helm $("$HAPTIC_HELM" version --short)  ($HAPTIC_HELM)"
 
+echo "==> shellcheck (every script, the CI entry; shellcheck from Debian)"
+if ! command -v shellcheck >/dev/null 2>&1; then
+  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq shellcheck >/dev/null ||
+    { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq shellcheck >/dev/null; }
+fi
+shellcheck scripts/*.sh .ci/run
+
 echo "==> cargo fmt --check"
 cargo fmt --all --check
 

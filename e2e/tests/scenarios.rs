@@ -6,6 +6,7 @@
 use haptic_e2e::cluster::kind::KindCluster;
 use haptic_e2e::cluster::local::LocalCluster;
 use haptic_e2e::cluster::scenarios::run_all;
+use haptic_e2e::cluster::Cluster as _;
 use haptic_e2e::haproxy_bins;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -13,15 +14,17 @@ async fn every_scenario_on_the_selected_backend() {
     match std::env::var("HAPTIC_E2E_CLUSTER").as_deref() {
         Ok("kind") => {
             let mut c = KindCluster::connect().await.unwrap_or_else(|e| panic!("{e}"));
+            let pods = c.haproxy_pods().await.unwrap_or_else(|e| panic!("{e}")).len();
             let port = std::env::var("HAPTIC_E2E_AGENT_PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(9080);
-            run_all(&mut c, port, false).await.unwrap_or_else(|e| panic!("kind: {e}"));
+            run_all(&mut c, pods, port, false).await.unwrap_or_else(|e| panic!("kind: {e}"));
         }
         Ok("local") | Err(_) => {
             for bin in haproxy_bins() {
                 println!("--- {} on the local backend", bin.label());
-                let mut c = LocalCluster::start(&bin, 2).await.unwrap_or_else(|e| panic!("{e}"));
+                let pods = 2;
+                let mut c = LocalCluster::start(&bin, pods).await.unwrap_or_else(|e| panic!("{e}"));
                 let port = c.agent_port();
-                if let Err(e) = run_all(&mut c, port, false).await {
+                if let Err(e) = run_all(&mut c, pods, port, false).await {
                     panic!("{}: {e}\n{}", bin.label(), c.controller_logs());
                 }
             }

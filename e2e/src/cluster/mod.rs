@@ -110,20 +110,22 @@ fn hapc_api(client: &Client, ns: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk_with_plural(&gvk, "haproxyconfigs"))
 }
 
-/// Creates or updates the `HAProxyConfig` (server-side apply) with the scenarios' spec.
+/// Creates or updates the `HAProxyConfig` (server-side apply) with the scenarios' spec. An
+/// existing resource (the chart's, on a real cluster) keeps its `podSelector` and `agent`.
 pub async fn put_haproxy_config(client: &Client, ns: &str, agent_port: u16, drift: &str) -> Result<()> {
-    let obj = json!({
-        "apiVersion": "haptic.dev/v1alpha1", "kind": "HAProxyConfig", "metadata": {"name": CONFIG},
-        "spec": {
-            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "haproxy"}},
-            "agent": {"port": agent_port},
-            "configFrom": {"configMapKeyRef": {"name": CONFIG_MAP, "key": "haproxy.cfg"}},
-            "files": [{"path": "maps/hosts.map", "configMapKeyRef": {"name": CONFIG_MAP, "key": "hosts.map"}}],
-            "controller": {"driftPreventionInterval": drift},
-        },
+    let api = hapc_api(client, ns);
+    let exists = api.get_opt(CONFIG).await.map_err(|e| ClusterError::of("get the HAProxyConfig", e))?.is_some();
+    let mut spec = json!({
+        "configFrom": {"configMapKeyRef": {"name": CONFIG_MAP, "key": "haproxy.cfg"}},
+        "files": [{"path": "maps/hosts.map", "configMapKeyRef": {"name": CONFIG_MAP, "key": "hosts.map"}}],
+        "controller": {"driftPreventionInterval": drift},
     });
-    hapc_api(client, ns)
-        .patch(CONFIG, &PatchParams::apply("haptic-e2e").force(), &Patch::Apply(&obj))
+    if !exists {
+        spec["podSelector"] = json!({"matchLabels": {"app.kubernetes.io/name": "haproxy"}});
+        spec["agent"] = json!({"port": agent_port});
+    }
+    let obj = json!({"apiVersion": "haptic.dev/v1alpha1", "kind": "HAProxyConfig", "metadata": {"name": CONFIG}, "spec": spec});
+    api.patch(CONFIG, &PatchParams::apply("haptic-e2e").force(), &Patch::Apply(&obj))
         .await
         .map_err(|e| ClusterError::of("apply the HAProxyConfig", e))?;
     Ok(())

@@ -50,6 +50,7 @@ impl Desired {
 
 struct Run<'a, C: Cluster> {
     c: &'a mut C,
+    n: usize,
     want: Desired,
     narrate: bool,
     step: usize,
@@ -114,20 +115,20 @@ impl<C: Cluster> Run<'_, C> {
     }
 }
 
-/// Runs every scenario on `c`, which starts with two HAProxy pods and two controller replicas
-/// and no `HAProxyConfig` yet. `agent_port` is the agents' port for `spec.agent.port`.
-pub async fn run_all<C: Cluster>(c: &mut C, agent_port: u16, narrate: bool) -> Result<()> {
+/// Runs every scenario on `c`, which starts with `n` HAProxy pods, two controller replicas and
+/// no `HAProxyConfig` yet. `agent_port` is the agents' port for `spec.agent.port`.
+pub async fn run_all<C: Cluster>(c: &mut C, n: usize, agent_port: u16, narrate: bool) -> Result<()> {
     let want =
         Desired { body: "v1".into(), slots: vec![Some(9001), None, None], map: "a.example a\n".into(), broken: false };
-    let mut r = Run { c, want, narrate, step: 0 };
+    let mut r = Run { c, n, want, narrate, step: 0 };
 
     // 1. First deploy.
     r.push().await?;
     let client = r.c.client();
     put_haproxy_config(&client, r.c.namespace(), agent_port, "4s").await?;
-    let s = r.converged(2, None).await?;
+    let s = r.converged(r.n, None).await?;
     r.serves("v1").await?;
-    Run::<C>::ensure(s["deployedToPods"].as_array().map_or(0, Vec::len) == 2, || format!("{s:#}"))?;
+    Run::<C>::ensure(s["deployedToPods"].as_array().map_or(0, Vec::len) == n, || format!("{s:#}"))?;
     r.step("first deploy: every pod converged and serves the render").await?;
     let pids = worker_pids(r.c).await?;
 
@@ -136,7 +137,7 @@ pub async fn run_all<C: Cluster>(c: &mut C, agent_port: u16, narrate: bool) -> R
         let before = r.status().await?["planId"].clone();
         r.want.slots = slots;
         r.push().await?;
-        let s = r.converged(2, Some(&before)).await?;
+        let s = r.converged(r.n, Some(&before)).await?;
         let modes = Run::<C>::modes(&s);
         Run::<C>::ensure(modes.iter().all(|m| m == "runtime"), || format!("modes {modes:?}"))?;
         Run::<C>::ensure(worker_pids(r.c).await? == pids, || "an endpoint change reloaded a pod".into())?;
@@ -147,7 +148,7 @@ pub async fn run_all<C: Cluster>(c: &mut C, agent_port: u16, narrate: bool) -> R
     let before = r.status().await?["planId"].clone();
     r.want.map = "a.example a\nb.example b\n".into();
     r.push().await?;
-    let s = r.converged(2, Some(&before)).await?;
+    let s = r.converged(r.n, Some(&before)).await?;
     Run::<C>::ensure(Run::<C>::modes(&s).iter().all(|m| m == "runtime"), || format!("{s:#}"))?;
     Run::<C>::ensure(worker_pids(r.c).await? == pids, || "a map change reloaded a pod".into())?;
     r.step("map change: runtime, same worker pids").await?;
@@ -157,7 +158,7 @@ pub async fn run_all<C: Cluster>(c: &mut C, agent_port: u16, narrate: bool) -> R
     let before = r.status().await?["planId"].clone();
     r.want.body = "v2".into();
     r.push().await?;
-    let s = r.converged(2, Some(&before)).await?;
+    let s = r.converged(r.n, Some(&before)).await?;
     r.serves("v2").await?;
     Run::<C>::ensure(Run::<C>::modes(&s).iter().all(|m| m == "reload"), || format!("{s:#}"))?;
     let after = r.reloads().await?;
@@ -190,7 +191,7 @@ pub async fn run_all<C: Cluster>(c: &mut C, agent_port: u16, narrate: bool) -> R
     r.want.broken = false;
     r.want.body = "v3".into();
     r.push().await?;
-    r.converged(2, Some(&good)).await?;
+    r.converged(r.n, Some(&good)).await?;
     r.serves("v3").await?;
     r.step("config fixed: the fleet moves on").await?;
 
@@ -204,22 +205,23 @@ pub async fn run_all<C: Cluster>(c: &mut C, agent_port: u16, narrate: bool) -> R
         (st["applied"]["at"] != before_at).then_some(())
     })
     .await?;
-    r.converged(2, None).await?;
+    r.converged(r.n, None).await?;
     r.step("drift: the edited file was rewritten").await?;
 
-    // 7. HAProxy pods scale 2 -> 4 -> 2.
-    r.c.scale_haproxy(4).await?;
-    r.converged(4, None).await?;
+    // 7. HAProxy pods scale n -> n+2 -> n.
+    r.c.scale_haproxy(n + 2).await?;
+    r.converged(n + 2, None).await?;
     r.serves("v3").await?;
-    r.c.scale_haproxy(2).await?;
-    r.converged(2, None).await?;
-    r.step("HAProxy pods scaled 2 -> 4 -> 2: new pods converged, removed pods left the status").await?;
+    r.c.scale_haproxy(n).await?;
+    r.converged(r.n, None).await?;
+    r.step(&format!("HAProxy pods scaled {n} -> {} -> {n}: new pods converged, removed pods left the status", n + 2))
+        .await?;
 
     // 8. Agent container restart: HAProxy untouched, pod still converged.
     let pids = worker_pids(r.c).await?;
     let p0 = r.c.haproxy_pods().await?[0].clone();
     r.c.restart_agent(&p0).await?;
-    r.converged(2, None).await?;
+    r.converged(r.n, None).await?;
     Run::<C>::ensure(worker_pids(r.c).await? == pids, || "an agent restart reloaded HAProxy".into())?;
     r.step("agent container restarted: HAProxy untouched").await?;
 
@@ -234,7 +236,7 @@ pub async fn run_all<C: Cluster>(c: &mut C, agent_port: u16, narrate: bool) -> R
     })
     .await?;
     let _ = s;
-    r.converged(2, None).await?;
+    r.converged(r.n, None).await?;
     let after = worker_pids(r.c).await?;
     Run::<C>::ensure(after == pids, || format!("the failover reloaded a pod: worker pids {pids:?} -> {after:?}"))?;
     r.step("leader killed: another replica leads, no pod reloaded").await?;
@@ -243,7 +245,7 @@ pub async fn run_all<C: Cluster>(c: &mut C, agent_port: u16, narrate: bool) -> R
     // step: the agent reloads a HAProxy that came back, to know what its worker runs).
     let p0 = r.c.haproxy_pods().await?[0].clone();
     r.c.kill_haproxy_worker(&p0).await?;
-    let s = r.converged(2, None).await?;
+    let s = r.converged(r.n, None).await?;
     r.serves("v3").await?;
     let st = r.c.agent_state(&p0).await?;
     Run::<C>::ensure(st["running"]["plan_id"] == s["planId"], || format!("{st:#}"))?;
@@ -252,7 +254,7 @@ pub async fn run_all<C: Cluster>(c: &mut C, agent_port: u16, narrate: bool) -> R
     // 11. Every HAProxy pod replaced (a rolling update).
     let before: Vec<String> = r.c.haproxy_pods().await?;
     r.c.replace_all_haproxy().await?;
-    let s = r.converged(2, None).await?;
+    let s = r.converged(r.n, None).await?;
     r.serves("v3").await?;
     let _ = (before, s);
     r.step("every HAProxy pod replaced: the new ones converged").await?;
@@ -278,7 +280,7 @@ pub async fn run_all<C: Cluster>(c: &mut C, agent_port: u16, narrate: bool) -> R
             r.push().await?;
         }
     }
-    r.converged(2, None).await?;
+    r.converged(r.n, None).await?;
     Run::<C>::ensure(failed.is_empty() && changes >= 3, || {
         format!("{changes} changes, {} failed: {failed:?}", failed.len())
     })?;
