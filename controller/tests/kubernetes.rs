@@ -40,15 +40,17 @@ struct Controller {
     child: Option<Child>,
     log: PathBuf,
     identity: String,
+    admin: SocketAddr,
 }
 
 impl Controller {
     fn start(cp: &ControlPlane, ns: &str, bin: &HaproxyBin, identity: &str, dir: &Path) -> Controller {
         let log = dir.join(format!("controller-{identity}.log"));
         let out = std::fs::File::create(&log).unwrap();
+        let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let child = Command::new(env!("CARGO_BIN_EXE_haptic-controller"))
             .args(["run", "--kubernetes", "--namespace", ns, "--config", "edge", "--identity", identity])
-            .args(["--admin-listen", "127.0.0.1:0", "--settle", "50ms"])
+            .args(["--admin-listen", &admin.to_string(), "--settle", "50ms"])
             .args(["--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "500ms"])
             .args(["--drift-interval", "600s"])
             .arg("--haproxy-bin")
@@ -61,7 +63,13 @@ impl Controller {
             .process_group(0)
             .spawn()
             .unwrap();
-        Controller { child: Some(child), log, identity: identity.into() }
+        Controller { child: Some(child), log, identity: identity.into(), admin }
+    }
+
+    /// The value of a metric line (`name{labels}`) on the controller's `/metrics`, 0 if absent.
+    async fn metric(&self, line: &str) -> f64 {
+        let Ok((200, text)) = http_get(self.admin, "/metrics").await else { return 0.0 };
+        text.lines().find_map(|l| l.strip_prefix(line).and_then(|v| v.trim().parse().ok())).unwrap_or(0.0)
     }
 
     fn log(&self) -> String {
@@ -436,7 +444,8 @@ async fn discovery_on(e: &Env, bin: HaproxyBin, ns: &str) {
     let in_status: Vec<String> =
         s["deployedToPods"].as_array().unwrap().iter().map(|p| p["pod"].as_str().unwrap().to_string()).collect();
     assert_eq!(in_status, names, "the stranger is not admitted");
-    assert!(ctl.log().contains("agent_unreachable"), "{}", ctl.log());
+    let unreachable = r#"haptic_haproxy_pods_rejected_total{reason="agent_unreachable"}"#;
+    assert!(ctl.metric(unreachable).await >= 1.0, "{}", ctl.log());
 
     // The agent container stops: the pod leaves the targets.
     pods.kill_container(&names[0], Container::Agent).await.unwrap();
@@ -445,7 +454,8 @@ async fn discovery_on(e: &Env, bin: HaproxyBin, ns: &str) {
         (s["total"] == 2 && s["deployedToPods"].as_array()?.iter().all(|p| p["pod"] != names[0])).then_some(())
     })
     .await;
-    assert!(ctl.log().contains("agent_container_not_running"), "{}", ctl.log());
+    let not_running = r#"haptic_haproxy_pods_rejected_total{reason="agent_container_not_running"}"#;
+    assert_eq!(ctl.metric(not_running).await, 1.0, "{}", ctl.log());
     pods.restart_container(&names[0], Container::Agent).await.unwrap();
     converged(&api, 3, None).await;
 
