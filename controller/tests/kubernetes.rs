@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use haptic_controller::kubernetes::crd::HAProxyConfig;
 use haptic_e2e::k8s::{Container, ControlPlane, LocalPods, LocalPodsOpts};
@@ -122,19 +122,12 @@ async fn apply_crd(client: &Client) {
     .await;
 }
 
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    haptic_e2e::cluster::eventually(what, DEADLINE, check).await.unwrap_or_else(|e| panic!("{e}"))
 }
 
 async fn put_configmap(client: &Client, ns: &str, name: &str, data: BTreeMap<&str, String>) {
@@ -249,9 +242,7 @@ async fn deploys_a_haproxyconfig_to_local_pods_on_every_version() {
         println!("--- {} in namespace {ns}", bin.label());
         namespace(&e.client, &ns).await;
         put_secret(&e.client, &ns, PASSWORD).await;
-        let mut opts = local_opts(&ns, &bin);
-        opts.agent_port = free_port();
-        let mut pods = LocalPods::new(e.client.clone(), opts);
+        let mut pods = LocalPods::new(e.client.clone(), local_opts(&ns, &bin));
         pods.create(3).await.unwrap();
         let fe = free_port();
         put_configmap(
@@ -410,6 +401,19 @@ async fn deploys_a_haproxyconfig_to_local_pods_on_every_version() {
     }
 }
 
+/// Namespace `ns` with the credentials Secret, 3 local pods of `bin`, and the ConfigMap with a
+/// `v1` config on a free frontend port; returns the pods' options, the pods and the port.
+async fn fleet(e: &Env, bin: &HaproxyBin, ns: &str) -> (LocalPodsOpts, LocalPods, u16) {
+    namespace(&e.client, ns).await;
+    put_secret(&e.client, ns, PASSWORD).await;
+    let opts = local_opts(ns, bin);
+    let mut pods = LocalPods::new(e.client.clone(), opts.clone());
+    pods.create(3).await.unwrap();
+    let fe = free_port();
+    put_cfg(&e.client, ns, cfg_text(fe, "v1", 9001, false)).await;
+    (opts, pods, fe)
+}
+
 /// Admission: a pod whose agent container is not running and a pod with the wrong credential
 /// are not targets (counted by reason); a deleted pod leaves the status; a replaced pod is
 /// probed again and converges; a rotated Secret is used without a restart.
@@ -424,20 +428,14 @@ async fn discovery_admits_only_reachable_agents_and_follows_pod_changes() {
 }
 
 async fn discovery_on(e: &Env, bin: HaproxyBin, ns: &str) {
-    namespace(&e.client, ns).await;
-    put_secret(&e.client, ns, PASSWORD).await;
-    let mut opts = local_opts(ns, &bin);
-    opts.agent_port = free_port();
-    let mut pods = LocalPods::new(e.client.clone(), opts.clone());
-    let names = pods.create(3).await.unwrap();
+    let (opts, mut pods, _fe) = fleet(e, &bin, ns).await;
+    let names = pods.names();
     // A fourth pod matching the selector whose agent has another password.
     let mut wrong = opts.clone();
     wrong.prefix = "stranger".into();
     wrong.pod.credentials = Some((USER.into(), "not-the-secret".into()));
     let mut strangers = LocalPods::new(e.client.clone(), wrong);
     strangers.create(1).await.unwrap();
-    let fe = free_port();
-    put_cfg(&e.client, ns, cfg_text(fe, "v1", 9001, false)).await;
     let api = create_config(&e.client, ns, pods.agent_port(), map_file()).await;
     let ctl = Controller::start(&e.cp, ns, &bin, "ctl-d", e.dir.path());
     let s = converged(&api, 3, None).await;
@@ -502,14 +500,7 @@ async fn leader_failover_reloads_nothing_and_fences_the_old_leader() {
 }
 
 async fn leadership_on(e: &Env, bin: HaproxyBin, ns: &str) {
-    namespace(&e.client, ns).await;
-    put_secret(&e.client, ns, PASSWORD).await;
-    let mut opts = local_opts(ns, &bin);
-    opts.agent_port = free_port();
-    let mut pods = LocalPods::new(e.client.clone(), opts);
-    pods.create(3).await.unwrap();
-    let fe = free_port();
-    put_cfg(&e.client, ns, cfg_text(fe, "v1", 9001, false)).await;
+    let (_, mut pods, fe) = fleet(e, &bin, ns).await;
     let api = create_config(&e.client, ns, pods.agent_port(), map_file()).await;
     let leases: Api<Lease> = Api::namespaced(e.client.clone(), ns);
 

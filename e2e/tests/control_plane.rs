@@ -4,7 +4,7 @@
 //! Needs `scripts/install-k8s.sh` (and `scripts/install-haproxy.sh`) to have run.
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use haptic_e2e::k8s::{k8s_version, Container, ControlPlane, LocalPods, LocalPodsOpts};
 use haptic_e2e::pod::AgentClient;
@@ -32,19 +32,12 @@ async fn create_namespace(client: &Client, name: &str) {
 }
 
 /// Polls `check` until it returns `Some`, panicking with `what` after [`DEADLINE`].
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    haptic_e2e::cluster::eventually(what, DEADLINE, check).await.unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn api_error_code(e: &kube::Error) -> Option<u16> {
