@@ -241,59 +241,6 @@ mod tests {
         assert_eq!(haproxy_unavailable(br#"{"error": "other", "reason": "x", "applied": null}"#), None);
     }
 
-    /// A CA and a 127.0.0.1 server certificate signed by it (openssl), in `dir`.
-    fn make_ca(dir: &std::path::Path) {
-        let run = |args: &[&str]| {
-            let out = std::process::Command::new("openssl").args(args).current_dir(dir).output().expect("openssl");
-            assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        };
-        run(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=haptic test CA",
-        ]);
-        run(&[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "srv.key",
-            "-out",
-            "srv.csr",
-            "-subj",
-            "/CN=127.0.0.1",
-        ]);
-        std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n").unwrap();
-        run(&[
-            "x509",
-            "-req",
-            "-in",
-            "srv.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "srv.pem",
-            "-days",
-            "2",
-            "-extfile",
-            "ext.cnf",
-        ]);
-    }
-
     /// `https://` agents: trusted through `--agent-ca-file` (a real TLS server on 127.0.0.1 with a
     /// certificate from a generated CA); without the CA the call fails on the certificate.
     #[tokio::test]
@@ -301,7 +248,7 @@ mod tests {
         use rustls_pki_types::pem::PemObject as _;
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let d = tempfile::tempdir().unwrap();
-        make_ca(d.path());
+        haptic_e2e::tls::make_ca(d.path(), "srv");
         let certs = rustls_pki_types::CertificateDer::pem_file_iter(d.path().join("srv.pem"))
             .unwrap()
             .collect::<Result<Vec<_>, _>>()

@@ -15,6 +15,7 @@ pub mod net;
 pub mod pids;
 pub mod pod;
 pub mod process;
+pub mod tls;
 
 pub use bins::{haproxy_bins, workspace_root, HaproxyBin};
 pub use config::basic_config;

@@ -75,16 +75,7 @@ impl Agent {
             pacer.started(Instant::now());
         }
         self.metrics.pending_reload.set(0);
-        match self.run_reload(p).await {
-            Ok(()) => Ok(ReloadStatus { state: ReloadState::Done, due_in_ms: None }),
-            Err(ReloadFail::Unavailable(why)) => Err(Refusal::Unavailable(why)),
-            Err(ReloadFail::Refused(output)) => Err(Refusal::Nack(Box::new(Nack {
-                error: "HAProxy refused the reload; the last good tree is live again".into(),
-                rejected: true,
-                haproxy_output: output,
-                reason: "reload failed".into(),
-            }))),
-        }
+        reload_answer(self.run_reload(p).await)
     }
 
     /// Asks the pacer; reloads now or schedules.
@@ -92,16 +83,7 @@ impl Agent {
         let plan = p.applied.as_ref().map(|a| a.plan_id).ok_or_else(|| Refusal::Internal("nothing applied".into()))?;
         let decision = lock(&self.pacer).request(Instant::now(), plan);
         match decision {
-            PaceDecision::ReloadNow => match self.run_reload(p).await {
-                Ok(()) => Ok(ReloadStatus { state: ReloadState::Done, due_in_ms: None }),
-                Err(ReloadFail::Unavailable(why)) => Err(Refusal::Unavailable(why)),
-                Err(ReloadFail::Refused(output)) => Err(Refusal::Nack(Box::new(Nack {
-                    error: "HAProxy refused the reload; the last good tree is live again".into(),
-                    rejected: true,
-                    haproxy_output: output,
-                    reason: "reload failed".into(),
-                }))),
-            },
+            PaceDecision::ReloadNow => reload_answer(self.run_reload(p).await),
             PaceDecision::Scheduled { due_in, replaced } => {
                 if replaced.is_some() {
                     self.metrics.reload_coalesced.inc();
@@ -250,5 +232,19 @@ impl Agent {
         } else {
             *st = (String::new(), Stamps::new());
         }
+    }
+}
+
+/// The answer to an apply whose reload ran now: done, HAProxy unavailable, or HAProxy's refusal.
+fn reload_answer(r: Result<(), ReloadFail>) -> Result<ReloadStatus, Refusal> {
+    match r {
+        Ok(()) => Ok(ReloadStatus { state: ReloadState::Done, due_in_ms: None }),
+        Err(ReloadFail::Unavailable(why)) => Err(Refusal::Unavailable(why)),
+        Err(ReloadFail::Refused(output)) => Err(Refusal::Nack(Box::new(Nack {
+            error: "HAProxy refused the reload; the last good tree is live again".into(),
+            rejected: true,
+            haproxy_output: output,
+            reason: "reload failed".into(),
+        }))),
     }
 }

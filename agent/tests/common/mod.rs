@@ -232,55 +232,7 @@ pub fn gated(bin: &HaproxyBin, dir: &std::path::Path) -> HaproxyBin {
     HaproxyBin { path: script, ..bin.clone() }
 }
 
-/// A CA and a server certificate for 127.0.0.1 signed by it, as PEM files in `dir`.
+/// A CA and a server certificate for 127.0.0.1 signed by it: `ca.pem`, `agent.key`, `agent.pem`.
 pub fn make_ca(dir: &std::path::Path) {
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new("openssl").args(args).current_dir(dir).output().expect("openssl");
-        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    };
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=haptic test CA",
-    ]);
-    run(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "agent.key",
-        "-out",
-        "agent.csr",
-        "-subj",
-        "/CN=127.0.0.1",
-    ]);
-    std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n").unwrap();
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "agent.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "agent.pem",
-        "-days",
-        "2",
-        "-extfile",
-        "ext.cnf",
-    ]);
+    haptic_e2e::tls::make_ca(dir, "agent");
 }
