@@ -126,6 +126,10 @@ pub struct Agent {
     probe: RwLock<Option<Probe>>,
     /// Why HAProxy is known to be gone (`None` while it runs or nothing is known).
     down: Mutex<Option<String>>,
+    /// Whether the worker holds runtime ops of applies that landed on top of a plan it does not
+    /// run yet (during a pending reload): a failed reload must then reset the worker to the
+    /// restored tree, or `running` would name a plan the worker runs with extra ops.
+    ops_ahead: std::sync::atomic::AtomicBool,
     /// Since when the master CLI refuses connections (see [`health`]).
     unreachable_since: Mutex<Option<Instant>>,
     wake: tokio::sync::Notify,
@@ -189,6 +193,7 @@ impl Agent {
             pacer: Mutex::new(pacer),
             probe: RwLock::new(None),
             down: Mutex::new(None),
+            ops_ahead: std::sync::atomic::AtomicBool::new(false),
             unreachable_since: Mutex::new(None),
             wake: tokio::sync::Notify::new(),
             stamps: Mutex::new((String::new(), Stamps::new())),
