@@ -4,17 +4,19 @@
 //! - [`local::LocalCluster`] (default): the local control plane (`ControlPlane`), HAProxy pods
 //!   run by the kubelet stand-in (`LocalPods`) and two `haptic-controller run --kubernetes`
 //!   processes, all on loopback.
-//! - [`kind::KindCluster`] (`HAPTIC_E2E_CLUSTER=kind`): a real cluster where the chart is
-//!   installed, reached through the kubeconfig; traffic and agent checks go through the API's
-//!   port-forward, kills through the API (pod delete) and exec.
+//! - [`real::RealCluster`]: a real cluster reached through a kubeconfig, our images loaded, the
+//!   chart installed by helm: made by `scripts/cluster.sh` on this machine
+//!   (`HAPTIC_E2E_CLUSTER=real`) or by kind (`HAPTIC_E2E_CLUSTER=kind`, `scripts/e2e-kind.sh`).
+//!   [`real_scenarios`] adds what only a real cluster can show.
 //!
 //! Scenarios (`e2e/tests/scenarios.rs`) call only the trait and the helpers here, which talk to
 //! the apiserver like a user would (ConfigMap, Secret, `HAProxyConfig` as plain JSON: this
 //! crate never links the controller). Nothing here may reach beyond 127.0.0.0/8 on the local
 //! backend.
 
-pub mod kind;
 pub mod local;
+pub mod real;
+pub mod real_scenarios;
 pub mod scenarios;
 
 use std::collections::BTreeMap;
@@ -56,6 +58,10 @@ pub trait Cluster {
     /// The HAProxy frontend's `bind` line for the scenarios' configs (each backend knows where
     /// its pods can listen).
     fn bind_line(&self) -> String;
+    /// A `frontend` answering `/healthz` and `/ready` where the pods' probes need one.
+    fn health_frontend(&self) -> Option<String> {
+        None
+    }
     /// The HAProxy pods' names, sorted.
     async fn haproxy_pods(&self) -> Result<Vec<String>>;
     /// Sets the number of HAProxy pods and waits until that many exist (not converged).
