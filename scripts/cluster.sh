@@ -486,10 +486,14 @@ delete_workloads() { # through the API while the kubelets run: CNI DEL and unmou
       api -X DELETE "$API/apis/apps/v1/namespaces/$ns/$r?propagationPolicy=Background" >/dev/null 2>&1 || true
     done
   done
+  # Grace 1 s first (the kubelets unmount and CNI DEL); after 15 s force (a stopped node's pods
+  # never finish terminating; down cleans up after its containers itself).
+  local grace
   for ((i = 0; i < 60; i++)); do
     api "$API/api/v1/pods" 2>/dev/null | grep -q '"items":\[\]' && return 0
+    grace=1; [ "$i" -ge 15 ] && grace=0
     for ns in $(api "$API/api/v1/pods" | grep -o '"namespace":"[^"]*"' | cut -d'"' -f4 | sort -u); do
-      api -X DELETE "$API/api/v1/namespaces/$ns/pods?gracePeriodSeconds=1" >/dev/null 2>&1 || true
+      api -X DELETE "$API/api/v1/namespaces/$ns/pods?gracePeriodSeconds=$grace" >/dev/null 2>&1 || true
     done
     sleep 1
   done
@@ -518,6 +522,12 @@ cmd_down() {
     done
     for n in $(nodes); do stop "containerd$n" & done
     wait
+    # Every sandbox and container any of our containerds knew, also a stopped node's: their CNI
+    # result cache entries are removed below.
+    for x in "$R"/node*/containerd/root/io.containerd.grpc.v1.cri/{sandboxes,containers}/* \
+      "$R"/node*/containerd/state/io.containerd.runtime.v2.task/k8s.io/*; do
+      [ -e "$x" ] && ids+=("$(basename "$x")")
+    done
     # Container processes left in our cgroups (a stopped node's, a killed shim's).
     for x in "${cgroups[@]}"; do
       [ -d "$x" ] || continue
@@ -551,6 +561,11 @@ cmd_down() {
   rm -f /var/lib/cni/results/haptic-*
   for t in "${ids[@]}"; do rm -f /var/lib/cni/results/*-"$t"-*; done
   pgrep -x kubelet >/dev/null || rm -f /var/lib/kubelet/device-plugins/kubelet.sock
+  # /run/containerd, when we made it and no containerd runs any more: the sockets of shims that
+  # outlived their containerd (a stopped node) stay there.
+  if printf '%s\n' "${created[@]}" | grep -qx /run/containerd && ! pgrep -x containerd >/dev/null; then
+    rm -rf /run/containerd
+  fi
   for x in "${created[@]}"; do if [ -d "$x" ]; then find "$x" -depth -type d -empty -delete 2>/dev/null || true; fi; done
   # Check: nothing of ours is left.
   chk() {

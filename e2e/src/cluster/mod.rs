@@ -150,8 +150,9 @@ pub fn condition<'a>(status: &'a Value, type_: &str) -> Option<&'a Value> {
 
 /// The status as the table `haptic-controller status` prints (for the demo and failures).
 pub fn status_table(s: &Value) -> String {
-    let mut out =
-        String::from("POD                PHASE           APPLIED       RUNNING       MODE      REASON / ERROR\n");
+    let mut out = String::from(
+        "POD                PHASE           APPLIED       RUNNING       MODE      READY  REASON / ERROR\n",
+    );
     let short = |v: &Value| -> String {
         v.as_str().map(|t| t.trim_start_matches("sha256:").chars().take(12).collect()).unwrap_or_else(|| "-".into())
     };
@@ -161,13 +162,24 @@ pub fn status_table(s: &Value) -> String {
             .map(String::from)
             .or_else(|| p["reasons"].as_array().and_then(|r| r.first()).and_then(|r| r.as_str()).map(String::from))
             .unwrap_or_default();
+        // `ready` is the pod's Ready condition (real clusters; absent on the kubelet stand-in).
+        let ready = match p["ready"].as_bool() {
+            Some(true) => "yes",
+            Some(false) => "NO",
+            None => "-",
+        };
+        let why = match p["notReadyReason"].as_str() {
+            Some(r) if p["ready"] == false => format!("not Ready: {r}; {why}"),
+            _ => why,
+        };
         out.push_str(&format!(
-            "{:<18} {:<15} {:<13} {:<13} {:<9} {}\n",
+            "{:<18} {:<15} {:<13} {:<13} {:<9} {:<6} {}\n",
             p["pod"].as_str().unwrap_or("?"),
             p["phase"].as_str().unwrap_or("?"),
             short(&p["appliedPlan"]),
             short(&p["runningPlan"]),
             p["mode"].as_str().unwrap_or("-"),
+            ready,
             why.lines().next().unwrap_or("")
         ));
     }
