@@ -380,6 +380,9 @@ cmd_up() {
   if is_up; then
     die "a cluster is already running ($(cat "$R/nodes") node(s), KUBECONFIG=$KC): use it, or run '$0 down' first"
   fi
+  if [ ! -f "$R/nodes" ] && ip netns list | grep -q "^$NS_PREFIX"; then
+    die "network namespaces $NS_PREFIX* exist but $S has no cluster: another checkout's cluster? (one per machine; run its scripts/cluster.sh down)"
+  fi
   if anything_left; then
     log "the state of an earlier cluster is left: tearing it down first"
     cmd_down >&2 || die "could not clean up the earlier cluster"

@@ -150,13 +150,14 @@ pub fn condition<'a>(status: &'a Value, type_: &str) -> Option<&'a Value> {
 
 /// The status as the table `haptic-controller status` prints (for the demo and failures).
 pub fn status_table(s: &Value) -> String {
-    let mut out = String::from(
-        "POD                PHASE           APPLIED       RUNNING       MODE      READY  REASON / ERROR\n",
-    );
+    let pods = s["deployedToPods"].as_array().cloned().unwrap_or_default();
+    let w = pods.iter().filter_map(|p| p["pod"].as_str()).map(str::len).max().unwrap_or(0).max(18);
+    let mut out =
+        format!("{:<w$} PHASE           APPLIED       RUNNING       MODE      READY  REASON / ERROR\n", "POD");
     let short = |v: &Value| -> String {
         v.as_str().map(|t| t.trim_start_matches("sha256:").chars().take(12).collect()).unwrap_or_else(|| "-".into())
     };
-    for p in s["deployedToPods"].as_array().cloned().unwrap_or_default() {
+    for p in pods {
         let why = p["lastError"]
             .as_str()
             .map(String::from)
@@ -173,7 +174,7 @@ pub fn status_table(s: &Value) -> String {
             _ => why,
         };
         out.push_str(&format!(
-            "{:<18} {:<15} {:<13} {:<13} {:<9} {:<6} {}\n",
+            "{:<w$} {:<15} {:<13} {:<13} {:<9} {:<6} {}\n",
             p["pod"].as_str().unwrap_or("?"),
             p["phase"].as_str().unwrap_or("?"),
             short(&p["appliedPlan"]),

@@ -127,6 +127,23 @@ impl RealCluster {
         Ok(Self { client, provider, helm, values })
     }
 
+    /// Connects through the kubeconfig file `kubeconfig`, with the chart values file `values` and
+    /// the helm binary `helm` (for callers that are not the test, e.g. the bench).
+    pub async fn connect_with(
+        provider: Provider,
+        kubeconfig: &std::path::Path,
+        values: PathBuf,
+        helm: PathBuf,
+    ) -> Result<Self> {
+        let kc =
+            kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| ClusterError::of("read the kubeconfig", e))?;
+        let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| ClusterError::of("kubeconfig", e))?;
+        let client = Client::try_from(config).map_err(|e| ClusterError::of("client", e))?;
+        Ok(Self { client, provider, helm, values })
+    }
+
     /// The provider for `scripts/cluster.sh` in this workspace.
     pub fn local_provider() -> Provider {
         let root = workspace_root();
