@@ -505,7 +505,10 @@ delete_workloads() { # through the API while the kubelets run: CNI DEL and unmou
 
 cmd_down() {
   local n c t ids=() x m p left=0 cgroups=() created=() mounts=()
+  # Our cgroup dirs: the recorded ones and any by our name (an interrupted up may not have
+  # recorded its last one).
   [ -f "$R/cgroups" ] && mapfile -t cgroups <"$R/cgroups"
+  mapfile -t -O "${#cgroups[@]}" cgroups < <(find /sys/fs/cgroup -maxdepth 2 -name "$NS_PREFIX*" 2>/dev/null)
   [ -f "$R/created-dirs" ] && mapfile -t created <"$R/created-dirs"
   if [ -d "$R" ]; then
     if alive apiserver && [ -f "$R/pki/token" ]; then
@@ -513,8 +516,15 @@ cmd_down() {
         if alive "kubelet$n"; then log "deleting the workloads through the API"; delete_workloads; break; fi
       done
     fi
-    for n in $(nodes); do stop "kube-proxy$n" & stop "kubelet$n" & done
-    stop controller-manager & stop scheduler & wait
+    # Waits on these stops only: in a failed `up` this shell's children include the daemons.
+    local stops=()
+    for n in $(nodes); do
+      stop "kube-proxy$n" & stops+=($!)
+      stop "kubelet$n" & stops+=($!)
+    done
+    stop controller-manager & stops+=($!)
+    stop scheduler & stops+=($!)
+    wait "${stops[@]}"
     for n in $(nodes); do # containers left: kill the tasks, remove the containers
       alive "containerd$n" || continue
       c=(ctr -a "$R/node$n/containerd.sock" -n k8s.io)
@@ -523,8 +533,9 @@ cmd_down() {
       for t in $("${c[@]}" tasks ls -q 2>/dev/null); do "${c[@]}" tasks rm -f "$t" >/dev/null 2>&1 || true; done
       for t in $("${c[@]}" containers ls -q 2>/dev/null); do ids+=("$t"); "${c[@]}" containers rm "$t" >/dev/null 2>&1 || true; done
     done
-    for n in $(nodes); do stop "containerd$n" & done
-    wait
+    stops=()
+    for n in $(nodes); do stop "containerd$n" & stops+=($!); done
+    wait "${stops[@]}"
     # Every sandbox and container any of our containerds knew, also a stopped node's: their CNI
     # result cache entries are removed below.
     for x in "$R"/node*/containerd/root/io.containerd.grpc.v1.cri/{sandboxes,containers}/* \
