@@ -15,7 +15,12 @@ fn rel_path() -> impl Strategy<Value = String> {
 }
 
 fn manifest() -> impl Strategy<Value = Vec<FileEntry>> {
-    prop::collection::btree_map(rel_path(), any::<Vec<u8>>(), 0..12).prop_map(|m| {
+    prop::collection::btree_map(rel_path(), any::<Vec<u8>>(), 0..12).prop_map(|mut m| {
+        // A valid manifest has no file that is also a directory of another (`a` and `a/b`:
+        // `plan_id` refuses that, see `file_dir_clash_is_refused_in_any_order`).
+        m.insert("haproxy.cfg".into(), Vec::new());
+        let dirs: Vec<String> = m.keys().map(|p| format!("{p}/")).collect();
+        m.retain(|p, _| !dirs.iter().any(|d| p.starts_with(d.as_str())));
         let mut files: Vec<FileEntry> = m
             .into_iter()
             .map(|(p, b)| FileEntry { path: RelPath::new(p).unwrap(), digest: Digest::of(&b), size: b.len() as u64 })
@@ -44,6 +49,23 @@ proptest! {
             shuffled.swap(i, j);
         }
         prop_assert_eq!(plan_id(&files).unwrap(), plan_id(&shuffled).unwrap());
+    }
+
+    #[test]
+    fn file_dir_clash_is_refused_in_any_order(
+        files in manifest(),
+        dir in component(),
+        rest in prop::collection::vec(component(), 1..=7).prop_map(|c| c.join("/")),
+        at in any::<usize>(),
+    ) {
+        let mut files = files;
+        let file = FileEntry { path: RelPath::new(dir.clone()).unwrap(), digest: Digest::of(b"f"), size: 1 };
+        let under = FileEntry { path: RelPath::new(format!("{dir}/{rest}")).unwrap(), digest: Digest::of(b"g"), size: 1 };
+        files.retain(|f| f.path != file.path && f.path != under.path);
+        let i = at % (files.len() + 1);
+        files.insert(i, under);
+        files.insert(at % (files.len() + 1), file);
+        prop_assert!(plan_id(&files).is_err());
     }
 
     #[test]
