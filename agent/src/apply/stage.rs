@@ -88,12 +88,14 @@ impl Agent {
     /// Checks whatever a reload will load (or lies on disk for file_only): `haproxy -c`, then
     /// the bind pre-check. A refusal removes the staged tree.
     pub(super) async fn check(&self, mut staged: Staged, mode: Mode) -> Result<Staged, Refusal> {
-        let checked = if mode == Mode::Runtime || self.check_paths(&staged).is_err() {
+        // The path rules parse the staged config and read what it references: once.
+        let paths = self.check_paths(&staged);
+        let checked = if mode == Mode::Runtime || paths.is_err() {
             None
         } else {
             Some(check_tree(&self.cfg.haproxy_bin, &staged.dir).await)
         };
-        let refused = if let Err(why) = self.check_paths(&staged) {
+        let refused = if let Err(why) = paths {
             Some(Nack {
                 error: "the config makes HAProxy read paths outside the tree".into(),
                 rejected: true,
