@@ -5,6 +5,7 @@
 
 pub mod agent_cases;
 pub mod fleet;
+pub mod k8s;
 pub mod plan_diff;
 pub mod tree50;
 
@@ -28,9 +29,12 @@ pub const ALL: &[&str] = &[
     "delta_transfer",
     "footprint",
     "fleet_runtime",
+    "runtime_while_reload_pending",
     "fleet_reload",
     "burst",
     "traffic_under_churn",
+    "fleet_scale",
+    "k8s_runtime",
 ];
 
 /// What every case gets.
