@@ -2,7 +2,7 @@
 //! `haptic-controller run --kubernetes` on the local control plane (`haptic_e2e::k8s`: etcd +
 //! kube-apiserver on loopback, pods run by the kubelet stand-in), against the standalone
 //! `fleet_runtime` of the same run plus one watch event's delay, which is measured here too (the
-//! bench's own watch on the same ConfigMap: patch answered → event received). It must never talk
+//! bench's own watch on the same ConfigMap: patch sent → event received). It must never talk
 //! to anything but 127.0.0.1, and it spawns the controller binary (never links it).
 
 use std::time::{Duration, Instant};
@@ -162,7 +162,6 @@ pub async fn run(ctx: &Ctx, standalone: Option<f64>) -> Result<Vec<Row>> {
         ports[k] = if ports[k] == up_a { up_b } else { up_a };
         let t = Instant::now();
         let rv = put_cfg(&client, cfg_text(fe, &ports)).await?;
-        let answered = Instant::now();
         let (done, new_target) = ctl.wait_converged_off(Some(&target), n, Duration::from_secs(60)).await?;
         let took = done - t;
         target = new_target;
@@ -185,7 +184,7 @@ pub async fn run(ctx: &Ctx, standalone: Option<f64>) -> Result<Vec<Row>> {
         if i >= ctx.warmup() {
             h.push_ms(took);
             match seen {
-                Some(at) => watch.push_ms(at.saturating_duration_since(answered)),
+                Some(at) => watch.push_ms(at.saturating_duration_since(t)),
                 None => wrong.push(format!("change {i}: the bench's watch never saw resourceVersion {rv}")),
             }
         }
@@ -205,7 +204,7 @@ pub async fn run(ctx: &Ctx, standalone: Option<f64>) -> Result<Vec<Row>> {
     ));
     rows.push(r);
     let mut r = Row::repeated("k8s_runtime", "watch event delay", &ctx.label, &watch, None, "ms");
-    r.add_note("the bench's own watch on the ConfigMap: patch answered -> its Modified event received");
+    r.add_note("the bench's own watch on the ConfigMap: patch sent -> its Modified event received");
     rows.push(r);
     drop(pods);
     drop(cp);
