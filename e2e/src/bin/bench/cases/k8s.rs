@@ -45,8 +45,8 @@ fn cfg_text(fe: u16, ports: &[u16]) -> String {
     );
     for b in 0..BACKENDS {
         out.push_str(&format!("\nbackend be_{b}\n    balance roundrobin\n"));
-        for s in 0..SERVERS {
-            let port = if b == 0 { ports[s] } else { 9 };
+        for (s, port) in ports.iter().enumerate().take(SERVERS) {
+            let port = if b == 0 { *port } else { 9 };
             out.push_str(&format!("    server s{s} 127.0.0.1:{port} weight 100\n"));
         }
     }
