@@ -4,11 +4,15 @@
 #
 #   scripts/demo.sh          # tour, then keeps running: edit the render dir it prints, Ctrl-C stops
 #   scripts/demo.sh --once   # tour, then stops everything and exits (0 = every step went as told)
-#   scripts/demo.sh --kubernetes
-#                            # the same tour in Kubernetes mode on a local control plane (etcd +
-#                            # kube-apiserver from scripts/install-k8s.sh): the CRD, a Secret, a
-#                            # ConfigMap and an HAProxyConfig, 3 local HAProxy pods, 2 controller
-#                            # replicas; the resource's status after each step, a leader kill too
+#   scripts/demo.sh --kubernetes [--once]
+#                            # the same tour on a real cluster on this machine (scripts/cluster.sh,
+#                            # needs root): helm install of charts/haptic with our images, then each
+#                            # step with `kubectl get hapc` and the status table; the cluster stays
+#                            # up afterwards (--once: torn down)
+#   scripts/demo.sh --kubernetes-local
+#                            # the Kubernetes tour without root: a local control plane (etcd +
+#                            # kube-apiserver), 3 HAProxy pods run by a kubelet stand-in, 2
+#                            # controller replicas, all on loopback
 #
 # Everything lives under target/demo/ (logs, trees, sockets). Every process this script starts is
 # stopped on exit or Ctrl-C (by pid). HAProxy: the 3.0 build from scripts/install-haproxy.sh when
@@ -23,7 +27,8 @@ for a in "$@"; do
   case "$a" in
     --once) ONCE=1 ;;
     --kubernetes) KUBE=1 ;;
-    -h | --help) sed -n '2,18p' "$0"; exit 0 ;;
+    --kubernetes-local) KUBE=local ;;
+    -h | --help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "unknown argument: $a (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -31,6 +36,33 @@ done
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 if [ "$KUBE" = 1 ]; then
+  # The real cluster (scripts/cluster.sh): up unless one runs, our images, then the tour.
+  cd "$ROOT"
+  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+  started=0
+  if ! $sudo scripts/cluster.sh status >/dev/null 2>&1; then
+    $sudo scripts/cluster.sh up 2 >/dev/null
+    started=1
+  fi
+  if [ "$ONCE" = 1 ] && [ "$started" = 1 ]; then trap '$sudo scripts/cluster.sh down' EXIT; fi
+  cargo build -q -p haptic-agent --bin haptic-agent -p haptic-controller --bin haptic-controller -p haptic-e2e --bin demo-k8s
+  target=${CARGO_TARGET_DIR:-$ROOT/target}
+  $sudo env HAPTIC_IMAGES_PROFILE=debug ${CARGO_TARGET_DIR:+CARGO_TARGET_DIR="$CARGO_TARGET_DIR"} scripts/cluster.sh load
+  kubectl="$(dirname "$(scripts/install-k8s.sh --cluster | head -1)")/kubectl"
+  helm=$(scripts/install-helm.sh)
+  export KUBECONFIG="$ROOT/target/cluster/kubeconfig" HAPTIC_E2E_VALUES="$ROOT/target/cluster/values.yaml" \
+    HAPTIC_HELM="$helm" HAPTIC_KUBECTL="$kubectl"
+  "$target/debug/demo-k8s" --real
+  echo
+  echo "Try it yourself:"
+  echo "  export KUBECONFIG=$KUBECONFIG"
+  echo "  $kubectl -n haptic get hapc,pods -o wide"
+  echo "  scripts/cluster.sh status"
+  [ "$ONCE" = 1 ] || echo "  scripts/cluster.sh down      # when done: stops and removes everything"
+  exit 0
+fi
+
+if [ "$KUBE" = local ]; then
   # The Kubernetes tour is a program of the e2e crate (the same scenarios the e2e suite runs);
   # it starts and stops every process itself. Debug builds: the tour is not about speed.
   cd "$ROOT"

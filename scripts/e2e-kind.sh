@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The e2e scenario suite on a kind cluster (where Docker and kind exist; not on the project's own
-# machines, which have no Docker daemon). Creates a cluster, builds both images with
-# `docker build`, loads them with `kind load docker-image`, installs charts/haptic with helm,
-# runs `cargo test -p haptic-e2e --test scenarios` with HAPTIC_E2E_CLUSTER=kind, and deletes the
-# cluster.
+# The e2e scenario suite on a kind cluster (where Docker and kind exist; on machines without
+# Docker, scripts/cluster.sh makes the same kind of real cluster). Creates a cluster, builds both
+# images with `docker build`, loads them with `kind load docker-image`, and runs
+# `cargo test -p haptic-e2e --test scenarios` with HAPTIC_E2E_CLUSTER=kind: the suite's
+# real-cluster backend (shared with scripts/cluster.sh) installs charts/haptic with helm itself.
+# Then it deletes the cluster.
 #
 #   scripts/e2e-kind.sh [--keep] [--reuse] [--name NAME]
 #     --keep    leave the cluster running afterwards (kubectl --context kind-NAME ...)
@@ -34,7 +35,9 @@ cleanup() {
   if [ "$keep" = 0 ] && [ "$reuse" = 0 ]; then kind delete cluster --name "$name" || true; fi
 }
 if [ "$reuse" = 0 ]; then
-  kind create cluster --name "$name" --wait 180s
+  # Two workers: the two-node scenario spreads the HAProxy pods over them and stops one.
+  printf 'kind: Cluster\napiVersion: kind.x-k8s.io/v1alpha4\nnodes:\n- role: control-plane\n- role: worker\n- role: worker\n' |
+    kind create cluster --name "$name" --wait 180s --config -
 fi
 trap cleanup EXIT
 kubeconfig=$(mktemp)
@@ -46,13 +49,15 @@ docker build -f Dockerfile.agent -t "haptic-agent:$tag" .
 docker build -f Dockerfile.controller -t "haptic-controller:$tag" .
 kind load docker-image --name "$name" "haptic-agent:$tag" "haptic-controller:$tag"
 
-# The scenarios drive the HAProxyConfig `edge` (Lease haptic-edge, Secret haptic-agent-credentials).
-"$helm" upgrade --install haptic charts/haptic --namespace haptic --create-namespace --wait --timeout 5m \
-  --set config.name=edge \
-  --set images.agent.repository=haptic-agent --set images.agent.tag="$tag" --set images.agent.pullPolicy=Never \
-  --set images.controller.repository=haptic-controller --set images.controller.tag="$tag" \
-  --set images.controller.pullPolicy=Never
-
-export HAPTIC_E2E_CLUSTER=kind HAPTIC_E2E_NAMESPACE=haptic HAPTIC_E2E_HAPROXY_DEPLOYMENT=haptic-haproxy \
-  HAPTIC_E2E_CONFIG_VOLUME=config HAPTIC_E2E_HTTP_PORT=8080 HAPTIC_E2E_AGENT_PORT=9080
+# The suite installs the chart itself (the same backend as scripts/cluster.sh's real cluster):
+# these values name the loaded images.
+values=$(mktemp --suffix .yaml)
+cat >"$values" <<EOF
+images:
+  agent: {repository: docker.io/library/haptic-agent, tag: "$tag", pullPolicy: Never}
+  controller: {repository: docker.io/library/haptic-controller, tag: "$tag", pullPolicy: Never}
+config:
+  name: edge
+EOF
+export HAPTIC_E2E_CLUSTER=kind HAPTIC_E2E_VALUES=$values HAPTIC_HELM=$helm
 cargo test --locked -p haptic-e2e --test scenarios -- --nocapture

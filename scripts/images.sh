@@ -7,6 +7,14 @@
 #   scripts/images.sh --bases      # only the two base images (step 1)
 #   scripts/images.sh --smoke      # reuse the built images: smoke + pod only
 #   scripts/images.sh --clean      # remove the images, the base images and working containers
+#   scripts/images.sh --prebuilt [debug|release]
+#                                  # the same images from binaries built on this host (default
+#                                  # release; `cargo build` first if missing): each Dockerfile's
+#                                  # `runtime` stage (`--target runtime`, cached), plus the binary
+#                                  # and the final stage's USER/ENTRYPOINT/CMD read from the file.
+#                                  # Seconds instead of two in-container release builds; what
+#                                  # scripts/cluster.sh load uses. No smoke runs (the
+#                                  # cluster that loads them runs every container).
 #
 # 1. Base images, made locally when missing (no registry is needed):
 #    - localhost/haptic-base:trixie-slim: `debootstrap --variant=minbase trixie` once, cached in
@@ -49,7 +57,11 @@ case "${1:-}" in
   --bases) mode=bases ;;
   --smoke) mode=smoke ;;
   --clean) mode=clean ;;
-  *) die "unknown argument $1 (use --no-pod, --bases, --smoke or --clean)" ;;
+  --prebuilt)
+    mode=prebuilt profile=${2:-release}
+    [[ $profile =~ ^(debug|release)$ ]] || die "--prebuilt takes debug or release, not '$profile'"
+    ;;
+  *) die "unknown argument $1 (use --no-pod, --bases, --smoke, --prebuilt or --clean)" ;;
 esac
 
 # Containers and processes this run made; removed/stopped on exit.
@@ -121,35 +133,82 @@ if ! have_image "$base_img"; then
   "${B[@]}" commit --quiet "$c" "$base_img" >/dev/null
 fi
 
-# 1b. The Rust build base: the same rootfs + a C toolchain + this machine's Rust toolchain.
-sysroot=$(rustc --print sysroot)
-toolchain=$(basename "$sysroot")
-rust_version=$(rustc --version | awk '{print $2}')
-rust_img="localhost/haptic-rust:$rust_version-trixie"
-if ! have_image "$rust_img"; then
-  log "making $rust_img ($toolchain from $sysroot)"
-  from "$base_img"; c=$ctr
-  "${B[@]}" run --isolation chroot --network host "$c" -- sh -c \
-    'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gcc libc6-dev ca-certificates >/dev/null && rm -rf /var/lib/apt/lists/*' \
-    || die "apt-get in $rust_img"
-  m=$("${B[@]}" mount "$c")
-  dest="$m/usr/local/rustup/toolchains/$toolchain"
-  $sudo mkdir -p "$dest" "$m/usr/local/cargo/bin"
-  # Dereferenced copy (the toolchain dir may be a symlink); no docs or sources.
-  tar -C "$sysroot" -chf - --exclude=./share/doc --exclude=./lib/rustlib/src --exclude=./lib/rustlib/rustc-src \
-    --exclude='./lib/rustlib/*/analysis' . | $sudo tar -C "$dest" -xf -
-  # This machine's CA bundle, so cargo inside RUN reaches crates.io through whatever TLS proxy the
-  # machine trusts (an official rust image elsewhere needs nothing). Only the build base gets it.
-  if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
-    $sudo cp /etc/ssl/certs/ca-certificates.crt "$m/etc/ssl/certs/ca-certificates.crt"
+# Prebuilt: the Dockerfiles' runtime stages + host binaries (see the header).
+revision=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+if [ "$mode" = prebuilt ]; then
+  bindir="${CARGO_TARGET_DIR:-$root/target}/$profile"
+  if [ ! -x "$bindir/haptic-agent" ] || [ ! -x "$bindir/haptic-controller" ]; then
+    flag=(); [ "$profile" = release ] && flag=(--release)
+    log "cargo build ${flag[*]} (haptic-agent, haptic-controller)"
+    cargo build --locked "${flag[@]}" -p haptic-agent --bin haptic-agent -p haptic-controller --bin haptic-controller >&2
   fi
-  "${B[@]}" unmount "$c" >/dev/null
-  # The toolchain's own bin/ first on PATH: the rustup proxies would try to sync the channel online.
-  "${B[@]}" config --env RUSTUP_HOME=/usr/local/rustup --env CARGO_HOME=/usr/local/cargo \
-    --env "PATH=/usr/local/rustup/toolchains/$toolchain/bin:/usr/local/cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
-    --env RUST_VERSION="$rust_version" "$c"
-  "${B[@]}" commit --quiet "$c" "$rust_img" >/dev/null
-  "${B[@]}" rm "$c" >/dev/null
+  base_id=$("${B[@]}" inspect --type image --format '{{.FromImageID}}' "$base_img")
+  for which in agent controller; do
+    file="Dockerfile.$which"
+    runtime_img="localhost/haptic-$which-runtime:trixie"
+    # The runtime stage is rebuilt only when the Dockerfile or the base image changed.
+    key=$( { cat "$file"; echo "$base_id"; } | sha256sum | cut -c1-16)
+    if [ "$("${B[@]}" inspect --type image --format '{{index .ImageAnnotations "dev.haptic.key"}}' "$runtime_img" 2>/dev/null)" != "$key" ]; then
+      log "buildah bud --target runtime -f $file -t $runtime_img"
+      "${B[@]}" bud --isolation chroot --network host --layers=false --target runtime \
+        --build-arg "BASE_IMAGE=$base_img" --build-arg "REVISION=$revision" \
+        --annotation "dev.haptic.key=$key" -f "$file" -t "$runtime_img" . >"$work/build-$which-runtime.log" 2>&1 ||
+        { tail -30 "$work/build-$which-runtime.log" >&2; die "building $runtime_img (see $work/build-$which-runtime.log)"; }
+    fi
+    # The final stage's settings, from the Dockerfile (JSON forms).
+    final=$(awk '/^FROM /{buf=""} {buf=buf $0 "\n"} END{printf "%s", buf}' "$file")
+    user=$(sed -n 's/^USER //p' <<<"$final")
+    entrypoint=$(sed -n 's/^ENTRYPOINT //p' <<<"$final")
+    cmd=$(sed -n 's/^CMD //p' <<<"$final")
+    dest=$(sed -n 's#^COPY --from=build /out/[^ ]* \(.*\)$#\1#p' <<<"$final")
+    if [ -z "$user" ] || [ -z "$entrypoint" ] || [ -z "$dest" ]; then die "cannot read USER/ENTRYPOINT/COPY of the final stage of $file"; fi
+    img="localhost/haptic-$which:$tag"
+    from "$runtime_img"; c=$ctr
+    stripped="$work/haptic-$which.$profile"
+    cp "$bindir/haptic-$which" "$stripped.tmp" && strip --strip-debug "$stripped.tmp" && mv "$stripped.tmp" "$stripped"
+    "${B[@]}" copy --chmod 0755 "$c" "$stripped" "$dest" >/dev/null
+    "${B[@]}" config --user "$user" --entrypoint "$entrypoint" ${cmd:+--cmd "$cmd"} \
+      --label "org.opencontainers.image.revision=$revision" "$c"
+    old_id=$("${B[@]}" inspect --type image --format '{{.FromImageID}}' "$img" 2>/dev/null || true)
+    "${B[@]}" commit --quiet "$c" "$img" >/dev/null
+    new_id=$("${B[@]}" inspect --type image --format '{{.FromImageID}}' "$img")
+    if [ -n "$old_id" ] && [ "$old_id" != "$new_id" ]; then "${B[@]}" rmi "$old_id" >/dev/null 2>&1 || true; fi
+    log "built $img from $runtime_img + $bindir/haptic-$which"
+  done
+fi
+
+# 1b. The Rust build base: the same rootfs + a C toolchain + this machine's Rust toolchain.
+if [ "$mode" != prebuilt ]; then
+  sysroot=$(rustc --print sysroot)
+  toolchain=$(basename "$sysroot")
+  rust_version=$(rustc --version | awk '{print $2}')
+  rust_img="localhost/haptic-rust:$rust_version-trixie"
+  if ! have_image "$rust_img"; then
+    log "making $rust_img ($toolchain from $sysroot)"
+    from "$base_img"; c=$ctr
+    "${B[@]}" run --isolation chroot --network host "$c" -- sh -c \
+      'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gcc libc6-dev ca-certificates >/dev/null && rm -rf /var/lib/apt/lists/*' \
+      || die "apt-get in $rust_img"
+    m=$("${B[@]}" mount "$c")
+    dest="$m/usr/local/rustup/toolchains/$toolchain"
+    $sudo mkdir -p "$dest" "$m/usr/local/cargo/bin"
+    # Dereferenced copy (the toolchain dir may be a symlink); no docs or sources.
+    tar -C "$sysroot" -chf - --exclude=./share/doc --exclude=./lib/rustlib/src --exclude=./lib/rustlib/rustc-src \
+      --exclude='./lib/rustlib/*/analysis' . | $sudo tar -C "$dest" -xf -
+    # This machine's CA bundle, so cargo inside RUN reaches crates.io through whatever TLS proxy the
+    # machine trusts (an official rust image elsewhere needs nothing). Only the build base gets it.
+    if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+      $sudo cp /etc/ssl/certs/ca-certificates.crt "$m/etc/ssl/certs/ca-certificates.crt"
+    fi
+    "${B[@]}" unmount "$c" >/dev/null
+    # The toolchain's own bin/ first on PATH: the rustup proxies would try to sync the channel online.
+    "${B[@]}" config --env RUSTUP_HOME=/usr/local/rustup --env CARGO_HOME=/usr/local/cargo \
+      --env "PATH=/usr/local/rustup/toolchains/$toolchain/bin:/usr/local/cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+      --env RUST_VERSION="$rust_version" "$c"
+    "${B[@]}" commit --quiet "$c" "$rust_img" >/dev/null
+    "${B[@]}" rm "$c" >/dev/null
+  fi
+
 fi
 
 if [ "$mode" = bases ]; then
@@ -158,8 +217,8 @@ if [ "$mode" = bases ]; then
 fi
 
 # 2. The images, from the Dockerfiles as written.
-revision=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 for which in agent controller; do
+  [ "$mode" = prebuilt ] && break
   img="localhost/haptic-$which:$tag"
   if [ "$mode" = smoke ] && have_image "$img"; then log "reusing $img"; continue; fi
   log "buildah bud -f Dockerfile.$which -t $img (RUST_IMAGE=$rust_img BASE_IMAGE=$base_img)"
@@ -178,6 +237,13 @@ for which in agent controller; do
   new_id=$("${B[@]}" inspect --type image --format '{{.FromImageID}}' "$img")
   if [ -n "$old_id" ] && [ "$old_id" != "$new_id" ]; then "${B[@]}" rmi "$old_id" >/dev/null 2>&1 || true; fi
 done
+
+if [ "$mode" = prebuilt ]; then
+  # Each smoke run costs a vfs copy of the image (~12 s); the cluster that loads these images
+  # runs every container of them anyway.
+  log "done (prebuilt, no smoke): $(($(date +%s) - start))s"
+  exit 0
+fi
 
 # 3. Smoke runs.
 # Splits "[buildah run options...] -- CMD..." into the arrays opts and cmd.

@@ -8,6 +8,9 @@
 # Prints the two binary paths, one per line. A second run does nothing and takes well under 1 s.
 #
 #   scripts/install-k8s.sh                  # build/install what is missing, print the paths
+#   scripts/install-k8s.sh --cluster        # also the node and control-plane binaries a real
+#                                           # cluster needs (kubelet, kube-proxy, kube-scheduler,
+#                                           # kube-controller-manager, kubectl; scripts/cluster.sh)
 #   scripts/install-k8s.sh --regen VERSION  # rewrite e2e/k8s-tools for another Kubernetes version
 #
 # The version matches the k8s-openapi feature the controller enables (v1_34): keep them together.
@@ -38,10 +41,14 @@ regen() {
   sed -n 's#^[[:space:]]*\(k8s.io/[^ ]*\) => \./staging/.*#\1#p' "$gomod" | while read -r m; do
     (cd "$tools" && go mod edit -replace="$m=$m@$s")
   done
-  # The packages, not only the module: go.sum must hold everything the build needs.
-  (cd "$tools" && go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@v$v" >&2)
+  # The packages, not only the module: go.sum must hold everything the builds need.
+  local c
+  for c in kube-apiserver $cluster_cmds; do (cd "$tools" && go get -tool "k8s.io/kubernetes/cmd/$c@v$v" >&2); done
   log "regenerated $tools for Kubernetes v$v"
 }
+
+# What scripts/cluster.sh needs beside kube-apiserver (kubectl: for the people using the cluster).
+cluster_cmds="kubelet kube-proxy kube-scheduler kube-controller-manager kubectl"
 
 if [ "${1:-}" = "--regen" ]; then
   regen "${2:-}"
@@ -51,24 +58,33 @@ fi
 version=$(k8s_version)
 [ -n "$version" ] || die "cannot read the Kubernetes version from $tools/go.mod"
 dir="$root/target/k8s/v$version"
-apiserver="$dir/kube-apiserver"
 etcd_dir="$root/target/k8s/etcd"
 etcd="$etcd_dir/etcd"
 
-# 1. kube-apiserver from the Go module.
-if ! { [ -x "$apiserver" ] && [ "$("$apiserver" --version 2>/dev/null)" = "Kubernetes v$version" ]; }; then
-  command -v go >/dev/null || die "go is not installed (the machine's Go toolchain builds kube-apiserver)"
-  log "building kube-apiserver v$version with $(go version) (cold: about 2.5 min on 2 cores)"
-  mkdir -p "$dir"
+# 1. kube-apiserver (and with --cluster the rest) from the Go module, in one `go build`.
+want=(kube-apiserver)
+[ "${1:-}" = "--cluster" ] && read -ra extra <<<"$cluster_cmds" && want+=("${extra[@]}")
+reported() { if [ "$1" = kubectl ]; then "$dir/$1" version --client; else "$dir/$1" --version; fi 2>/dev/null; }
+built() { [ "$(reported "$1" | grep -o 'v1\.[0-9.]*' | head -1)" = "v$version" ]; }
+missing=()
+for c in "${want[@]}"; do built "$c" || missing+=("$c"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  command -v go >/dev/null || die "go is not installed (the machine's Go toolchain builds Kubernetes)"
+  log "building ${missing[*]} v$version with $(go version) (cold: about 2.5 min on 2 cores for kube-apiserver, ~4 min more for the rest)"
+  mkdir -p "$dir.tmp"
   minor=$(echo "$version" | cut -d. -f2)
+  pkgs=()
+  for c in "${missing[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
   (cd "$tools" && go build -trimpath -tags selinux,notest \
     -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v$version \
       -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor \
       -X k8s.io/component-base/version.gitTreeState=clean" \
-    -o "$apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
-  mv "$apiserver.tmp" "$apiserver"
-  [ "$("$apiserver" --version)" = "Kubernetes v$version" ] || die "the built kube-apiserver does not report v$version"
+    -o "$dir.tmp/" "${pkgs[@]}")
+  mkdir -p "$dir"
+  for c in "${missing[@]}"; do mv "$dir.tmp/$c" "$dir/$c"; built "$c" || die "the built $c does not report v$version"; done
+  rmdir "$dir.tmp"
 fi
+apiserver="$dir/kube-apiserver"
 
 # 2. etcd 3.5 from Debian trixie.
 # (No `| grep -q` on a binary's output: with pipefail an early-closing reader can fail the check.)

@@ -64,6 +64,23 @@ cargo test --locked -p haptic-e2e --test chart -- --nocapture
 echo "==> cargo test (whole workspace)"
 cargo test --workspace --locked -- --test-threads="${HAPTIC_TEST_THREADS:-2}"
 
+echo "==> a real cluster on this machine: scripts/cluster.sh up (kubelet + containerd nodes), our images, the e2e suite with the chart installed by helm, down"
+# Debug binaries in the images: the ones built above (the images' runtime stages come from the
+# Dockerfiles; scripts/images.sh --prebuilt). HAPTIC_TEST_CLUSTER=0 skips this step.
+if [ "${HAPTIC_TEST_CLUSTER:-1}" = 1 ]; then
+  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+  trap '$sudo scripts/cluster.sh down >/dev/null 2>&1 || true' EXIT
+  cluster_t0=$SECONDS
+  kubeconfig=$($sudo scripts/cluster.sh up 2 | tail -1)
+  echo "    cluster up in $((SECONDS - cluster_t0)) s"
+  $sudo env HAPTIC_IMAGES_PROFILE=debug ${CARGO_TARGET_DIR:+CARGO_TARGET_DIR="$CARGO_TARGET_DIR"} scripts/cluster.sh load
+  HAPTIC_E2E_CLUSTER=real HAPTIC_E2E_VALUES="$PWD/target/cluster/values.yaml" \
+    env "$kubeconfig" cargo test --locked -p haptic-e2e --test scenarios -- --nocapture
+  $sudo scripts/cluster.sh down
+  trap - EXIT
+  echo "    the real-cluster step took $((SECONDS - cluster_t0)) s"
+fi
+
 if [ -f e2e/src/bin/bench/main.rs ]; then
   echo "==> benchmark smoke run: every case once, debug build, untimed (speed goals are judged only in release runs)"
   cargo run --locked -p haptic-e2e --bin bench -- --quick --only runtime_apply

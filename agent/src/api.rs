@@ -10,7 +10,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{DefaultBodyLimit, Query, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -20,7 +19,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine as _;
 use haptic_protocol::api::{Unavailable, HAPROXY_UNAVAILABLE};
-use haptic_protocol::{ApplyRequest, ErrorBody};
+use haptic_protocol::ErrorBody;
 use serde::Deserialize;
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
@@ -28,6 +27,7 @@ use tokio::sync::Semaphore;
 use tracing::warn;
 
 use crate::apply::{Agent, Refusal};
+use crate::body::BodyError;
 use crate::error::AgentError;
 use crate::tree::Drift;
 
@@ -284,24 +284,6 @@ fn too_large(max: usize) -> Response {
     error(StatusCode::PAYLOAD_TOO_LARGE, format!("body is over the limit of {max} bytes"))
 }
 
-/// Why a body could not be read.
-enum BodyError {
-    TooLarge,
-    TimedOut,
-    Read(String),
-}
-
-/// Reads a whole body: at most `max` bytes, within `timeout` in all.
-async fn read_body(body: axum::body::Body, max: usize, timeout: Duration) -> Result<Bytes, BodyError> {
-    let limited = http_body_util::Limited::new(body, max);
-    match tokio::time::timeout(timeout, http_body_util::BodyExt::collect(limited)).await {
-        Err(_) => Err(BodyError::TimedOut),
-        Ok(Ok(c)) => Ok(c.to_bytes()),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(BodyError::TooLarge),
-        Ok(Err(e)) => Err(BodyError::Read(e.to_string())),
-    }
-}
-
 /// The declared `Content-Length`, if any and readable.
 fn content_length(h: &HeaderMap) -> Option<u64> {
     h.get(header::CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
@@ -345,34 +327,24 @@ async fn post_apply(State(st): State<AppState>, req: Request) -> Response {
         resp.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
         return resp;
     };
-    let body = match read_body(req.into_body(), max, st.limits.body_timeout).await {
-        Ok(b) => b,
-        Err(e) => {
-            let resp = match e {
-                BodyError::TooLarge => too_large(max),
-                BodyError::TimedOut => error(
-                    StatusCode::REQUEST_TIMEOUT,
-                    format!("the body did not arrive within {:?}", st.limits.body_timeout),
-                ),
-                BodyError::Read(m) => error(StatusCode::BAD_REQUEST, format!("cannot read body: {m}")),
-            };
-            warn!(%root, "apply refused ({}): cannot read the body", resp.status().as_u16());
-            return resp;
-        }
-    };
-    let parsed: Result<ApplyRequest, _> = serde_json::from_slice(&body);
-    // The raw body is not needed once decoded: only the decoded parts are held during the apply.
-    drop(body);
-    let req = match parsed {
+    // The body is decoded as it arrives, each part straight into a spool file: the apply never
+    // holds the whole body, nor its decoded parts, in memory.
+    let root_dir = st.agent.config().root.clone();
+    let (req, spool) = match crate::body::decode_apply(&root_dir, req.into_body(), max, st.limits.body_timeout).await {
         Ok(r) => r,
         Err(e) => {
-            let msg = format!("malformed apply request: {e}");
-            warn!(%root, "apply refused (400): {msg}");
-            return error(StatusCode::BAD_REQUEST, msg);
+            let status = match &e {
+                BodyError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+                BodyError::TimedOut(_) => StatusCode::REQUEST_TIMEOUT,
+                BodyError::Read(_) | BodyError::Malformed(_) => StatusCode::BAD_REQUEST,
+                BodyError::Local(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            warn!(%root, "apply refused ({}): {e}", status.as_u16());
+            return error(status, e.to_string());
         }
     };
     let (plan, fence) = (req.plan_id, req.fence.clone());
-    let res = st.agent.apply(req).await;
+    let res = st.agent.apply_spooled(req, spool).await;
     match res {
         Ok(ack) => Json(ack).into_response(),
         Err(r) => {

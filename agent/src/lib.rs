@@ -8,6 +8,7 @@
 
 pub mod api;
 pub mod apply;
+pub mod body;
 pub mod check;
 pub mod config;
 pub mod error;

@@ -80,6 +80,14 @@ impl Pacer {
         PaceDecision::Scheduled { due_in: earliest.saturating_duration_since(now), replaced: None }
     }
 
+    /// Schedules a reload of `plan` no earlier than `not_before` nor than the interval allows,
+    /// never "now" for the caller: the background loop runs it. Returns the time until it is due.
+    pub fn schedule(&mut self, now: Instant, not_before: Instant, plan: PlanId) -> Duration {
+        let due_at = self.pending.map(|(_, d)| d).unwrap_or_else(|| self.earliest(now)).max(not_before);
+        self.pending = Some((plan, due_at));
+        due_at.saturating_duration_since(now)
+    }
+
     /// The scheduled reload, if any, and the time until it is due (zero once due, even while a
     /// running reload still holds it back).
     pub fn due(&self, now: Instant) -> Option<(PlanId, Duration)> {

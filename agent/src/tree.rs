@@ -195,6 +195,27 @@ impl Unsynced {
     }
 }
 
+/// The bytes of one written file: held in memory, or already decoded into a spool file under
+/// the root (see [`crate::body`]), which is moved into the new tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PartData {
+    /// The bytes.
+    Mem(Vec<u8>),
+    /// A spool file on the root's file system, with the digest computed while it was written.
+    Spooled {
+        /// The spool file.
+        file: PathBuf,
+        /// Its digest.
+        digest: Digest,
+    },
+}
+
+impl From<Vec<u8>> for PartData {
+    fn from(v: Vec<u8>) -> Self {
+        PartData::Mem(v)
+    }
+}
+
 /// The config tree under one root.
 #[derive(Debug, Clone)]
 pub struct Tree {
@@ -302,11 +323,12 @@ impl Tree {
         &self,
         id: &str,
         desired: &[FileEntry],
-        parts: BTreeMap<RelPath, Vec<u8>>,
+        parts: BTreeMap<RelPath, impl Into<PartData>>,
         plan: &TreePlan,
         live_dir: Option<&Path>,
         trusted: &Stamps,
     ) -> Result<(PathBuf, Stamps), StageError> {
+        let parts = parts.into_iter().map(|(p, d)| (p, d.into())).collect();
         let (dir, stamps, unsynced) = self.build(id, desired, parts, plan, live_dir, trusted)?;
         if let Err(e) = unsynced.sync() {
             let _ = fs::remove_dir_all(&dir);
@@ -322,7 +344,7 @@ impl Tree {
         &self,
         id: &str,
         desired: &[FileEntry],
-        parts: BTreeMap<RelPath, Vec<u8>>,
+        parts: BTreeMap<RelPath, PartData>,
         plan: &TreePlan,
         live_dir: Option<&Path>,
         trusted: &Stamps,
@@ -344,7 +366,7 @@ impl Tree {
         &self,
         dir: &Path,
         desired: &[FileEntry],
-        mut parts: BTreeMap<RelPath, Vec<u8>>,
+        mut parts: BTreeMap<RelPath, PartData>,
         plan: &TreePlan,
         live_dir: Option<&Path>,
         trusted: &Stamps,
@@ -358,14 +380,26 @@ impl Tree {
         let mut dirs: BTreeSet<PathBuf> = BTreeSet::from([dir.to_path_buf()]);
         for path in &plan.write {
             // The caller checked each part's bytes against its digest when it decoded them.
-            let bytes = parts.remove(path).ok_or_else(|| AgentError::Tree(format!("no part for {path}")))?;
+            let data = parts.remove(path).ok_or_else(|| AgentError::Tree(format!("no part for {path}")))?;
             let entry = by_path.get(path).ok_or_else(|| AgentError::Tree(format!("{path} is not desired")))?;
-            if bytes.len() as u64 != entry.size {
-                return Err(AgentError::Tree(format!("part {path} does not match its size")).into());
-            }
             let dst = dir.join(path.as_str());
-            ensure_parent(&dst, dir, &mut dirs)?;
-            stamps.insert(path.clone(), write_stamped(&dst, &bytes, entry.digest)?);
+            let stamp = match data {
+                PartData::Mem(bytes) => {
+                    if bytes.len() as u64 != entry.size {
+                        return Err(AgentError::Tree(format!("part {path} does not match its size")).into());
+                    }
+                    ensure_parent(&dst, dir, &mut dirs)?;
+                    write_stamped(&dst, &bytes, entry.digest)?
+                }
+                PartData::Spooled { file, digest } => {
+                    if digest != entry.digest {
+                        return Err(AgentError::Tree(format!("part {path} does not match its digest")).into());
+                    }
+                    ensure_parent(&dst, dir, &mut dirs)?;
+                    move_stamped(&file, &dst, entry.digest, entry.size)?
+                }
+            };
+            stamps.insert(path.clone(), stamp);
             unsynced.files.push(dst);
         }
         drop(parts);
@@ -611,6 +645,20 @@ fn write_stamped(p: &Path, bytes: &[u8], digest: Digest) -> Result<Stamp, AgentE
     let at = SystemTime::now();
     f.set_times(fs::FileTimes::new().set_modified(at - WRITE_BACKDATE)).ctx("set mtime", p)?;
     let md = f.metadata().ctx("stat", p)?;
+    Ok(Stamp::of(&md, digest, at))
+}
+
+/// Moves a spool file (written and hashed by the agent, on the root's file system) into a tree
+/// with its mtime set [`WRITE_BACKDATE`] in the past and returns its stamp. The caller fsyncs it.
+fn move_stamped(src: &Path, dst: &Path, digest: Digest, size: u64) -> Result<Stamp, AgentError> {
+    fs::rename(src, dst).ctx("move spooled part", dst)?;
+    let f = OpenOptions::new().write(true).custom_flags(libc::O_NOFOLLOW).open(dst).ctx("open", dst)?;
+    let at = SystemTime::now();
+    f.set_times(fs::FileTimes::new().set_modified(at - WRITE_BACKDATE)).ctx("set mtime", dst)?;
+    let md = f.metadata().ctx("stat", dst)?;
+    if !md.file_type().is_file() || md.len() != size {
+        return Err(AgentError::Tree(format!("spooled part {} is not the {size} bytes written", dst.display())));
+    }
     Ok(Stamp::of(&md, digest, at))
 }
 

@@ -1,5 +1,5 @@
-//! Issue 9 item 4 on HAProxy 2.6 and 3.0: HAProxy gone (`kill -9` of the master) is not a config
-//! rejection. The agent reports `running: null` and `haproxy.running: false`, answers applies with
+//! Issue 9 item 4 on HAProxy 2.6 and 3.0: HAProxy gone (`kill -9` of the master, or of the worker,
+//! after which the master exits) is not a config rejection. The agent reports `running: null` and `haproxy.running: false`, answers applies with
 //! 503 `haproxy_unavailable` after writing the tree, and picks a new HAProxy up again (new master,
 //! new pids) without a restart of its own; the next apply lands and clears `last_error`.
 
@@ -14,10 +14,27 @@ use haptic_protocol::Mode;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+/// Which process the test kills with SIGKILL.
+#[derive(Debug, Clone, Copy)]
+enum Victim {
+    Master,
+    /// The master sees its worker die and exits (exit-on-failure), taking everything down.
+    Worker,
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn haproxy_gone_is_503_and_picked_up_again_on_every_version() {
+    gone_and_back(Victim::Master).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_killed_master_exits_is_503_and_picked_up_again_on_every_version() {
+    gone_and_back(Victim::Worker).await;
+}
+
+async fn gone_and_back(victim: Victim) {
     for bin in haproxy_bins() {
-        let label = bin.label();
+        let label = format!("{} ({victim:?} killed)", bin.label());
         let pod = pod(&bin).await;
         let (a, b) = (backend("A").await, backend("B").await);
         let fe = port();
@@ -27,10 +44,15 @@ async fn haproxy_gone_is_503_and_picked_up_again_on_every_version() {
         apply_ok(&pod, &request((1, 1), None, Mode::Reload, &v1, |_| true, vec![])).await;
         wait_body(fe_addr, "/", "A").await;
 
-        // kill -9 of the master: its workers follow it.
+        // kill -9 of the master (its workers follow it) or of the worker (the master exits).
         let mut pids = pod.haproxy().known_pids();
-        pids.push(worker(&pod).await);
-        kill(Pid::from_raw(pod.haproxy().master_pid() as i32), Signal::SIGKILL).unwrap();
+        let w = worker(&pod).await;
+        pids.push(w);
+        let target = match victim {
+            Victim::Master => pod.haproxy().master_pid(),
+            Victim::Worker => w,
+        };
+        kill(Pid::from_raw(target as i32), Signal::SIGKILL).unwrap();
         let deadline = Instant::now() + Duration::from_secs(30);
         while pids.iter().any(|p| pid_alive(*p)) {
             assert!(Instant::now() < deadline, "{label}: HAProxy processes outlived their master");

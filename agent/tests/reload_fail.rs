@@ -1,7 +1,8 @@
 //! Issue 3 test 6 on HAProxy 2.6 and 3.0: a config that passes `haproxy -c` but fails on
 //! reload (a port already held by another socket) → 422; the last good tree is live again and
 //! HAProxy still serves the old config. With the bind pre-check (the default) the agent refuses
-//! it before touching anything; without it, HAProxy's failed reload is rolled back.
+//! it before touching anything; without it, HAProxy's failed reload is rolled back, and its
+//! answer names the held address on both versions (issue 9 item 9).
 
 mod common;
 
@@ -36,7 +37,15 @@ async fn failed_reload_restores_the_last_good_tree_on_every_version() {
         let (st, v) = apply(&pod, &request((1, 2), Some(p1), Mode::Reload, &bad, |_| true, vec![])).await;
         assert_eq!(st, 422, "{label}: {v}\n{}", pod.agent_log());
         assert_eq!(v["rejected"], true);
-        assert!(!v["haproxy_output"].as_str().unwrap().is_empty(), "{label}: {v}");
+        // HAProxy's words name the address (≥ 2.7 on the master CLI; on 2.6, which prints them
+        // only on the master's stderr, the agent's re-check of the refused tree names it).
+        let output = v["haproxy_output"].as_str().unwrap();
+        assert!(output.contains(&format!("127.0.0.1:{held_port}")), "{label}: {v}");
+        let s = state(&pod, false).await;
+        assert!(
+            s.last_error.as_deref().is_some_and(|e| e.contains(&format!("127.0.0.1:{held_port}"))),
+            "{label}: {s:?}"
+        );
 
         let s = state(&pod, true).await;
         assert_eq!(s.applied.as_ref().unwrap().plan_id, p1, "{label}: the last good plan is applied again");

@@ -194,3 +194,131 @@ async fn one_apply_runs_one_waits_the_rest_get_429_on_every_version() {
         println!("{label}: one apply running, one waiting, 429 for the rest");
     }
 }
+
+/// `/v1/state`, `/v1/state?verify=1`, `/healthz` and `/readyz` while an apply is held in the
+/// middle of its pipeline (its `haproxy -c` waits on a FIFO, with the apply lock held): each
+/// answers, within a deadline, while the apply is still held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_answer_while_an_apply_is_held_on_every_version() {
+    for bin in haproxy_bins() {
+        let label = bin.label();
+        let dir = tempfile::tempdir().unwrap();
+        let pod = pod(&gated(&bin, dir.path())).await;
+        let fe = port();
+        let v1 = only_cfg(&cfg(pod.health_bind(), fe, &[("s1", 9001)], ""));
+        let p1 = pid(&v1);
+        apply_ok(&pod, &request((1, 1), None, Mode::Reload, &v1, |_| true, vec![])).await;
+
+        std::fs::write(dir.path().join("gate"), b"").unwrap();
+        let v2 = only_cfg(&cfg(pod.health_bind(), fe, &[("s1", 9002)], ""));
+        let body = request((1, 2), Some(p1), Mode::Reload, &v2, |_| true, vec![]).to_string();
+        let client = pod.client();
+        let held = tokio::spawn(async move { client.post_json("/v1/apply", &body).await });
+        // The fence is persisted under the apply lock, before staging: once it shows, the apply
+        // holds the lock, and it keeps it until its gated `haproxy -c` is released below. Every
+        // read here is bounded: a reader that waits behind the apply fails the test.
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let got = tokio::time::timeout(DEADLINE, pod.client().get("/v1/state")).await;
+            let (_, text) = got.unwrap_or_else(|_| panic!("{label}: /v1/state waited behind the held apply")).unwrap();
+            let s: Value = serde_json::from_str(&text).unwrap();
+            if s["fence"]["seq"] == 2 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{label}: the apply's fence never showed: {text}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for path in ["/v1/state", "/v1/state?verify=1", "/healthz", "/readyz"] {
+            let got = tokio::time::timeout(DEADLINE, pod.client().get(path)).await;
+            let (st, text) = got.unwrap_or_else(|_| panic!("{label}: {path} waited behind the held apply")).unwrap();
+            assert_eq!(st, 200, "{label}: {path}: {text}");
+            if path.starts_with("/v1/state") {
+                let s: Value = serde_json::from_str(&text).unwrap();
+                assert_eq!(s["applied"]["plan_id"], serde_json::json!(p1), "{label}: {path}: {text}");
+                assert_eq!(s["fence"]["seq"], 2, "{label}: the held apply's fence is visible: {text}");
+            }
+        }
+        assert!(!held.is_finished(), "{label}: the apply must still be held while the readers answered");
+        std::fs::remove_file(dir.path().join("gate")).unwrap();
+        release_one(dir.path());
+        let (st, text) = held.await.unwrap().unwrap();
+        assert_eq!(st, 200, "{label}: {text}");
+        println!("{label}: readers answered while an apply was held");
+    }
+}
+
+/// `(VmRSS, VmHWM)` of `pid` in bytes.
+fn rss(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib = |key: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"))
+            * 1024
+    };
+    (kib("VmRSS:"), kib("VmHWM:"))
+}
+
+/// Bytes that do not compress and are not UTF-8 (sent as base64, the heavier encoding).
+fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(len);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out[0] = 0xff;
+    out
+}
+
+/// A 50 MiB apply (binary files of 20, 20 and 10 MiB: 67 MiB of base64 JSON): the agent's
+/// resident memory grows by at most twice the largest file, measured from `/proc` of the real
+/// agent process (peak RSS after the apply, reset before it, minus the idle RSS). Seen here:
+/// about 1.33 × the largest file (its base64 text, serde_json's string buffer) plus ~6 MiB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_memory_stays_near_the_largest_file_on_every_version() {
+    const FILE: usize = 20 << 20;
+    for bin in haproxy_bins() {
+        let label = bin.label();
+        let pod = pod(&bin).await;
+        let agent = pod.agent_pid().unwrap();
+        let fe = port();
+        let cfg_text = cfg(pod.health_bind(), fe, &[("s1", 9001)], "");
+        let mut small = only_cfg(&cfg_text);
+        small.insert("files/warm".into(), noise(64 << 10, 7));
+        let p0 = pid(&small);
+        apply_ok(&pod, &request((1, 1), None, Mode::Reload, &small, |_| true, vec![])).await;
+
+        let mut big = only_cfg(&cfg_text);
+        for (i, len) in [FILE, FILE, FILE / 2].into_iter().enumerate() {
+            big.insert(format!("files/blob{i}"), noise(len, 11 + i as u64));
+        }
+        let body = request((1, 2), Some(p0), Mode::FileOnly, &big, |_| true, vec![]).to_string();
+        drop(big);
+        let (idle, _) = rss(agent);
+        // Resets VmHWM to the current RSS (Linux ≥ 4.0), so the peak is this apply's.
+        std::fs::write(format!("/proc/{agent}/clear_refs"), b"5").unwrap();
+        let (st, text) = pod.client().post_json("/v1/apply", &body).await.unwrap();
+        assert_eq!(st, 200, "{label}: {text}");
+        let (_, peak) = rss(agent);
+        let grew = peak.saturating_sub(idle);
+        println!(
+            "{label}: body {} MiB, idle RSS {} MiB, peak {} MiB, +{} MiB",
+            body.len() >> 20,
+            idle >> 20,
+            peak >> 20,
+            grew >> 20
+        );
+        assert!(grew <= 2 * FILE as u64, "{label}: RSS grew by {} MiB for a 20 MiB largest file", grew >> 20);
+        assert!(
+            std::fs::read_dir(pod.root().join(".incoming")).map(|d| d.count()).unwrap_or(0) == 0,
+            "{label}: spool left behind"
+        );
+    }
+}

@@ -8,8 +8,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use haptic_haproxy::cfg::{self, parse_acl_file, parse_map_file, referenced_paths};
+use haptic_haproxy::cfg::{self, parse_acl_file, parse_map_file};
 use haptic_haproxy::claim::diff_cfg;
+use haptic_haproxy::paths::loaded_paths;
 use haptic_protocol::{ApiVersion, Capabilities, FileEntry, Mode, Op, OpKind, PlanId, RelPath, API_VERSION};
 use serde::Serialize;
 
@@ -160,8 +161,24 @@ pub fn diff(base: &Baseline, desired: &Render) -> Diff {
         .filter(|p| old_files.get(*p).map(|e| e.digest) != new_files.get(*p).map(|e| e.digest))
         .copied()
         .collect();
-    let loaded_by_old = referenced_paths(old_cfg, changed.iter().copied());
-    let loaded_by_new = referenced_paths(new_cfg, changed.iter().copied());
+    // What each config makes HAProxy load, by the one shared path list (crt companions,
+    // crt-list entries, directories...): a file HAProxy loads is never file_only. A crt-list is
+    // read from the render; for the old config only when the baseline holds the same bytes.
+    let read_new = |p: &str| -> Option<String> {
+        let rel = RelPath::new(p).ok()?;
+        desired.bytes(&rel).and_then(|b| std::str::from_utf8(b).ok()).map(str::to_string)
+    };
+    let read_old = |p: &str| -> Option<String> {
+        let rel = RelPath::new(p).ok()?;
+        let same = old_files.get(&rel).map(|e| e.digest) == new_files.get(&rel).map(|e| e.digest);
+        if same {
+            read_new(p)
+        } else {
+            None
+        }
+    };
+    let loaded_by_old = loaded_paths(old_cfg, changed.iter().copied(), &read_old);
+    let loaded_by_new = loaded_paths(new_cfg, changed.iter().copied(), &read_new);
     for path in changed {
         let (was, is) = (old_files.contains_key(path), new_files.contains_key(path));
         if !loaded_by_old.contains(path) {
@@ -420,6 +437,35 @@ mod tests {
             d.batches[0][0],
             Op::MapReplace { path: RelPath::new("maps/hosts.map").unwrap(), entries: vec![("x".into(), "y".into())] }
         );
+    }
+
+    #[test]
+    fn files_haproxy_loads_are_never_file_only() {
+        // A crt companion and a crt-list entry: the config text never names them, HAProxy loads
+        // both at start-up.
+        let cfg = "global\n  default-path config\nfrontend fe\n  bind 127.0.0.1:8443 ssl crt certs/site.pem crt-list lists/sni.lst\n";
+        let files = |ocsp: &'static str, extra: &'static str| {
+            vec![
+                ("certs/site.pem", "PEM\n"),
+                ("certs/site.pem.ocsp", ocsp),
+                ("lists/sni.lst", "certs/extra.pem\n"),
+                ("certs/extra.pem", extra),
+                ("files/notes.txt", "n\n"),
+            ]
+        };
+        let old = render(cfg, &files("OCSP-1", "X-1"));
+        for (what, new) in [
+            ("companion", render(cfg, &files("OCSP-2", "X-1"))),
+            ("crt-list entry", render(cfg, &files("OCSP-1", "X-2"))),
+        ] {
+            let d = diff(&Baseline::of_render(&old), &new);
+            assert_eq!(d.mode, Some(Mode::Reload), "{what}: {:?}", d.reasons);
+        }
+        // A file nothing loads stays file_only.
+        let mut notes = files("OCSP-1", "X-1");
+        notes.retain(|(p, _)| *p != "files/notes.txt");
+        notes.push(("files/notes.txt", "m\n"));
+        assert_eq!(diff(&Baseline::of_render(&old), &render(cfg, &notes)).mode, Some(Mode::FileOnly));
     }
 
     #[test]

@@ -15,21 +15,27 @@ pub fn free_port() -> u16 {
 
 /// Sends `GET path` (with `Connection: close`) to `addr` and returns `(status, body)`; 5 s timeout.
 pub async fn http_get(addr: SocketAddr, path: &str) -> io::Result<(u16, String)> {
+    http_request(addr, &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")).await
+}
+
+/// Sends one raw HTTP/1.1 request (which must say `Connection: close`) to `addr` and returns
+/// `(status, body)`; 5 s timeout.
+pub async fn http_request(addr: SocketAddr, request: &str) -> io::Result<(u16, String)> {
     let fut = async {
         let mut s = TcpStream::connect(addr).await?;
-        let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-        s.write_all(req.as_bytes()).await?;
+        s.write_all(request.as_bytes()).await?;
         let mut buf = Vec::new();
         s.read_to_end(&mut buf).await?;
         parse_http_response(&buf)
     };
+    let line = request.lines().next().unwrap_or_default().to_string();
     tokio::time::timeout(Duration::from_secs(5), fut)
         .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, format!("GET {addr}{path} timed out")))?
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, format!("{addr} {line}: timed out")))?
 }
 
 /// Splits a raw HTTP/1.x response into status and body (no chunked decoding).
-fn parse_http_response(buf: &[u8]) -> io::Result<(u16, String)> {
+pub fn parse_http_response(buf: &[u8]) -> io::Result<(u16, String)> {
     let text = String::from_utf8_lossy(buf);
     let bad = || io::Error::new(io::ErrorKind::InvalidData, format!("bad HTTP response: {text:?}"));
     let (head, body) = text.split_once("\r\n\r\n").ok_or_else(bad)?;

@@ -249,7 +249,7 @@ fn check_render(objs: &[Value], agent_port: u64, min_reload: &str, reload_timeou
     assert_eq!(creds["items"][0]["key"], "credentials");
     let cred_path = format!("{}/{}", ma["credentials"], creds["items"][0]["path"].as_str().unwrap());
     assert_eq!(flag(&aa, "--credentials-file"), Some(cred_path));
-    assert_eq!(secret["metadata"]["annotations"]["helm.sh/resource-policy"], "keep");
+    assert!(secret["metadata"]["annotations"]["helm.sh/resource-policy"].is_null(), "uninstall must remove it");
     let typed: Secret = serde_json::from_value(secret.clone()).unwrap();
     let data = typed.data.unwrap_or_default();
     let decode =
@@ -526,13 +526,19 @@ async fn helm_install_then_upgrade_keeps_the_generated_credential() {
     let second = password(secrets.get("demo-haptic-agent-credentials").await.unwrap());
     assert_eq!(first, second, "the credential survives an upgrade");
 
-    // Uninstall keeps it too (helm.sh/resource-policy: keep), so a reinstall keeps the agents' credential.
+    // Uninstall removes it with the release (a reinstall makes new pods with a new one); the
+    // chart's Lease goes too.
     let mut args = vec!["uninstall", RELEASE];
     args.extend_from_slice(&common);
     let (ok, out, err) = helm(&args);
     assert!(ok, "helm uninstall:\n{out}\n{err}");
-    assert!(secrets.get_opt("demo-haptic-agent-credentials").await.unwrap().is_some());
-    println!("helm install, upgrade and uninstall against kube-apiserver {}: the credential was kept", cp.version());
+    assert!(secrets.get_opt("demo-haptic-agent-credentials").await.unwrap().is_none());
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(client.clone(), ns);
+    assert!(leases.get_opt("haptic-demo-haptic").await.unwrap().is_none());
+    println!(
+        "helm install, upgrade and uninstall against kube-apiserver {}: the credential survived the upgrade",
+        cp.version()
+    );
     let pids = cp.pids();
     cp.stop();
     assert_no_stray(&pids);

@@ -75,6 +75,11 @@ impl Agent {
             }
             Mode::Runtime => match self.run_ops(&staged.dir, ops).await {
                 Ok(()) => {
+                    if !running_was_prev && !ops.is_empty() {
+                        // The worker runs an older plan plus these ops until the pending reload
+                        // lands; if it fails, the worker is reset to the restored tree.
+                        self.ops_ahead.store(true, std::sync::atomic::Ordering::SeqCst);
+                    }
                     self.advance_running(p, running_was_prev);
                     self.metrics.reloads_avoided.inc();
                     Ok((Mode::Runtime, None))
@@ -100,11 +105,11 @@ impl Agent {
                         })));
                     }
                     // At once, not paced: the worker holds the ops that landed before the failure.
-                    Ok((Mode::Reload, Some(self.reload_now(p).await?)))
+                    Ok((Mode::Reload, Some(self.reload_now(p, reasons).await?)))
                 }
             },
             // decide_mode never keeps an unknown mode: it is a checked reload.
-            Mode::Reload | Mode::Unknown => Ok((Mode::Reload, Some(self.reload_paced(p).await?))),
+            Mode::Reload | Mode::Unknown => Ok((Mode::Reload, Some(self.reload_paced(p, reasons).await?))),
         }
     }
 

@@ -26,7 +26,7 @@ use crate::metrics::Metrics;
 use crate::pacer::{PaceDecision, Pacer};
 use crate::reload::{probe, reload_verified, Probe, ReloadError};
 use crate::store::{baseline_check, fence_step, AppliedRecord, FenceStep, GoodRecord, LastAccepted, Persisted, Store};
-use crate::tree::{plan_tree, verify_dir, Drift, StageError, Stamps, Tree};
+use crate::tree::{plan_tree, verify_dir, Drift, PartData, StageError, Stamps, Tree};
 
 mod admit;
 mod health;
@@ -126,6 +126,10 @@ pub struct Agent {
     probe: RwLock<Option<Probe>>,
     /// Why HAProxy is known to be gone (`None` while it runs or nothing is known).
     down: Mutex<Option<String>>,
+    /// Whether the worker holds runtime ops of applies that landed on top of a plan it does not
+    /// run yet (during a pending reload): a failed reload must then reset the worker to the
+    /// restored tree, or `running` would name a plan the worker runs with extra ops.
+    ops_ahead: std::sync::atomic::AtomicBool,
     /// Since when the master CLI refuses connections (see [`health`]).
     unreachable_since: Mutex<Option<Instant>>,
     wake: tokio::sync::Notify,
@@ -172,6 +176,7 @@ impl Agent {
     pub fn open(cfg: AgentConfig, metrics: Arc<Metrics>) -> Result<Arc<Self>, AgentError> {
         let tree = Tree::new(&cfg.root);
         let store = Store::new(&cfg.root);
+        crate::body::Spool::clear_leftovers(&cfg.root);
         let p = recover(&tree, &store)?;
         let cli = MasterCli::new(&cfg.master_socket, Duration::from_secs(5));
         let state_cli = MasterCli::new(&cfg.master_socket, Duration::from_millis(1500));
@@ -191,6 +196,7 @@ impl Agent {
             pacer: Mutex::new(pacer),
             probe: RwLock::new(None),
             down: Mutex::new(None),
+            ops_ahead: std::sync::atomic::AtomicBool::new(false),
             unreachable_since: Mutex::new(None),
             wake: tokio::sync::Notify::new(),
             stamps: Mutex::new((String::new(), Stamps::new())),
@@ -270,14 +276,28 @@ impl Agent {
             plan = %req.plan_id.short(),
             fence = %format!("{}/{}/{}", req.fence.epoch, req.fence.seq, req.fence.holder),
         );
-        let handle = tokio::spawn(async move { me.apply_inner(req).await }.instrument(span));
+        let handle = tokio::spawn(async move { me.apply_inner(req, None).await }.instrument(span));
         handle.await.unwrap_or_else(|e| Err(Refusal::Internal(format!("apply task failed: {e}"))))
     }
 
-    async fn apply_inner(&self, req: ApplyRequest) -> Result<Ack, Refusal> {
+    /// [`Agent::apply`] of a request whose parts were decoded into `spool` as the body arrived
+    /// (see [`crate::body`]); `req.parts` is empty. The spool is removed when the apply ends.
+    pub async fn apply_spooled(self: &Arc<Self>, req: ApplyRequest, spool: crate::body::Spool) -> Result<Ack, Refusal> {
+        let me = self.clone();
+        let span = tracing::info_span!(
+            "apply",
+            pod = %self.cfg.pod,
+            plan = %req.plan_id.short(),
+            fence = %format!("{}/{}/{}", req.fence.epoch, req.fence.seq, req.fence.holder),
+        );
+        let handle = tokio::spawn(async move { me.apply_inner(req, Some(spool)).await }.instrument(span));
+        handle.await.unwrap_or_else(|e| Err(Refusal::Internal(format!("apply task failed: {e}"))))
+    }
+
+    async fn apply_inner(&self, req: ApplyRequest, spool: Option<crate::body::Spool>) -> Result<Ack, Refusal> {
         let started = Instant::now();
         let asked = req.mode;
-        let res = self.apply_locked(req).await;
+        let res = self.apply_locked(req, spool).await;
         match &res {
             Ok(ack) => {
                 self.metrics.apply(ack.mode.as_str(), "ack");
@@ -294,10 +314,18 @@ impl Agent {
         res
     }
 
-    async fn apply_locked(&self, mut req: ApplyRequest) -> Result<Ack, Refusal> {
+    async fn apply_locked(&self, mut req: ApplyRequest, spool: Option<crate::body::Spool>) -> Result<Ack, Refusal> {
         // Everything that needs no state is checked before the lock, so a malformed request
         // changes nothing, not even the fence.
-        let parts = req.take_checked_parts().map_err(|e| Refusal::BadRequest(e.to_string()))?;
+        let mut parts: BTreeMap<RelPath, PartData> = req
+            .take_checked_parts()
+            .map_err(|e| Refusal::BadRequest(e.to_string()))?
+            .into_iter()
+            .map(|(p, b)| (p, PartData::Mem(b)))
+            .collect();
+        if let Some(s) = &spool {
+            parts.extend(s.checked(&req.files).map_err(|e| Refusal::BadRequest(e.to_string()))?);
+        }
         let mut guard = self.inner.lock().await;
         let p = &mut guard.p;
         let res = self.apply_fenced(p, &req, parts).await;
@@ -320,7 +348,7 @@ impl Agent {
         &self,
         p: &mut Persisted,
         req: &ApplyRequest,
-        parts: BTreeMap<RelPath, Vec<u8>>,
+        parts: BTreeMap<RelPath, PartData>,
     ) -> Result<Ack, Refusal> {
         if let Some(ack) = self.admit(p, req)? {
             return Ok(ack);

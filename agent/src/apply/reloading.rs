@@ -14,6 +14,15 @@ pub(super) enum ReloadFail {
     Refused(String),
     /// HAProxy is not running: nothing was reloaded, the tree stays.
     Unavailable(String),
+    /// The reload was not verified within the reload timeout. HAProxy may still be reading the
+    /// tree, so it stays live; `running` is unknown until the verifying reload scheduled in
+    /// `due_in` lands (or fails, and only then is the last good tree restored).
+    Unverified {
+        /// Why, for the ACK's reasons.
+        why: String,
+        /// When the verifying reload is due.
+        due_in: Duration,
+    },
 }
 
 impl Agent {
@@ -68,22 +77,30 @@ impl Agent {
     /// Reloads at once, outside the pacing (after a failed runtime op the worker holds part of a
     /// batch: it must not keep it until the interval ends). A pending reload is taken over: this
     /// one loads the latest tree.
-    pub(super) async fn reload_now(&self, p: &mut Persisted) -> Result<ReloadStatus, Refusal> {
+    pub(super) async fn reload_now(
+        &self,
+        p: &mut Persisted,
+        reasons: &mut Vec<String>,
+    ) -> Result<ReloadStatus, Refusal> {
         {
             let mut pacer = lock(&self.pacer);
             pacer.cancel_pending();
             pacer.started(Instant::now());
         }
         self.metrics.pending_reload.set(0);
-        reload_answer(self.run_reload(p).await)
+        reload_answer(self.run_reload(p).await, reasons)
     }
 
     /// Asks the pacer; reloads now or schedules.
-    pub(super) async fn reload_paced(&self, p: &mut Persisted) -> Result<ReloadStatus, Refusal> {
+    pub(super) async fn reload_paced(
+        &self,
+        p: &mut Persisted,
+        reasons: &mut Vec<String>,
+    ) -> Result<ReloadStatus, Refusal> {
         let plan = p.applied.as_ref().map(|a| a.plan_id).ok_or_else(|| Refusal::Internal("nothing applied".into()))?;
         let decision = lock(&self.pacer).request(Instant::now(), plan);
         match decision {
-            PaceDecision::ReloadNow => reload_answer(self.run_reload(p).await),
+            PaceDecision::ReloadNow => reload_answer(self.run_reload(p).await, reasons),
             PaceDecision::Scheduled { due_in, replaced } => {
                 if replaced.is_some() {
                     self.metrics.reload_coalesced.inc();
@@ -129,25 +146,85 @@ impl Agent {
                 }
                 Err(ReloadFail::Unavailable(why))
             }
+            Err(ReloadError::Timeout) => {
+                // HAProxy may still be reading the tree (a 2.6 re-exec, a slow start): swapping
+                // the last good tree back under it could make it load a mix of both. The tree
+                // stays; a reload verified later tells what runs.
+                let why = format!(
+                    "reload not verified within {:?}: the tree stays live (HAProxy may still be reading it) \
+                     and the running plan is unknown until a verifying reload lands",
+                    self.cfg.reload_timeout
+                );
+                warn!(root = %self.cfg.root.display(), "{why}");
+                p.running = None;
+                p.last_error = Some(why.clone());
+                let due_in = match p.applied.as_ref().map(|a| a.plan_id) {
+                    Some(plan) => {
+                        let now = Instant::now();
+                        lock(&self.pacer).schedule(now, now + self.cfg.reload_timeout, plan)
+                    }
+                    None => Duration::ZERO,
+                };
+                self.metrics.pending_reload.set(1);
+                self.wake.notify_one();
+                if let Err(err) = self.save(p) {
+                    warn!("recording the timeout failed: {err}");
+                }
+                Err(ReloadFail::Unverified { why, due_in })
+            }
             Err(e) => {
                 let output = match &e {
-                    ReloadError::Failed { output } => output.clone(),
+                    ReloadError::Failed { output } => self.explain_failure(output.clone()).await,
                     other => other.to_string(),
                 };
                 warn!(root = %self.cfg.root.display(), "reload failed, restoring the last good tree: {output}");
+                // HAProxy's state is unknown, or its worker holds runtime ops of applies that are
+                // being rolled back: the worker is reset to the restored tree, and until that
+                // reload is verified nothing claims to know what it runs.
+                let reset = !matches!(e, ReloadError::Failed { .. })
+                    || self.ops_ahead.load(std::sync::atomic::Ordering::SeqCst);
+                if reset {
+                    p.running = None;
+                }
                 if let Err(err) = self.restore_last_good(p, &output) {
                     warn!("restoring the last good tree failed: {err}");
                 }
-                if !matches!(e, ReloadError::Failed { .. }) {
-                    // HAProxy's state is unknown: load the restored tree.
+                if reset {
                     lock(&self.pacer).started(Instant::now());
                     if self.reload_once(p).await.is_err() {
-                        warn!("reloading back to the last good tree failed too");
+                        warn!("reloading back to the last good tree failed too: the running plan is unknown");
                     }
                 }
                 Err(ReloadFail::Refused(output))
             }
         }
+    }
+
+    /// HAProxy's words for a failed reload. ≥ 2.7 answers them on the master CLI. 2.6 prints
+    /// them only on the master's stderr, which the agent cannot read (another container): it
+    /// reports `[failed: N]`, then what it can re-obtain from HAProxy itself, `haproxy -c` of the
+    /// refused tree (the same parser, so a config error reads the same), and names any new bind
+    /// address held by another socket (the one failure `-c` cannot see), each labelled as such.
+    async fn explain_failure(&self, output: String) -> String {
+        let Some(v) = self.version().await else { return output };
+        if v >= (2, 7, 0) {
+            return output;
+        }
+        let mut text = output;
+        let Ok(Some(live)) = self.tree.live_dir() else { return text };
+        match check_tree(&self.cfg.haproxy_bin, &live).await {
+            Err(e) => text.push_str(&format!("\nhaproxy -c of the refused tree:\n{}", e.output)),
+            Ok(_) => text.push_str("\nhaproxy -c of the refused tree: passed"),
+        }
+        let good_cfg = {
+            let lg = self.snapshot.read().unwrap_or_else(|e| e.into_inner()).last_good.clone();
+            lg.and_then(|g| std::fs::read_to_string(self.tree.dir_of(&g.tree).join("haproxy.cfg")).ok())
+        };
+        let new_cfg = std::fs::read_to_string(live.join("haproxy.cfg")).unwrap_or_default();
+        if let Err(e) = crate::check::precheck_binds(good_cfg.as_deref().unwrap_or_default(), &new_cfg) {
+            text.push_str(&format!("\nbind pre-check of the refused tree:\n{}", e.output));
+        }
+        text
     }
 
     /// One verified reload; records success (running, last good) or failure metrics.
@@ -161,6 +238,8 @@ impl Agent {
         let secs = started.elapsed().as_secs_f64();
         match &res {
             Ok(ok) => {
+                // The new worker runs the tree alone: no runtime op is ahead of it any more.
+                self.ops_ahead.store(false, std::sync::atomic::Ordering::SeqCst);
                 self.metrics.reload("ok", secs);
                 info!(old = ?ok.old_worker, new = ok.new_worker, took_ms = ok.took.as_millis() as u64, "reload verified");
                 p.running = p.applied.as_ref().map(|a| a.plan_id);
@@ -236,10 +315,18 @@ impl Agent {
 }
 
 /// The answer to an apply whose reload ran now: done, HAProxy unavailable, or HAProxy's refusal.
-fn reload_answer(r: Result<(), ReloadFail>) -> Result<ReloadStatus, Refusal> {
+fn reload_answer(r: Result<(), ReloadFail>, reasons: &mut Vec<String>) -> Result<ReloadStatus, Refusal> {
     match r {
         Ok(()) => Ok(ReloadStatus { state: ReloadState::Done, due_in_ms: None }),
         Err(ReloadFail::Unavailable(why)) => Err(Refusal::Unavailable(why)),
+        // Landed on disk, not yet verified: followed up like a scheduled reload.
+        Err(ReloadFail::Unverified { why, due_in }) => {
+            reasons.push(why);
+            Ok(ReloadStatus {
+                state: ReloadState::Scheduled,
+                due_in_ms: Some(u64::try_from(due_in.as_millis()).unwrap_or(u64::MAX)),
+            })
+        }
         Err(ReloadFail::Refused(output)) => Err(Refusal::Nack(Box::new(Nack {
             error: "HAProxy refused the reload; the last good tree is live again".into(),
             rejected: true,

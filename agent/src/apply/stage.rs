@@ -35,7 +35,7 @@ impl Agent {
         &self,
         p: &Persisted,
         req: &ApplyRequest,
-        parts: BTreeMap<RelPath, Vec<u8>>,
+        parts: BTreeMap<RelPath, PartData>,
     ) -> Result<Staged, Refusal> {
         let live_files: Vec<FileEntry> = p.applied.as_ref().map(|a| a.files.clone()).unwrap_or_default();
         let sent: BTreeSet<RelPath> = parts.keys().cloned().collect();

@@ -317,6 +317,19 @@ pub struct PodStatusField {
     /// The pod's HAProxy version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub haproxy_version: Option<String>,
+    /// The node the pod runs on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// The pod's `Ready` condition as Kubernetes sees it (whether its Services send it traffic):
+    /// `False` for a pod on a node that stopped reporting, whatever its agent answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<bool>,
+    /// Why the pod is not Ready (the condition's reason and message).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_ready_reason: Option<String>,
+    /// Container restarts in the pod, as the kubelet reports them (HAProxy and agent together).
+    #[serde(default)]
+    pub restarts: i32,
 }
 
 /// The CRD as YAML, exactly what `haptic-controller crd` prints and the chart commits.

@@ -142,6 +142,42 @@ pub struct PodInfo {
     pub uid: String,
     /// IP.
     pub ip: String,
+    /// What the status shows of the pod besides its agent's answer.
+    pub facts: PodFacts,
+}
+
+/// What Kubernetes says of a pod, for the status (never for admission).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodFacts {
+    /// The node it runs on.
+    pub node: Option<String>,
+    /// Its `Ready` condition (`None`: not reported yet).
+    pub ready: Option<bool>,
+    /// The condition's reason and message when not Ready.
+    pub not_ready_reason: Option<String>,
+    /// Restarts of all its containers.
+    pub restarts: i32,
+}
+
+/// The pure read of [`PodFacts`] from a pod object.
+pub fn pod_facts(pod: &Pod) -> PodFacts {
+    let status = pod.status.as_ref();
+    let ready = status.and_then(|s| s.conditions.as_ref()).and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
+    let not_ready_reason = ready.filter(|c| c.status != "True").map(|c| {
+        let reason = c.reason.clone().unwrap_or_else(|| "NotReady".into());
+        match c.message.as_deref() {
+            Some(m) if !m.is_empty() => format!("{reason}: {m}"),
+            _ => reason,
+        }
+    });
+    PodFacts {
+        node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+        ready: ready.map(|c| c.status == "True"),
+        not_ready_reason,
+        restarts: status
+            .and_then(|s| s.container_statuses.as_ref())
+            .map_or(0, |v| v.iter().map(|c| c.restart_count).sum()),
+    }
 }
 
 /// What discovery publishes.
@@ -231,6 +267,7 @@ pub fn discover(
             // Candidates among the selected pods.
             let mut now_candidates = BTreeSet::new();
             let mut seen_names = BTreeSet::new();
+            let mut facts = BTreeMap::new();
             for pod in pods_store.state() {
                 let labels = pod.metadata.labels.clone().unwrap_or_default();
                 if !selector_matches(&config.spec.pod_selector, &labels) {
@@ -238,6 +275,7 @@ pub fn discover(
                 }
                 let name = pod.metadata.name.clone().unwrap_or_default();
                 seen_names.insert(name.clone());
+                facts.insert(name.clone(), pod_facts(&pod));
                 match candidate(&pod, &agent) {
                     Ok(c) => {
                         now_candidates.insert(c);
@@ -280,7 +318,14 @@ pub fn discover(
                 endpoints: admitted.iter().map(|c| Endpoint { name: c.name.clone(), url: c.url.clone() }).collect(),
                 pods: admitted
                     .iter()
-                    .map(|c| (c.name.clone(), PodInfo { uid: c.uid.clone(), ip: c.ip.clone() }))
+                    .map(|c| {
+                        let info = PodInfo {
+                            uid: c.uid.clone(),
+                            ip: c.ip.clone(),
+                            facts: facts.remove(&c.name).unwrap_or_default(),
+                        };
+                        (c.name.clone(), info)
+                    })
                     .collect(),
                 credentials_error: None,
             };
@@ -350,6 +395,28 @@ mod tests {
 
     fn pod(v: serde_json::Value) -> Pod {
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn pod_facts_read_node_readiness_and_restarts() {
+        let p = pod(json!({
+            "metadata": {"name": "h-1"},
+            "spec": {"nodeName": "n1", "containers": []},
+            "status": {"conditions": [{"type": "Ready", "status": "False", "reason": "NodeNotReady",
+                                       "message": "node is not reporting"}],
+                       "containerStatuses": [
+                {"name": "agent", "image": "i", "imageID": "", "ready": true, "restartCount": 1},
+                {"name": "haproxy", "image": "i", "imageID": "", "ready": false, "restartCount": 2}]}
+        }));
+        let f = pod_facts(&p);
+        assert_eq!(f.node.as_deref(), Some("n1"));
+        assert_eq!(f.ready, Some(false));
+        assert_eq!(f.not_ready_reason.as_deref(), Some("NodeNotReady: node is not reporting"));
+        assert_eq!(f.restarts, 3);
+        let ready = pod(json!({"metadata": {"name": "h-2"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}));
+        assert_eq!(pod_facts(&ready), PodFacts { ready: Some(true), ..PodFacts::default() });
+        assert_eq!(pod_facts(&pod(json!({"metadata": {"name": "h-3"}}))), PodFacts::default());
     }
 
     #[test]

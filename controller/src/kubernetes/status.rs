@@ -97,6 +97,10 @@ pub fn build(fleet: &FleetStatus, snap: &Snapshot, disc: &Discovered) -> HAProxy
                 last_error: if p.phase == Phase::Converged { None } else { p.last_error.clone() },
                 last_applied_at: p.last_apply_at.clone(),
                 haproxy_version: p.haproxy_version.clone(),
+                node: info.and_then(|i| i.facts.node.clone()),
+                ready: info.and_then(|i| i.facts.ready),
+                not_ready_reason: info.and_then(|i| i.facts.not_ready_reason.clone()),
+                restarts: info.map_or(0, |i| i.facts.restarts),
             }
         })
         .collect();

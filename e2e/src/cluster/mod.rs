@@ -4,17 +4,19 @@
 //! - [`local::LocalCluster`] (default): the local control plane (`ControlPlane`), HAProxy pods
 //!   run by the kubelet stand-in (`LocalPods`) and two `haptic-controller run --kubernetes`
 //!   processes, all on loopback.
-//! - [`kind::KindCluster`] (`HAPTIC_E2E_CLUSTER=kind`): a real cluster where the chart is
-//!   installed, reached through the kubeconfig; traffic and agent checks go through the API's
-//!   port-forward, kills through the API (pod delete) and exec.
+//! - [`real::RealCluster`]: a real cluster reached through a kubeconfig, our images loaded, the
+//!   chart installed by helm: made by `scripts/cluster.sh` on this machine
+//!   (`HAPTIC_E2E_CLUSTER=real`) or by kind (`HAPTIC_E2E_CLUSTER=kind`, `scripts/e2e-kind.sh`).
+//!   [`real_scenarios`] adds what only a real cluster can show.
 //!
 //! Scenarios (`e2e/tests/scenarios.rs`) call only the trait and the helpers here, which talk to
 //! the apiserver like a user would (ConfigMap, Secret, `HAProxyConfig` as plain JSON: this
 //! crate never links the controller). Nothing here may reach beyond 127.0.0.0/8 on the local
 //! backend.
 
-pub mod kind;
 pub mod local;
+pub mod real;
+pub mod real_scenarios;
 pub mod scenarios;
 
 use std::collections::BTreeMap;
@@ -56,6 +58,10 @@ pub trait Cluster {
     /// The HAProxy frontend's `bind` line for the scenarios' configs (each backend knows where
     /// its pods can listen).
     fn bind_line(&self) -> String;
+    /// A `frontend` answering `/healthz` and `/ready` where the pods' probes need one.
+    fn health_frontend(&self) -> Option<String> {
+        None
+    }
     /// The HAProxy pods' names, sorted.
     async fn haproxy_pods(&self) -> Result<Vec<String>>;
     /// Sets the number of HAProxy pods and waits until that many exist (not converged).
@@ -144,24 +150,37 @@ pub fn condition<'a>(status: &'a Value, type_: &str) -> Option<&'a Value> {
 
 /// The status as the table `haptic-controller status` prints (for the demo and failures).
 pub fn status_table(s: &Value) -> String {
+    let pods = s["deployedToPods"].as_array().cloned().unwrap_or_default();
+    let w = pods.iter().filter_map(|p| p["pod"].as_str()).map(str::len).max().unwrap_or(0).max(18);
     let mut out =
-        String::from("POD                PHASE           APPLIED       RUNNING       MODE      REASON / ERROR\n");
+        format!("{:<w$} PHASE           APPLIED       RUNNING       MODE      READY  REASON / ERROR\n", "POD");
     let short = |v: &Value| -> String {
         v.as_str().map(|t| t.trim_start_matches("sha256:").chars().take(12).collect()).unwrap_or_else(|| "-".into())
     };
-    for p in s["deployedToPods"].as_array().cloned().unwrap_or_default() {
+    for p in pods {
         let why = p["lastError"]
             .as_str()
             .map(String::from)
             .or_else(|| p["reasons"].as_array().and_then(|r| r.first()).and_then(|r| r.as_str()).map(String::from))
             .unwrap_or_default();
+        // `ready` is the pod's Ready condition (real clusters; absent on the kubelet stand-in).
+        let ready = match p["ready"].as_bool() {
+            Some(true) => "yes",
+            Some(false) => "NO",
+            None => "-",
+        };
+        let why = match p["notReadyReason"].as_str() {
+            Some(r) if p["ready"] == false => format!("not Ready: {r}; {why}"),
+            _ => why,
+        };
         out.push_str(&format!(
-            "{:<18} {:<15} {:<13} {:<13} {:<9} {}\n",
+            "{:<w$} {:<15} {:<13} {:<13} {:<9} {:<6} {}\n",
             p["pod"].as_str().unwrap_or("?"),
             p["phase"].as_str().unwrap_or("?"),
             short(&p["appliedPlan"]),
             short(&p["runningPlan"]),
             p["mode"].as_str().unwrap_or("-"),
+            ready,
             why.lines().next().unwrap_or("")
         ));
     }

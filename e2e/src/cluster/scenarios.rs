@@ -25,7 +25,7 @@ struct Desired {
 }
 
 impl Desired {
-    fn text(&self, bind: &str) -> String {
+    fn text(&self, bind: &str, health: Option<&str>) -> String {
         let mut s = format!(
             "global\n    default-path config\n\n\
              defaults\n    mode http\n    timeout connect 2s\n    timeout client 5s\n    timeout server 5s\n\n\
@@ -44,6 +44,10 @@ impl Desired {
                 None => s.push_str(&format!("    server s{} 127.0.0.1:1 weight 10 disabled\n", i + 1)),
             }
         }
+        if let Some(h) = health {
+            s.push('\n');
+            s.push_str(h);
+        }
         s
     }
 }
@@ -59,7 +63,8 @@ struct Run<'a, C: Cluster> {
 impl<C: Cluster> Run<'_, C> {
     async fn push(&mut self) -> Result<()> {
         let client = self.c.client();
-        put_config_map(&client, self.c.namespace(), &self.want.text(&self.c.bind_line()), &self.want.map).await
+        let text = self.want.text(&self.c.bind_line(), self.c.health_frontend().as_deref());
+        put_config_map(&client, self.c.namespace(), &text, &self.want.map).await
     }
 
     async fn status(&self) -> Result<Value> {
@@ -73,7 +78,15 @@ impl<C: Cluster> Run<'_, C> {
     async fn step(&mut self, title: &str) -> Result<()> {
         self.step += 1;
         if self.narrate {
-            println!("\n== {}. {title}\n{}", self.step, status_table(&self.status().await?));
+            println!("\n== {}. {title}", self.step);
+            // On a real cluster the demo shows what an operator types, too.
+            if let Some(kubectl) = std::env::var_os("HAPTIC_KUBECTL") {
+                let out = std::process::Command::new(kubectl).args(["-n", self.c.namespace(), "get", "hapc"]).output();
+                if let Ok(o) = out {
+                    println!("$ kubectl get hapc\n{}", String::from_utf8_lossy(&o.stdout).trim_end());
+                }
+            }
+            println!("{}", status_table(&self.status().await?));
         } else {
             println!("ok {}. {title}", self.step);
         }
@@ -116,17 +129,18 @@ impl<C: Cluster> Run<'_, C> {
 }
 
 /// Runs every scenario on `c`, which starts with `n` HAProxy pods, two controller replicas and
-/// no `HAProxyConfig` yet. `agent_port` is the agents' port for `spec.agent.port`.
+/// no `HAProxyConfig` yet, or the chart's (its `podSelector` and `agent` are kept). `agent_port` is the agents' port for `spec.agent.port`.
 pub async fn run_all<C: Cluster>(c: &mut C, n: usize, agent_port: u16, narrate: bool) -> Result<()> {
     let want =
         Desired { body: "v1".into(), slots: vec![Some(9001), None, None], map: "a.example a\n".into(), broken: false };
     let mut r = Run { c, n, want, narrate, step: 0 };
 
-    // 1. First deploy.
-    r.push().await?;
+    // 1. First deploy (over the chart's own first plan on a real cluster).
     let client = r.c.client();
+    let earlier = status(&client, r.c.namespace()).await.ok().map(|s| s["planId"].clone()).filter(|p| !p.is_null());
+    r.push().await?;
     put_haproxy_config(&client, r.c.namespace(), agent_port, "4s").await?;
-    let s = r.converged(r.n, None).await?;
+    let s = r.converged(r.n, earlier.as_ref()).await?;
     r.serves("v1").await?;
     Run::<C>::ensure(s["deployedToPods"].as_array().map_or(0, Vec::len) == n, || format!("{s:#}"))?;
     r.step("first deploy: every pod converged and serves the render").await?;
