@@ -40,7 +40,8 @@ struct Args {
     quick: bool,
     /// Run only this case (repeatable): runtime_apply, reload_apply, map_replace, verify_state,
     /// delta_transfer, fleet_runtime, runtime_while_reload_pending, fleet_reload, burst,
-    /// traffic_under_churn, fleet_scale, k8s_runtime, plan_diff, footprint.
+    /// traffic_under_churn, fleet_scale, k8s_runtime, plan_diff, footprint; real_cluster only when
+    /// named (root; brings scripts/cluster.sh's cluster up and down).
     #[arg(long = "only", value_name = "NAME")]
     only: Vec<String>,
     /// Write one JSON object per figure and HAProxy version to FILE (a JSON array).
@@ -139,6 +140,17 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             let res = cases::k8s::run(&ctx, standalone).await;
             eprintln!("#   k8s_runtime: {:.1} s", t.elapsed().as_secs_f64());
             record("k8s_runtime", &ctx.label, res, &mut rows, &mut failed);
+        }
+    }
+    // The real cluster (scripts/cluster.sh) runs HAProxy 3.0 from the image: once, its
+    // standalone floor on the last (newest) HAProxy here.
+    if base.only.as_ref().is_some_and(|o| o.iter().any(|n| n == "real_cluster")) {
+        if let Some(bin) = bins.last() {
+            let ctx = Ctx { bin: bin.clone(), label: version_label(bin), ..base.clone() };
+            let t = Instant::now();
+            let res = cases::real_cluster::run(&ctx).await;
+            eprintln!("#   real_cluster: {:.1} s", t.elapsed().as_secs_f64());
+            record("real_cluster", &ctx.label, res, &mut rows, &mut failed);
         }
     }
     eprintln!("# total {:.1} s", started.elapsed().as_secs_f64());

@@ -7,6 +7,7 @@ pub mod agent_cases;
 pub mod fleet;
 pub mod k8s;
 pub mod plan_diff;
+pub mod real_cluster;
 pub mod tree50;
 
 use std::sync::Arc;
@@ -35,6 +36,8 @@ pub const ALL: &[&str] = &[
     "traffic_under_churn",
     "fleet_scale",
     "k8s_runtime",
+    // Only when named (`--only real_cluster`): needs root and takes the machine's cluster.
+    "real_cluster",
 ];
 
 /// What every case gets.
