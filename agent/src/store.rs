@@ -3,7 +3,10 @@
 //! last-good tree, the running plan and the last error.
 //!
 //! Owns the record's shape, atomic fsynced writes (temp file, fsync, rename, fsync dir) and the
-//! pure fence and baseline rules applied to it. It must never touch the config tree or HAProxy.
+//! pure fence and baseline rules applied to it. A write may be *deferred* ([`Store::save_deferred`]):
+//! it is made durable in the background and renamed into place only once fsynced, and every later
+//! write waits for it first, so `.state` only ever moves forward, each version whole. It must never
+//! touch the config tree or HAProxy.
 
 use std::fs;
 use std::io;
@@ -117,16 +120,39 @@ pub fn baseline_check(applied: Option<&PlanId>, baseline: Option<&PlanId>) -> Re
     }
 }
 
+/// A deferred write in flight (joined before any later write, and when the store is dropped).
+#[derive(Debug, Default)]
+struct InFlight(std::sync::Mutex<Option<std::thread::JoinHandle<Result<(), AgentError>>>>);
+
+impl InFlight {
+    /// Waits for the deferred write, if any; its error (already logged) is returned once.
+    fn join(&self) -> Result<(), AgentError> {
+        let handle = self.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match handle.map(std::thread::JoinHandle::join) {
+            None | Some(Ok(Ok(()))) => Ok(()),
+            Some(Ok(Err(e))) => Err(e),
+            Some(Err(_)) => Err(AgentError::State { path: STATE_DIR.into(), why: "state writer panicked".into() }),
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let _ = self.join();
+    }
+}
+
 /// Reads and writes [`Persisted`] under `ROOT/.state`.
 #[derive(Debug, Clone)]
 pub struct Store {
     dir: PathBuf,
+    in_flight: std::sync::Arc<InFlight>,
 }
 
 impl Store {
     /// The store of `root` (nothing is touched).
     pub fn new(root: &Path) -> Self {
-        Self { dir: root.join(STATE_DIR) }
+        Self { dir: root.join(STATE_DIR), in_flight: std::sync::Arc::default() }
     }
 
     /// `ROOT/.state`.
@@ -145,18 +171,64 @@ impl Store {
         }
     }
 
-    /// Writes the record atomically and durably.
+    /// Writes the record atomically and durably (after any deferred write, which it waits for;
+    /// that one's failure is not this write's: this write replaces the whole record anyway).
     pub fn save(&self, p: &Persisted) -> Result<(), AgentError> {
-        fs::create_dir_all(&self.dir).ctx("create", &self.dir)?;
-        let bytes = serde_json::to_vec_pretty(p)
-            .map_err(|e| AgentError::State { path: self.dir.display().to_string(), why: e.to_string() })?;
-        let tmp = self.dir.join(format!("{STATE_FILE}.tmp"));
-        let _ = fs::remove_file(&tmp);
-        write_file(&tmp, &bytes, true)?;
-        let path = self.dir.join(STATE_FILE);
-        fs::rename(&tmp, &path).ctx("rename", &path)?;
-        sync_dir(&self.dir)
+        if let Err(e) = self.in_flight.join() {
+            tracing::warn!("an earlier deferred state write failed ({e}); writing the record again");
+        }
+        write_record(&self.dir, p)
     }
+
+    /// Writes the record atomically and durably in the background and returns at once: the
+    /// record becomes `.state` only once it is fsynced (until then `.state` holds the previous
+    /// record, whole). For records a crash may lose without harm: the ACK's record after the
+    /// swap, which recovery rebuilds from `current` plus the intent persisted before the swap
+    /// (only `running` and the stored ACK are newer, and losing them costs a converging reload
+    /// or a re-processed retry, never a wrong state). Any later write waits for it.
+    pub fn save_deferred(&self, p: &Persisted) {
+        let mut slot = self.in_flight.0.lock().unwrap_or_else(|e| e.into_inner());
+        let previous = slot.take();
+        let (dir, record) = (self.dir.clone(), p.clone());
+        let spawned = std::thread::Builder::new().name("state-writer".into()).spawn(move || {
+            if let Some(h) = previous {
+                let _ = h.join();
+            }
+            let res = write_record(&dir, &record);
+            if let Err(e) = &res {
+                tracing::error!("deferred state write failed: {e}");
+            }
+            res
+        });
+        match spawned {
+            Ok(h) => *slot = Some(h),
+            Err(e) => {
+                drop(slot);
+                tracing::warn!("cannot start the state writer ({e}): writing the record now");
+                if let Err(e) = self.save(p) {
+                    tracing::error!("state write failed: {e}");
+                }
+            }
+        }
+    }
+
+    /// Waits until every deferred write is on disk.
+    pub fn flush(&self) -> Result<(), AgentError> {
+        self.in_flight.join()
+    }
+}
+
+/// Temp file, fsync, rename over `state.json`, fsync of the directory.
+fn write_record(dir: &Path, p: &Persisted) -> Result<(), AgentError> {
+    fs::create_dir_all(dir).ctx("create", dir)?;
+    let bytes = serde_json::to_vec_pretty(p)
+        .map_err(|e| AgentError::State { path: dir.display().to_string(), why: e.to_string() })?;
+    let tmp = dir.join(format!("{STATE_FILE}.tmp"));
+    let _ = fs::remove_file(&tmp);
+    write_file(&tmp, &bytes, true)?;
+    let path = dir.join(STATE_FILE);
+    fs::rename(&tmp, &path).ctx("rename", &path)?;
+    sync_dir(dir)
 }
 
 #[cfg(test)]

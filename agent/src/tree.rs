@@ -148,8 +148,8 @@ impl Stamp {
 }
 
 /// The fsyncs a built tree still needs before it may be swapped in: the files written into it
-/// (carried files are already durable, or were fsynced when re-hashed) and every directory of it,
-/// deepest first, then `.trees`.
+/// (carried files are already durable, or were fsynced when re-hashed), every directory of it,
+/// and `.trees`.
 #[derive(Debug, Default)]
 #[must_use = "a built tree must be synced before it is swapped in"]
 pub struct Unsynced {
@@ -157,21 +157,41 @@ pub struct Unsynced {
     dirs: Vec<PathBuf>,
 }
 
+/// Threads that run a tree's fsyncs at once.
+const SYNC_THREADS: usize = 4;
+
 impl Unsynced {
-    /// Runs the fsyncs, files first.
+    /// Runs the fsyncs, several at once: each one must be done before the swap, none depends on
+    /// another's order, and concurrent fsyncs share the file system's journal commits.
     pub fn sync(self) -> Result<(), AgentError> {
-        for f in &self.files {
-            OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(f)
-                .and_then(|f| f.sync_all())
-                .ctx("fsync", f)?;
-        }
-        for d in &self.dirs {
-            sync_dir(d)?;
-        }
-        Ok(())
+        let jobs: Vec<(&PathBuf, bool)> =
+            self.files.iter().map(|f| (f, true)).chain(self.dirs.iter().map(|d| (d, false))).collect();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let work = || -> Result<(), AgentError> {
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((path, is_file)) = jobs.get(i) else { return Ok(()) };
+                if *is_file {
+                    OpenOptions::new()
+                        .read(true)
+                        .custom_flags(libc::O_NOFOLLOW)
+                        .open(path)
+                        .and_then(|f| f.sync_all())
+                        .ctx("fsync", path)?;
+                } else {
+                    sync_dir(path)?;
+                }
+            }
+        };
+        let helpers = jobs.len().min(SYNC_THREADS).saturating_sub(1);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..helpers).map(|_| s.spawn(work)).collect();
+            let mine = work();
+            handles.into_iter().fold(mine, |acc, h| {
+                let theirs = h.join().unwrap_or_else(|_| Err(AgentError::Tree("fsync thread panicked".into())));
+                acc.and(theirs)
+            })
+        })
     }
 }
 

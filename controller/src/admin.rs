@@ -1,13 +1,15 @@
 //! The admin HTTP server: `GET /status`, `/metrics`, `/healthz`.
 //!
-//! Owns the routes and their bodies. It only reads the status board and the metrics registry;
+//! Owns the routes and their bodies (`/status` can wait for the next change of the board). It only reads the status board and the metrics registry;
 //! it must never change controller state.
 
 use std::future::Future;
 use std::sync::Arc;
 
-use axum::extract::State;
-use axum::http::{header, StatusCode};
+use std::time::Duration;
+
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderName, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -34,9 +36,31 @@ pub fn router(state: AdminState) -> Router {
         .with_state(state)
 }
 
-async fn status(State(s): State<AdminState>) -> Response {
-    Json(s.board.snapshot()).into_response()
+/// The longest `GET /status?after=N` waits.
+const MAX_WAIT: Duration = Duration::from_secs(30);
+
+/// `GET /status` query: `after` = a version seen before (answer once the board moved past it,
+/// or after `wait_ms`, default and at most 30 s).
+#[derive(Debug, Default, serde::Deserialize)]
+struct StatusQuery {
+    after: Option<u64>,
+    wait_ms: Option<u64>,
 }
+
+/// `GET /status[?after=N[&wait_ms=M]]`: the snapshot, with its version in `x-status-version`; with
+/// `after`, answered only once the board changed past version `after` (or the wait ended), so a
+/// client waiting for convergence need not poll.
+async fn status(State(s): State<AdminState>, Query(q): Query<StatusQuery>) -> Response {
+    if let Some(after) = q.after {
+        let wait = q.wait_ms.map_or(MAX_WAIT, Duration::from_millis).min(MAX_WAIT);
+        s.board.wait_change(after, wait).await;
+    }
+    let (snap, version) = s.board.versioned_snapshot();
+    ([(HeaderName::from_static(VERSION_HEADER), version.to_string())], Json(snap)).into_response()
+}
+
+/// The header carrying the status board's version.
+pub const VERSION_HEADER: &str = "x-status-version";
 
 async fn metrics(State(s): State<AdminState>) -> Response {
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], s.metrics.encode())

@@ -1,14 +1,16 @@
 //! The render gate: the controller's own `haproxy -c` over each render, and the latch.
 //!
-//! Owns running the check in a temp dir (off the deploy path) and the two-state latch:
+//! Owns running the check in a temp dir (off the deploy path), passing without a process a
+//! render that differs from a passed one only at runtime, and the two-state latch:
 //! OPTIMISTIC dispatches renders at once, PESSIMISTIC holds them until one passes. A refusal
 //! pins the fleet on the last good render until a render passes. The latch is pure; the check
 //! is the only I/O here. It must never let a refused render replace the last good one.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use haptic_protocol::PlanId;
+use haptic_protocol::{Digest, PlanId, RelPath};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
@@ -101,17 +103,31 @@ pub fn precheck(render: &Render) -> Option<String> {
     })
 }
 
-/// Runs `haproxy -c` over renders.
+/// Whether `new` passes `haproxy -c` exactly when `passed` (a render that passed it) does,
+/// without running it: the same files besides `haproxy.cfg`, and configs that differ only in
+/// what the runtime claim allows (server address, port, weight, enabled, with well-formed values;
+/// BRIEF §4, the rule that lets the agent skip its own check). Pure.
+pub fn runtime_equivalent(passed: &Render, new: &Render) -> bool {
+    let others = |r: &Render| -> Vec<(RelPath, Digest)> {
+        r.manifest().iter().filter(|e| !e.path.is_haproxy_cfg()).map(|e| (e.path.clone(), e.digest)).collect()
+    };
+    others(passed) == others(new)
+        && haptic_haproxy::claim::diff_cfg(passed.cfg_text(), new.cfg_text()).runtime_eligible()
+}
+
+/// Runs `haproxy -c` over renders. Clones share the last render that passed, so a render that
+/// differs from it only at runtime ([`runtime_equivalent`]) passes without another process.
 #[derive(Debug, Clone)]
 pub struct Checker {
     bin: PathBuf,
     timeout: Duration,
+    passed: Arc<Mutex<Option<Arc<Render>>>>,
 }
 
 impl Checker {
     /// A checker using `bin` (looked up on `PATH` when it has no `/`).
     pub fn new(bin: impl Into<PathBuf>, timeout: Duration) -> Self {
-        Checker { bin: bin.into(), timeout }
+        Checker { bin: bin.into(), timeout, passed: Arc::default() }
     }
 
     /// The binary.
@@ -149,12 +165,30 @@ impl Checker {
     }
 
     /// Checks one render; a check that cannot run counts as a refusal (the gate never passes
-    /// what it did not see pass).
-    pub async fn verdict(&self, render: &Render) -> Verdict {
-        match self.check(render).await {
+    /// what it did not see pass, itself or through [`runtime_equivalent`]).
+    pub async fn verdict(&self, render: &Arc<Render>) -> Verdict {
+        let passed = self.passed.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(p) = passed {
+            let (p, r) = (p.clone(), render.clone());
+            let same = tokio::task::spawn_blocking(move || runtime_equivalent(&p, &r)).await.unwrap_or(false);
+            if same {
+                tracing::debug!(plan = %render.plan_id().short(), "gate: differs from a passed render only at runtime");
+                self.remember(render);
+                return Verdict::Pass;
+            }
+        }
+        let v = match self.check(render).await {
             Ok(v) => v,
             Err(e) => Verdict::Refused(format!("the gate could not run: {e}")),
+        };
+        if v == Verdict::Pass {
+            self.remember(render);
         }
+        v
+    }
+
+    fn remember(&self, render: &Arc<Render>) {
+        *self.passed.lock().unwrap_or_else(|e| e.into_inner()) = Some(render.clone());
     }
 }
 
@@ -220,6 +254,20 @@ mod tests {
             Verdict::Refused(why) => assert!(why.contains("/etc/passwd") && why.contains("line 10"), "{why}"),
             Verdict::Pass => panic!("a map outside the tree passed the gate"),
         }
+    }
+
+    #[test]
+    fn runtime_equivalence() {
+        let cfg = |addr: &str, extra: &str| {
+            format!("global\n    default-path config\nbackend b\n    server s1 {addr} weight 10\n{extra}")
+        };
+        let r = |c: String, map: &str| Render::from_texts([("haproxy.cfg", c.as_str()), ("maps/a.map", map)]).unwrap();
+        let a = r(cfg("10.0.0.1:80", ""), "k v\n");
+        assert!(runtime_equivalent(&a, &a));
+        assert!(runtime_equivalent(&a, &r(cfg("10.0.0.2:81", ""), "k v\n")));
+        assert!(!runtime_equivalent(&a, &r(cfg("10.0.0.1:80", ""), "k w\n")), "a changed file needs the check");
+        assert!(!runtime_equivalent(&a, &r(cfg("10.0.0.1:80", "    timeout server 1s\n"), "k v\n")));
+        assert!(!runtime_equivalent(&a, &r(cfg("backend.example:80", ""), "k v\n")), "a hostname is not runtime");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Per-pod status and the fleet roll-up, served on `GET /status` and printed as a table.
 //!
 //! Owns the status JSON shape (`{"pods": [...], "converged": n, "total": n, "gate": {...}}`),
-//! the pure roll-up (which pods count as converged) and the table. It must never talk to a pod;
+//! the pure roll-up (which pods count as converged), the table, and the board's version that
+//! `GET /status?after=N` waits on. It must never talk to a pod;
 //! the deployer and scheduler write into the [`StatusBoard`].
 
 use std::collections::BTreeMap;
@@ -168,10 +169,12 @@ pub fn roll_up(pods: &[PodStatus], target: Option<PlanId>) -> (usize, usize) {
     (pods.iter().filter(|p| is_converged(p, target)).count(), pods.len())
 }
 
-/// The shared, mutable status the components write into.
+/// The shared, mutable status the components write into. Every edit bumps a version that
+/// readers can wait on ([`StatusBoard::wait_change`]) instead of polling.
 #[derive(Debug)]
 pub struct StatusBoard {
     inner: Mutex<Board>,
+    version: tokio::sync::watch::Sender<u64>,
 }
 
 #[derive(Debug)]
@@ -184,49 +187,82 @@ struct Board {
 impl StatusBoard {
     /// An empty board.
     pub fn new(gate: GateStatus, controller: ControllerStatus) -> Self {
-        StatusBoard { inner: Mutex::new(Board { pods: BTreeMap::new(), gate, controller }) }
+        StatusBoard {
+            inner: Mutex::new(Board { pods: BTreeMap::new(), gate, controller }),
+            version: tokio::sync::watch::Sender::new(0),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Board> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Edits the board and bumps its version (inside the lock, so a snapshot's version always
+    /// names its content).
+    fn edit<R>(&self, f: impl FnOnce(&mut Board) -> R) -> R {
+        let mut b = self.lock();
+        let r = f(&mut b);
+        self.version.send_modify(|v| *v += 1);
+        r
+    }
+
+    /// The board's version: it grows with every edit.
+    pub fn version(&self) -> u64 {
+        *self.version.borrow()
+    }
+
+    /// Waits until the version is past `after`, or `timeout` passed; returns the version then.
+    pub async fn wait_change(&self, after: u64, timeout: std::time::Duration) -> u64 {
+        let mut rx = self.version.subscribe();
+        let _ = tokio::time::timeout(timeout, rx.wait_for(|v| *v > after)).await;
+        self.version()
+    }
+
     /// Sets the endpoint list: new pods appear as unknown, removed pods disappear.
     pub fn set_endpoints(&self, eps: &[(String, String)]) {
-        let mut b = self.lock();
-        b.pods.retain(|name, _| eps.iter().any(|(n, _)| n == name));
-        for (name, url) in eps {
-            b.pods.entry(name.clone()).or_insert_with(|| PodStatus {
-                pod: name.clone(),
-                url: url.clone(),
-                ..Default::default()
-            });
-        }
+        self.edit(|b| {
+            b.pods.retain(|name, _| eps.iter().any(|(n, _)| n == name));
+            for (name, url) in eps {
+                b.pods.entry(name.clone()).or_insert_with(|| PodStatus {
+                    pod: name.clone(),
+                    url: url.clone(),
+                    ..Default::default()
+                });
+            }
+        })
     }
 
     /// Edits one pod's status (if the pod is still known).
     pub fn pod(&self, name: &str, f: impl FnOnce(&mut PodStatus)) {
-        if let Some(p) = self.lock().pods.get_mut(name) {
-            f(p);
-        }
+        self.edit(|b| {
+            if let Some(p) = b.pods.get_mut(name) {
+                f(p);
+            }
+        })
     }
 
     /// Edits the gate status.
     pub fn gate(&self, f: impl FnOnce(&mut GateStatus)) {
-        f(&mut self.lock().gate);
+        self.edit(|b| f(&mut b.gate))
     }
 
     /// Edits the controller status.
     pub fn controller(&self, f: impl FnOnce(&mut ControllerStatus)) {
-        f(&mut self.lock().controller);
+        self.edit(|b| f(&mut b.controller))
     }
 
     /// A consistent snapshot with the roll-up.
     pub fn snapshot(&self) -> FleetStatus {
+        self.versioned_snapshot().0
+    }
+
+    /// A consistent snapshot and the version it is of.
+    pub fn versioned_snapshot(&self) -> (FleetStatus, u64) {
         let b = self.lock();
+        let version = self.version();
         let pods: Vec<PodStatus> = b.pods.values().cloned().collect();
         let (converged, total) = roll_up(&pods, b.controller.target);
-        FleetStatus { pods, converged, total, gate: b.gate.clone(), controller: b.controller.clone() }
+        (FleetStatus { pods, converged, total, gate: b.gate.clone(), controller: b.controller.clone() }, version)
     }
 }
 

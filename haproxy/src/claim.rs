@@ -225,9 +225,19 @@ pub fn verify_runtime_claim(
     changed: &[ChangedFile<'_>],
     ops: &[Op],
 ) -> Result<(), ClaimError> {
+    verify_runtime_claim_parsed(&cfg::parse(old_cfg), &cfg::parse(new_cfg), changed, ops)
+}
+
+/// [`verify_runtime_claim`] over configs parsed already (with [`cfg::parse`]), so a caller that
+/// keeps the live config's parsed form parses only the new one.
+pub fn verify_runtime_claim_parsed(
+    old_parsed: &cfg::Config,
+    new_parsed: &cfg::Config,
+    changed: &[ChangedFile<'_>],
+    ops: &[Op],
+) -> Result<(), ClaimError> {
     let mut reasons = Vec::new();
-    let new_parsed = cfg::parse(new_cfg);
-    let diff = diff_parsed(&cfg::parse(old_cfg), &new_parsed);
+    let diff = diff_parsed(old_parsed, new_parsed);
     reasons.extend(diff.reload_reasons.iter().cloned());
 
     let mut server_ops: BTreeMap<(&str, &str), Vec<&ServerSet>> = BTreeMap::new();
@@ -244,7 +254,7 @@ pub fn verify_runtime_claim(
         }
     }
 
-    let new_servers = if server_ops.is_empty() { BTreeMap::new() } else { servers_by_name(&new_parsed) };
+    let new_servers = if server_ops.is_empty() { BTreeMap::new() } else { servers_by_name(new_parsed) };
     for ch in &diff.servers {
         if !server_ops.contains_key(&(ch.backend.as_str(), ch.server.as_str())) {
             reasons.push(format!("{} has no server.set op", ch.reason()));

@@ -1,7 +1,8 @@
 //! Admitting an apply: the fence rules and the baseline, before anything is staged.
 //!
 //! Owns raising the fence high-water mark and persisting it (BRIEF §3: "check fence → persist the
-//! new fence high-water mark → stage ..."), so neither a crash nor a slow `haproxy -c` can leave
+//! new fence high-water mark → stage ..."; the write runs while the tree is staged, and is on
+//! disk before the swap or any answer), so neither a crash nor a slow `haproxy -c` can leave
 //! `/v1/state` or `.state` showing an older fence than the one the agent enforces. It must never
 //! touch the tree nor HAProxy.
 
@@ -32,14 +33,13 @@ impl Agent {
             }
             FenceStep::Proceed { raise: false } => {}
             FenceStep::Proceed { raise: true } => {
-                let before = (p.fence.clone(), p.last_accepted.clone());
                 p.fence = Some(req.fence.clone());
                 p.last_accepted = Some(LastAccepted { fence: req.fence.clone(), plan_id: req.plan_id, ack: None });
-                if let Err(e) = self.save(p) {
-                    // Not durable: not raised either.
-                    (p.fence, p.last_accepted) = before;
-                    return Err(e.into());
-                }
+                // Written while the tree is staged (nothing is visible yet): the intent's write
+                // before the swap waits for it, and so does every refusal before it is answered
+                // (see `apply_locked`), so neither the swap nor an answer precedes a durable fence.
+                self.store.save_deferred(p);
+                self.publish(p);
             }
         }
         if let Err(kind) = baseline_check(p.applied.as_ref().map(|a| &a.plan_id), req.baseline.as_ref()) {

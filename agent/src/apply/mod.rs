@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use haptic_haproxy::claim::{verify_runtime_claim, ChangedFile};
+use haptic_haproxy::claim::{verify_runtime_claim_parsed, ChangedFile};
 use haptic_protocol::api::{
     AgentInfo, AppliedInfo, Conflict, ConflictKind, HaproxyInfo, Nack, PendingReload, ReloadState, ReloadStatus,
     RunningInfo, StateResponse,
@@ -136,6 +136,9 @@ pub struct Agent {
     /// Stamps of the files of one tree (by id) the agent wrote or hashed itself; only ever
     /// trusted for that tree. Empty after a start, so the first apply hashes what it carries.
     stamps: Mutex<(String, Stamps)>,
+    /// The last `haproxy.cfg` the runtime claim parsed, by digest: the next runtime apply's old
+    /// config is usually this one, so only the new one is parsed (see [`mode`]).
+    parsed_cfg: Mutex<Option<(haptic_protocol::Digest, Arc<haptic_haproxy::cfg::Config>)>>,
 }
 
 fn now_rfc3339() -> String {
@@ -197,6 +200,7 @@ impl Agent {
             unreachable_since: Mutex::new(None),
             wake: tokio::sync::Notify::new(),
             stamps: Mutex::new((String::new(), Stamps::new())),
+            parsed_cfg: Mutex::new(None),
         }))
     }
 
@@ -328,6 +332,12 @@ impl Agent {
         if res.is_err() {
             // Staging linked (and removing the staged tree unlinked) live files.
             blocking(|| self.refresh_stamps());
+            // A raised fence is on disk before the refusal is answered.
+            if blocking(|| self.store.flush()).is_err() {
+                if let Err(e) = self.save(p) {
+                    warn!("cannot persist the fence before answering a refusal: {e}");
+                }
+            }
         }
         res
     }
@@ -371,12 +381,19 @@ impl Agent {
                 la.ack = Some(ack.clone());
             }
         }
-        self.save(p)?;
+        // The ACK's record is written in the background: the fence and the applied plan are
+        // durable already (the intent, before the swap), see `Store::save_deferred`.
+        self.store.save_deferred(p);
+        self.publish(p);
         Ok(ack)
     }
 
-    /// Waits for an in-flight apply or reload to finish (used on shutdown).
+    /// Waits for an in-flight apply or reload to finish and for its record to be on disk (used
+    /// on shutdown).
     pub async fn quiesce(&self) {
         let _g = self.inner.lock().await;
+        if let Err(e) = blocking(|| self.store.flush()) {
+            warn!("writing the last state record failed: {e}");
+        }
     }
 }

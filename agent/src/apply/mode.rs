@@ -1,8 +1,9 @@
 //! Deciding how an apply lands: the mode asked for, or a safer one.
 //!
 //! Owns checking a `file_only` or `runtime` claim against the staged tree (the runtime claim
-//! through [`haptic_haproxy::claim`]); every downgrade to `reload` adds a human reason. It must
-//! never write the tree nor talk to HAProxy.
+//! through [`haptic_haproxy::claim`]); every downgrade to `reload` adds a human reason. The
+//! parsed form of the last config the claim parsed is kept by digest, so a run of runtime applies
+//! parses each config once. It must never write the tree nor talk to HAProxy.
 
 use super::*;
 
@@ -82,7 +83,8 @@ impl Agent {
                     .collect();
                 let changed: Vec<ChangedFile<'_>> =
                     bytes.iter().map(|(p, b)| ChangedFile { path: p, new: b.as_deref() }).collect();
-                if let Err(e) = verify_runtime_claim(old_cfg, new_cfg, &changed, ops) {
+                let (old_parsed, new_parsed) = self.parsed_pair(live_files, old_cfg, &req.files, new_cfg);
+                if let Err(e) = verify_runtime_claim_parsed(&old_parsed, &new_parsed, &changed, ops) {
                     why.extend(e.reasons);
                 }
                 if why.is_empty() {
@@ -93,5 +95,29 @@ impl Agent {
                 }
             }
         }
+    }
+
+    /// The parsed old and new `haproxy.cfg`: the old one from the cache when its digest (as the
+    /// applied record holds it) is the one parsed last, the new one parsed and cached.
+    fn parsed_pair(
+        &self,
+        live_files: &[FileEntry],
+        old_cfg: &str,
+        new_files: &[FileEntry],
+        new_cfg: &str,
+    ) -> (Arc<haptic_haproxy::cfg::Config>, Arc<haptic_haproxy::cfg::Config>) {
+        let digest_of = |files: &[FileEntry]| files.iter().find(|f| f.path.is_haproxy_cfg()).map(|f| f.digest);
+        let (old_d, new_d) = (digest_of(live_files), digest_of(new_files));
+        let cached = lock(&self.parsed_cfg).clone();
+        let hit = |d: Option<haptic_protocol::Digest>| match (&cached, d) {
+            (Some((cd, c)), Some(d)) if *cd == d => Some(c.clone()),
+            _ => None,
+        };
+        let old = hit(old_d).unwrap_or_else(|| Arc::new(haptic_haproxy::cfg::parse(old_cfg)));
+        let new = hit(new_d).unwrap_or_else(|| Arc::new(haptic_haproxy::cfg::parse(new_cfg)));
+        if let Some(d) = new_d {
+            *lock(&self.parsed_cfg) = Some((d, new.clone()));
+        }
+        (old, new)
     }
 }

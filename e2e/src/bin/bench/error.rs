@@ -33,6 +33,9 @@ pub enum BenchError {
     /// Waiting for something exceeded its deadline.
     #[error("timed out: {0}")]
     Timeout(String),
+    /// The local Kubernetes control plane, or a request to it, failed.
+    #[error("kubernetes: {0}")]
+    Kubernetes(String),
 }
 
 impl BenchError {

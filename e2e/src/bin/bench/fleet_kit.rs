@@ -26,6 +26,10 @@ pub const PORT_ENV: &str = "HAPTIC_BENCH_PORT";
 pub const USER: &str = "bench";
 /// The fleet's shared password.
 pub const PASSWORD: &str = "bench-fleet-secret";
+/// The controllers' `--settle` window (the product default is 300 ms).
+pub const SETTLE: &str = "2ms";
+/// How often the bench reads the `/status` of a controller that cannot be waited on.
+const POLL: Duration = Duration::from_millis(1);
 
 /// A child in its own process group: SIGTERM, then SIGKILL, on drop.
 #[derive(Debug)]
@@ -190,6 +194,8 @@ pub struct FleetView {
     pub total: usize,
     /// The target plan id text.
     pub target: Option<String>,
+    /// Pods whose applied plan is the target (converged or not: a reload may be pending).
+    pub applied: usize,
 }
 
 impl Controller {
@@ -202,27 +208,49 @@ impl Controller {
         agents: &[String],
     ) -> Result<Self> {
         let ctl = sibling_bin("haptic-controller", "HAPTIC_CONTROLLER_BIN")?;
+        let mut cmd = Command::new(ctl);
+        cmd.args(["run", "--standalone", "--config-dir"])
+            .arg(config_dir)
+            .arg(format!("--agent={}", agents.join(",")))
+            .arg("--credentials-file")
+            .arg(creds)
+            .arg("--state-dir")
+            .arg(dir.join("controller-state"))
+            .env(PORT_ENV, free_port().to_string());
+        Self::spawn(cmd, bin, dir)
+    }
+
+    /// Starts `haptic-controller run --kubernetes` for the `HAProxyConfig` `config` in `namespace`.
+    pub fn start_kubernetes(
+        bin: &HaproxyBin,
+        dir: &Path,
+        kubeconfig: &Path,
+        namespace: &str,
+        config: &str,
+    ) -> Result<Self> {
+        let ctl = sibling_bin("haptic-controller", "HAPTIC_CONTROLLER_BIN")?;
+        let mut cmd = Command::new(ctl);
+        cmd.args(["run", "--kubernetes", "--namespace", namespace, "--config", config])
+            .args(["--lease-duration", "15s", "--renew-deadline", "10s", "--retry-period", "2s"])
+            .env("KUBECONFIG", kubeconfig)
+            .env("RUST_LOG", "info,kube=warn");
+        Self::spawn(cmd, bin, dir)
+    }
+
+    /// The settings both modes share: admin address, identity, settle window (the bench writes
+    /// every render atomically, so a short window loses nothing), drift repair out of the way.
+    fn spawn(mut cmd: Command, bin: &HaproxyBin, dir: &Path) -> Result<Self> {
         let admin_addr = format!("127.0.0.1:{}", free_port());
         let log = dir.join("controller.log");
         let (o, e) = log_file(&log)?;
-        let group = Group::spawn(
-            Command::new(ctl)
-                .args(["run", "--standalone", "--config-dir"])
-                .arg(config_dir)
-                .arg(format!("--agent={}", agents.join(",")))
-                .arg("--credentials-file")
-                .arg(creds)
-                .args(["--admin-listen", &admin_addr, "--identity", "bench-controller", "--settle", "20ms"])
-                .arg("--haproxy-bin")
-                .arg(&bin.path)
-                .arg("--state-dir")
-                .arg(dir.join("controller-state"))
-                .env(PORT_ENV, free_port().to_string())
-                .stdin(Stdio::null())
-                .stdout(o)
-                .stderr(e),
-            "haptic-controller",
-        )?;
+        cmd.args(["--admin-listen", &admin_addr, "--identity", "bench-controller"])
+            .args(["--settle", SETTLE, "--drift-interval", "600s", "--max-parallel", "16"])
+            .arg("--haproxy-bin")
+            .arg(&bin.path)
+            .stdin(Stdio::null())
+            .stdout(o)
+            .stderr(e);
+        let group = Group::spawn(&mut cmd, "haptic-controller")?;
         let http =
             reqwest::Client::builder().timeout(Duration::from_secs(10)).build().map_err(BenchError::http("client"))?;
         Ok(Self { group, admin: format!("http://{admin_addr}"), log, http })
@@ -235,32 +263,86 @@ impl Controller {
 
     /// Reads `GET /status`.
     pub async fn view(&self) -> Result<FleetView> {
-        let v: serde_json::Value = self
-            .http
-            .get(format!("{}/status", self.admin))
-            .send()
-            .await
-            .map_err(BenchError::http("GET /status"))?
-            .json()
-            .await
-            .map_err(BenchError::http("decode /status"))?;
-        Ok(FleetView {
-            converged: v["converged"].as_u64().unwrap_or(0) as usize,
-            total: v["total"].as_u64().unwrap_or(0) as usize,
-            target: v["controller"]["target"].as_str().map(str::to_string),
-        })
+        Ok(self.view_after(None).await?.0)
     }
 
-    /// Polls `/status` every 5 ms until all `pods` run `plan`; returns when that was first seen.
+    /// Reads `GET /status`; with `after`, the controller answers once its status board moved
+    /// past that version (or after a second). Returns the view and its version.
+    async fn view_after(&self, after: Option<u64>) -> Result<(FleetView, Option<u64>)> {
+        let url = match after {
+            Some(v) => format!("{}/status?after={v}&wait_ms=1000", self.admin),
+            None => format!("{}/status", self.admin),
+        };
+        let resp = self.http.get(url).send().await.map_err(BenchError::http("GET /status"))?;
+        let version = resp.headers().get("x-status-version").and_then(|v| v.to_str().ok()?.parse().ok());
+        let v: serde_json::Value = resp.json().await.map_err(BenchError::http("decode /status"))?;
+        let target = v["controller"]["target"].as_str().map(str::to_string);
+        let applied = v["pods"]
+            .as_array()
+            .map(|ps| ps.iter().filter(|p| target.is_some() && p["applied"].as_str() == target.as_deref()).count())
+            .unwrap_or(0);
+        let view = FleetView {
+            converged: v["converged"].as_u64().unwrap_or(0) as usize,
+            total: v["total"].as_u64().unwrap_or(0) as usize,
+            target,
+            applied,
+        };
+        Ok((view, version))
+    }
+
+    /// Waits (on `/status?after=`, no polling) until all `pods` run `plan`; returns when that
+    /// was first seen.
     pub async fn wait_converged(&mut self, plan: &str, pods: usize, timeout: Duration) -> Result<Instant> {
+        self.wait_until(pods, timeout, plan, |v| v.target.as_deref() == Some(plan) && v.converged == pods).await
+    }
+
+    /// Polls until all `pods` have *applied* `plan` (a paced reload may still be pending).
+    pub async fn wait_applied(&mut self, plan: &str, pods: usize, timeout: Duration) -> Result<Instant> {
+        self.wait_until(pods, timeout, plan, |v| v.target.as_deref() == Some(plan) && v.applied == pods).await
+    }
+
+    /// Polls until all `pods` run a target other than `old` (a render the bench cannot name in
+    /// advance, e.g. one made by the Kubernetes controller); returns when, and the new target.
+    pub async fn wait_converged_off(
+        &mut self,
+        old: Option<&str>,
+        pods: usize,
+        timeout: Duration,
+    ) -> Result<(Instant, String)> {
+        let at = self
+            .wait_until(pods, timeout, "a new target", |v| {
+                v.target.is_some() && v.target.as_deref() != old && v.converged == pods
+            })
+            .await?;
+        let target = self.view().await?.target.unwrap_or_default();
+        Ok((at, target))
+    }
+
+    async fn wait_until(
+        &mut self,
+        pods: usize,
+        timeout: Duration,
+        what: &str,
+        done: impl Fn(&FleetView) -> bool,
+    ) -> Result<Instant> {
+        let plan = what;
         let deadline = Instant::now() + timeout;
         let mut last = FleetView::default();
+        let mut seen: Option<u64> = None;
         loop {
-            if let Ok(v) = self.view().await {
-                if v.target.as_deref() == Some(plan) && v.converged == pods && v.total == pods {
-                    return Ok(Instant::now());
+            match self.view_after(seen).await {
+                Ok((v, version)) => {
+                    if v.total == pods && done(&v) {
+                        return Ok(Instant::now());
+                    }
+                    last = v;
+                    // A controller without versions is polled every millisecond instead.
+                    match version {
+                        Some(n) => seen = Some(n),
+                        None => tokio::time::sleep(POLL).await,
+                    }
                 }
-                last = v;
+                Err(_) => tokio::time::sleep(POLL).await,
             }
             if self.group.exited() {
                 return Err(BenchError::Unexpected(format!("controller exited: {}", tail(&self.log, 30))));
@@ -274,7 +356,6 @@ impl Controller {
                     tail(&self.log, 15)
                 )));
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
 }

@@ -107,8 +107,12 @@ pub async fn description(hap: &Haproxy) -> Result<String> {
     Ok(hap.show_info().await?.description().unwrap_or_default().to_string())
 }
 
-/// The floor of a map replacement: `prepare map`, chunked `add map @ver`, `commit map`, each a
-/// master CLI round trip to the current worker, as the agent sends them.
+/// Payloads per master-CLI connection in the floor's map transaction (the agent's grouping).
+pub const PAYLOADS_PER_CONNECTION: usize = 32;
+
+/// The floor of a map replacement: `prepare map`, chunked `add map @ver` payloads sent several to
+/// a master-CLI connection (the fewest round trips HAProxy allows while still checking every
+/// payload's reply before the commit), then `commit map`.
 pub async fn map_transaction(hap: &Haproxy, name: &str, entries: &[(String, String)]) -> Result<()> {
     let reply = hap.worker_cmd(&format!("prepare map {name}")).await?;
     let ver: u32 = reply
@@ -117,12 +121,17 @@ pub async fn map_transaction(hap: &Haproxy, name: &str, entries: &[(String, Stri
         .and_then(|v| v.parse().ok())
         .filter(|_| reply.contains("New version created"))
         .ok_or_else(|| BenchError::Unexpected(format!("prepare map: {reply}")))?;
-    for chunk in map_chunks(entries, MAX_PAYLOAD) {
-        let body = chunk.trim_end_matches('\n');
-        // `cli_cmd` adds the final newline that ends the payload.
-        let reply = hap.master_cmd(&format!("@1 add map @{ver} {name} <<\n{body}\n")).await?;
+    let chunks = map_chunks(entries, MAX_PAYLOAD);
+    for group in chunks.chunks(PAYLOADS_PER_CONNECTION) {
+        let mut data = String::new();
+        for chunk in group {
+            data.push_str(&format!("@1 add map @{ver} {name} <<\n{}\n\n", chunk.trim_end_matches('\n')));
+        }
+        // `cli_cmd` adds the final newline.
+        data.pop();
+        let reply = hap.master_cmd_timeout(&data, Duration::from_secs(30)).await?;
         if !reply.trim().is_empty() {
-            return Err(BenchError::Unexpected(format!("add map: {reply}")));
+            return Err(BenchError::Unexpected(format!("add map: {reply:.300}")));
         }
     }
     let reply = hap.worker_cmd(&format!("commit map @{ver} {name}")).await?;

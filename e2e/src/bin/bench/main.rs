@@ -39,7 +39,9 @@ struct Args {
     #[arg(long)]
     quick: bool,
     /// Run only this case (repeatable): runtime_apply, reload_apply, map_replace, verify_state,
-    /// delta_transfer, fleet_runtime, fleet_reload, burst, traffic_under_churn, plan_diff, footprint.
+    /// delta_transfer, fleet_runtime, runtime_while_reload_pending, fleet_reload, burst,
+    /// traffic_under_churn, fleet_scale, k8s_runtime, plan_diff, footprint; real_cluster only when
+    /// named (root; brings scripts/cluster.sh's cluster up and down).
     #[arg(long = "only", value_name = "NAME")]
     only: Vec<String>,
     /// Write one JSON object per figure and HAProxy version to FILE (a JSON array).
@@ -51,7 +53,7 @@ struct Args {
     /// HAProxy binary to run against (repeatable; default: HAPTIC_HAPROXY_BINS or both installed versions).
     #[arg(long = "haproxy", value_name = "PATH")]
     haproxy: Vec<PathBuf>,
-    /// Pods in the fleet cases (default 20; 3 with --quick).
+    /// Pods in the fleet and Kubernetes cases (default 3; `fleet_scale` runs 3, 16 and 64).
     #[arg(long)]
     pods: Option<usize>,
 }
@@ -84,7 +86,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let bins = bins(&args)?;
     let started = Instant::now();
     let only = (!args.only.is_empty()).then(|| args.only.clone());
-    let pods = args.pods.unwrap_or(if args.quick { 3 } else { 20 });
+    let pods = args.pods.unwrap_or(3);
     let mut rows: Vec<Row> = Vec::new();
     let mut failed: Vec<String> = Vec::new();
     println!("{}", report::header());
@@ -106,10 +108,18 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 Box::pin(cases::tree50::run(&ctx)),
             ),
             (
-                "fleet (fleet_runtime/fleet_reload/burst/traffic_under_churn/footprint)",
-                &["fleet_runtime", "fleet_reload", "burst", "traffic_under_churn", "footprint"],
+                "fleet (fleet_runtime/runtime_while_reload_pending/fleet_reload/burst/traffic_under_churn/footprint)",
+                &[
+                    "fleet_runtime",
+                    "runtime_while_reload_pending",
+                    "fleet_reload",
+                    "burst",
+                    "traffic_under_churn",
+                    "footprint",
+                ],
                 Box::pin(cases::fleet::run(&ctx)),
             ),
+            ("fleet_scale", &["fleet_scale"], Box::pin(cases::fleet::scale(&ctx))),
         ];
         for (name, members, fut) in groups {
             if !members.iter().any(|m| ctx.wants(m)) {
@@ -119,6 +129,28 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             let res = fut.await;
             eprintln!("#   {name}: {:.1} s", t.elapsed().as_secs_f64());
             record(name, &ctx.label, res, &mut rows, &mut failed);
+        }
+        if ctx.wants("k8s_runtime") {
+            // Against the standalone fleet_runtime of this run and version.
+            let standalone = rows
+                .iter()
+                .find(|r| r.case == "fleet_runtime" && r.haproxy == ctx.label && r.correct)
+                .map(|r| r.haptic);
+            let t = Instant::now();
+            let res = cases::k8s::run(&ctx, standalone).await;
+            eprintln!("#   k8s_runtime: {:.1} s", t.elapsed().as_secs_f64());
+            record("k8s_runtime", &ctx.label, res, &mut rows, &mut failed);
+        }
+    }
+    // The real cluster (scripts/cluster.sh) runs HAProxy 3.0 from the image: once, its
+    // standalone floor on the last (newest) HAProxy here.
+    if base.only.as_ref().is_some_and(|o| o.iter().any(|n| n == "real_cluster")) {
+        if let Some(bin) = bins.last() {
+            let ctx = Ctx { bin: bin.clone(), label: version_label(bin), ..base.clone() };
+            let t = Instant::now();
+            let res = cases::real_cluster::run(&ctx).await;
+            eprintln!("#   real_cluster: {:.1} s", t.elapsed().as_secs_f64());
+            record("real_cluster", &ctx.label, res, &mut rows, &mut failed);
         }
     }
     eprintln!("# total {:.1} s", started.elapsed().as_secs_f64());

@@ -1,4 +1,4 @@
-//! Process memory figures from `/proc`: a process's resident set (`VmRSS`) and peak (`VmHWM`, resettable through `clear_refs`). It must never signal or
+//! Process memory and CPU figures from `/proc`: a process's resident set (`VmRSS`) and peak (`VmHWM`, resettable through `clear_refs`). It must never signal or
 //! otherwise touch the processes it reads.
 
 /// A `kB` field of `/proc/<pid>/status`, in bytes.
@@ -33,9 +33,37 @@ pub fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
+/// CPU time a process has used so far (user + system, all its threads; not its children), from
+/// `/proc/<pid>/stat`, in seconds.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat_cpu_ticks(&text).map(|t| t as f64 / clock_ticks_per_second())
+}
+
+/// `utime + stime` (clock ticks) from a `/proc/<pid>/stat` line (fields 14 and 15; the command
+/// name in parentheses may hold spaces, so fields are counted after its closing parenthesis).
+pub fn parse_stat_cpu_ticks(text: &str) -> Option<u64> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (state): utime is field 14, stime field 15.
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+/// `sysconf(_SC_CLK_TCK)`: 100 on Linux for every architecture the bench runs on.
+fn clock_ticks_per_second() -> f64 {
+    100.0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stat_cpu_ticks() {
+        let line = "1234 (haptic ctl) S 1 1234 1234 0 -1 4194560 500 0 0 0 250 40 3 2 20 0 5 0 100 1000 200";
+        assert_eq!(parse_stat_cpu_ticks(line), Some(290));
+        assert_eq!(parse_stat_cpu_ticks("garbage"), None);
+    }
 
     #[test]
     fn reads_own_status() {

@@ -85,6 +85,14 @@ impl Row {
         r
     }
 
+    /// Sets a floor figure computed from other measurements (e.g. a sum of two medians).
+    pub fn with_floor(mut self, floor: f64) -> Self {
+        self.floor = Some(floor);
+        self.floor_p50 = Some(floor);
+        self.ratio = (floor > 0.0).then(|| self.haptic / floor);
+        self
+    }
+
     /// Sets `correct` from a list of verification failures (empty = right).
     pub fn verified(mut self, failures: &[String]) -> Self {
         if !failures.is_empty() {

@@ -15,9 +15,9 @@ use haptic_protocol::{Mode, Op, ServerSet};
 
 use super::{BenchPod, Ctx};
 use crate::error::{BenchError, Result};
-use crate::fleet_kit::{Controller, FleetPod, Upstream, PASSWORD, PORT_ENV, USER};
+use crate::fleet_kit::{Controller, FleetPod, Upstream, PASSWORD, PORT_ENV, SETTLE, USER};
 use crate::floor::{durable_write, parse_server_addr};
-use crate::proc_mem::{mib, peak, rss};
+use crate::proc_mem::{cpu_seconds, mib, peak, rss};
 use crate::report::Row;
 use crate::stats::Samples;
 use crate::workload::{CfgModel, Desired};
@@ -112,14 +112,14 @@ impl Fleet {
     }
 }
 
-async fn start_fleet(ctx: &Ctx) -> Result<Fleet> {
+async fn start_fleet(ctx: &Ctx, pods_wanted: usize) -> Result<Fleet> {
     let tmp = tempfile::Builder::new().prefix("haptic-bench-fleet-").tempdir().map_err(BenchError::io("tempdir"))?;
     let creds = tmp.path().join("credentials");
     std::fs::write(&creds, format!("{USER}:{PASSWORD}\n")).map_err(BenchError::io("write credentials"))?;
     let upstreams = [Upstream::start().await?, Upstream::start().await?];
     let up = [upstreams[0].port, upstreams[1].port];
     let mut pods = Vec::new();
-    for _ in 0..ctx.pods {
+    for _ in 0..pods_wanted {
         pods.push(FleetPod::start(&ctx.bin, "2s").await?);
     }
     let mut model = CfgModel::new(0, 20, BE0_SERVERS);
@@ -165,62 +165,199 @@ async fn start_fleet(ctx: &Ctx) -> Result<Fleet> {
     Ok(fleet)
 }
 
+/// `reps` runtime changes (after `warmup` unmeasured ones) through the controller: the time from
+/// writing the render until every pod runs it; every change verified on every pod.
+async fn runtime_round(f: &mut Fleet, warmup: usize, reps: usize) -> Result<(Samples, Vec<String>)> {
+    let n = f.pods.len();
+    let (mut h, mut wrong) = (Samples::new(), Vec::new());
+    for i in 0..warmup + reps {
+        f.toggle(i % BE0_SERVERS);
+        let t = Instant::now();
+        let plan = f.write_render()?;
+        let done = f.ctl.wait_converged(&plan, n, Duration::from_secs(60)).await?;
+        let took = done - t;
+        wrong.extend(f.verify(&plan, Some(Mode::Runtime)).await.into_iter().map(|w| format!("change {i}: {w}")));
+        if i >= warmup {
+            h.push_ms(took);
+        }
+    }
+    Ok((h, wrong))
+}
+
+/// One pod's direct runtime applies of the same kind of change (the fleet cases' floor).
+async fn floor_runtime(f: &mut Fleet, warmup: usize, reps: usize) -> Result<Samples> {
+    let mut fl = Samples::new();
+    for i in 0..warmup + reps {
+        let k = i % BE0_SERVERS;
+        let cur = f.floor_model.addr_of(0, k).1;
+        let port = if cur == f.up[0] { f.up[1] } else { f.up[0] };
+        f.floor_model.overrides.insert((0, k), ("127.0.0.1".into(), port));
+        f.floor_desired.set("haproxy.cfg", f.floor_model.render());
+        let op = Op::ServerSet(ServerSet {
+            backend: "be_0".into(),
+            server: format!("s{k}"),
+            addr: Some("127.0.0.1".into()),
+            port: Some(port),
+            weight: None,
+            state: None,
+        });
+        let body = f.floor.body(&f.floor_desired, Mode::Runtime, false, |_| false, vec![vec![op]]);
+        let t = Instant::now();
+        let ack = f.floor.api.apply_raw(body).await?.ack()?;
+        let ftook = t.elapsed();
+        f.floor.current = Some(f.floor_desired.plan());
+        if ack.mode != Mode::Runtime {
+            return Err(BenchError::Unexpected(format!("floor pod landed as {}", ack.mode)));
+        }
+        if i >= warmup {
+            fl.push_ms(ftook);
+        }
+    }
+    Ok(fl)
+}
+
+/// `runtime_while_reload_pending`: every pod reloads, then gets a render needing another reload
+/// (scheduled for the end of its pacing interval); an endpoint change is then written and timed
+/// until every pod has applied it and its worker serves the new address, which must not wait for
+/// the reload slot. The fleet then converges (the reload folds the change in) before the next one.
+async fn runtime_while_pending(f: &mut Fleet, warmup: usize, reps: usize) -> Result<(Samples, Vec<String>)> {
+    let n = f.pods.len();
+    let wait = Duration::from_secs(60);
+    let (mut h, mut wrong) = (Samples::new(), Vec::new());
+    for i in 0..warmup + reps {
+        f.pacing_gap().await;
+        f.model.gen += 1;
+        let plan = f.write_render()?;
+        f.ctl.wait_converged(&plan, n, wait).await?;
+        f.last_reload = Instant::now();
+        f.model.gen += 1;
+        let plan = f.write_render()?;
+        f.ctl.wait_applied(&plan, n, wait).await?;
+        let k = i % BE0_SERVERS;
+        let want = f.toggle(k);
+        let t = Instant::now();
+        let plan = f.write_render()?;
+        let done = f.ctl.wait_applied(&plan, n, wait).await?;
+        let took = done - t;
+        if done >= f.last_reload + INTERVAL {
+            wrong.push(format!("change {i}: applied only after the pods' reload slot ({took:?})"));
+        }
+        for (j, p) in f.pods.iter().enumerate() {
+            match p.worker_cmd("show servers state be_0").await {
+                Ok(text) if parse_server_addr(&text, &format!("s{k}")).as_ref() == Some(&want) => {}
+                Ok(_) => wrong.push(format!("change {i}: pod {j} does not serve be_0/s{k} at {want:?}")),
+                Err(e) => wrong.push(format!("change {i}: pod {j}: {e}")),
+            }
+        }
+        f.ctl.wait_converged(&plan, n, wait).await?;
+        f.last_reload = Instant::now();
+        wrong.extend(f.verify(&plan, None).await.into_iter().map(|w| format!("change {i}: {w}")));
+        if i >= warmup {
+            h.push_ms(took);
+        }
+    }
+    Ok((h, wrong))
+}
+
+/// `fleet_scale`: `fleet_runtime` on fleets of 3, 16 and 64 pods (each its own controller with
+/// `--max-parallel 16`), one fleet at a time, and the controller's CPU time per pod-apply.
+pub async fn scale(ctx: &Ctx) -> Result<Vec<Row>> {
+    let sizes: &[usize] = if ctx.quick { &[3, 6] } else { &[3, 16, 64] };
+    let (warmup, reps) = if ctx.quick { (1, 4) } else { (2, 10) };
+    let mut rows = Vec::new();
+    let mut base: Option<Samples> = None;
+    let largest = sizes.iter().copied().max().unwrap_or(0);
+    for &n in sizes {
+        let started = Instant::now();
+        let mut f = start_fleet(ctx, n).await?;
+        let setup = started.elapsed();
+        let floor = match &base {
+            Some(b) => b.clone(),
+            None => floor_runtime(&mut f, warmup, reps).await?,
+        };
+        let pid = f.ctl.pid();
+        let cpu0 = cpu_seconds(pid);
+        let (h, wrong) = runtime_round(&mut f, warmup, reps).await?;
+        let cpu1 = cpu_seconds(pid);
+        let metric = format!("{n} pods");
+        let mut r = Row::repeated("fleet_scale", &metric, &ctx.label, &h, Some(&floor), "ms").verified(&wrong);
+        if base.is_none() {
+            r.add_note(format!("floor: one pod's direct runtime apply; fleet set up in {:.1} s", setup.as_secs_f64()));
+        } else {
+            r.add_note(format!(
+                "floor: the {}-pod fleet's time; fleet set up in {:.1} s",
+                sizes[0],
+                setup.as_secs_f64()
+            ));
+            if n == largest {
+                r = r.goal_ratio(6.0);
+            }
+        }
+        rows.push(r);
+        if let (Some(a), Some(b)) = (cpu0, cpu1) {
+            let applies = ((warmup + reps) * n) as f64;
+            let mut r = Row::single(
+                "fleet_scale",
+                &format!("controller CPU per pod-apply, {n} pods"),
+                &ctx.label,
+                (b - a) * 1e3 / applies,
+                None,
+                "ms",
+            );
+            r.add_note(format!(
+                "controller user+system CPU over {} runtime changes to {n} pods (its gate's haproxy -c children not included), / {applies} pod-applies",
+                warmup + reps
+            ));
+            rows.push(r);
+        }
+        if base.is_none() {
+            base = Some(h);
+        }
+        drop(f);
+    }
+    Ok(rows)
+}
+
 /// Runs whichever fleet cases are wanted.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
-    let fleet_wanted = ["fleet_runtime", "fleet_reload", "burst", "traffic_under_churn"].iter().any(|c| ctx.wants(c));
+    let fleet_wanted =
+        ["fleet_runtime", "runtime_while_reload_pending", "fleet_reload", "burst", "traffic_under_churn"]
+            .iter()
+            .any(|c| ctx.wants(c));
     if !fleet_wanted && !ctx.wants("footprint") {
         return Ok(vec![]);
     }
-    let mut f = start_fleet(ctx).await?;
+    let mut f = start_fleet(ctx, ctx.pods).await?;
     let n = f.pods.len();
     let mut rows = Vec::new();
     let label = ctx.label.clone();
     let metric = format!("{n} pods");
 
-    if ctx.wants("fleet_runtime") {
+    let pending_wanted = ctx.wants("runtime_while_reload_pending");
+    if ctx.wants("fleet_runtime") || pending_wanted {
         // The floor first, while the fleet is idle: one pod, the same changes, applied directly.
-        let mut fl = Samples::new();
-        for i in 0..ctx.warmup() + ctx.reps() {
-            let k = i % BE0_SERVERS;
-            let cur = f.floor_model.addr_of(0, k).1;
-            let port = if cur == f.up[0] { f.up[1] } else { f.up[0] };
-            f.floor_model.overrides.insert((0, k), ("127.0.0.1".into(), port));
-            f.floor_desired.set("haproxy.cfg", f.floor_model.render());
-            let op = Op::ServerSet(ServerSet {
-                backend: "be_0".into(),
-                server: format!("s{k}"),
-                addr: Some("127.0.0.1".into()),
-                port: Some(port),
-                weight: None,
-                state: None,
-            });
-            let body = f.floor.body(&f.floor_desired, Mode::Runtime, false, |_| false, vec![vec![op]]);
-            let t = Instant::now();
-            let ack = f.floor.api.apply_raw(body).await?.ack()?;
-            let ftook = t.elapsed();
-            f.floor.current = Some(f.floor_desired.plan());
-            if ack.mode != Mode::Runtime {
-                return Err(BenchError::Unexpected(format!("floor pod landed as {}", ack.mode)));
-            }
-            if i >= ctx.warmup() {
-                fl.push_ms(ftook);
-            }
+        let fl = floor_runtime(&mut f, ctx.warmup(), ctx.reps()).await?;
+        let (h, wrong) = runtime_round(&mut f, ctx.warmup(), ctx.reps()).await?;
+        let mut r =
+            Row::repeated("fleet_runtime", &metric, &label, &h, Some(&fl), "ms").verified(&wrong).goal_ratio(2.0);
+        r.add_note(format!(
+            "floor: one pod's direct runtime apply of the same change, measured while the fleet is idle; controller --settle {SETTLE}"
+        ));
+        if ctx.wants("fleet_runtime") {
+            rows.push(r);
         }
-        let (mut h, mut wrong) = (Samples::new(), Vec::new());
-        for i in 0..ctx.warmup() + ctx.reps() {
-            f.toggle(i % BE0_SERVERS);
-            let t = Instant::now();
-            let plan = f.write_render()?;
-            let done = f.ctl.wait_converged(&plan, n, Duration::from_secs(60)).await?;
-            let took = done - t;
-            wrong.extend(f.verify(&plan, Some(Mode::Runtime)).await.into_iter().map(|w| format!("change {i}: {w}")));
-            if i >= ctx.warmup() {
-                h.push_ms(took);
-            }
+        if pending_wanted {
+            let reps = if ctx.quick { 3 } else { 10 };
+            let (hp, wrong) = runtime_while_pending(&mut f, 1, reps).await?;
+            let mut r = Row::repeated("runtime_while_reload_pending", &metric, &label, &hp, Some(&h), "ms")
+                .verified(&wrong)
+                .goal_ratio(2.0);
+            r.add_note(
+                "render -> every pod applied the endpoint change (ACKed, address live in the worker) while each pod \
+                 has a paced reload scheduled; floor: fleet_runtime of the same run",
+            );
+            rows.push(r);
         }
-        let mut r = Row::repeated("fleet_runtime", &metric, &label, &h, Some(&fl), "ms").verified(&wrong);
-        r.add_note("floor: one pod's direct runtime apply of the same change, measured while the fleet is idle");
-        rows.push(r);
     }
 
     let mut floor_reload = Samples::new();
@@ -257,7 +394,9 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
             }
         }
         if ctx.wants("fleet_reload") {
-            let mut r = Row::repeated("fleet_reload", &metric, &label, &h, Some(&floor_reload), "ms").verified(&wrong);
+            let mut r = Row::repeated("fleet_reload", &metric, &label, &h, Some(&floor_reload), "ms")
+                .verified(&wrong)
+                .goal_ratio(1.5);
             r.add_note("floor: one pod's direct reload apply of the same change, measured while the fleet is idle");
             rows.push(r);
         }

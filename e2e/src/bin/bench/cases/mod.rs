@@ -5,7 +5,9 @@
 
 pub mod agent_cases;
 pub mod fleet;
+pub mod k8s;
 pub mod plan_diff;
+pub mod real_cluster;
 pub mod tree50;
 
 use std::sync::Arc;
@@ -28,9 +30,14 @@ pub const ALL: &[&str] = &[
     "delta_transfer",
     "footprint",
     "fleet_runtime",
+    "runtime_while_reload_pending",
     "fleet_reload",
     "burst",
     "traffic_under_churn",
+    "fleet_scale",
+    "k8s_runtime",
+    // Only when named (`--only real_cluster`): needs root and takes the machine's cluster.
+    "real_cluster",
 ];
 
 /// What every case gets.
