@@ -2,7 +2,8 @@
 # The README's test command: installs HAProxy 2.6 and 3.0 (scripts/install-haproxy.sh), the local
 # Kubernetes control plane (scripts/install-k8s.sh) and helm (scripts/install-helm.sh), then runs
 # formatting, clippy and the whole test suite against real HAProxy processes and a real
-# kube-apiserver on 127.0.0.1. The images are a separate step (scripts/images.sh, run by .ci/run).
+# kube-apiserver on 127.0.0.1; then a real cluster on this machine (scripts/cluster.sh: up, our
+# images loaded, the e2e suite with the chart installed by helm, down; needs root or sudo).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

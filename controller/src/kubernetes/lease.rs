@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 use kube::api::{Api, PostParams};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -154,8 +154,10 @@ pub struct Term {
 /// What the elector publishes: `Some(term)` while this replica leads.
 pub type Leadership = watch::Receiver<Option<Term>>;
 
+/// Who owns the Lease (the `HAProxyConfig` it elects for), read when the Lease is written.
+pub type OwnerFn = Box<dyn Fn() -> Option<OwnerReference> + Send + Sync>;
+
 /// The Lease shell: reads, decides, writes, publishes.
-#[derive(Debug)]
 pub struct Elector {
     api: Api<Lease>,
     name: String,
@@ -163,6 +165,13 @@ pub struct Elector {
     timing: LeaseTiming,
     tx: watch::Sender<Option<Term>>,
     raise_rx: mpsc::UnboundedReceiver<u64>,
+    owner: Option<OwnerFn>,
+}
+
+impl std::fmt::Debug for Elector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Elector").field("name", &self.name).field("identity", &self.identity).finish_non_exhaustive()
+    }
 }
 
 /// Asks the elector to lift the epoch above a floor.
@@ -181,8 +190,23 @@ impl Elector {
     pub fn new(api: Api<Lease>, name: &str, identity: &str, timing: LeaseTiming) -> (Self, Leadership, RaiseHandle) {
         let (tx, rx) = watch::channel(None);
         let (raise_tx, raise_rx) = mpsc::unbounded_channel();
-        let e = Self { api, name: name.to_string(), identity: identity.to_string(), timing, tx, raise_rx };
+        let e = Self { api, name: name.to_string(), identity: identity.to_string(), timing, tx, raise_rx, owner: None };
         (e, rx, RaiseHandle(raise_tx))
+    }
+
+    /// Makes the Lease owned by what `owner` names (set when the Lease is created or taken over
+    /// without an owner), so that deleting the `HAProxyConfig` garbage-collects its Lease.
+    pub fn owned_by(mut self, owner: impl Fn() -> Option<OwnerReference> + Send + Sync + 'static) -> Self {
+        self.owner = Some(Box::new(owner));
+        self
+    }
+
+    fn owner_refs(&self, current: Option<Vec<OwnerReference>>) -> Option<Vec<OwnerReference>> {
+        match (current, self.owner.as_ref().and_then(|f| f())) {
+            (Some(refs), _) if !refs.is_empty() => Some(refs),
+            (_, Some(o)) => Some(vec![o]),
+            (cur, None) => cur,
+        }
     }
 
     /// Runs until `shutdown`; on shutdown while leading, releases the Lease (holder cleared,
@@ -234,7 +258,11 @@ impl Elector {
             Decision::Lost { why } => self.lose(&why),
             Decision::Create { epoch } => {
                 let l = Lease {
-                    metadata: ObjectMeta { name: Some(self.name.clone()), ..ObjectMeta::default() },
+                    metadata: ObjectMeta {
+                        name: Some(self.name.clone()),
+                        owner_references: self.owner_refs(None),
+                        ..ObjectMeta::default()
+                    },
                     spec: Some(self.spec(epoch, true)),
                 };
                 match self.api.create(&PostParams::default(), &l).await {
@@ -248,6 +276,7 @@ impl Elector {
             Decision::Acquire { epoch } | Decision::Raise { epoch } => {
                 let Some(mut l) = lease else { return holding };
                 l.spec = Some(self.spec(epoch, true));
+                l.metadata.owner_references = self.owner_refs(l.metadata.owner_references.take());
                 match self.api.replace(&self.name, &PostParams::default(), &l).await {
                     Ok(_) => self.won(epoch, now),
                     Err(e) => {

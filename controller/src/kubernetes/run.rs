@@ -6,6 +6,7 @@
 //! feeds, with the status writer beside it. Losing the Lease cancels both at once; winning it
 //! again starts a new term with a higher epoch. It must never hold deployment logic itself.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -88,6 +89,19 @@ pub async fn start_kubernetes(s: KubernetesSettings, client: Client) -> Result<R
     );
     let (elector, leadership, raise) =
         Elector::new(Api::namespaced(client.clone(), &s.namespace), &s.lease_name, &s.identity, s.timing);
+    // The Lease belongs to the HAProxyConfig: deleting it (or `helm uninstall`) removes the Lease.
+    let owner_snaps = snaps.clone();
+    let elector = elector.owned_by(move || {
+        let snap = owner_snaps.borrow();
+        let c = snap.config.as_ref()?;
+        Some(OwnerReference {
+            api_version: "haptic.dev/v1alpha1".into(),
+            kind: "HAProxyConfig".into(),
+            name: c.metadata.name.clone()?,
+            uid: c.metadata.uid.clone()?,
+            ..OwnerReference::default()
+        })
+    });
 
     let listener = tokio::net::TcpListener::bind(common.admin_listen)
         .await
