@@ -76,6 +76,8 @@ pub struct RealCluster {
     provider: Provider,
     helm: PathBuf,
     values: PathBuf,
+    /// The kubeconfig helm is given (`None`: helm reads `KUBECONFIG` itself).
+    kubeconfig: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for RealCluster {
@@ -124,7 +126,7 @@ impl RealCluster {
             ClusterError("HAPTIC_E2E_VALUES is not set (the chart values for the loaded images)".into())
         })?;
         let helm = std::env::var_os("HAPTIC_HELM").map_or_else(|| PathBuf::from("helm"), PathBuf::from);
-        Ok(Self { client, provider, helm, values })
+        Ok(Self { client, provider, helm, values, kubeconfig: None })
     }
 
     /// Connects through the kubeconfig file `kubeconfig`, with the chart values file `values` and
@@ -141,7 +143,7 @@ impl RealCluster {
             .await
             .map_err(|e| ClusterError::of("kubeconfig", e))?;
         let client = Client::try_from(config).map_err(|e| ClusterError::of("client", e))?;
-        Ok(Self { client, provider, helm, values })
+        Ok(Self { client, provider, helm, values, kubeconfig: Some(kubeconfig.to_path_buf()) })
     }
 
     /// The provider for `scripts/cluster.sh` in this workspace.
@@ -162,6 +164,9 @@ impl RealCluster {
     fn helm(&self) -> Command {
         let mut c = Command::new(&self.helm);
         c.args(["--namespace", NAMESPACE]);
+        if let Some(k) = &self.kubeconfig {
+            c.arg("--kubeconfig").arg(k);
+        }
         c
     }
 
