@@ -1,8 +1,8 @@
 //! Admitting an apply: the fence rules and the baseline, before anything is staged.
 //!
 //! Owns raising the fence high-water mark and persisting it (BRIEF §3: "check fence → persist the
-//! new fence high-water mark → stage ..."; the write runs while the tree is staged, and is on
-//! disk before the swap or any answer), so neither a crash nor a slow `haproxy -c` can leave
+//! new fence high-water mark → stage ..."; written and fsynced before it is published), so
+//! neither a crash nor a slow `haproxy -c` can leave
 //! `/v1/state` or `.state` showing an older fence than the one the agent enforces. It must never
 //! touch the tree nor HAProxy.
 
@@ -33,13 +33,18 @@ impl Agent {
             }
             FenceStep::Proceed { raise: false } => {}
             FenceStep::Proceed { raise: true } => {
+                let before = (p.fence.clone(), p.last_accepted.clone());
                 p.fence = Some(req.fence.clone());
                 p.last_accepted = Some(LastAccepted { fence: req.fence.clone(), plan_id: req.plan_id, ack: None });
-                // Written while the tree is staged (nothing is visible yet): the intent's write
-                // before the swap waits for it, and so does every refusal before it is answered
-                // (see `apply_locked`), so neither the swap nor an answer precedes a durable fence.
-                self.store.save_deferred(p);
-                self.publish(p);
+                // Durable before `/v1/state` shows it: a fence shown and then lost to a crash
+                // would let an older writer back in. (Overlapping this write with staging, as
+                // round 2 of the performance work did, published the fence before it was on disk;
+                // `agent/tests/fence_order.rs` caught it.)
+                if let Err(e) = self.save(p) {
+                    // Not durable: not raised either.
+                    (p.fence, p.last_accepted) = before;
+                    return Err(e.into());
+                }
             }
         }
         if let Err(kind) = baseline_check(p.applied.as_ref().map(|a| &a.plan_id), req.baseline.as_ref()) {
