@@ -257,10 +257,16 @@ impl Elector {
             }
             Decision::Lost { why } => self.lose(&why),
             Decision::Create { epoch } => {
+                // With an owner to name, no owner (the HAProxyConfig not seen yet, or deleted:
+                // `helm uninstall`) means nothing to lead: a Lease made now would outlive it.
+                let owner = self.owner_refs(None);
+                if self.owner.is_some() && owner.is_none() {
+                    return None;
+                }
                 let l = Lease {
                     metadata: ObjectMeta {
                         name: Some(self.name.clone()),
-                        owner_references: self.owner_refs(None),
+                        owner_references: owner,
                         ..ObjectMeta::default()
                     },
                     spec: Some(self.spec(epoch, true)),
@@ -295,6 +301,8 @@ impl Elector {
                 let mut spec = self.spec(epoch, false);
                 spec.acquire_time = acquire_time;
                 l.spec = Some(spec);
+                // A Lease made before the HAProxyConfig was seen gets its owner on renewal.
+                l.metadata.owner_references = self.owner_refs(l.metadata.owner_references.take());
                 match self.api.replace(&self.name, &PostParams::default(), &l).await {
                     Ok(_) => Some(Holding { epoch, renewed_at: now }),
                     Err(e) => {
