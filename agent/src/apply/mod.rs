@@ -269,20 +269,21 @@ impl Agent {
     /// Handles one apply to completion. Runs in its own task so a client that goes away never
     /// cuts an apply in half.
     pub async fn apply(self: &Arc<Self>, req: ApplyRequest) -> Result<Ack, Refusal> {
-        let me = self.clone();
-        let span = tracing::info_span!(
-            "apply",
-            pod = %self.cfg.pod,
-            plan = %req.plan_id.short(),
-            fence = %format!("{}/{}/{}", req.fence.epoch, req.fence.seq, req.fence.holder),
-        );
-        let handle = tokio::spawn(async move { me.apply_inner(req, None).await }.instrument(span));
-        handle.await.unwrap_or_else(|e| Err(Refusal::Internal(format!("apply task failed: {e}"))))
+        self.spawn_apply(req, None).await
     }
 
     /// [`Agent::apply`] of a request whose parts were decoded into `spool` as the body arrived
     /// (see [`crate::body`]); `req.parts` is empty. The spool is removed when the apply ends.
     pub async fn apply_spooled(self: &Arc<Self>, req: ApplyRequest, spool: crate::body::Spool) -> Result<Ack, Refusal> {
+        self.spawn_apply(req, Some(spool)).await
+    }
+
+    /// Runs one apply in its own task, in a span with the pod, plan and fence.
+    async fn spawn_apply(
+        self: &Arc<Self>,
+        req: ApplyRequest,
+        spool: Option<crate::body::Spool>,
+    ) -> Result<Ack, Refusal> {
         let me = self.clone();
         let span = tracing::info_span!(
             "apply",
@@ -290,7 +291,7 @@ impl Agent {
             plan = %req.plan_id.short(),
             fence = %format!("{}/{}/{}", req.fence.epoch, req.fence.seq, req.fence.holder),
         );
-        let handle = tokio::spawn(async move { me.apply_inner(req, Some(spool)).await }.instrument(span));
+        let handle = tokio::spawn(async move { me.apply_inner(req, spool).await }.instrument(span));
         handle.await.unwrap_or_else(|e| Err(Refusal::Internal(format!("apply task failed: {e}"))))
     }
 
