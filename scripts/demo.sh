@@ -253,7 +253,8 @@ wait_for "the controller's admin port" 20 port_busy "$ADMIN"
 status_json() { "$CTL" status --admin "http://127.0.0.1:$ADMIN" --output json; }
 # A key of the pretty-printed status: top-level ones are indented by 2, gate/controller ones by 4.
 key() { grep -m1 -E "^ {2,4}\"$1\": " | sed -e 's/.*": *//' -e 's/[",]//g'; }
-field() { status_json | key "$1"; }
+# The status is read whole before it is searched: `grep -m1` may stop reading early.
+field() { local s; s=$(status_json) || return 1; key "$1" <<<"$s"; }
 table() { echo; "$CTL" status --admin "http://127.0.0.1:$ADMIN" | sed 's/^/   /'; }
 converged_on_new() { # converged_on_new OLD_TARGET: all pods converged on a target != OLD_TARGET
   local s target converged total
@@ -264,8 +265,11 @@ converged_on_new() { # converged_on_new OLD_TARGET: all pods converged on a targ
   [ "$target" != "null" ] && [ "$target" != "$1" ] && [ "$converged" = "$total" ] && [ "$total" = 3 ]
 }
 all_converged() { converged_on_new "none"; }
-metric() { timeout 5 bash -c "exec 3<>/dev/tcp/127.0.0.1/$ADMIN; printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3; cat <&3" |
-  grep -m1 "^$1 " | awk '{print $2}'; }
+metric() { # the whole scrape first, then the search (a reader that stops early would cut the writer off)
+  local m
+  m=$(timeout 5 bash -c "exec 3<>/dev/tcp/127.0.0.1/$ADMIN; printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3; cat <&3") || return 1
+  awk -v k="$1" '$1 == k {print $2; exit}' <<<"$m"
+}
 step_done() { table; }
 
 # --- 4. The tour ------------------------------------------------------------------------------
@@ -332,7 +336,7 @@ bold "7/7  pod3 is killed (-9, HAProxy and agent), the config changes meanwhile,
 stop_pod 3
 T=$(field target)
 render "$SRV2" "$SRV3" "" "    http-response set-header X-Served-By haptic" "    # fixed"
-pod3_failed() { status_json | grep -q '"phase": "failed"'; }
+pod3_failed() { local s; s=$(status_json) && grep -q '"phase": "failed"' <<<"$s"; }
 wait_for "the deployment to reach pods 1 and 2" 30 pod3_failed
 table
 say "restarting pod3 (HAProxy starts from its last applied tree; the agent reports it)"

@@ -1,4 +1,4 @@
-//! Issue 9 items 8 and 9 on HAProxy 2.6 and 3.0: `running` always names what the worker runs.
+//! On HAProxy 2.6 and 3.0: `running` always names what the worker runs.
 //!
 //! - A runtime apply made while a reload is pending never puts its ops into the worker: when that
 //!   pending reload then fails (a port held by another socket, with the bind pre-check off), the
@@ -25,7 +25,8 @@ async fn failed_pending_reload_leaves_no_runtime_ops_in_the_worker_on_every_vers
     for bin in haproxy_bins() {
         let label = bin.label();
         let opts = PodOpts {
-            min_reload_interval: "5s".into(),
+            // Long enough that v2's apply is always inside v1's interval (so its reload is paced).
+            min_reload_interval: "10s".into(),
             extra_args: vec!["--bind-precheck=false".into()],
             ..Default::default()
         };
@@ -85,8 +86,11 @@ async fn failed_pending_reload_leaves_no_runtime_ops_in_the_worker_on_every_vers
 async fn reload_timeout_keeps_the_tree_and_running_unknown_on_every_version() {
     for bin in haproxy_bins() {
         let label = bin.label();
+        // No pacing: v2's reload must start inside its apply (and time out there), however soon
+        // after v1's reload the apply arrives. The verifying reload is scheduled a reload timeout
+        // after the failed one, whatever the interval.
         let opts = PodOpts {
-            min_reload_interval: "100ms".into(),
+            min_reload_interval: "0s".into(),
             reload_timeout: "1s".into(),
             extra_args: vec!["--bind-precheck=false".into()],
             ..Default::default()

@@ -4,6 +4,8 @@
 //! signals and exit codes. It must never hold controller logic.
 #![forbid(unsafe_code)]
 
+use std::fmt::Write as _;
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -298,10 +300,9 @@ async fn status(admin: &str, output: TableOrJson) -> anyhow::Result<()> {
     }
     let s: FleetStatus = resp.json().await.with_context(|| format!("GET {url}: undecodable status"))?;
     match output {
-        TableOrJson::Table => print!("{}", table(&s)),
-        TableOrJson::Json => println!("{}", serde_json::to_string_pretty(&s)?),
+        TableOrJson::Table => emit(&table(&s)),
+        TableOrJson::Json => emit(&format!("{}\n", serde_json::to_string_pretty(&s)?)),
     }
-    Ok(())
 }
 
 async fn status_kubernetes(namespace: &str, name: &str, output: TableOrJson) -> anyhow::Result<()> {
@@ -313,10 +314,9 @@ async fn status_kubernetes(namespace: &str, name: &str, output: TableOrJson) -> 
     let obj = api.get(name).await.with_context(|| format!("HAProxyConfig {namespace}/{name}"))?;
     let st = obj.status.unwrap_or_default();
     match output {
-        TableOrJson::Table => print!("{}", table(&haptic_controller::kubernetes::status::to_fleet(&st))),
-        TableOrJson::Json => println!("{}", serde_json::to_string_pretty(&st)?),
+        TableOrJson::Table => emit(&table(&haptic_controller::kubernetes::status::to_fleet(&st))),
+        TableOrJson::Json => emit(&format!("{}\n", serde_json::to_string_pretty(&st)?)),
     }
-    Ok(())
 }
 
 async fn validate(dir: PathBuf, bin: PathBuf) -> anyhow::Result<ExitCode> {
@@ -324,7 +324,7 @@ async fn validate(dir: PathBuf, bin: PathBuf) -> anyhow::Result<ExitCode> {
     let checker = Checker::new(bin, Duration::from_secs(60));
     match checker.check(&render).await.map_err(Error::flag("--haproxy-bin"))? {
         Verdict::Pass => {
-            println!("{}: valid (plan {})", dir.display(), render.plan_id());
+            emit(&format!("{}: valid (plan {})\n", dir.display(), render.plan_id()))?;
             Ok(ExitCode::SUCCESS)
         }
         Verdict::Refused(words) => {
@@ -338,28 +338,39 @@ fn diff_cmd(old: PathBuf, new: PathBuf, output: TextOrJson) -> anyhow::Result<()
     let o = load_dir(&old)?;
     let n = load_dir(&new)?;
     let d = diff(&Baseline::of_render(&o), &n);
+    let mut out = String::new();
     match output {
         TextOrJson::Json => {
             let v = serde_json::json!({
                 "old_plan": o.plan_id(), "new_plan": n.plan_id(),
                 "mode": d.mode, "reasons": d.reasons, "batches": d.batches,
             });
-            println!("{}", serde_json::to_string_pretty(&v)?);
+            writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
         }
         TextOrJson::Text => {
-            println!("mode: {}", d.mode.map_or("none (identical)", |m| m.as_str()));
+            writeln!(out, "mode: {}", d.mode.map_or("none (identical)", |m| m.as_str()))?;
             for r in &d.reasons {
-                println!("  - {r}");
+                writeln!(out, "  - {r}")?;
             }
             for (i, b) in d.batches.iter().enumerate() {
-                println!("batch {}:", i + 1);
+                writeln!(out, "batch {}:", i + 1)?;
                 for op in b {
-                    println!("  {}", serde_json::to_string(op)?);
+                    writeln!(out, "  {}", serde_json::to_string(op)?)?;
                 }
             }
         }
     }
-    Ok(())
+    emit(&out)
+}
+
+/// Writes a command's output to stdout. A reader that closed the pipe early (`| head -1`,
+/// `| grep -m1`) is a normal end, as for every Unix tool: the rest is dropped and the exit is 0.
+fn emit(text: &str) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(anyhow::Error::new(e).context("writing to stdout")),
+        _ => Ok(()),
+    }
 }
 
 fn main() -> ExitCode {
@@ -379,10 +390,7 @@ fn main() -> ExitCode {
             }
             Command::Status { admin, output, .. } => status(&admin, output).await.map(|()| ExitCode::SUCCESS),
             Command::Validate { dir, haproxy_bin } => validate(dir, haproxy_bin).await,
-            Command::Crd => {
-                print!("{}", haptic_controller::kubernetes::crd::crd_yaml());
-                Ok(ExitCode::SUCCESS)
-            }
+            Command::Crd => emit(&haptic_controller::kubernetes::crd::crd_yaml()).map(|()| ExitCode::SUCCESS),
             Command::Diff { old_dir, new_dir, output } => {
                 diff_cmd(old_dir, new_dir, output).map(|()| ExitCode::SUCCESS)
             }

@@ -120,14 +120,25 @@ async fn status_prints_a_table_and_json_from_the_admin_server() {
     assert!(table.starts_with("POD"), "{table}");
     assert!(table.contains("rejected") && table.contains("3.0.11") && table.contains("unknown keyword"), "{table}");
     assert!(table.contains("fleet: 0/1 converged"), "{table}");
-    let out = tokio::task::spawn_blocking(move || {
-        bin().args(["status", "--output", "json"]).env("HAPTIC_CONTROLLER_ADMIN", &admin).output().unwrap()
+    let out = tokio::task::spawn_blocking({
+        let admin = admin.clone();
+        move || bin().args(["status", "--output", "json"]).env("HAPTIC_CONTROLLER_ADMIN", &admin).output().unwrap()
     })
     .await
     .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!((v["total"].as_u64(), v["converged"].as_u64()), (Some(1), Some(0)));
     assert_eq!(v["pods"][0]["phase"], "rejected");
+    // A reader that has gone (`| head -1`, `| grep -m1`): a normal, quiet end.
+    for args in [vec!["status", "--output", "json"], vec!["status"]] {
+        let out = tokio::task::spawn_blocking({
+            let admin = admin.clone();
+            move || closed_stdout(bin().args(args).env("HAPTIC_CONTROLLER_ADMIN", &admin))
+        })
+        .await
+        .unwrap();
+        assert_quiet_end(&out);
+    }
     stop.cancel();
     server.await.unwrap().unwrap();
     // Nobody listening: a clear error, exit 2.
@@ -138,6 +149,33 @@ async fn status_prints_a_table_and_json_from_the_admin_server() {
     assert!(err.starts_with(&format!("haptic-controller: error: --admin {nobody}: GET {nobody}/status: ")), "{err}");
     assert_eq!(err.matches(&nobody).count(), 2, "the URL is said once by the flag and once by the request: {err}");
     assert!(err.contains("Connection refused"), "{err}");
+}
+
+/// Runs `cmd` with a stdout pipe whose reading end is already closed: every write gets EPIPE.
+fn closed_stdout(cmd: &mut Command) -> std::process::Output {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    cmd.stdout(writer).stderr(std::process::Stdio::piped()).output().unwrap()
+}
+
+fn assert_quiet_end(out: &std::process::Output) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "a closed stdout is a normal end: {:?}: {err}", out.status);
+    assert!(err.is_empty(), "nothing said about a closed stdout: {err}");
+}
+
+#[test]
+fn both_binaries_end_quietly_on_a_closed_stdout() {
+    let agent = haptic_e2e::pod::agent_bin();
+    let crd_out = closed_stdout(bin().arg("crd"));
+    assert_quiet_end(&crd_out);
+    let d = dir_with(&[("haproxy.cfg", "global\n")]);
+    let diff_out = closed_stdout(bin().arg("diff").arg(d.path()).arg(d.path()));
+    assert_quiet_end(&diff_out);
+    for args in [["--help"], ["--version"]] {
+        assert_quiet_end(&closed_stdout(bin().args(args)));
+        assert_quiet_end(&closed_stdout(Command::new(&agent).args(args)));
+    }
 }
 
 #[test]

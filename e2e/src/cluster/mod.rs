@@ -219,6 +219,15 @@ where
     }
 }
 
+/// Whether the status `s` shows every one of `n` pods converged (`Converged=True`) on a plan
+/// other than `not` (when given).
+pub fn converged_on(s: &Value, n: usize, not: Option<&Value>) -> bool {
+    condition(s, "Converged").is_some_and(|c| c["status"] == "True")
+        && s["converged"] == n
+        && s["total"] == n
+        && not.is_none_or(|p| &s["planId"] != p)
+}
+
 /// Waits until every one of `n` pods runs a plan other than `not` (when given), with
 /// `Converged=True`; returns the status.
 pub async fn wait_converged(client: &Client, ns: &str, n: usize, not: Option<&Value>) -> Result<Value> {
@@ -226,11 +235,7 @@ pub async fn wait_converged(client: &Client, ns: &str, n: usize, not: Option<&Va
     let mut last = Value::Null;
     loop {
         if let Ok(s) = status(client, ns).await {
-            let ok = condition(&s, "Converged").is_some_and(|c| c["status"] == "True")
-                && s["converged"] == n
-                && s["total"] == n
-                && not.is_none_or(|p| &s["planId"] != p);
-            if ok {
+            if converged_on(&s, n, not) {
                 return Ok(s);
             }
             last = s;
