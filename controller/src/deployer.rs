@@ -88,17 +88,58 @@ pub struct DeploymentReport {
     pub reloads_due_in: Option<Duration>,
 }
 
+/// How a deployment ended: the `result` label of `haptic_deployments_total` and the status's
+/// `last_deployment` (`success`, `partial`, `failed`, `stood_down`, `timeout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeploymentResult {
+    /// Every pod ACKed (or already ran the render).
+    Success,
+    /// Some pods ACKed, others did not.
+    Partial,
+    /// No pod ACKed.
+    Failed,
+    /// This controller stood down during it.
+    StoodDown,
+    /// The deployment timeout cancelled it.
+    Timeout,
+}
+
+impl DeploymentResult {
+    /// The label text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeploymentResult::Success => "success",
+            DeploymentResult::Partial => "partial",
+            DeploymentResult::Failed => "failed",
+            DeploymentResult::StoodDown => "stood_down",
+            DeploymentResult::Timeout => "timeout",
+        }
+    }
+
+    /// Whether some pods were left off the target (a retry with backoff follows).
+    pub fn left_pods_behind(self) -> bool {
+        matches!(self, DeploymentResult::Partial | DeploymentResult::Failed)
+    }
+}
+
+impl std::fmt::Display for DeploymentResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl DeploymentReport {
-    /// `success`, `partial`, `failed` or `stood_down`.
-    pub fn result(&self) -> &'static str {
+    /// How it ended (never [`DeploymentResult::Timeout`]: a timed-out deployment has no report).
+    pub fn result(&self) -> DeploymentResult {
         if self.pods.iter().any(|(_, o)| matches!(o, PodOutcome::StoodDown(_))) {
-            "stood_down"
+            DeploymentResult::StoodDown
         } else if self.pods.iter().all(|(_, o)| o.is_ok()) {
-            "success"
+            DeploymentResult::Success
         } else if self.pods.iter().any(|(_, o)| o.is_ok()) {
-            "partial"
+            DeploymentResult::Partial
         } else {
-            "failed"
+            DeploymentResult::Failed
         }
     }
 
@@ -165,8 +206,22 @@ impl PlanCache {
     }
 }
 
+/// What a pod's diff depends on: pods with equal keys share one diff within a deployment.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct DiffKey {
+    /// The baseline's plan (none: complete state).
+    baseline: Option<PlanId>,
+    /// Whether the baseline carries its `haproxy.cfg` text (a runtime diff needs it).
+    baseline_has_cfg: bool,
+    /// The agent's API major version.
+    api_major: u32,
+    /// Whether the agent runs runtime batches.
+    runtime_batches: bool,
+    /// The op kinds the agent runs, sorted.
+    ops: Vec<String>,
+}
+
 /// Diffs shared by pods with the same baseline and capabilities, within one deployment.
-type DiffKey = (Option<PlanId>, bool, u32, bool, Vec<String>);
 #[derive(Debug, Default)]
 struct SharedDiffs(Mutex<HashMap<DiffKey, Arc<OnceLock<PlanDiff>>>>);
 
@@ -365,7 +420,7 @@ impl Deployer {
     }
 
     async fn read_state(&self, ep: &Endpoint, verify: bool) -> Result<StateResponse, String> {
-        let s = self.client.state(ep, verify).await.map_err(|e| e.0)?;
+        let s = self.client.state(ep, verify).await.map_err(|e| e.to_string())?;
         self.board.pod(&ep.name, |p| p.observe(&s));
         lock(&self.known).insert(ep.name.clone(), Known::of(&s));
         Ok(s)
@@ -394,13 +449,13 @@ impl Deployer {
         let base = self.baseline(pod, k);
         let mut ops = k.caps.ops.clone();
         ops.sort();
-        let key: DiffKey = (
-            base.as_ref().map(|b| b.plan_id),
-            base.as_ref().is_some_and(|b| b.cfg_text.is_some()),
-            k.api.major,
-            k.caps.runtime_batches,
+        let key = DiffKey {
+            baseline: base.as_ref().map(|b| b.plan_id),
+            baseline_has_cfg: base.as_ref().is_some_and(|b| b.cfg_text.is_some()),
+            api_major: k.api.major,
+            runtime_batches: k.caps.runtime_batches,
             ops,
-        );
+        };
         let cell = lock(&shared.0).entry(key).or_default().clone();
         cell.get_or_init(|| plan(base.as_deref(), render, k.api, &k.caps)).clone()
     }
@@ -500,11 +555,15 @@ impl Deployer {
                     info!(conflict = c.conflict.as_str(), "409: {}", c.error);
                     Answer::Conflict { kind: c.conflict, fence: c.fence.clone(), missing: c.missing.clone() }
                 }
+                Ok(ApplyAnswer::HaproxyDown(why)) => {
+                    // HAProxy down on the pod is a real answer: the pod fails at once.
+                    self.metrics.apply(req.mode.as_str(), "error");
+                    Answer::Refused(why.clone())
+                }
                 Ok(ApplyAnswer::Refused { status, error }) => {
                     self.metrics.apply(req.mode.as_str(), "error");
-                    if *status >= 500 && !error.starts_with("HAProxy not running") {
+                    if *status >= 500 {
                         // No real answer (a proxy, an overloaded agent): retry the same apply.
-                        // HAProxy down on the pod is a real answer: the pod fails at once.
                         Answer::Transport(error.clone())
                     } else {
                         Answer::Refused(error.clone())
@@ -512,7 +571,7 @@ impl Deployer {
                 }
                 Err(e) => {
                     self.metrics.apply(req.mode.as_str(), "error");
-                    Answer::Transport(e.0.clone())
+                    Answer::Transport(e.to_string())
                 }
             });
             let step = next(&mut attempts, judged);
@@ -705,7 +764,7 @@ impl Deployer {
                     running: s.running.as_ref().map(|r| r.plan_id),
                     last_error: s.last_error.clone(),
                 },
-                Err(e) => Poll::Unreachable(e.0.clone()),
+                Err(e) => Poll::Unreachable(e.to_string()),
             };
             let step = judge(target, poll, Instant::now() >= deadline);
             // Judged and recorded under the tickets' lock, so a newer apply that supersedes this
@@ -795,10 +854,26 @@ mod tests {
             duration: Duration::ZERO,
             reloads_due_in: None,
         };
-        assert_eq!(rep(vec![PodOutcome::Unchanged, PodOutcome::Converged(Mode::Runtime)]).result(), "success");
-        assert_eq!(rep(vec![PodOutcome::Unchanged, PodOutcome::Failed("x".into())]).result(), "partial");
-        assert_eq!(rep(vec![PodOutcome::Rejected("x".into())]).result(), "failed");
+        use DeploymentResult::*;
+        assert_eq!(rep(vec![PodOutcome::Unchanged, PodOutcome::Converged(Mode::Runtime)]).result(), Success);
+        assert_eq!(rep(vec![PodOutcome::Unchanged, PodOutcome::Failed("x".into())]).result(), Partial);
+        assert_eq!(rep(vec![PodOutcome::Rejected("x".into())]).result(), Failed);
         let sd = rep(vec![PodOutcome::Unchanged, PodOutcome::StoodDown("other".into())]);
-        assert_eq!((sd.result(), sd.stood_down()), ("stood_down", Some("other")));
+        assert_eq!((sd.result(), sd.stood_down()), (StoodDown, Some("other")));
+        // The text is public (a metric label, the status JSON): it stays these words.
+        let words: Vec<String> = [Success, Partial, Failed, StoodDown, Timeout]
+            .iter()
+            .map(|r| format!("{r}|{}", serde_json::to_string(r).unwrap()))
+            .collect();
+        assert_eq!(
+            words,
+            [
+                "success|\"success\"",
+                "partial|\"partial\"",
+                "failed|\"failed\"",
+                "stood_down|\"stood_down\"",
+                "timeout|\"timeout\""
+            ]
+        );
     }
 }

@@ -14,7 +14,7 @@
 //! (renders keep coalescing, latest wins) until a lead before the earliest due reload
 //! ([`hold_for`]), so the latest render still reaches every pod before its reload. Only renders
 //! that need a reload wait there: a runtime or file_only render goes out at once even while held
-//! ([`needs_reload`]; BRIEF §4 "never held back").
+//! ([`needs_reload`]: the agents never hold back a runtime or file_only apply either).
 //! It must never talk to pods itself (the deployer does) and never let a refused render become
 //! the target.
 
@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::deployer::{DeployKind, Deployer, DeploymentReport, FollowUpEnd};
+use crate::deployer::{DeployKind, Deployer, DeploymentReport, DeploymentResult, FollowUpEnd};
 use crate::gate::{Checker, GateMode, Latch, Verdict};
 use crate::metrics::Metrics;
 use crate::render::Render;
@@ -90,6 +90,14 @@ pub fn hold_for(report: &DeploymentReport) -> Option<Duration> {
     due.checked_sub(lead).filter(|d| !d.is_zero())
 }
 
+/// The deployment in flight.
+#[derive(Debug, Clone)]
+struct InFlight {
+    id: u64,
+    render: Arc<Render>,
+    kind: DeployKind,
+}
+
 /// The scheduler's pure state.
 #[derive(Debug)]
 pub struct Core {
@@ -100,7 +108,7 @@ pub struct Core {
     checking: bool,
     check_pending: Option<Arc<Render>>,
     endpoints: Vec<Endpoint>,
-    in_flight: Option<(u64, Arc<Render>, DeployKind)>,
+    in_flight: Option<InFlight>,
     pending: Option<(Arc<Render>, DeployKind)>,
     next_id: u64,
     stood_down: bool,
@@ -140,7 +148,7 @@ impl Core {
 
     /// The id of the deployment in flight.
     pub fn in_flight(&self) -> Option<u64> {
-        self.in_flight.as_ref().map(|(id, _, _)| *id)
+        self.in_flight.as_ref().map(|f| f.id)
     }
 
     /// The plan waiting in the pending slot.
@@ -191,14 +199,14 @@ impl Core {
                         self.last_good = Some(r.clone());
                         let dispatched = self.target() == Some(plan)
                             || self.pending() == Some(plan)
-                            || self.in_flight.as_ref().is_some_and(|(_, f, _)| f.plan_id() == plan);
+                            || self.in_flight.as_ref().is_some_and(|f| f.render.plan_id() == plan);
                         if is_latest && !dispatched {
                             self.enqueue(r, DeployKind::Normal, &mut out);
                         }
                     }
                     Verdict::Refused(_) => {
                         let took_it = self.target() == Some(plan)
-                            || self.in_flight.as_ref().is_some_and(|(_, f, _)| f.plan_id() == plan);
+                            || self.in_flight.as_ref().is_some_and(|f| f.render.plan_id() == plan);
                         if self.pending() == Some(plan) {
                             self.pending = None;
                         }
@@ -226,9 +234,9 @@ impl Core {
                 }
             }
             Input::Finished(id, report) => {
-                let Some((fid, render, kind)) = self.in_flight.take() else { return out };
+                let Some(InFlight { id: fid, render, kind }) = self.in_flight.take() else { return out };
                 if fid != id {
-                    self.in_flight = Some((fid, render, kind));
+                    self.in_flight = Some(InFlight { id: fid, render, kind });
                     return out;
                 }
                 match report {
@@ -289,7 +297,7 @@ impl Core {
         let Some((render, kind)) = self.pending.take() else { return };
         let id = self.next_id;
         self.next_id += 1;
-        self.in_flight = Some((id, render.clone(), kind));
+        self.in_flight = Some(InFlight { id, render: render.clone(), kind });
         self.target = Some(render.clone());
         out.push(Action::Deploy { id, render, endpoints: self.endpoints.clone(), kind });
     }
@@ -298,7 +306,8 @@ impl Core {
 impl Core {
     /// Whether the pending render needs a reload on top of the target (the plan the held pods
     /// applied). Only such renders wait for the pods' reload slot: runtime and file_only renders
-    /// are never held back (BRIEF §4), they land in the tree the scheduled reload will load.
+    /// are never held back (the agents apply them at once), they land in the tree the scheduled
+    /// reload will load.
     fn pending_needs_reload(&self) -> bool {
         let Some((pending, _)) = &self.pending else { return false };
         let Some(target) = &self.target else { return true };
@@ -493,16 +502,16 @@ impl Driver {
                     *running = None;
                 }
                 if self.core.in_flight() == Some(*id) {
-                    let result = report.as_ref().map_or("timeout", |r| r.result());
-                    self.metrics.deployment(result);
-                    info!(id, result, "deployment finished");
+                    let result = report.as_ref().map_or(DeploymentResult::Timeout, |r| r.result());
+                    self.metrics.deployment(result.as_str());
+                    info!(id, %result, "deployment finished");
                     self.board.controller(|c| {
                         c.deployments += 1;
-                        c.last_deployment = Some(result.to_string());
+                        c.last_deployment = Some(result);
                     });
                     // Idle fleets get a drift pass after the interval; pods left failed get a
                     // (verified) retry sooner, with a doubling backoff.
-                    let wait = if matches!(result, "partial" | "failed") {
+                    let wait = if result.left_pods_behind() {
                         let next = self.retry.map_or(FIRST_RETRY, |d| d * 2).min(self.cfg.drift_interval);
                         self.retry = Some(next);
                         warn!(retry_in = ?next, "some pods are not on the target; retrying");

@@ -1,4 +1,4 @@
-//! Discovery and admission of HAProxy pods (BRIEF §7.3, seed 004).
+//! Discovery and admission of HAProxy pods.
 //!
 //! Owns the pure rules ([`candidate`]: which pods may be probed, and why others are rejected;
 //! [`selector_matches`]; the admission cache key) and the shell that watches the namespace's

@@ -1,4 +1,4 @@
-//! Running one `HAProxyConfig` in Kubernetes mode (BRIEF §7.2).
+//! Running one `HAProxyConfig` in Kubernetes mode.
 //!
 //! Owns the wiring: every replica watches the resource (renders), discovers and admits pods,
 //! runs the Lease elector and serves `/healthz`, `/metrics` and `/status`; only while the Lease
@@ -134,6 +134,17 @@ pub async fn start_kubernetes(s: KubernetesSettings, client: Client) -> Result<R
     Ok(Running::from_parts(admin_addr, board, metrics, shutdown, tasks))
 }
 
+/// Why a deployment term ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum TermEnd {
+    /// The controller is stopping (or a feed ended).
+    Shutdown,
+    /// The settings changed: a new term starts at once.
+    Restart,
+    /// This replica stops deploying, with why.
+    StandDown(String),
+}
+
 /// One deployment loop per leadership term, until `shutdown`.
 #[allow(clippy::too_many_arguments)]
 async fn terms(
@@ -196,20 +207,20 @@ async fn terms(
         ));
         // Run until the Lease is lost, the controller settings change, or shutdown.
         let mut spec_rx = snaps.clone();
-        let why = loop {
+        let end = loop {
             tokio::select! {
-                _ = shutdown.cancelled() => break None,
+                _ = shutdown.cancelled() => break TermEnd::Shutdown,
                 r = leadership.changed() => {
                     if r.is_err() || leadership.borrow().is_none() {
-                        break Some("lost the Lease".to_string());
+                        break TermEnd::StandDown("lost the Lease".to_string());
                     }
                 }
                 r = spec_rx.changed() => {
-                    if r.is_err() { break None; }
+                    if r.is_err() { break TermEnd::Shutdown; }
                     let now = spec_rx.borrow().config.as_ref().map(|c| c.spec.controller.clone());
                     if now != controller_spec {
                         info!("spec.controller changed: restarting the deployment loop with the new settings");
-                        break Some(String::new());
+                        break TermEnd::Restart;
                     }
                 }
             }
@@ -217,16 +228,16 @@ async fn terms(
         term.cancel();
         let _ = writer.await;
         running.stop().await;
-        match why {
-            None => return,
-            Some(w) if w.is_empty() => continue,
-            Some(w) => {
+        match end {
+            TermEnd::Shutdown => return,
+            TermEnd::Restart => continue,
+            TermEnd::StandDown(w) => {
                 warn!(identity = %s.identity, "STANDING DOWN: {w}; deployments stopped");
                 shared.board.controller(|c| c.stood_down = Some(w.clone()));
                 let obj = snaps.borrow().config.clone();
                 if let Some(obj) = obj {
-                    status::publish(&recorder, &obj, (true, "StoodDown", format!("{} stood down: {w}", s.identity)))
-                        .await;
+                    let ev = status::EventSpec::warning("StoodDown", format!("{} stood down: {w}", s.identity));
+                    status::publish(&recorder, &obj, ev).await;
                 }
             }
         }

@@ -1,4 +1,4 @@
-//! The resource's status and Events (BRIEF §7.5), written by the leader only.
+//! The resource's status and Events, written by the leader only.
 //!
 //! Owns the pure [`build`] (status board + discovery + render state → `HAProxyConfigStatus`),
 //! the pure [`events_between`] (which Kubernetes Events two consecutive views call for: gate
@@ -194,8 +194,23 @@ pub fn keep_transition_times(new: &mut HAProxyConfigStatus, prev: Option<&HAProx
     }
 }
 
-/// An Event to publish: `(warning?, reason, note)`.
-pub type EventSpec = (bool, &'static str, String);
+/// An Event to publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventSpec {
+    /// `Warning` (else `Normal`).
+    pub warning: bool,
+    /// The Event's reason (`GateRefused`, `ApplyRejected`, `StoodDown`).
+    pub reason: &'static str,
+    /// What happened.
+    pub note: String,
+}
+
+impl EventSpec {
+    /// A `Warning` Event.
+    pub fn warning(reason: &'static str, note: String) -> Self {
+        EventSpec { warning: true, reason, note }
+    }
+}
 
 /// The Events between two consecutive fleet views (pure).
 pub fn events_between(prev: Option<&FleetStatus>, now: &FleetStatus) -> Vec<EventSpec> {
@@ -203,7 +218,10 @@ pub fn events_between(prev: Option<&FleetStatus>, now: &FleetStatus) -> Vec<Even
     let prev_refused = prev.and_then(|p| p.gate.last_refused.as_ref()).map(|r| r.plan_id);
     if let Some(r) = &now.gate.last_refused {
         if prev_refused != Some(r.plan_id) {
-            out.push((true, "GateRefused", format!("haproxy -c refused plan {}: {}", r.plan_id.short(), r.output)));
+            out.push(EventSpec::warning(
+                "GateRefused",
+                format!("haproxy -c refused plan {}: {}", r.plan_id.short(), r.output),
+            ));
         }
     }
     for p in &now.pods {
@@ -211,12 +229,12 @@ pub fn events_between(prev: Option<&FleetStatus>, now: &FleetStatus) -> Vec<Even
         let was = before.map(|b| (b.phase, b.last_error.clone()));
         if p.phase == Phase::Rejected && was != Some((Phase::Rejected, p.last_error.clone())) {
             let words = p.last_error.clone().unwrap_or_default();
-            out.push((true, "ApplyRejected", format!("pod {}: HAProxy refused the plan: {words}", p.pod)));
+            out.push(EventSpec::warning("ApplyRejected", format!("pod {}: HAProxy refused the plan: {words}", p.pod)));
         }
     }
     if let Some(why) = &now.controller.stood_down {
         if prev.and_then(|p| p.controller.stood_down.as_ref()) != Some(why) {
-            out.push((true, "StoodDown", format!("{} stood down: {why}", now.controller.identity)));
+            out.push(EventSpec::warning("StoodDown", format!("{} stood down: {why}", now.controller.identity)));
         }
     }
     out
@@ -224,7 +242,7 @@ pub fn events_between(prev: Option<&FleetStatus>, now: &FleetStatus) -> Vec<Even
 
 /// Publishes one Event on the resource (failures are logged, never fatal).
 pub async fn publish(recorder: &Recorder, obj: &HAProxyConfig, ev: EventSpec) {
-    let (warning, reason, note) = ev;
+    let EventSpec { warning, reason, note } = ev;
     let event = Event {
         type_: if warning { EventType::Warning } else { EventType::Normal },
         reason: reason.into(),
