@@ -59,7 +59,12 @@ pub enum PodOutcome {
     /// It ACKed and runs the render.
     Converged(Mode),
     /// It ACKed; a paced reload is scheduled and followed up in the background.
-    ReloadPending(Mode),
+    ReloadPending {
+        /// The mode of the apply.
+        mode: Mode,
+        /// How long after the answer the reload is due (0: due now, or not said).
+        due_in_ms: u64,
+    },
     /// HAProxy refused the render (NACK), in its words.
     Rejected(String),
     /// It could not be brought to the render.
@@ -70,7 +75,7 @@ pub enum PodOutcome {
 
 impl PodOutcome {
     fn is_ok(&self) -> bool {
-        matches!(self, PodOutcome::Unchanged | PodOutcome::Converged(_) | PodOutcome::ReloadPending(_))
+        matches!(self, PodOutcome::Unchanged | PodOutcome::Converged(_) | PodOutcome::ReloadPending { .. })
     }
 }
 
@@ -240,7 +245,7 @@ pub struct Deployer {
     fence: Arc<dyn FenceHolder>,
     board: Arc<StatusBoard>,
     metrics: Arc<Metrics>,
-    cfg: DeployerConfig,
+    cfg: Mutex<DeployerConfig>,
     cache: Mutex<PlanCache>,
     known: Mutex<HashMap<String, Known>>,
     follow_ups: Mutex<Tickets>,
@@ -251,7 +256,7 @@ pub struct Deployer {
 
 impl std::fmt::Debug for Deployer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Deployer").field("cfg", &self.cfg).finish()
+        f.debug_struct("Deployer").field("cfg", &self.config()).finish()
     }
 }
 
@@ -293,7 +298,7 @@ impl Deployer {
             fence,
             board,
             metrics,
-            cfg,
+            cfg: Mutex::new(cfg),
             cache: Mutex::default(),
             known: Mutex::default(),
             follow_ups: Mutex::default(),
@@ -301,6 +306,16 @@ impl Deployer {
             follow_up_events: Mutex::default(),
             stop: CancellationToken::new(),
         }
+    }
+
+    /// The settings the next deployment uses.
+    pub fn config(&self) -> DeployerConfig {
+        lock(&self.cfg).clone()
+    }
+
+    /// Replaces the settings: deployments and follow-ups started from now on use them.
+    pub fn retune(&self, cfg: DeployerConfig) {
+        *lock(&self.cfg) = cfg;
     }
 
     /// Where the ends of background follow-ups are reported from now on (replacing any earlier
@@ -341,6 +356,7 @@ impl Deployer {
         kind: DeployKind,
     ) -> DeploymentReport {
         let started = Instant::now();
+        let cfg = self.config();
         self.remember(&render);
         let shared = Arc::new(SharedDiffs::default());
         let pods: Vec<(String, PodOutcome, Option<Instant>)> = futures::stream::iter(endpoints)
@@ -353,32 +369,24 @@ impl Deployer {
                     // the pod is about to hold a newer plan.
                     me.stop_poller(&ep.name);
                     let fut = me.deploy_pod(&ep, &render, kind, &shared);
-                    let outcome = match tokio::time::timeout(me.cfg.sync_timeout, fut).await {
+                    let outcome = match tokio::time::timeout(cfg.sync_timeout, fut).await {
                         Ok(o) => o,
                         Err(_) => {
                             lock(&me.known).remove(&ep.name);
-                            me.fail(&ep, format!("no answer within the sync timeout ({:?})", me.cfg.sync_timeout))
+                            me.fail(&ep, format!("no answer within the sync timeout ({:?})", cfg.sync_timeout))
                         }
                     };
                     // A scheduled reload is followed up outside the deployment slot, so a newer
                     // render reaches the pod before its paced reload runs.
                     let mut due_at = None;
-                    if let PodOutcome::ReloadPending(mode) = outcome {
-                        let due = me
-                            .board
-                            .snapshot()
-                            .pods
-                            .iter()
-                            .find(|p| p.pod == ep.name)
-                            .and_then(|p| p.pending_reload.as_ref().map(|r| r.due_in_ms))
-                            .unwrap_or(0);
-                        due_at = Some(Instant::now() + Duration::from_millis(due));
-                        me.spawn_follow_up(ep.clone(), render.plan_id(), mode, due);
+                    if let PodOutcome::ReloadPending { mode, due_in_ms } = outcome {
+                        due_at = Some(Instant::now() + Duration::from_millis(due_in_ms));
+                        me.spawn_follow_up(ep.clone(), render.plan_id(), mode, due_in_ms, cfg.sync_timeout);
                     }
                     (ep.name.clone(), outcome, due_at)
                 }
             })
-            .buffer_unordered(self.cfg.max_parallel.max(1))
+            .buffer_unordered(cfg.max_parallel.max(1))
             .collect()
             .await;
         let dues: Option<Vec<Instant>> = pods.iter().map(|(_, _, d)| *d).collect();
@@ -664,7 +672,7 @@ impl Deployer {
         } else {
             let mode = s.applied.as_ref().map(|a| a.mode).unwrap_or(Mode::Reload);
             self.board.pod(&ep.name, |p| p.phase = Phase::ReloadPending);
-            PodOutcome::ReloadPending(mode)
+            PodOutcome::ReloadPending { mode, due_in_ms: s.pending_reload.as_ref().map_or(0, |r| r.due_in_ms) }
         }
     }
 
@@ -695,6 +703,7 @@ impl Deployer {
         }
         // A reload state this controller does not know is followed up like a scheduled one.
         let scheduled = ack.reload.as_ref().filter(|r| r.state != haptic_protocol::ReloadState::Done);
+        let due_in_ms = scheduled.and_then(|r| r.due_in_ms).unwrap_or(0);
         let converged = ack.running == Some(target);
         info!(pod = %ep.name, plan = %target.short(), mode = %ack.mode, converged, "ACK");
         self.board.pod(&ep.name, |p| {
@@ -705,19 +714,18 @@ impl Deployer {
             p.last_error = None;
             p.last_apply_at = Some(now_rfc3339());
             p.last_apply_duration_ms = Some(started.elapsed().as_millis() as u64);
-            p.pending_reload = scheduled
-                .map(|r| haptic_protocol::PendingReload { plan_id: target, due_in_ms: r.due_in_ms.unwrap_or(0) });
+            p.pending_reload = scheduled.map(|_| haptic_protocol::PendingReload { plan_id: target, due_in_ms });
             p.phase = if converged { Phase::Converged } else { Phase::ReloadPending };
         });
         if converged {
             PodOutcome::Converged(ack.mode)
         } else {
-            PodOutcome::ReloadPending(ack.mode)
+            PodOutcome::ReloadPending { mode: ack.mode, due_in_ms }
         }
     }
 
     /// Follows up a pod's scheduled reload in the background, superseding any older follow-up.
-    fn spawn_follow_up(self: &Arc<Self>, ep: Endpoint, target: PlanId, mode: Mode, due_in_ms: u64) {
+    fn spawn_follow_up(self: &Arc<Self>, ep: Endpoint, target: PlanId, mode: Mode, due_in_ms: u64, sync: Duration) {
         let ticket = lock(&self.follow_ups).issue(&ep.name, target);
         let me = self.clone();
         let span = tracing::info_span!("follow_up", pod = %ep.name, plan = %target.short());
@@ -727,7 +735,7 @@ impl Deployer {
                 let stop = me.stop.clone();
                 tokio::select! {
                     _ = stop.cancelled() => {}
-                    () = me.follow_up(&ep, &ticket, mode, due_in_ms) => {}
+                    () = me.follow_up(&ep, &ticket, mode, due_in_ms, sync) => {}
                 }
             }
             .instrument(span),
@@ -747,10 +755,11 @@ impl Deployer {
     }
 
     /// Polls a pod until it runs the ticket's plan (converged), its applied plan moves on, or the
-    /// deadline (`due_in_ms` + sync timeout) passes (failed); returns quietly once superseded.
-    async fn follow_up(&self, ep: &Endpoint, ticket: &Ticket, mode: Mode, due_in_ms: u64) {
+    /// deadline (`due_in_ms` + `sync`, the sync timeout) passes (failed); returns quietly once
+    /// superseded.
+    async fn follow_up(&self, ep: &Endpoint, ticket: &Ticket, mode: Mode, due_in_ms: u64, sync: Duration) {
         let due_in = Duration::from_millis(due_in_ms);
-        let deadline = Instant::now() + due_in + self.cfg.sync_timeout;
+        let deadline = Instant::now() + due_in + sync;
         let target = ticket.plan;
         for polls in 0u32.. {
             tokio::time::sleep(poll_delay(polls, due_in)).await;

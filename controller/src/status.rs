@@ -212,6 +212,11 @@ impl StatusBoard {
         *self.version.borrow()
     }
 
+    /// A receiver of the board's version: it changes with every edit.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.version.subscribe()
+    }
+
     /// Waits until the version is past `after`, or `timeout` passed; returns the version then.
     pub async fn wait_change(&self, after: u64, timeout: std::time::Duration) -> u64 {
         let mut rx = self.version.subscribe();

@@ -4,6 +4,7 @@
 //! Everything here plugs into the seams of [`crate::seams`]; the gate, diff, deployer and
 //! scheduler never learn that Kubernetes is behind them.
 
+pub mod context;
 pub mod crd;
 pub mod discovery;
 pub mod fence;
