@@ -1122,4 +1122,259 @@ mod tests {
         assert_eq!(c.render_error(), Some("no haproxy.cfg"));
         assert_eq!(c.target(), Some(r(1).plan_id()));
     }
+    fn arms(a: &[Action]) -> Vec<(Timer, Duration, Wake)> {
+        a.iter()
+            .filter_map(|a| match a {
+                Action::Arm { timer, at, why } => Some((*timer, *at - t0(), *why)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn ended(a: &[Action]) -> Vec<(u64, DeploymentResult)> {
+        a.iter()
+            .filter_map(|a| match a {
+                Action::Ended { id, result } => Some((*id, *result)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn report(plan: PlanId, outcomes: Vec<PodOutcome>) -> DeploymentReport {
+        DeploymentReport {
+            plan,
+            pods: outcomes.into_iter().enumerate().map(|(i, o)| (format!("p{i}"), o)).collect(),
+            duration: Duration::ZERO,
+            reloads_due_in: None,
+        }
+    }
+
+    fn timing() -> Timing {
+        Timing {
+            gate: GateMode::Optimistic,
+            deployment_timeout: Duration::from_secs(30),
+            max_parallel: 2,
+            drift_interval: Duration::from_secs(10),
+        }
+    }
+
+    #[test]
+    fn every_deployment_arms_its_deadline_and_a_passed_deadline_cancels_and_retries() {
+        let mut c = Core::with_timing(timing());
+        let mut three = eps();
+        three.push(Endpoint { name: "p2".into(), url: "http://p2".into() });
+        three.push(Endpoint { name: "p3".into(), url: "http://p3".into() });
+        c.on(t0(), Input::Endpoints(three));
+        let a = c.on(t0(), Input::Render(Ok(r(1))));
+        // Three pods at two at once: two waves of 30 s.
+        assert_eq!(arms(&a), vec![(Timer::Deadline(1), Duration::from_secs(60), Wake::Deadline)]);
+        let a = c.on(t0(), Input::Fired(Timer::Deadline(1)));
+        assert!(matches!(a.first(), Some(Action::Cancel { id: 1 })), "{a:?}");
+        assert_eq!(ended(&a), vec![(1, DeploymentResult::Timeout)]);
+        assert_eq!(deploys(&a), vec![(2, r(1).plan_id(), DeployKind::Normal)]);
+        assert!(arms(&a).contains(&(Timer::Deadline(2), Duration::from_secs(60), Wake::Deadline)));
+        // A report ending the deployment disarms its deadline; a stale deadline does nothing.
+        let a = c.on(t0(), Input::Finished(2, ok(r(1).plan_id())));
+        assert!(a.iter().any(|a| matches!(a, Action::Disarm(Timer::Deadline(2)))), "{a:?}");
+        assert!(c.on(t0(), Input::Fired(Timer::Deadline(2))).is_empty());
+        assert!(c.on(t0(), Input::Finished(1, ok(r(1).plan_id()))).is_empty(), "the cancelled one's late report");
+    }
+
+    #[test]
+    fn pods_left_behind_are_retried_with_a_doubling_backoff_capped_at_the_drift_interval() {
+        let mut c = Core::with_timing(timing());
+        c.on(t0(), Input::Endpoints(eps()));
+        c.on(t0(), Input::Render(Ok(r(1))));
+        let failed = || report(r(1).plan_id(), vec![PodOutcome::Failed("down".into())]);
+        let mut waits = Vec::new();
+        for id in 1..=6 {
+            let a = c.on(t0(), Input::Finished(id, failed()));
+            assert_eq!(ended(&a), vec![(id, DeploymentResult::Failed)]);
+            let drift: Vec<_> = arms(&a).into_iter().filter(|(t, _, _)| *t == Timer::Drift).collect();
+            assert_eq!(drift.len(), 1, "{a:?}");
+            assert_eq!(drift[0].2, Wake::Retry);
+            waits.push(drift[0].1.as_secs());
+            // The retry: a verified (drift) pass of the target.
+            let a = c.on(t0(), Input::Fired(Timer::Drift));
+            assert_eq!(deploys(&a), vec![(id + 1, r(1).plan_id(), DeployKind::Drift)]);
+        }
+        assert_eq!(waits, vec![1, 2, 4, 8, 10, 10]);
+        // Success resets the backoff: the next pass is a drift interval away.
+        let a = c.on(t0(), Input::Finished(7, ok(r(1).plan_id())));
+        assert!(arms(&a).contains(&(Timer::Drift, Duration::from_secs(10), Wake::Drift)));
+        assert_eq!(c.retry(), None);
+        c.on(t0(), Input::Fired(Timer::Drift));
+        let a = c.on(t0(), Input::Finished(8, failed()));
+        assert!(arms(&a).contains(&(Timer::Drift, Duration::from_secs(1), Wake::Retry)), "{a:?}");
+    }
+
+    #[test]
+    fn a_failed_follow_up_brings_the_retry_forward_and_a_busy_drift_pass_waits() {
+        let mut c = Core::with_timing(timing());
+        c.on(t0(), Input::Endpoints(eps()));
+        c.on(t0(), Input::Render(Ok(r(1))));
+        let pending = report(r(1).plan_id(), vec![PodOutcome::ReloadPending { mode: Mode::Reload, due_in_ms: 0 }]);
+        let a = c.on(t0(), Input::Finished(1, pending));
+        assert!(arms(&a).contains(&(Timer::Drift, Duration::from_secs(10), Wake::Drift)));
+        // The pod's paced reload did not converge: a retry in 1 s, sooner than the drift pass.
+        let end = FollowUpEnd { pod: "p1".into(), plan: r(1).plan_id(), converged: false };
+        let a = c.on(t0(), Input::FollowUpEnded { end: end.clone(), still_running: 0 });
+        assert_eq!(arms(&a), vec![(Timer::Drift, Duration::from_secs(1), Wake::Retry)]);
+        // A second failure doubles the backoff, but never pushes an earlier pass back.
+        assert!(arms(&c.on(t0(), Input::FollowUpEnded { end, still_running: 0 })).is_empty());
+        assert_eq!(c.retry(), Some(Duration::from_secs(2)));
+        // A converged follow-up with none left resets the backoff.
+        let done = FollowUpEnd { pod: "p1".into(), plan: r(1).plan_id(), converged: true };
+        c.on(t0(), Input::FollowUpEnded { end: done, still_running: 0 });
+        assert_eq!(c.retry(), None);
+        // A drift timer firing while a deployment runs waits another interval.
+        c.on(t0(), Input::Render(Ok(r(2))));
+        assert_eq!(c.in_flight(), Some(2));
+        let a = c.on(t0(), Input::Fired(Timer::Drift));
+        assert!(deploys(&a).is_empty());
+        assert_eq!(arms(&a), vec![(Timer::Drift, Duration::from_secs(10), Wake::Drift)]);
+    }
+
+    #[test]
+    fn new_tuning_applies_to_the_next_decisions() {
+        let mut c = Core::with_timing(timing());
+        c.on(t0(), Input::Endpoints(eps()));
+        c.on(t0(), Input::Render(Ok(r(1))));
+        c.on(t0(), Input::Finished(1, ok(r(1).plan_id())));
+        let pessimistic =
+            Timing { gate: GateMode::Pessimistic, deployment_timeout: Duration::from_secs(5), ..timing() };
+        assert!(c.on(t0(), Input::Tuning(pessimistic)).is_empty());
+        assert_eq!(c.latch().mode, GateMode::Pessimistic);
+        // Pessimistic now: the render waits for its verdict; the new deadline applies.
+        assert!(deploys(&c.on(t0(), Input::Render(Ok(r(2))))).is_empty());
+        let a = c.on(t0(), Input::Verdict(r(2), Verdict::Pass));
+        assert_eq!(deploys(&a), vec![(2, r(2).plan_id(), DeployKind::Normal)]);
+        assert!(arms(&a).contains(&(Timer::Deadline(2), Duration::from_secs(5), Wake::Deadline)));
+    }
+}
+
+/// The driver on paused time: the core's deadline timer fires through the driver, which
+/// cancels the deployment stuck on an agent that accepts connections and never answers (a real
+/// socket on 127.0.0.1) and starts the retry.
+#[cfg(test)]
+mod driver_tests {
+    use super::*;
+    use crate::client::{AgentClient, Credentials};
+    use crate::status::ControllerStatus;
+    use futures::future::BoxFuture;
+    use haptic_protocol::Fence;
+
+    /// Waits for `go`, then yields `render` once.
+    struct AfterEndpoints(Option<tokio::sync::oneshot::Receiver<()>>, Option<Arc<Render>>);
+    impl RenderSource for AfterEndpoints {
+        fn next(&mut self) -> BoxFuture<'_, Option<RenderEvent>> {
+            Box::pin(async move {
+                if let Some(go) = self.0.take() {
+                    let _ = go.await;
+                }
+                match self.1.take() {
+                    Some(r) => Some(Ok(r)),
+                    None => futures::future::pending().await,
+                }
+            })
+        }
+    }
+
+    /// Yields its endpoints, then (once they were sent on) releases the render source, so the
+    /// endpoints are fed first.
+    struct Endpoints(Option<Vec<Endpoint>>, Option<tokio::sync::oneshot::Sender<()>>);
+    impl EndpointSource for Endpoints {
+        fn next(&mut self) -> BoxFuture<'_, Option<Vec<Endpoint>>> {
+            Box::pin(async move {
+                if let Some(eps) = self.0.take() {
+                    return Some(eps);
+                }
+                if let Some(go) = self.1.take() {
+                    let _ = go.send(());
+                }
+                futures::future::pending().await
+            })
+        }
+    }
+
+    #[derive(Debug, Default)]
+    struct Holder(std::sync::atomic::AtomicU64);
+    impl crate::seams::FenceHolder for Holder {
+        fn identity(&self) -> String {
+            "test".into()
+        }
+        fn epoch(&self) -> u64 {
+            1
+        }
+        fn next_fence(&self) -> Option<Fence> {
+            let seq = self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+            Some(Fence { epoch: 1, seq, holder: "test".into() })
+        }
+        fn reclaim(&self, _seen: &Fence) -> BoxFuture<'_, Result<(), String>> {
+            Box::pin(async { Err("no".to_string()) })
+        }
+        fn stood_down(&self) -> Option<String> {
+            None
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deployment_past_its_deadline_is_cancelled_and_retried() {
+        // An agent that accepts and never answers.
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let (conn_tx, mut conns) = mpsc::unbounded_channel();
+        let silent = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((s, _)) = l.accept().await {
+                held.push(s);
+                let _ = conn_tx.send(());
+            }
+        });
+        let board = Arc::new(StatusBoard::new(
+            GateStatus::from_latch(&Latch::new(GateMode::Optimistic), None),
+            ControllerStatus::default(),
+        ));
+        let metrics = Arc::new(Metrics::new());
+        let sync = Duration::from_secs(600);
+        let client = AgentClient::new(Credentials { user: "u".into(), password: "p".into() }, sync).unwrap();
+        let deployer = Arc::new(Deployer::new(
+            client,
+            Arc::new(Holder::default()),
+            board.clone(),
+            metrics.clone(),
+            DeployerConfig { max_parallel: 1, sync_timeout: sync },
+        ));
+        // No `default-path config`: the gate refuses it without running HAProxy. Optimistic, it
+        // is dispatched before the verdict, and the refusal has no last good render to revert to.
+        let render = Arc::new(Render::from_texts([("haproxy.cfg", "global\n")]).unwrap());
+        let timing = Timing { deployment_timeout: Duration::from_secs(5), ..Timing::new(GateMode::Optimistic) };
+        let checker = Checker::new("/nonexistent/haproxy", sync);
+        let driver = Driver::new(timing, deployer, checker, board.clone(), metrics);
+        let (go_tx, go_rx) = tokio::sync::oneshot::channel();
+        let eps = vec![Endpoint { name: "p1".into(), url: format!("http://{addr}") }];
+        let (_keep, tuning) = watch::channel(Tuning {
+            deployment_timeout: timing.deployment_timeout,
+            drift_interval: timing.drift_interval,
+            sync_timeout: sync,
+            max_parallel: 1,
+            gate: GateMode::Optimistic,
+        });
+        let stop = CancellationToken::new();
+        let run = tokio::spawn(driver.run(
+            Box::new(AfterEndpoints(Some(go_rx), Some(render))),
+            Box::new(Endpoints(Some(eps), Some(go_tx))),
+            tuning,
+            stop.clone(),
+        ));
+        // The first deployment's state read reaches the silent agent; at the deadline the
+        // driver cancels it (a timeout) and the retry connects again.
+        conns.recv().await.unwrap();
+        conns.recv().await.unwrap();
+        let c = board.snapshot().controller;
+        assert_eq!((c.deployments, c.last_deployment), (1, Some(DeploymentResult::Timeout)), "{c:?}");
+        stop.cancel();
+        run.await.unwrap();
+        silent.abort();
+    }
 }

@@ -397,6 +397,16 @@ async fn deploys_a_haproxyconfig_to_local_pods_on_every_version() {
             let addr = SocketAddr::from((pods.ip(&n).unwrap(), fe));
             assert_eq!(http_get(addr, "/hello").await.unwrap(), (200, "v3".to_string()), "{}", ctl.log());
         }
+
+        // A `spec.controller` change reaches the running deployment loop: the status shows the
+        // new gate mode, and the loop was never torn down (one term started, none restarted).
+        let patch = json!({"spec": {"controller": {"gate": "pessimistic"}}});
+        configs.patch("edge", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        eventually("the running loop to take the pessimistic gate", || async {
+            (status_of(&api).await["gate"]["state"] == "pessimistic").then_some(())
+        })
+        .await;
+        assert_eq!(ctl.log().matches("starting a deployment term").count(), 1, "{}", ctl.log());
         drop(ctl);
     }
 }

@@ -536,6 +536,66 @@ mod tests {
         assert_eq!(candidate(&v6, &agent).unwrap().url, "http://[fd00::1]:8080");
     }
 
+    fn running_pod(name: &str, uid: &str, ip: &str) -> Arc<Pod> {
+        Arc::new(pod(json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": uid, "labels": {"app": "haproxy"}},
+            "status": {"podIP": ip, "containerStatuses": [
+                {"name": "agent", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+                 "state": {"running": {}}}]}
+        })))
+    }
+
+    #[test]
+    fn admission_probes_each_pod_incarnation_once_and_counts_rejections_once() {
+        let agent = AgentSpec::default();
+        let sel: LabelSelector = serde_json::from_value(json!({"matchLabels": {"app": "haproxy"}})).unwrap();
+        let waiting = Arc::new(pod(json!({
+            "metadata": {"name": "h-w", "labels": {"app": "haproxy"}},
+            "status": {"podIP": "10.0.0.9", "containerStatuses": [
+                {"name": "agent", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+                 "state": {"waiting": {}}}]}
+        })));
+        let other = Arc::new(pod(json!({"metadata": {"name": "nginx", "labels": {"app": "nginx"}}})));
+        let mut pods = vec![running_pod("h-1", "u1", "10.0.0.1"), running_pod("h-2", "u2", "10.0.0.2"), waiting, other];
+        let mut a = Admission::default();
+        let pass = a.pass(&pods, &sel, &agent);
+        let names = |p: &Pass| p.to_probe.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&pass), ["h-1", "h-2"], "the unselected pod is not looked at");
+        assert_eq!(pass.rejections.len(), 1);
+        assert_eq!(pass.rejections[0].reason, Reject::AgentContainerNotRunning);
+        let probes: Vec<_> = pass
+            .to_probe
+            .iter()
+            .map(|c| (c.clone(), if c.name == "h-1" { Ok(()) } else { Err("refused".to_string()) }))
+            .collect();
+        let (d, newly) = a.settle(pass, probes);
+        assert_eq!(d.endpoints.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["h-1"]);
+        assert_eq!(d.pods["h-1"].uid, "u1");
+        assert_eq!(
+            newly.iter().map(|r| (r.pod.as_str(), r.reason)).collect::<Vec<_>>(),
+            [("h-2", Reject::AgentUnreachable)]
+        );
+        // The next pass: the admitted pod costs no probe; the rejections are not new.
+        let pass = a.pass(&pods, &sel, &agent);
+        assert_eq!(names(&pass), ["h-2"]);
+        assert!(pass.rejections.is_empty());
+        let again: Vec<_> = pass.to_probe.iter().map(|c| (c.clone(), Err("refused".to_string()))).collect();
+        let (_, newly) = a.settle(pass, again);
+        assert!(newly.is_empty(), "the same incarnation is counted once");
+        // Replaced (new UID): probed again. Deleted: gone from the admitted set.
+        pods[0] = running_pod("h-1", "u1b", "10.0.0.1");
+        pods.remove(1);
+        let pass = a.pass(&pods, &sel, &agent);
+        assert_eq!(names(&pass), ["h-1"]);
+        let probes: Vec<_> = pass.to_probe.iter().map(|c| (c.clone(), Ok(()))).collect();
+        let (d, _) = a.settle(pass, probes);
+        assert_eq!(d.pods["h-1"].uid, "u1b");
+        assert!(a.is_admitted("h-1") && !a.is_admitted("h-2"));
+        // Rotated credentials: every pod is probed again.
+        a.forget_admitted();
+        assert_eq!(names(&a.pass(&pods, &sel, &agent)), ["h-1"]);
+    }
+
     #[test]
     fn selectors_match_labels_and_expressions() {
         let labels =

@@ -1,5 +1,6 @@
 //! Kubernetes mode: the `HAProxyConfig` resource, its render source, pod discovery and
-//! admission, the Lease that holds the fence, and the status writer.
+//! admission, the Lease that holds the fence, and the status writer, all over one shared
+//! [`context::Context`].
 //!
 //! Everything here plugs into the seams of [`crate::seams`]; the gate, diff, deployer and
 //! scheduler never learn that Kubernetes is behind them.
