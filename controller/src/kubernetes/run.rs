@@ -138,9 +138,9 @@ pub async fn start_kubernetes(s: KubernetesSettings, client: Client) -> Result<R
     let sd = shutdown.clone();
     let board = shared.board.clone();
     let metrics = shared.metrics.clone();
-    let term = Term { ctx, common, shared, fence, tuning, retry: s.timing.retry_period };
+    let terms = Terms { ctx, common, shared, fence, tuning, retry: s.timing.retry_period };
     tasks.push(tokio::spawn(async move {
-        term.run(leadership, sd).await;
+        terms.run(leadership, sd).await;
         elector_stop.cancel();
         let _ = elector_task.await;
     }));
@@ -182,8 +182,8 @@ enum TermEnd {
     StandDown(String),
 }
 
-/// What each leadership term runs over.
-struct Term {
+/// The leadership terms of this replica, and what each runs over.
+struct Terms {
     ctx: Context,
     common: Settings,
     shared: Shared,
@@ -192,7 +192,7 @@ struct Term {
     retry: Duration,
 }
 
-impl Term {
+impl Terms {
     /// One deployment loop per leadership term, until `shutdown`.
     async fn run(self, mut leadership: watch::Receiver<Option<super::lease::Term>>, shutdown: CancellationToken) {
         let ctx = &self.ctx;
