@@ -1,11 +1,12 @@
 //! Assembling a running controller from the three seams and its settings.
 //!
 //! Owns wiring: status board, metrics, agent client, deployer, gate checker, scheduler driver
-//! and admin server, plus the standalone entry point that picks the standalone seams. The
-//! generic [`start`] must never name a standalone type: only [`start_standalone`] does.
+//! and admin server, over any seams. It must never name a mode: each mode's start-up
+//! ([`crate::standalone::start`], [`crate::kubernetes::run`]) picks its seams and calls
+//! [`start`] or [`start_with`].
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,9 +20,8 @@ use crate::deployer::{Deployer, DeployerConfig};
 use crate::error::Error;
 use crate::gate::{Checker, GateMode, Latch};
 use crate::metrics::Metrics;
-use crate::scheduler::{Driver, DriverConfig};
+use crate::scheduler::Driver;
 use crate::seams::{EndpointSource, FenceHolder, RenderSource};
-use crate::standalone::{DirRenderSource, EpochFile, StaticEndpoints};
 use crate::status::{ControllerStatus, FleetStatus, GateStatus, StatusBoard};
 
 /// Settings shared by every mode.
@@ -47,29 +47,38 @@ pub struct Settings {
     pub agent_ca_file: Option<PathBuf>,
 }
 
-/// Standalone settings.
-#[derive(Debug, Clone)]
-pub struct StandaloneSettings {
-    /// Common settings.
-    pub common: Settings,
-    /// The watched render directory.
-    pub config_dir: PathBuf,
-    /// The agents' URLs.
-    pub agents: Vec<String>,
-    /// The fence holder identity (default: persisted `<hostname>-<random>`).
-    pub identity: Option<String>,
-    /// Where the epoch file lives (default: next to the config dir).
-    pub state_dir: Option<PathBuf>,
-    /// Quiet window before a directory change is read.
-    pub settle: Duration,
+/// The settings a running deployment loop takes on without a restart (Kubernetes mode: the
+/// resource's `spec.controller`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tuning {
+    /// Safety net for one deployment (per wave of `max_parallel` pods).
+    pub deployment_timeout: Duration,
+    /// Idle time before drift repair.
+    pub drift_interval: Duration,
+    /// Bound of one pod's apply flow.
+    pub sync_timeout: Duration,
+    /// Pods applied to at once.
+    pub max_parallel: usize,
+    /// The gate latch's resting mode.
+    pub gate: GateMode,
 }
 
-/// The default state dir: `<parent of config dir>/.haptic-controller-<config dir name>`.
-pub fn default_state_dir(config_dir: &Path) -> PathBuf {
-    let abs = std::path::absolute(config_dir).unwrap_or_else(|_| config_dir.to_path_buf());
-    let name = abs.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "render".into());
-    abs.parent().unwrap_or(Path::new("/")).join(format!(".haptic-controller-{name}"))
+impl Settings {
+    /// The part of the settings a running loop can take on.
+    pub fn tuning(&self) -> Tuning {
+        Tuning {
+            deployment_timeout: self.deployment_timeout,
+            drift_interval: self.drift_interval,
+            sync_timeout: self.sync_timeout,
+            max_parallel: self.max_parallel,
+            gate: self.gate,
+        }
+    }
 }
+
+// `main.rs` names the standalone start-up through this module.
+#[doc(hidden)]
+pub use crate::standalone::start::{start_standalone, StandaloneSettings};
 
 /// A running controller.
 #[derive(Debug)]
@@ -172,11 +181,13 @@ pub async fn start(
     let listener = tokio::net::TcpListener::bind(settings.admin_listen)
         .await
         .map_err(|e| Error::flag("--admin-listen")(Error::io(settings.admin_listen.to_string(), e)))?;
-    start_with(settings, renders, endpoints, fence, shared, Some(listener)).await
+    let (_fixed, tuning) = tokio::sync::watch::channel(settings.tuning());
+    start_with(settings, renders, endpoints, fence, shared, Some(listener), tuning).await
 }
 
 /// Starts the deployment loop over any seams and shared parts; serves the admin API on
-/// `admin` when given (without one, [`Running::admin_addr`] is `0.0.0.0:0`).
+/// `admin` when given (without one, [`Running::admin_addr`] is `0.0.0.0:0`). The loop starts
+/// with the current `tuning` and takes on each change of it while it runs.
 pub async fn start_with(
     settings: Settings,
     renders: Box<dyn RenderSource>,
@@ -184,7 +195,9 @@ pub async fn start_with(
     fence: Arc<dyn FenceHolder>,
     shared: Shared,
     admin: Option<tokio::net::TcpListener>,
+    tuning: tokio::sync::watch::Receiver<Tuning>,
 ) -> Result<Running, Error> {
+    let now = *tuning.borrow();
     let Shared { client, metrics, board } = shared;
     board.controller(|c| {
         c.identity = fence.identity();
@@ -195,7 +208,7 @@ pub async fn start_with(
         fence.clone(),
         board.clone(),
         metrics.clone(),
-        DeployerConfig { max_parallel: settings.max_parallel, sync_timeout: settings.sync_timeout },
+        DeployerConfig { max_parallel: now.max_parallel, sync_timeout: now.sync_timeout },
     ));
     let checker = Checker::new(settings.haproxy_bin.clone(), Duration::from_secs(60));
     let shutdown = CancellationToken::new();
@@ -211,34 +224,9 @@ pub async fn start_with(
             }
         }));
     }
-    let driver = Driver::new(
-        settings.gate,
-        deployer,
-        checker,
-        board.clone(),
-        metrics.clone(),
-        DriverConfig {
-            deployment_timeout: settings.deployment_timeout,
-            max_parallel: settings.max_parallel,
-            drift_interval: settings.drift_interval,
-        },
-    );
+    let driver = Driver::new(now.into(), deployer, checker, board.clone(), metrics.clone());
     let sd = shutdown.clone();
-    tasks.push(tokio::spawn(async move { driver.run(renders, endpoints, sd).await }));
+    tasks.push(tokio::spawn(async move { driver.run(renders, endpoints, tuning, sd).await }));
     info!(admin = %admin_addr, identity = %fence.identity(), epoch = fence.epoch(), "controller started");
     Ok(Running { admin_addr, board, metrics, shutdown, tasks })
-}
-
-/// Starts a standalone controller: the config dir, the `--agent` list and the epoch file.
-pub async fn start_standalone(s: StandaloneSettings) -> Result<Running, Error> {
-    if !s.config_dir.is_dir() {
-        let e = Error::Render { dir: s.config_dir.clone(), why: "not a directory".into() };
-        return Err(Error::flag("--config-dir")(e));
-    }
-    let endpoints = StaticEndpoints::new(&s.agents).map_err(|e| Error::flag("--agent")(Error::Client(e)))?;
-    let state_dir = s.state_dir.clone().unwrap_or_else(|| default_state_dir(&s.config_dir));
-    let fence = Arc::new(EpochFile::open(&state_dir, s.identity.clone()).map_err(Error::flag("--state-dir"))?);
-    info!(state = %fence.path().display(), identity = %fence.identity(), epoch = fence.epoch(), "claimed a new fence term");
-    let renders = DirRenderSource::new(&s.config_dir, s.settle);
-    start(s.common, Box::new(renders), Box::new(endpoints), fence).await
 }

@@ -51,6 +51,9 @@ pub enum ApplyAnswer {
     Conflict(Conflict),
     /// 422.
     Nack(Nack),
+    /// 503 `haproxy_unavailable`: HAProxy is not running on the pod (a failure of the pod, never
+    /// a rejected render), with the agent's words, which start with "HAProxy not running".
+    HaproxyDown(String),
     /// Any other status: 4xx (the agent refused the request itself: malformed, credentials,
     /// too large) or 5xx, with the agent's `error`.
     Refused {
@@ -61,10 +64,59 @@ pub enum ApplyAnswer {
     },
 }
 
-/// A transport or protocol failure talking to one agent.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{0}")]
-pub struct CallError(pub String);
+/// A transport or protocol failure talking to one agent. Every variant names the request
+/// (`GET <url>` / `POST <url>`) first.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    /// No answer: the connection could not be made, or broke before the answer was read.
+    #[error("{request}: {cause}")]
+    Connect {
+        /// The request.
+        request: String,
+        /// Why, with its cause chain.
+        cause: String,
+    },
+    /// No answer within the client's timeout.
+    #[error("{request}: {cause}")]
+    Timeout {
+        /// The request.
+        request: String,
+        /// Why, with its cause chain.
+        cause: String,
+    },
+    /// An answer with a status this call does not accept.
+    #[error("{request}: {status}: {error}")]
+    Status {
+        /// The request.
+        request: String,
+        /// The HTTP status.
+        status: reqwest::StatusCode,
+        /// The agent's `error` (or the start of its body).
+        error: String,
+    },
+    /// An answer whose body does not decode.
+    #[error("{request}: {}: {cause}", match .status { Some(s) => format!("{s} with undecodable body"), None => "undecodable state".to_string() })]
+    Decode {
+        /// The request.
+        request: String,
+        /// The status, for an answer other than a state read.
+        status: Option<u16>,
+        /// The decoder's words.
+        cause: String,
+    },
+}
+
+impl CallError {
+    fn transport(request: String, e: reqwest::Error) -> Self {
+        let timeout = e.is_timeout();
+        let cause = error_chain(&e.without_url());
+        if timeout {
+            CallError::Timeout { request, cause }
+        } else {
+            CallError::Connect { request, cause }
+        }
+    }
+}
 
 /// The agents' HTTP client. Clones share the connection pool and the credentials, so a
 /// rotated credential ([`AgentClient::set_credentials`]) reaches every clone at once.
@@ -118,6 +170,7 @@ impl AgentClient {
     /// `GET /v1/state[?verify=1]`.
     pub async fn state(&self, ep: &Endpoint, verify: bool) -> Result<StateResponse, CallError> {
         let url = format!("{}/v1/state{}", ep.url, if verify { "?verify=1" } else { "" });
+        let request = format!("GET {url}");
         let creds = self.credentials();
         let resp = self
             .http
@@ -125,19 +178,19 @@ impl AgentClient {
             .basic_auth(&creds.user, Some(&creds.password))
             .send()
             .await
-            .map_err(|e| CallError(format!("GET {url}: {}", error_chain(&e.without_url()))))?;
+            .map_err(|e| CallError::transport(request.clone(), e))?;
         let status = resp.status();
-        let body =
-            resp.bytes().await.map_err(|e| CallError(format!("GET {url}: {}", error_chain(&e.without_url()))))?;
+        let body = resp.bytes().await.map_err(|e| CallError::transport(request.clone(), e))?;
         if !status.is_success() {
-            return Err(CallError(format!("GET {url}: {status}: {}", error_text(&body))));
+            return Err(CallError::Status { request, status, error: error_text(&body) });
         }
-        serde_json::from_slice(&body).map_err(|e| CallError(format!("GET {url}: undecodable state: {e}")))
+        serde_json::from_slice(&body).map_err(|e| CallError::Decode { request, status: None, cause: e.to_string() })
     }
 
     /// `POST /v1/apply`.
     pub async fn apply(&self, ep: &Endpoint, req: &ApplyRequest) -> Result<ApplyAnswer, CallError> {
         let url = format!("{}/v1/apply", ep.url);
+        let request = format!("POST {url}");
         let creds = self.credentials();
         let resp = self
             .http
@@ -146,22 +199,24 @@ impl AgentClient {
             .json(req)
             .send()
             .await
-            .map_err(|e| CallError(format!("POST {url}: {}", error_chain(&e.without_url()))))?;
+            .map_err(|e| CallError::transport(request.clone(), e))?;
         let status = resp.status().as_u16();
-        let body =
-            resp.bytes().await.map_err(|e| CallError(format!("POST {url}: {}", error_chain(&e.without_url()))))?;
-        let decode_err = |e: serde_json::Error| CallError(format!("POST {url}: {status} with undecodable body: {e}"));
+        let body = resp.bytes().await.map_err(|e| CallError::transport(request.clone(), e))?;
+        let decode_err = |e: serde_json::Error| CallError::Decode {
+            request: request.clone(),
+            status: Some(status),
+            cause: e.to_string(),
+        };
         match status {
             200 => Ok(ApplyAnswer::Ack(serde_json::from_slice(&body).map_err(decode_err)?)),
             409 => Ok(ApplyAnswer::Conflict(serde_json::from_slice(&body).map_err(decode_err)?)),
             422 => Ok(ApplyAnswer::Nack(serde_json::from_slice(&body).map_err(decode_err)?)),
             // HAProxy is not running on the pod: a failure of the pod, never a rejected render.
-            // (A 5xx: the deployer retries it exactly, then fails the pod with these words.)
             503 if haproxy_unavailable(&body).is_some() => {
                 let why = haproxy_unavailable(&body).unwrap_or_default();
                 let error =
                     if why.starts_with("HAProxy not running") { why } else { format!("HAProxy not running: {why}") };
-                Ok(ApplyAnswer::Refused { status, error })
+                Ok(ApplyAnswer::HaproxyDown(error))
             }
             _ => Ok(ApplyAnswer::Refused { status, error: format!("POST {url}: {status}: {}", error_text(&body)) }),
         }
@@ -232,9 +287,7 @@ mod tests {
         }))
         .unwrap();
         match client.apply(&ep, &req).await {
-            Ok(ApplyAnswer::Refused { status: 503, error }) => {
-                assert_eq!(error, "HAProxy not running (master pid 7 is gone)")
-            }
+            Ok(ApplyAnswer::HaproxyDown(error)) => assert_eq!(error, "HAProxy not running (master pid 7 is gone)"),
             other => panic!("wanted a 503 failure, got {other:?}"),
         }
         server.await.unwrap();
@@ -297,14 +350,14 @@ mod tests {
         let ca = std::fs::read(d.path().join("ca.pem")).unwrap();
         let trusting = AgentClient::with_ca(creds.clone(), Duration::from_secs(10), Some(&ca)).unwrap();
         match trusting.apply(&ep, &req).await {
-            Ok(ApplyAnswer::Refused { status: 503, error }) => {
+            Ok(ApplyAnswer::HaproxyDown(error)) => {
                 assert_eq!(error, "HAProxy not running: over TLS", "the exchange went through TLS")
             }
             other => panic!("wanted the TLS server's 503, got {other:?}"),
         }
         let untrusting = AgentClient::new(creds, Duration::from_secs(10)).unwrap();
         let err = untrusting.apply(&ep, &req).await.unwrap_err();
-        assert!(!err.0.contains("HAProxy not running"), "an untrusted certificate was accepted: {err}");
+        assert!(matches!(err, CallError::Connect { .. }), "an untrusted certificate was accepted: {err}");
         assert!(AgentClient::with_ca(
             Credentials { user: "u".into(), password: "p".into() },
             Duration::from_secs(1),

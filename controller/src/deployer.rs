@@ -59,7 +59,12 @@ pub enum PodOutcome {
     /// It ACKed and runs the render.
     Converged(Mode),
     /// It ACKed; a paced reload is scheduled and followed up in the background.
-    ReloadPending(Mode),
+    ReloadPending {
+        /// The mode of the apply.
+        mode: Mode,
+        /// How long after the answer the reload is due (0: due now, or not said).
+        due_in_ms: u64,
+    },
     /// HAProxy refused the render (NACK), in its words.
     Rejected(String),
     /// It could not be brought to the render.
@@ -70,7 +75,7 @@ pub enum PodOutcome {
 
 impl PodOutcome {
     fn is_ok(&self) -> bool {
-        matches!(self, PodOutcome::Unchanged | PodOutcome::Converged(_) | PodOutcome::ReloadPending(_))
+        matches!(self, PodOutcome::Unchanged | PodOutcome::Converged(_) | PodOutcome::ReloadPending { .. })
     }
 }
 
@@ -88,17 +93,58 @@ pub struct DeploymentReport {
     pub reloads_due_in: Option<Duration>,
 }
 
+/// How a deployment ended: the `result` label of `haptic_deployments_total` and the status's
+/// `last_deployment` (`success`, `partial`, `failed`, `stood_down`, `timeout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeploymentResult {
+    /// Every pod ACKed (or already ran the render).
+    Success,
+    /// Some pods ACKed, others did not.
+    Partial,
+    /// No pod ACKed.
+    Failed,
+    /// This controller stood down during it.
+    StoodDown,
+    /// The deployment timeout cancelled it.
+    Timeout,
+}
+
+impl DeploymentResult {
+    /// The label text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeploymentResult::Success => "success",
+            DeploymentResult::Partial => "partial",
+            DeploymentResult::Failed => "failed",
+            DeploymentResult::StoodDown => "stood_down",
+            DeploymentResult::Timeout => "timeout",
+        }
+    }
+
+    /// Whether some pods were left off the target (a retry with backoff follows).
+    pub fn left_pods_behind(self) -> bool {
+        matches!(self, DeploymentResult::Partial | DeploymentResult::Failed)
+    }
+}
+
+impl std::fmt::Display for DeploymentResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl DeploymentReport {
-    /// `success`, `partial`, `failed` or `stood_down`.
-    pub fn result(&self) -> &'static str {
+    /// How it ended (never [`DeploymentResult::Timeout`]: a timed-out deployment has no report).
+    pub fn result(&self) -> DeploymentResult {
         if self.pods.iter().any(|(_, o)| matches!(o, PodOutcome::StoodDown(_))) {
-            "stood_down"
+            DeploymentResult::StoodDown
         } else if self.pods.iter().all(|(_, o)| o.is_ok()) {
-            "success"
+            DeploymentResult::Success
         } else if self.pods.iter().any(|(_, o)| o.is_ok()) {
-            "partial"
+            DeploymentResult::Partial
         } else {
-            "failed"
+            DeploymentResult::Failed
         }
     }
 
@@ -165,8 +211,22 @@ impl PlanCache {
     }
 }
 
+/// What a pod's diff depends on: pods with equal keys share one diff within a deployment.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct DiffKey {
+    /// The baseline's plan (none: complete state).
+    baseline: Option<PlanId>,
+    /// Whether the baseline carries its `haproxy.cfg` text (a runtime diff needs it).
+    baseline_has_cfg: bool,
+    /// The agent's API major version.
+    api_major: u32,
+    /// Whether the agent runs runtime batches.
+    runtime_batches: bool,
+    /// The op kinds the agent runs, sorted.
+    ops: Vec<String>,
+}
+
 /// Diffs shared by pods with the same baseline and capabilities, within one deployment.
-type DiffKey = (Option<PlanId>, bool, u32, bool, Vec<String>);
 #[derive(Debug, Default)]
 struct SharedDiffs(Mutex<HashMap<DiffKey, Arc<OnceLock<PlanDiff>>>>);
 
@@ -185,7 +245,7 @@ pub struct Deployer {
     fence: Arc<dyn FenceHolder>,
     board: Arc<StatusBoard>,
     metrics: Arc<Metrics>,
-    cfg: DeployerConfig,
+    cfg: Mutex<DeployerConfig>,
     cache: Mutex<PlanCache>,
     known: Mutex<HashMap<String, Known>>,
     follow_ups: Mutex<Tickets>,
@@ -196,7 +256,7 @@ pub struct Deployer {
 
 impl std::fmt::Debug for Deployer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Deployer").field("cfg", &self.cfg).finish()
+        f.debug_struct("Deployer").field("cfg", &self.config()).finish()
     }
 }
 
@@ -238,7 +298,7 @@ impl Deployer {
             fence,
             board,
             metrics,
-            cfg,
+            cfg: Mutex::new(cfg),
             cache: Mutex::default(),
             known: Mutex::default(),
             follow_ups: Mutex::default(),
@@ -246,6 +306,16 @@ impl Deployer {
             follow_up_events: Mutex::default(),
             stop: CancellationToken::new(),
         }
+    }
+
+    /// The settings the next deployment uses.
+    pub fn config(&self) -> DeployerConfig {
+        lock(&self.cfg).clone()
+    }
+
+    /// Replaces the settings: deployments and follow-ups started from now on use them.
+    pub fn retune(&self, cfg: DeployerConfig) {
+        *lock(&self.cfg) = cfg;
     }
 
     /// Where the ends of background follow-ups are reported from now on (replacing any earlier
@@ -286,6 +356,7 @@ impl Deployer {
         kind: DeployKind,
     ) -> DeploymentReport {
         let started = Instant::now();
+        let cfg = self.config();
         self.remember(&render);
         let shared = Arc::new(SharedDiffs::default());
         let pods: Vec<(String, PodOutcome, Option<Instant>)> = futures::stream::iter(endpoints)
@@ -298,32 +369,24 @@ impl Deployer {
                     // the pod is about to hold a newer plan.
                     me.stop_poller(&ep.name);
                     let fut = me.deploy_pod(&ep, &render, kind, &shared);
-                    let outcome = match tokio::time::timeout(me.cfg.sync_timeout, fut).await {
+                    let outcome = match tokio::time::timeout(cfg.sync_timeout, fut).await {
                         Ok(o) => o,
                         Err(_) => {
                             lock(&me.known).remove(&ep.name);
-                            me.fail(&ep, format!("no answer within the sync timeout ({:?})", me.cfg.sync_timeout))
+                            me.fail(&ep, format!("no answer within the sync timeout ({:?})", cfg.sync_timeout))
                         }
                     };
                     // A scheduled reload is followed up outside the deployment slot, so a newer
                     // render reaches the pod before its paced reload runs.
                     let mut due_at = None;
-                    if let PodOutcome::ReloadPending(mode) = outcome {
-                        let due = me
-                            .board
-                            .snapshot()
-                            .pods
-                            .iter()
-                            .find(|p| p.pod == ep.name)
-                            .and_then(|p| p.pending_reload.as_ref().map(|r| r.due_in_ms))
-                            .unwrap_or(0);
-                        due_at = Some(Instant::now() + Duration::from_millis(due));
-                        me.spawn_follow_up(ep.clone(), render.plan_id(), mode, due);
+                    if let PodOutcome::ReloadPending { mode, due_in_ms } = outcome {
+                        due_at = Some(Instant::now() + Duration::from_millis(due_in_ms));
+                        me.spawn_follow_up(ep.clone(), render.plan_id(), mode, due_in_ms, cfg.sync_timeout);
                     }
                     (ep.name.clone(), outcome, due_at)
                 }
             })
-            .buffer_unordered(self.cfg.max_parallel.max(1))
+            .buffer_unordered(cfg.max_parallel.max(1))
             .collect()
             .await;
         let dues: Option<Vec<Instant>> = pods.iter().map(|(_, _, d)| *d).collect();
@@ -365,7 +428,7 @@ impl Deployer {
     }
 
     async fn read_state(&self, ep: &Endpoint, verify: bool) -> Result<StateResponse, String> {
-        let s = self.client.state(ep, verify).await.map_err(|e| e.0)?;
+        let s = self.client.state(ep, verify).await.map_err(|e| e.to_string())?;
         self.board.pod(&ep.name, |p| p.observe(&s));
         lock(&self.known).insert(ep.name.clone(), Known::of(&s));
         Ok(s)
@@ -394,13 +457,13 @@ impl Deployer {
         let base = self.baseline(pod, k);
         let mut ops = k.caps.ops.clone();
         ops.sort();
-        let key: DiffKey = (
-            base.as_ref().map(|b| b.plan_id),
-            base.as_ref().is_some_and(|b| b.cfg_text.is_some()),
-            k.api.major,
-            k.caps.runtime_batches,
+        let key = DiffKey {
+            baseline: base.as_ref().map(|b| b.plan_id),
+            baseline_has_cfg: base.as_ref().is_some_and(|b| b.cfg_text.is_some()),
+            api_major: k.api.major,
+            runtime_batches: k.caps.runtime_batches,
             ops,
-        );
+        };
         let cell = lock(&shared.0).entry(key).or_default().clone();
         cell.get_or_init(|| plan(base.as_deref(), render, k.api, &k.caps)).clone()
     }
@@ -500,11 +563,15 @@ impl Deployer {
                     info!(conflict = c.conflict.as_str(), "409: {}", c.error);
                     Answer::Conflict { kind: c.conflict, fence: c.fence.clone(), missing: c.missing.clone() }
                 }
+                Ok(ApplyAnswer::HaproxyDown(why)) => {
+                    // HAProxy down on the pod is a real answer: the pod fails at once.
+                    self.metrics.apply(req.mode.as_str(), "error");
+                    Answer::Refused(why.clone())
+                }
                 Ok(ApplyAnswer::Refused { status, error }) => {
                     self.metrics.apply(req.mode.as_str(), "error");
-                    if *status >= 500 && !error.starts_with("HAProxy not running") {
+                    if *status >= 500 {
                         // No real answer (a proxy, an overloaded agent): retry the same apply.
-                        // HAProxy down on the pod is a real answer: the pod fails at once.
                         Answer::Transport(error.clone())
                     } else {
                         Answer::Refused(error.clone())
@@ -512,7 +579,7 @@ impl Deployer {
                 }
                 Err(e) => {
                     self.metrics.apply(req.mode.as_str(), "error");
-                    Answer::Transport(e.0.clone())
+                    Answer::Transport(e.to_string())
                 }
             });
             let step = next(&mut attempts, judged);
@@ -605,7 +672,7 @@ impl Deployer {
         } else {
             let mode = s.applied.as_ref().map(|a| a.mode).unwrap_or(Mode::Reload);
             self.board.pod(&ep.name, |p| p.phase = Phase::ReloadPending);
-            PodOutcome::ReloadPending(mode)
+            PodOutcome::ReloadPending { mode, due_in_ms: s.pending_reload.as_ref().map_or(0, |r| r.due_in_ms) }
         }
     }
 
@@ -636,6 +703,7 @@ impl Deployer {
         }
         // A reload state this controller does not know is followed up like a scheduled one.
         let scheduled = ack.reload.as_ref().filter(|r| r.state != haptic_protocol::ReloadState::Done);
+        let due_in_ms = scheduled.and_then(|r| r.due_in_ms).unwrap_or(0);
         let converged = ack.running == Some(target);
         info!(pod = %ep.name, plan = %target.short(), mode = %ack.mode, converged, "ACK");
         self.board.pod(&ep.name, |p| {
@@ -646,19 +714,18 @@ impl Deployer {
             p.last_error = None;
             p.last_apply_at = Some(now_rfc3339());
             p.last_apply_duration_ms = Some(started.elapsed().as_millis() as u64);
-            p.pending_reload = scheduled
-                .map(|r| haptic_protocol::PendingReload { plan_id: target, due_in_ms: r.due_in_ms.unwrap_or(0) });
+            p.pending_reload = scheduled.map(|_| haptic_protocol::PendingReload { plan_id: target, due_in_ms });
             p.phase = if converged { Phase::Converged } else { Phase::ReloadPending };
         });
         if converged {
             PodOutcome::Converged(ack.mode)
         } else {
-            PodOutcome::ReloadPending(ack.mode)
+            PodOutcome::ReloadPending { mode: ack.mode, due_in_ms }
         }
     }
 
     /// Follows up a pod's scheduled reload in the background, superseding any older follow-up.
-    fn spawn_follow_up(self: &Arc<Self>, ep: Endpoint, target: PlanId, mode: Mode, due_in_ms: u64) {
+    fn spawn_follow_up(self: &Arc<Self>, ep: Endpoint, target: PlanId, mode: Mode, due_in_ms: u64, sync: Duration) {
         let ticket = lock(&self.follow_ups).issue(&ep.name, target);
         let me = self.clone();
         let span = tracing::info_span!("follow_up", pod = %ep.name, plan = %target.short());
@@ -668,7 +735,7 @@ impl Deployer {
                 let stop = me.stop.clone();
                 tokio::select! {
                     _ = stop.cancelled() => {}
-                    () = me.follow_up(&ep, &ticket, mode, due_in_ms) => {}
+                    () = me.follow_up(&ep, &ticket, mode, due_in_ms, sync) => {}
                 }
             }
             .instrument(span),
@@ -688,10 +755,11 @@ impl Deployer {
     }
 
     /// Polls a pod until it runs the ticket's plan (converged), its applied plan moves on, or the
-    /// deadline (`due_in_ms` + sync timeout) passes (failed); returns quietly once superseded.
-    async fn follow_up(&self, ep: &Endpoint, ticket: &Ticket, mode: Mode, due_in_ms: u64) {
+    /// deadline (`due_in_ms` + `sync`, the sync timeout) passes (failed); returns quietly once
+    /// superseded.
+    async fn follow_up(&self, ep: &Endpoint, ticket: &Ticket, mode: Mode, due_in_ms: u64, sync: Duration) {
         let due_in = Duration::from_millis(due_in_ms);
-        let deadline = Instant::now() + due_in + self.cfg.sync_timeout;
+        let deadline = Instant::now() + due_in + sync;
         let target = ticket.plan;
         for polls in 0u32.. {
             tokio::time::sleep(poll_delay(polls, due_in)).await;
@@ -705,7 +773,7 @@ impl Deployer {
                     running: s.running.as_ref().map(|r| r.plan_id),
                     last_error: s.last_error.clone(),
                 },
-                Err(e) => Poll::Unreachable(e.0.clone()),
+                Err(e) => Poll::Unreachable(e.to_string()),
             };
             let step = judge(target, poll, Instant::now() >= deadline);
             // Judged and recorded under the tickets' lock, so a newer apply that supersedes this
@@ -795,10 +863,26 @@ mod tests {
             duration: Duration::ZERO,
             reloads_due_in: None,
         };
-        assert_eq!(rep(vec![PodOutcome::Unchanged, PodOutcome::Converged(Mode::Runtime)]).result(), "success");
-        assert_eq!(rep(vec![PodOutcome::Unchanged, PodOutcome::Failed("x".into())]).result(), "partial");
-        assert_eq!(rep(vec![PodOutcome::Rejected("x".into())]).result(), "failed");
+        use DeploymentResult::*;
+        assert_eq!(rep(vec![PodOutcome::Unchanged, PodOutcome::Converged(Mode::Runtime)]).result(), Success);
+        assert_eq!(rep(vec![PodOutcome::Unchanged, PodOutcome::Failed("x".into())]).result(), Partial);
+        assert_eq!(rep(vec![PodOutcome::Rejected("x".into())]).result(), Failed);
         let sd = rep(vec![PodOutcome::Unchanged, PodOutcome::StoodDown("other".into())]);
-        assert_eq!((sd.result(), sd.stood_down()), ("stood_down", Some("other")));
+        assert_eq!((sd.result(), sd.stood_down()), (StoodDown, Some("other")));
+        // The text is public (a metric label, the status JSON): it stays these words.
+        let words: Vec<String> = [Success, Partial, Failed, StoodDown, Timeout]
+            .iter()
+            .map(|r| format!("{r}|{}", serde_json::to_string(r).unwrap()))
+            .collect();
+        assert_eq!(
+            words,
+            [
+                "success|\"success\"",
+                "partial|\"partial\"",
+                "failed|\"failed\"",
+                "stood_down|\"stood_down\"",
+                "timeout|\"timeout\""
+            ]
+        );
     }
 }

@@ -4,9 +4,11 @@
 //! slot, deploying only a gated (or, while optimistic, not yet refused) render and only with at
 //! least one endpoint, reverting to the last good render on a refusal, retrying the latest after
 //! a deployment timeout, and drift repair after an idle interval (sooner, with backoff, while
-//! pods are left failed) — and the async [`Driver`]
-//! that feeds it (render source, endpoint source, gate checks, deployment completions, the ends
-//! of background follow-ups, timers). A deployment is in flight until every pod has ACKed or
+//! pods are left failed), with every timer those need (the deployment deadline, the drift and
+//! retry timer, the hold) asked for as [`Action::Arm`] at explicit instants — and the async
+//! [`Driver`], a small executor that feeds it (render source, endpoint source, gate checks,
+//! deployment completions, the ends of background follow-ups, fired timers, new [`Tuning`]) and
+//! carries out its actions. A deployment is in flight until every pod has ACKed or
 //! failed; scheduled reloads are followed up outside it (see [`crate::followup`]), and the next
 //! render dispatches as soon as it ends — unless every pod of the deployment that just ended has
 //! a paced reload scheduled: the agent's pacer folds whatever plan is latest at the due time
@@ -14,7 +16,7 @@
 //! (renders keep coalescing, latest wins) until a lead before the earliest due reload
 //! ([`hold_for`]), so the latest render still reaches every pod before its reload. Only renders
 //! that need a reload wait there: a runtime or file_only render goes out at once even while held
-//! ([`needs_reload`]; BRIEF §4 "never held back").
+//! ([`needs_reload`]: the agents never hold back a runtime or file_only apply either).
 //! It must never talk to pods itself (the deployer does) and never let a refused render become
 //! the target.
 
@@ -22,17 +24,32 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use haptic_protocol::PlanId;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::deployer::{DeployKind, Deployer, DeploymentReport, FollowUpEnd};
+use crate::app::Tuning;
+use crate::deployer::{
+    DeployKind, Deployer, DeployerConfig, DeploymentReport, DeploymentResult, FollowUpEnd, PodOutcome,
+};
 use crate::gate::{Checker, GateMode, Latch, Verdict};
 use crate::metrics::Metrics;
 use crate::render::Render;
 use crate::seams::{Endpoint, EndpointSource, RenderEvent, RenderSource};
 use crate::status::{GateStatus, StatusBoard};
+
+/// A timer the core asks for. At most one of each kind is armed: arming one replaces the armed
+/// one of its kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timer {
+    /// The deployment with this id passes its deadline.
+    Deadline(u64),
+    /// A drift pass (or the retry of pods left off the target) is due.
+    Drift,
+    /// The hold with this token is over.
+    Hold(u64),
+}
 
 /// What the scheduler reacts to.
 #[derive(Debug, Clone)]
@@ -43,14 +60,19 @@ pub enum Input {
     Verdict(Arc<Render>, Verdict),
     /// The endpoint set changed.
     Endpoints(Vec<Endpoint>),
-    /// A deployment ended: its report, or `None` when the deployment timeout cancelled it.
-    Finished(u64, Option<DeploymentReport>),
-    /// The fleet has been idle for the drift interval.
-    DriftDue,
+    /// A deployment's task ended with its report.
+    Finished(u64, DeploymentReport),
     /// A background follow-up of a scheduled reload ended.
-    FollowUpEnded(FollowUpEnd),
-    /// The hold asked for by [`Action::Hold`] with this token is over.
-    HoldOver(u64),
+    FollowUpEnded {
+        /// How it ended.
+        end: FollowUpEnd,
+        /// How many follow-ups were still running when it ended.
+        still_running: usize,
+    },
+    /// A timer armed by [`Action::Arm`] fired.
+    Fired(Timer),
+    /// New settings (gate mode and timers; they apply from the next decision on).
+    Tuning(Timing),
 }
 
 /// What the scheduler asks for.
@@ -69,17 +91,50 @@ pub enum Action {
         /// Why.
         kind: DeployKind,
     },
-    /// Hold the pending slot for `wait`, then feed [`Input::HoldOver`] with `token`.
-    Hold {
-        /// Identifies this hold.
-        token: u64,
-        /// How long.
-        wait: Duration,
+    /// Cancel the deployment in flight (its deadline passed); it counts as ended.
+    Cancel {
+        /// Its id.
+        id: u64,
     },
+    /// The deployment in flight ended (recorded in metrics and status).
+    Ended {
+        /// Its id.
+        id: u64,
+        /// How.
+        result: DeploymentResult,
+    },
+    /// Feed [`Input::Fired`] with `timer` at `at` (replacing an armed timer of its kind).
+    Arm {
+        /// Which.
+        timer: Timer,
+        /// When.
+        at: Instant,
+        /// Why, for the log.
+        why: Wake,
+    },
+    /// Forget the armed timer of this kind.
+    Disarm(Timer),
+}
+
+/// Why a timer is armed (for the log only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// The deployment safety net.
+    Deadline,
+    /// The next drift pass of an idle fleet.
+    Drift,
+    /// Pods were left off the target: a verified retry, with backoff.
+    Retry,
+    /// Every pod has a paced reload scheduled: newer renders wait until shortly before it.
+    Hold,
 }
 
 /// The least time before a scheduled reload is due that a held render is dispatched.
 pub const MIN_LEAD: Duration = Duration::from_millis(150);
+
+/// The first retry delay after a deployment that left pods failed; it doubles up to the drift
+/// interval and resets on success.
+pub const FIRST_RETRY: Duration = Duration::from_secs(1);
 
 /// How long to hold the pending slot after `report`: only when every pod ended with a paced
 /// reload scheduled, until a lead (the larger of [`MIN_LEAD`] and twice the deployment's
@@ -90,9 +145,56 @@ pub fn hold_for(report: &DeploymentReport) -> Option<Duration> {
     due.checked_sub(lead).filter(|d| !d.is_zero())
 }
 
+/// The core's timing and gate settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// The gate latch's resting mode.
+    pub gate: GateMode,
+    /// Safety net for one wave of a deployment (see [`deployment_deadline`]).
+    pub deployment_timeout: Duration,
+    /// Pods applied to at once (the deployer's `max_parallel`).
+    pub max_parallel: usize,
+    /// Idle time before a drift repair.
+    pub drift_interval: Duration,
+}
+
+impl Timing {
+    /// The defaults of `run` (`--deployment-timeout 30s`, `--max-parallel 16`,
+    /// `--drift-interval 60s`) with the latch resting in `gate`.
+    pub fn new(gate: GateMode) -> Self {
+        Timing {
+            gate,
+            deployment_timeout: Duration::from_secs(30),
+            max_parallel: 16,
+            drift_interval: Duration::from_secs(60),
+        }
+    }
+}
+
+impl From<Tuning> for Timing {
+    fn from(t: Tuning) -> Self {
+        Timing {
+            gate: t.gate,
+            deployment_timeout: t.deployment_timeout,
+            max_parallel: t.max_parallel,
+            drift_interval: t.drift_interval,
+        }
+    }
+}
+
+/// The deployment in flight.
+#[derive(Debug, Clone)]
+struct InFlight {
+    id: u64,
+    render: Arc<Render>,
+    kind: DeployKind,
+}
+
 /// The scheduler's pure state.
 #[derive(Debug)]
 pub struct Core {
+    timing: Timing,
+    now: Instant,
     latch: Latch,
     latest: Option<Arc<Render>>,
     last_good: Option<Arc<Render>>,
@@ -100,19 +202,28 @@ pub struct Core {
     checking: bool,
     check_pending: Option<Arc<Render>>,
     endpoints: Vec<Endpoint>,
-    in_flight: Option<(u64, Arc<Render>, DeployKind)>,
+    in_flight: Option<InFlight>,
     pending: Option<(Arc<Render>, DeployKind)>,
     next_id: u64,
     stood_down: bool,
     render_error: Option<String>,
     held: Option<u64>,
+    retry: Option<Duration>,
+    drift_at: Option<Instant>,
 }
 
 impl Core {
-    /// A core with the latch resting in `mode`.
+    /// A core with the latch resting in `mode` and the default timing.
     pub fn new(mode: GateMode) -> Self {
+        Self::with_timing(Timing::new(mode))
+    }
+
+    /// A core with these settings.
+    pub fn with_timing(timing: Timing) -> Self {
         Core {
-            latch: Latch::new(mode),
+            timing,
+            now: Instant::now(),
+            latch: Latch::new(timing.gate),
             latest: None,
             last_good: None,
             target: None,
@@ -125,6 +236,8 @@ impl Core {
             stood_down: false,
             render_error: None,
             held: None,
+            retry: None,
+            drift_at: None,
         }
     }
 
@@ -140,7 +253,7 @@ impl Core {
 
     /// The id of the deployment in flight.
     pub fn in_flight(&self) -> Option<u64> {
-        self.in_flight.as_ref().map(|(id, _, _)| *id)
+        self.in_flight.as_ref().map(|f| f.id)
     }
 
     /// The plan waiting in the pending slot.
@@ -163,8 +276,14 @@ impl Core {
         self.stood_down
     }
 
-    /// Feeds one input; returns what to do.
-    pub fn on(&mut self, input: Input) -> Vec<Action> {
+    /// The current retry delay (pods left off the target), if one is running.
+    pub fn retry(&self) -> Option<Duration> {
+        self.retry
+    }
+
+    /// Feeds one input at `now`; returns what to do.
+    pub fn on(&mut self, now: Instant, input: Input) -> Vec<Action> {
+        self.now = now;
         let mut out = Vec::new();
         match input {
             Input::Render(Err(why)) => self.render_error = Some(why),
@@ -191,14 +310,14 @@ impl Core {
                         self.last_good = Some(r.clone());
                         let dispatched = self.target() == Some(plan)
                             || self.pending() == Some(plan)
-                            || self.in_flight.as_ref().is_some_and(|(_, f, _)| f.plan_id() == plan);
+                            || self.in_flight.as_ref().is_some_and(|f| f.render.plan_id() == plan);
                         if is_latest && !dispatched {
                             self.enqueue(r, DeployKind::Normal, &mut out);
                         }
                     }
                     Verdict::Refused(_) => {
                         let took_it = self.target() == Some(plan)
-                            || self.in_flight.as_ref().is_some_and(|(_, f, _)| f.plan_id() == plan);
+                            || self.in_flight.as_ref().is_some_and(|f| f.render.plan_id() == plan);
                         if self.pending() == Some(plan) {
                             self.pending = None;
                         }
@@ -226,49 +345,112 @@ impl Core {
                 }
             }
             Input::Finished(id, report) => {
-                let Some((fid, render, kind)) = self.in_flight.take() else { return out };
-                if fid != id {
-                    self.in_flight = Some((fid, render, kind));
-                    return out;
+                if self.in_flight() == Some(id) {
+                    out.push(Action::Disarm(Timer::Deadline(id)));
+                    self.finish(id, Some(report), &mut out);
                 }
-                match report {
-                    None => {
-                        // Timed out: retry the latest (the pending slot, else the same render).
-                        if self.pending.is_none() {
-                            self.pending = Some((render, kind));
-                        }
-                    }
-                    Some(rep) if rep.stood_down().is_some() => {
-                        self.stood_down = true;
-                        self.pending = None;
-                    }
-                    Some(rep) => {
-                        if let Some(wait) = hold_for(&rep) {
-                            self.held = Some(id);
-                            out.push(Action::Hold { token: id, wait });
-                        }
-                    }
-                }
-                self.try_start(&mut out);
             }
-            Input::DriftDue => {
-                if self.in_flight.is_none() && self.pending.is_none() {
+            Input::Fired(Timer::Deadline(id)) => {
+                if self.in_flight() == Some(id) {
+                    out.push(Action::Cancel { id });
+                    self.finish(id, None, &mut out);
+                }
+            }
+            Input::Fired(Timer::Drift) => {
+                self.drift_at = None;
+                if self.in_flight.is_some() {
+                    // Busy: the deployment in flight ends with a new timer; until then, a
+                    // drift pass stays an interval away.
+                    self.arm_drift(self.timing.drift_interval, Wake::Drift, &mut out);
+                } else if self.pending.is_none() {
                     if let Some(t) = self.target.clone() {
                         self.enqueue(t, DeployKind::Drift, &mut out);
                     }
                 }
             }
-            // A converged pod needs nothing; a failed follow-up is retried by the driver's
-            // backoff timer (a drift pass), like a deployment that left pods failed.
-            Input::FollowUpEnded(_) => {}
-            Input::HoldOver(token) => {
+            Input::Fired(Timer::Hold(token)) => {
                 if self.held == Some(token) {
                     self.held = None;
                     self.try_start(&mut out);
                 }
             }
+            Input::FollowUpEnded { end, still_running } => {
+                if !end.converged && self.target() == Some(end.plan) {
+                    // A pod's paced reload did not bring the target into its worker: retry it
+                    // (verified), with the same doubling backoff as a deployment that left pods
+                    // failed (sooner than an armed drift pass, never later).
+                    let next = self.next_retry();
+                    if self.in_flight.is_none() {
+                        let at = self.now + next;
+                        if self.drift_at.is_none_or(|d| at < d) {
+                            self.arm_drift(next, Wake::Retry, &mut out);
+                        }
+                    }
+                } else if end.converged && still_running == 0 {
+                    // Every scheduled reload ran: the backoff starts afresh.
+                    self.retry = None;
+                }
+            }
+            Input::Tuning(t) => {
+                self.timing = t;
+                self.latch.mode = t.gate;
+            }
         }
         out
+    }
+
+    /// The deployment in flight ended: with its report, or cancelled at its deadline.
+    fn finish(&mut self, id: u64, report: Option<DeploymentReport>, out: &mut Vec<Action>) {
+        let Some(InFlight { render, kind, .. }) = self.in_flight.take() else { return };
+        let result = report.as_ref().map_or(DeploymentResult::Timeout, |r| r.result());
+        out.push(Action::Ended { id, result });
+        // Idle fleets get a drift pass after the interval; pods left failed get a (verified)
+        // retry sooner, with a doubling backoff.
+        if result.left_pods_behind() {
+            let next = self.next_retry();
+            self.arm_drift(next, Wake::Retry, out);
+        } else {
+            // Pods whose paced reload is still followed up have not shown success yet.
+            let reloads_pending = report
+                .as_ref()
+                .is_some_and(|r| r.pods.iter().any(|(_, o)| matches!(o, PodOutcome::ReloadPending { .. })));
+            if !reloads_pending {
+                self.retry = None;
+            }
+            self.arm_drift(self.timing.drift_interval, Wake::Drift, out);
+        }
+        match report {
+            None => {
+                // Timed out: retry the latest (the pending slot, else the same render).
+                if self.pending.is_none() {
+                    self.pending = Some((render, kind));
+                }
+            }
+            Some(rep) if rep.stood_down().is_some() => {
+                self.stood_down = true;
+                self.pending = None;
+            }
+            Some(rep) => {
+                if let Some(wait) = hold_for(&rep) {
+                    self.held = Some(id);
+                    out.push(Action::Arm { timer: Timer::Hold(id), at: self.now + wait, why: Wake::Hold });
+                }
+            }
+        }
+        self.try_start(out);
+    }
+
+    /// Doubles the retry delay (from [`FIRST_RETRY`], at most the drift interval).
+    fn next_retry(&mut self) -> Duration {
+        let next = self.retry.map_or(FIRST_RETRY, |d| d * 2).min(self.timing.drift_interval);
+        self.retry = Some(next);
+        next
+    }
+
+    fn arm_drift(&mut self, after: Duration, why: Wake, out: &mut Vec<Action>) {
+        let at = self.now + after;
+        self.drift_at = Some(at);
+        out.push(Action::Arm { timer: Timer::Drift, at, why });
     }
 
     fn enqueue(&mut self, r: Arc<Render>, kind: DeployKind, out: &mut Vec<Action>) {
@@ -289,16 +471,17 @@ impl Core {
         let Some((render, kind)) = self.pending.take() else { return };
         let id = self.next_id;
         self.next_id += 1;
-        self.in_flight = Some((id, render.clone(), kind));
+        self.in_flight = Some(InFlight { id, render: render.clone(), kind });
         self.target = Some(render.clone());
+        let limit = deployment_deadline(self.timing.deployment_timeout, self.endpoints.len(), self.timing.max_parallel);
         out.push(Action::Deploy { id, render, endpoints: self.endpoints.clone(), kind });
+        out.push(Action::Arm { timer: Timer::Deadline(id), at: self.now + limit, why: Wake::Deadline });
     }
-}
 
-impl Core {
     /// Whether the pending render needs a reload on top of the target (the plan the held pods
     /// applied). Only such renders wait for the pods' reload slot: runtime and file_only renders
-    /// are never held back (BRIEF §4), they land in the tree the scheduled reload will load.
+    /// are never held back (the agents apply them at once), they land in the tree the scheduled
+    /// reload will load.
     fn pending_needs_reload(&self) -> bool {
         let Some((pending, _)) = &self.pending else { return false };
         let Some(target) = &self.target else { return true };
@@ -320,56 +503,76 @@ pub fn deployment_deadline(per_wave: Duration, pods: usize, max_parallel: usize)
     per_wave.saturating_mul(u32::try_from(waves).unwrap_or(u32::MAX))
 }
 
-/// Timers of the driver.
-#[derive(Debug, Clone)]
-pub struct DriverConfig {
-    /// Safety net for one wave of a deployment (see [`deployment_deadline`]).
-    pub deployment_timeout: Duration,
-    /// Pods applied to at once (the deployer's `max_parallel`).
-    pub max_parallel: usize,
-    /// Idle time before a drift repair.
-    pub drift_interval: Duration,
+/// The armed timers of the driver: one slot per kind.
+#[derive(Debug, Default)]
+struct Timers {
+    deadline: Option<(u64, Instant)>,
+    drift: Option<Instant>,
+    hold: Option<(u64, Instant)>,
 }
 
-/// Feeds the core from the seams, the gate and the deployer, and runs its actions.
+impl Timers {
+    fn arm(&mut self, timer: Timer, at: Instant) {
+        match timer {
+            Timer::Deadline(id) => self.deadline = Some((id, at)),
+            Timer::Drift => self.drift = Some(at),
+            Timer::Hold(token) => self.hold = Some((token, at)),
+        }
+    }
+
+    fn disarm(&mut self, timer: Timer) {
+        match timer {
+            Timer::Deadline(_) => self.deadline = None,
+            Timer::Drift => self.drift = None,
+            Timer::Hold(_) => self.hold = None,
+        }
+    }
+
+    /// The earliest armed timer and its instant.
+    fn next(&self) -> Option<(Timer, Instant)> {
+        let all = [
+            self.deadline.map(|(id, at)| (Timer::Deadline(id), at)),
+            self.drift.map(|at| (Timer::Drift, at)),
+            self.hold.map(|(t, at)| (Timer::Hold(t), at)),
+        ];
+        all.into_iter().flatten().min_by_key(|(_, at)| *at)
+    }
+}
+
+/// Feeds the core from the seams, the gate, the deployer and its timers, and carries out the
+/// core's actions.
 pub struct Driver {
     core: Core,
     deployer: Arc<Deployer>,
     checker: Checker,
     board: Arc<StatusBoard>,
     metrics: Arc<Metrics>,
-    cfg: DriverConfig,
-    retry: Option<Duration>,
 }
-
-/// The first retry delay after a deployment that left pods failed; it doubles up to the drift
-/// interval and resets on success.
-const FIRST_RETRY: Duration = Duration::from_secs(1);
 
 impl std::fmt::Debug for Driver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Driver").field("core", &self.core).field("cfg", &self.cfg).finish()
+        f.debug_struct("Driver").field("core", &self.core).finish()
     }
 }
 
 impl Driver {
     /// A driver.
     pub fn new(
-        mode: GateMode,
+        timing: Timing,
         deployer: Arc<Deployer>,
         checker: Checker,
         board: Arc<StatusBoard>,
         metrics: Arc<Metrics>,
-        cfg: DriverConfig,
     ) -> Self {
-        Driver { core: Core::new(mode), deployer, checker, board, metrics, cfg, retry: None }
+        Driver { core: Core::with_timing(timing), deployer, checker, board, metrics }
     }
 
-    /// Runs until `shutdown`.
+    /// Runs until `shutdown`, taking on each change of `tuning`.
     pub async fn run(
         mut self,
         mut renders: Box<dyn RenderSource>,
         mut endpoints: Box<dyn EndpointSource>,
+        mut tuning: watch::Receiver<Tuning>,
         shutdown: CancellationToken,
     ) {
         let (in_tx, mut in_rx) = mpsc::unbounded_channel::<Input>();
@@ -395,40 +598,42 @@ impl Driver {
         });
         let tx = in_tx.clone();
         let mut follow_ups = self.deployer.follow_up_events();
+        let deployer = self.deployer.clone();
         let follow_up_task = tokio::spawn(async move {
             while let Some(end) = follow_ups.recv().await {
-                if tx.send(Input::FollowUpEnded(end)).is_err() {
+                let still_running = deployer.follow_ups_running();
+                if tx.send(Input::FollowUpEnded { end, still_running }).is_err() {
                     break;
                 }
             }
         });
 
-        let mut running: Option<(u64, tokio::task::JoinHandle<()>, Instant)> = None;
-        let mut drift_at: Option<Instant> = None;
-        let mut hold: Option<(u64, Instant)> = None;
+        let mut running: Option<(u64, tokio::task::JoinHandle<()>)> = None;
+        let mut timers = Timers::default();
+        let mut tuning_open = true;
         loop {
-            let deploy_deadline = running.as_ref().map(|(_, _, d)| *d);
+            let next = timers.next();
             let input = tokio::select! {
                 _ = shutdown.cancelled() => break,
                 Some(i) = in_rx.recv() => i,
-                _ = sleep_until_opt(deploy_deadline) => {
-                    let Some((id, handle, _)) = running.take() else { continue };
-                    handle.abort();
-                    error!(id, per_wave = ?self.cfg.deployment_timeout, "deployment timed out; cancelled it and retrying the latest render");
-                    self.deployer.forget_pods();
-                    Input::Finished(id, None)
+                _ = sleep_until_opt(next.map(|(_, at)| at)) => {
+                    let Some((timer, _)) = next else { continue };
+                    timers.disarm(timer);
+                    Input::Fired(timer)
                 }
-                _ = sleep_until_opt(drift_at) => {
-                    drift_at = None;
-                    Input::DriftDue
-                }
-                _ = sleep_until_opt(hold.map(|(_, at)| at)) => {
-                    let Some((token, _)) = hold.take() else { continue };
-                    Input::HoldOver(token)
+                r = tuning.changed(), if tuning_open => {
+                    if r.is_err() {
+                        tuning_open = false;
+                        continue;
+                    }
+                    let t = *tuning.borrow_and_update();
+                    info!(?t, "new settings for the running deployment loop");
+                    self.deployer.retune(DeployerConfig { max_parallel: t.max_parallel, sync_timeout: t.sync_timeout });
+                    Input::Tuning(t.into())
                 }
             };
-            let actions = self.observe_and_feed(input, &mut running, &mut drift_at);
-            for a in actions {
+            self.observe(&input);
+            for a in self.core.on(Instant::now(), input) {
                 match a {
                     Action::Check(r) => {
                         let checker = self.checker.clone();
@@ -445,18 +650,45 @@ impl Driver {
                         let tx = in_tx.clone();
                         let handle = tokio::spawn(async move {
                             let report = deployer.deploy(render, endpoints, kind).await;
-                            let _ = tx.send(Input::Finished(id, Some(report)));
+                            let _ = tx.send(Input::Finished(id, report));
                         });
-                        let limit = deployment_deadline(self.cfg.deployment_timeout, pods, self.cfg.max_parallel);
-                        running = Some((id, handle, Instant::now() + limit));
+                        running = Some((id, handle));
                     }
-                    Action::Hold { token, wait } => {
-                        info!(
-                            ?wait,
-                            "every pod has a paced reload scheduled; holding newer renders until shortly before it"
-                        );
-                        hold = Some((token, Instant::now() + wait));
+                    Action::Cancel { id } => {
+                        if let Some((rid, handle)) = running.take() {
+                            if rid == id {
+                                handle.abort();
+                            } else {
+                                running = Some((rid, handle));
+                            }
+                        }
+                        error!(id, "deployment timed out; cancelled it and retrying the latest render");
+                        self.deployer.forget_pods();
                     }
+                    Action::Ended { id, result } => {
+                        if running.as_ref().is_some_and(|(rid, _)| *rid == id) {
+                            running = None;
+                        }
+                        self.metrics.deployment(result.as_str());
+                        info!(id, %result, "deployment finished");
+                        self.board.controller(|c| {
+                            c.deployments += 1;
+                            c.last_deployment = Some(result);
+                        });
+                    }
+                    Action::Arm { timer, at, why } => {
+                        let wait = at.saturating_duration_since(Instant::now());
+                        match why {
+                            Wake::Retry => warn!(retry_in = ?wait, "some pods are not on the target; retrying"),
+                            Wake::Hold => info!(
+                                ?wait,
+                                "every pod has a paced reload scheduled; holding newer renders until shortly before it"
+                            ),
+                            Wake::Drift | Wake::Deadline => {}
+                        }
+                        timers.arm(timer, at);
+                    }
+                    Action::Disarm(timer) => timers.disarm(timer),
                 }
             }
             self.publish();
@@ -465,18 +697,14 @@ impl Driver {
         endpoint_task.abort();
         follow_up_task.abort();
         self.deployer.stop_follow_ups();
-        if let Some((_, h, _)) = running {
+        if let Some((_, h)) = running {
             h.abort();
         }
     }
 
-    fn observe_and_feed(
-        &mut self,
-        input: Input,
-        running: &mut Option<(u64, tokio::task::JoinHandle<()>, Instant)>,
-        drift_at: &mut Option<Instant>,
-    ) -> Vec<Action> {
-        match &input {
+    /// Logs, metrics and status of what comes in (the core decides nothing here).
+    fn observe(&self, input: &Input) {
+        match input {
             Input::Verdict(r, Verdict::Refused(out)) => {
                 self.metrics.gate_rejections.inc();
                 let first = out.lines().find(|l| l.contains("ALERT")).unwrap_or(out.as_str());
@@ -488,62 +716,14 @@ impl Driver {
                 self.board.set_endpoints(&list);
                 self.deployer.refresh_gauges();
             }
-            Input::Finished(id, report) => {
-                if running.as_ref().is_some_and(|(rid, _, _)| rid == id) {
-                    *running = None;
-                }
-                if self.core.in_flight() == Some(*id) {
-                    let result = report.as_ref().map_or("timeout", |r| r.result());
-                    self.metrics.deployment(result);
-                    info!(id, result, "deployment finished");
-                    self.board.controller(|c| {
-                        c.deployments += 1;
-                        c.last_deployment = Some(result.to_string());
-                    });
-                    // Idle fleets get a drift pass after the interval; pods left failed get a
-                    // (verified) retry sooner, with a doubling backoff.
-                    let wait = if matches!(result, "partial" | "failed") {
-                        let next = self.retry.map_or(FIRST_RETRY, |d| d * 2).min(self.cfg.drift_interval);
-                        self.retry = Some(next);
-                        warn!(retry_in = ?next, "some pods are not on the target; retrying");
-                        next
-                    } else {
-                        // Pods whose paced reload is still followed up have not shown success yet.
-                        let reloads_pending = report.as_ref().is_some_and(|r| {
-                            r.pods.iter().any(|(_, o)| matches!(o, crate::deployer::PodOutcome::ReloadPending(_)))
-                        });
-                        if !reloads_pending {
-                            self.retry = None;
-                        }
-                        self.cfg.drift_interval
-                    };
-                    *drift_at = Some(Instant::now() + wait);
-                }
+            Input::FollowUpEnded { end, .. } if !end.converged && self.core.target() == Some(end.plan) => {
+                warn!(pod = %end.pod, "a scheduled reload did not converge; retrying");
             }
-            Input::FollowUpEnded(end) if !end.converged && self.core.target() == Some(end.plan) => {
-                // A pod's paced reload did not bring the target into its worker: retry it
-                // (verified), with the same doubling backoff as a deployment that left pods failed.
-                let next = self.retry.map_or(FIRST_RETRY, |d| d * 2).min(self.cfg.drift_interval);
-                self.retry = Some(next);
-                warn!(pod = %end.pod, retry_in = ?next, "a scheduled reload did not converge; retrying");
-                if self.core.in_flight().is_none() {
-                    *drift_at = Some(drift_at.map_or(Instant::now() + next, |at| at.min(Instant::now() + next)));
-                }
-            }
-            Input::FollowUpEnded(end) if end.converged && self.deployer.follow_ups_running() == 0 => {
-                // Every scheduled reload ran: the backoff starts afresh.
-                self.retry = None;
-            }
-            Input::DriftDue => {
-                if self.core.in_flight().is_some() {
-                    *drift_at = Some(Instant::now() + self.cfg.drift_interval);
-                } else {
-                    info!("re-applying the target from verified state (drift repair or retry)");
-                }
+            Input::Fired(Timer::Drift) if self.core.in_flight().is_none() => {
+                info!("re-applying the target from verified state (drift repair or retry)");
             }
             _ => {}
         }
-        self.core.on(input)
     }
 
     fn publish(&self) {
@@ -566,7 +746,6 @@ async fn sleep_until_opt(at: Option<Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::deployer::PodOutcome;
     use haptic_protocol::Mode;
 
     fn r(n: u32) -> Arc<Render> {
@@ -596,76 +775,82 @@ mod tests {
             .collect()
     }
 
-    fn ok(plan: PlanId) -> Option<DeploymentReport> {
-        Some(DeploymentReport {
+    fn ok(plan: PlanId) -> DeploymentReport {
+        DeploymentReport {
             plan,
             pods: vec![("p1".into(), PodOutcome::Unchanged)],
             duration: Duration::ZERO,
             reloads_due_in: None,
-        })
+        }
+    }
+
+    /// The one instant the pure tests feed the core (timers are asked for relative to it).
+    fn t0() -> Instant {
+        static T0: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        *T0.get_or_init(Instant::now)
     }
 
     #[test]
     fn waits_for_endpoints_then_deploys_latest_wins() {
         let mut c = Core::new(GateMode::Optimistic);
-        let a = c.on(Input::Render(Ok(r(1))));
+        let a = c.on(t0(), Input::Render(Ok(r(1))));
         assert_eq!(checks(&a), vec![r(1).plan_id()]);
         assert!(deploys(&a).is_empty(), "no endpoints yet");
-        let a = c.on(Input::Endpoints(eps()));
+        let a = c.on(t0(), Input::Endpoints(eps()));
         assert_eq!(deploys(&a), vec![(1, r(1).plan_id(), DeployKind::Normal)]);
         // While deployment 1 runs, renders 2..=5 coalesce into the pending slot.
         for n in 2..=5 {
-            assert!(deploys(&c.on(Input::Render(Ok(r(n))))).is_empty());
+            assert!(deploys(&c.on(t0(), Input::Render(Ok(r(n))))).is_empty());
         }
         assert_eq!(c.pending(), Some(r(5).plan_id()));
-        let a = c.on(Input::Finished(1, ok(r(1).plan_id())));
+        let a = c.on(t0(), Input::Finished(1, ok(r(1).plan_id())));
         assert_eq!(deploys(&a), vec![(2, r(5).plan_id(), DeployKind::Normal)]);
         assert_eq!(c.target(), Some(r(5).plan_id()));
         // A stale completion id changes nothing.
-        assert!(c.on(Input::Finished(1, ok(r(1).plan_id()))).is_empty());
+        assert!(c.on(t0(), Input::Finished(1, ok(r(1).plan_id()))).is_empty());
         assert_eq!(c.in_flight(), Some(2));
     }
 
     #[test]
     fn scheduled_reloads_free_the_slot_and_newer_renders_dispatch_at_once() {
         let mut c = Core::new(GateMode::Optimistic);
-        c.on(Input::Endpoints(eps()));
-        let a = c.on(Input::Render(Ok(r(1))));
+        c.on(t0(), Input::Endpoints(eps()));
+        let a = c.on(t0(), Input::Render(Ok(r(1))));
         assert_eq!(deploys(&a), vec![(1, r(1).plan_id(), DeployKind::Normal)]);
         // While the apply round of deployment 1 runs, renders coalesce (latest wins).
         for n in 2..=4 {
-            assert!(deploys(&c.on(Input::Render(Ok(r(n))))).is_empty());
+            assert!(deploys(&c.on(t0(), Input::Render(Ok(r(n))))).is_empty());
         }
         // Every pod ACKed with a scheduled reload: the deployment is over, its reloads are
         // followed up in the background, and the pending render goes out at once.
-        let pending = Some(DeploymentReport {
+        let pending = DeploymentReport {
             plan: r(1).plan_id(),
-            pods: vec![("p1".into(), PodOutcome::ReloadPending(Mode::Reload))],
+            pods: vec![("p1".into(), PodOutcome::ReloadPending { mode: Mode::Reload, due_in_ms: 0 })],
             duration: Duration::ZERO,
             reloads_due_in: None,
-        });
-        let a = c.on(Input::Finished(1, pending));
+        };
+        let a = c.on(t0(), Input::Finished(1, pending));
         assert_eq!(deploys(&a), vec![(2, r(4).plan_id(), DeployKind::Normal)]);
         // With nothing pending, the next render dispatches the moment it arrives.
-        let rep = Some(DeploymentReport {
+        let rep = DeploymentReport {
             plan: r(4).plan_id(),
-            pods: vec![("p1".into(), PodOutcome::ReloadPending(Mode::Reload))],
+            pods: vec![("p1".into(), PodOutcome::ReloadPending { mode: Mode::Reload, due_in_ms: 0 })],
             duration: Duration::ZERO,
             reloads_due_in: None,
-        });
-        assert!(deploys(&c.on(Input::Finished(2, rep))).is_empty());
-        let a = c.on(Input::Render(Ok(r(5))));
+        };
+        assert!(deploys(&c.on(t0(), Input::Finished(2, rep))).is_empty());
+        let a = c.on(t0(), Input::Render(Ok(r(5))));
         assert_eq!(deploys(&a), vec![(3, r(5).plan_id(), DeployKind::Normal)]);
         // The end of a superseded plan's follow-up changes nothing in the core.
         let end = FollowUpEnd { pod: "p1".into(), plan: r(4).plan_id(), converged: false };
-        assert!(c.on(Input::FollowUpEnded(end)).is_empty());
+        assert!(c.on(t0(), Input::FollowUpEnded { end, still_running: 0 }).is_empty());
         assert_eq!((c.in_flight(), c.target()), (Some(3), Some(r(5).plan_id())));
     }
 
     fn pending_report(plan: PlanId, duration_ms: u64, due_ms: Option<u64>) -> DeploymentReport {
         DeploymentReport {
             plan,
-            pods: vec![("p1".into(), PodOutcome::ReloadPending(Mode::Reload))],
+            pods: vec![("p1".into(), PodOutcome::ReloadPending { mode: Mode::Reload, due_in_ms: 0 })],
             duration: Duration::from_millis(duration_ms),
             reloads_due_in: due_ms.map(Duration::from_millis),
         }
@@ -674,7 +859,7 @@ mod tests {
     fn holds(a: &[Action]) -> Vec<(u64, Duration)> {
         a.iter()
             .filter_map(|a| match a {
-                Action::Hold { token, wait } => Some((*token, *wait)),
+                Action::Arm { timer: Timer::Hold(token), at, .. } => Some((*token, *at - t0())),
                 _ => None,
             })
             .collect()
@@ -693,31 +878,31 @@ mod tests {
     #[test]
     fn renders_coalesce_while_held_and_the_latest_goes_out_before_the_reload() {
         let mut c = Core::new(GateMode::Optimistic);
-        c.on(Input::Endpoints(eps()));
-        c.on(Input::Render(Ok(r(1))));
-        let a = c.on(Input::Finished(1, Some(pending_report(r(1).plan_id(), 50, Some(1500)))));
+        c.on(t0(), Input::Endpoints(eps()));
+        c.on(t0(), Input::Render(Ok(r(1))));
+        let a = c.on(t0(), Input::Finished(1, pending_report(r(1).plan_id(), 50, Some(1500))));
         assert_eq!(holds(&a), vec![(1, Duration::from_millis(1350))]);
         assert!(c.held());
         for n in 2..=6 {
-            assert!(deploys(&c.on(Input::Render(Ok(r(n))))).is_empty(), "held: render {n} coalesces");
+            assert!(deploys(&c.on(t0(), Input::Render(Ok(r(n))))).is_empty(), "held: render {n} coalesces");
         }
         assert_eq!(c.pending(), Some(r(6).plan_id()));
-        assert!(c.on(Input::HoldOver(7)).is_empty(), "a stale hold token changes nothing");
-        let a = c.on(Input::HoldOver(1));
+        assert!(c.on(t0(), Input::Fired(Timer::Hold(7))).is_empty(), "a stale hold token changes nothing");
+        let a = c.on(t0(), Input::Fired(Timer::Hold(1)));
         assert_eq!(deploys(&a), vec![(2, r(6).plan_id(), DeployKind::Normal)]);
         // Due within the lead: no hold, the next render goes out at once.
-        let a = c.on(Input::Finished(2, Some(pending_report(r(6).plan_id(), 50, Some(120)))));
+        let a = c.on(t0(), Input::Finished(2, pending_report(r(6).plan_id(), 50, Some(120))));
         assert!(holds(&a).is_empty() && !c.held());
-        assert_eq!(deploys(&c.on(Input::Render(Ok(r(7))))), vec![(3, r(7).plan_id(), DeployKind::Normal)]);
+        assert_eq!(deploys(&c.on(t0(), Input::Render(Ok(r(7))))), vec![(3, r(7).plan_id(), DeployKind::Normal)]);
         // New endpoints end a hold: new pods need the render now.
-        c.on(Input::Finished(3, Some(pending_report(r(7).plan_id(), 50, Some(1900)))));
-        c.on(Input::Render(Ok(r(8))));
+        c.on(t0(), Input::Finished(3, pending_report(r(7).plan_id(), 50, Some(1900))));
+        c.on(t0(), Input::Render(Ok(r(8))));
         assert!(c.held());
         let mut two = eps();
         two.push(Endpoint { name: "p2".into(), url: "http://p2".into() });
-        let a = c.on(Input::Endpoints(two));
+        let a = c.on(t0(), Input::Endpoints(two));
         assert_eq!(deploys(&a), vec![(4, r(8).plan_id(), DeployKind::Normal)]);
-        assert!(c.on(Input::HoldOver(3)).is_empty(), "the ended hold's timer changes nothing");
+        assert!(c.on(t0(), Input::Fired(Timer::Hold(3))).is_empty(), "the ended hold's timer changes nothing");
     }
 
     /// A render with a frontend timeout (a reload to change) and one server slot (runtime).
@@ -734,25 +919,28 @@ mod tests {
         assert!(needs_reload(&slot(5, 1), &slot(6, 1)));
         assert!(!needs_reload(&slot(5, 1), &slot(5, 2)));
         let mut c = Core::new(GateMode::Optimistic);
-        c.on(Input::Endpoints(eps()));
-        c.on(Input::Render(Ok(slot(5, 1))));
+        c.on(t0(), Input::Endpoints(eps()));
+        c.on(t0(), Input::Render(Ok(slot(5, 1))));
         // A frontend change: every pod schedules its paced reload 5 s out; the slot is held.
-        c.on(Input::Finished(1, ok(slot(5, 1).plan_id())));
-        assert_eq!(deploys(&c.on(Input::Render(Ok(slot(6, 1))))), vec![(2, slot(6, 1).plan_id(), DeployKind::Normal)]);
-        let a = c.on(Input::Finished(2, Some(pending_report(slot(6, 1).plan_id(), 50, Some(5000)))));
+        c.on(t0(), Input::Finished(1, ok(slot(5, 1).plan_id())));
+        assert_eq!(
+            deploys(&c.on(t0(), Input::Render(Ok(slot(6, 1))))),
+            vec![(2, slot(6, 1).plan_id(), DeployKind::Normal)]
+        );
+        let a = c.on(t0(), Input::Finished(2, pending_report(slot(6, 1).plan_id(), 50, Some(5000))));
         assert_eq!(holds(&a), vec![(2, Duration::from_millis(4850))]);
         // An endpoint change on top of the scheduled plan goes out at once, held or not.
-        let a = c.on(Input::Render(Ok(slot(6, 2))));
+        let a = c.on(t0(), Input::Render(Ok(slot(6, 2))));
         assert_eq!(deploys(&a), vec![(3, slot(6, 2).plan_id(), DeployKind::Normal)], "runtime render held back");
-        let a = c.on(Input::Finished(3, Some(pending_report(slot(6, 2).plan_id(), 50, Some(4800)))));
+        let a = c.on(t0(), Input::Finished(3, pending_report(slot(6, 2).plan_id(), 50, Some(4800))));
         assert_eq!(holds(&a), vec![(3, Duration::from_millis(4650))]);
         // A render that needs a reload waits for the slot; an endpoint change after it, on top of
         // it, still needs that reload (latest wins), so it waits too.
-        assert!(deploys(&c.on(Input::Render(Ok(slot(7, 2))))).is_empty(), "a reload render waits");
-        assert!(deploys(&c.on(Input::Render(Ok(slot(7, 3))))).is_empty());
+        assert!(deploys(&c.on(t0(), Input::Render(Ok(slot(7, 2))))).is_empty(), "a reload render waits");
+        assert!(deploys(&c.on(t0(), Input::Render(Ok(slot(7, 3))))).is_empty());
         assert_eq!(c.pending(), Some(slot(7, 3).plan_id()));
         // The latest is runtime-only against the target again (its reload change was undone): out at once.
-        let a = c.on(Input::Render(Ok(slot(6, 4))));
+        let a = c.on(t0(), Input::Render(Ok(slot(6, 4))));
         assert_eq!(deploys(&a), vec![(4, slot(6, 4).plan_id(), DeployKind::Normal)]);
     }
 
@@ -781,7 +969,7 @@ mod tests {
         #[test]
         fn only_renders_needing_a_reload_wait_for_the_slot(steps in proptest::collection::vec(any_step(), 1..40)) {
             let mut c = Core::new(GateMode::Optimistic);
-            c.on(Input::Endpoints(eps()));
+            c.on(t0(), Input::Endpoints(eps()));
             let mut renders = std::collections::HashMap::new();
             let mut hold_token = None;
             for step in steps {
@@ -789,18 +977,18 @@ mod tests {
                     Step::Render(t, p) => {
                         let r = slot(t, p);
                         renders.insert(r.plan_id(), r.clone());
-                        c.on(Input::Render(Ok(r)))
+                        c.on(t0(), Input::Render(Ok(r)))
                     }
                     Step::FinishScheduled | Step::FinishConverged => match c.in_flight() {
                         Some(id) => {
                             let plan = c.target().unwrap();
                             let due = matches!(step, Step::FinishScheduled).then_some(5000);
-                            c.on(Input::Finished(id, Some(pending_report(plan, 50, due))))
+                            c.on(t0(), Input::Finished(id, pending_report(plan, 50, due)))
                         }
                         None => vec![],
                     },
                     Step::HoldOver => match hold_token {
-                        Some(t) => c.on(Input::HoldOver(t)),
+                        Some(t) => c.on(t0(), Input::Fired(Timer::Hold(t))),
                         None => vec![],
                     },
                 };
@@ -831,24 +1019,24 @@ mod tests {
     #[test]
     fn gate_checks_one_at_a_time_latest_wins() {
         let mut c = Core::new(GateMode::Optimistic);
-        c.on(Input::Render(Ok(r(1))));
-        assert!(checks(&c.on(Input::Render(Ok(r(2))))).is_empty());
-        c.on(Input::Render(Ok(r(3))));
-        let a = c.on(Input::Verdict(r(1), Verdict::Pass));
+        c.on(t0(), Input::Render(Ok(r(1))));
+        assert!(checks(&c.on(t0(), Input::Render(Ok(r(2))))).is_empty());
+        c.on(t0(), Input::Render(Ok(r(3))));
+        let a = c.on(t0(), Input::Verdict(r(1), Verdict::Pass));
         assert_eq!(checks(&a), vec![r(3).plan_id()]);
     }
 
     #[test]
     fn pessimistic_holds_until_pass() {
         let mut c = Core::new(GateMode::Pessimistic);
-        c.on(Input::Endpoints(eps()));
-        assert!(deploys(&c.on(Input::Render(Ok(r(1))))).is_empty());
-        let a = c.on(Input::Verdict(r(1), Verdict::Pass));
+        c.on(t0(), Input::Endpoints(eps()));
+        assert!(deploys(&c.on(t0(), Input::Render(Ok(r(1))))).is_empty());
+        let a = c.on(t0(), Input::Verdict(r(1), Verdict::Pass));
         assert_eq!(deploys(&a), vec![(1, r(1).plan_id(), DeployKind::Normal)]);
         // A refused render never deploys; the target stays the last good.
-        c.on(Input::Finished(1, ok(r(1).plan_id())));
-        c.on(Input::Render(Ok(r(2))));
-        let a = c.on(Input::Verdict(r(2), Verdict::Refused("bad".into())));
+        c.on(t0(), Input::Finished(1, ok(r(1).plan_id())));
+        c.on(t0(), Input::Render(Ok(r(2))));
+        let a = c.on(t0(), Input::Verdict(r(2), Verdict::Refused("bad".into())));
         assert!(deploys(&a).is_empty());
         assert_eq!(c.target(), Some(r(1).plan_id()));
     }
@@ -856,23 +1044,23 @@ mod tests {
     #[test]
     fn optimistic_refusal_reverts_and_pins_until_a_pass() {
         let mut c = Core::new(GateMode::Optimistic);
-        c.on(Input::Endpoints(eps()));
-        c.on(Input::Render(Ok(r(1))));
-        c.on(Input::Verdict(r(1), Verdict::Pass));
-        c.on(Input::Finished(1, ok(r(1).plan_id())));
+        c.on(t0(), Input::Endpoints(eps()));
+        c.on(t0(), Input::Render(Ok(r(1))));
+        c.on(t0(), Input::Verdict(r(1), Verdict::Pass));
+        c.on(t0(), Input::Finished(1, ok(r(1).plan_id())));
         // Bad render 2 dispatches at once (optimistic), then the gate refuses it.
-        let a = c.on(Input::Render(Ok(r(2))));
+        let a = c.on(t0(), Input::Render(Ok(r(2))));
         assert_eq!(deploys(&a), vec![(2, r(2).plan_id(), DeployKind::Normal)]);
-        let a = c.on(Input::Verdict(r(2), Verdict::Refused("bad".into())));
+        let a = c.on(t0(), Input::Verdict(r(2), Verdict::Refused("bad".into())));
         assert!(deploys(&a).is_empty(), "deployment 2 still in flight");
         assert!(c.latch().pinned);
         assert_eq!(c.pending(), Some(r(1).plan_id()), "revert queued");
-        let a = c.on(Input::Finished(2, ok(r(2).plan_id())));
+        let a = c.on(t0(), Input::Finished(2, ok(r(2).plan_id())));
         assert_eq!(deploys(&a), vec![(3, r(1).plan_id(), DeployKind::Normal)]);
-        c.on(Input::Finished(3, ok(r(1).plan_id())));
+        c.on(t0(), Input::Finished(3, ok(r(1).plan_id())));
         // Pinned: the next render waits for its verdict, then deploys.
-        assert!(deploys(&c.on(Input::Render(Ok(r(3))))).is_empty());
-        let a = c.on(Input::Verdict(r(3), Verdict::Pass));
+        assert!(deploys(&c.on(t0(), Input::Render(Ok(r(3))))).is_empty());
+        let a = c.on(t0(), Input::Verdict(r(3), Verdict::Pass));
         assert_eq!(deploys(&a), vec![(4, r(3).plan_id(), DeployKind::Normal)]);
         assert!(!c.latch().pinned);
     }
@@ -880,14 +1068,14 @@ mod tests {
     #[test]
     fn refused_while_pending_is_dropped() {
         let mut c = Core::new(GateMode::Optimistic);
-        c.on(Input::Endpoints(eps()));
-        c.on(Input::Render(Ok(r(1))));
-        c.on(Input::Render(Ok(r(2))));
+        c.on(t0(), Input::Endpoints(eps()));
+        c.on(t0(), Input::Render(Ok(r(1))));
+        c.on(t0(), Input::Render(Ok(r(2))));
         assert_eq!(c.pending(), Some(r(2).plan_id()));
-        c.on(Input::Verdict(r(1), Verdict::Pass));
-        c.on(Input::Verdict(r(2), Verdict::Refused("bad".into())));
+        c.on(t0(), Input::Verdict(r(1), Verdict::Pass));
+        c.on(t0(), Input::Verdict(r(2), Verdict::Refused("bad".into())));
         assert_eq!(c.pending(), None);
-        let a = c.on(Input::Finished(1, ok(r(1).plan_id())));
+        let a = c.on(t0(), Input::Finished(1, ok(r(1).plan_id())));
         assert!(deploys(&a).is_empty());
         assert_eq!(c.target(), Some(r(1).plan_id()));
     }
@@ -895,43 +1083,298 @@ mod tests {
     #[test]
     fn timeout_retries_the_latest_and_drift_redeploys_when_idle() {
         let mut c = Core::new(GateMode::Optimistic);
-        c.on(Input::Endpoints(eps()));
-        c.on(Input::Render(Ok(r(1))));
-        let a = c.on(Input::Finished(1, None));
+        c.on(t0(), Input::Endpoints(eps()));
+        c.on(t0(), Input::Render(Ok(r(1))));
+        let a = c.on(t0(), Input::Fired(Timer::Deadline(1)));
         assert_eq!(deploys(&a), vec![(2, r(1).plan_id(), DeployKind::Normal)]);
-        c.on(Input::Render(Ok(r(2))));
-        let a = c.on(Input::Finished(2, None));
+        c.on(t0(), Input::Render(Ok(r(2))));
+        let a = c.on(t0(), Input::Fired(Timer::Deadline(2)));
         assert_eq!(deploys(&a), vec![(3, r(2).plan_id(), DeployKind::Normal)], "the latest, not the timed-out one");
-        assert!(deploys(&c.on(Input::DriftDue)).is_empty(), "busy");
-        c.on(Input::Finished(3, ok(r(2).plan_id())));
-        let a = c.on(Input::DriftDue);
+        assert!(deploys(&c.on(t0(), Input::Fired(Timer::Drift))).is_empty(), "busy");
+        c.on(t0(), Input::Finished(3, ok(r(2).plan_id())));
+        let a = c.on(t0(), Input::Fired(Timer::Drift));
         assert_eq!(deploys(&a), vec![(4, r(2).plan_id(), DeployKind::Drift)]);
     }
 
     #[test]
     fn stands_down_for_good() {
         let mut c = Core::new(GateMode::Optimistic);
-        c.on(Input::Endpoints(eps()));
-        c.on(Input::Render(Ok(r(1))));
+        c.on(t0(), Input::Endpoints(eps()));
+        c.on(t0(), Input::Render(Ok(r(1))));
         let rep = DeploymentReport {
             plan: r(1).plan_id(),
             pods: vec![("p1".into(), PodOutcome::StoodDown("other holder".into()))],
             duration: Duration::ZERO,
             reloads_due_in: None,
         };
-        c.on(Input::Finished(1, Some(rep)));
+        c.on(t0(), Input::Finished(1, rep));
         assert!(c.stood_down());
-        assert!(deploys(&c.on(Input::Render(Ok(r(2))))).is_empty());
-        assert!(deploys(&c.on(Input::DriftDue)).is_empty());
+        assert!(deploys(&c.on(t0(), Input::Render(Ok(r(2))))).is_empty());
+        assert!(deploys(&c.on(t0(), Input::Fired(Timer::Drift))).is_empty());
     }
 
     #[test]
     fn render_errors_keep_the_last_render() {
         let mut c = Core::new(GateMode::Optimistic);
-        c.on(Input::Endpoints(eps()));
-        c.on(Input::Render(Ok(r(1))));
-        c.on(Input::Render(Err("no haproxy.cfg".into())));
+        c.on(t0(), Input::Endpoints(eps()));
+        c.on(t0(), Input::Render(Ok(r(1))));
+        c.on(t0(), Input::Render(Err("no haproxy.cfg".into())));
         assert_eq!(c.render_error(), Some("no haproxy.cfg"));
         assert_eq!(c.target(), Some(r(1).plan_id()));
+    }
+    fn arms(a: &[Action]) -> Vec<(Timer, Duration, Wake)> {
+        a.iter()
+            .filter_map(|a| match a {
+                Action::Arm { timer, at, why } => Some((*timer, *at - t0(), *why)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn ended(a: &[Action]) -> Vec<(u64, DeploymentResult)> {
+        a.iter()
+            .filter_map(|a| match a {
+                Action::Ended { id, result } => Some((*id, *result)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn report(plan: PlanId, outcomes: Vec<PodOutcome>) -> DeploymentReport {
+        DeploymentReport {
+            plan,
+            pods: outcomes.into_iter().enumerate().map(|(i, o)| (format!("p{i}"), o)).collect(),
+            duration: Duration::ZERO,
+            reloads_due_in: None,
+        }
+    }
+
+    fn timing() -> Timing {
+        Timing {
+            gate: GateMode::Optimistic,
+            deployment_timeout: Duration::from_secs(30),
+            max_parallel: 2,
+            drift_interval: Duration::from_secs(10),
+        }
+    }
+
+    #[test]
+    fn every_deployment_arms_its_deadline_and_a_passed_deadline_cancels_and_retries() {
+        let mut c = Core::with_timing(timing());
+        let mut three = eps();
+        three.push(Endpoint { name: "p2".into(), url: "http://p2".into() });
+        three.push(Endpoint { name: "p3".into(), url: "http://p3".into() });
+        c.on(t0(), Input::Endpoints(three));
+        let a = c.on(t0(), Input::Render(Ok(r(1))));
+        // Three pods at two at once: two waves of 30 s.
+        assert_eq!(arms(&a), vec![(Timer::Deadline(1), Duration::from_secs(60), Wake::Deadline)]);
+        let a = c.on(t0(), Input::Fired(Timer::Deadline(1)));
+        assert!(matches!(a.first(), Some(Action::Cancel { id: 1 })), "{a:?}");
+        assert_eq!(ended(&a), vec![(1, DeploymentResult::Timeout)]);
+        assert_eq!(deploys(&a), vec![(2, r(1).plan_id(), DeployKind::Normal)]);
+        assert!(arms(&a).contains(&(Timer::Deadline(2), Duration::from_secs(60), Wake::Deadline)));
+        // A report ending the deployment disarms its deadline; a stale deadline does nothing.
+        let a = c.on(t0(), Input::Finished(2, ok(r(1).plan_id())));
+        assert!(a.iter().any(|a| matches!(a, Action::Disarm(Timer::Deadline(2)))), "{a:?}");
+        assert!(c.on(t0(), Input::Fired(Timer::Deadline(2))).is_empty());
+        assert!(c.on(t0(), Input::Finished(1, ok(r(1).plan_id()))).is_empty(), "the cancelled one's late report");
+    }
+
+    #[test]
+    fn pods_left_behind_are_retried_with_a_doubling_backoff_capped_at_the_drift_interval() {
+        let mut c = Core::with_timing(timing());
+        c.on(t0(), Input::Endpoints(eps()));
+        c.on(t0(), Input::Render(Ok(r(1))));
+        let failed = || report(r(1).plan_id(), vec![PodOutcome::Failed("down".into())]);
+        let mut waits = Vec::new();
+        for id in 1..=6 {
+            let a = c.on(t0(), Input::Finished(id, failed()));
+            assert_eq!(ended(&a), vec![(id, DeploymentResult::Failed)]);
+            let drift: Vec<_> = arms(&a).into_iter().filter(|(t, _, _)| *t == Timer::Drift).collect();
+            assert_eq!(drift.len(), 1, "{a:?}");
+            assert_eq!(drift[0].2, Wake::Retry);
+            waits.push(drift[0].1.as_secs());
+            // The retry: a verified (drift) pass of the target.
+            let a = c.on(t0(), Input::Fired(Timer::Drift));
+            assert_eq!(deploys(&a), vec![(id + 1, r(1).plan_id(), DeployKind::Drift)]);
+        }
+        assert_eq!(waits, vec![1, 2, 4, 8, 10, 10]);
+        // Success resets the backoff: the next pass is a drift interval away.
+        let a = c.on(t0(), Input::Finished(7, ok(r(1).plan_id())));
+        assert!(arms(&a).contains(&(Timer::Drift, Duration::from_secs(10), Wake::Drift)));
+        assert_eq!(c.retry(), None);
+        c.on(t0(), Input::Fired(Timer::Drift));
+        let a = c.on(t0(), Input::Finished(8, failed()));
+        assert!(arms(&a).contains(&(Timer::Drift, Duration::from_secs(1), Wake::Retry)), "{a:?}");
+    }
+
+    #[test]
+    fn a_failed_follow_up_brings_the_retry_forward_and_a_busy_drift_pass_waits() {
+        let mut c = Core::with_timing(timing());
+        c.on(t0(), Input::Endpoints(eps()));
+        c.on(t0(), Input::Render(Ok(r(1))));
+        let pending = report(r(1).plan_id(), vec![PodOutcome::ReloadPending { mode: Mode::Reload, due_in_ms: 0 }]);
+        let a = c.on(t0(), Input::Finished(1, pending));
+        assert!(arms(&a).contains(&(Timer::Drift, Duration::from_secs(10), Wake::Drift)));
+        // The pod's paced reload did not converge: a retry in 1 s, sooner than the drift pass.
+        let end = FollowUpEnd { pod: "p1".into(), plan: r(1).plan_id(), converged: false };
+        let a = c.on(t0(), Input::FollowUpEnded { end: end.clone(), still_running: 0 });
+        assert_eq!(arms(&a), vec![(Timer::Drift, Duration::from_secs(1), Wake::Retry)]);
+        // A second failure doubles the backoff, but never pushes an earlier pass back.
+        assert!(arms(&c.on(t0(), Input::FollowUpEnded { end, still_running: 0 })).is_empty());
+        assert_eq!(c.retry(), Some(Duration::from_secs(2)));
+        // A converged follow-up with none left resets the backoff.
+        let done = FollowUpEnd { pod: "p1".into(), plan: r(1).plan_id(), converged: true };
+        c.on(t0(), Input::FollowUpEnded { end: done, still_running: 0 });
+        assert_eq!(c.retry(), None);
+        // A drift timer firing while a deployment runs waits another interval.
+        c.on(t0(), Input::Render(Ok(r(2))));
+        assert_eq!(c.in_flight(), Some(2));
+        let a = c.on(t0(), Input::Fired(Timer::Drift));
+        assert!(deploys(&a).is_empty());
+        assert_eq!(arms(&a), vec![(Timer::Drift, Duration::from_secs(10), Wake::Drift)]);
+    }
+
+    #[test]
+    fn new_tuning_applies_to_the_next_decisions() {
+        let mut c = Core::with_timing(timing());
+        c.on(t0(), Input::Endpoints(eps()));
+        c.on(t0(), Input::Render(Ok(r(1))));
+        c.on(t0(), Input::Finished(1, ok(r(1).plan_id())));
+        let pessimistic =
+            Timing { gate: GateMode::Pessimistic, deployment_timeout: Duration::from_secs(5), ..timing() };
+        assert!(c.on(t0(), Input::Tuning(pessimistic)).is_empty());
+        assert_eq!(c.latch().mode, GateMode::Pessimistic);
+        // Pessimistic now: the render waits for its verdict; the new deadline applies.
+        assert!(deploys(&c.on(t0(), Input::Render(Ok(r(2))))).is_empty());
+        let a = c.on(t0(), Input::Verdict(r(2), Verdict::Pass));
+        assert_eq!(deploys(&a), vec![(2, r(2).plan_id(), DeployKind::Normal)]);
+        assert!(arms(&a).contains(&(Timer::Deadline(2), Duration::from_secs(5), Wake::Deadline)));
+    }
+}
+
+/// The driver on paused time: the core's deadline timer fires through the driver, which
+/// cancels the deployment stuck on an agent that accepts connections and never answers (a real
+/// socket on 127.0.0.1) and starts the retry.
+#[cfg(test)]
+mod driver_tests {
+    use super::*;
+    use crate::client::{AgentClient, Credentials};
+    use crate::status::ControllerStatus;
+    use futures::future::BoxFuture;
+    use haptic_protocol::Fence;
+
+    /// Waits for `go`, then yields `render` once.
+    struct AfterEndpoints(Option<tokio::sync::oneshot::Receiver<()>>, Option<Arc<Render>>);
+    impl RenderSource for AfterEndpoints {
+        fn next(&mut self) -> BoxFuture<'_, Option<RenderEvent>> {
+            Box::pin(async move {
+                if let Some(go) = self.0.take() {
+                    let _ = go.await;
+                }
+                match self.1.take() {
+                    Some(r) => Some(Ok(r)),
+                    None => futures::future::pending().await,
+                }
+            })
+        }
+    }
+
+    /// Yields its endpoints, then (once they were sent on) releases the render source, so the
+    /// endpoints are fed first.
+    struct Endpoints(Option<Vec<Endpoint>>, Option<tokio::sync::oneshot::Sender<()>>);
+    impl EndpointSource for Endpoints {
+        fn next(&mut self) -> BoxFuture<'_, Option<Vec<Endpoint>>> {
+            Box::pin(async move {
+                if let Some(eps) = self.0.take() {
+                    return Some(eps);
+                }
+                if let Some(go) = self.1.take() {
+                    let _ = go.send(());
+                }
+                futures::future::pending().await
+            })
+        }
+    }
+
+    #[derive(Debug, Default)]
+    struct Holder(std::sync::atomic::AtomicU64);
+    impl crate::seams::FenceHolder for Holder {
+        fn identity(&self) -> String {
+            "test".into()
+        }
+        fn epoch(&self) -> u64 {
+            1
+        }
+        fn next_fence(&self) -> Option<Fence> {
+            let seq = self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+            Some(Fence { epoch: 1, seq, holder: "test".into() })
+        }
+        fn reclaim(&self, _seen: &Fence) -> BoxFuture<'_, Result<(), String>> {
+            Box::pin(async { Err("no".to_string()) })
+        }
+        fn stood_down(&self) -> Option<String> {
+            None
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deployment_past_its_deadline_is_cancelled_and_retried() {
+        // An agent that accepts and never answers.
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let (conn_tx, mut conns) = mpsc::unbounded_channel();
+        let silent = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((s, _)) = l.accept().await {
+                held.push(s);
+                let _ = conn_tx.send(());
+            }
+        });
+        let board = Arc::new(StatusBoard::new(
+            GateStatus::from_latch(&Latch::new(GateMode::Optimistic), None),
+            ControllerStatus::default(),
+        ));
+        let metrics = Arc::new(Metrics::new());
+        let sync = Duration::from_secs(600);
+        let client = AgentClient::new(Credentials { user: "u".into(), password: "p".into() }, sync).unwrap();
+        let deployer = Arc::new(Deployer::new(
+            client,
+            Arc::new(Holder::default()),
+            board.clone(),
+            metrics.clone(),
+            DeployerConfig { max_parallel: 1, sync_timeout: sync },
+        ));
+        // No `default-path config`: the gate refuses it without running HAProxy. Optimistic, it
+        // is dispatched before the verdict, and the refusal has no last good render to revert to.
+        let render = Arc::new(Render::from_texts([("haproxy.cfg", "global\n")]).unwrap());
+        let timing = Timing { deployment_timeout: Duration::from_secs(5), ..Timing::new(GateMode::Optimistic) };
+        let checker = Checker::new("/nonexistent/haproxy", sync);
+        let driver = Driver::new(timing, deployer, checker, board.clone(), metrics);
+        let (go_tx, go_rx) = tokio::sync::oneshot::channel();
+        let eps = vec![Endpoint { name: "p1".into(), url: format!("http://{addr}") }];
+        let (_keep, tuning) = watch::channel(Tuning {
+            deployment_timeout: timing.deployment_timeout,
+            drift_interval: timing.drift_interval,
+            sync_timeout: sync,
+            max_parallel: 1,
+            gate: GateMode::Optimistic,
+        });
+        let stop = CancellationToken::new();
+        let run = tokio::spawn(driver.run(
+            Box::new(AfterEndpoints(Some(go_rx), Some(render))),
+            Box::new(Endpoints(Some(eps), Some(go_tx))),
+            tuning,
+            stop.clone(),
+        ));
+        // The first deployment's state read reaches the silent agent; at the deadline the
+        // driver cancels it (a timeout) and the retry connects again.
+        conns.recv().await.unwrap();
+        conns.recv().await.unwrap();
+        let c = board.snapshot().controller;
+        assert_eq!((c.deployments, c.last_deployment), (1, Some(DeploymentResult::Timeout)), "{c:?}");
+        stop.cancel();
+        run.await.unwrap();
+        silent.abort();
     }
 }

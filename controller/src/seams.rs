@@ -15,7 +15,7 @@ use crate::render::Render;
 /// One render from a source, or why the source's current content is not a render.
 pub type RenderEvent = Result<Arc<Render>, String>;
 
-/// Where renders come from (a directory now, a custom resource later).
+/// Where renders come from (a watched directory, or an `HAProxyConfig` and what it names).
 pub trait RenderSource: Send + 'static {
     /// Waits for the next settled render. `None` means the source ended.
     fn next(&mut self) -> BoxFuture<'_, Option<RenderEvent>>;
@@ -36,14 +36,14 @@ impl fmt::Display for Endpoint {
     }
 }
 
-/// Where endpoints come from (the `--agent` list now, pod discovery later).
+/// Where endpoints come from (the `--agent` list, or the admitted pods of Kubernetes discovery).
 pub trait EndpointSource: Send + 'static {
     /// Waits for the next endpoint set; the first call answers the initial set at once.
     /// `None` means the set never changes again.
     fn next(&mut self) -> BoxFuture<'_, Option<Vec<Endpoint>>>;
 }
 
-/// Who holds the fence (a local epoch file now, a Lease with an epoch counter later).
+/// Who holds the fence (a local epoch file, or a Lease whose transitions count the epoch).
 ///
 /// Every apply is stamped with [`FenceHolder::next_fence`]. When a pod answers `stale_epoch`
 /// with the fence it has seen, the deployer calls [`FenceHolder::reclaim`]: it lifts this

@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use haptic_protocol::{Fence, Mode, PendingReload, PlanId, StateResponse};
 use serde::{Deserialize, Serialize};
 
+use crate::deployer::DeploymentResult;
 use crate::gate::{GateMode, Latch, Refusal};
 
 /// Where a pod stands.
@@ -141,7 +142,7 @@ pub struct ControllerStatus {
     /// Deployments finished.
     pub deployments: u64,
     /// The last deployment's result.
-    pub last_deployment: Option<String>,
+    pub last_deployment: Option<DeploymentResult>,
 }
 
 /// `GET /status`.
@@ -209,6 +210,11 @@ impl StatusBoard {
     /// The board's version: it grows with every edit.
     pub fn version(&self) -> u64 {
         *self.version.borrow()
+    }
+
+    /// A receiver of the board's version: it changes with every edit.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.version.subscribe()
     }
 
     /// Waits until the version is past `after`, or `timeout` passed; returns the version then.

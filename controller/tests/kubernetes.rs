@@ -276,6 +276,15 @@ async fn deploys_a_haproxyconfig_to_local_pods_on_every_version() {
         assert_eq!(condition(&s, "Validated").unwrap()["status"], "True");
         assert_eq!(s["convergedText"], "3/3");
         assert_eq!(s["leader"]["identity"], "ctl-a");
+        // The status is written with server-side apply, as the field manager haptic-controller.
+        let obj = api.get("edge").await.unwrap();
+        let managed = obj.metadata.managed_fields.unwrap_or_default();
+        assert!(
+            managed.iter().any(|m| m.manager.as_deref() == Some("haptic-controller")
+                && m.operation.as_deref() == Some("Apply")
+                && m.subresource.as_deref() == Some("status")),
+            "{managed:?}"
+        );
         for n in pods.names() {
             let addr = SocketAddr::from((pods.ip(&n).unwrap(), fe));
             assert_eq!(http_get(addr, "/hello").await.unwrap(), (200, "v1".to_string()));
@@ -397,6 +406,16 @@ async fn deploys_a_haproxyconfig_to_local_pods_on_every_version() {
             let addr = SocketAddr::from((pods.ip(&n).unwrap(), fe));
             assert_eq!(http_get(addr, "/hello").await.unwrap(), (200, "v3".to_string()), "{}", ctl.log());
         }
+
+        // A `spec.controller` change reaches the running deployment loop: the status shows the
+        // new gate mode, and the loop was never torn down (one term started, none restarted).
+        let patch = json!({"spec": {"controller": {"gate": "pessimistic"}}});
+        configs.patch("edge", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        eventually("the running loop to take the pessimistic gate", || async {
+            (status_of(&api).await["gate"]["state"] == "pessimistic").then_some(())
+        })
+        .await;
+        assert_eq!(ctl.log().matches("starting a deployment term").count(), 1, "{}", ctl.log());
         drop(ctl);
     }
 }

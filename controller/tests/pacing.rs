@@ -7,6 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
+use haptic_controller::deployer::DeploymentResult;
 use haptic_e2e::pod::PodOpts;
 use haptic_e2e::{free_port, haproxy_bins};
 use haptic_protocol::{PlanId, StateResponse};
@@ -121,7 +122,7 @@ async fn a_stuck_deployment_is_cancelled_by_the_deployment_timeout_and_retried()
         .await;
         let st = ctl.status();
         assert_eq!((st.converged, st.total), (1, 2), "{st:?}");
-        assert_eq!(st.controller.last_deployment.as_deref(), Some("timeout"), "{st:?}");
+        assert_eq!(st.controller.last_deployment, Some(DeploymentResult::Timeout), "{st:?}");
         ctl.stop().await;
     }
     hole.abort();

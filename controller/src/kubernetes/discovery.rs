@@ -1,9 +1,10 @@
-//! Discovery and admission of HAProxy pods (BRIEF §7.3, seed 004).
+//! Discovery and admission of HAProxy pods.
 //!
 //! Owns the pure rules ([`candidate`]: which pods may be probed, and why others are rejected;
-//! [`selector_matches`]; the admission cache key) and the shell that watches the namespace's
-//! pods, probes candidates with `GET /v1/state` and the Secret's credentials (at most 16 at
-//! once), and publishes the admitted set as endpoints. Pod readiness is never consulted: a pod
+//! [`selector_matches`]; [`Admission`]: the admission cache keyed on the pod's incarnation, and
+//! which rejections are new) and the shell that watches the pods the `podSelector` selects (a
+//! label-selector watch: no other pod is cached), probes candidates with `GET /v1/state` and the
+//! Secret's credentials (at most 16 at once), and publishes the admitted set as endpoints. Pod readiness is never consulted: a pod
 //! turns Ready only after its first apply. An unchanged pod costs no probe on the next pass. A
 //! rotated Secret reaches the agent client and re-admits every pod. It must never deploy.
 
@@ -15,14 +16,13 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::watcher;
-use kube::{Api, Client};
+use kube::runtime::{watcher, WatchStreamExt};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::crd::AgentSpec;
-use super::render::Snapshot;
+use super::context::Context;
+use super::crd::{selector_string, AgentSpec};
 use crate::client::{AgentClient, Credentials};
 use crate::metrics::Metrics;
 use crate::seams::Endpoint;
@@ -191,176 +191,264 @@ pub struct Discovered {
     pub credentials_error: Option<String>,
 }
 
-/// Watches pods and the credentials Secret, admits pods, publishes [`Discovered`].
-pub fn discover(
-    client: Client,
-    namespace: &str,
-    snapshots: watch::Receiver<Snapshot>,
-    secrets: Store<Secret>,
-    agents: AgentClient,
-    metrics: Arc<Metrics>,
-    shutdown: CancellationToken,
-) -> watch::Receiver<Discovered> {
-    let (writer_reader, writer) = reflector::store::<Pod>();
-    let pods_store: Store<Pod> = writer_reader;
-    let stream =
-        reflector::reflector(writer, watcher(Api::<Pod>::namespaced(client, namespace), watcher::Config::default()))
-            .map(|r| r.map(|_| ()).map_err(|e| e.to_string()))
-            .boxed();
-    let (tx, rx) = watch::channel(Discovered::default());
-    let namespace = namespace.to_string();
-    tokio::spawn(async move {
-        let mut stream = stream;
-        let mut snapshots = snapshots;
-        let mut admitted: BTreeSet<Candidate> = BTreeSet::new();
-        let mut rejected: BTreeMap<String, (Option<Candidate>, Reject)> = BTreeMap::new();
-        let mut creds: Option<Credentials> = None;
-        let mut tick = tokio::time::interval(REPROBE);
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                ev = stream.next() => match ev {
-                    None => return,
-                    Some(Err(e)) => { warn!("watching pods: {e}"); continue; }
-                    Some(Ok(())) => {}
-                },
-                r = snapshots.changed() => if r.is_err() { return },
-                _ = tick.tick() => {}
-            }
-            if futures::FutureExt::now_or_never(pods_store.wait_until_ready()).is_none() {
-                continue;
-            }
-            let Some(config) = snapshots.borrow().config.clone() else {
-                let _ = tx.send_if_modified(|d| std::mem::take(d) != Discovered::default());
-                continue;
-            };
-            let agent = config.spec.agent.clone();
-            // Credentials: a rotation re-admits every pod with the new ones.
-            let secret_ref =
-                kube::runtime::reflector::ObjectRef::new(&agent.credentials_secret_ref.name).within(&namespace);
-            let found = secrets.get(&secret_ref);
-            let (new_creds, creds_err) = match found.as_deref().map(secret_credentials) {
-                Some(Ok(c)) => (Some(c), None),
-                Some(Err(e)) => (None, Some(e)),
-                None => (None, Some(format!("Secret {} not found", agent.credentials_secret_ref.name))),
-            };
-            if new_creds != creds {
-                if let Some(c) = &new_creds {
-                    info!(secret = %agent.credentials_secret_ref.name, "agent credentials loaded");
-                    agents.set_credentials(c.clone());
-                }
-                creds = new_creds;
-                admitted.clear();
-            }
-            let Some(_) = creds else {
-                let d = Discovered { credentials_error: creds_err, ..Discovered::default() };
-                let _ = tx.send_if_modified(|cur| {
-                    if *cur != d {
-                        *cur = d;
-                        true
-                    } else {
-                        false
-                    }
-                });
-                continue;
-            };
-            // Candidates among the selected pods.
-            let mut now_candidates = BTreeSet::new();
-            let mut seen_names = BTreeSet::new();
-            let mut facts = BTreeMap::new();
-            for pod in pods_store.state() {
-                let labels = pod.metadata.labels.clone().unwrap_or_default();
-                if !selector_matches(&config.spec.pod_selector, &labels) {
-                    continue;
-                }
-                let name = pod.metadata.name.clone().unwrap_or_default();
-                seen_names.insert(name.clone());
-                facts.insert(name.clone(), pod_facts(&pod));
-                match candidate(&pod, &agent) {
-                    Ok(c) => {
-                        now_candidates.insert(c);
-                    }
-                    Err(r) => note_rejection(&metrics, &mut rejected, &name, None, r),
-                }
-            }
-            admitted.retain(|c| now_candidates.contains(c));
-            rejected.retain(|n, _| seen_names.contains(n));
-            let to_probe: Vec<Candidate> = now_candidates.iter().filter(|c| !admitted.contains(c)).cloned().collect();
-            let results: Vec<(Candidate, Result<(), String>)> = futures::stream::iter(to_probe)
-                .map(|c| {
-                    let agents = agents.clone();
-                    async move {
-                        let ep = Endpoint { name: c.name.clone(), url: c.url.clone() };
-                        let r = agents.state(&ep, false).await.map(|_| ()).map_err(|e| e.to_string());
-                        (c, r)
-                    }
-                })
-                .buffer_unordered(MAX_PROBES)
-                .collect()
-                .await;
-            for (c, r) in results {
-                match r {
-                    Ok(()) => {
-                        info!(pod = %c.name, url = %c.url, "admitted HAProxy pod");
-                        rejected.remove(&c.name);
-                        admitted.insert(c);
-                    }
-                    Err(e) => {
-                        if rejected.get(&c.name).map(|(k, _)| k.as_ref()) != Some(Some(&c)) {
-                            warn!(pod = %c.name, "agent_unreachable: {e}");
-                        }
-                        let name = c.name.clone();
-                        note_rejection(&metrics, &mut rejected, &name, Some(c), Reject::AgentUnreachable);
-                    }
-                }
-            }
-            let d = Discovered {
-                endpoints: admitted.iter().map(|c| Endpoint { name: c.name.clone(), url: c.url.clone() }).collect(),
-                pods: admitted
-                    .iter()
-                    .map(|c| {
-                        let info = PodInfo {
-                            uid: c.uid.clone(),
-                            ip: c.ip.clone(),
-                            facts: facts.remove(&c.name).unwrap_or_default(),
-                        };
-                        (c.name.clone(), info)
-                    })
-                    .collect(),
-                credentials_error: None,
-            };
-            let _ = tx.send_if_modified(|cur| {
-                if *cur != d {
-                    *cur = d;
-                    true
-                } else {
-                    false
-                }
-            });
-        }
-    });
-    rx
+/// A pod newly rejected (counted once per pod incarnation and reason).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    /// The pod.
+    pub pod: String,
+    /// Why.
+    pub reason: Reject,
+    /// The probe's error, for an unreachable agent.
+    pub error: Option<String>,
 }
 
-/// Records a rejection; the metric counts each distinct (pod incarnation, reason) once.
-fn note_rejection(
-    metrics: &Metrics,
-    rejected: &mut BTreeMap<String, (Option<Candidate>, Reject)>,
-    name: &str,
-    key: Option<Candidate>,
-    r: Reject,
-) {
-    let entry = (key, r);
-    if rejected.get(name) == Some(&entry) {
-        return;
+/// The pure admission state between passes: the admitted candidates (an unchanged pod is not
+/// probed again) and the last rejection of each pod.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Admission {
+    admitted: BTreeSet<Candidate>,
+    rejected: BTreeMap<String, (Option<Candidate>, Reject)>,
+}
+
+/// One pass over the selected pods, before the probes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pass {
+    /// Candidates not admitted yet: probe each with `GET /v1/state`.
+    pub to_probe: Vec<Candidate>,
+    /// Pods rejected before any probe for the first time in this incarnation.
+    pub rejections: Vec<Rejection>,
+    facts: BTreeMap<String, PodFacts>,
+}
+
+impl Admission {
+    /// Forgets every admission (rotated credentials: every pod is probed again).
+    pub fn forget_admitted(&mut self) {
+        self.admitted.clear();
     }
-    if let Some(label) = r.metric() {
+
+    /// Sorts the pods `selector` matches into candidates and rejections, drops what is gone,
+    /// and says which candidates need a probe (pure).
+    pub fn pass(&mut self, pods: &[Arc<Pod>], selector: &LabelSelector, agent: &AgentSpec) -> Pass {
+        let mut now_candidates = BTreeSet::new();
+        let mut seen_names = BTreeSet::new();
+        let mut pass = Pass::default();
+        for pod in pods {
+            let labels = pod.metadata.labels.clone().unwrap_or_default();
+            if !selector_matches(selector, &labels) {
+                continue;
+            }
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            seen_names.insert(name.clone());
+            pass.facts.insert(name.clone(), pod_facts(pod));
+            match candidate(pod, agent) {
+                Ok(c) => {
+                    now_candidates.insert(c);
+                }
+                Err(reason) => {
+                    if self.note(&name, None, reason) {
+                        pass.rejections.push(Rejection { pod: name, reason, error: None });
+                    }
+                }
+            }
+        }
+        self.admitted.retain(|c| now_candidates.contains(c));
+        self.rejected.retain(|n, _| seen_names.contains(n));
+        pass.to_probe = now_candidates.iter().filter(|c| !self.admitted.contains(c)).cloned().collect();
+        pass
+    }
+
+    /// Records the probes' results of `pass`; returns what to publish and the pods newly found
+    /// unreachable (pure).
+    pub fn settle(&mut self, pass: Pass, probes: Vec<(Candidate, Result<(), String>)>) -> (Discovered, Vec<Rejection>) {
+        let mut newly = Vec::new();
+        for (c, r) in probes {
+            match r {
+                Ok(()) => {
+                    self.rejected.remove(&c.name);
+                    self.admitted.insert(c);
+                }
+                Err(e) => {
+                    let name = c.name.clone();
+                    if self.note(&name, Some(c), Reject::AgentUnreachable) {
+                        newly.push(Rejection { pod: name, reason: Reject::AgentUnreachable, error: Some(e) });
+                    }
+                }
+            }
+        }
+        let mut facts = pass.facts;
+        let d = Discovered {
+            endpoints: self.admitted.iter().map(|c| Endpoint { name: c.name.clone(), url: c.url.clone() }).collect(),
+            pods: self
+                .admitted
+                .iter()
+                .map(|c| {
+                    let info = PodInfo {
+                        uid: c.uid.clone(),
+                        ip: c.ip.clone(),
+                        facts: facts.remove(&c.name).unwrap_or_default(),
+                    };
+                    (c.name.clone(), info)
+                })
+                .collect(),
+            credentials_error: None,
+        };
+        (d, newly)
+    }
+
+    /// Whether `name` is admitted right now.
+    pub fn is_admitted(&self, name: &str) -> bool {
+        self.admitted.iter().any(|c| c.name == name)
+    }
+
+    /// Records a rejection; `true` when it is new for this pod incarnation and reason.
+    fn note(&mut self, name: &str, key: Option<Candidate>, r: Reject) -> bool {
+        let entry = (key, r);
+        if self.rejected.get(name) == Some(&entry) {
+            return false;
+        }
+        self.rejected.insert(name.to_string(), entry);
+        true
+    }
+}
+
+/// The pods of the namespace that `selector` selects, watched into a store of their own
+/// (the apiserver filters by the label selector; nothing else is listed or cached).
+struct PodWatch {
+    selector: String,
+    store: Store<Pod>,
+    stream: futures::stream::BoxStream<'static, Result<(), String>>,
+}
+
+impl PodWatch {
+    fn start(ctx: &Context, selector: &str) -> Self {
+        let (store, writer) = reflector::store::<Pod>();
+        let cfg = watcher::Config::default().labels(selector);
+        let stream = watcher(ctx.api::<Pod>(), cfg)
+            .default_backoff()
+            .reflect(writer)
+            .map(|r| r.map(|_| ()).map_err(|e| e.to_string()))
+            .boxed();
+        PodWatch { selector: selector.to_string(), store, stream }
+    }
+}
+
+async fn next_pod_event(w: &mut Option<PodWatch>) -> Option<Result<(), String>> {
+    match w {
+        Some(w) => w.stream.next().await,
+        None => futures::future::pending().await,
+    }
+}
+
+/// Watches the pods the resource's `podSelector` selects, reads the credentials Secret from the
+/// context's stores, admits pods and publishes [`Discovered`] on `tx`, until `shutdown`.
+pub async fn discover(
+    ctx: Context,
+    agents: AgentClient,
+    metrics: Arc<Metrics>,
+    tx: watch::Sender<Discovered>,
+    shutdown: CancellationToken,
+) {
+    let mut snapshots = ctx.snapshots.clone();
+    let mut pods: Option<PodWatch> = None;
+    let mut admission = Admission::default();
+    let mut creds: Option<Credentials> = None;
+    let mut tick = tokio::time::interval(REPROBE);
+    let publish = |d: Discovered| {
+        let _ = tx.send_if_modified(|cur| {
+            if *cur != d {
+                *cur = d;
+                true
+            } else {
+                false
+            }
+        });
+    };
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            ev = next_pod_event(&mut pods) => match ev {
+                None => return,
+                Some(Err(e)) => { warn!("watching pods: {e}"); continue; }
+                Some(Ok(())) => {}
+            },
+            r = snapshots.changed() => if r.is_err() { return },
+            _ = tick.tick() => {}
+        }
+        let Some(config) = snapshots.borrow_and_update().config.clone() else {
+            pods = None;
+            publish(Discovered::default());
+            continue;
+        };
+        // The pod watch follows the selector: a changed selector is a new watch.
+        let selector = selector_string(&config.spec.pod_selector);
+        if pods.as_ref().map(|w| w.selector.as_str()) != Some(selector.as_str()) {
+            info!(%selector, "watching the pods the podSelector selects");
+            pods = Some(PodWatch::start(&ctx, &selector));
+            continue;
+        }
+        let Some(watch) = pods.as_ref() else { continue };
+        if futures::FutureExt::now_or_never(watch.store.wait_until_ready()).is_none() {
+            continue;
+        }
+        let agent = config.spec.agent.clone();
+        // Credentials: a rotation re-admits every pod with the new ones.
+        let secret = &agent.credentials_secret_ref.name;
+        let (new_creds, creds_err) =
+            match ctx.stores.secrets.get(&ctx.namespace, secret).as_deref().map(secret_credentials) {
+                Some(Ok(c)) => (Some(c), None),
+                Some(Err(e)) => (None, Some(e)),
+                None => (None, Some(format!("Secret {secret} not found"))),
+            };
+        if new_creds != creds {
+            if let Some(c) = &new_creds {
+                info!(%secret, "agent credentials loaded");
+                agents.set_credentials(c.clone());
+            }
+            creds = new_creds;
+            admission.forget_admitted();
+        }
+        if creds.is_none() {
+            publish(Discovered { credentials_error: creds_err, ..Discovered::default() });
+            continue;
+        }
+        let pass = admission.pass(&watch.store.state(), &config.spec.pod_selector, &agent);
+        for r in &pass.rejections {
+            count(&metrics, r);
+        }
+        let probes: Vec<(Candidate, Result<(), String>)> = futures::stream::iter(pass.to_probe.clone())
+            .map(|c| {
+                let agents = agents.clone();
+                async move {
+                    let ep = Endpoint { name: c.name.clone(), url: c.url.clone() };
+                    let r = agents.state(&ep, false).await.map(|_| ()).map_err(|e| e.to_string());
+                    (c, r)
+                }
+            })
+            .buffer_unordered(MAX_PROBES)
+            .collect()
+            .await;
+        let (d, newly) = admission.settle(pass, probes);
+        for r in &newly {
+            warn!(pod = %r.pod, "agent_unreachable: {}", r.error.as_deref().unwrap_or_default());
+            count(&metrics, r);
+        }
+        for e in &d.endpoints {
+            if !tx.borrow().pods.contains_key(&e.name) {
+                info!(pod = %e.name, url = %e.url, "admitted HAProxy pod");
+            }
+        }
+        publish(d);
+    }
+}
+
+/// Counts a new rejection in `haptic_haproxy_pods_rejected_total`.
+fn count(metrics: &Metrics, r: &Rejection) {
+    if let Some(label) = r.reason.metric() {
         metrics.pod_rejected(label);
-        if r == Reject::AgentContainerNotRunning {
-            info!(pod = %name, "agent_container_not_running: not a deployment target");
+        if r.reason == Reject::AgentContainerNotRunning {
+            info!(pod = %r.pod, "agent_container_not_running: not a deployment target");
         }
     }
-    rejected.insert(name.to_string(), entry);
 }
 
 /// An [`crate::seams::EndpointSource`] over the published [`Discovered`] sets.
@@ -446,6 +534,66 @@ mod tests {
         let v6 = pod(json!({"metadata": {"name": "h-5"}, "status": {"podIP": "fd00::1", "containerStatuses": [
             {"name": "agent", "image": "i", "imageID": "", "ready": true, "restartCount": 0, "state": {"running": {}}}]}}));
         assert_eq!(candidate(&v6, &agent).unwrap().url, "http://[fd00::1]:8080");
+    }
+
+    fn running_pod(name: &str, uid: &str, ip: &str) -> Arc<Pod> {
+        Arc::new(pod(json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": uid, "labels": {"app": "haproxy"}},
+            "status": {"podIP": ip, "containerStatuses": [
+                {"name": "agent", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+                 "state": {"running": {}}}]}
+        })))
+    }
+
+    #[test]
+    fn admission_probes_each_pod_incarnation_once_and_counts_rejections_once() {
+        let agent = AgentSpec::default();
+        let sel: LabelSelector = serde_json::from_value(json!({"matchLabels": {"app": "haproxy"}})).unwrap();
+        let waiting = Arc::new(pod(json!({
+            "metadata": {"name": "h-w", "labels": {"app": "haproxy"}},
+            "status": {"podIP": "10.0.0.9", "containerStatuses": [
+                {"name": "agent", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+                 "state": {"waiting": {}}}]}
+        })));
+        let other = Arc::new(pod(json!({"metadata": {"name": "nginx", "labels": {"app": "nginx"}}})));
+        let mut pods = vec![running_pod("h-1", "u1", "10.0.0.1"), running_pod("h-2", "u2", "10.0.0.2"), waiting, other];
+        let mut a = Admission::default();
+        let pass = a.pass(&pods, &sel, &agent);
+        let names = |p: &Pass| p.to_probe.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&pass), ["h-1", "h-2"], "the unselected pod is not looked at");
+        assert_eq!(pass.rejections.len(), 1);
+        assert_eq!(pass.rejections[0].reason, Reject::AgentContainerNotRunning);
+        let probes: Vec<_> = pass
+            .to_probe
+            .iter()
+            .map(|c| (c.clone(), if c.name == "h-1" { Ok(()) } else { Err("refused".to_string()) }))
+            .collect();
+        let (d, newly) = a.settle(pass, probes);
+        assert_eq!(d.endpoints.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["h-1"]);
+        assert_eq!(d.pods["h-1"].uid, "u1");
+        assert_eq!(
+            newly.iter().map(|r| (r.pod.as_str(), r.reason)).collect::<Vec<_>>(),
+            [("h-2", Reject::AgentUnreachable)]
+        );
+        // The next pass: the admitted pod costs no probe; the rejections are not new.
+        let pass = a.pass(&pods, &sel, &agent);
+        assert_eq!(names(&pass), ["h-2"]);
+        assert!(pass.rejections.is_empty());
+        let again: Vec<_> = pass.to_probe.iter().map(|c| (c.clone(), Err("refused".to_string()))).collect();
+        let (_, newly) = a.settle(pass, again);
+        assert!(newly.is_empty(), "the same incarnation is counted once");
+        // Replaced (new UID): probed again. Deleted: gone from the admitted set.
+        pods[0] = running_pod("h-1", "u1b", "10.0.0.1");
+        pods.remove(1);
+        let pass = a.pass(&pods, &sel, &agent);
+        assert_eq!(names(&pass), ["h-1"]);
+        let probes: Vec<_> = pass.to_probe.iter().map(|c| (c.clone(), Ok(()))).collect();
+        let (d, _) = a.settle(pass, probes);
+        assert_eq!(d.pods["h-1"].uid, "u1b");
+        assert!(a.is_admitted("h-1") && !a.is_admitted("h-2"));
+        // Rotated credentials: every pod is probed again.
+        a.forget_admitted();
+        assert_eq!(names(&a.pass(&pods, &sel, &agent)), ["h-1"]);
     }
 
     #[test]

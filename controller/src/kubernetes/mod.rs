@@ -1,9 +1,11 @@
 //! Kubernetes mode: the `HAProxyConfig` resource, its render source, pod discovery and
-//! admission, the Lease that holds the fence, and the status writer (BRIEF §7).
+//! admission, the Lease that holds the fence, and the status writer, all over one shared
+//! [`context::Context`].
 //!
 //! Everything here plugs into the seams of [`crate::seams`]; the gate, diff, deployer and
 //! scheduler never learn that Kubernetes is behind them.
 
+pub mod context;
 pub mod crd;
 pub mod discovery;
 pub mod fence;

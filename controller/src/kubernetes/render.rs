@@ -1,25 +1,28 @@
 //! Renders from the `HAProxyConfig` resource and the ConfigMaps and Secrets it names.
 //!
 //! Owns the pure [`build`] (spec + lookups → file set, or a [`RenderError`] whose reason is
-//! `MissingReference` or `InvalidSpec`) and the watcher that keeps the resource, ConfigMaps and
-//! Secrets of the namespace in reflector stores and publishes each settled change as one render.
+//! `MissingReference` or `InvalidSpec`), the pure [`references`] (which ConfigMaps and Secrets a
+//! spec names), and the watcher that keeps the resource and exactly the objects it references
+//! in reflector stores (one watch per name) and publishes each settled change as one render.
 //! A change to any referenced object is a new render; an unchanged result is not republished.
-//! It must never deploy, and never read objects outside its namespace.
+//! It must never deploy, never read objects outside its namespace, and never list a kind
+//! wholesale.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
 use haptic_protocol::RelPath;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::watcher;
-use kube::{Api, Client};
+use kube::runtime::reflector::{self, store::Writer, ObjectRef, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::Api;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::context::Context;
 use super::crd::{HAProxyConfig, HAProxyConfigSpec};
 use crate::render::Render;
 use crate::seams::RenderEvent;
@@ -128,28 +131,192 @@ pub fn secret_file(s: &Secret, key: Option<&str>) -> Result<Vec<u8>, String> {
     Ok(pem)
 }
 
-/// The reflector stores of the namespace.
+/// The names of the objects a spec references: every ConfigMap and Secret a render reads, and
+/// the agents' credentials Secret.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct References {
+    /// ConfigMap names.
+    pub config_maps: BTreeSet<String>,
+    /// Secret names.
+    pub secrets: BTreeSet<String>,
+}
+
+/// What `spec` references (pure).
+pub fn references(spec: &HAProxyConfigSpec) -> References {
+    let mut r = References::default();
+    if let Some(from) = &spec.config_from {
+        r.config_maps.insert(from.config_map_key_ref.name.clone());
+    }
+    for f in &spec.files {
+        if let Some(k) = &f.config_map_key_ref {
+            r.config_maps.insert(k.name.clone());
+        }
+        if let Some(s) = &f.secret_ref {
+            r.secrets.insert(s.name.clone());
+        }
+    }
+    r.secrets.insert(spec.agent.credentials_secret_ref.name.clone());
+    r
+}
+
+/// Reflector stores of one kind, one per referenced name: each is fed by its own watch with the
+/// field selector `metadata.name=<name>`, so no other object of the namespace (Helm release
+/// Secrets, unrelated ConfigMaps) is listed or cached.
+pub struct Named<K: kube::Resource + 'static>
+where
+    K::DynamicType: std::hash::Hash + Eq,
+{
+    watches: Arc<Mutex<BTreeMap<String, Watched<K>>>>,
+}
+
+/// One name's store and the token that stops its watch.
+type Watched<K> = (Store<K>, CancellationToken);
+
+impl<K: kube::Resource + 'static> Clone for Named<K>
+where
+    K::DynamicType: std::hash::Hash + Eq,
+{
+    fn clone(&self) -> Self {
+        Self { watches: self.watches.clone() }
+    }
+}
+
+impl<K: kube::Resource + 'static> Default for Named<K>
+where
+    K::DynamicType: std::hash::Hash + Eq,
+{
+    fn default() -> Self {
+        Self { watches: Arc::default() }
+    }
+}
+
+impl<K: kube::Resource + 'static> std::fmt::Debug for Named<K>
+where
+    K::DynamicType: std::hash::Hash + Eq,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<String> = lock(&self.watches).keys().cloned().collect();
+        f.debug_struct("Named").field("names", &names).finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl<K> Named<K>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone + Default,
+{
+    /// The object `name` in `namespace`, if it is watched and exists.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
+        let store = lock(&self.watches).get(name).map(|(s, _)| s.clone())?;
+        store.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// Whether every one of `names` is watched and its first list has arrived.
+    fn ready(&self, names: &BTreeSet<String>) -> bool {
+        let w = lock(&self.watches);
+        names.iter().all(|n| w.get(n).is_some_and(|(s, _)| ready(s)))
+    }
+
+    /// Starts a watch for each of `names` not watched yet; each of its events is sent on
+    /// `changes`; all stop with `stop`.
+    fn ensure(
+        &self,
+        api: &Api<K>,
+        names: &BTreeSet<String>,
+        changes: &futures::channel::mpsc::UnboundedSender<()>,
+        stop: &CancellationToken,
+    ) {
+        let mut w = lock(&self.watches);
+        for name in names {
+            if w.contains_key(name) {
+                continue;
+            }
+            let token = stop.child_token();
+            let store = watch_one(api.clone(), name, changes.clone(), token.clone());
+            w.insert(name.clone(), (store, token));
+        }
+    }
+
+    /// Stops the watches of names not in `names`.
+    fn retain(&self, names: &BTreeSet<String>) {
+        lock(&self.watches).retain(|n, (_, token)| {
+            let keep = names.contains(n);
+            if !keep {
+                token.cancel();
+            }
+            keep
+        });
+    }
+}
+
+/// One object's watch (by `metadata.name`, backing off on errors) into a store of its own.
+fn watch_one<K>(
+    api: Api<K>,
+    name: &str,
+    changes: futures::channel::mpsc::UnboundedSender<()>,
+    stop: CancellationToken,
+) -> Store<K>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone + Default,
+{
+    let (reader, writer) = reflector::store();
+    let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut stream = watcher(api, cfg).default_backoff().reflect(writer).boxed();
+    let what = format!("{} {name}", K::kind(&K::DynamicType::default()));
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                ev = stream.next() => match ev {
+                    None => return,
+                    Some(Err(e)) => warn!("watching {what}: {e}"),
+                    Some(Ok(_)) => if changes.unbounded_send(()).is_err() { return },
+                },
+            }
+        }
+    });
+    reader
+}
+
+/// The reflector stores: the resource (by name) and what its spec references.
 #[derive(Debug, Clone)]
 pub struct Stores {
-    /// ConfigMaps.
-    pub config_maps: Store<ConfigMap>,
-    /// Secrets.
-    pub secrets: Store<Secret>,
-    /// `HAProxyConfig`s.
+    /// The referenced ConfigMaps.
+    pub config_maps: Named<ConfigMap>,
+    /// The referenced Secrets (and the agents' credentials Secret).
+    pub secrets: Named<Secret>,
+    /// The `HAProxyConfig` (a watch of its name only).
     pub configs: Store<HAProxyConfig>,
     namespace: String,
 }
 
 impl Lookup for Stores {
     fn config_map(&self, name: &str) -> Option<Arc<ConfigMap>> {
-        self.config_maps.get(&ObjectRef::new(name).within(&self.namespace))
+        self.config_maps.get(&self.namespace, name)
     }
     fn secret(&self, name: &str) -> Option<Arc<Secret>> {
-        self.secrets.get(&ObjectRef::new(name).within(&self.namespace))
+        self.secrets.get(&self.namespace, name)
     }
 }
 
 impl Stores {
+    /// Empty stores for `namespace`, and the writer of the resource's store.
+    pub fn new(namespace: &str) -> (Self, Writer<HAProxyConfig>) {
+        let (configs, writer) = reflector::store();
+        let s = Stores {
+            config_maps: Named::default(),
+            secrets: Named::default(),
+            configs,
+            namespace: namespace.to_string(),
+        };
+        (s, writer)
+    }
+
     /// The watched resource, if it exists.
     pub fn config(&self, name: &str) -> Option<Arc<HAProxyConfig>> {
         self.configs.get(&ObjectRef::new(name).within(&self.namespace))
@@ -168,88 +335,71 @@ pub struct Snapshot {
 /// What was last published: the resource's generation and the render's plan id or error.
 type PublishedKey = (Option<i64>, Option<Result<haptic_protocol::PlanId, RenderError>>);
 
-/// Starts reflectors for the namespace's ConfigMaps, Secrets and `HAProxyConfig`s; every change
-/// settles for `settle`, then the named resource is rendered and published (only when the
-/// render, its error or the resource's generation changed). Returns the stores and the feed.
-pub fn watch_renders(
-    client: Client,
-    namespace: &str,
-    name: &str,
+/// Watches the resource (by name) and what its spec references, and publishes on `tx`: every
+/// change settles for `settle`, then the resource is rendered and published (only when the
+/// render, its error or the resource's generation changed). A changed reference starts the
+/// new object's watch; the old one stops once a render of the new spec is published.
+pub async fn watch_renders(
+    ctx: Context,
+    writer: Writer<HAProxyConfig>,
+    tx: watch::Sender<Snapshot>,
     settle: Duration,
     shutdown: CancellationToken,
-) -> (Stores, watch::Receiver<Snapshot>) {
-    let (cm_reader, cm_writer) = reflector::store();
-    let (sec_reader, sec_writer) = reflector::store();
-    let (cfg_reader, cfg_writer) = reflector::store();
-    let stores =
-        Stores { config_maps: cm_reader, secrets: sec_reader, configs: cfg_reader, namespace: namespace.to_string() };
-    let cms = reflector::reflector(
-        cm_writer,
-        watcher(Api::<ConfigMap>::namespaced(client.clone(), namespace), watcher::Config::default()),
-    )
-    .map(|r| r.map(|_| ()).map_err(|e| e.to_string()))
-    .boxed();
-    let secs = reflector::reflector(
-        sec_writer,
-        watcher(Api::<Secret>::namespaced(client.clone(), namespace), watcher::Config::default()),
-    )
-    .map(|r| r.map(|_| ()).map_err(|e| e.to_string()))
-    .boxed();
-    let cfgs = reflector::reflector(
-        cfg_writer,
-        watcher(
-            Api::<HAProxyConfig>::namespaced(client, namespace),
-            watcher::Config::default().fields(&format!("metadata.name={name}")),
-        ),
-    )
-    .map(|r| r.map(|_| ()).map_err(|e| e.to_string()))
-    .boxed();
-    let (tx, rx) = watch::channel(Snapshot::default());
-    let s = stores.clone();
-    let name = name.to_string();
-    tokio::spawn(async move {
-        let mut events = futures::stream::select_all([cms, secs, cfgs]);
-        let mut last: Option<PublishedKey> = None;
+) {
+    let name = ctx.names.config.clone();
+    let s = ctx.stores.clone();
+    let (changes_tx, changes_rx) = futures::channel::mpsc::unbounded::<()>();
+    let cfgs = watcher(ctx.configs(), watcher::Config::default().fields(&format!("metadata.name={name}")))
+        .default_backoff()
+        .reflect(writer)
+        .map(|r| r.map(|_| ()).map_err(|e| e.to_string()))
+        .boxed();
+    let mut events = futures::stream::select(cfgs, changes_rx.map(Ok));
+    let (cm_api, secret_api) = (ctx.api::<ConfigMap>(), ctx.api::<Secret>());
+    let mut last: Option<PublishedKey> = None;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            ev = events.next() => match ev {
+                None => return,
+                Some(Err(e)) => { warn!("watching HAProxyConfig {name}: {e}"); continue; }
+                Some(Ok(())) => {}
+            },
+        }
+        // Settle: let a burst of changes (a ConfigMap and the resource together) land.
+        let quiet = tokio::time::sleep(settle);
+        tokio::pin!(quiet);
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
+                _ = &mut quiet => break,
                 ev = events.next() => match ev {
                     None => return,
-                    Some(Err(e)) => { warn!("watching the namespace: {e}"); continue; }
-                    Some(Ok(())) => {}
+                    Some(_) => quiet.as_mut().reset(tokio::time::Instant::now() + settle),
                 },
             }
-            // Settle: let a burst of changes (a ConfigMap and the resource together) land.
-            let quiet = tokio::time::sleep(settle);
-            tokio::pin!(quiet);
-            loop {
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = &mut quiet => break,
-                    ev = events.next() => match ev {
-                        None => return,
-                        Some(_) => quiet.as_mut().reset(tokio::time::Instant::now() + settle),
-                    },
-                }
-            }
-            // Every raw watch event (also a list's end) comes through here, so a store that is
-            // not synced yet is checked again on its own next event.
-            if !(ready(&s.config_maps) && ready(&s.secrets) && ready(&s.configs)) {
-                continue;
-            }
-            let config = s.config(&name);
-            let render = config.as_ref().map(|c| {
-                build(&c.spec, &s).and_then(|files| {
-                    Render::new(files).map(Arc::new).map_err(|why| RenderError::invalid(why.to_string()))
-                })
-            });
-            let key = (
-                config.as_ref().and_then(|c| c.metadata.generation),
-                render.as_ref().map(|r| r.as_ref().map(|r| r.plan_id()).map_err(Clone::clone)),
-            );
-            if last.as_ref() == Some(&key) {
-                continue;
-            }
+        }
+        // Every raw watch event (also a list's end) comes through here, so a store that is
+        // not synced yet is checked again on its own next event.
+        if !ready(&s.configs) {
+            continue;
+        }
+        let config = s.config(&name);
+        let refs = config.as_ref().map(|c| references(&c.spec)).unwrap_or_default();
+        s.config_maps.ensure(&cm_api, &refs.config_maps, &changes_tx, &shutdown);
+        s.secrets.ensure(&secret_api, &refs.secrets, &changes_tx, &shutdown);
+        if !(s.config_maps.ready(&refs.config_maps) && s.secrets.ready(&refs.secrets)) {
+            continue;
+        }
+        let render = config.as_ref().map(|c| {
+            build(&c.spec, &s)
+                .and_then(|files| Render::new(files).map(Arc::new).map_err(|why| RenderError::invalid(why.to_string())))
+        });
+        let key = (
+            config.as_ref().and_then(|c| c.metadata.generation),
+            render.as_ref().map(|r| r.as_ref().map(|r| r.plan_id()).map_err(Clone::clone)),
+        );
+        if last.as_ref() != Some(&key) {
             match &render {
                 Some(Ok(r)) => info!(plan = %r.plan_id(), "render of {name} ready"),
                 Some(Err(e)) => warn!(reason = e.reason, "{name} is not a render: {}", e.message),
@@ -258,8 +408,10 @@ pub fn watch_renders(
             last = Some(key);
             let _ = tx.send(Snapshot { config, render });
         }
-    });
-    (stores, rx)
+        // The published spec references only these now.
+        s.config_maps.retain(&refs.config_maps);
+        s.secrets.retain(&refs.secrets);
+    }
 }
 
 fn ready<K: kube::Resource + Clone + 'static>(s: &Store<K>) -> bool
@@ -366,6 +518,27 @@ mod tests {
         assert!(e.message.contains("ConfigMap nope not found") && e.message.contains("spec.files[0]"), "{e:?}");
         let bad_key = spec(json!({"configFrom": {"configMapKeyRef": {"name": "cfg", "key": "other"}}}));
         assert!(build(&bad_key, &f).unwrap_err().message.contains("no key \"other\""));
+    }
+
+    #[test]
+    fn references_name_every_config_map_and_secret_a_render_reads_and_the_credentials() {
+        let s = spec(json!({
+            "configFrom": {"configMapKeyRef": {"name": "cfg", "key": "haproxy.cfg"}},
+            "agent": {"credentialsSecretRef": {"name": "creds"}},
+            "files": [
+                {"path": "maps/a.map", "configMapKeyRef": {"name": "maps", "key": "a"}},
+                {"path": "maps/b.map", "configMapKeyRef": {"name": "cfg", "key": "b"}},
+                {"path": "certs/site.pem", "secretRef": {"name": "site"}},
+                {"path": "errors/503.http", "content": "x"},
+            ],
+        }));
+        let r = references(&s);
+        let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+        assert_eq!(r.config_maps, set(&["cfg", "maps"]));
+        assert_eq!(r.secrets, set(&["creds", "site"]));
+        let inline = references(&spec(json!({"config": "global\n"})));
+        assert!(inline.config_maps.is_empty());
+        assert_eq!(inline.secrets, set(&["haptic-agent-credentials"]), "the default credentials Secret");
     }
 
     #[test]

@@ -1,30 +1,32 @@
-//! Running one `HAProxyConfig` in Kubernetes mode (BRIEF §7.2).
+//! Running one `HAProxyConfig` in Kubernetes mode.
 //!
-//! Owns the wiring: every replica watches the resource (renders), discovers and admits pods,
-//! runs the Lease elector and serves `/healthz`, `/metrics` and `/status`; only while the Lease
-//! is held does a deployment loop (gate, diff, deployer, scheduler, drift) run over the shared
-//! feeds, with the status writer beside it. Losing the Lease cancels both at once; winning it
-//! again starts a new term with a higher epoch. It must never hold deployment logic itself.
+//! Owns the wiring: every replica builds the [`Context`], watches the resource (renders),
+//! discovers and admits pods, runs the Lease elector and serves `/healthz`, `/metrics` and
+//! `/status`; only while the Lease is held does a deployment loop (gate, diff, deployer,
+//! scheduler, drift) run over the shared feeds, with the status writer beside it. A change of
+//! `spec.controller` reaches the running loop as new [`Tuning`] (plan cache, known pods and
+//! follow-ups stay). Losing the Lease cancels both at once; winning it again starts a new term
+//! with a higher epoch. It must never hold deployment logic itself.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::runtime::events::Recorder;
-use kube::{Api, Client};
+use kube::Client;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::context::{Context, Names};
 use super::crd::{parse_duration, GateSpec, HAProxyConfig};
 use super::discovery::{discover, Discovered, FeedEndpoints};
 use super::fence::LeaseFence;
 use super::lease::{Elector, LeaseTiming};
-use super::render::{watch_renders, FeedRenderSource, Snapshot};
+use super::render::{watch_renders, FeedRenderSource, Snapshot, Stores};
 use super::status;
 use crate::admin::{self, AdminState};
-use crate::app::{Running, Settings, Shared};
+use crate::app::{Running, Settings, Shared, Tuning};
 use crate::client::Credentials;
 use crate::error::Error;
 use crate::gate::GateMode;
@@ -77,20 +79,34 @@ pub async fn start_kubernetes(s: KubernetesSettings, client: Client) -> Result<R
     let shared = Shared::new(&common, s.identity.clone(), 0)?;
     shared.board.controller(|c| c.stood_down = Some("waiting for the Lease".into()));
 
-    let (stores, snaps) = watch_renders(client.clone(), &s.namespace, &s.config, s.settle, shutdown.clone());
-    let disc = discover(
-        client.clone(),
-        &s.namespace,
-        snaps.clone(),
-        stores.secrets.clone(),
+    let (stores, config_writer) = Stores::new(&s.namespace);
+    let (snap_tx, snapshots) = watch::channel(Snapshot::default());
+    let (disc_tx, discovered) = watch::channel(Discovered::default());
+    let ctx = Context {
+        recorder: status::recorder(client.clone(), &s.identity),
+        client,
+        namespace: s.namespace.clone(),
+        names: Arc::new(Names { config: s.config.clone(), lease: s.lease_name.clone(), identity: s.identity.clone() }),
+        stores,
+        snapshots,
+        discovered,
+    };
+    let mut tasks = Vec::new();
+    tasks.push(tokio::spawn(watch_renders(ctx.clone(), config_writer, snap_tx, s.settle, shutdown.clone())));
+    tasks.push(tokio::spawn(discover(
+        ctx.clone(),
         shared.client.clone(),
         shared.metrics.clone(),
+        disc_tx,
         shutdown.clone(),
-    );
-    let (elector, leadership, raise) =
-        Elector::new(Api::namespaced(client.clone(), &s.namespace), &s.lease_name, &s.identity, s.timing);
+    )));
+    // `spec.controller` as the running loop's tuning: a change reaches it without a restart.
+    let (tuning_tx, tuning) = watch::channel(term_settings(&common, None).tuning());
+    tasks.push(tokio::spawn(follow_tuning(ctx.snapshots.clone(), common.clone(), tuning_tx, shutdown.clone())));
+
+    let (elector, leadership, raise) = Elector::new(ctx.api(), &ctx.names.lease, &ctx.names.identity, s.timing);
     // The Lease belongs to the HAProxyConfig: deleting it (or `helm uninstall`) removes the Lease.
-    let owner_snaps = snaps.clone();
+    let owner_snaps = ctx.snapshots.clone();
     let elector = elector.owned_by(move || {
         let snap = owner_snaps.borrow();
         let c = snap.config.as_ref()?;
@@ -107,7 +123,6 @@ pub async fn start_kubernetes(s: KubernetesSettings, client: Client) -> Result<R
         .await
         .map_err(|e| Error::io(format!("admin listen {}", common.admin_listen), e))?;
     let admin_addr: SocketAddr = listener.local_addr().map_err(|e| Error::io("admin listener", e))?;
-    let mut tasks = Vec::new();
     let state = AdminState { board: shared.board.clone(), metrics: shared.metrics.clone() };
     let sd = shutdown.clone();
     tasks.push(tokio::spawn(async move {
@@ -120,13 +135,12 @@ pub async fn start_kubernetes(s: KubernetesSettings, client: Client) -> Result<R
     let elector_task = tokio::spawn(async move { elector.run(es).await });
 
     let fence = Arc::new(LeaseFence::new(&s.identity, leadership.clone(), raise, s.timing.renew_deadline));
-    let recorder = status::recorder(client.clone(), &s.identity);
-    let api: Api<HAProxyConfig> = Api::namespaced(client, &s.namespace);
     let sd = shutdown.clone();
     let board = shared.board.clone();
     let metrics = shared.metrics.clone();
+    let terms = Terms { ctx, common, shared, fence, tuning, retry: s.timing.retry_period };
     tasks.push(tokio::spawn(async move {
-        terms(s, common, shared, fence, leadership, snaps, disc, api, recorder, sd).await;
+        terms.run(leadership, sd).await;
         elector_stop.cancel();
         let _ = elector_task.await;
     }));
@@ -134,99 +148,118 @@ pub async fn start_kubernetes(s: KubernetesSettings, client: Client) -> Result<R
     Ok(Running::from_parts(admin_addr, board, metrics, shutdown, tasks))
 }
 
-/// One deployment loop per leadership term, until `shutdown`.
-#[allow(clippy::too_many_arguments)]
-async fn terms(
-    s: KubernetesSettings,
+/// Publishes the tuning of each published resource's `spec.controller` (only on a change).
+async fn follow_tuning(
+    mut snapshots: watch::Receiver<Snapshot>,
     common: Settings,
-    shared: Shared,
-    fence: Arc<LeaseFence>,
-    mut leadership: watch::Receiver<Option<super::lease::Term>>,
-    snaps: watch::Receiver<Snapshot>,
-    disc: watch::Receiver<Discovered>,
-    api: Api<HAProxyConfig>,
-    recorder: Recorder,
+    tx: watch::Sender<Tuning>,
     shutdown: CancellationToken,
 ) {
     loop {
-        // Follow until this replica holds the Lease.
-        loop {
-            if leadership.borrow_and_update().is_some() {
-                break;
-            }
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                r = leadership.changed() => if r.is_err() { return },
-            }
+        let cfg = snapshots.borrow_and_update().config.clone();
+        let t = term_settings(&common, cfg.as_deref()).tuning();
+        let changed = tx.send_if_modified(|cur| {
+            let changed = *cur != t;
+            *cur = t;
+            changed
+        });
+        if changed {
+            info!("spec.controller changed: the deployment loop takes the new settings");
         }
-        let epoch = leadership.borrow().as_ref().map_or(0, |t| t.epoch);
-        let cfg = snaps.borrow().config.clone();
-        let settings = term_settings(&common, cfg.as_deref());
-        let controller_spec = cfg.as_ref().map(|c| c.spec.controller.clone());
-        shared.board.controller(|c| c.stood_down = None);
-        info!(identity = %s.identity, epoch, config = %s.config, "leading: starting a deployment term");
-        let running = match crate::app::start_with(
-            settings,
-            Box::new(FeedRenderSource::new(snaps.clone())),
-            Box::new(FeedEndpoints::new(disc.clone())),
-            fence.clone(),
-            shared.clone(),
-            None,
-        )
-        .await
-        {
-            Ok(r) => r,
-            Err(e) => {
-                warn!("cannot start a deployment term: {e}");
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = snapshots.changed() => if r.is_err() { return },
+        }
+    }
+}
+
+/// Why a deployment term ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum TermEnd {
+    /// The controller is stopping (or the leadership feed ended).
+    Shutdown,
+    /// This replica stops deploying, with why.
+    StandDown(String),
+}
+
+/// The leadership terms of this replica, and what each runs over.
+struct Terms {
+    ctx: Context,
+    common: Settings,
+    shared: Shared,
+    fence: Arc<LeaseFence>,
+    tuning: watch::Receiver<Tuning>,
+    retry: Duration,
+}
+
+impl Terms {
+    /// One deployment loop per leadership term, until `shutdown`.
+    async fn run(self, mut leadership: watch::Receiver<Option<super::lease::Term>>, shutdown: CancellationToken) {
+        let ctx = &self.ctx;
+        loop {
+            // Follow until this replica holds the Lease.
+            loop {
+                if leadership.borrow_and_update().is_some() {
+                    break;
+                }
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(s.timing.retry_period) => continue,
+                    r = leadership.changed() => if r.is_err() { return },
                 }
             }
-        };
-        let term = CancellationToken::new();
-        let writer = tokio::spawn(status::write_loop(
-            api.clone(),
-            s.config.clone(),
-            shared.board.clone(),
-            snaps.clone(),
-            disc.clone(),
-            recorder.clone(),
-            term.clone(),
-        ));
-        // Run until the Lease is lost, the controller settings change, or shutdown.
-        let mut spec_rx = snaps.clone();
-        let why = loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => break None,
-                r = leadership.changed() => {
-                    if r.is_err() || leadership.borrow().is_none() {
-                        break Some("lost the Lease".to_string());
+            let epoch = leadership.borrow().as_ref().map_or(0, |t| t.epoch);
+            self.shared.board.controller(|c| c.stood_down = None);
+            info!(identity = %ctx.names.identity, epoch, config = %ctx.names.config, "leading: starting a deployment term");
+            let running = match crate::app::start_with(
+                self.common.clone(),
+                Box::new(FeedRenderSource::new(ctx.snapshots.clone())),
+                Box::new(FeedEndpoints::new(ctx.discovered.clone())),
+                self.fence.clone(),
+                self.shared.clone(),
+                None,
+                self.tuning.clone(),
+            )
+            .await
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    warn!("cannot start a deployment term: {e}");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        _ = tokio::time::sleep(self.retry) => continue,
                     }
                 }
-                r = spec_rx.changed() => {
-                    if r.is_err() { break None; }
-                    let now = spec_rx.borrow().config.as_ref().map(|c| c.spec.controller.clone());
-                    if now != controller_spec {
-                        info!("spec.controller changed: restarting the deployment loop with the new settings");
-                        break Some(String::new());
+            };
+            let term = CancellationToken::new();
+            let writer = tokio::spawn(status::write_loop(ctx.clone(), self.shared.board.clone(), term.clone()));
+            // Run until the Lease is lost, or shutdown.
+            let end = loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break TermEnd::Shutdown,
+                    r = leadership.changed() => {
+                        if r.is_err() {
+                            break TermEnd::Shutdown;
+                        }
+                        if leadership.borrow().is_none() {
+                            break TermEnd::StandDown("lost the Lease".to_string());
+                        }
                     }
                 }
-            }
-        };
-        term.cancel();
-        let _ = writer.await;
-        running.stop().await;
-        match why {
-            None => return,
-            Some(w) if w.is_empty() => continue,
-            Some(w) => {
-                warn!(identity = %s.identity, "STANDING DOWN: {w}; deployments stopped");
-                shared.board.controller(|c| c.stood_down = Some(w.clone()));
-                let obj = snaps.borrow().config.clone();
-                if let Some(obj) = obj {
-                    status::publish(&recorder, &obj, (true, "StoodDown", format!("{} stood down: {w}", s.identity)))
-                        .await;
+            };
+            term.cancel();
+            let _ = writer.await;
+            running.stop().await;
+            match end {
+                TermEnd::Shutdown => return,
+                TermEnd::StandDown(w) => {
+                    warn!(identity = %ctx.names.identity, "STANDING DOWN: {w}; deployments stopped");
+                    self.shared.board.controller(|c| c.stood_down = Some(w.clone()));
+                    let obj = ctx.snapshots.borrow().config.clone();
+                    if let Some(obj) = obj {
+                        let ev =
+                            status::EventSpec::warning("StoodDown", format!("{} stood down: {w}", ctx.names.identity));
+                        status::publish(&ctx.recorder, &obj, ev).await;
+                    }
                 }
             }
         }

@@ -1,20 +1,22 @@
-//! The resource's status and Events (BRIEF §7.5), written by the leader only.
+//! The resource's status and Events, written by the leader only.
 //!
 //! Owns the pure [`build`] (status board + discovery + render state → `HAProxyConfigStatus`),
 //! the pure [`events_between`] (which Kubernetes Events two consecutive views call for: gate
-//! refusals, NACKs, stand-downs) and the writer loop that patches the status subresource when it
-//! changed, at most every 500 ms. It must never decide anything about deployments.
+//! refusals, NACKs, stand-downs) and the writer loop that applies the status subresource
+//! (server-side apply, field manager `haptic-controller`) when the status board, the render or
+//! the admitted pods change, at most every 500 ms. It must never decide anything about
+//! deployments.
 
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use super::context::Context;
 use super::crd::{GateStatusField, HAProxyConfig, HAProxyConfigStatus, LeaderField, PodStatusField};
 use super::discovery::Discovered;
 use super::render::Snapshot;
@@ -194,8 +196,23 @@ pub fn keep_transition_times(new: &mut HAProxyConfigStatus, prev: Option<&HAProx
     }
 }
 
-/// An Event to publish: `(warning?, reason, note)`.
-pub type EventSpec = (bool, &'static str, String);
+/// An Event to publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventSpec {
+    /// `Warning` (else `Normal`).
+    pub warning: bool,
+    /// The Event's reason (`GateRefused`, `ApplyRejected`, `StoodDown`).
+    pub reason: &'static str,
+    /// What happened.
+    pub note: String,
+}
+
+impl EventSpec {
+    /// A `Warning` Event.
+    pub fn warning(reason: &'static str, note: String) -> Self {
+        EventSpec { warning: true, reason, note }
+    }
+}
 
 /// The Events between two consecutive fleet views (pure).
 pub fn events_between(prev: Option<&FleetStatus>, now: &FleetStatus) -> Vec<EventSpec> {
@@ -203,7 +220,10 @@ pub fn events_between(prev: Option<&FleetStatus>, now: &FleetStatus) -> Vec<Even
     let prev_refused = prev.and_then(|p| p.gate.last_refused.as_ref()).map(|r| r.plan_id);
     if let Some(r) = &now.gate.last_refused {
         if prev_refused != Some(r.plan_id) {
-            out.push((true, "GateRefused", format!("haproxy -c refused plan {}: {}", r.plan_id.short(), r.output)));
+            out.push(EventSpec::warning(
+                "GateRefused",
+                format!("haproxy -c refused plan {}: {}", r.plan_id.short(), r.output),
+            ));
         }
     }
     for p in &now.pods {
@@ -211,12 +231,12 @@ pub fn events_between(prev: Option<&FleetStatus>, now: &FleetStatus) -> Vec<Even
         let was = before.map(|b| (b.phase, b.last_error.clone()));
         if p.phase == Phase::Rejected && was != Some((Phase::Rejected, p.last_error.clone())) {
             let words = p.last_error.clone().unwrap_or_default();
-            out.push((true, "ApplyRejected", format!("pod {}: HAProxy refused the plan: {words}", p.pod)));
+            out.push(EventSpec::warning("ApplyRejected", format!("pod {}: HAProxy refused the plan: {words}", p.pod)));
         }
     }
     if let Some(why) = &now.controller.stood_down {
         if prev.and_then(|p| p.controller.stood_down.as_ref()) != Some(why) {
-            out.push((true, "StoodDown", format!("{} stood down: {why}", now.controller.identity)));
+            out.push(EventSpec::warning("StoodDown", format!("{} stood down: {why}", now.controller.identity)));
         }
     }
     out
@@ -224,7 +244,7 @@ pub fn events_between(prev: Option<&FleetStatus>, now: &FleetStatus) -> Vec<Even
 
 /// Publishes one Event on the resource (failures are logged, never fatal).
 pub async fn publish(recorder: &Recorder, obj: &HAProxyConfig, ev: EventSpec) {
-    let (warning, reason, note) = ev;
+    let EventSpec { warning, reason, note } = ev;
     let event = Event {
         type_: if warning { EventType::Warning } else { EventType::Normal },
         reason: reason.into(),
@@ -242,42 +262,64 @@ pub fn recorder(client: Client, identity: &str) -> Recorder {
     Recorder::new(client, Reporter { controller: "haptic-controller".into(), instance: Some(identity.into()) })
 }
 
-/// Writes the status while `token` is not cancelled: on change, at most every [`MIN_INTERVAL`].
-#[allow(clippy::too_many_arguments)]
-pub async fn write_loop(
-    api: Api<HAProxyConfig>,
-    name: String,
-    board: std::sync::Arc<crate::status::StatusBoard>,
-    snaps: watch::Receiver<Snapshot>,
-    disc: watch::Receiver<Discovered>,
-    recorder: Recorder,
-    token: CancellationToken,
-) {
+/// The field manager of the status writes (server-side apply).
+pub const FIELD_MANAGER: &str = "haptic-controller";
+
+/// Writes the status while `token` is not cancelled: after each change of the status board,
+/// the published render or the admitted pods (event-driven), at most every [`MIN_INTERVAL`],
+/// with server-side apply as [`FIELD_MANAGER`]. A failed write is tried again after
+/// [`MIN_INTERVAL`].
+pub async fn write_loop(ctx: Context, board: std::sync::Arc<crate::status::StatusBoard>, token: CancellationToken) {
+    let api = ctx.configs();
+    let name = ctx.names.config.clone();
+    let mut snaps = ctx.snapshots.clone();
+    let mut disc = ctx.discovered.clone();
+    let mut changes = board.subscribe();
     let mut last_written: Option<HAProxyConfigStatus> = None;
     let mut last_fleet: Option<FleetStatus> = None;
+    let params = PatchParams::apply(FIELD_MANAGER).force();
     loop {
+        let started = tokio::time::Instant::now();
+        changes.borrow_and_update();
         let fleet = board.snapshot();
-        let snap = snaps.borrow().clone();
-        let discovered = disc.borrow().clone();
+        let snap = snaps.borrow_and_update().clone();
+        let discovered = disc.borrow_and_update().clone();
+        let mut failed = false;
         if let Some(obj) = snap.config.clone() {
             for ev in events_between(last_fleet.as_ref(), &fleet) {
-                publish(&recorder, &obj, ev).await;
+                publish(&ctx.recorder, &obj, ev).await;
             }
             let mut status = build(&fleet, &snap, &discovered);
             let prev = last_written.clone().or_else(|| obj.status.clone());
             keep_transition_times(&mut status, prev.as_ref(), Time(k8s_openapi::jiff::Timestamp::now()));
             if Some(&status) != last_written.as_ref() {
-                let patch = serde_json::json!({ "status": status });
-                match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                let patch = serde_json::json!({
+                    "apiVersion": "haptic.dev/v1alpha1",
+                    "kind": "HAProxyConfig",
+                    "metadata": {"name": name},
+                    "status": status,
+                });
+                match api.patch_status(&name, &params, &Patch::Apply(&patch)).await {
                     Ok(_) => last_written = Some(status),
-                    Err(e) => warn!("cannot write the status of {name}: {e}"),
+                    Err(e) => {
+                        failed = true;
+                        warn!("cannot write the status of {name}: {e}");
+                    }
                 }
             }
         }
         last_fleet = Some(fleet);
+        // Wait for a change (or, after a failed write, for the retry), then keep the spacing.
         tokio::select! {
             _ = token.cancelled() => return,
-            _ = tokio::time::sleep(MIN_INTERVAL) => {}
+            r = changes.changed() => if r.is_err() { return },
+            r = snaps.changed() => if r.is_err() { return },
+            r = disc.changed() => if r.is_err() { return },
+            _ = tokio::time::sleep(MIN_INTERVAL), if failed => {}
+        }
+        tokio::select! {
+            _ = token.cancelled() => return,
+            _ = tokio::time::sleep_until(started + MIN_INTERVAL) => {}
         }
     }
 }

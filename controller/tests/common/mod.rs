@@ -9,11 +9,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use haptic_controller::app::{self, Running, Settings, StandaloneSettings};
+use haptic_controller::app::{Running, Settings};
 use haptic_controller::client::{AgentClient, Credentials};
 use haptic_controller::gate::GateMode;
 use haptic_controller::render::{load_dir, Render};
 use haptic_controller::seams::Endpoint;
+use haptic_controller::standalone::{start_standalone, StandaloneSettings};
 use haptic_controller::status::FleetStatus;
 use haptic_e2e::pod::{Pod, PodOpts};
 use haptic_e2e::HaproxyBin;
@@ -194,7 +195,7 @@ pub fn settings(
 }
 
 pub async fn start(s: StandaloneSettings) -> Running {
-    app::start_standalone(s).await.expect("controller start")
+    start_standalone(s).await.expect("controller start")
 }
 
 /// Polls `f` until it returns `Some`, or panics with `what` and the last status.
