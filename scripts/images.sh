@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the two haptic images here, without Docker, from Dockerfile.agent and Dockerfile.controller
-# exactly as written (buildah, FACTS.md §2), then smoke-runs them and runs a pod from them.
+# exactly as written (buildah bud, with a debootstrap base passed in through the ARGs), then smoke-runs them and runs a pod from them.
 #
 #   scripts/images.sh              # build + smoke + pod
 #   scripts/images.sh --no-pod     # build + smoke only

@@ -2,7 +2,8 @@
 # Installs the two HAProxy builds haptic is tested against, idempotently:
 #   - Debian's haproxy (2.6 on bookworm) via apt-get, if missing;
 #   - HAProxy 3.0 from Debian trixie into a private prefix under target/haproxy/3.0,
-#     with its own loader and libraries (FACTS.md §8). System sources and libc are untouched.
+#     with its own loader and libraries (it needs glibc ≥ 2.38, newer than bookworm's). System sources
+#     and libc are untouched.
 # Prints the two binary paths, one per line. A second run does nothing.
 set -euo pipefail
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the real helm CLI, idempotently, from the Go module proxy (FACTS.md §3):
+# Installs the real helm CLI, idempotently, from the Go module proxy (no release downloads here):
 #   GOTOOLCHAIN=local CGO_ENABLED=0 GOBIN=target/helm/<version> go install helm.sh/helm/v3/cmd/helm@<version>
 # The version is pinned. Prints the binary's path. A second run does nothing.
 # Needs `go` (any recent toolchain; GOTOOLCHAIN=local keeps it from downloading another).

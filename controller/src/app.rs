@@ -76,10 +76,6 @@ impl Settings {
     }
 }
 
-// `main.rs` names the standalone start-up through this module.
-#[doc(hidden)]
-pub use crate::standalone::start::{start_standalone, StandaloneSettings};
-
 /// A running controller.
 #[derive(Debug)]
 pub struct Running {

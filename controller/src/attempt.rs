@@ -5,7 +5,7 @@
 //! ends the attempts; a transport error is retried with the *same* request (same fence and plan:
 //! the agent answers the exact retry of an apply that landed with its ACK again, and processes
 //! one that never arrived), a bounded number of times, before the pod is failed; the 409 answers
-//! follow BRIEF §5 — `stale_epoch` asks the fence holder to reclaim (or stand down),
+//! are answered as follows: `stale_epoch` asks the fence holder to reclaim (or stand down),
 //! `prev_mismatch` re-reads the pod and re-diffs once and then sends the complete state,
 //! `unknown_baseline` sends the complete state, `missing_parts` resends exactly the files named
 //! (and forgets the pod's file list when it named only files already sent). Every pod gets at

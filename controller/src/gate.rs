@@ -86,7 +86,7 @@ impl Latch {
 /// What the gate refuses before running HAProxy: a `haproxy.cfg` without `default-path config`
 /// in its `global` section. Without it HAProxy resolves the relative paths of aux files
 /// (`maps/…`, `certs/…`) against its working directory, so the same render would load other
-/// files (or none) in the gate, in the agent's check and in the pod (BRIEF §2).
+/// files (or none) in the gate, in the agent's check and in the pod (`default-path config`).
 pub fn precheck(render: &Render) -> Option<String> {
     let cfg = haptic_haproxy::cfg::parse(render.cfg_text());
     let has = cfg
@@ -105,8 +105,8 @@ pub fn precheck(render: &Render) -> Option<String> {
 
 /// Whether `new` passes `haproxy -c` exactly when `passed` (a render that passed it) does,
 /// without running it: the same files besides `haproxy.cfg`, and configs that differ only in
-/// what the runtime claim allows (server address, port, weight, enabled, with well-formed values;
-/// BRIEF §4, the rule that lets the agent skip its own check). Pure.
+/// what the runtime claim allows (server address, port, weight, enabled, with well-formed values:
+/// the rule that lets the agent skip its own check, `haptic_haproxy::claim`). Pure.
 pub fn runtime_equivalent(passed: &Render, new: &Render) -> bool {
     let others = |r: &Render| -> Vec<(RelPath, Digest)> {
         r.manifest().iter().filter(|e| !e.path.is_haproxy_cfg()).map(|e| (e.path.clone(), e.digest)).collect()
@@ -192,7 +192,7 @@ impl Checker {
     }
 }
 
-/// The path rules the agents enforce (BRIEF §2), over a render: every file the config makes
+/// The path rules the agents enforce (relative paths inside the tree), over a render: every file the config makes
 /// HAProxy read resolves inside the tree or under the default allowed prefixes, and `global` has
 /// `default-path config`. Sockets are left to the agents, which know their socket directory.
 /// `Some(reasons)` when the render breaks them. Pure.

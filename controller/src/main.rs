@@ -13,13 +13,14 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use clap::{Parser, Subcommand, ValueEnum};
-use haptic_controller::app::{self, Settings, StandaloneSettings};
+use haptic_controller::app::Settings;
 use haptic_controller::client::Credentials;
 use haptic_controller::diff::{diff, Baseline};
 use haptic_controller::gate::{Checker, GateMode, Verdict};
 use haptic_controller::kubernetes::lease::LeaseTiming;
 use haptic_controller::kubernetes::run::{start_kubernetes, KubernetesSettings};
 use haptic_controller::render::load_dir;
+use haptic_controller::standalone::{start_standalone, StandaloneSettings};
 use haptic_controller::status::{table, FleetStatus};
 use haptic_controller::Error;
 
@@ -269,7 +270,7 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
             state_dir: a.state_dir.clone(),
             settle: a.settle,
         };
-        app::start_standalone(settings).await?
+        start_standalone(settings).await?
     };
     let token = running.shutdown_token();
     tokio::spawn(async move {

@@ -303,7 +303,7 @@ impl Haproxy {
         pid_alive(self.master_pid)
     }
 
-    /// Reloads through the master CLI and verifies the result on every version (FACTS §6).
+    /// Reloads through the master CLI and verifies the result on every version.
     ///
     /// ≥ 2.7 uses the `Success=1|0` reply; 2.6 (empty reply) compares `show proc` before and after,
     /// treating refused, reset and missing sockets as "still reloading". Either way a success is

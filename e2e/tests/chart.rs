@@ -206,7 +206,7 @@ fn check_render(objs: &[Value], agent_port: u64, min_reload: &str, reload_timeou
     assert_eq!(ma.get("run").map(String::as_str), Some("/run/haptic"));
     assert!(!mh.contains_key("credentials") && !mi.contains_key("credentials"), "only the agent sees the credential");
 
-    // The commands of BRIEF §2, and the master socket both ends agree on.
+    // HAProxy in master-worker mode on the shared master socket, and the agent on the same socket.
     let ai = argv(init);
     assert_eq!(&ai[..2], ["haptic-agent", "init"]);
     assert_eq!(flag(&ai, "--root").as_deref(), Some("/etc/haproxy"));

@@ -1,6 +1,6 @@
 //! The `HAProxyConfig` custom resource (`haptic.dev/v1alpha1`, short name `hapc`).
 //!
-//! Owns the Rust types of the resource's spec and status (BRIEF §7.1), the CRD generated from
+//! Owns the Rust types of the resource's spec and status, the CRD generated from
 //! them (`haptic-controller crd`, committed as `charts/haptic/crds/haproxyconfig.yaml`), and the
 //! small pure helpers that turn durations and the status roll-up into the resource's fields. It
 //! must never talk to the apiserver: the watchers and the status writer do.

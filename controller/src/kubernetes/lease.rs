@@ -1,4 +1,5 @@
-//! Leadership on a `coordination.k8s.io/v1` Lease, and the fence epoch it carries (BRIEF §7.4).
+//! Leadership on a `coordination.k8s.io/v1` Lease, and the fence epoch it carries (the Lease's
+//! `leaseTransitions`, raised in the same guarded write that acquires it).
 //!
 //! Owns the pure decision [`decide`] (acquire, renew, follow, lost, raise the epoch above a
 //! floor) and the thin shell [`Elector`] that reads and writes the Lease with

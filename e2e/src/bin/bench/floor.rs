@@ -13,7 +13,7 @@ use haptic_e2e::{Haproxy, HaproxyBin, HaproxyOpts};
 use crate::error::{BenchError, Result};
 use crate::workload::map_chunks;
 
-/// The largest payload per `add map` (the agent's limit, FACTS §1).
+/// The largest payload per `add map` (the agent's limit: 12 KiB a chunk).
 pub const MAX_PAYLOAD: usize = 12 * 1024;
 
 /// Writes `bytes` to `path` durably: temp file, fsync, rename over, fsync of the directory.

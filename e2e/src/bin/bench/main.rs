@@ -1,4 +1,4 @@
-//! `bench`: measures haptic against the physical floor, side by side in one run (issue 6).
+//! `bench`: measures haptic against the physical floor, side by side in one run (BENCHMARKS.md).
 //!
 //! `cargo run --release -p haptic-e2e --bin bench -- [--quick] [--only NAME]... [--json FILE]
 //! [--markdown FILE] [--haproxy PATH]...` runs real HAProxy (every installed version, or the
