@@ -86,15 +86,10 @@ impl Latch {
 /// What the gate refuses before running HAProxy: a `haproxy.cfg` without `default-path config`
 /// in its `global` section. Without it HAProxy resolves the relative paths of aux files
 /// (`maps/…`, `certs/…`) against its working directory, so the same render would load other
-/// files (or none) in the gate, in the agent's check and in the pod (BRIEF §2).
+/// files (or none) in the gate, in the agent's check and in the pod. The agent's path rules
+/// (`haptic_haproxy::paths::check_paths`) refuse such a config too.
 pub fn precheck(render: &Render) -> Option<String> {
-    let cfg = haptic_haproxy::cfg::parse(render.cfg_text());
-    let has = cfg
-        .sections
-        .iter()
-        .filter(|s| s.kind == "global")
-        .flat_map(|s| &s.lines)
-        .any(|l| l.len() == 2 && l[0] == "default-path" && l[1] == "config");
+    let has = haptic_haproxy::paths::has_default_path_config(render.cfg_text());
     (!has).then(|| {
         "haproxy.cfg: the global section has no `default-path config` line; without it HAProxy \
          looks up relative paths (maps/, certs/, errors/ ...) in its working directory instead of \

@@ -19,11 +19,9 @@ impl Agent {
                     p,
                     vec![],
                     format!(
-                        "stale fence {}/{}/{}: the agent has seen {}",
-                        req.fence.epoch,
-                        req.fence.seq,
-                        req.fence.holder,
-                        seen.map(|f| format!("{}/{}/{}", f.epoch, f.seq, f.holder)).unwrap_or_default()
+                        "stale fence {}: the agent has seen {}",
+                        req.fence,
+                        seen.map(|f| f.to_string()).unwrap_or_default()
                     ),
                 ));
             }

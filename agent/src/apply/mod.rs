@@ -289,7 +289,7 @@ impl Agent {
             "apply",
             pod = %self.cfg.pod,
             plan = %req.plan_id.short(),
-            fence = %format!("{}/{}/{}", req.fence.epoch, req.fence.seq, req.fence.holder),
+            fence = %req.fence,
         );
         let handle = tokio::spawn(async move { me.apply_inner(req, spool).await }.instrument(span));
         handle.await.unwrap_or_else(|e| Err(Refusal::Internal(format!("apply task failed: {e}"))))

@@ -19,19 +19,9 @@ impl Agent {
         ops: &[Op],
         reasons: &mut Vec<String>,
     ) -> Mode {
-        let old: BTreeMap<&RelPath, &FileEntry> = live_files.iter().map(|f| (&f.path, f)).collect();
-        let new: BTreeMap<&RelPath, &FileEntry> = req.files.iter().map(|f| (&f.path, f)).collect();
-        let mut changed_paths: Vec<&RelPath> = Vec::new();
-        for (path, f) in &new {
-            if !path.is_haproxy_cfg() && old.get(path).is_none_or(|o| o.digest != f.digest) {
-                changed_paths.push(path);
-            }
-        }
-        for path in old.keys() {
-            if !path.is_haproxy_cfg() && !new.contains_key(path) {
-                changed_paths.push(path);
-            }
-        }
+        let new: BTreeSet<&RelPath> = req.files.iter().map(|f| &f.path).collect();
+        let mut changed_paths = haptic_protocol::changed_paths(live_files, &req.files);
+        changed_paths.retain(|p| !p.is_haproxy_cfg());
         let cfg_changed = old_cfg != new_cfg;
         match req.mode {
             Mode::Reload => Mode::Reload,
@@ -76,8 +66,7 @@ impl Agent {
                 let bytes: Vec<(&RelPath, Option<Vec<u8>>)> = changed_paths
                     .iter()
                     .map(|p| {
-                        let b =
-                            if new.contains_key(p) { std::fs::read(staged_dir.join(p.as_str())).ok() } else { None };
+                        let b = if new.contains(p) { std::fs::read(staged_dir.join(p.as_str())).ok() } else { None };
                         (*p, b)
                     })
                     .collect();
