@@ -1,12 +1,17 @@
 //! Admitting an apply: the fence rules and the baseline, before anything is staged.
 //!
-//! Owns raising the fence high-water mark and persisting it (BRIEF §3: "check fence → persist the
-//! new fence high-water mark → stage ..."; written and fsynced before it is published), so
+//! Owns raising the fence high-water mark and persisting it (check the fence, persist the new
+//! high-water mark, only then stage; written and fsynced before it is published), so
 //! neither a crash nor a slow `haproxy -c` can leave
 //! `/v1/state` or `.state` showing an older fence than the one the agent enforces. It must never
 //! touch the tree nor HAProxy.
 
-use super::*;
+use haptic_protocol::api::ConflictKind;
+use haptic_protocol::{Ack, ApplyRequest};
+use tracing::info;
+
+use super::{conflict, Agent, Refusal};
+use crate::store::{baseline_check, fence_step, FenceStep, LastAccepted, Persisted};
 
 impl Agent {
     /// Fence, then baseline. `Ok(Some(ack))`: the exact retry of an apply that landed.
