@@ -2,9 +2,11 @@
 //! 3.0: verified reloads (success, refused config, port conflict), and every runtime op kind with
 //! its effect checked from outside (HTTP traffic, `get map`, TLS handshakes) and no reload.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use haptic_agent::master::MasterCli;
 use haptic_agent::reload::{probe, reload_verified, ReloadError};
@@ -115,17 +117,14 @@ async fn wait_http(port: u16, what: &str, want: impl Fn(u16, &str) -> bool) {
 
 /// Polls `GET path` on `port` until `want(status, body)` holds; panics with the last answer after 10 s.
 async fn wait_http_path(port: u16, path: &str, what: &str, want: impl Fn(u16, &str) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let got = http_get(addr(port), path).await;
-        if let Ok((status, body)) = &got {
-            if want(*status, body) {
-                return;
-            }
+    let want = &want;
+    common::eventually(what, Duration::from_secs(10), || async move {
+        match http_get(addr(port), path).await {
+            Ok((status, body)) if want(status, &body) => Ok(()),
+            got => Err(format!("{got:?}")),
         }
-        assert!(Instant::now() < deadline, "{what}: last answer {got:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
 }
 
 /// Whether the old worker `pid` still serves (`@1 show info` answers with it) and HTTP works.
@@ -348,79 +347,77 @@ async fn run_ops_err_text(rig: &Rig) -> String {
     run_ops(&rig.cli, rig.version, rig.path(), &[op]).await.unwrap_err().to_string()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn map_and_acl_replace_swap_atomically_without_reload() {
-    for bin in &haproxy_bins() {
-        let http = free_port();
-        let cfg = format!(
-            "{}frontend fe_main\n    bind 127.0.0.1:{http}\n\
-             \x20   acl listed path -f maps/paths.acl\n\
-             \x20   http-request return status 403 if listed\n\
-             \x20   http-request return status 200 content-type text/plain lf-string \"%[path,map(maps/hosts.map,none)]\"\n",
-            head()
-        );
-        // The old versions hold duplicate keys and patterns.
-        let files = [("maps/hosts.map", "dup 1\ndup 2\n/old 3\n"), ("maps/paths.acl", "/x\n/x\n/y\n")];
-        let rig = Rig::start(bin, &cfg, &files).await;
-        let label = rig.label.clone();
-        let gen0 = rig.generation().await;
-        wait_http_path(http, "/old", &label, |s, b| s == 200 && b == "3").await;
+on_each_version!(map_and_acl_replace_swap_atomically_without_reload);
+async fn map_and_acl_replace_swap_atomically_without_reload(bin: HaproxyBin) {
+    let bin = &bin;
+    let http = free_port();
+    let cfg = format!(
+        "{}frontend fe_main\n    bind 127.0.0.1:{http}\n\
+         \x20   acl listed path -f maps/paths.acl\n\
+         \x20   http-request return status 403 if listed\n\
+         \x20   http-request return status 200 content-type text/plain lf-string \"%[path,map(maps/hosts.map,none)]\"\n",
+        head()
+    );
+    // The old versions hold duplicate keys and patterns.
+    let files = [("maps/hosts.map", "dup 1\ndup 2\n/old 3\n"), ("maps/paths.acl", "/x\n/x\n/y\n")];
+    let rig = Rig::start(bin, &cfg, &files).await;
+    let label = rig.label.clone();
+    let gen0 = rig.generation().await;
+    wait_http_path(http, "/old", &label, |s, b| s == 200 && b == "3").await;
 
-        // 50,000 entries: many ≤ 12 KiB chunks, one commit.
-        let entries: Vec<(String, String)> = (0..50_000).map(|i| (format!("/k{i}"), format!("v{i}"))).collect();
-        let op = Op::MapReplace { path: rel("maps/hosts.map"), entries: entries.clone() };
-        let report = run_ops(&rig.cli, rig.version, rig.path(), &[op]).await.unwrap();
-        assert_eq!(report.counts.get(&OpKind::MapReplace), Some(&1));
-        println!("{label}: map.replace 50k entries in {:?}", report.took);
-        let listing = rig.worker("show map").await;
-        let line = listing.lines().find(|l| l.contains("(maps/hosts.map)")).unwrap_or_else(|| panic!("{listing}"));
-        assert!(line.contains("entry_cnt=50000"), "{label}: {line}");
-        for k in ["/k0", "/k12345", "/k49999"] {
-            let got = rig.worker(&format!("get map maps/hosts.map {k}")).await;
-            let v = &k[2..];
-            assert!(got.contains("found=yes") && got.contains(&format!("value=\"v{v}\"")), "{label}: {k}: {got}");
-        }
-        for k in ["dup", "/old"] {
-            let got = rig.worker(&format!("get map maps/hosts.map {k}")).await;
-            assert!(got.contains("found=no"), "{label}: old key {k} must be gone: {got}");
-        }
-        let (s, b) = http_get(addr(http), "/old").await.unwrap();
-        assert_eq!((s, b.as_str()), (200, "none"), "{label}");
-        let (s, b) = http_get(addr(http), "/k777").await.unwrap();
-        assert_eq!((s, b.as_str()), (200, "v777"), "{label}");
-
-        // Replace again with a small set that has a duplicate key: exactly the new set.
-        let small = vec![("/a".to_string(), "1".to_string()), ("/a".into(), "2".into()), ("/b".into(), "x y".into())];
-        let op = Op::MapReplace { path: rel("maps/hosts.map"), entries: small };
-        run_ops(&rig.cli, rig.version, rig.path(), &[op]).await.unwrap();
-        let listing = rig.worker("show map maps/hosts.map").await;
-        let rows: Vec<String> =
-            listing.lines().filter_map(|l| l.split_once(' ').map(|(_, kv)| kv.to_string())).collect();
-        assert_eq!(rows, ["/a 1", "/a 2", "/b x y"], "{label}");
-        let (s, b) = http_get(addr(http), "/b").await.unwrap();
-        assert_eq!((s, b.as_str()), (200, "x y"), "{label}");
-
-        // ACL: the duplicates of the old version vanish; tricky characters survive the CLI.
-        let tricky = "/a b;c\\d#e\"f'g";
-        let patterns = vec!["/deny".to_string(), "/deny2".into(), tricky.to_string()];
-        let op = Op::AclReplace { path: rel("maps/paths.acl"), patterns };
-        run_ops(&rig.cli, rig.version, rig.path(), &[op]).await.unwrap();
-        let listing = rig.worker("show acl maps/paths.acl").await;
-        let rows: Vec<String> = listing.lines().filter_map(|l| l.split_once(' ').map(|(_, p)| p.to_string())).collect();
-        assert_eq!(rows, ["/deny", "/deny2", tricky], "{label}");
-        let (s, _) = http_get(addr(http), "/deny").await.unwrap();
-        assert_eq!(s, 403, "{label}");
-        let (s, _) = http_get(addr(http), "/x").await.unwrap();
-        assert_eq!(s, 200, "{label}: /x left the ACL");
-
-        // A map the config does not load: HAProxy's words.
-        let op = Op::MapReplace { path: rel("maps/unknown.map"), entries: vec![("k".into(), "v".into())] };
-        let err = run_ops(&rig.cli, rig.version, rig.path(), &[op]).await.unwrap_err();
-        assert!(err.reply.contains("Unknown map identifier"), "{label}: {err}");
-
-        assert_eq!(rig.generation().await, gen0, "{label}: map/acl replace must not reload");
-        rig.stop();
+    // 50,000 entries: many ≤ 12 KiB chunks, one commit.
+    let entries: Vec<(String, String)> = (0..50_000).map(|i| (format!("/k{i}"), format!("v{i}"))).collect();
+    let op = Op::MapReplace { path: rel("maps/hosts.map"), entries: entries.clone() };
+    let report = run_ops(&rig.cli, rig.version, rig.path(), &[op]).await.unwrap();
+    assert_eq!(report.counts.get(&OpKind::MapReplace), Some(&1));
+    println!("{label}: map.replace 50k entries in {:?}", report.took);
+    let listing = rig.worker("show map").await;
+    let line = listing.lines().find(|l| l.contains("(maps/hosts.map)")).unwrap_or_else(|| panic!("{listing}"));
+    assert!(line.contains("entry_cnt=50000"), "{label}: {line}");
+    for k in ["/k0", "/k12345", "/k49999"] {
+        let got = rig.worker(&format!("get map maps/hosts.map {k}")).await;
+        let v = &k[2..];
+        assert!(got.contains("found=yes") && got.contains(&format!("value=\"v{v}\"")), "{label}: {k}: {got}");
     }
+    for k in ["dup", "/old"] {
+        let got = rig.worker(&format!("get map maps/hosts.map {k}")).await;
+        assert!(got.contains("found=no"), "{label}: old key {k} must be gone: {got}");
+    }
+    let (s, b) = http_get(addr(http), "/old").await.unwrap();
+    assert_eq!((s, b.as_str()), (200, "none"), "{label}");
+    let (s, b) = http_get(addr(http), "/k777").await.unwrap();
+    assert_eq!((s, b.as_str()), (200, "v777"), "{label}");
+
+    // Replace again with a small set that has a duplicate key: exactly the new set.
+    let small = vec![("/a".to_string(), "1".to_string()), ("/a".into(), "2".into()), ("/b".into(), "x y".into())];
+    let op = Op::MapReplace { path: rel("maps/hosts.map"), entries: small };
+    run_ops(&rig.cli, rig.version, rig.path(), &[op]).await.unwrap();
+    let listing = rig.worker("show map maps/hosts.map").await;
+    let rows: Vec<String> = listing.lines().filter_map(|l| l.split_once(' ').map(|(_, kv)| kv.to_string())).collect();
+    assert_eq!(rows, ["/a 1", "/a 2", "/b x y"], "{label}");
+    let (s, b) = http_get(addr(http), "/b").await.unwrap();
+    assert_eq!((s, b.as_str()), (200, "x y"), "{label}");
+
+    // ACL: the duplicates of the old version vanish; tricky characters survive the CLI.
+    let tricky = "/a b;c\\d#e\"f'g";
+    let patterns = vec!["/deny".to_string(), "/deny2".into(), tricky.to_string()];
+    let op = Op::AclReplace { path: rel("maps/paths.acl"), patterns };
+    run_ops(&rig.cli, rig.version, rig.path(), &[op]).await.unwrap();
+    let listing = rig.worker("show acl maps/paths.acl").await;
+    let rows: Vec<String> = listing.lines().filter_map(|l| l.split_once(' ').map(|(_, p)| p.to_string())).collect();
+    assert_eq!(rows, ["/deny", "/deny2", tricky], "{label}");
+    let (s, _) = http_get(addr(http), "/deny").await.unwrap();
+    assert_eq!(s, 403, "{label}");
+    let (s, _) = http_get(addr(http), "/x").await.unwrap();
+    assert_eq!(s, 200, "{label}: /x left the ACL");
+
+    // A map the config does not load: HAProxy's words.
+    let op = Op::MapReplace { path: rel("maps/unknown.map"), entries: vec![("k".into(), "v".into())] };
+    let err = run_ops(&rig.cli, rig.version, rig.path(), &[op]).await.unwrap_err();
+    assert!(err.reply.contains("Unknown map identifier"), "{label}: {err}");
+
+    assert_eq!(rig.generation().await, gen0, "{label}: map/acl replace must not reload");
+    rig.stop();
 }
 
 /// A self-signed certificate and key for `cn`, as one PEM (cert, a blank line, key).
@@ -450,88 +447,84 @@ async fn served_subject(port: u16) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cert_set_swaps_the_served_certificate_without_reload() {
+on_each_version!(cert_set_swaps_the_served_certificate_without_reload);
+async fn cert_set_swaps_the_served_certificate_without_reload(bin: HaproxyBin) {
     let certs = tempfile::tempdir().unwrap();
     let old_pem = make_cert(certs.path(), "old-cert");
     let new_pem = make_cert(certs.path(), "new-cert");
-    for bin in &haproxy_bins() {
-        let tls = free_port();
-        let cfg = format!(
-            "{}frontend fe_tls\n    bind 127.0.0.1:{tls} ssl crt certs/site.pem\n\
-             \x20   http-request return status 200 content-type text/plain string tls\n",
-            head()
-        );
-        let files = [("certs/site.pem", old_pem.as_str()), ("certs/other.pem", old_pem.as_str())];
-        let rig = Rig::start(bin, &cfg, &files).await;
-        let label = rig.label.clone();
-        let gen0 = rig.generation().await;
-        assert!(served_subject(tls).await.contains("old-cert"), "{label}");
-        // HAProxy names the certificate as written in the config, which is its tree path.
-        assert!(rig.worker("show ssl cert").await.lines().any(|l| l == "certs/site.pem"), "{label}");
+    let bin = &bin;
+    let tls = free_port();
+    let cfg = format!(
+        "{}frontend fe_tls\n    bind 127.0.0.1:{tls} ssl crt certs/site.pem\n\
+         \x20   http-request return status 200 content-type text/plain string tls\n",
+        head()
+    );
+    let files = [("certs/site.pem", old_pem.as_str()), ("certs/other.pem", old_pem.as_str())];
+    let rig = Rig::start(bin, &cfg, &files).await;
+    let label = rig.label.clone();
+    let gen0 = rig.generation().await;
+    assert!(served_subject(tls).await.contains("old-cert"), "{label}");
+    // HAProxy names the certificate as written in the config, which is its tree path.
+    assert!(rig.worker("show ssl cert").await.lines().any(|l| l == "certs/site.pem"), "{label}");
 
-        // The tree gets the new PEM (with a blank line, stripped before sending); then cert.set.
-        write(rig.path(), "certs/site.pem", &new_pem);
-        let report =
-            run_ops(&rig.cli, rig.version, rig.path(), &[Op::CertSet { path: rel("certs/site.pem") }]).await.unwrap();
-        assert_eq!(report.counts.get(&OpKind::CertSet), Some(&1));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let subject = served_subject(tls).await;
-            if subject.contains("new-cert") {
-                break;
-            }
-            assert!(Instant::now() < deadline, "{label}: still serving {subject:?}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
+    // The tree gets the new PEM (with a blank line, stripped before sending); then cert.set.
+    write(rig.path(), "certs/site.pem", &new_pem);
+    let report =
+        run_ops(&rig.cli, rig.version, rig.path(), &[Op::CertSet { path: rel("certs/site.pem") }]).await.unwrap();
+    assert_eq!(report.counts.get(&OpKind::CertSet), Some(&1));
+    common::eventually(&format!("{label}: the new certificate served"), Duration::from_secs(10), || async {
+        let subject = served_subject(tls).await;
+        if subject.contains("new-cert") {
+            Ok(())
+        } else {
+            Err(format!("still serving {subject:?}"))
         }
-        assert!(rig.worker("show ssl cert certs/site.pem").await.contains("CN=new-cert"), "{label}");
+    })
+    .await;
+    assert!(rig.worker("show ssl cert certs/site.pem").await.contains("CN=new-cert"), "{label}");
 
-        // A certificate the config does not load: HAProxy's words, and no transaction left over.
-        let err = run_ops(&rig.cli, rig.version, rig.path(), &[Op::CertSet { path: rel("certs/other.pem") }])
-            .await
-            .unwrap_err();
-        assert_eq!(err.op, "cert.set certs/other.pem");
-        assert!(err.reply.contains("not referenced"), "{label}: {err}");
-        // A PEM HAProxy cannot load: refused, and the served certificate is unchanged.
-        write(rig.path(), "certs/site.pem", "garbage\n");
-        let err = run_ops(&rig.cli, rig.version, rig.path(), &[Op::CertSet { path: rel("certs/site.pem") }])
-            .await
-            .unwrap_err();
-        assert!(err.reply.contains("Can't"), "{label}: {err}");
-        assert!(!rig.worker("show ssl cert").await.contains("*certs/"), "{label}: no transaction left");
-        assert!(served_subject(tls).await.contains("new-cert"), "{label}");
+    // A certificate the config does not load: HAProxy's words, and no transaction left over.
+    let err =
+        run_ops(&rig.cli, rig.version, rig.path(), &[Op::CertSet { path: rel("certs/other.pem") }]).await.unwrap_err();
+    assert_eq!(err.op, "cert.set certs/other.pem");
+    assert!(err.reply.contains("not referenced"), "{label}: {err}");
+    // A PEM HAProxy cannot load: refused, and the served certificate is unchanged.
+    write(rig.path(), "certs/site.pem", "garbage\n");
+    let err =
+        run_ops(&rig.cli, rig.version, rig.path(), &[Op::CertSet { path: rel("certs/site.pem") }]).await.unwrap_err();
+    assert!(err.reply.contains("Can't"), "{label}: {err}");
+    assert!(!rig.worker("show ssl cert").await.contains("*certs/"), "{label}: no transaction left");
+    assert!(served_subject(tls).await.contains("new-cert"), "{label}");
 
-        assert_eq!(rig.generation().await, gen0, "{label}: cert.set must not reload");
-        rig.stop();
-    }
+    assert_eq!(rig.generation().await, gen0, "{label}: cert.set must not reload");
+    rig.stop();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn worker_dying_after_fork_is_reported() {
-    for bin in &haproxy_bins() {
-        let http = free_port();
-        let rig = Rig::start(bin, &reload_cfg(http, ""), &[]).await;
-        let label = rig.label.clone();
-        let (w0, _) = rig.generation().await;
-        // `chroot /nonexistent` passes `-c` but the new worker exits at once (FACTS §2).
-        let good = std::fs::read_to_string(rig.hap.cfg_path()).unwrap();
-        write(rig.path(), "haproxy.cfg", &good.replacen("global\n", "global\n    chroot /nonexistent\n", 1));
-        let res = reload_verified(&rig.cli, rig.version, RELOAD_TIMEOUT).await;
-        println!("{label}: worker dies after fork -> {res:?}");
-        match res {
-            // exit-on-failure takes the master down (or, racing a stray SIGTTOU, leaves it hung
-            // with its CLI closed): a total outage the agent must see.
-            Err(ReloadError::MasterGone) => assert!(!rig.cli.ping().await, "{label}"),
-            // Or the master lives on with no current worker (the old one stopping).
-            Err(ReloadError::NoWorker { show_proc }) => assert!(show_proc.contains("# workers"), "{label}"),
-            // A version that keeps the old worker must say the reload failed, and still serve.
-            Err(ReloadError::Failed { .. }) => assert_still_serving(&rig, w0, http).await,
-            other => panic!(
-                "{label}: a worker that cannot start must not count as a reload: {other:?}\n{:?}\n{:?}",
-                rig.cli.master("show proc").await,
-                rig.cli.worker("show info").await
-            ),
-        }
-        rig.stop();
+on_each_version!(worker_dying_after_fork_is_reported);
+async fn worker_dying_after_fork_is_reported(bin: HaproxyBin) {
+    let bin = &bin;
+    let http = free_port();
+    let rig = Rig::start(bin, &reload_cfg(http, ""), &[]).await;
+    let label = rig.label.clone();
+    let (w0, _) = rig.generation().await;
+    // `chroot /nonexistent` passes `-c` but the new worker exits at once.
+    let good = std::fs::read_to_string(rig.hap.cfg_path()).unwrap();
+    write(rig.path(), "haproxy.cfg", &good.replacen("global\n", "global\n    chroot /nonexistent\n", 1));
+    let res = reload_verified(&rig.cli, rig.version, RELOAD_TIMEOUT).await;
+    println!("{label}: worker dies after fork -> {res:?}");
+    match res {
+        // exit-on-failure takes the master down (or, racing a stray SIGTTOU, leaves it hung
+        // with its CLI closed): a total outage the agent must see.
+        Err(ReloadError::MasterGone) => assert!(!rig.cli.ping().await, "{label}"),
+        // Or the master lives on with no current worker (the old one stopping).
+        Err(ReloadError::NoWorker { show_proc }) => assert!(show_proc.contains("# workers"), "{label}"),
+        // A version that keeps the old worker must say the reload failed, and still serve.
+        Err(ReloadError::Failed { .. }) => assert_still_serving(&rig, w0, http).await,
+        other => panic!(
+            "{label}: a worker that cannot start must not count as a reload: {other:?}\n{:?}\n{:?}",
+            rig.cli.master("show proc").await,
+            rig.cli.worker("show info").await
+        ),
     }
+    rig.stop();
 }

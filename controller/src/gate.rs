@@ -100,8 +100,8 @@ pub fn precheck(render: &Render) -> Option<String> {
 
 /// Whether `new` passes `haproxy -c` exactly when `passed` (a render that passed it) does,
 /// without running it: the same files besides `haproxy.cfg`, and configs that differ only in
-/// what the runtime claim allows (server address, port, weight, enabled, with well-formed values;
-/// BRIEF §4, the rule that lets the agent skip its own check). Pure.
+/// what the runtime claim allows (server address, port, weight, enabled, with well-formed values:
+/// the same rule that lets the agent skip its own `haproxy -c` for a runtime apply). Pure.
 pub fn runtime_equivalent(passed: &Render, new: &Render) -> bool {
     let others = |r: &Render| -> Vec<(RelPath, Digest)> {
         r.manifest().iter().filter(|e| !e.path.is_haproxy_cfg()).map(|e| (e.path.clone(), e.digest)).collect()
@@ -187,7 +187,7 @@ impl Checker {
     }
 }
 
-/// The path rules the agents enforce (BRIEF §2), over a render: every file the config makes
+/// The path rules the agents enforce (`haptic_haproxy::paths::check_paths`), over a render: every file the config makes
 /// HAProxy read resolves inside the tree or under the default allowed prefixes, and `global` has
 /// `default-path config`. Sockets are left to the agents, which know their socket directory.
 /// `Some(reasons)` when the render breaks them. Pure.
