@@ -11,7 +11,7 @@ use std::time::Duration;
 use haptic_agent::master::MasterCli;
 use haptic_agent::reload::{probe, reload_verified, ReloadError};
 use haptic_agent::runtime::{capabilities, run_ops};
-use haptic_e2e::{assert_no_stray, free_port, haproxy_bins, http_get, Haproxy, HaproxyBin, HaproxyOpts};
+use haptic_e2e::{assert_no_stray, free_port, http_get, Haproxy, HaproxyBin, HaproxyOpts};
 use haptic_protocol::{Op, OpKind, RelPath, ServerSet, ServerState};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -141,196 +141,188 @@ fn reload_cfg(http: u16, extra: &str) -> String {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn verified_reload_success_refusal_and_port_conflict() {
-    let bins = haproxy_bins();
-    let mut caps = Vec::new();
-    for bin in &bins {
-        let http = free_port();
-        let rig = Rig::start(bin, &reload_cfg(http, ""), &[]).await;
-        let label = rig.label.clone();
-        assert!(rig.cli.ping().await, "{label}: ping");
+on_each_version!(verified_reload_success_refusal_and_port_conflict);
+async fn verified_reload_success_refusal_and_port_conflict(bin: HaproxyBin) {
+    let bin = &bin;
+    let http = free_port();
+    let rig = Rig::start(bin, &reload_cfg(http, ""), &[]).await;
+    let label = rig.label.clone();
+    assert!(rig.cli.ping().await, "{label}: ping");
 
-        // Probe: the version the binary reports, the pids the harness sees.
-        let p = probe(&rig.cli).await.unwrap();
-        assert_eq!(p.version, bin.version, "{label}");
-        assert_eq!(p.version_string, bin.version_string, "{label}");
-        assert_eq!(p.master_pid, rig.hap.master_pid(), "{label}");
-        let w0 = p.worker_pid.unwrap();
-        caps.push((p.version, capabilities(p.version)));
-        // Every op kind advertised is backed by commands HAProxy itself lists in its `help`.
-        let help = rig.cli.worker("help").await.unwrap();
-        for op in &capabilities(p.version).ops {
-            let needs: &[&str] = match op.as_str() {
-                "server.set" => &["set server"],
-                "map.replace" => &["prepare map", "add map", "commit map"],
-                "acl.replace" => &["prepare acl", "add acl", "commit acl"],
-                "cert.set" => &["set ssl cert", "commit ssl cert"],
-                other => panic!("{label}: no command list for advertised op {other}"),
-            };
-            for cmd in needs {
-                assert!(help.contains(cmd), "{label}: {op} advertised but HAProxy's help has no `{cmd}`:\n{help}");
-            }
-        }
-
-        // Success: a new worker answers.
-        let ok = reload_verified(&rig.cli, p.version, RELOAD_TIMEOUT).await.unwrap_or_else(|e| {
-            panic!("{label}: reload: {e}\n{}", rig.hap.stderr_text());
-        });
-        assert_eq!(ok.old_worker, Some(w0), "{label}");
-        assert_ne!(ok.new_worker, w0, "{label}");
-        let (w1, reloads1) = rig.generation().await;
-        assert_eq!(w1, ok.new_worker, "{label}");
-        if bin.has_reload_status() {
-            assert!(ok.logs.contains("Loading success"), "{label}: {}", ok.logs);
-        }
-        wait_http(http, &label, |s, b| s == 200 && b == "ok").await;
-        println!("{label}: reloaded {w0} -> {w1} in {:?}", ok.took);
-
-        // A config HAProxy refuses: Failed with HAProxy's words; the old worker keeps serving.
-        let good = std::fs::read_to_string(rig.hap.cfg_path()).unwrap();
-        write(rig.path(), "haproxy.cfg", &format!("{good}\nbackend be_bad\n    balance nonsense\n"));
-        match reload_verified(&rig.cli, p.version, RELOAD_TIMEOUT).await {
-            Err(ReloadError::Failed { output }) => {
-                if bin.has_reload_status() {
-                    assert!(output.contains("[ALERT]") && output.contains("balance"), "{label}: {output}");
-                } else {
-                    assert!(output.contains("reload failed") && output.contains("haproxy -c"), "{label}: {output}");
-                }
-                println!("{label}: refused config -> {output}");
-            }
-            other => panic!("{label}: broken config: {other:?}"),
-        }
-        assert_still_serving(&rig, w1, http).await;
-
-        // A bind on a port another socket holds passes `-c` but fails on reload.
-        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let held_port = held.local_addr().unwrap().port();
-        write(rig.path(), "haproxy.cfg", &format!("{good}\nfrontend fe_conflict\n    bind 127.0.0.1:{held_port}\n"));
-        match reload_verified(&rig.cli, p.version, RELOAD_TIMEOUT).await {
-            Err(ReloadError::Failed { output }) => {
-                if bin.has_reload_status() {
-                    assert!(output.contains("[ALERT]"), "{label}: {output}");
-                }
-                println!("{label}: port conflict -> {output}");
-            }
-            other => panic!("{label}: port conflict: {other:?}"),
-        }
-        assert_still_serving(&rig, w1, http).await;
-        drop(held);
-
-        // Back to the good config: reloads again.
-        write(rig.path(), "haproxy.cfg", &good);
-        let ok = reload_verified(&rig.cli, p.version, RELOAD_TIMEOUT).await.unwrap();
-        assert_eq!(ok.old_worker, Some(w1), "{label}");
-        let (w2, reloads2) = rig.generation().await;
-        assert_eq!(w2, ok.new_worker);
-        assert_eq!(reloads2, reloads1 + 3, "{label}: three more reloads (two failed) counted by the master");
-        let sock = rig.cli.clone();
-        rig.stop();
-        assert!(!sock.ping().await, "{label}: ping after HAProxy stopped");
-    }
-    // Capabilities by version: 2.6 and 3.0 run the same op kinds (they do not differ here).
-    for (v, c) in &caps {
-        assert!(c.runtime_batches, "{v:?}");
-        for k in OpKind::ALL {
-            assert!(c.supports(k), "{v:?} {k}");
+    // Probe: the version the binary reports, the pids the harness sees.
+    let p = probe(&rig.cli).await.unwrap();
+    assert_eq!(p.version, bin.version, "{label}");
+    assert_eq!(p.version_string, bin.version_string, "{label}");
+    assert_eq!(p.master_pid, rig.hap.master_pid(), "{label}");
+    let w0 = p.worker_pid.unwrap();
+    let caps = (p.version, capabilities(p.version));
+    // Every op kind advertised is backed by commands HAProxy itself lists in its `help`.
+    let help = rig.cli.worker("help").await.unwrap();
+    for op in &capabilities(p.version).ops {
+        let needs: &[&str] = match op.as_str() {
+            "server.set" => &["set server"],
+            "map.replace" => &["prepare map", "add map", "commit map"],
+            "acl.replace" => &["prepare acl", "add acl", "commit acl"],
+            "cert.set" => &["set ssl cert", "commit ssl cert"],
+            other => panic!("{label}: no command list for advertised op {other}"),
+        };
+        for cmd in needs {
+            assert!(help.contains(cmd), "{label}: {op} advertised but HAProxy's help has no `{cmd}`:\n{help}");
         }
     }
-    if caps.len() >= 2 {
-        assert!(caps.windows(2).all(|w| w[0].1 == w[1].1), "capabilities do not differ between {caps:?}");
+
+    // Success: a new worker answers.
+    let ok = reload_verified(&rig.cli, p.version, RELOAD_TIMEOUT).await.unwrap_or_else(|e| {
+        panic!("{label}: reload: {e}\n{}", rig.hap.stderr_text());
+    });
+    assert_eq!(ok.old_worker, Some(w0), "{label}");
+    assert_ne!(ok.new_worker, w0, "{label}");
+    let (w1, reloads1) = rig.generation().await;
+    assert_eq!(w1, ok.new_worker, "{label}");
+    if bin.has_reload_status() {
+        assert!(ok.logs.contains("Loading success"), "{label}: {}", ok.logs);
+    }
+    wait_http(http, &label, |s, b| s == 200 && b == "ok").await;
+    println!("{label}: reloaded {w0} -> {w1} in {:?}", ok.took);
+
+    // A config HAProxy refuses: Failed with HAProxy's words; the old worker keeps serving.
+    let good = std::fs::read_to_string(rig.hap.cfg_path()).unwrap();
+    write(rig.path(), "haproxy.cfg", &format!("{good}\nbackend be_bad\n    balance nonsense\n"));
+    match reload_verified(&rig.cli, p.version, RELOAD_TIMEOUT).await {
+        Err(ReloadError::Failed { output }) => {
+            if bin.has_reload_status() {
+                assert!(output.contains("[ALERT]") && output.contains("balance"), "{label}: {output}");
+            } else {
+                assert!(output.contains("reload failed") && output.contains("haproxy -c"), "{label}: {output}");
+            }
+            println!("{label}: refused config -> {output}");
+        }
+        other => panic!("{label}: broken config: {other:?}"),
+    }
+    assert_still_serving(&rig, w1, http).await;
+
+    // A bind on a port another socket holds passes `-c` but fails on reload.
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let held_port = held.local_addr().unwrap().port();
+    write(rig.path(), "haproxy.cfg", &format!("{good}\nfrontend fe_conflict\n    bind 127.0.0.1:{held_port}\n"));
+    match reload_verified(&rig.cli, p.version, RELOAD_TIMEOUT).await {
+        Err(ReloadError::Failed { output }) => {
+            if bin.has_reload_status() {
+                assert!(output.contains("[ALERT]"), "{label}: {output}");
+            }
+            println!("{label}: port conflict -> {output}");
+        }
+        other => panic!("{label}: port conflict: {other:?}"),
+    }
+    assert_still_serving(&rig, w1, http).await;
+    drop(held);
+
+    // Back to the good config: reloads again.
+    write(rig.path(), "haproxy.cfg", &good);
+    let ok = reload_verified(&rig.cli, p.version, RELOAD_TIMEOUT).await.unwrap();
+    assert_eq!(ok.old_worker, Some(w1), "{label}");
+    let (w2, reloads2) = rig.generation().await;
+    assert_eq!(w2, ok.new_worker);
+    assert_eq!(reloads2, reloads1 + 3, "{label}: three more reloads (two failed) counted by the master");
+    let sock = rig.cli.clone();
+    rig.stop();
+    assert!(!sock.ping().await, "{label}: ping after HAProxy stopped");
+    // Capabilities: 2.6 and 3.0 run every op kind (so they do not differ).
+    let (v, c) = &caps;
+    assert!(c.runtime_batches, "{v:?}");
+    for k in OpKind::ALL {
+        assert!(c.supports(k), "{v:?} {k}");
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn server_set_moves_a_slot_without_reload() {
+on_each_version!(server_set_moves_a_slot_without_reload);
+async fn server_set_moves_a_slot_without_reload(bin: HaproxyBin) {
     let (port_a, task_a) = responder("A").await;
     let (port_b, task_b) = responder("B").await;
-    for bin in &haproxy_bins() {
-        let http = free_port();
-        let cfg = format!(
-            "{}frontend fe_main\n    bind 127.0.0.1:{http}\n    default_backend be_app\n\n\
-             backend be_app\n    server-template s 1-2 127.0.0.1:1 disabled\n",
-            head()
-        );
-        let rig = Rig::start(bin, &cfg, &[]).await;
-        let label = rig.label.clone();
-        let gen0 = rig.generation().await;
-        wait_http(http, &label, |s, _| s == 503).await;
+    let bin = &bin;
+    let http = free_port();
+    let cfg = format!(
+        "{}frontend fe_main\n    bind 127.0.0.1:{http}\n    default_backend be_app\n\n\
+         backend be_app\n    server-template s 1-2 127.0.0.1:1 disabled\n",
+        head()
+    );
+    let rig = Rig::start(bin, &cfg, &[]).await;
+    let label = rig.label.clone();
+    let gen0 = rig.generation().await;
+    wait_http(http, &label, |s, _| s == 503).await;
 
-        let set = |addr: Option<&str>, port: Option<u16>, weight: Option<u32>, state: Option<ServerState>| {
-            Op::ServerSet(ServerSet {
-                backend: "be_app".into(),
-                server: "s1".into(),
-                addr: addr.map(str::to_string),
-                port,
-                weight,
-                state,
-            })
-        };
-        // Address, port, weight and state in one op: traffic reaches A.
-        let ops = [set(Some("127.0.0.1"), Some(port_a), Some(10), Some(ServerState::Ready))];
-        let report = run_ops(&rig.cli, rig.version, rig.path(), &ops).await.unwrap();
-        assert_eq!(report.counts.get(&OpKind::ServerSet), Some(&1), "{label}");
-        wait_http(http, &label, |s, b| s == 200 && b == "A").await;
-        assert!(rig.worker("get weight be_app/s1").await.starts_with("10 "), "{label}");
-
-        // Move it to B (address and port), reweight: traffic reaches B.
-        let ops = [set(Some("127.0.0.1"), Some(port_b), Some(50), None)];
-        run_ops(&rig.cli, rig.version, rig.path(), &ops).await.unwrap();
-        wait_http(http, &label, |s, b| s == 200 && b == "B").await;
-        assert!(rig.worker("get weight be_app/s1").await.starts_with("50 "), "{label}");
-        // The same address again is a success too ("no need to change" / "nothing changed").
-        run_ops(&rig.cli, rig.version, rig.path(), &ops).await.unwrap();
-
-        // Maintenance takes it out, ready brings it back; drain is accepted.
-        run_ops(&rig.cli, rig.version, rig.path(), &[set(None, None, None, Some(ServerState::Maint))]).await.unwrap();
-        wait_http(http, &label, |s, _| s == 503).await;
-        run_ops(&rig.cli, rig.version, rig.path(), &[set(None, None, None, Some(ServerState::Drain))]).await.unwrap();
-        run_ops(&rig.cli, rig.version, rig.path(), &[set(None, None, None, Some(ServerState::Ready))]).await.unwrap();
-        wait_http(http, &label, |s, b| s == 200 && b == "B").await;
-
-        // No reload happened: same worker, same master reload count.
-        assert_eq!(rig.generation().await, gen0, "{label}: server.set must not reload");
-
-        // An unknown server: OpError naming the op with HAProxy's words; the batch stops there.
-        let bad = Op::ServerSet(ServerSet {
+    let set = |addr: Option<&str>, port: Option<u16>, weight: Option<u32>, state: Option<ServerState>| {
+        Op::ServerSet(ServerSet {
             backend: "be_app".into(),
-            server: "nope".into(),
-            addr: None,
-            port: None,
-            weight: Some(5),
-            state: None,
-        });
-        let after = Op::ServerSet(ServerSet {
-            backend: "be_app".into(),
-            server: "s2".into(),
-            addr: None,
-            port: None,
-            weight: Some(77),
-            state: None,
-        });
-        let err = run_ops(&rig.cli, rig.version, rig.path(), &[bad, after]).await.unwrap_err();
-        assert_eq!(err.op, "server.set be_app/nope", "{label}");
-        assert_eq!(err.index, 0);
-        assert!(err.reply.contains("No such server"), "{label}: {err}");
-        assert!(rig.worker("get weight be_app/s2").await.starts_with("1 "), "{label}: the batch stopped");
-        // An out-of-range weight: HAProxy's words.
-        let err = run_ops(&rig.cli, rig.version, rig.path(), &[set(None, None, Some(300), None)]).await.unwrap_err();
-        assert!(err.reply.contains("256"), "{label}: {err}");
-        println!("{label}: unknown server -> {}", run_ops_err_text(&rig).await);
+            server: "s1".into(),
+            addr: addr.map(str::to_string),
+            port,
+            weight,
+            state,
+        })
+    };
+    // Address, port, weight and state in one op: traffic reaches A.
+    let ops = [set(Some("127.0.0.1"), Some(port_a), Some(10), Some(ServerState::Ready))];
+    let report = run_ops(&rig.cli, rig.version, rig.path(), &ops).await.unwrap();
+    assert_eq!(report.counts.get(&OpKind::ServerSet), Some(&1), "{label}");
+    wait_http(http, &label, |s, b| s == 200 && b == "A").await;
+    assert!(rig.worker("get weight be_app/s1").await.starts_with("10 "), "{label}");
 
-        // A following reload of a tree that says the same keeps B.
-        let cfg2 = format!(
-            "{}frontend fe_main\n    bind 127.0.0.1:{http}\n    default_backend be_app\n\n\
-             backend be_app\n    server s1 127.0.0.1:{port_b} weight 50\n    server s2 127.0.0.1:1 disabled\n",
-            head()
-        );
-        write(rig.path(), "haproxy.cfg", &cfg2);
-        reload_verified(&rig.cli, rig.version, RELOAD_TIMEOUT).await.unwrap();
-        wait_http(http, &label, |s, b| s == 200 && b == "B").await;
-        rig.stop();
-    }
+    // Move it to B (address and port), reweight: traffic reaches B.
+    let ops = [set(Some("127.0.0.1"), Some(port_b), Some(50), None)];
+    run_ops(&rig.cli, rig.version, rig.path(), &ops).await.unwrap();
+    wait_http(http, &label, |s, b| s == 200 && b == "B").await;
+    assert!(rig.worker("get weight be_app/s1").await.starts_with("50 "), "{label}");
+    // The same address again is a success too ("no need to change" / "nothing changed").
+    run_ops(&rig.cli, rig.version, rig.path(), &ops).await.unwrap();
+
+    // Maintenance takes it out, ready brings it back; drain is accepted.
+    run_ops(&rig.cli, rig.version, rig.path(), &[set(None, None, None, Some(ServerState::Maint))]).await.unwrap();
+    wait_http(http, &label, |s, _| s == 503).await;
+    run_ops(&rig.cli, rig.version, rig.path(), &[set(None, None, None, Some(ServerState::Drain))]).await.unwrap();
+    run_ops(&rig.cli, rig.version, rig.path(), &[set(None, None, None, Some(ServerState::Ready))]).await.unwrap();
+    wait_http(http, &label, |s, b| s == 200 && b == "B").await;
+
+    // No reload happened: same worker, same master reload count.
+    assert_eq!(rig.generation().await, gen0, "{label}: server.set must not reload");
+
+    // An unknown server: OpError naming the op with HAProxy's words; the batch stops there.
+    let bad = Op::ServerSet(ServerSet {
+        backend: "be_app".into(),
+        server: "nope".into(),
+        addr: None,
+        port: None,
+        weight: Some(5),
+        state: None,
+    });
+    let after = Op::ServerSet(ServerSet {
+        backend: "be_app".into(),
+        server: "s2".into(),
+        addr: None,
+        port: None,
+        weight: Some(77),
+        state: None,
+    });
+    let err = run_ops(&rig.cli, rig.version, rig.path(), &[bad, after]).await.unwrap_err();
+    assert_eq!(err.op, "server.set be_app/nope", "{label}");
+    assert_eq!(err.index, 0);
+    assert!(err.reply.contains("No such server"), "{label}: {err}");
+    assert!(rig.worker("get weight be_app/s2").await.starts_with("1 "), "{label}: the batch stopped");
+    // An out-of-range weight: HAProxy's words.
+    let err = run_ops(&rig.cli, rig.version, rig.path(), &[set(None, None, Some(300), None)]).await.unwrap_err();
+    assert!(err.reply.contains("256"), "{label}: {err}");
+    println!("{label}: unknown server -> {}", run_ops_err_text(&rig).await);
+
+    // A following reload of a tree that says the same keeps B.
+    let cfg2 = format!(
+        "{}frontend fe_main\n    bind 127.0.0.1:{http}\n    default_backend be_app\n\n\
+         backend be_app\n    server s1 127.0.0.1:{port_b} weight 50\n    server s2 127.0.0.1:1 disabled\n",
+        head()
+    );
+    write(rig.path(), "haproxy.cfg", &cfg2);
+    reload_verified(&rig.cli, rig.version, RELOAD_TIMEOUT).await.unwrap();
+    wait_http(http, &label, |s, b| s == 200 && b == "B").await;
+    rig.stop();
     task_a.abort();
     task_b.abort();
 }
