@@ -351,7 +351,7 @@ async fn post_apply(State(st): State<AppState>, req: Request) -> Response {
             warn!(
                 %root,
                 plan = %plan.short(),
-                fence = %format!("{}/{}/{}", fence.epoch, fence.seq, fence.holder),
+                fence = %fence,
                 "apply refused: {}",
                 r.message()
             );

@@ -1,10 +1,10 @@
-//! Async client of HAProxy's master CLI socket (FACTS §1).
+//! Async client of HAProxy's master CLI socket.
 //!
 //! This module owns the wire exchange with the master CLI: one connection per command, write the
 //! line (and payload), half-close (`shutdown(SHUT_WR)`, without which the master never closes),
 //! read until EOF, all under a timeout. One command per connection also sidesteps HAProxy 2.6's
-//! replies that lack the blank-line terminator. It knows nothing of what replies *mean*; that is
-//! `reload` and `runtime`, through `haptic_haproxy::cli`.
+//! replies that lack the blank-line terminator. It knows nothing of what commands look like nor
+//! what replies *mean*; that is `haptic_haproxy::cli`, used by `reload` and `runtime`.
 //!
 //! It must never send signals, never keep a connection open between commands (a session opened
 //! before a reload keeps talking to the old worker, and 2.6 allows only 10 master connections), and
@@ -17,8 +17,8 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
-/// The largest payload sent in one command (FACTS §1: 2.6 silently drops > 16 KB, 3.2.0 crashed).
-pub const MAX_PAYLOAD: usize = 12 * 1024;
+use haptic_haproxy::cli::command;
+pub use haptic_haproxy::cli::command::MAX_PAYLOAD;
 
 /// The largest reply read (a guard against a runaway reply; `show map <file>` is never read whole).
 const MAX_REPLY: u64 = 64 * 1024 * 1024;
@@ -35,14 +35,11 @@ pub enum CliError {
     /// Writing or reading failed after connecting (e.g. reset during a 2.6 reload).
     #[error("HAProxy master CLI I/O error: {0}")]
     Io(#[source] io::Error),
-    /// The payload cannot be sent as is (blank line, too large); nothing was sent.
-    #[error("invalid CLI payload: {0}")]
-    InvalidPayload(String),
 }
 
 impl CliError {
     /// Whether this looks like "the master is busy reloading or gone" rather than a reply problem:
-    /// a refused, reset or missing socket (FACTS §2: 2.6 refuses or resets during a reload).
+    /// a refused, reset or missing socket (2.6 refuses or resets connections during a reload).
     pub fn is_unreachable(&self) -> bool {
         match self {
             CliError::Connect(..) => true,
@@ -55,7 +52,7 @@ impl CliError {
                     | io::ErrorKind::NotFound
                     | io::ErrorKind::UnexpectedEof
             ),
-            CliError::Timeout | CliError::InvalidPayload(_) => false,
+            CliError::Timeout => false,
         }
     }
 }
@@ -115,47 +112,20 @@ impl MasterCli {
         self.send(cmd, timeout).await
     }
 
-    /// Runs `cmd` on the current worker (`@1 <cmd>`) and returns its raw reply.
+    /// Runs `cmd` on the current worker (`@1 <cmd>`, no severity tags) and returns its raw reply.
     pub async fn worker(&self, cmd: &str) -> Result<String, CliError> {
-        self.send(&format!("@1 {cmd}"), self.timeout).await
-    }
-
-    /// Runs `@1 <cmd> <<` with `payload` (no blank lines, ≤ [`MAX_PAYLOAD`]) and returns the raw reply.
-    pub async fn worker_payload(&self, cmd: &str, payload: &str) -> Result<String, CliError> {
-        self.send(&payload_line(&format!("@1 {cmd}"), payload)?, self.timeout).await
+        self.send(&command::worker(cmd), self.timeout).await
     }
 
     /// Whether the master answers `show version` within the timeout (used by `/readyz`).
     pub async fn ping(&self) -> bool {
-        matches!(self.master("show version").await, Ok(reply) if !reply.trim().is_empty())
+        matches!(self.master(command::SHOW_VERSION).await, Ok(reply) if !reply.trim().is_empty())
     }
-}
-
-/// Builds `<cmd> <<\n<payload>\n\n`, refusing payloads HAProxy would cut short or choke on.
-pub fn payload_line(cmd: &str, payload: &str) -> Result<String, CliError> {
-    let body = payload.trim_end_matches(['\n', '\r']);
-    if body.len() > MAX_PAYLOAD {
-        return Err(CliError::InvalidPayload(format!("{} bytes is over the {MAX_PAYLOAD}-byte limit", body.len())));
-    }
-    if body.is_empty() || body.lines().any(|l| l.trim().is_empty()) {
-        return Err(CliError::InvalidPayload("an empty payload, or a blank line that would end it early".into()));
-    }
-    Ok(format!("{cmd} <<\n{body}\n\n"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn payload_line_form() {
-        assert_eq!(payload_line("@1 add map @1 m", "a 1\nb 2\n").unwrap(), "@1 add map @1 m <<\na 1\nb 2\n\n");
-        assert_eq!(payload_line("x", "a").unwrap(), "x <<\na\n\n");
-        assert!(matches!(payload_line("x", "a\n\nb"), Err(CliError::InvalidPayload(_))));
-        assert!(matches!(payload_line("x", "a\n  \nb"), Err(CliError::InvalidPayload(_))));
-        assert!(matches!(payload_line("x", ""), Err(CliError::InvalidPayload(_))));
-        assert!(matches!(payload_line("x", &"k v\n".repeat(4000)), Err(CliError::InvalidPayload(_))));
-    }
 
     #[tokio::test]
     async fn missing_socket_is_unreachable() {

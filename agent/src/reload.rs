@@ -1,4 +1,4 @@
-//! HAProxy facts and the verified reload (FACTS §2, §3, §6), for HAProxy 2.6 and ≥ 2.7.
+//! HAProxy facts and the verified reload, for HAProxy 2.6 and ≥ 2.7.
 //!
 //! This module owns two questions: "which HAProxy is this, and who serves?" ([`probe`]) and "did
 //! this reload really land?" ([`reload_verified`]). On ≥ 2.7 the master CLI `reload` answers
@@ -6,11 +6,12 @@
 //! `show proc` (the master's reload counter, its `[failed: N]` counter and a new worker pid that
 //! answers `@1 show info`). Either way a success is confirmed by a new worker that answers.
 //!
-//! It must never send signals (FACTS §6: "never send signals"), never run two reloads at once
+//! It must never send signals (the master CLI `reload` is the one way in), never run two reloads at once
 //! (callers serialize; the pacer decides when), and never touch the config tree.
 
 use std::time::{Duration, Instant};
 
+use haptic_haproxy::cli::command::{RELOAD, SHOW_PROC, SHOW_VERSION, WORKER_SHOW_INFO};
 use haptic_haproxy::cli::{
     parse_reload_reply, parse_show_info, parse_show_proc, parse_version, CliParseError, ReloadReply, ShowProc,
 };
@@ -20,7 +21,7 @@ use nix::unistd::Pid;
 
 use crate::master::{CliError, MasterCli};
 
-/// Interval between `show proc` polls while a reload settles (FACTS §6).
+/// Interval between `show proc` polls while a reload settles.
 const POLL: Duration = Duration::from_millis(20);
 /// Per-call timeout of a poll while the master may be busy re-executing.
 const POLL_CALL_TIMEOUT: Duration = Duration::from_secs(2);
@@ -99,7 +100,7 @@ pub enum ReloadError {
 
 /// Reads HAProxy's version and current processes (`show version`, `show proc`).
 pub async fn probe(cli: &MasterCli) -> Result<Probe, ReloadError> {
-    let text = cli.master("show version").await?;
+    let text = cli.master(SHOW_VERSION).await?;
     let version = parse_version(&text)?;
     let version_string = text.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or_default().to_string();
     let proc = show_proc(cli, cli.timeout()).await?;
@@ -113,7 +114,7 @@ pub async fn probe(cli: &MasterCli) -> Result<Probe, ReloadError> {
 }
 
 async fn show_proc(cli: &MasterCli, timeout: Duration) -> Result<ShowProc, ReloadError> {
-    Ok(parse_show_proc(&cli.master_timeout("show proc", timeout).await?)?)
+    Ok(parse_show_proc(&cli.master_timeout(SHOW_PROC, timeout).await?)?)
 }
 
 /// Whether the master process can be seen from here, and if so whether it lives.
@@ -226,7 +227,7 @@ pub async fn reload_verified(
             if remaining.is_zero() {
                 return Err(ReloadError::Timeout);
             }
-            match cli.master_timeout("reload", remaining).await {
+            match cli.master_timeout(RELOAD, remaining).await {
                 Ok(text) => match parse_reload_reply(&text) {
                     ReloadReply::Success { logs } => {
                         let new_worker = await_new_worker(cli, old_worker, None, &watch, deadline).await?;
@@ -267,7 +268,7 @@ async fn send_reload_2_6(cli: &MasterCli, watch: &MasterWatch, deadline: Instant
         if remaining.is_zero() {
             return Err(ReloadError::Timeout);
         }
-        match cli.master_timeout("reload", remaining.min(POLL_CALL_TIMEOUT)).await {
+        match cli.master_timeout(RELOAD, remaining.min(POLL_CALL_TIMEOUT)).await {
             Ok(_) => return Ok(()),
             // Connected and wrote: the re-exec may reset us; the reload is under way.
             Err(CliError::Io(_)) | Err(CliError::Timeout) => return Ok(()),
@@ -275,7 +276,6 @@ async fn send_reload_2_6(cli: &MasterCli, watch: &MasterWatch, deadline: Instant
                 tracing::debug!(error = %e, "master not accepting; retrying reload");
                 unreachable.failed(Instant::now(), watch)?;
             }
-            Err(e) => return Err(e.into()),
         }
         tokio::time::sleep(POLL).await;
     }
@@ -300,7 +300,7 @@ async fn await_new_worker(
         if remaining.is_zero() {
             return Err(ReloadError::Timeout);
         }
-        match cli.master_timeout("show proc", remaining.min(POLL_CALL_TIMEOUT)).await {
+        match cli.master_timeout(SHOW_PROC, remaining.min(POLL_CALL_TIMEOUT)).await {
             // A cut-short reply while the master re-executes: still reloading.
             Ok(text) if parse_show_proc(&text).is_err() => {
                 tracing::trace!(reply = %text, "unreadable show proc while reloading");
@@ -352,7 +352,7 @@ fn failed_2_6_text(failed: u32) -> String {
 
 /// Whether `@1 show info` is answered by `pid`, not stopping.
 async fn worker_answers(cli: &MasterCli, pid: u32, remaining: Duration) -> bool {
-    match cli.master_timeout("@1 show info", remaining.min(POLL_CALL_TIMEOUT)).await {
+    match cli.master_timeout(WORKER_SHOW_INFO, remaining.min(POLL_CALL_TIMEOUT)).await {
         Ok(text) => {
             let info = parse_show_info(&text);
             info.pid() == Some(pid) && info.stopping() != Some(true)

@@ -1,47 +1,45 @@
-//! Issue 9 item 7 on HAProxy 2.6 and 3.0: the raised fence is persisted before staging (BRIEF §3
-//! order), so while `haproxy -c` runs (held here by a gate in front of the real binary) and after
+//! On HAProxy 2.6 and 3.0, each its own test case: the raised fence is persisted before staging
+//! (check the fence, persist it, then stage), so while `haproxy -c` runs (held here by a gate in front of the real binary) and after
 //! a `kill -9` of the agent at that moment, `/v1/state` shows the fence the agent enforces.
 
 mod common;
 
 use common::*;
-use haptic_e2e::haproxy_bins;
+use haptic_e2e::HaproxyBin;
 use haptic_protocol::Mode;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fence_is_persisted_before_staging_on_every_version() {
-    for bin in haproxy_bins() {
-        let label = bin.label();
-        let dir = tempfile::tempdir().unwrap();
-        let mut pod = pod(&gated(&bin, dir.path())).await;
-        let fe = port();
-        let v1 = only_cfg(&cfg(pod.health_bind(), fe, &[("s1", 9001)], ""));
-        let p1 = pid(&v1);
-        apply_ok(&pod, &request((1, 1), None, Mode::Reload, &v1, |_| true, vec![])).await;
+on_each_version!(fence_is_persisted_before_staging_on_every_version);
+async fn fence_is_persisted_before_staging_on_every_version(bin: HaproxyBin) {
+    let label = bin.label();
+    let dir = tempfile::tempdir().unwrap();
+    let mut pod = pod(&gated(&bin, dir.path())).await;
+    let fe = port();
+    let v1 = only_cfg(&cfg(pod.health_bind(), fe, &[("s1", 9001)], ""));
+    let p1 = pid(&v1);
+    apply_ok(&pod, &request((1, 1), None, Mode::Reload, &v1, |_| true, vec![])).await;
 
-        // The next apply's `haproxy -c` is held: the apply is in flight, past the fence step.
-        std::fs::write(dir.path().join("gate"), b"").unwrap();
-        let v2 = only_cfg(&cfg(pod.health_bind(), fe, &[("s1", 9002)], ""));
-        let client = pod.client();
-        let body = request((1, 2), Some(p1), Mode::Reload, &v2, |_| true, vec![]).to_string();
-        let inflight = tokio::spawn(async move { client.post_json("/v1/apply", &body).await });
-        let s = wait_state(&pod, "the in-flight apply's fence", |s| s.fence.as_ref().is_some_and(|f| f.seq == 2)).await;
-        assert_eq!(s.applied.as_ref().unwrap().plan_id, p1, "{label}: nothing swapped yet");
+    // The next apply's `haproxy -c` is held: the apply is in flight, past the fence step.
+    std::fs::write(dir.path().join("gate"), b"").unwrap();
+    let v2 = only_cfg(&cfg(pod.health_bind(), fe, &[("s1", 9002)], ""));
+    let client = pod.client();
+    let body = request((1, 2), Some(p1), Mode::Reload, &v2, |_| true, vec![]).to_string();
+    let inflight = tokio::spawn(async move { client.post_json("/v1/apply", &body).await });
+    let s = wait_state(&pod, "the in-flight apply's fence", |s| s.fence.as_ref().is_some_and(|f| f.seq == 2)).await;
+    assert_eq!(s.applied.as_ref().unwrap().plan_id, p1, "{label}: nothing swapped yet");
 
-        // A crash right there: the fence survives it.
-        pod.kill_agent_9();
-        let _ = inflight.await;
-        std::fs::remove_file(dir.path().join("gate")).unwrap();
-        pod.restart_agent().await.unwrap();
-        let s = state(&pod, false).await;
-        assert_eq!(s.fence.as_ref().map(|f| (f.epoch, f.seq)), Some((1, 2)), "{label}: {s:?}");
-        assert_eq!(s.applied.as_ref().unwrap().plan_id, p1, "{label}");
+    // A crash right there: the fence survives it.
+    pod.kill_agent_9();
+    let _ = inflight.await;
+    std::fs::remove_file(dir.path().join("gate")).unwrap();
+    pod.restart_agent().await.unwrap();
+    let s = state(&pod, false).await;
+    assert_eq!(s.fence.as_ref().map(|f| (f.epoch, f.seq)), Some((1, 2)), "{label}: {s:?}");
+    assert_eq!(s.applied.as_ref().unwrap().plan_id, p1, "{label}");
 
-        // The agent enforces exactly that fence: another plan at seq 2 is stale, seq 3 lands.
-        let v3 = only_cfg(&cfg(pod.health_bind(), fe, &[("s1", 9003)], ""));
-        let (st, v) = apply(&pod, &request((1, 2), Some(p1), Mode::Reload, &v3, |_| true, vec![])).await;
-        assert_eq!((st, v["conflict"].as_str()), (409, Some("stale_epoch")), "{label}: {v}");
-        apply_ok(&pod, &request((1, 3), Some(p1), Mode::Reload, &v3, |_| true, vec![])).await;
-        println!("{label}: fence persisted before staging");
-    }
+    // The agent enforces exactly that fence: another plan at seq 2 is stale, seq 3 lands.
+    let v3 = only_cfg(&cfg(pod.health_bind(), fe, &[("s1", 9003)], ""));
+    let (st, v) = apply(&pod, &request((1, 2), Some(p1), Mode::Reload, &v3, |_| true, vec![])).await;
+    assert_eq!((st, v["conflict"].as_str()), (409, Some("stale_epoch")), "{label}: {v}");
+    apply_ok(&pod, &request((1, 3), Some(p1), Mode::Reload, &v3, |_| true, vec![])).await;
+    println!("{label}: fence persisted before staging");
 }

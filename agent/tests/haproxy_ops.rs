@@ -2,14 +2,16 @@
 //! 3.0: verified reloads (success, refused config, port conflict), and every runtime op kind with
 //! its effect checked from outside (HTTP traffic, `get map`, TLS handshakes) and no reload.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use haptic_agent::master::MasterCli;
 use haptic_agent::reload::{probe, reload_verified, ReloadError};
 use haptic_agent::runtime::{capabilities, run_ops};
-use haptic_e2e::{assert_no_stray, free_port, haproxy_bins, http_get, Haproxy, HaproxyBin, HaproxyOpts};
+use haptic_e2e::{assert_no_stray, free_port, http_get, Haproxy, HaproxyBin, HaproxyOpts};
 use haptic_protocol::{Op, OpKind, RelPath, ServerSet, ServerState};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -115,17 +117,14 @@ async fn wait_http(port: u16, what: &str, want: impl Fn(u16, &str) -> bool) {
 
 /// Polls `GET path` on `port` until `want(status, body)` holds; panics with the last answer after 10 s.
 async fn wait_http_path(port: u16, path: &str, what: &str, want: impl Fn(u16, &str) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let got = http_get(addr(port), path).await;
-        if let Ok((status, body)) = &got {
-            if want(*status, body) {
-                return;
-            }
+    let want = &want;
+    common::eventually(what, Duration::from_secs(10), || async move {
+        match http_get(addr(port), path).await {
+            Ok((status, body)) if want(status, &body) => Ok(()),
+            got => Err(format!("{got:?}")),
         }
-        assert!(Instant::now() < deadline, "{what}: last answer {got:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
 }
 
 /// Whether the old worker `pid` still serves (`@1 show info` answers with it) and HTTP works.
@@ -142,196 +141,188 @@ fn reload_cfg(http: u16, extra: &str) -> String {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn verified_reload_success_refusal_and_port_conflict() {
-    let bins = haproxy_bins();
-    let mut caps = Vec::new();
-    for bin in &bins {
-        let http = free_port();
-        let rig = Rig::start(bin, &reload_cfg(http, ""), &[]).await;
-        let label = rig.label.clone();
-        assert!(rig.cli.ping().await, "{label}: ping");
+on_each_version!(verified_reload_success_refusal_and_port_conflict);
+async fn verified_reload_success_refusal_and_port_conflict(bin: HaproxyBin) {
+    let bin = &bin;
+    let http = free_port();
+    let rig = Rig::start(bin, &reload_cfg(http, ""), &[]).await;
+    let label = rig.label.clone();
+    assert!(rig.cli.ping().await, "{label}: ping");
 
-        // Probe: the version the binary reports, the pids the harness sees.
-        let p = probe(&rig.cli).await.unwrap();
-        assert_eq!(p.version, bin.version, "{label}");
-        assert_eq!(p.version_string, bin.version_string, "{label}");
-        assert_eq!(p.master_pid, rig.hap.master_pid(), "{label}");
-        let w0 = p.worker_pid.unwrap();
-        caps.push((p.version, capabilities(p.version)));
-        // Every op kind advertised is backed by commands HAProxy itself lists in its `help`.
-        let help = rig.cli.worker("help").await.unwrap();
-        for op in &capabilities(p.version).ops {
-            let needs: &[&str] = match op.as_str() {
-                "server.set" => &["set server"],
-                "map.replace" => &["prepare map", "add map", "commit map"],
-                "acl.replace" => &["prepare acl", "add acl", "commit acl"],
-                "cert.set" => &["set ssl cert", "commit ssl cert"],
-                other => panic!("{label}: no command list for advertised op {other}"),
-            };
-            for cmd in needs {
-                assert!(help.contains(cmd), "{label}: {op} advertised but HAProxy's help has no `{cmd}`:\n{help}");
-            }
-        }
-
-        // Success: a new worker answers.
-        let ok = reload_verified(&rig.cli, p.version, RELOAD_TIMEOUT).await.unwrap_or_else(|e| {
-            panic!("{label}: reload: {e}\n{}", rig.hap.stderr_text());
-        });
-        assert_eq!(ok.old_worker, Some(w0), "{label}");
-        assert_ne!(ok.new_worker, w0, "{label}");
-        let (w1, reloads1) = rig.generation().await;
-        assert_eq!(w1, ok.new_worker, "{label}");
-        if bin.has_reload_status() {
-            assert!(ok.logs.contains("Loading success"), "{label}: {}", ok.logs);
-        }
-        wait_http(http, &label, |s, b| s == 200 && b == "ok").await;
-        println!("{label}: reloaded {w0} -> {w1} in {:?}", ok.took);
-
-        // A config HAProxy refuses: Failed with HAProxy's words; the old worker keeps serving.
-        let good = std::fs::read_to_string(rig.hap.cfg_path()).unwrap();
-        write(rig.path(), "haproxy.cfg", &format!("{good}\nbackend be_bad\n    balance nonsense\n"));
-        match reload_verified(&rig.cli, p.version, RELOAD_TIMEOUT).await {
-            Err(ReloadError::Failed { output }) => {
-                if bin.has_reload_status() {
-                    assert!(output.contains("[ALERT]") && output.contains("balance"), "{label}: {output}");
-                } else {
-                    assert!(output.contains("reload failed") && output.contains("haproxy -c"), "{label}: {output}");
-                }
-                println!("{label}: refused config -> {output}");
-            }
-            other => panic!("{label}: broken config: {other:?}"),
-        }
-        assert_still_serving(&rig, w1, http).await;
-
-        // A bind on a port another socket holds passes `-c` but fails on reload.
-        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let held_port = held.local_addr().unwrap().port();
-        write(rig.path(), "haproxy.cfg", &format!("{good}\nfrontend fe_conflict\n    bind 127.0.0.1:{held_port}\n"));
-        match reload_verified(&rig.cli, p.version, RELOAD_TIMEOUT).await {
-            Err(ReloadError::Failed { output }) => {
-                if bin.has_reload_status() {
-                    assert!(output.contains("[ALERT]"), "{label}: {output}");
-                }
-                println!("{label}: port conflict -> {output}");
-            }
-            other => panic!("{label}: port conflict: {other:?}"),
-        }
-        assert_still_serving(&rig, w1, http).await;
-        drop(held);
-
-        // Back to the good config: reloads again.
-        write(rig.path(), "haproxy.cfg", &good);
-        let ok = reload_verified(&rig.cli, p.version, RELOAD_TIMEOUT).await.unwrap();
-        assert_eq!(ok.old_worker, Some(w1), "{label}");
-        let (w2, reloads2) = rig.generation().await;
-        assert_eq!(w2, ok.new_worker);
-        assert_eq!(reloads2, reloads1 + 3, "{label}: three more reloads (two failed) counted by the master");
-        let sock = rig.cli.clone();
-        rig.stop();
-        assert!(!sock.ping().await, "{label}: ping after HAProxy stopped");
-    }
-    // Capabilities by version: 2.6 and 3.0 run the same op kinds (they do not differ here).
-    for (v, c) in &caps {
-        assert!(c.runtime_batches, "{v:?}");
-        for k in OpKind::ALL {
-            assert!(c.supports(k), "{v:?} {k}");
+    // Probe: the version the binary reports, the pids the harness sees.
+    let p = probe(&rig.cli).await.unwrap();
+    assert_eq!(p.version, bin.version, "{label}");
+    assert_eq!(p.version_string, bin.version_string, "{label}");
+    assert_eq!(p.master_pid, rig.hap.master_pid(), "{label}");
+    let w0 = p.worker_pid.unwrap();
+    let caps = (p.version, capabilities(p.version));
+    // Every op kind advertised is backed by commands HAProxy itself lists in its `help`.
+    let help = rig.cli.worker("help").await.unwrap();
+    for op in &capabilities(p.version).ops {
+        let needs: &[&str] = match op.as_str() {
+            "server.set" => &["set server"],
+            "map.replace" => &["prepare map", "add map", "commit map"],
+            "acl.replace" => &["prepare acl", "add acl", "commit acl"],
+            "cert.set" => &["set ssl cert", "commit ssl cert"],
+            other => panic!("{label}: no command list for advertised op {other}"),
+        };
+        for cmd in needs {
+            assert!(help.contains(cmd), "{label}: {op} advertised but HAProxy's help has no `{cmd}`:\n{help}");
         }
     }
-    if caps.len() >= 2 {
-        assert!(caps.windows(2).all(|w| w[0].1 == w[1].1), "capabilities do not differ between {caps:?}");
+
+    // Success: a new worker answers.
+    let ok = reload_verified(&rig.cli, p.version, RELOAD_TIMEOUT).await.unwrap_or_else(|e| {
+        panic!("{label}: reload: {e}\n{}", rig.hap.stderr_text());
+    });
+    assert_eq!(ok.old_worker, Some(w0), "{label}");
+    assert_ne!(ok.new_worker, w0, "{label}");
+    let (w1, reloads1) = rig.generation().await;
+    assert_eq!(w1, ok.new_worker, "{label}");
+    if bin.has_reload_status() {
+        assert!(ok.logs.contains("Loading success"), "{label}: {}", ok.logs);
+    }
+    wait_http(http, &label, |s, b| s == 200 && b == "ok").await;
+    println!("{label}: reloaded {w0} -> {w1} in {:?}", ok.took);
+
+    // A config HAProxy refuses: Failed with HAProxy's words; the old worker keeps serving.
+    let good = std::fs::read_to_string(rig.hap.cfg_path()).unwrap();
+    write(rig.path(), "haproxy.cfg", &format!("{good}\nbackend be_bad\n    balance nonsense\n"));
+    match reload_verified(&rig.cli, p.version, RELOAD_TIMEOUT).await {
+        Err(ReloadError::Failed { output }) => {
+            if bin.has_reload_status() {
+                assert!(output.contains("[ALERT]") && output.contains("balance"), "{label}: {output}");
+            } else {
+                assert!(output.contains("reload failed") && output.contains("haproxy -c"), "{label}: {output}");
+            }
+            println!("{label}: refused config -> {output}");
+        }
+        other => panic!("{label}: broken config: {other:?}"),
+    }
+    assert_still_serving(&rig, w1, http).await;
+
+    // A bind on a port another socket holds passes `-c` but fails on reload.
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let held_port = held.local_addr().unwrap().port();
+    write(rig.path(), "haproxy.cfg", &format!("{good}\nfrontend fe_conflict\n    bind 127.0.0.1:{held_port}\n"));
+    match reload_verified(&rig.cli, p.version, RELOAD_TIMEOUT).await {
+        Err(ReloadError::Failed { output }) => {
+            if bin.has_reload_status() {
+                assert!(output.contains("[ALERT]"), "{label}: {output}");
+            }
+            println!("{label}: port conflict -> {output}");
+        }
+        other => panic!("{label}: port conflict: {other:?}"),
+    }
+    assert_still_serving(&rig, w1, http).await;
+    drop(held);
+
+    // Back to the good config: reloads again.
+    write(rig.path(), "haproxy.cfg", &good);
+    let ok = reload_verified(&rig.cli, p.version, RELOAD_TIMEOUT).await.unwrap();
+    assert_eq!(ok.old_worker, Some(w1), "{label}");
+    let (w2, reloads2) = rig.generation().await;
+    assert_eq!(w2, ok.new_worker);
+    assert_eq!(reloads2, reloads1 + 3, "{label}: three more reloads (two failed) counted by the master");
+    let sock = rig.cli.clone();
+    rig.stop();
+    assert!(!sock.ping().await, "{label}: ping after HAProxy stopped");
+    // Capabilities: 2.6 and 3.0 run every op kind (so they do not differ).
+    let (v, c) = &caps;
+    assert!(c.runtime_batches, "{v:?}");
+    for k in OpKind::ALL {
+        assert!(c.supports(k), "{v:?} {k}");
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn server_set_moves_a_slot_without_reload() {
+on_each_version!(server_set_moves_a_slot_without_reload);
+async fn server_set_moves_a_slot_without_reload(bin: HaproxyBin) {
     let (port_a, task_a) = responder("A").await;
     let (port_b, task_b) = responder("B").await;
-    for bin in &haproxy_bins() {
-        let http = free_port();
-        let cfg = format!(
-            "{}frontend fe_main\n    bind 127.0.0.1:{http}\n    default_backend be_app\n\n\
-             backend be_app\n    server-template s 1-2 127.0.0.1:1 disabled\n",
-            head()
-        );
-        let rig = Rig::start(bin, &cfg, &[]).await;
-        let label = rig.label.clone();
-        let gen0 = rig.generation().await;
-        wait_http(http, &label, |s, _| s == 503).await;
+    let bin = &bin;
+    let http = free_port();
+    let cfg = format!(
+        "{}frontend fe_main\n    bind 127.0.0.1:{http}\n    default_backend be_app\n\n\
+         backend be_app\n    server-template s 1-2 127.0.0.1:1 disabled\n",
+        head()
+    );
+    let rig = Rig::start(bin, &cfg, &[]).await;
+    let label = rig.label.clone();
+    let gen0 = rig.generation().await;
+    wait_http(http, &label, |s, _| s == 503).await;
 
-        let set = |addr: Option<&str>, port: Option<u16>, weight: Option<u32>, state: Option<ServerState>| {
-            Op::ServerSet(ServerSet {
-                backend: "be_app".into(),
-                server: "s1".into(),
-                addr: addr.map(str::to_string),
-                port,
-                weight,
-                state,
-            })
-        };
-        // Address, port, weight and state in one op: traffic reaches A.
-        let ops = [set(Some("127.0.0.1"), Some(port_a), Some(10), Some(ServerState::Ready))];
-        let report = run_ops(&rig.cli, rig.version, rig.path(), &ops).await.unwrap();
-        assert_eq!(report.counts.get(&OpKind::ServerSet), Some(&1), "{label}");
-        wait_http(http, &label, |s, b| s == 200 && b == "A").await;
-        assert!(rig.worker("get weight be_app/s1").await.starts_with("10 "), "{label}");
-
-        // Move it to B (address and port), reweight: traffic reaches B.
-        let ops = [set(Some("127.0.0.1"), Some(port_b), Some(50), None)];
-        run_ops(&rig.cli, rig.version, rig.path(), &ops).await.unwrap();
-        wait_http(http, &label, |s, b| s == 200 && b == "B").await;
-        assert!(rig.worker("get weight be_app/s1").await.starts_with("50 "), "{label}");
-        // The same address again is a success too ("no need to change" / "nothing changed").
-        run_ops(&rig.cli, rig.version, rig.path(), &ops).await.unwrap();
-
-        // Maintenance takes it out, ready brings it back; drain is accepted.
-        run_ops(&rig.cli, rig.version, rig.path(), &[set(None, None, None, Some(ServerState::Maint))]).await.unwrap();
-        wait_http(http, &label, |s, _| s == 503).await;
-        run_ops(&rig.cli, rig.version, rig.path(), &[set(None, None, None, Some(ServerState::Drain))]).await.unwrap();
-        run_ops(&rig.cli, rig.version, rig.path(), &[set(None, None, None, Some(ServerState::Ready))]).await.unwrap();
-        wait_http(http, &label, |s, b| s == 200 && b == "B").await;
-
-        // No reload happened: same worker, same master reload count.
-        assert_eq!(rig.generation().await, gen0, "{label}: server.set must not reload");
-
-        // An unknown server: OpError naming the op with HAProxy's words; the batch stops there.
-        let bad = Op::ServerSet(ServerSet {
+    let set = |addr: Option<&str>, port: Option<u16>, weight: Option<u32>, state: Option<ServerState>| {
+        Op::ServerSet(ServerSet {
             backend: "be_app".into(),
-            server: "nope".into(),
-            addr: None,
-            port: None,
-            weight: Some(5),
-            state: None,
-        });
-        let after = Op::ServerSet(ServerSet {
-            backend: "be_app".into(),
-            server: "s2".into(),
-            addr: None,
-            port: None,
-            weight: Some(77),
-            state: None,
-        });
-        let err = run_ops(&rig.cli, rig.version, rig.path(), &[bad, after]).await.unwrap_err();
-        assert_eq!(err.op, "server.set be_app/nope", "{label}");
-        assert_eq!(err.index, 0);
-        assert!(err.reply.contains("No such server"), "{label}: {err}");
-        assert!(rig.worker("get weight be_app/s2").await.starts_with("1 "), "{label}: the batch stopped");
-        // An out-of-range weight: HAProxy's words.
-        let err = run_ops(&rig.cli, rig.version, rig.path(), &[set(None, None, Some(300), None)]).await.unwrap_err();
-        assert!(err.reply.contains("256"), "{label}: {err}");
-        println!("{label}: unknown server -> {}", run_ops_err_text(&rig).await);
+            server: "s1".into(),
+            addr: addr.map(str::to_string),
+            port,
+            weight,
+            state,
+        })
+    };
+    // Address, port, weight and state in one op: traffic reaches A.
+    let ops = [set(Some("127.0.0.1"), Some(port_a), Some(10), Some(ServerState::Ready))];
+    let report = run_ops(&rig.cli, rig.version, rig.path(), &ops).await.unwrap();
+    assert_eq!(report.counts.get(&OpKind::ServerSet), Some(&1), "{label}");
+    wait_http(http, &label, |s, b| s == 200 && b == "A").await;
+    assert!(rig.worker("get weight be_app/s1").await.starts_with("10 "), "{label}");
 
-        // A following reload of a tree that says the same keeps B.
-        let cfg2 = format!(
-            "{}frontend fe_main\n    bind 127.0.0.1:{http}\n    default_backend be_app\n\n\
-             backend be_app\n    server s1 127.0.0.1:{port_b} weight 50\n    server s2 127.0.0.1:1 disabled\n",
-            head()
-        );
-        write(rig.path(), "haproxy.cfg", &cfg2);
-        reload_verified(&rig.cli, rig.version, RELOAD_TIMEOUT).await.unwrap();
-        wait_http(http, &label, |s, b| s == 200 && b == "B").await;
-        rig.stop();
-    }
+    // Move it to B (address and port), reweight: traffic reaches B.
+    let ops = [set(Some("127.0.0.1"), Some(port_b), Some(50), None)];
+    run_ops(&rig.cli, rig.version, rig.path(), &ops).await.unwrap();
+    wait_http(http, &label, |s, b| s == 200 && b == "B").await;
+    assert!(rig.worker("get weight be_app/s1").await.starts_with("50 "), "{label}");
+    // The same address again is a success too ("no need to change" / "nothing changed").
+    run_ops(&rig.cli, rig.version, rig.path(), &ops).await.unwrap();
+
+    // Maintenance takes it out, ready brings it back; drain is accepted.
+    run_ops(&rig.cli, rig.version, rig.path(), &[set(None, None, None, Some(ServerState::Maint))]).await.unwrap();
+    wait_http(http, &label, |s, _| s == 503).await;
+    run_ops(&rig.cli, rig.version, rig.path(), &[set(None, None, None, Some(ServerState::Drain))]).await.unwrap();
+    run_ops(&rig.cli, rig.version, rig.path(), &[set(None, None, None, Some(ServerState::Ready))]).await.unwrap();
+    wait_http(http, &label, |s, b| s == 200 && b == "B").await;
+
+    // No reload happened: same worker, same master reload count.
+    assert_eq!(rig.generation().await, gen0, "{label}: server.set must not reload");
+
+    // An unknown server: OpError naming the op with HAProxy's words; the batch stops there.
+    let bad = Op::ServerSet(ServerSet {
+        backend: "be_app".into(),
+        server: "nope".into(),
+        addr: None,
+        port: None,
+        weight: Some(5),
+        state: None,
+    });
+    let after = Op::ServerSet(ServerSet {
+        backend: "be_app".into(),
+        server: "s2".into(),
+        addr: None,
+        port: None,
+        weight: Some(77),
+        state: None,
+    });
+    let err = run_ops(&rig.cli, rig.version, rig.path(), &[bad, after]).await.unwrap_err();
+    assert_eq!(err.op, "server.set be_app/nope", "{label}");
+    assert_eq!(err.index, 0);
+    assert!(err.reply.contains("No such server"), "{label}: {err}");
+    assert!(rig.worker("get weight be_app/s2").await.starts_with("1 "), "{label}: the batch stopped");
+    // An out-of-range weight: HAProxy's words.
+    let err = run_ops(&rig.cli, rig.version, rig.path(), &[set(None, None, Some(300), None)]).await.unwrap_err();
+    assert!(err.reply.contains("256"), "{label}: {err}");
+    println!("{label}: unknown server -> {}", run_ops_err_text(&rig).await);
+
+    // A following reload of a tree that says the same keeps B.
+    let cfg2 = format!(
+        "{}frontend fe_main\n    bind 127.0.0.1:{http}\n    default_backend be_app\n\n\
+         backend be_app\n    server s1 127.0.0.1:{port_b} weight 50\n    server s2 127.0.0.1:1 disabled\n",
+        head()
+    );
+    write(rig.path(), "haproxy.cfg", &cfg2);
+    reload_verified(&rig.cli, rig.version, RELOAD_TIMEOUT).await.unwrap();
+    wait_http(http, &label, |s, b| s == 200 && b == "B").await;
+    rig.stop();
     task_a.abort();
     task_b.abort();
 }
@@ -348,79 +339,77 @@ async fn run_ops_err_text(rig: &Rig) -> String {
     run_ops(&rig.cli, rig.version, rig.path(), &[op]).await.unwrap_err().to_string()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn map_and_acl_replace_swap_atomically_without_reload() {
-    for bin in &haproxy_bins() {
-        let http = free_port();
-        let cfg = format!(
-            "{}frontend fe_main\n    bind 127.0.0.1:{http}\n\
-             \x20   acl listed path -f maps/paths.acl\n\
-             \x20   http-request return status 403 if listed\n\
-             \x20   http-request return status 200 content-type text/plain lf-string \"%[path,map(maps/hosts.map,none)]\"\n",
-            head()
-        );
-        // The old versions hold duplicate keys and patterns.
-        let files = [("maps/hosts.map", "dup 1\ndup 2\n/old 3\n"), ("maps/paths.acl", "/x\n/x\n/y\n")];
-        let rig = Rig::start(bin, &cfg, &files).await;
-        let label = rig.label.clone();
-        let gen0 = rig.generation().await;
-        wait_http_path(http, "/old", &label, |s, b| s == 200 && b == "3").await;
+on_each_version!(map_and_acl_replace_swap_atomically_without_reload);
+async fn map_and_acl_replace_swap_atomically_without_reload(bin: HaproxyBin) {
+    let bin = &bin;
+    let http = free_port();
+    let cfg = format!(
+        "{}frontend fe_main\n    bind 127.0.0.1:{http}\n\
+         \x20   acl listed path -f maps/paths.acl\n\
+         \x20   http-request return status 403 if listed\n\
+         \x20   http-request return status 200 content-type text/plain lf-string \"%[path,map(maps/hosts.map,none)]\"\n",
+        head()
+    );
+    // The old versions hold duplicate keys and patterns.
+    let files = [("maps/hosts.map", "dup 1\ndup 2\n/old 3\n"), ("maps/paths.acl", "/x\n/x\n/y\n")];
+    let rig = Rig::start(bin, &cfg, &files).await;
+    let label = rig.label.clone();
+    let gen0 = rig.generation().await;
+    wait_http_path(http, "/old", &label, |s, b| s == 200 && b == "3").await;
 
-        // 50,000 entries: many ≤ 12 KiB chunks, one commit.
-        let entries: Vec<(String, String)> = (0..50_000).map(|i| (format!("/k{i}"), format!("v{i}"))).collect();
-        let op = Op::MapReplace { path: rel("maps/hosts.map"), entries: entries.clone() };
-        let report = run_ops(&rig.cli, rig.version, rig.path(), &[op]).await.unwrap();
-        assert_eq!(report.counts.get(&OpKind::MapReplace), Some(&1));
-        println!("{label}: map.replace 50k entries in {:?}", report.took);
-        let listing = rig.worker("show map").await;
-        let line = listing.lines().find(|l| l.contains("(maps/hosts.map)")).unwrap_or_else(|| panic!("{listing}"));
-        assert!(line.contains("entry_cnt=50000"), "{label}: {line}");
-        for k in ["/k0", "/k12345", "/k49999"] {
-            let got = rig.worker(&format!("get map maps/hosts.map {k}")).await;
-            let v = &k[2..];
-            assert!(got.contains("found=yes") && got.contains(&format!("value=\"v{v}\"")), "{label}: {k}: {got}");
-        }
-        for k in ["dup", "/old"] {
-            let got = rig.worker(&format!("get map maps/hosts.map {k}")).await;
-            assert!(got.contains("found=no"), "{label}: old key {k} must be gone: {got}");
-        }
-        let (s, b) = http_get(addr(http), "/old").await.unwrap();
-        assert_eq!((s, b.as_str()), (200, "none"), "{label}");
-        let (s, b) = http_get(addr(http), "/k777").await.unwrap();
-        assert_eq!((s, b.as_str()), (200, "v777"), "{label}");
-
-        // Replace again with a small set that has a duplicate key: exactly the new set.
-        let small = vec![("/a".to_string(), "1".to_string()), ("/a".into(), "2".into()), ("/b".into(), "x y".into())];
-        let op = Op::MapReplace { path: rel("maps/hosts.map"), entries: small };
-        run_ops(&rig.cli, rig.version, rig.path(), &[op]).await.unwrap();
-        let listing = rig.worker("show map maps/hosts.map").await;
-        let rows: Vec<String> =
-            listing.lines().filter_map(|l| l.split_once(' ').map(|(_, kv)| kv.to_string())).collect();
-        assert_eq!(rows, ["/a 1", "/a 2", "/b x y"], "{label}");
-        let (s, b) = http_get(addr(http), "/b").await.unwrap();
-        assert_eq!((s, b.as_str()), (200, "x y"), "{label}");
-
-        // ACL: the duplicates of the old version vanish; tricky characters survive the CLI.
-        let tricky = "/a b;c\\d#e\"f'g";
-        let patterns = vec!["/deny".to_string(), "/deny2".into(), tricky.to_string()];
-        let op = Op::AclReplace { path: rel("maps/paths.acl"), patterns };
-        run_ops(&rig.cli, rig.version, rig.path(), &[op]).await.unwrap();
-        let listing = rig.worker("show acl maps/paths.acl").await;
-        let rows: Vec<String> = listing.lines().filter_map(|l| l.split_once(' ').map(|(_, p)| p.to_string())).collect();
-        assert_eq!(rows, ["/deny", "/deny2", tricky], "{label}");
-        let (s, _) = http_get(addr(http), "/deny").await.unwrap();
-        assert_eq!(s, 403, "{label}");
-        let (s, _) = http_get(addr(http), "/x").await.unwrap();
-        assert_eq!(s, 200, "{label}: /x left the ACL");
-
-        // A map the config does not load: HAProxy's words.
-        let op = Op::MapReplace { path: rel("maps/unknown.map"), entries: vec![("k".into(), "v".into())] };
-        let err = run_ops(&rig.cli, rig.version, rig.path(), &[op]).await.unwrap_err();
-        assert!(err.reply.contains("Unknown map identifier"), "{label}: {err}");
-
-        assert_eq!(rig.generation().await, gen0, "{label}: map/acl replace must not reload");
-        rig.stop();
+    // 50,000 entries: many ≤ 12 KiB chunks, one commit.
+    let entries: Vec<(String, String)> = (0..50_000).map(|i| (format!("/k{i}"), format!("v{i}"))).collect();
+    let op = Op::MapReplace { path: rel("maps/hosts.map"), entries: entries.clone() };
+    let report = run_ops(&rig.cli, rig.version, rig.path(), &[op]).await.unwrap();
+    assert_eq!(report.counts.get(&OpKind::MapReplace), Some(&1));
+    println!("{label}: map.replace 50k entries in {:?}", report.took);
+    let listing = rig.worker("show map").await;
+    let line = listing.lines().find(|l| l.contains("(maps/hosts.map)")).unwrap_or_else(|| panic!("{listing}"));
+    assert!(line.contains("entry_cnt=50000"), "{label}: {line}");
+    for k in ["/k0", "/k12345", "/k49999"] {
+        let got = rig.worker(&format!("get map maps/hosts.map {k}")).await;
+        let v = &k[2..];
+        assert!(got.contains("found=yes") && got.contains(&format!("value=\"v{v}\"")), "{label}: {k}: {got}");
     }
+    for k in ["dup", "/old"] {
+        let got = rig.worker(&format!("get map maps/hosts.map {k}")).await;
+        assert!(got.contains("found=no"), "{label}: old key {k} must be gone: {got}");
+    }
+    let (s, b) = http_get(addr(http), "/old").await.unwrap();
+    assert_eq!((s, b.as_str()), (200, "none"), "{label}");
+    let (s, b) = http_get(addr(http), "/k777").await.unwrap();
+    assert_eq!((s, b.as_str()), (200, "v777"), "{label}");
+
+    // Replace again with a small set that has a duplicate key: exactly the new set.
+    let small = vec![("/a".to_string(), "1".to_string()), ("/a".into(), "2".into()), ("/b".into(), "x y".into())];
+    let op = Op::MapReplace { path: rel("maps/hosts.map"), entries: small };
+    run_ops(&rig.cli, rig.version, rig.path(), &[op]).await.unwrap();
+    let listing = rig.worker("show map maps/hosts.map").await;
+    let rows: Vec<String> = listing.lines().filter_map(|l| l.split_once(' ').map(|(_, kv)| kv.to_string())).collect();
+    assert_eq!(rows, ["/a 1", "/a 2", "/b x y"], "{label}");
+    let (s, b) = http_get(addr(http), "/b").await.unwrap();
+    assert_eq!((s, b.as_str()), (200, "x y"), "{label}");
+
+    // ACL: the duplicates of the old version vanish; tricky characters survive the CLI.
+    let tricky = "/a b;c\\d#e\"f'g";
+    let patterns = vec!["/deny".to_string(), "/deny2".into(), tricky.to_string()];
+    let op = Op::AclReplace { path: rel("maps/paths.acl"), patterns };
+    run_ops(&rig.cli, rig.version, rig.path(), &[op]).await.unwrap();
+    let listing = rig.worker("show acl maps/paths.acl").await;
+    let rows: Vec<String> = listing.lines().filter_map(|l| l.split_once(' ').map(|(_, p)| p.to_string())).collect();
+    assert_eq!(rows, ["/deny", "/deny2", tricky], "{label}");
+    let (s, _) = http_get(addr(http), "/deny").await.unwrap();
+    assert_eq!(s, 403, "{label}");
+    let (s, _) = http_get(addr(http), "/x").await.unwrap();
+    assert_eq!(s, 200, "{label}: /x left the ACL");
+
+    // A map the config does not load: HAProxy's words.
+    let op = Op::MapReplace { path: rel("maps/unknown.map"), entries: vec![("k".into(), "v".into())] };
+    let err = run_ops(&rig.cli, rig.version, rig.path(), &[op]).await.unwrap_err();
+    assert!(err.reply.contains("Unknown map identifier"), "{label}: {err}");
+
+    assert_eq!(rig.generation().await, gen0, "{label}: map/acl replace must not reload");
+    rig.stop();
 }
 
 /// A self-signed certificate and key for `cn`, as one PEM (cert, a blank line, key).
@@ -450,88 +439,84 @@ async fn served_subject(port: u16) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cert_set_swaps_the_served_certificate_without_reload() {
+on_each_version!(cert_set_swaps_the_served_certificate_without_reload);
+async fn cert_set_swaps_the_served_certificate_without_reload(bin: HaproxyBin) {
     let certs = tempfile::tempdir().unwrap();
     let old_pem = make_cert(certs.path(), "old-cert");
     let new_pem = make_cert(certs.path(), "new-cert");
-    for bin in &haproxy_bins() {
-        let tls = free_port();
-        let cfg = format!(
-            "{}frontend fe_tls\n    bind 127.0.0.1:{tls} ssl crt certs/site.pem\n\
-             \x20   http-request return status 200 content-type text/plain string tls\n",
-            head()
-        );
-        let files = [("certs/site.pem", old_pem.as_str()), ("certs/other.pem", old_pem.as_str())];
-        let rig = Rig::start(bin, &cfg, &files).await;
-        let label = rig.label.clone();
-        let gen0 = rig.generation().await;
-        assert!(served_subject(tls).await.contains("old-cert"), "{label}");
-        // HAProxy names the certificate as written in the config, which is its tree path.
-        assert!(rig.worker("show ssl cert").await.lines().any(|l| l == "certs/site.pem"), "{label}");
+    let bin = &bin;
+    let tls = free_port();
+    let cfg = format!(
+        "{}frontend fe_tls\n    bind 127.0.0.1:{tls} ssl crt certs/site.pem\n\
+         \x20   http-request return status 200 content-type text/plain string tls\n",
+        head()
+    );
+    let files = [("certs/site.pem", old_pem.as_str()), ("certs/other.pem", old_pem.as_str())];
+    let rig = Rig::start(bin, &cfg, &files).await;
+    let label = rig.label.clone();
+    let gen0 = rig.generation().await;
+    assert!(served_subject(tls).await.contains("old-cert"), "{label}");
+    // HAProxy names the certificate as written in the config, which is its tree path.
+    assert!(rig.worker("show ssl cert").await.lines().any(|l| l == "certs/site.pem"), "{label}");
 
-        // The tree gets the new PEM (with a blank line, stripped before sending); then cert.set.
-        write(rig.path(), "certs/site.pem", &new_pem);
-        let report =
-            run_ops(&rig.cli, rig.version, rig.path(), &[Op::CertSet { path: rel("certs/site.pem") }]).await.unwrap();
-        assert_eq!(report.counts.get(&OpKind::CertSet), Some(&1));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let subject = served_subject(tls).await;
-            if subject.contains("new-cert") {
-                break;
-            }
-            assert!(Instant::now() < deadline, "{label}: still serving {subject:?}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
+    // The tree gets the new PEM (with a blank line, stripped before sending); then cert.set.
+    write(rig.path(), "certs/site.pem", &new_pem);
+    let report =
+        run_ops(&rig.cli, rig.version, rig.path(), &[Op::CertSet { path: rel("certs/site.pem") }]).await.unwrap();
+    assert_eq!(report.counts.get(&OpKind::CertSet), Some(&1));
+    common::eventually(&format!("{label}: the new certificate served"), Duration::from_secs(10), || async {
+        let subject = served_subject(tls).await;
+        if subject.contains("new-cert") {
+            Ok(())
+        } else {
+            Err(format!("still serving {subject:?}"))
         }
-        assert!(rig.worker("show ssl cert certs/site.pem").await.contains("CN=new-cert"), "{label}");
+    })
+    .await;
+    assert!(rig.worker("show ssl cert certs/site.pem").await.contains("CN=new-cert"), "{label}");
 
-        // A certificate the config does not load: HAProxy's words, and no transaction left over.
-        let err = run_ops(&rig.cli, rig.version, rig.path(), &[Op::CertSet { path: rel("certs/other.pem") }])
-            .await
-            .unwrap_err();
-        assert_eq!(err.op, "cert.set certs/other.pem");
-        assert!(err.reply.contains("not referenced"), "{label}: {err}");
-        // A PEM HAProxy cannot load: refused, and the served certificate is unchanged.
-        write(rig.path(), "certs/site.pem", "garbage\n");
-        let err = run_ops(&rig.cli, rig.version, rig.path(), &[Op::CertSet { path: rel("certs/site.pem") }])
-            .await
-            .unwrap_err();
-        assert!(err.reply.contains("Can't"), "{label}: {err}");
-        assert!(!rig.worker("show ssl cert").await.contains("*certs/"), "{label}: no transaction left");
-        assert!(served_subject(tls).await.contains("new-cert"), "{label}");
+    // A certificate the config does not load: HAProxy's words, and no transaction left over.
+    let err =
+        run_ops(&rig.cli, rig.version, rig.path(), &[Op::CertSet { path: rel("certs/other.pem") }]).await.unwrap_err();
+    assert_eq!(err.op, "cert.set certs/other.pem");
+    assert!(err.reply.contains("not referenced"), "{label}: {err}");
+    // A PEM HAProxy cannot load: refused, and the served certificate is unchanged.
+    write(rig.path(), "certs/site.pem", "garbage\n");
+    let err =
+        run_ops(&rig.cli, rig.version, rig.path(), &[Op::CertSet { path: rel("certs/site.pem") }]).await.unwrap_err();
+    assert!(err.reply.contains("Can't"), "{label}: {err}");
+    assert!(!rig.worker("show ssl cert").await.contains("*certs/"), "{label}: no transaction left");
+    assert!(served_subject(tls).await.contains("new-cert"), "{label}");
 
-        assert_eq!(rig.generation().await, gen0, "{label}: cert.set must not reload");
-        rig.stop();
-    }
+    assert_eq!(rig.generation().await, gen0, "{label}: cert.set must not reload");
+    rig.stop();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn worker_dying_after_fork_is_reported() {
-    for bin in &haproxy_bins() {
-        let http = free_port();
-        let rig = Rig::start(bin, &reload_cfg(http, ""), &[]).await;
-        let label = rig.label.clone();
-        let (w0, _) = rig.generation().await;
-        // `chroot /nonexistent` passes `-c` but the new worker exits at once (FACTS §2).
-        let good = std::fs::read_to_string(rig.hap.cfg_path()).unwrap();
-        write(rig.path(), "haproxy.cfg", &good.replacen("global\n", "global\n    chroot /nonexistent\n", 1));
-        let res = reload_verified(&rig.cli, rig.version, RELOAD_TIMEOUT).await;
-        println!("{label}: worker dies after fork -> {res:?}");
-        match res {
-            // exit-on-failure takes the master down (or, racing a stray SIGTTOU, leaves it hung
-            // with its CLI closed): a total outage the agent must see.
-            Err(ReloadError::MasterGone) => assert!(!rig.cli.ping().await, "{label}"),
-            // Or the master lives on with no current worker (the old one stopping).
-            Err(ReloadError::NoWorker { show_proc }) => assert!(show_proc.contains("# workers"), "{label}"),
-            // A version that keeps the old worker must say the reload failed, and still serve.
-            Err(ReloadError::Failed { .. }) => assert_still_serving(&rig, w0, http).await,
-            other => panic!(
-                "{label}: a worker that cannot start must not count as a reload: {other:?}\n{:?}\n{:?}",
-                rig.cli.master("show proc").await,
-                rig.cli.worker("show info").await
-            ),
-        }
-        rig.stop();
+on_each_version!(worker_dying_after_fork_is_reported);
+async fn worker_dying_after_fork_is_reported(bin: HaproxyBin) {
+    let bin = &bin;
+    let http = free_port();
+    let rig = Rig::start(bin, &reload_cfg(http, ""), &[]).await;
+    let label = rig.label.clone();
+    let (w0, _) = rig.generation().await;
+    // `chroot /nonexistent` passes `-c` but the new worker exits at once.
+    let good = std::fs::read_to_string(rig.hap.cfg_path()).unwrap();
+    write(rig.path(), "haproxy.cfg", &good.replacen("global\n", "global\n    chroot /nonexistent\n", 1));
+    let res = reload_verified(&rig.cli, rig.version, RELOAD_TIMEOUT).await;
+    println!("{label}: worker dies after fork -> {res:?}");
+    match res {
+        // exit-on-failure takes the master down (or, racing a stray SIGTTOU, leaves it hung
+        // with its CLI closed): a total outage the agent must see.
+        Err(ReloadError::MasterGone) => assert!(!rig.cli.ping().await, "{label}"),
+        // Or the master lives on with no current worker (the old one stopping).
+        Err(ReloadError::NoWorker { show_proc }) => assert!(show_proc.contains("# workers"), "{label}"),
+        // A version that keeps the old worker must say the reload failed, and still serve.
+        Err(ReloadError::Failed { .. }) => assert_still_serving(&rig, w0, http).await,
+        other => panic!(
+            "{label}: a worker that cannot start must not count as a reload: {other:?}\n{:?}\n{:?}",
+            rig.cli.master("show proc").await,
+            rig.cli.worker("show info").await
+        ),
     }
+    rig.stop();
 }

@@ -270,18 +270,7 @@ fn now_rfc3339() -> String {
 
 /// Paths whose digest on the pod differs from the render's (or that only one side has).
 fn differing(pod: &[FileEntry], render: &Render) -> BTreeSet<RelPath> {
-    let mut out = BTreeSet::new();
-    for e in render.manifest() {
-        if !pod.iter().any(|p| p.path == e.path && p.digest == e.digest) {
-            out.insert(e.path.clone());
-        }
-    }
-    for p in pod {
-        if render.entry(&p.path).is_none() {
-            out.insert(p.path.clone());
-        }
-    }
-    out
+    haptic_protocol::changed_paths(pod, render.manifest()).into_iter().cloned().collect()
 }
 
 impl Deployer {
@@ -549,7 +538,7 @@ impl Deployer {
                 "apply",
                 pod = %ep.name,
                 plan = %target.short(),
-                fence = %format!("{}/{}/{}", req.fence.epoch, req.fence.seq, req.fence.holder),
+                fence = %req.fence,
                 mode = %req.mode,
             );
             let answer = self.client.apply(ep, &req).instrument(span.clone()).await;

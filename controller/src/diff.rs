@@ -8,10 +8,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use haptic_haproxy::cfg::{self, parse_acl_file, parse_map_file};
+use haptic_haproxy::cfg::{parse_acl_file, parse_map_file};
 use haptic_haproxy::claim::diff_cfg;
-use haptic_haproxy::paths::loaded_paths;
-use haptic_protocol::{ApiVersion, Capabilities, FileEntry, Mode, Op, OpKind, PlanId, RelPath, API_VERSION};
+use haptic_haproxy::paths::{classify, loaded_paths, LoadKind};
+use haptic_protocol::{
+    changed_paths, ApiVersion, Capabilities, FileEntry, Mode, Op, OpKind, PlanId, RelPath, API_VERSION,
+};
 use serde::Serialize;
 
 use crate::render::Render;
@@ -36,19 +38,6 @@ impl Baseline {
     fn entry(&self, path: &RelPath) -> Option<&FileEntry> {
         self.manifest.iter().find(|e| &e.path == path)
     }
-}
-
-/// How a config loads a file, which decides how a change to it can land.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum RefKind {
-    /// A map (`map*(` converters, `set-map(`/`del-map(`, or `-M -f`): `map.replace`.
-    Map,
-    /// An ACL pattern file (`-f`, `add-acl(`/`del-acl(`): `acl.replace`.
-    Acl,
-    /// A certificate loaded with `crt` (file or directory): `cert.set`.
-    Cert,
-    /// Anything else (errorfiles, crt-lists, CA files, Lua...): needs a reload.
-    Other,
 }
 
 /// The capability-independent diff of two plans.
@@ -154,13 +143,8 @@ pub fn diff(base: &Baseline, desired: &Render) -> Diff {
     // Every changed file other than haproxy.cfg: added, removed or modified.
     let old_files: BTreeMap<&RelPath, &FileEntry> = base.manifest.iter().map(|e| (&e.path, e)).collect();
     let new_files: BTreeMap<&RelPath, &FileEntry> = desired.manifest().iter().map(|e| (&e.path, e)).collect();
-    let changed: BTreeSet<&RelPath> = old_files
-        .keys()
-        .chain(new_files.keys())
-        .filter(|p| !p.is_haproxy_cfg())
-        .filter(|p| old_files.get(*p).map(|e| e.digest) != new_files.get(*p).map(|e| e.digest))
-        .copied()
-        .collect();
+    let mut changed = changed_paths(&base.manifest, desired.manifest());
+    changed.retain(|p| !p.is_haproxy_cfg());
     // What each config makes HAProxy load, by the one shared path list (crt companions,
     // crt-list entries, directories...): a file HAProxy loads is never file_only. A crt-list is
     // read from the render; for the old config only when the baseline holds the same bytes.
@@ -199,24 +183,24 @@ pub fn diff(base: &Baseline, desired: &Render) -> Diff {
         }
         let bytes = desired.bytes(path).unwrap_or_default();
         match (classify(old_cfg, path), std::str::from_utf8(bytes)) {
-            (RefKind::Map, Ok(text)) => {
+            (LoadKind::Map, Ok(text)) => {
                 let entries = parse_map_file(text);
                 runtime.push(format!("{path}: map replaced at runtime ({} entries)", entries.len()));
                 file_ops.push(Op::MapReplace { path: path.clone(), entries });
             }
-            (RefKind::Acl, Ok(text)) => {
+            (LoadKind::Acl, Ok(text)) => {
                 let patterns = parse_acl_file(text);
                 runtime.push(format!("{path}: ACL replaced at runtime ({} patterns)", patterns.len()));
                 file_ops.push(Op::AclReplace { path: path.clone(), patterns });
             }
-            (RefKind::Map | RefKind::Acl, Err(_)) => {
+            (LoadKind::Map | LoadKind::Acl, Err(_)) => {
                 reload.push(format!("{path}: not UTF-8, cannot be sent as entries"))
             }
-            (RefKind::Cert, _) => {
+            (LoadKind::Cert, _) => {
                 runtime.push(format!("{path}: loaded certificate replaced at runtime"));
                 file_ops.push(Op::CertSet { path: path.clone() });
             }
-            (RefKind::Other, _) => reload.push(format!("{path}: changed, and the config loads it at startup")),
+            (LoadKind::Other, _) => reload.push(format!("{path}: changed, and the config loads it at startup")),
         }
     }
 
@@ -244,97 +228,6 @@ pub fn diff(base: &Baseline, desired: &Render) -> Diff {
         return Diff { mode: Some(Mode::Runtime), reasons: runtime, batches: vec![batch] };
     }
     Diff { mode: Some(Mode::FileOnly), reasons: file_only, batches: Vec::new() }
-}
-
-/// How `cfg_text` loads `path`; [`RefKind::Other`] when the reference is of no kind the runtime
-/// API can replace, or of several kinds.
-pub fn classify(cfg_text: &str, path: &RelPath) -> RefKind {
-    let parsed = cfg::parse(cfg_text);
-    let lines = parsed.preamble.iter().chain(parsed.sections.iter().flat_map(|s| s.lines.iter()));
-    let mut kinds = BTreeSet::new();
-    for line in lines {
-        classify_line(line, path.as_str(), &mut kinds);
-    }
-    match kinds.len() {
-        1 => kinds.into_iter().next().unwrap_or(RefKind::Other),
-        _ => RefKind::Other,
-    }
-}
-
-fn unquote(t: &str) -> &str {
-    let t = t.strip_prefix('"').and_then(|s| s.strip_suffix('"')).unwrap_or(t);
-    t.strip_prefix('\'').and_then(|s| s.strip_suffix('\'')).unwrap_or(t)
-}
-
-/// Extra files HAProxy loads next to a certificate; `set ssl cert` does not take them by name.
-fn is_cert_extra(path: &str) -> bool {
-    [".key", ".ocsp", ".issuer", ".sctl"].iter().any(|s| path.ends_with(s))
-}
-
-fn classify_line(tokens: &[String], path: &str, kinds: &mut BTreeSet<RefKind>) {
-    let has_m = tokens.iter().any(|t| t == "-M");
-    for (i, tok) in tokens.iter().enumerate() {
-        let t = unquote(tok);
-        let next = tokens.get(i + 1).map(|n| unquote(n));
-        match (t, next) {
-            ("-f", Some(n)) if n == path => {
-                kinds.insert(if has_m { RefKind::Map } else { RefKind::Acl });
-                continue;
-            }
-            ("crt", Some(n)) if dir_or_file_match(n, path) => {
-                kinds.insert(if is_cert_extra(path) { RefKind::Other } else { RefKind::Cert });
-                continue;
-            }
-            _ => {}
-        }
-        if i > 0 && (tokens[i - 1] == "-f" || tokens[i - 1] == "crt") {
-            continue; // handled above as the argument of the previous token
-        }
-        // Function-style references: `map_str(maps/x.map,default)`, `set-map(maps/x.map)`.
-        let mut search = 0;
-        let mut found = false;
-        while let Some(pos) = t[search..].find(path) {
-            let at = search + pos;
-            search = at + path.len();
-            let before = &t[..at];
-            let after = t[at + path.len()..].chars().next();
-            if !after.is_none_or(|c| c == ',' || c == ')' || c == '"' || c == '\'') {
-                continue;
-            }
-            found = true;
-            if let Some(fun_end) = before.strip_suffix('(') {
-                let name: String = fun_end
-                    .chars()
-                    .rev()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .rev()
-                    .collect();
-                let kind = if name == "map" || name.starts_with("map_") || name == "set-map" || name == "del-map" {
-                    RefKind::Map
-                } else if name == "add-acl" || name == "del-acl" {
-                    RefKind::Acl
-                } else {
-                    RefKind::Other
-                };
-                kinds.insert(kind);
-            } else {
-                kinds.insert(RefKind::Other);
-            }
-        }
-        if !found && t == path {
-            kinds.insert(RefKind::Other);
-        }
-    }
-}
-
-fn dir_or_file_match(arg: &str, path: &str) -> bool {
-    if arg == path {
-        return true;
-    }
-    let dir = arg.trim_end_matches('/');
-    !dir.is_empty() && path.strip_prefix(dir).is_some_and(|rest| rest.starts_with('/'))
 }
 
 #[cfg(test)]
@@ -375,18 +268,10 @@ mod tests {
     /// Checks the diff as the agent would, with the shared claim verifier over every changed file.
     fn agent_agrees(old: &Render, new: &Render, d: &Diff) {
         let ops: Vec<Op> = d.batches.iter().flatten().cloned().collect();
-        let changed: Vec<(RelPath, Option<Vec<u8>>)> = old
-            .manifest()
-            .iter()
-            .chain(new.manifest())
-            .map(|e| e.path.clone())
-            .collect::<BTreeSet<_>>()
+        let changed: Vec<(RelPath, Option<Vec<u8>>)> = changed_paths(old.manifest(), new.manifest())
             .into_iter()
-            .filter(|p| !p.is_haproxy_cfg() && old.entry(p).map(|e| e.digest) != new.entry(p).map(|e| e.digest))
-            .map(|p| {
-                let b = new.bytes(&p).map(<[u8]>::to_vec);
-                (p, b)
-            })
+            .filter(|p| !p.is_haproxy_cfg())
+            .map(|p| (p.clone(), new.bytes(p).map(<[u8]>::to_vec)))
             .collect();
         let cf: Vec<ChangedFile<'_>> =
             changed.iter().map(|(p, b)| ChangedFile { path: p, new: b.as_deref() }).collect();
@@ -548,23 +433,6 @@ mod tests {
         // File-only changes need no op kind at all.
         let fo = render(CFG, &with("files/notes.txt", "x"));
         assert_eq!(plan(Some(&b), &fo, API_VERSION, &no_batches).mode, Some(Mode::FileOnly));
-    }
-
-    #[test]
-    fn classifies_references() {
-        let p = |s: &str| RelPath::new(s).unwrap();
-        assert_eq!(classify(CFG, &p("maps/hosts.map")), RefKind::Map);
-        assert_eq!(classify(CFG, &p("acls/blocked.acl")), RefKind::Acl);
-        assert_eq!(classify(CFG, &p("certs/site.pem")), RefKind::Cert);
-        assert_eq!(classify(CFG, &p("errors/503.http")), RefKind::Other);
-        let c = "frontend f\n  http-request set-map(maps/a.map) %[src] x\n  acl h hdr(host) -M -f maps/b.map\n  http-request add-acl(acls/c.acl) %[src]\n  bind :443 ssl crt \"certs/d.pem\" crt-list lists/e.txt\n";
-        assert_eq!(classify(c, &p("maps/a.map")), RefKind::Map);
-        assert_eq!(classify(c, &p("maps/b.map")), RefKind::Map);
-        assert_eq!(classify(c, &p("acls/c.acl")), RefKind::Acl);
-        assert_eq!(classify(c, &p("certs/d.pem")), RefKind::Cert);
-        assert_eq!(classify(c, &p("lists/e.txt")), RefKind::Other);
-        let both = "frontend f\n  acl x src -f maps/a.map\n  use_backend %[src,map_ip(maps/a.map)]\n";
-        assert_eq!(classify(both, &p("maps/a.map")), RefKind::Other);
     }
 }
 

@@ -86,15 +86,10 @@ impl Latch {
 /// What the gate refuses before running HAProxy: a `haproxy.cfg` without `default-path config`
 /// in its `global` section. Without it HAProxy resolves the relative paths of aux files
 /// (`maps/…`, `certs/…`) against its working directory, so the same render would load other
-/// files (or none) in the gate, in the agent's check and in the pod (`default-path config`).
+/// files (or none) in the gate, in the agent's check and in the pod. The agent's path rules
+/// (`haptic_haproxy::paths::check_paths`) refuse such a config too.
 pub fn precheck(render: &Render) -> Option<String> {
-    let cfg = haptic_haproxy::cfg::parse(render.cfg_text());
-    let has = cfg
-        .sections
-        .iter()
-        .filter(|s| s.kind == "global")
-        .flat_map(|s| &s.lines)
-        .any(|l| l.len() == 2 && l[0] == "default-path" && l[1] == "config");
+    let has = haptic_haproxy::paths::has_default_path_config(render.cfg_text());
     (!has).then(|| {
         "haproxy.cfg: the global section has no `default-path config` line; without it HAProxy \
          looks up relative paths (maps/, certs/, errors/ ...) in its working directory instead of \
@@ -106,7 +101,7 @@ pub fn precheck(render: &Render) -> Option<String> {
 /// Whether `new` passes `haproxy -c` exactly when `passed` (a render that passed it) does,
 /// without running it: the same files besides `haproxy.cfg`, and configs that differ only in
 /// what the runtime claim allows (server address, port, weight, enabled, with well-formed values:
-/// the rule that lets the agent skip its own check, `haptic_haproxy::claim`). Pure.
+/// the same rule that lets the agent skip its own `haproxy -c` for a runtime apply). Pure.
 pub fn runtime_equivalent(passed: &Render, new: &Render) -> bool {
     let others = |r: &Render| -> Vec<(RelPath, Digest)> {
         r.manifest().iter().filter(|e| !e.path.is_haproxy_cfg()).map(|e| (e.path.clone(), e.digest)).collect()
@@ -192,7 +187,7 @@ impl Checker {
     }
 }
 
-/// The path rules the agents enforce (relative paths inside the tree), over a render: every file the config makes
+/// The path rules the agents enforce (`haptic_haproxy::paths::check_paths`), over a render: every file the config makes
 /// HAProxy read resolves inside the tree or under the default allowed prefixes, and `global` has
 /// `default-path config`. Sockets are left to the agents, which know their socket directory.
 /// `Some(reasons)` when the render breaks them. Pure.

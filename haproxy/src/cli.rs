@@ -1,9 +1,10 @@
 //! Parsers for the text replies of HAProxy's CLI (master socket and worker stats socket).
 //!
 //! This module owns the *interpretation* of HAProxy's reply texts: `show proc`, the master CLI
-//! `reload` status (≥ 2.7), `show info`, `show version` / `haproxy -v`, and whether a runtime command's
-//! reply is its success form (with or without `set severity-output number;` tags). It is shared by the agent and the test harness so both read
-//! HAProxy the same way.
+//! `reload` status (≥ 2.7), `show info`, `show version` / `haproxy -v`, and whether a runtime
+//! command's reply is its success form (with or without `set severity-output number;` tags); and,
+//! in [`command`], the text of the commands themselves. It is shared by the agent and the test
+//! harness so both read HAProxy the same way.
 //!
 //! It must stay pure: it must never do I/O (no sockets, no files, no processes, no clocks) and never
 //! depend on an async runtime. Callers fetch the text; this module only reads it.
@@ -11,6 +12,8 @@
 //! The golden strings in the tests were captured from Debian's HAProxy 2.6.12 and 3.0.11.
 
 use std::collections::BTreeMap;
+
+pub mod command;
 
 /// Why a CLI reply could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -344,8 +347,8 @@ pub enum Expect {
 }
 
 /// Checks a command's reply against what its success looks like: `Ok(text)` with severity tags
-/// removed and trimmed, else `Err(text)` (HAProxy's words; empty when it said nothing). There is
-/// no status code (FACTS §1): error-tagged lines (`[3]: …`, 3.0 with `set severity-output number`),
+/// removed and trimmed, else `Err(text)` (HAProxy's words; empty when it said nothing). A reply
+/// carries no status code: error-tagged lines (`[3]: …`, 3.0 with `set severity-output number`),
 /// "Unknown command" and any text the success form does not allow all fail, which also catches the
 /// untagged errors 2.6 sends through the master (`No such server.`).
 pub fn check_reply(reply: &str, expect: Expect) -> Result<String, String> {
@@ -422,7 +425,7 @@ mod tests {
 # programs\n\
 \n";
 
-    /// 3.2.0 quirk (FACTS §3): after a failed reload `# workers` is empty.
+    /// 3.2.0 quirk: after a failed reload `# workers` is empty.
     const PROC_32_QUIRK: &str = "#<PID>          <type>          <reloads>       <uptime>        <version>      \n\
 100             master          2 [failed: 1]   1d02h03m04s     3.2.0\n\
 # workers\n\

@@ -1,14 +1,16 @@
-//! Every file path a config makes HAProxy read, and the rule that keeps them inside the tree
-//! (BRIEF §2).
+//! Every file path a config makes HAProxy read, the rule that keeps them inside the tree, and
+//! how a config loads each file.
 //!
 //! Owns [`file_refs`] (maps and ACL pattern files, `crt`, `crt-list` and the certificates it
 //! lists, `ca-file`, `crl-file`, `errorfile`, `http-request/response return ... file|lf-file`,
 //! `lua-load`, `lua-load-per-thread`, `lua-prepend-path`, `crt-base`/`ca-base`,
-//! `server-state-file`, `stats socket` and unix `bind` sockets) and [`check_paths`]: every path
+//! `server-state-file`, `stats socket` and unix `bind` sockets), [`check_paths`]: every path
 //! must resolve inside the tree, except absolute paths under allowed prefixes, and sockets must
-//! live under the socket directory. A config without `default-path config` in `global` is refused,
-//! since its relative paths would not resolve against the tree. Pure: it never reads a disk;
-//! `crt-list` contents come through a caller's reader.
+//! live under the socket directory (a config without `default-path config` in `global` is
+//! refused, since its relative paths would not resolve against the tree), [`loaded_paths`] and
+//! [`classify`] (whether a file is loaded as a map, an ACL, a certificate or otherwise, which
+//! decides whether the runtime API can replace it). Pure: it never reads a disk; `crt-list`
+//! contents come through a caller's reader.
 
 use std::fmt;
 
@@ -44,32 +46,50 @@ impl fmt::Display for FileRef {
     }
 }
 
-fn unquote(t: &str) -> String {
+/// A token or argument without the quotes around it (and without surrounding whitespace).
+fn unquote(t: &str) -> &str {
     let t = t.trim();
     let t = t.strip_prefix('"').and_then(|x| x.strip_suffix('"')).unwrap_or(t);
-    let t = t.strip_prefix('\'').and_then(|x| x.strip_suffix('\'')).unwrap_or(t);
-    t.to_string()
+    t.strip_prefix('\'').and_then(|x| x.strip_suffix('\'')).unwrap_or(t)
 }
 
-/// Paths inside sample-fetch converters such as `map(FILE)`, `map_str(FILE,def)`,
-/// `map_beg_int(FILE)`.
+/// One function-style reference inside a token: `name(first argument`.
+struct Call<'a> {
+    /// The name before `(`: letters, digits, `_` and `-` (`map_str`, `set-map`, `add-acl`).
+    name: &'a str,
+    /// The first argument as written, up to `,` or `)` (or the token's end).
+    arg: &'a str,
+    /// Where the argument starts in the token.
+    at: usize,
+}
+
+/// Every `name(arg` in a token, e.g. `%[req.hdr(host),lower,map_str(maps/x.map,def)]` gives
+/// `hdr(host` and `map_str(maps/x.map`. The one scan both [`file_refs`] and [`classify`] use.
+fn calls(token: &str) -> impl Iterator<Item = Call<'_>> {
+    token.match_indices('(').filter_map(move |(open, _)| {
+        let before = &token[..open];
+        let name_len: usize = before
+            .chars()
+            .rev()
+            .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'))
+            .map(char::len_utf8)
+            .sum();
+        let name = &before[before.len() - name_len..];
+        let at = open + 1;
+        let rest = &token[at..];
+        let arg = &rest[..rest.find([',', ')']).unwrap_or(rest.len())];
+        (!name.is_empty()).then_some(Call { name, arg, at })
+    })
+}
+
+/// Paths inside sample-fetch converters and actions such as `map(FILE)`, `map_str(FILE,def)`,
+/// `map_beg_int(FILE)`, `set-map(FILE)` (named by the converter: `map()`, `map_str()`...).
 fn converter_files(token: &str, out: &mut Vec<(String, String)>) {
-    let mut rest = token;
-    while let Some(i) = rest.find("map") {
-        let after = &rest[i..];
-        let open = after.find('(');
-        let name_ok = open.is_some_and(|o| after[..o].chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
-        let before_ok = rest[..i].chars().next_back().is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'));
-        if let (Some(o), true, true) = (open, name_ok, before_ok) {
-            let args = &after[o + 1..];
-            let end = args.find([',', ')']).unwrap_or(args.len());
-            let path = unquote(&args[..end]);
-            if !path.is_empty() {
-                out.push((format!("{}()", &after[..o]), path));
-            }
-            rest = &after[o + 1..];
-        } else {
-            rest = &after[3..];
+    for call in calls(token) {
+        let conv = call.name.rsplit('-').next().unwrap_or(call.name);
+        let path = unquote(call.arg);
+        if conv.starts_with("map") && !path.is_empty() {
+            out.push((format!("{conv}()"), path.to_string()));
         }
     }
 }
@@ -88,7 +108,7 @@ pub fn file_refs(cfg_text: &str, read_crt_list: &dyn Fn(&str) -> Option<String>)
             continue;
         }
         let mut push = |directive: &str, path: &str, kind: RefKind| {
-            out.push(FileRef { line, directive: directive.to_string(), path: unquote(path), kind });
+            out.push(FileRef { line, directive: directive.to_string(), path: unquote(path).to_string(), kind });
         };
         // Directives whose argument is a path.
         match (first.as_str(), toks.get(1).map(String::as_str)) {
@@ -125,7 +145,7 @@ pub fn file_refs(cfg_text: &str, read_crt_list: &dyn Fn(&str) -> Option<String>)
                 }
                 "crt-list" => {
                     push("crt-list", w, RefKind::File);
-                    if let Some(text) = read_crt_list(&unquote(w)) {
+                    if let Some(text) = read_crt_list(unquote(w)) {
                         for l in text.lines() {
                             if let Some(cert) = tokenize(l).first() {
                                 push("crt-list entry", cert, RefKind::File);
@@ -184,6 +204,93 @@ pub fn loaded_paths<'a>(
         }
     }
     out
+}
+
+/// How a config loads a file, which decides how a change to the file can land without a reload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LoadKind {
+    /// A map (`map*(` converters, `set-map(`/`del-map(`, or `-M -f`): replaceable at runtime
+    /// with `prepare map` / `add map` / `commit map`.
+    Map,
+    /// An ACL pattern file (`-f` without `-M`, `add-acl(`/`del-acl(`): `prepare acl` ...
+    Acl,
+    /// A certificate loaded with `crt` (the file, or a file under a `crt` directory):
+    /// `set ssl cert` / `commit ssl cert`.
+    Cert,
+    /// Anything else (errorfiles, crt-lists, CA files, Lua, a `crt` companion such as
+    /// `.key` or `.ocsp`...), or references of several kinds: a change needs a reload.
+    Other,
+}
+
+/// How `cfg_text` loads `path`; [`LoadKind::Other`] when the reference is of no kind the runtime
+/// API can replace, or of several kinds. Pure.
+pub fn classify(cfg_text: &str, path: &haptic_protocol::RelPath) -> LoadKind {
+    let parsed = crate::cfg::parse(cfg_text);
+    let lines = parsed.preamble.iter().chain(parsed.sections.iter().flat_map(|s| s.lines.iter()));
+    let mut kinds = std::collections::BTreeSet::new();
+    for line in lines {
+        classify_line(line, path.as_str(), &mut kinds);
+    }
+    match kinds.len() {
+        1 => kinds.into_iter().next().unwrap_or(LoadKind::Other),
+        _ => LoadKind::Other,
+    }
+}
+
+/// Extra files HAProxy loads next to a certificate; `set ssl cert` does not take them by name.
+fn is_cert_companion(path: &str) -> bool {
+    [".key", ".ocsp", ".issuer", ".sctl"].iter().any(|s| path.ends_with(s))
+}
+
+fn classify_line(tokens: &[String], path: &str, kinds: &mut std::collections::BTreeSet<LoadKind>) {
+    let has_m = tokens.iter().any(|t| t == "-M");
+    for (i, tok) in tokens.iter().enumerate() {
+        let t = unquote(tok);
+        let next = tokens.get(i + 1).map(|n| unquote(n));
+        match (t, next) {
+            ("-f", Some(n)) if n == path => {
+                kinds.insert(if has_m { LoadKind::Map } else { LoadKind::Acl });
+                continue;
+            }
+            ("crt", Some(n)) if dir_or_file_match(n, path) => {
+                kinds.insert(if is_cert_companion(path) { LoadKind::Other } else { LoadKind::Cert });
+                continue;
+            }
+            _ => {}
+        }
+        if i > 0 && (tokens[i - 1] == "-f" || tokens[i - 1] == "crt") {
+            continue; // handled above as the argument of the previous token
+        }
+        // Function-style references: `map_str(maps/x.map,default)`, `set-map(maps/x.map)`.
+        let mut as_arg = Vec::new();
+        for call in calls(t).filter(|c| c.arg == path) {
+            as_arg.push(call.at);
+            let n = call.name;
+            kinds.insert(if n == "map" || n.starts_with("map_") || n == "set-map" || n == "del-map" {
+                LoadKind::Map
+            } else if n == "add-acl" || n == "del-acl" {
+                LoadKind::Acl
+            } else {
+                LoadKind::Other
+            });
+        }
+        // Any other mention of the path (a whole argument, or inside one) is of no runtime kind.
+        let mentioned = t.match_indices(path).any(|(at, _)| {
+            let after = t[at + path.len()..].chars().next();
+            after.is_none_or(|c| matches!(c, ',' | ')' | '"' | '\'')) && !as_arg.contains(&at)
+        });
+        if mentioned {
+            kinds.insert(LoadKind::Other);
+        }
+    }
+}
+
+fn dir_or_file_match(arg: &str, path: &str) -> bool {
+    if arg == path {
+        return true;
+    }
+    let dir = arg.trim_end_matches('/');
+    !dir.is_empty() && path.strip_prefix(dir).is_some_and(|rest| rest.starts_with('/'))
 }
 
 /// Where paths may point.
@@ -374,6 +481,43 @@ mod tests {
                 .collect();
         let got: Vec<String> = loaded_paths(&text, paths.iter(), &read).into_iter().map(|p| p.to_string()).collect();
         assert_eq!(got, ["certs/other.pem", "certs/site.pem.key", "certs/site.pem.ocsp", "dir/x.pem"]);
+    }
+
+    #[test]
+    fn classifies_references() {
+        let p = |s: &str| haptic_protocol::RelPath::new(s).unwrap();
+        let cfg = "frontend fe\n  bind 127.0.0.1:8443 ssl crt certs/\n  acl blocked src -f acls/blocked.acl\n  use_backend %[req.hdr(host),lower,map(maps/hosts.map,be_app)]\n  errorfile 503 errors/503.http\n";
+        assert_eq!(classify(cfg, &p("maps/hosts.map")), LoadKind::Map);
+        assert_eq!(classify(cfg, &p("acls/blocked.acl")), LoadKind::Acl);
+        assert_eq!(classify(cfg, &p("certs/site.pem")), LoadKind::Cert);
+        assert_eq!(classify(cfg, &p("certs/site.pem.ocsp")), LoadKind::Other);
+        assert_eq!(classify(cfg, &p("errors/503.http")), LoadKind::Other);
+        let c = "frontend f\n  http-request set-map(maps/a.map) %[src] x\n  acl h hdr(host) -M -f maps/b.map\n  http-request add-acl(acls/c.acl) %[src]\n  bind :443 ssl crt \"certs/d.pem\" crt-list lists/e.txt\n";
+        assert_eq!(classify(c, &p("maps/a.map")), LoadKind::Map);
+        assert_eq!(classify(c, &p("maps/b.map")), LoadKind::Map);
+        assert_eq!(classify(c, &p("acls/c.acl")), LoadKind::Acl);
+        assert_eq!(classify(c, &p("certs/d.pem")), LoadKind::Cert);
+        assert_eq!(classify(c, &p("lists/e.txt")), LoadKind::Other);
+        let both = "frontend f\n  acl x src -f maps/a.map\n  use_backend %[src,map_ip(maps/a.map)]\n";
+        assert_eq!(classify(both, &p("maps/a.map")), LoadKind::Other);
+        let inside =
+            "frontend f\n  use_backend %[src,map_ip(maps/a.map)]\n  http-request set-var(txn.x) str(x/maps/a.map)\n";
+        assert_eq!(classify(inside, &p("maps/a.map")), LoadKind::Other);
+        assert_eq!(
+            classify("frontend f\n  use_backend %[src,map(maps/a.map.bak)]\n", &p("maps/a.map")),
+            LoadKind::Other
+        );
+    }
+
+    #[test]
+    fn calls_name_their_first_argument() {
+        let got: Vec<(&str, &str)> =
+            calls("%[req.hdr(host),lower,map_str(maps/x.map,def)]").map(|c| (c.name, c.arg)).collect();
+        assert_eq!(got, [("hdr", "host"), ("map_str", "maps/x.map")]);
+        let mut out = Vec::new();
+        converter_files("set-map(maps/a.map)", &mut out);
+        converter_files("%[src,foo_map(x)]", &mut out);
+        assert_eq!(out, [("map()".to_string(), "maps/a.map".to_string())]);
     }
 
     #[test]

@@ -18,6 +18,13 @@ pub struct Fence {
     pub holder: String,
 }
 
+impl std::fmt::Display for Fence {
+    /// `epoch/seq/holder`, the form logs and conflict messages use.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}/{}", self.epoch, self.seq, self.holder)
+    }
+}
+
 /// The longest `holder` accepted, in bytes (a DNS name's limit; holders are identities).
 pub const MAX_HOLDER_BYTES: usize = 253;
 
@@ -67,6 +74,11 @@ mod tests {
 
     fn f(epoch: u64, seq: u64, holder: &str) -> Fence {
         Fence { epoch, seq, holder: holder.into() }
+    }
+
+    #[test]
+    fn display_is_epoch_seq_holder() {
+        assert_eq!(f(5, 17, "ctl-0").to_string(), "5/17/ctl-0");
     }
 
     #[test]

@@ -22,4 +22,4 @@ pub use digest::{Digest, DigestError, Hasher};
 pub use fence::{decide as decide_fence, Fence, FenceDecision};
 pub use ops::{Op, OpKind, ServerSet, ServerState};
 pub use path::{PathError, RelPath};
-pub use plan::{plan_id, FileEntry, PlanError, PlanId};
+pub use plan::{changed_paths, plan_id, FileEntry, PlanError, PlanId};

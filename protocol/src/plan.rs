@@ -107,6 +107,18 @@ pub fn plan_id(files: &[FileEntry]) -> Result<PlanId, PlanError> {
     Ok(PlanId(h.finish()))
 }
 
+/// The paths whose file differs between two manifests: listed in only one of them, or in both
+/// with different digests (`haproxy.cfg` included; sizes are not compared, the digest covers
+/// them). Sorted by path.
+pub fn changed_paths<'a>(old: &'a [FileEntry], new: &'a [FileEntry]) -> std::collections::BTreeSet<&'a RelPath> {
+    use std::collections::BTreeMap;
+    let old: BTreeMap<&RelPath, &Digest> = old.iter().map(|e| (&e.path, &e.digest)).collect();
+    let new: BTreeMap<&RelPath, &Digest> = new.iter().map(|e| (&e.path, &e.digest)).collect();
+    let added_or_modified = new.iter().filter(|(p, d)| old.get(*p) != Some(*d)).map(|(p, _)| *p);
+    let removed = old.keys().filter(|p| !new.contains_key(*p)).copied();
+    added_or_modified.chain(removed).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,6 +147,18 @@ mod tests {
         let files = vec![entry("maps/a.map", b"k v\n"), entry("haproxy.cfg", b"global\n")];
         let manual = format!("haproxy.cfg\0{}\nmaps/a.map\0{}\n", Digest::of(b"global\n"), Digest::of(b"k v\n"));
         assert_eq!(plan_id(&files).unwrap(), PlanId(Digest::of(manual.as_bytes())));
+    }
+
+    #[test]
+    fn changed_paths_are_added_removed_and_modified_files() {
+        let old = [entry("haproxy.cfg", b"a"), entry("maps/a.map", b"1"), entry("gone.txt", b"g")];
+        let new = [entry("maps/a.map", b"2"), entry("haproxy.cfg", b"a"), entry("new.txt", b"n")];
+        let got: Vec<&str> = changed_paths(&old, &new).into_iter().map(RelPath::as_str).collect();
+        assert_eq!(got, ["gone.txt", "maps/a.map", "new.txt"]);
+        assert!(changed_paths(&old, &old).is_empty());
+        let cfg = [entry("haproxy.cfg", b"b")];
+        let got: Vec<&str> = changed_paths(&old[..1], &cfg).into_iter().map(RelPath::as_str).collect();
+        assert_eq!(got, ["haproxy.cfg"]);
     }
 
     #[test]

@@ -1,12 +1,17 @@
 //! Admitting an apply: the fence rules and the baseline, before anything is staged.
 //!
-//! Owns raising the fence high-water mark and persisting it (BRIEF §3: "check fence → persist the
-//! new fence high-water mark → stage ..."; written and fsynced before it is published), so
+//! Owns raising the fence high-water mark and persisting it (check the fence, persist the new
+//! high-water mark, only then stage; written and fsynced before it is published), so
 //! neither a crash nor a slow `haproxy -c` can leave
 //! `/v1/state` or `.state` showing an older fence than the one the agent enforces. It must never
 //! touch the tree nor HAProxy.
 
-use super::*;
+use haptic_protocol::api::ConflictKind;
+use haptic_protocol::{Ack, ApplyRequest};
+use tracing::info;
+
+use super::{conflict, Agent, Refusal};
+use crate::store::{baseline_check, fence_step, FenceStep, LastAccepted, Persisted};
 
 impl Agent {
     /// Fence, then baseline. `Ok(Some(ack))`: the exact retry of an apply that landed.
@@ -19,11 +24,9 @@ impl Agent {
                     p,
                     vec![],
                     format!(
-                        "stale fence {}/{}/{}: the agent has seen {}",
-                        req.fence.epoch,
-                        req.fence.seq,
-                        req.fence.holder,
-                        seen.map(|f| format!("{}/{}/{}", f.epoch, f.seq, f.holder)).unwrap_or_default()
+                        "stale fence {}: the agent has seen {}",
+                        req.fence,
+                        seen.map(|f| f.to_string()).unwrap_or_default()
                     ),
                 ));
             }

@@ -6,7 +6,14 @@
 //! silence), reloads the applied plan so `running` is known again. It must never restart HAProxy
 //! itself, send signals, nor write the tree.
 
-use super::*;
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use super::Agent;
+use crate::master::{CliError, MasterCli};
+use crate::reload::{probe, Probe, ReloadError};
+use crate::store::Persisted;
 
 /// How often the watcher looks at HAProxy.
 const WATCH_EVERY: Duration = Duration::from_millis(500);
@@ -42,23 +49,13 @@ impl Agent {
     pub(super) async fn look(&self, cli: &MasterCli) -> Seen {
         match probe(cli).await {
             Ok(p) => {
-                *lock(&self.unreachable_since) = None;
-                *self.probe.write().unwrap_or_else(|e| e.into_inner()) = Some(p.clone());
+                self.haproxy.seen(p.clone());
                 Seen::Up(p)
             }
             Err(e) => {
-                let unreachable =
-                    matches!(&e, ReloadError::Cli(c @ crate::master::CliError::Connect(..)) if c.is_unreachable());
-                let unreachable_for = {
-                    let mut since = lock(&self.unreachable_since);
-                    if unreachable {
-                        Some(since.get_or_insert_with(Instant::now).elapsed())
-                    } else {
-                        *since = None;
-                        None
-                    }
-                };
-                let master = self.probe.read().unwrap_or_else(|e| e.into_inner()).as_ref().map(|p| p.master_pid);
+                let unreachable = matches!(&e, ReloadError::Cli(c @ CliError::Connect(..)) if c.is_unreachable());
+                let unreachable_for = self.haproxy.unreachable_for(unreachable);
+                let master = self.haproxy.master_pid();
                 let alive = master.and_then(crate::reload::pid_alive);
                 if gone(unreachable_for, alive) {
                     let pid = master.map(|m| format!(" (master pid {m} is gone)")).unwrap_or_default();
@@ -83,12 +80,12 @@ impl Agent {
 
     /// Whether HAProxy was last seen gone, and why.
     pub(super) fn down_reason(&self) -> Option<String> {
-        lock(&self.down).clone()
+        self.haproxy.down_reason()
     }
 
     /// Records that HAProxy is gone: nothing runs any plan, no reload is pending.
     pub(super) fn mark_down(&self, p: &mut Persisted, why: &str) {
-        lock(&self.pacer).cancel_pending();
+        self.pacing.cancel_pending();
         self.metrics.pending_reload.set(0);
         p.running = None;
         p.last_error = Some(why.to_string());
@@ -97,8 +94,7 @@ impl Agent {
             self.publish(p);
         }
         // Only now, so a reader that sees HAProxy gone also sees the record that says why.
-        let was = lock(&self.down).replace(why.to_string());
-        if was.is_none() {
+        if self.haproxy.mark_down(why) {
             warn!(root = %self.cfg.root.display(), "{why}");
         }
     }
@@ -106,8 +102,7 @@ impl Agent {
     /// Watches HAProxy forever: records it gone (after two looks in a row), and when a master
     /// answers after that, or a master with another pid appears, reloads the applied plan.
     pub(super) async fn watch_loop(&self) {
-        let mut last_master: Option<u32> =
-            self.probe.read().unwrap_or_else(|e| e.into_inner()).as_ref().map(|p| p.master_pid);
+        let mut last_master: Option<u32> = self.haproxy.master_pid();
         let mut gone_looks = 0u32;
         let mut tick = tokio::time::interval(WATCH_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -128,7 +123,7 @@ impl Agent {
                     if self.down_reason().is_some() || new_master {
                         info!(root = %self.cfg.root.display(), master = p.master_pid, "HAProxy is back: reloading the applied plan");
                         let mut inner = self.inner.lock().await;
-                        *lock(&self.down) = None;
+                        self.haproxy.clear_down();
                         // Whatever the new master loaded, it is not known to be the applied plan.
                         inner.p.running = None;
                         drop(inner);

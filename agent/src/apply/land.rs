@@ -4,7 +4,17 @@
 //! Owns the one durable write that must precede the swap (the intent), the swap itself, and what
 //! `running` becomes. It must never stage or check trees (see [`super::stage`]) nor speak HTTP.
 
-use super::*;
+use std::path::Path;
+
+use haptic_protocol::api::{Nack, ReloadStatus};
+use haptic_protocol::{ApplyRequest, Mode, Op, PlanId};
+use tracing::warn;
+
+use super::stage::Staged;
+use super::{blocking, now_rfc3339, Agent, Refusal};
+use crate::check::check_tree;
+use crate::error::AgentError;
+use crate::store::{AppliedRecord, GoodRecord, Persisted};
 
 impl Agent {
     /// Persists the intent, waits for the staged tree's fsyncs, swaps `current` and records the
@@ -15,7 +25,7 @@ impl Agent {
         req: &ApplyRequest,
         staged: &mut Staged,
         mode: Mode,
-    ) -> Result<Option<haptic_protocol::PlanId>, Refusal> {
+    ) -> Result<Option<PlanId>, Refusal> {
         let mut files = req.files.clone();
         files.sort_by(|a, b| a.path.as_str().as_bytes().cmp(b.path.as_str().as_bytes()));
         let record = AppliedRecord {
@@ -40,7 +50,7 @@ impl Agent {
             return Err(e.into());
         }
         blocking(|| self.tree.swap(&staged.id))?;
-        *lock(&self.stamps) = (staged.id.clone(), std::mem::take(&mut staged.stamps));
+        self.cache.set_stamps(staged.id.clone(), std::mem::take(&mut staged.stamps));
         let prev = p.applied.replace(record).map(|a| a.plan_id);
         p.intent = None;
         self.publish(p);
@@ -56,7 +66,7 @@ impl Agent {
         p: &mut Persisted,
         staged: &Staged,
         mode: Mode,
-        prev: Option<haptic_protocol::PlanId>,
+        prev: Option<PlanId>,
         ops: &[Op],
         reasons: &mut Vec<String>,
     ) -> Result<(Mode, Option<ReloadStatus>), Refusal> {
@@ -78,7 +88,7 @@ impl Agent {
                     if !running_was_prev && !ops.is_empty() {
                         // The worker runs an older plan plus these ops until the pending reload
                         // lands; if it fails, the worker is reset to the restored tree.
-                        self.ops_ahead.store(true, std::sync::atomic::Ordering::SeqCst);
+                        self.haproxy.set_ops_ahead(true);
                     }
                     self.advance_running(p, running_was_prev);
                     self.metrics.reloads_avoided.inc();
@@ -95,7 +105,7 @@ impl Agent {
                         // The tree is not loadable: put the last good tree back and reset the
                         // worker's runtime state to it.
                         self.restore_last_good(p, &e.output)?;
-                        lock(&self.pacer).started(Instant::now());
+                        self.pacing.started();
                         let _ = self.reload_once(p).await;
                         return Err(Refusal::Nack(Box::new(Nack {
                             error: "haproxy -c refused the config after a runtime op failed".into(),
@@ -113,7 +123,7 @@ impl Agent {
         }
     }
 
-    pub(super) async fn run_ops(&self, tree_dir: &std::path::Path, ops: &[Op]) -> Result<(), String> {
+    pub(super) async fn run_ops(&self, tree_dir: &Path, ops: &[Op]) -> Result<(), String> {
         let Some(version) = self.version().await else {
             return Err("HAProxy version unknown".into());
         };

@@ -1,44 +1,41 @@
-//! The apply pipeline and the agent's live state (BRIEF §3–§4).
+//! The apply pipeline and the agent's live state.
 //!
 //! Owns [`Agent`]: crash recovery on start, the serialized all-or-nothing apply (fence → persist
 //! → baseline → stage → mode → check → swap → record → runtime ops / paced reload → ACK), the
 //! background paced-reload task, restoring the last good tree after a failed reload, and the
-//! `/v1/state` snapshot that never waits behind an apply. It must never speak HTTP (see
+//! `/v1/state` snapshot that never waits behind an apply. The state outside the apply lock lives
+//! in the owned parts of [`parts`]. It must never speak HTTP (see
 //! [`crate::api`]) nor parse HAProxy's replies itself (see [`crate::reload`], [`crate::runtime`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use haptic_haproxy::claim::{verify_runtime_claim_parsed, ChangedFile};
-use haptic_protocol::api::{
-    AgentInfo, AppliedInfo, Conflict, ConflictKind, HaproxyInfo, Nack, PendingReload, ReloadState, ReloadStatus,
-    RunningInfo, StateResponse,
-};
-use haptic_protocol::{Ack, ApplyRequest, Capabilities, FileEntry, Mode, Op, RelPath, API_VERSION};
+use haptic_protocol::api::{Conflict, ConflictKind, Nack};
+use haptic_protocol::{Ack, ApplyRequest, Capabilities, Op, RelPath};
 use tracing::{info, warn, Instrument};
 
-use crate::check::check_tree;
 use crate::error::AgentError;
 use crate::master::MasterCli;
 use crate::metrics::Metrics;
-use crate::pacer::{PaceDecision, Pacer};
-use crate::reload::{probe, reload_verified, Probe, ReloadError};
-use crate::store::{baseline_check, fence_step, AppliedRecord, FenceStep, GoodRecord, LastAccepted, Persisted, Store};
-use crate::tree::{plan_tree, verify_dir, Drift, PartData, StageError, Stamps, Tree};
+use crate::reload::probe;
+use crate::store::{Persisted, Store};
+use crate::tree::{PartData, Tree};
 
 mod admit;
 mod health;
 mod land;
 mod mode;
+mod parts;
 mod recover;
 mod reloading;
 mod snapshot;
 mod stage;
 
+use mode::{decide_mode, ModeInputs};
+use parts::{HaproxyView, Pacing, TreeCache};
 pub use recover::recover;
-use stage::Staged;
 
 /// How the agent is set up.
 #[derive(Debug, Clone)]
@@ -122,23 +119,12 @@ pub struct Agent {
     inner: tokio::sync::Mutex<Inner>,
     /// The last published record: readers clone the `Arc`, writers swap it (never held across work).
     snapshot: RwLock<Arc<Persisted>>,
-    pacer: Mutex<Pacer>,
-    probe: RwLock<Option<Probe>>,
-    /// Why HAProxy is known to be gone (`None` while it runs or nothing is known).
-    down: Mutex<Option<String>>,
-    /// Whether the worker holds runtime ops of applies that landed on top of a plan it does not
-    /// run yet (during a pending reload): a failed reload must then reset the worker to the
-    /// restored tree, or `running` would name a plan the worker runs with extra ops.
-    ops_ahead: std::sync::atomic::AtomicBool,
-    /// Since when the master CLI refuses connections (see [`health`]).
-    unreachable_since: Mutex<Option<Instant>>,
-    wake: tokio::sync::Notify,
-    /// Stamps of the files of one tree (by id) the agent wrote or hashed itself; only ever
-    /// trusted for that tree. Empty after a start, so the first apply hashes what it carries.
-    stamps: Mutex<(String, Stamps)>,
-    /// The last `haproxy.cfg` the runtime claim parsed, by digest: the next runtime apply's old
-    /// config is usually this one, so only the new one is parsed (see [`mode`]).
-    parsed_cfg: Mutex<Option<(haptic_protocol::Digest, Arc<haptic_haproxy::cfg::Config>)>>,
+    /// What the agent knows of its HAProxy.
+    haproxy: HaproxyView,
+    /// When the next reload may run.
+    pacing: Pacing,
+    /// Stamps of the live tree's files and the last parsed `haproxy.cfg`.
+    cache: TreeCache,
 }
 
 fn now_rfc3339() -> String {
@@ -166,10 +152,6 @@ fn blocking<R>(f: impl FnOnce() -> R) -> R {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl Agent {
     /// Opens the root: clears staging leftovers, reconciles `.state` with `current` (trusting
     /// `current` after a crash) and persists the reconciled record. Does not talk to HAProxy.
@@ -183,7 +165,7 @@ impl Agent {
         if let Some(a) = &p.applied {
             metrics.tree(a.files.len(), a.files.iter().map(|f| f.size).sum());
         }
-        let pacer = Pacer::new(cfg.min_reload_interval);
+        let pacing = Pacing::new(cfg.min_reload_interval);
         Ok(Arc::new(Self {
             cfg,
             tree,
@@ -193,14 +175,9 @@ impl Agent {
             metrics,
             snapshot: RwLock::new(Arc::new(p.clone())),
             inner: tokio::sync::Mutex::new(Inner { p }),
-            pacer: Mutex::new(pacer),
-            probe: RwLock::new(None),
-            down: Mutex::new(None),
-            ops_ahead: std::sync::atomic::AtomicBool::new(false),
-            unreachable_since: Mutex::new(None),
-            wake: tokio::sync::Notify::new(),
-            stamps: Mutex::new((String::new(), Stamps::new())),
-            parsed_cfg: Mutex::new(None),
+            haproxy: HaproxyView::default(),
+            pacing,
+            cache: TreeCache::default(),
         }))
     }
 
@@ -232,13 +209,13 @@ impl Agent {
 
     /// HAProxy's version, probing when unknown.
     async fn version(&self) -> Option<(u32, u32, u32)> {
-        if let Some(p) = self.probe.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
-            return Some(p.version);
+        if let Some(v) = self.haproxy.version() {
+            return Some(v);
         }
         match probe(&self.cli).await {
             Ok(p) => {
                 let v = p.version;
-                *self.probe.write().unwrap_or_else(|e| e.into_inner()) = Some(p);
+                self.haproxy.set_probe(p);
                 Some(v)
             }
             Err(e) => {
@@ -249,10 +226,7 @@ impl Agent {
     }
 
     fn capabilities(&self) -> Capabilities {
-        match self.probe.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
-            Some(p) => crate::runtime::capabilities(p.version),
-            None => Capabilities::default(),
-        }
+        self.haproxy.capabilities()
     }
 
     fn publish(&self, p: &Persisted) {
@@ -266,81 +240,65 @@ impl Agent {
         Ok(())
     }
 
-    /// Handles one apply to completion. Runs in its own task so a client that goes away never
-    /// cuts an apply in half.
-    pub async fn apply(self: &Arc<Self>, req: ApplyRequest) -> Result<Ack, Refusal> {
-        self.spawn_apply(req, None).await
-    }
-
-    /// [`Agent::apply`] of a request whose parts were decoded into `spool` as the body arrived
-    /// (see [`crate::body`]); `req.parts` is empty. The spool is removed when the apply ends.
+    /// Handles one apply to completion; its parts were decoded into `spool` as the body arrived
+    /// (see [`crate::body`]), `req.parts` holds any sent inline. It runs in its own task (in a
+    /// span with the pod, plan and fence) so a client that goes away never cuts an apply in
+    /// half: the parts are checked, the apply lock taken and the pipeline run
+    /// ([`Agent::apply_fenced`]); after a refusal the live tree's stamps are refreshed and a
+    /// raised fence is on disk before the refusal is answered. The spool is removed when the
+    /// apply ends.
     pub async fn apply_spooled(self: &Arc<Self>, req: ApplyRequest, spool: crate::body::Spool) -> Result<Ack, Refusal> {
-        self.spawn_apply(req, Some(spool)).await
-    }
-
-    /// Runs one apply in its own task, in a span with the pod, plan and fence.
-    async fn spawn_apply(
-        self: &Arc<Self>,
-        req: ApplyRequest,
-        spool: Option<crate::body::Spool>,
-    ) -> Result<Ack, Refusal> {
         let me = self.clone();
-        let span = tracing::info_span!(
-            "apply",
-            pod = %self.cfg.pod,
-            plan = %req.plan_id.short(),
-            fence = %format!("{}/{}/{}", req.fence.epoch, req.fence.seq, req.fence.holder),
-        );
-        let handle = tokio::spawn(async move { me.apply_inner(req, spool).await }.instrument(span));
-        handle.await.unwrap_or_else(|e| Err(Refusal::Internal(format!("apply task failed: {e}"))))
-    }
-
-    async fn apply_inner(&self, req: ApplyRequest, spool: Option<crate::body::Spool>) -> Result<Ack, Refusal> {
-        let started = Instant::now();
-        let asked = req.mode;
-        let res = self.apply_locked(req, spool).await;
-        match &res {
-            Ok(ack) => {
-                self.metrics.apply(ack.mode.as_str(), "ack");
-                self.metrics.apply_duration.observe(started.elapsed().as_secs_f64());
-                info!(mode = %ack.mode, reload = ?ack.reload.as_ref().map(|r| r.state), "applied");
+        let span = tracing::info_span!("apply", pod = %self.cfg.pod, plan = %req.plan_id.short(), fence = %req.fence);
+        let task = async move {
+            let started = Instant::now();
+            let asked = req.mode;
+            let res = async {
+                let mut req = req;
+                // Everything that needs no state is checked before the lock, so a malformed
+                // request changes nothing, not even the fence.
+                let mut parts: BTreeMap<RelPath, PartData> = req
+                    .take_checked_parts()
+                    .map_err(|e| Refusal::BadRequest(e.to_string()))?
+                    .into_iter()
+                    .map(|(p, b)| (p, PartData::Mem(b)))
+                    .collect();
+                parts.extend(spool.checked(&req.files).map_err(|e| Refusal::BadRequest(e.to_string()))?);
+                let mut guard = me.inner.lock().await;
+                let p = &mut guard.p;
+                let res = me.apply_fenced(p, &req, parts).await;
+                if res.is_err() {
+                    // Staging linked (and removing the staged tree unlinked) live files.
+                    blocking(|| me.refresh_stamps());
+                    // A raised fence is on disk before the refusal is answered.
+                    if blocking(|| me.store.flush()).is_err() {
+                        if let Err(e) = me.save(p) {
+                            warn!("cannot persist the fence before answering a refusal: {e}");
+                        }
+                    }
+                }
+                res
             }
-            Err(r) => {
-                self.metrics.apply(asked.as_str(), r.result());
-                if let Refusal::Conflict(c) = r {
-                    self.metrics.conflict(c.conflict.as_str());
+            .await;
+            drop(spool);
+            match &res {
+                Ok(ack) => {
+                    me.metrics.apply(ack.mode.as_str(), "ack");
+                    me.metrics.apply_duration.observe(started.elapsed().as_secs_f64());
+                    info!(mode = %ack.mode, reload = ?ack.reload.as_ref().map(|r| r.state), "applied");
+                }
+                Err(r) => {
+                    me.metrics.apply(asked.as_str(), r.result());
+                    if let Refusal::Conflict(c) = r {
+                        me.metrics.conflict(c.conflict.as_str());
+                    }
                 }
             }
-        }
-        res
-    }
-
-    async fn apply_locked(&self, mut req: ApplyRequest, spool: Option<crate::body::Spool>) -> Result<Ack, Refusal> {
-        // Everything that needs no state is checked before the lock, so a malformed request
-        // changes nothing, not even the fence.
-        let mut parts: BTreeMap<RelPath, PartData> = req
-            .take_checked_parts()
-            .map_err(|e| Refusal::BadRequest(e.to_string()))?
-            .into_iter()
-            .map(|(p, b)| (p, PartData::Mem(b)))
-            .collect();
-        if let Some(s) = &spool {
-            parts.extend(s.checked(&req.files).map_err(|e| Refusal::BadRequest(e.to_string()))?);
-        }
-        let mut guard = self.inner.lock().await;
-        let p = &mut guard.p;
-        let res = self.apply_fenced(p, &req, parts).await;
-        if res.is_err() {
-            // Staging linked (and removing the staged tree unlinked) live files.
-            blocking(|| self.refresh_stamps());
-            // A raised fence is on disk before the refusal is answered.
-            if blocking(|| self.store.flush()).is_err() {
-                if let Err(e) = self.save(p) {
-                    warn!("cannot persist the fence before answering a refusal: {e}");
-                }
-            }
-        }
-        res
+            res
+        };
+        tokio::spawn(task.instrument(span))
+            .await
+            .unwrap_or_else(|e| Err(Refusal::Internal(format!("apply task failed: {e}"))))
     }
 
     /// The pipeline, with the lock held: admit (fence, persisted; baseline) → stage → decide the
@@ -357,15 +315,23 @@ impl Agent {
         let staged = self.stage(p, req, parts).await?;
         let ops: Vec<Op> = req.ops().cloned().collect();
         let mut reasons = req.reasons.clone();
-        let mode = self.decide_mode(
-            req,
-            &staged.live_files,
-            &staged.old_cfg,
-            &staged.new_cfg,
-            &staged.dir,
-            &ops,
-            &mut reasons,
-        );
+        let parsed = (req.mode == haptic_protocol::Mode::Runtime)
+            .then(|| self.cache.parsed_pair(&staged.live_files, &staged.old_cfg, &req.files, &staged.new_cfg));
+        let caps = self.capabilities();
+        let read = |p: &RelPath| std::fs::read(staged.dir.join(p.as_str())).ok();
+        let (mode, why) = decide_mode(&ModeInputs {
+            asked: req.mode,
+            live_files: &staged.live_files,
+            files: &req.files,
+            old_cfg: &staged.old_cfg,
+            new_cfg: &staged.new_cfg,
+            ops: &ops,
+            caps: &caps,
+            version_known: self.haproxy.version().is_some(),
+            parsed: parsed.as_ref().map(|(o, n)| (&**o, &**n)),
+            read: &read,
+        });
+        reasons.extend(why);
         let mut staged = self.check(staged, mode).await?;
         let prev = self.swap_and_record(p, req, &mut staged, mode).await?;
         let (final_mode, reload) = self.land(p, &staged, mode, prev, &ops, &mut reasons).await?;

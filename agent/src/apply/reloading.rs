@@ -5,7 +5,17 @@
 //! `last_error`). It must never accept an apply nor parse HAProxy's replies (see
 //! [`crate::reload`]).
 
-use super::*;
+use std::time::{Duration, Instant};
+
+use haptic_protocol::api::{Nack, ReloadState, ReloadStatus};
+use tracing::{info, warn, Instrument};
+
+use super::{blocking, Agent, Refusal};
+use crate::check::check_tree;
+use crate::error::AgentError;
+use crate::pacer::PaceDecision;
+use crate::reload::{probe, reload_verified, ReloadError};
+use crate::store::{GoodRecord, Persisted};
 
 /// Why [`Agent::run_reload`] did not land.
 #[derive(Debug)]
@@ -35,31 +45,28 @@ impl Agent {
             return;
         }
         info!(root = %self.cfg.root.display(), plan = %applied.short(), "running plan unknown or behind: reloading");
-        let decision = lock(&self.pacer).request(Instant::now(), applied);
-        match decision {
-            PaceDecision::ReloadNow => {
-                let _ = self.run_reload(&mut inner.p).await;
-            }
-            PaceDecision::Scheduled { .. } => self.wake.notify_one(),
+        // A scheduled reload wakes the reload loop.
+        if let PaceDecision::ReloadNow = self.pacing.request(applied) {
+            let _ = self.run_reload(&mut inner.p).await;
         }
     }
 
     /// Runs scheduled reloads when they come due (forever).
     pub(super) async fn reload_loop(&self) {
         loop {
-            let due = lock(&self.pacer).due(Instant::now());
+            let due = self.pacing.due();
             self.metrics.pending_reload.set(i64::from(due.is_some()));
             match due {
-                None => self.wake.notified().await,
+                None => self.pacing.woken().await,
                 Some((_, d)) if !d.is_zero() => {
                     tokio::select! {
                         _ = tokio::time::sleep(d) => {}
-                        _ = self.wake.notified() => {}
+                        _ = self.pacing.woken() => {}
                     }
                 }
                 Some(_) => {
                     let mut inner = self.inner.lock().await;
-                    let taken = lock(&self.pacer).take_due(Instant::now());
+                    let taken = self.pacing.take_due();
                     if taken.is_some() {
                         self.metrics.pending_reload.set(0);
                         let plan = inner.p.applied.as_ref().map(|a| a.plan_id);
@@ -82,11 +89,8 @@ impl Agent {
         p: &mut Persisted,
         reasons: &mut Vec<String>,
     ) -> Result<ReloadStatus, Refusal> {
-        {
-            let mut pacer = lock(&self.pacer);
-            pacer.cancel_pending();
-            pacer.started(Instant::now());
-        }
+        self.pacing.cancel_pending();
+        self.pacing.started();
         self.metrics.pending_reload.set(0);
         reload_answer(self.run_reload(p).await, reasons)
     }
@@ -98,15 +102,13 @@ impl Agent {
         reasons: &mut Vec<String>,
     ) -> Result<ReloadStatus, Refusal> {
         let plan = p.applied.as_ref().map(|a| a.plan_id).ok_or_else(|| Refusal::Internal("nothing applied".into()))?;
-        let decision = lock(&self.pacer).request(Instant::now(), plan);
-        match decision {
+        match self.pacing.request(plan) {
             PaceDecision::ReloadNow => reload_answer(self.run_reload(p).await, reasons),
             PaceDecision::Scheduled { due_in, replaced } => {
                 if replaced.is_some() {
                     self.metrics.reload_coalesced.inc();
                 }
                 self.metrics.pending_reload.set(1);
-                self.wake.notify_one();
                 Ok(ReloadStatus {
                     state: ReloadState::Scheduled,
                     due_in_ms: Some(u64::try_from(due_in.as_millis()).unwrap_or(u64::MAX)),
@@ -159,14 +161,10 @@ impl Agent {
                 p.running = None;
                 p.last_error = Some(why.clone());
                 let due_in = match p.applied.as_ref().map(|a| a.plan_id) {
-                    Some(plan) => {
-                        let now = Instant::now();
-                        lock(&self.pacer).schedule(now, now + self.cfg.reload_timeout, plan)
-                    }
+                    Some(plan) => self.pacing.schedule_after(self.cfg.reload_timeout, plan),
                     None => Duration::ZERO,
                 };
                 self.metrics.pending_reload.set(1);
-                self.wake.notify_one();
                 if let Err(err) = self.save(p) {
                     warn!("recording the timeout failed: {err}");
                 }
@@ -181,8 +179,7 @@ impl Agent {
                 // HAProxy's state is unknown, or its worker holds runtime ops of applies that are
                 // being rolled back: the worker is reset to the restored tree, and until that
                 // reload is verified nothing claims to know what it runs.
-                let reset = !matches!(e, ReloadError::Failed { .. })
-                    || self.ops_ahead.load(std::sync::atomic::Ordering::SeqCst);
+                let reset = !matches!(e, ReloadError::Failed { .. }) || self.haproxy.ops_ahead();
                 if reset {
                     p.running = None;
                 }
@@ -190,7 +187,7 @@ impl Agent {
                     warn!("restoring the last good tree failed: {err}");
                 }
                 if reset {
-                    lock(&self.pacer).started(Instant::now());
+                    self.pacing.started();
                     if self.reload_once(p).await.is_err() {
                         warn!("reloading back to the last good tree failed too: the running plan is unknown");
                     }
@@ -234,12 +231,12 @@ impl Agent {
             Some(v) => reload_verified(&self.cli, v, self.cfg.reload_timeout).await,
             None => Err(ReloadError::Unexpected("HAProxy version unknown (master CLI unreachable)".into())),
         };
-        lock(&self.pacer).finished(Instant::now(), res.is_ok());
+        self.pacing.finished(res.is_ok());
         let secs = started.elapsed().as_secs_f64();
         match &res {
             Ok(ok) => {
                 // The new worker runs the tree alone: no runtime op is ahead of it any more.
-                self.ops_ahead.store(false, std::sync::atomic::Ordering::SeqCst);
+                self.haproxy.set_ops_ahead(false);
                 self.metrics.reload("ok", secs);
                 info!(old = ?ok.old_worker, new = ok.new_worker, took_ms = ok.took.as_millis() as u64, "reload verified");
                 p.running = p.applied.as_ref().map(|a| a.plan_id);
@@ -252,7 +249,7 @@ impl Agent {
                 }
                 self.gc(p);
                 if let Ok(pr) = probe(&self.cli).await {
-                    *self.probe.write().unwrap_or_else(|e| e.into_inner()) = Some(pr);
+                    self.haproxy.set_probe(pr);
                 }
             }
             Err(e) => {
@@ -275,7 +272,7 @@ impl Agent {
                 }
             }
         }
-        lock(&self.pacer).cancel_pending();
+        self.pacing.cancel_pending();
         self.metrics.pending_reload.set(0);
         self.save(p)?;
         self.gc(p);
@@ -303,14 +300,7 @@ impl Agent {
     /// Re-reads the live tree's stamps after the agent linked or unlinked its files (which moves
     /// their ctime); stamps of any other tree are dropped.
     pub(super) fn refresh_stamps(&self) {
-        let live = self.tree.live_id().ok().flatten();
-        let mut st = lock(&self.stamps);
-        if live.as_deref() == Some(st.0.as_str()) {
-            let (id, stamps) = &mut *st;
-            self.tree.refresh_stamps(id, stamps);
-        } else {
-            *st = (String::new(), Stamps::new());
-        }
+        self.cache.refresh_stamps(&self.tree);
     }
 }
 

@@ -3,7 +3,16 @@
 //! Owns assembling [`StateResponse`] from the published record, a fresh HAProxy probe and (with
 //! `verify=1`) a re-hash of the live tree. It must never take the apply lock nor write anything.
 
-use super::*;
+use std::sync::Arc;
+
+use haptic_protocol::api::{AgentInfo, AppliedInfo, HaproxyInfo, PendingReload, RunningInfo, StateResponse};
+use haptic_protocol::{FileEntry, RelPath, API_VERSION};
+
+use super::Agent;
+use crate::error::AgentError;
+use crate::reload::probe;
+use crate::store::Persisted;
+use crate::tree::{verify_dir, Drift};
 
 impl Agent {
     fn published(&self) -> Arc<Persisted> {
@@ -59,18 +68,13 @@ impl Agent {
         Ok((resp, drift))
     }
 
-    /// `GET /v1/state` without drift markers.
-    pub async fn state(&self, verify: bool) -> Result<StateResponse, AgentError> {
-        Ok(self.state_marked(verify).await?.0)
-    }
-
     async fn state_from(&self, snap: &Persisted, files: Vec<FileEntry>, verify: bool) -> StateResponse {
         let fresh = probe(&self.state_cli).await;
         let busy = self.inner.try_lock().is_err();
         let down = self.down_reason().is_some();
         let haproxy = match &fresh {
             Ok(pr) if !down => {
-                *self.probe.write().unwrap_or_else(|e| e.into_inner()) = Some(pr.clone());
+                self.haproxy.set_probe(pr.clone());
                 HaproxyInfo {
                     version: pr.version_string.clone(),
                     running: true,
@@ -80,20 +84,14 @@ impl Agent {
                 }
             }
             _ if down => HaproxyInfo {
-                version: self
-                    .probe
-                    .read()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .as_ref()
-                    .map(|c| c.version_string.clone())
-                    .unwrap_or_default(),
+                version: self.haproxy.probe().map(|c| c.version_string).unwrap_or_default(),
                 running: false,
                 master_pid: None,
                 worker_pid: None,
                 reloads: 0,
             },
             _ => {
-                let cached = self.probe.read().unwrap_or_else(|e| e.into_inner()).clone();
+                let cached = self.haproxy.probe();
                 HaproxyInfo {
                     version: cached.as_ref().map(|c| c.version_string.clone()).unwrap_or_default(),
                     // A reload in progress makes 2.6's master CLI refuse connections for a moment.
@@ -104,7 +102,7 @@ impl Agent {
                 }
             }
         };
-        let pending = lock(&self.pacer).due(Instant::now());
+        let pending = self.pacing.due();
         let pending_reload = pending.and_then(|(plan, d)| {
             Some(PendingReload {
                 plan_id: snap.applied.as_ref().map_or(plan, |a| a.plan_id),

@@ -5,7 +5,17 @@
 //! would load. Every refusal here removes the staged tree: nothing visible changes. It must never
 //! move `current` nor touch `.state`.
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use haptic_protocol::api::{ConflictKind, Nack};
+use haptic_protocol::{ApplyRequest, FileEntry, Mode, RelPath};
+
+use super::{conflict, Agent, Refusal};
+use crate::check::check_tree;
+use crate::error::AgentError;
+use crate::store::Persisted;
+use crate::tree::{plan_tree, PartData, StageError, Stamps, Tree};
 
 /// A staged tree, not yet live.
 #[derive(Debug)]
@@ -46,14 +56,7 @@ impl Agent {
         }
         let live_id = self.tree.live_id()?;
         let live_dir = live_id.as_deref().map(|l| self.tree.dir_of(l));
-        let trusted = {
-            let st = lock(&self.stamps);
-            if live_id.as_deref() == Some(st.0.as_str()) {
-                st.1.clone()
-            } else {
-                Stamps::new()
-            }
-        };
+        let trusted = self.cache.stamps_of(live_id.as_deref());
         let id = Tree::new_id();
         let staged = {
             let (tree, id, files, live_dir) = (self.tree.clone(), id.clone(), req.files.clone(), live_dir.clone());
@@ -74,7 +77,7 @@ impl Agent {
         let (old_cfg, new_cfg) = {
             let (live_dir, dir) = (live_dir.clone(), dir.clone());
             tokio::task::spawn_blocking(move || {
-                let read = |d: Option<&std::path::Path>| {
+                let read = |d: Option<&Path>| {
                     d.and_then(|d| std::fs::read_to_string(d.join("haproxy.cfg")).ok()).unwrap_or_default()
                 };
                 (read(live_dir.as_deref()), read(Some(&dir)))
@@ -137,7 +140,9 @@ impl Agent {
         }
     }
 
-    /// The path rules (BRIEF §2) over the staged config, before `haproxy -c` reads anything.
+    /// The path rules (every path inside the tree or under an allowed prefix, sockets under the
+    /// socket directory, `default-path config`) over the staged config, before `haproxy -c`
+    /// reads anything.
     fn check_paths(&self, staged: &Staged) -> Result<(), Vec<String>> {
         use haptic_haproxy::paths::{check_paths, file_refs};
         let dir = staged.dir.clone();

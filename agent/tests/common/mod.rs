@@ -99,15 +99,16 @@ pub async fn state(pod: &Pod, verify: bool) -> StateResponse {
 
 /// Polls state until `f` holds, or panics after 30 s.
 pub async fn wait_state(pod: &Pod, what: &str, f: impl Fn(&StateResponse) -> bool) -> StateResponse {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let f = &f;
+    eventually(what, Duration::from_secs(30), || async move {
         let s = state(pod, false).await;
         if f(&s) {
-            return s;
+            Ok(s)
+        } else {
+            Err(format!("state {s:?}\n{}", pod.agent_log()))
         }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}; last state {s:?}\n{}", pod.agent_log());
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    })
+    .await
 }
 
 /// The health address of the pod's bootstrap / test configs.
@@ -235,4 +236,51 @@ pub fn gated(bin: &HaproxyBin, dir: &std::path::Path) -> HaproxyBin {
 /// A CA and a server certificate for 127.0.0.1 signed by it: `ca.pem`, `agent.key`, `agent.pem`.
 pub fn make_ca(dir: &std::path::Path) {
     haptic_e2e::tls::make_ca(dir, "agent");
+}
+
+/// Polls `check` until it returns `Ok`, or panics with `what` and the last `Err` (why not yet)
+/// after `timeout`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        match check().await {
+            Ok(v) => return v,
+            Err(last) => {
+                assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}; last: {last}")
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The HAProxy binary of version `major.minor` among the test binaries (`HAPTIC_HAPROXY_BINS`);
+/// panics when there is none, so no version is skipped silently.
+pub fn haproxy_bin(major: u32, minor: u32) -> HaproxyBin {
+    haptic_e2e::haproxy_bins()
+        .into_iter()
+        .find(|b| (b.version.0, b.version.1) == (major, minor))
+        .unwrap_or_else(|| panic!("no HAProxy {major}.{minor} among the test binaries (HAPTIC_HAPROXY_BINS)"))
+}
+
+/// Makes `async fn $name(bin: HaproxyBin)` one test case per HAProxy version, `$name::on_2_6`
+/// and `$name::on_3_0`, so one version's failure cannot hide the other's result.
+#[macro_export]
+macro_rules! on_each_version {
+    ($name:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn on_2_6() {
+                super::$name($crate::common::haproxy_bin(2, 6)).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn on_3_0() {
+                super::$name($crate::common::haproxy_bin(3, 0)).await
+            }
+        }
+    };
 }
