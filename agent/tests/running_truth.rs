@@ -83,6 +83,9 @@ async fn failed_pending_reload_leaves_no_runtime_ops_in_the_worker_on_every_vers
 on_each_version!(reload_timeout_keeps_the_tree_and_running_unknown_on_every_version);
 async fn reload_timeout_keeps_the_tree_and_running_unknown_on_every_version(bin: HaproxyBin) {
     let label = bin.label();
+    // No pacing: v2's reload must start inside its apply (and time out there), however soon
+    // after v1's reload the apply arrives. The verifying reload is scheduled a reload timeout
+    // after the failed one, whatever the interval.
     let opts = PodOpts {
         min_reload_interval: "0s".into(),
         reload_timeout: "1s".into(),
