@@ -1,4 +1,4 @@
-//! Streaming decode of a `POST /v1/apply` body (the JSON of BRIEF §3, unchanged on the wire).
+//! Streaming decode of a `POST /v1/apply` body (the JSON of [`haptic_protocol::ApplyRequest`], unchanged on the wire).
 //!
 //! Owns turning the body, as its bytes arrive, into an [`ApplyRequest`] without `parts` plus one
 //! spool file per part under `ROOT/.incoming/<id>/`, decoded (`utf8` or `base64`) and hashed on

@@ -74,7 +74,7 @@ pub async fn check_tree(bin: &Path, tree_dir: &Path) -> Result<Vec<String>, Chec
 
 /// Best-effort pre-check of the TCP ports a reload of `new_cfg` would newly bind (ports
 /// `old_cfg` does not listen on). A port another socket already holds makes HAProxy pause every
-/// listener for about two seconds of bind retries and then fail the reload (FACTS §2), so such a
+/// listener for about two seconds of bind retries and then fail the reload (seen on 2.6 and 3.0), so such a
 /// config is refused up front. The probe binds the way HAProxy does on Linux (`SO_REUSEADDR` and
 /// `SO_REUSEPORT`), so a port other HAProxy processes share is not a conflict. Only "address in
 /// use" counts; anything else is left to HAProxy.

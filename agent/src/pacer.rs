@@ -1,4 +1,4 @@
-//! Reload pacing: the pure decision of *when* a reload may start (BRIEF §4, issue 4 "Pacing").
+//! Reload pacing: the pure decision of *when* a reload may start (`--min-reload-interval`).
 //!
 //! This module owns the rules: at most one reload start per `min_interval` (measured start to
 //! start); a request inside the interval is scheduled for the end of the interval; later requests

@@ -97,7 +97,8 @@ pub enum FenceStep {
     },
 }
 
-/// Applies the fence rules of BRIEF §3 to the persisted record. Pure.
+/// Applies the fence rules (`stale_epoch` below the seen epoch, or at it with a seq not above
+/// the seen one, except the exact retry of the last accepted apply) to the persisted record. Pure.
 pub fn fence_step(p: &Persisted, incoming: &Fence, plan: &PlanId) -> FenceStep {
     let last = p.last_accepted.as_ref().map(|l| (&l.fence, &l.plan_id));
     match haptic_protocol::fence::decide(p.fence.as_ref(), last, incoming, plan) {

@@ -1,6 +1,7 @@
 //! The runtime claim: whether a change can land through the runtime API alone.
 //!
-//! Owns the structural comparison of two `haproxy.cfg` texts (BRIEF §4) and the check that a
+//! Owns the structural comparison of two `haproxy.cfg` texts (only server address, port, weight
+//! and enabled/disabled may differ) and the check that a
 //! set of ops covers exactly what changed. The controller's plan diff and the agent's
 //! verification both call it, so both sides agree on what "runtime" means. It must never do
 //! I/O and never call a change runtime-safe unless every changed token is one HAProxy can set

@@ -1,6 +1,6 @@
 //! Relative paths inside a config tree, validated when built and when deserialized.
 //!
-//! Owns the path rules of BRIEF §3: relative, `/`-separated, components `[A-Za-z0-9._-]+`,
+//! Owns the `/v1` path rules: relative, `/`-separated, components `[A-Za-z0-9._-]+`,
 //! never `.` or `..`, ≤ 255 bytes a component, ≤ 1024 bytes in all, ≤ 8 levels. It must never
 //! let an invalid path exist as a [`RelPath`] value.
 

@@ -92,7 +92,7 @@ app.kubernetes.io/component: haproxy
 {{- end }}
 {{- end }}
 
-{{/* The paths of BRIEF §2, shared by the HAProxy container and the agent. */}}
+{{/* The config tree and socket paths, shared by the HAProxy container and the agent. */}}
 {{- define "haptic.configRoot" -}}/etc/haproxy{{- end }}
 {{- define "haptic.runDir" -}}/run/haptic{{- end }}
 {{- define "haptic.masterSocket" -}}/run/haptic/master.sock{{- end }}
