@@ -1,7 +1,7 @@
 //! The `/v1` messages: state, apply, ACK, 409 conflict, 422 NACK, error bodies, versions.
 //!
-//! Owns the JSON shapes of `/v1/state` and `/v1/apply` with exactly their field names, and the request checks any
-//! peer can do without a tree (plan id, duplicates, part digests, blob size). It must never
+//! Owns the JSON shapes of `/v1/state` and `/v1/apply` with exactly their field names, and the
+//! request checks any peer can do without a tree (plan id, duplicates, part digests, blob size). It must never
 //! look at a disk or decide fences (see [`crate::fence`]).
 
 use std::collections::BTreeMap;
