@@ -1,8 +1,8 @@
 //! `haptic-agent init`: the bootstrap tree HAProxy starts on before the first apply.
 //!
-//! Owns the bootstrap config (a frontend on `--health-bind` answering `/healthz` 200 and `/ready`
-//! 503, loadable by HAProxy 2.6 and 3.0) and writing it crash-safely as the first tree. It must
-//! never touch an already initialised root.
+//! Owns writing the bootstrap config (`haptic_haproxy::bootstrap`: a frontend on `--health-bind`
+//! answering `/healthz` 200 and `/ready` 503) crash-safely as the first tree. It must never touch
+//! an already initialised root.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -14,28 +14,7 @@ use crate::tree::{plan_tree, StageError, Stamps, Tree};
 
 /// The bootstrap `haproxy.cfg` for a health bind such as `:8404` or `127.0.0.1:8404`.
 pub fn bootstrap_cfg(health_bind: &str) -> Result<String, AgentError> {
-    let bind = health_bind.trim();
-    if bind.is_empty() || bind.chars().any(|c| c.is_whitespace() || c.is_control() || c == '#') || !bind.contains(':') {
-        return Err(AgentError::Tree(format!("bad --health-bind {health_bind:?}: expected ADDR:PORT or :PORT")));
-    }
-    Ok(format!(
-        "# haptic bootstrap: replaced by the first apply.\n\
-         global\n\
-         \x20   default-path config\n\
-         \x20   description cfggen=bootstrap\n\
-         \n\
-         defaults\n\
-         \x20   mode http\n\
-         \x20   timeout connect 5s\n\
-         \x20   timeout client 30s\n\
-         \x20   timeout server 30s\n\
-         \n\
-         frontend haptic_health\n\
-         \x20   bind {bind}\n\
-         \x20   http-request return status 200 content-type text/plain string \"ok\" if {{ path /healthz }}\n\
-         \x20   http-request return status 503 content-type text/plain string \"not ready: no config applied yet\" if {{ path /ready }}\n\
-         \x20   http-request return status 404 content-type text/plain string \"not found\"\n"
-    ))
+    haptic_haproxy::bootstrap::config(health_bind).map_err(|e| AgentError::Tree(e.to_string()))
 }
 
 /// Initialises `root` unless it already has a `current` tree. Returns whether it wrote anything.

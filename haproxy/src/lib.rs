@@ -1,6 +1,6 @@
 //! What haptic knows about HAProxy, shared by the agent, the controller and the test harness.
 //!
-//! This crate owns the `haproxy.cfg` section parser (`cfg`), the files a config makes HAProxy
+//! This crate owns the bootstrap config (`bootstrap`), the `haproxy.cfg` section parser (`cfg`), the files a config makes HAProxy
 //! read and how it loads them (`paths`), the structural runtime-claim comparison of two configs
 //! (`claim`), the master CLI and runtime API commands and the parsers of their replies (`cli`),
 //! and the quoting that turns any string into config, log-format, map and regex text (`quote`). It is pure: it must never do I/O, spawn
@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod bootstrap;
 pub mod cfg;
 pub mod claim;
 pub mod cli;
