@@ -65,6 +65,12 @@ pub struct RunArgs {
     /// A file with one line `user:password` for HTTP Basic auth on `/v1/*`.
     #[arg(long, env = "HAPTIC_AGENT_CREDENTIALS_FILE")]
     pub credentials_file: PathBuf,
+    /// How often the credentials file is re-read; a changed credential is used without a restart.
+    #[arg(long, env = "HAPTIC_AGENT_CREDENTIALS_POLL", default_value = "2s", value_parser = parse_duration)]
+    pub credentials_poll: Duration,
+    /// How long the replaced credential is still accepted after a rotation (`0s`: not at all).
+    #[arg(long, env = "HAPTIC_AGENT_CREDENTIALS_GRACE", default_value = "5m", value_parser = parse_duration)]
+    pub credentials_grace: Duration,
     /// At most one reload per this interval.
     #[arg(long, env = "HAPTIC_AGENT_MIN_RELOAD_INTERVAL", default_value = "2s", value_parser = parse_duration)]
     pub min_reload_interval: Duration,
@@ -189,6 +195,7 @@ mod tests {
             (Duration::from_secs(10), Duration::from_secs(60), Duration::from_secs(120))
         );
         assert_eq!(r.max_connections, 64);
+        assert_eq!((r.credentials_poll, r.credentials_grace), (Duration::from_secs(2), Duration::from_secs(300)));
         assert_eq!(r.allow_path, ["/etc/ssl/certs", "/usr/share/ca-certificates"]);
     }
 }

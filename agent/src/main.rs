@@ -10,6 +10,7 @@ use anyhow::Context as _;
 use clap::Parser as _;
 use haptic_agent::api::Limits;
 use haptic_agent::config::{Cli, Command, LogFormat, RunArgs};
+use haptic_agent::credentials::CredentialSet;
 use haptic_agent::metrics::Metrics;
 use haptic_agent::{Agent, AgentConfig, AppState, Credentials};
 use tokio::signal::unix::{signal, SignalKind};
@@ -92,10 +93,13 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
         body_timeout: a.body_timeout,
         max_connections: a.max_connections,
     };
+    let credentials = CredentialSet::from(credentials);
+    let watch = credentials.spawn_watch(a.credentials_file.clone(), a.credentials_poll, a.credentials_grace);
     let state = AppState::new(agent.clone(), credentials, limits);
     haptic_agent::api::serve_tls(listener, state, tls, shutdown).await?;
     agent.quiesce().await;
     background.abort();
+    watch.abort();
     info!("bye");
     Ok(())
 }

@@ -28,6 +28,9 @@ mod common;
 fn local_opts(ns: &str, bin: &HaproxyBin) -> LocalPodsOpts {
     let mut o = LocalPodsOpts::new(ns, bin.clone(), USER, PASSWORD);
     o.pod.agent_bin = Some(common::agent_bin());
+    // A rotated credentials file is seen quickly, and the replaced credential is refused at
+    // once (so a converged pod proves which credential the controller used).
+    o.pod.extra_args.extend(["--credentials-poll", "200ms", "--credentials-grace", "0s"].map(String::from));
     o
 }
 
@@ -416,7 +419,8 @@ async fn fleet(e: &Env, bin: &HaproxyBin, ns: &str) -> (LocalPodsOpts, LocalPods
 
 /// Admission: a pod whose agent container is not running and a pod with the wrong credential
 /// are not targets (counted by reason); a deleted pod leaves the status; a replaced pod is
-/// probed again and converges; a rotated Secret is used without a restart.
+/// probed again and converges; a rotated Secret is used without a restart of the controller or
+/// any agent, and no pod leaves the targets while the agents catch up.
 #[tokio::test]
 async fn discovery_admits_only_reachable_agents_and_follows_pod_changes() {
     let e = env().await;
@@ -474,17 +478,30 @@ async fn discovery_on(e: &Env, bin: HaproxyBin, ns: &str) {
     .await;
     assert_eq!(s["total"], 2);
 
-    // Rotate the Secret: the running controller uses the new credential at once (the agents,
-    // still on the old one, now refuse it, so no pod is a target), and rotating back re-admits
-    // every pod, without a controller restart.
+    // Rotate the Secret, then the agents' files (the kubelet updates a mounted Secret up to a
+    // minute or two later), with neither the controller nor any agent restarted. While the
+    // agents still hold the old credential the controller falls back to it: every pod stays a
+    // target and a new plan reaches all of them. Once the files change (the agents run with no
+    // grace window here, so the old credential stops working at once), the new one is used.
+    let unreachable_before = ctl.metric(unreachable).await;
+    let agent_pids = |pods: &LocalPods| -> Vec<Option<u32>> {
+        pods.names().iter().map(|n| pods.pod(n).and_then(|p| p.agent_pid())).collect()
+    };
+    let pids_before = agent_pids(&pods);
     put_secret(&e.client, ns, "rotated-pw").await;
-    eventually("the rotated credential to be used", || async {
-        let s = status_of(&api).await;
-        (s["total"] == 0).then_some(())
+    eventually("the controller to load the rotated Secret", || async {
+        (ctl.log().matches("agent credentials loaded").count() >= 2).then_some(())
     })
     .await;
-    put_secret(&e.client, ns, PASSWORD).await;
-    converged(&api, 2, None).await;
+    let plan_before = status_of(&api).await["planId"].as_str().map(str::to_string);
+    put_cfg(&e.client, ns, cfg_text(free_port(), "rotating", 9001, false)).await;
+    let s = converged(&api, 2, plan_before.as_deref()).await;
+    pods.rotate_credentials("rotated-pw").unwrap();
+    put_cfg(&e.client, ns, cfg_text(free_port(), "rotated", 9001, false)).await;
+    converged(&api, 2, s["planId"].as_str()).await;
+    assert!(ctl.log().contains("agent still on the previous credential"), "{}", ctl.log());
+    assert_eq!(ctl.metric(unreachable).await, unreachable_before, "no pod was refused during the rotation");
+    assert_eq!(agent_pids(&pods), pids_before, "no agent restarted");
     drop(ctl);
 }
 

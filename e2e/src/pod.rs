@@ -313,6 +313,16 @@ impl Pod {
         AgentClient { addr: self.addr, auth: Some((self.user.clone(), self.password.clone())) }
     }
 
+    /// Replaces the credentials file's password the way the kubelet updates a mounted Secret
+    /// (a new file renamed over the old one) without touching the running agent; returns the
+    /// previous password. [`Self::client`] uses the new one from now on.
+    pub fn rotate_credentials(&mut self, password: &str) -> io::Result<String> {
+        let tmp = self.creds_file.with_extension("new");
+        std::fs::write(&tmp, format!("{}:{password}\n", self.user))?;
+        std::fs::rename(&tmp, &self.creds_file)?;
+        Ok(std::mem::replace(&mut self.password, password.to_string()))
+    }
+
     /// The running agent's pid.
     pub fn agent_pid(&self) -> Option<u32> {
         self.agent.as_ref().map(|a| a.child.id())
