@@ -532,6 +532,14 @@ async fn leadership_on(e: &Env, bin: HaproxyBin, ns: &str) {
     }
     let lease = leases.get("haptic-edge").await.unwrap();
     assert_eq!(lease.spec.as_ref().unwrap().holder_identity.as_deref(), Some("ctl-a"));
+    // `haptic_leader`: 1 on the holder only (ctl-b's exposition is up once it has build info).
+    assert_eq!(a.metric("haptic_leader ").await, 1.0, "{}", a.log());
+    eventually("ctl-b's /metrics", || async {
+        let build = format!(r#"haptic_build_info{{component="controller",version="{}"}}"#, env!("CARGO_PKG_VERSION"));
+        (b.metric(&build).await > 0.0).then_some(())
+    })
+    .await;
+    assert_eq!(b.metric("haptic_leader ").await, 0.0, "a follower is not the leader");
 
     // kill -9 the leader: ctl-b takes over with a higher epoch and reloads no pod.
     let before = worker_pids(&pods).await;
@@ -542,6 +550,7 @@ async fn leadership_on(e: &Env, bin: HaproxyBin, ns: &str) {
     })
     .await;
     assert!(s["leader"]["epoch"].as_u64().unwrap() > epoch_a, "{s:#}");
+    assert_eq!(b.metric("haptic_leader ").await, 1.0, "the new holder deploys");
     // The new leader's first deployment reloaded nothing.
     assert_eq!(worker_pids(&pods).await, before, "{}", b.log());
     // Its first change (an endpoint) lands as runtime under its own, higher fence.
