@@ -362,6 +362,22 @@ async fn deploys_a_haproxyconfig_to_local_pods_on_every_version() {
         .await;
         assert!(refused.note.unwrap_or_default().contains("[ALERT]"));
         assert_eq!(refused.regarding.unwrap().name.as_deref(), Some("edge"));
+        // The history of what reached the fleet: Normal `Deployed` Events.
+        let deployed = eventually("a Deployed Event", || async {
+            let list = events.list(&Default::default()).await.ok()?;
+            list.items.into_iter().find(|ev| ev.reason.as_deref() == Some("Deployed"))
+        })
+        .await;
+        assert_eq!(deployed.type_.as_deref(), Some("Normal"));
+        let note = deployed.note.unwrap_or_default();
+        assert!(note.starts_with("deployed plan ") && note.contains(" to 3/3 pods: "), "{note}");
+        // Ready follows Validated: False while the latest render is refused.
+        let ready = condition(&s, "Ready").unwrap();
+        assert_eq!(
+            (ready["status"].as_str(), ready["reason"].as_str()),
+            (Some("False"), Some("GateRefused")),
+            "{ready}"
+        );
         for n in pods.names() {
             let addr = SocketAddr::from((pods.ip(&n).unwrap(), fe));
             assert_eq!(http_get(addr, "/hello").await.unwrap(), (200, "v1".to_string()));
@@ -396,6 +412,7 @@ async fn deploys_a_haproxyconfig_to_local_pods_on_every_version() {
         })
         .await;
         assert_eq!(s["converged"], 3);
+        assert_eq!(condition(&s, "Ready").unwrap()["status"], "True", "{s:#}");
         for n in pods.names() {
             let addr = SocketAddr::from((pods.ip(&n).unwrap(), fe));
             assert_eq!(http_get(addr, "/hello").await.unwrap(), (200, "v3".to_string()), "{}", ctl.log());
@@ -612,4 +629,69 @@ async fn leadership_on(e: &Env, bin: HaproxyBin, ns: &str) {
     drop(b);
     drop(a2);
     let _ = &mut pods;
+}
+
+/// The real apiserver refuses, with the CRD rule's message, a HAProxyConfig the controller could
+/// not serve; the defaults it fills in are the chart's.
+#[tokio::test]
+async fn the_api_refuses_a_haproxyconfig_it_cannot_serve() {
+    use haptic_controller::kubernetes::crd::{ONE_CONFIG_SOURCE, ONE_FILE_SOURCE};
+    use kube::api::DynamicObject;
+    use kube::core::{ApiResource, GroupVersionKind};
+    let e = env().await;
+    let ns = "cel";
+    namespace(&e.client, ns).await;
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("haptic.dev", "v1alpha1", "HAProxyConfig"),
+        "haproxyconfigs",
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(e.client.clone(), ns, &ar);
+    let obj = |name: &str, spec: serde_json::Value| -> DynamicObject {
+        serde_json::from_value(json!({"apiVersion": "haptic.dev/v1alpha1", "kind": "HAProxyConfig",
+            "metadata": {"name": name}, "spec": spec}))
+        .unwrap()
+    };
+    let selector = json!({"matchLabels": {"app.kubernetes.io/name": "haproxy"}});
+    let refused = |r: Result<DynamicObject, kube::Error>| -> String {
+        match r {
+            Err(kube::Error::Api(s)) => {
+                assert_eq!(s.code, 422, "{s:?}");
+                s.message.clone()
+            }
+            other => panic!("wanted a 422 refusal, got {other:?}"),
+        }
+    };
+    let pp = PostParams::default();
+    let cfg_from = json!({"configMapKeyRef": {"name": "c", "key": "haproxy.cfg"}});
+
+    let both = obj("both", json!({"podSelector": selector, "config": "global\n", "configFrom": cfg_from}));
+    let msg = refused(api.create(&pp, &both).await);
+    assert!(msg.contains(ONE_CONFIG_SOURCE), "{msg}");
+    let neither = obj("neither", json!({"podSelector": selector}));
+    assert!(refused(api.create(&pp, &neither).await).contains(ONE_CONFIG_SOURCE));
+
+    let two_sources = obj(
+        "two",
+        json!({"podSelector": selector, "config": "global\n",
+        "files": [{"path": "maps/a.map", "content": "x", "configMapKeyRef": {"name": "c", "key": "k"}}]}),
+    );
+    let msg = refused(api.create(&pp, &two_sources).await);
+    assert!(msg.contains(ONE_FILE_SOURCE), "{msg}");
+    let no_source = obj("none", json!({"podSelector": selector, "config": "global\n", "files": [{"path": "a.map"}]}));
+    assert!(refused(api.create(&pp, &no_source).await).contains(ONE_FILE_SOURCE));
+
+    let bad_duration =
+        obj("dur", json!({"podSelector": selector, "config": "global\n", "controller": {"syncTimeout": "soon"}}));
+    let msg = refused(api.create(&pp, &bad_duration).await);
+    assert!(msg.contains("spec.controller.syncTimeout") && msg.contains("should match"), "{msg}");
+
+    let huge = obj("huge", json!({"podSelector": selector, "config": "#".repeat((1 << 20) + 1)}));
+    let msg = refused(api.create(&pp, &huge).await);
+    assert!(msg.contains("spec.config") && msg.contains("Too long"), "{msg}");
+
+    // A good one is accepted, with the chart's defaults filled in.
+    let ok = api.create(&pp, &obj("ok", json!({"podSelector": selector, "config": "global\n"}))).await.unwrap();
+    assert_eq!(ok.data["spec"]["agent"]["port"], 9080, "{:#}", ok.data);
+    assert_eq!(ok.data["spec"]["agent"]["credentialsSecretRef"]["name"], "haptic-agent-credentials");
+    assert_eq!(ok.data["spec"]["controller"]["syncTimeout"], "30s");
 }

@@ -5,6 +5,7 @@
 //! scheduler never learn that Kubernetes is behind them.
 
 pub mod crd;
+pub mod deployed;
 pub mod discovery;
 pub mod fence;
 pub mod lease;
