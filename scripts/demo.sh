@@ -312,9 +312,9 @@ wait_for "the gate to refuse it" 30 gate_pinned
 back_on_good() { [ "$(field target)" = "$GOOD" ] && all_converged; }
 wait_for "the fleet back on the last good render" 30 back_on_good
 step_done
-say "refused by the pods' own haproxy -c: $(metric 'haptic_apply_rejected_total{pod="127.0.0.1:'$((BASE + 201))'"}' || true) + \
-$(metric 'haptic_apply_rejected_total{pod="127.0.0.1:'$((BASE + 202))'"}' || true) + \
-$(metric 'haptic_apply_rejected_total{pod="127.0.0.1:'$((BASE + 203))'"}' || true) applies; by the gate: $(metric haptic_gate_rejections_total) render"
+say "refused by the pods' own haproxy -c: $(metric 'haptic_apply_rejected_total{haproxy_pod="127.0.0.1:'$((BASE + 201))'"}' || true) + \
+$(metric 'haptic_apply_rejected_total{haproxy_pod="127.0.0.1:'$((BASE + 202))'"}' || true) + \
+$(metric 'haptic_apply_rejected_total{haproxy_pod="127.0.0.1:'$((BASE + 203))'"}' || true) applies; by the gate: $(metric haptic_gate_rejections_total) render"
 say "GET / through the fleet still answers: $(http $FE shop.example /)"
 say "fixing the config again (the next good render deploys and unpins the gate)"
 render "$SRV1" "$SRV3" "" "    http-response set-header X-Served-By haptic" "    # fixed"

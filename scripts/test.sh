@@ -26,6 +26,11 @@ HAPTIC_HELM="${HAPTIC_HELM:-$(scripts/install-helm.sh)}"
 export HAPTIC_HELM
 echo "    helm $("$HAPTIC_HELM" version --short)  ($HAPTIC_HELM)"
 
+echo "==> installing promtool (Prometheus's, the Go module's CLI, pinned, into target/promtool)"
+HAPTIC_PROMTOOL="${HAPTIC_PROMTOOL:-$(scripts/install-promtool.sh)}"
+export HAPTIC_PROMTOOL
+echo "    $("$HAPTIC_PROMTOOL" --version | head -1)  ($HAPTIC_PROMTOOL)"
+
 echo "==> shellcheck (every script, the CI entry; shellcheck from Debian)"
 if ! command -v shellcheck >/dev/null 2>&1; then
   sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"

@@ -28,11 +28,12 @@ use tracing::warn;
 
 use crate::apply::{Agent, Refusal};
 use crate::body::BodyError;
+use crate::credentials::CredentialSet;
 use crate::error::AgentError;
 use crate::tree::Drift;
 
 /// `user:password` for HTTP Basic auth.
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Credentials {
     expected: Vec<u8>,
 }
@@ -105,8 +106,8 @@ pub const APPLY_SLOTS: usize = 2;
 pub struct AppState {
     /// The agent.
     pub agent: Arc<Agent>,
-    /// The `/v1/*` credentials.
-    pub credentials: Credentials,
+    /// The `/v1/*` credentials (rotated while running, see [`crate::credentials`]).
+    pub credentials: CredentialSet,
     /// Resource bounds.
     pub limits: Limits,
     /// Admission of applies (see [`APPLY_SLOTS`]).
@@ -115,8 +116,8 @@ pub struct AppState {
 
 impl AppState {
     /// The handlers' state.
-    pub fn new(agent: Arc<Agent>, credentials: Credentials, limits: Limits) -> Self {
-        Self { agent, credentials, limits, apply_slots: Arc::new(Semaphore::new(APPLY_SLOTS)) }
+    pub fn new(agent: Arc<Agent>, credentials: impl Into<CredentialSet>, limits: Limits) -> Self {
+        Self { agent, credentials: credentials.into(), limits, apply_slots: Arc::new(Semaphore::new(APPLY_SLOTS)) }
     }
 }
 

@@ -65,6 +65,12 @@ pub struct RunArgs {
     /// A file with one line `user:password` for HTTP Basic auth on `/v1/*`.
     #[arg(long, env = "HAPTIC_AGENT_CREDENTIALS_FILE")]
     pub credentials_file: PathBuf,
+    /// How often the credentials file is re-read; a changed credential is used without a restart.
+    #[arg(long, env = "HAPTIC_AGENT_CREDENTIALS_POLL", default_value = "2s", value_parser = parse_duration)]
+    pub credentials_poll: Duration,
+    /// How long the replaced credential is still accepted after a rotation (`0s`: not at all).
+    #[arg(long, env = "HAPTIC_AGENT_CREDENTIALS_GRACE", default_value = "5m", value_parser = parse_duration)]
+    pub credentials_grace: Duration,
     /// At most one reload per this interval.
     #[arg(long, env = "HAPTIC_AGENT_MIN_RELOAD_INTERVAL", default_value = "2s", value_parser = parse_duration)]
     pub min_reload_interval: Duration,
@@ -105,6 +111,10 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, env = "HAPTIC_AGENT_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
+    /// Log level or filter (`error`, `warn`, `info`, `debug`, `trace`, or directives such as
+    /// `info,haptic_agent=debug`); `RUST_LOG` overrides it.
+    #[arg(long, env = "HAPTIC_AGENT_LOG_LEVEL", default_value = "info", value_parser = parse_log_level)]
+    pub log_level: String,
     /// The pod's name for logs (defaults to the root path).
     #[arg(long, env = "HAPTIC_AGENT_POD_NAME")]
     pub pod_name: Option<String>,
@@ -112,6 +122,14 @@ pub struct RunArgs {
     /// of letting HAProxy pause its listeners for ~2 s of bind retries and fail.
     #[arg(long, env = "HAPTIC_AGENT_BIND_PRECHECK", default_value_t = true, action = clap::ArgAction::Set)]
     pub bind_precheck: bool,
+}
+
+/// A log filter `tracing_subscriber::EnvFilter` accepts.
+pub fn parse_log_level(s: &str) -> Result<String, String> {
+    tracing_subscriber::EnvFilter::builder()
+        .parse(s)
+        .map(|_| s.to_string())
+        .map_err(|e| format!("bad log level {s:?}: {e}"))
 }
 
 /// Parses a human duration such as `2s`, `500ms` or `1m`.
@@ -189,6 +207,10 @@ mod tests {
             (Duration::from_secs(10), Duration::from_secs(60), Duration::from_secs(120))
         );
         assert_eq!(r.max_connections, 64);
+        assert_eq!((r.credentials_poll, r.credentials_grace), (Duration::from_secs(2), Duration::from_secs(300)));
+        assert_eq!(r.log_level, "info");
+        assert!(parse_log_level("info,haptic_agent=debug").is_ok());
+        assert!(parse_log_level("haptic_agent=loud").is_err());
         assert_eq!(r.allow_path, ["/etc/ssl/certs", "/usr/share/ca-certificates"]);
     }
 }

@@ -11,6 +11,7 @@ pub mod apply;
 pub mod body;
 pub mod check;
 pub mod config;
+pub mod credentials;
 pub mod error;
 pub mod init;
 pub mod master;

@@ -10,6 +10,7 @@ use anyhow::Context as _;
 use clap::Parser as _;
 use haptic_agent::api::Limits;
 use haptic_agent::config::{Cli, Command, LogFormat, RunArgs};
+use haptic_agent::credentials::CredentialSet;
 use haptic_agent::metrics::Metrics;
 use haptic_agent::{Agent, AgentConfig, AppState, Credentials};
 use tokio::signal::unix::{signal, SignalKind};
@@ -19,7 +20,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Init(a) => {
-            init_logging(LogFormat::Text);
+            init_logging(LogFormat::Text, "info");
             let wrote = haptic_agent::init::init(&a.root, &a.health_bind)
                 .with_context(|| format!("init {}", a.root.display()))?;
             if wrote {
@@ -31,20 +32,22 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Run(a) => {
             let a = *a;
-            init_logging(a.log_format);
+            init_logging(a.log_format, &a.log_level);
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             rt.block_on(run(a))
         }
     }
 }
 
-fn init_logging(format: LogFormat) {
+/// `RUST_LOG` when set, else `level`; JSON events carry `message` and their fields at the top
+/// level (what log pipelines index), with the span's fields beside them.
+fn init_logging(format: LogFormat, level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Text => b.init(),
-        LogFormat::Json => b.json().init(),
+        LogFormat::Json => b.json().flatten_event(true).with_span_list(false).init(),
     }
 }
 
@@ -92,10 +95,13 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
         body_timeout: a.body_timeout,
         max_connections: a.max_connections,
     };
+    let credentials = CredentialSet::from(credentials);
+    let watch = credentials.spawn_watch(a.credentials_file.clone(), a.credentials_poll, a.credentials_grace);
     let state = AppState::new(agent.clone(), credentials, limits);
     haptic_agent::api::serve_tls(listener, state, tls, shutdown).await?;
     agent.quiesce().await;
     background.abort();
+    watch.abort();
     info!("bye");
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! The agent's Prometheus metrics (`GET /metrics`).
 //!
-//! Owns the metric names of issues 3 and 4 and their text encoding. It must never decide
+//! Owns the metric names (`haptic_agent_*`, and `haptic_build_info{component="agent",version}`)
+//! and their text encoding. It must never decide
 //! anything: callers record what happened.
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -40,6 +41,15 @@ pub struct OpResult {
     pub op: String,
     /// `ok` or `failed`.
     pub result: String,
+}
+
+/// `{component,version}` of `haptic_build_info`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    /// `agent`.
+    pub component: String,
+    /// The crate version.
+    pub version: String,
 }
 
 /// Every metric the agent exports.
@@ -91,6 +101,11 @@ impl Metrics {
         let reloads_avoided = Counter::default();
         let pending_reload = Gauge::default();
         let reload_coalesced = Counter::default();
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        build_info
+            .get_or_create(&BuildLabels { component: "agent".into(), version: env!("CARGO_PKG_VERSION").into() })
+            .set(1);
+        registry.register("haptic_build_info", "The running build (always 1)", build_info);
         registry.register("haptic_agent_applies", "Applies by landed mode and result", applies.clone());
         registry.register(
             "haptic_agent_apply_duration_seconds",
@@ -200,6 +215,7 @@ mod tests {
             "haptic_agent_reloads_avoided_total 1",
             "haptic_agent_pending_reload 1",
             "haptic_agent_reload_coalesced_total 1",
+            concat!("haptic_build_info{component=\"agent\",version=\"", env!("CARGO_PKG_VERSION"), "\"} 1"),
         ] {
             assert!(text.contains(name), "{name} missing in\n{text}");
         }

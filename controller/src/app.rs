@@ -118,12 +118,13 @@ impl Running {
         self.shutdown.clone()
     }
 
-    /// Stops everything and waits for it.
+    /// Stops everything and waits for it (`haptic_leader` becomes 0: nothing deploys).
     pub async fn stop(self) {
         self.shutdown.cancel();
         for t in self.tasks {
             let _ = t.await;
         }
+        self.metrics.leader.set(0);
     }
 
     /// Waits until the controller stops (after its shutdown token is cancelled).
@@ -222,6 +223,8 @@ pub async fn start_with(
     }
     let driver = Driver::new(now.into(), deployer, checker, board.clone(), metrics.clone());
     let sd = shutdown.clone();
+    // This replica deploys from here until `stop`: it is the leader (standalone mode: always).
+    metrics.leader.set(1);
     tasks.push(tokio::spawn(async move { driver.run(renders, endpoints, tuning, sd).await }));
     info!(admin = %admin_addr, identity = %fence.identity(), epoch = fence.epoch(), "controller started");
     Ok(Running { admin_addr, board, metrics, shutdown, tasks })

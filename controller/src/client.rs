@@ -120,10 +120,23 @@ impl CallError {
 
 /// The agents' HTTP client. Clones share the connection pool and the credentials, so a
 /// rotated credential ([`AgentClient::set_credentials`]) reaches every clone at once.
+///
+/// After a rotation an agent may still hold the previous credential (a mounted Secret reaches
+/// the pod up to a minute or two later): a request the agent refuses with 401 is sent once more
+/// with the previous credential, so no pod is locked out while the agents catch up.
 #[derive(Debug, Clone)]
 pub struct AgentClient {
     http: reqwest::Client,
-    creds: Arc<RwLock<Credentials>>,
+    creds: Arc<RwLock<Rotation>>,
+}
+
+/// The current credential and the one it replaced.
+#[derive(Debug, Clone)]
+struct Rotation {
+    current: Credentials,
+    previous: Option<Credentials>,
+    /// Whether a fallback to `previous` was logged since the last rotation.
+    fallback_logged: bool,
 }
 
 impl AgentClient {
@@ -154,29 +167,60 @@ impl AgentClient {
             .pool_idle_timeout(Duration::from_secs(5))
             .build()
             .map_err(|e| Error::Client(e.to_string()))?;
-        Ok(AgentClient { http, creds: Arc::new(RwLock::new(creds)) })
+        let rotation = Rotation { current: creds, previous: None, fallback_logged: false };
+        Ok(AgentClient { http, creds: Arc::new(RwLock::new(rotation)) })
     }
 
-    /// Replaces the credentials of this client and every clone (a rotated Secret).
+    /// Replaces the credentials of this client and every clone (a rotated Secret); the replaced
+    /// ones stay the fallback for agents that still refuse the new ones (until the next rotation).
     pub fn set_credentials(&self, creds: Credentials) {
-        *self.creds.write().unwrap_or_else(|e| e.into_inner()) = creds;
+        let mut r = self.creds.write().unwrap_or_else(|e| e.into_inner());
+        if r.current != creds {
+            let old = std::mem::replace(&mut r.current, creds);
+            r.previous = Some(old);
+            r.fallback_logged = false;
+        }
     }
 
     /// The current credentials.
     pub fn credentials(&self) -> Credentials {
-        self.creds.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.creds.read().unwrap_or_else(|e| e.into_inner()).current.clone()
+    }
+
+    /// The credentials replaced by the last rotation.
+    fn previous_credentials(&self) -> Option<Credentials> {
+        self.creds.read().unwrap_or_else(|e| e.into_inner()).previous.clone()
+    }
+
+    /// Sends the request `build` makes with the current credentials; on a 401, once more with the
+    /// previous ones (if a rotation left any).
+    async fn send(
+        &self,
+        ep: &Endpoint,
+        build: impl Fn(&Credentials) -> reqwest::RequestBuilder,
+    ) -> reqwest::Result<reqwest::Response> {
+        let creds = self.credentials();
+        let resp = build(&creds).send().await?;
+        if resp.status() != reqwest::StatusCode::UNAUTHORIZED {
+            return Ok(resp);
+        }
+        let Some(prev) = self.previous_credentials() else { return Ok(resp) };
+        let again = build(&prev).send().await?;
+        if again.status() != reqwest::StatusCode::UNAUTHORIZED {
+            let mut r = self.creds.write().unwrap_or_else(|e| e.into_inner());
+            if !std::mem::replace(&mut r.fallback_logged, true) {
+                tracing::info!(pod = %ep.name, "agent still on the previous credential; using it until it catches up");
+            }
+        }
+        Ok(again)
     }
 
     /// `GET /v1/state[?verify=1]`.
     pub async fn state(&self, ep: &Endpoint, verify: bool) -> Result<StateResponse, CallError> {
         let url = format!("{}/v1/state{}", ep.url, if verify { "?verify=1" } else { "" });
         let request = format!("GET {url}");
-        let creds = self.credentials();
         let resp = self
-            .http
-            .get(&url)
-            .basic_auth(&creds.user, Some(&creds.password))
-            .send()
+            .send(ep, |c| self.http.get(&url).basic_auth(&c.user, Some(&c.password)))
             .await
             .map_err(|e| CallError::transport(request.clone(), e))?;
         let status = resp.status();
@@ -191,13 +235,8 @@ impl AgentClient {
     pub async fn apply(&self, ep: &Endpoint, req: &ApplyRequest) -> Result<ApplyAnswer, CallError> {
         let url = format!("{}/v1/apply", ep.url);
         let request = format!("POST {url}");
-        let creds = self.credentials();
         let resp = self
-            .http
-            .post(&url)
-            .basic_auth(&creds.user, Some(&creds.password))
-            .json(req)
-            .send()
+            .send(ep, |c| self.http.post(&url).basic_auth(&c.user, Some(&c.password)).json(req))
             .await
             .map_err(|e| CallError::transport(request.clone(), e))?;
         let status = resp.status().as_u16();

@@ -32,7 +32,7 @@ use crate::blob;
 use crate::client::{AgentClient, ApplyAnswer};
 use crate::diff::{complete_state, plan, Baseline, PlanDiff};
 use crate::followup::{judge, poll_delay, Poll, Step, Ticket, Tickets};
-use crate::metrics::{ConflictLabel, Metrics, PodLabel};
+use crate::metrics::{ConflictLabel, Metrics};
 use crate::render::Render;
 use crate::seams::{Endpoint, FenceHolder};
 use crate::status::{Phase, StatusBoard};
@@ -395,7 +395,8 @@ impl Deployer {
     pub fn refresh_gauges(&self) {
         let s = self.board.snapshot();
         self.metrics.pods_converged.set(i64::try_from(s.converged).unwrap_or(i64::MAX));
-        self.metrics.pods_total.set(i64::try_from(s.total).unwrap_or(i64::MAX));
+        self.metrics.pods.set(i64::try_from(s.total).unwrap_or(i64::MAX));
+        self.metrics.retain_pods(s.pods.iter().map(|p| p.pod.as_str()));
     }
 
     fn fail(&self, ep: &Endpoint, why: String) -> PodOutcome {
@@ -632,7 +633,7 @@ impl Deployer {
     /// A NACK: HAProxy's words into the pod's status; nothing stayed changed on the pod.
     fn rejected(&self, ep: &Endpoint, req: &ApplyRequest, n: haptic_protocol::Nack) -> PodOutcome {
         self.metrics.apply(req.mode.as_str(), "nack");
-        self.metrics.apply_rejected.get_or_create(&PodLabel { pod: ep.name.clone() }).inc();
+        self.metrics.pod_apply_rejected(&ep.name);
         // Drop the pod's baseline: what the controller believed it holds. The next deployment
         // re-reads its state (a NACK leaves the pod as it was).
         lock(&self.known).remove(&ep.name);

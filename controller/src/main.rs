@@ -194,25 +194,38 @@ struct RunArgs {
     /// Log format.
     #[arg(long, env = "HAPTIC_CONTROLLER_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
+    /// Log level or filter (`error` … `trace`, or directives such as `info,haptic_controller=debug`);
+    /// `RUST_LOG` overrides it.
+    #[arg(long, env = "HAPTIC_CONTROLLER_LOG_LEVEL", default_value = "info", value_parser = parse_log_level)]
+    log_level: String,
+}
+
+fn parse_log_level(s: &str) -> Result<String, String> {
+    tracing_subscriber::EnvFilter::builder()
+        .parse(s)
+        .map(|_| s.to_string())
+        .map_err(|e| format!("bad log level {s:?}: {e}"))
 }
 
 fn hostname() -> Option<String> {
     std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|h| h.trim().to_string()).filter(|h| !h.is_empty())
 }
 
-fn init_logging(json: bool) {
+/// `RUST_LOG` when set, else `level`; JSON events carry `message` and their fields at the top
+/// level, with the span's fields beside them.
+fn init_logging(json: bool, level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     if json {
-        b.json().init();
+        b.json().flatten_event(true).with_span_list(false).init();
     } else {
         b.init();
     }
 }
 
 async fn run(a: RunArgs) -> anyhow::Result<()> {
-    init_logging(a.log_format == "json");
+    init_logging(a.log_format == "json", &a.log_level);
     let common = |credentials| Settings {
         admin_listen: a.admin_listen,
         credentials,

@@ -2,11 +2,17 @@
 //!
 //! Owns the metric names (fixed by the brief: `haptic_deployments_total{result}`,
 //! `haptic_deployment_duration_seconds`, `haptic_applies_total{mode,result}`,
-//! `haptic_reloads_avoided_total`, `haptic_pods_converged`, `haptic_pods_total`,
-//! `haptic_agent_version_skew_total`, `haptic_gate_rejections_total`, `haptic_gate_pinned`,
-//! `haptic_drift_repairs_total`, `haptic_apply_rejected_total{pod}`, plus
-//! `haptic_apply_conflicts_total{conflict}` and `haptic_apply_retries_total`) and their text encoding. It must never decide
-//! anything from a metric value.
+//! `haptic_reloads_avoided_total`, `haptic_pods_converged`, `haptic_pods` (a gauge, so no
+//! `_total`), `haptic_agent_version_skew_total`, `haptic_gate_rejections_total`,
+//! `haptic_gate_pinned`, `haptic_drift_repairs_total`, `haptic_apply_rejected_total{haproxy_pod}`
+//! (not `pod`: prometheus-operator renames a target's own `pod` label to `exported_pod`), plus
+//! `haptic_apply_conflicts_total{conflict}`, `haptic_apply_retries_total`,
+//! `haptic_build_info{component,version}` and `haptic_leader`) and their text encoding. It
+//! removes a pod's series once the pod has left the fleet. It must never decide anything from a
+//! metric value.
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -31,11 +37,20 @@ pub struct ApplyLabels {
     pub result: String,
 }
 
-/// `{pod}`.
+/// `{haproxy_pod}`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PodLabel {
     /// The endpoint name.
-    pub pod: String,
+    pub haproxy_pod: String,
+}
+
+/// `{component,version}` of `haptic_build_info`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    /// `controller`.
+    pub component: String,
+    /// The crate version.
+    pub version: String,
 }
 
 /// `{conflict}`.
@@ -66,8 +81,8 @@ pub struct Metrics {
     pub reloads_avoided: Counter,
     /// `haptic_pods_converged`.
     pub pods_converged: Gauge,
-    /// `haptic_pods_total`.
-    pub pods_total: Gauge,
+    /// `haptic_pods`: pods in the fleet (deployment targets).
+    pub pods: Gauge,
     /// `haptic_agent_version_skew_total`.
     pub version_skew: Counter,
     /// `haptic_gate_rejections_total`.
@@ -76,8 +91,12 @@ pub struct Metrics {
     pub gate_pinned: Gauge,
     /// `haptic_drift_repairs_total`.
     pub drift_repairs: Counter,
-    /// `haptic_apply_rejected_total{pod}`.
+    /// `haptic_apply_rejected_total{haproxy_pod}` (through [`Metrics::pod_apply_rejected`]).
     pub apply_rejected: Family<PodLabel, Counter>,
+    /// The pods that have a series in a per-pod family.
+    pod_series: Mutex<BTreeSet<String>>,
+    /// `haptic_leader`: 1 while this replica holds the Lease and deploys.
+    pub leader: Gauge,
     /// `haptic_apply_conflicts_total{conflict}`.
     pub conflicts: Family<ConflictLabel, Counter>,
     /// `haptic_haproxy_pods_rejected_total{reason}` (Kubernetes mode's admission).
@@ -101,7 +120,12 @@ impl Metrics {
         let applies = Family::<ApplyLabels, Counter>::default();
         let reloads_avoided = Counter::default();
         let pods_converged = Gauge::default();
-        let pods_total = Gauge::default();
+        let pods = Gauge::default();
+        let leader = Gauge::default();
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        build_info
+            .get_or_create(&BuildLabels { component: "controller".into(), version: env!("CARGO_PKG_VERSION").into() })
+            .set(1);
         let version_skew = Counter::default();
         let gate_rejections = Counter::default();
         let gate_pinned = Gauge::default();
@@ -123,7 +147,9 @@ impl Metrics {
         registry.register("haptic_applies", "Applies by landed mode and result", applies.clone());
         registry.register("haptic_reloads_avoided", "Applies that landed without a reload", reloads_avoided.clone());
         registry.register("haptic_pods_converged", "Pods running the target plan", pods_converged.clone());
-        registry.register("haptic_pods_total", "Pods known", pods_total.clone());
+        registry.register("haptic_pods", "HAProxy pods in the fleet (deployment targets)", pods.clone());
+        registry.register("haptic_leader", "1 while this replica holds the Lease and deploys", leader.clone());
+        registry.register("haptic_build_info", "The running build (always 1)", build_info);
         registry.register(
             "haptic_agent_version_skew",
             "Applies sent as complete state and a reload because of agent version skew",
@@ -151,12 +177,14 @@ impl Metrics {
             applies,
             reloads_avoided,
             pods_converged,
-            pods_total,
+            pods,
             version_skew,
             gate_rejections,
             gate_pinned,
             drift_repairs,
             apply_rejected,
+            pod_series: Mutex::new(BTreeSet::new()),
+            leader,
             conflicts,
             pods_rejected,
             apply_retries,
@@ -182,6 +210,26 @@ impl Metrics {
         self.pods_rejected.get_or_create(&ReasonLabel { reason: reason.into() }).inc();
     }
 
+    /// Counts one NACK from `pod`.
+    pub fn pod_apply_rejected(&self, pod: &str) {
+        self.pod_series.lock().unwrap_or_else(|e| e.into_inner()).insert(pod.to_string());
+        self.apply_rejected.get_or_create(&PodLabel { haproxy_pod: pod.into() }).inc();
+    }
+
+    /// Removes the per-pod series of every pod not in `fleet` (it left: deleted, replaced or no
+    /// longer a target), so the exposition does not grow with every pod ever seen.
+    pub fn retain_pods<'a>(&self, fleet: impl IntoIterator<Item = &'a str>) {
+        let fleet: BTreeSet<&str> = fleet.into_iter().collect();
+        let mut known = self.pod_series.lock().unwrap_or_else(|e| e.into_inner());
+        known.retain(|p| {
+            let keep = fleet.contains(p.as_str());
+            if !keep {
+                self.apply_rejected.remove(&PodLabel { haproxy_pod: p.clone() });
+            }
+            keep
+        });
+    }
+
     /// Counts one deployment.
     pub fn deployment(&self, result: &str) {
         self.deployments.get_or_create(&ResultLabel { result: result.into() }).inc();
@@ -197,7 +245,8 @@ mod tests {
         let m = Metrics::new();
         m.apply("runtime", "ack");
         m.deployment("success");
-        m.apply_rejected.get_or_create(&PodLabel { pod: "p1".into() }).inc();
+        m.pod_apply_rejected("p1");
+        m.pod_apply_rejected("p2");
         m.gate_pinned.set(1);
         let text = m.encode();
         for name in [
@@ -206,14 +255,23 @@ mod tests {
             "haptic_deployment_duration_seconds_bucket",
             "haptic_reloads_avoided_total 0",
             "haptic_pods_converged 0",
-            "haptic_pods_total 0",
+            "haptic_pods 0",
+            "haptic_leader 0",
+            concat!("haptic_build_info{component=\"controller\",version=\"", env!("CARGO_PKG_VERSION"), "\"} 1"),
             "haptic_agent_version_skew_total 0",
             "haptic_gate_rejections_total 0",
             "haptic_gate_pinned 1",
             "haptic_drift_repairs_total 0",
-            "haptic_apply_rejected_total{pod=\"p1\"} 1",
+            "haptic_apply_rejected_total{haproxy_pod=\"p1\"} 1",
+            "haptic_apply_rejected_total{haproxy_pod=\"p2\"} 1",
         ] {
             assert!(text.contains(name), "{name} missing in\n{text}");
         }
+        assert!(!text.contains("haptic_pods_total"), "a gauge has no _total suffix");
+        // p2 leaves the fleet: its series goes, p1's stays.
+        m.retain_pods(["p1"]);
+        let text = m.encode();
+        assert!(text.contains("haptic_apply_rejected_total{haproxy_pod=\"p1\"} 1"), "{text}");
+        assert!(!text.contains("p2"), "{text}");
     }
 }

@@ -104,7 +104,7 @@ async fn runtime_reloads_bursts_and_the_gate_on_every_version() {
         for p in &s.pods {
             let err = p.last_error.as_deref().unwrap_or_default();
             assert!(err.contains("balance"), "{}: {err:?}", p.pod);
-            assert_eq!(metric(&ctl, &format!("haptic_apply_rejected_total{{pod=\"{}\"}}", p.pod)), 1.0);
+            assert_eq!(metric(&ctl, &format!("haptic_apply_rejected_total{{haproxy_pod=\"{}\"}}", p.pod)), 1.0);
             // The refused apply changed nothing on the pod: its last apply, mode and reasons are
             // still those of the plan it runs; the refusal is its error.
             let was = before.pods.iter().find(|b| b.pod == p.pod).unwrap();

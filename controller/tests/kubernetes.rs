@@ -28,6 +28,9 @@ mod common;
 fn local_opts(ns: &str, bin: &HaproxyBin) -> LocalPodsOpts {
     let mut o = LocalPodsOpts::new(ns, bin.clone(), USER, PASSWORD);
     o.pod.agent_bin = Some(common::agent_bin());
+    // A rotated credentials file is seen quickly, and the replaced credential is refused at
+    // once (so a converged pod proves which credential the controller used).
+    o.pod.extra_args.extend(["--credentials-poll", "200ms", "--credentials-grace", "0s"].map(String::from));
     o
 }
 
@@ -368,6 +371,22 @@ async fn deploys_a_haproxyconfig_to_local_pods_on_every_version() {
         .await;
         assert!(refused.note.unwrap_or_default().contains("[ALERT]"));
         assert_eq!(refused.regarding.unwrap().name.as_deref(), Some("edge"));
+        // The history of what reached the fleet: Normal `Deployed` Events.
+        let deployed = eventually("a Deployed Event", || async {
+            let list = events.list(&Default::default()).await.ok()?;
+            list.items.into_iter().find(|ev| ev.reason.as_deref() == Some("Deployed"))
+        })
+        .await;
+        assert_eq!(deployed.type_.as_deref(), Some("Normal"));
+        let note = deployed.note.unwrap_or_default();
+        assert!(note.starts_with("deployed plan ") && note.contains(" to 3/3 pods: "), "{note}");
+        // Ready follows Validated: False while the latest render is refused.
+        let ready = condition(&s, "Ready").unwrap();
+        assert_eq!(
+            (ready["status"].as_str(), ready["reason"].as_str()),
+            (Some("False"), Some("GateRefused")),
+            "{ready}"
+        );
         for n in pods.names() {
             let addr = SocketAddr::from((pods.ip(&n).unwrap(), fe));
             assert_eq!(http_get(addr, "/hello").await.unwrap(), (200, "v1".to_string()));
@@ -402,6 +421,7 @@ async fn deploys_a_haproxyconfig_to_local_pods_on_every_version() {
         })
         .await;
         assert_eq!(s["converged"], 3);
+        assert_eq!(condition(&s, "Ready").unwrap()["status"], "True", "{s:#}");
         for n in pods.names() {
             let addr = SocketAddr::from((pods.ip(&n).unwrap(), fe));
             assert_eq!(http_get(addr, "/hello").await.unwrap(), (200, "v3".to_string()), "{}", ctl.log());
@@ -435,7 +455,8 @@ async fn fleet(e: &Env, bin: &HaproxyBin, ns: &str) -> (LocalPodsOpts, LocalPods
 
 /// Admission: a pod whose agent container is not running and a pod with the wrong credential
 /// are not targets (counted by reason); a deleted pod leaves the status; a replaced pod is
-/// probed again and converges; a rotated Secret is used without a restart.
+/// probed again and converges; a rotated Secret is used without a restart of the controller or
+/// any agent, and no pod leaves the targets while the agents catch up.
 #[tokio::test]
 async fn discovery_admits_only_reachable_agents_and_follows_pod_changes() {
     let e = env().await;
@@ -493,17 +514,30 @@ async fn discovery_on(e: &Env, bin: HaproxyBin, ns: &str) {
     .await;
     assert_eq!(s["total"], 2);
 
-    // Rotate the Secret: the running controller uses the new credential at once (the agents,
-    // still on the old one, now refuse it, so no pod is a target), and rotating back re-admits
-    // every pod, without a controller restart.
+    // Rotate the Secret, then the agents' files (the kubelet updates a mounted Secret up to a
+    // minute or two later), with neither the controller nor any agent restarted. While the
+    // agents still hold the old credential the controller falls back to it: every pod stays a
+    // target and a new plan reaches all of them. Once the files change (the agents run with no
+    // grace window here, so the old credential stops working at once), the new one is used.
+    let unreachable_before = ctl.metric(unreachable).await;
+    let agent_pids = |pods: &LocalPods| -> Vec<Option<u32>> {
+        pods.names().iter().map(|n| pods.pod(n).and_then(|p| p.agent_pid())).collect()
+    };
+    let pids_before = agent_pids(&pods);
     put_secret(&e.client, ns, "rotated-pw").await;
-    eventually("the rotated credential to be used", || async {
-        let s = status_of(&api).await;
-        (s["total"] == 0).then_some(())
+    eventually("the controller to load the rotated Secret", || async {
+        (ctl.log().matches("agent credentials loaded").count() >= 2).then_some(())
     })
     .await;
-    put_secret(&e.client, ns, PASSWORD).await;
-    converged(&api, 2, None).await;
+    let plan_before = status_of(&api).await["planId"].as_str().map(str::to_string);
+    put_cfg(&e.client, ns, cfg_text(free_port(), "rotating", 9001, false)).await;
+    let s = converged(&api, 2, plan_before.as_deref()).await;
+    pods.rotate_credentials("rotated-pw").unwrap();
+    put_cfg(&e.client, ns, cfg_text(free_port(), "rotated", 9001, false)).await;
+    converged(&api, 2, s["planId"].as_str()).await;
+    assert!(ctl.log().contains("agent still on the previous credential"), "{}", ctl.log());
+    assert_eq!(ctl.metric(unreachable).await, unreachable_before, "no pod was refused during the rotation");
+    assert_eq!(agent_pids(&pods), pids_before, "no agent restarted");
     drop(ctl);
 }
 
@@ -534,6 +568,14 @@ async fn leadership_on(e: &Env, bin: HaproxyBin, ns: &str) {
     }
     let lease = leases.get("haptic-edge").await.unwrap();
     assert_eq!(lease.spec.as_ref().unwrap().holder_identity.as_deref(), Some("ctl-a"));
+    // `haptic_leader`: 1 on the holder only (ctl-b's exposition is up once it has build info).
+    assert_eq!(a.metric("haptic_leader ").await, 1.0, "{}", a.log());
+    eventually("ctl-b's /metrics", || async {
+        let build = format!(r#"haptic_build_info{{component="controller",version="{}"}}"#, env!("CARGO_PKG_VERSION"));
+        (b.metric(&build).await > 0.0).then_some(())
+    })
+    .await;
+    assert_eq!(b.metric("haptic_leader ").await, 0.0, "a follower is not the leader");
 
     // kill -9 the leader: ctl-b takes over with a higher epoch and reloads no pod.
     let before = worker_pids(&pods).await;
@@ -544,6 +586,7 @@ async fn leadership_on(e: &Env, bin: HaproxyBin, ns: &str) {
     })
     .await;
     assert!(s["leader"]["epoch"].as_u64().unwrap() > epoch_a, "{s:#}");
+    assert_eq!(b.metric("haptic_leader ").await, 1.0, "the new holder deploys");
     // The new leader's first deployment reloaded nothing.
     assert_eq!(worker_pids(&pods).await, before, "{}", b.log());
     // Its first change (an endpoint) lands as runtime under its own, higher fence.
@@ -605,4 +648,69 @@ async fn leadership_on(e: &Env, bin: HaproxyBin, ns: &str) {
     drop(b);
     drop(a2);
     let _ = &mut pods;
+}
+
+/// The real apiserver refuses, with the CRD rule's message, a HAProxyConfig the controller could
+/// not serve; the defaults it fills in are the chart's.
+#[tokio::test]
+async fn the_api_refuses_a_haproxyconfig_it_cannot_serve() {
+    use haptic_controller::kubernetes::crd::{ONE_CONFIG_SOURCE, ONE_FILE_SOURCE};
+    use kube::api::DynamicObject;
+    use kube::core::{ApiResource, GroupVersionKind};
+    let e = env().await;
+    let ns = "cel";
+    namespace(&e.client, ns).await;
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("haptic.dev", "v1alpha1", "HAProxyConfig"),
+        "haproxyconfigs",
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(e.client.clone(), ns, &ar);
+    let obj = |name: &str, spec: serde_json::Value| -> DynamicObject {
+        serde_json::from_value(json!({"apiVersion": "haptic.dev/v1alpha1", "kind": "HAProxyConfig",
+            "metadata": {"name": name}, "spec": spec}))
+        .unwrap()
+    };
+    let selector = json!({"matchLabels": {"app.kubernetes.io/name": "haproxy"}});
+    let refused = |r: Result<DynamicObject, kube::Error>| -> String {
+        match r {
+            Err(kube::Error::Api(s)) => {
+                assert_eq!(s.code, 422, "{s:?}");
+                s.message.clone()
+            }
+            other => panic!("wanted a 422 refusal, got {other:?}"),
+        }
+    };
+    let pp = PostParams::default();
+    let cfg_from = json!({"configMapKeyRef": {"name": "c", "key": "haproxy.cfg"}});
+
+    let both = obj("both", json!({"podSelector": selector, "config": "global\n", "configFrom": cfg_from}));
+    let msg = refused(api.create(&pp, &both).await);
+    assert!(msg.contains(ONE_CONFIG_SOURCE), "{msg}");
+    let neither = obj("neither", json!({"podSelector": selector}));
+    assert!(refused(api.create(&pp, &neither).await).contains(ONE_CONFIG_SOURCE));
+
+    let two_sources = obj(
+        "two",
+        json!({"podSelector": selector, "config": "global\n",
+        "files": [{"path": "maps/a.map", "content": "x", "configMapKeyRef": {"name": "c", "key": "k"}}]}),
+    );
+    let msg = refused(api.create(&pp, &two_sources).await);
+    assert!(msg.contains(ONE_FILE_SOURCE), "{msg}");
+    let no_source = obj("none", json!({"podSelector": selector, "config": "global\n", "files": [{"path": "a.map"}]}));
+    assert!(refused(api.create(&pp, &no_source).await).contains(ONE_FILE_SOURCE));
+
+    let bad_duration =
+        obj("dur", json!({"podSelector": selector, "config": "global\n", "controller": {"syncTimeout": "soon"}}));
+    let msg = refused(api.create(&pp, &bad_duration).await);
+    assert!(msg.contains("spec.controller.syncTimeout") && msg.contains("should match"), "{msg}");
+
+    let huge = obj("huge", json!({"podSelector": selector, "config": "#".repeat((1 << 20) + 1)}));
+    let msg = refused(api.create(&pp, &huge).await);
+    assert!(msg.contains("spec.config") && msg.contains("Too long"), "{msg}");
+
+    // A good one is accepted, with the chart's defaults filled in.
+    let ok = api.create(&pp, &obj("ok", json!({"podSelector": selector, "config": "global\n"}))).await.unwrap();
+    assert_eq!(ok.data["spec"]["agent"]["port"], 9080, "{:#}", ok.data);
+    assert_eq!(ok.data["spec"]["agent"]["credentialsSecretRef"]["name"], "haptic-agent-credentials");
+    assert_eq!(ok.data["spec"]["controller"]["syncTimeout"], "30s");
 }

@@ -149,7 +149,7 @@ async fn skew_lost_answers_wiped_pods_max_parallel_and_the_pessimistic_gate_on_e
         assert_eq!(fleet.states().await.into_iter().map(|s| s.fence).collect::<Vec<_>>(), fences, "a pod got an apply");
         assert_eq!(proxy.applies_seen(), applies);
         for p in &st.pods {
-            assert_eq!(metric(&ctl, &format!("haptic_apply_rejected_total{{pod=\"{}\"}}", p.pod)), 0.0);
+            assert_eq!(metric(&ctl, &format!("haptic_apply_rejected_total{{haproxy_pod=\"{}\"}}", p.pod)), 0.0);
         }
         let mut fixed = cfg.clone();
         fixed.servers[1].1 = 40;

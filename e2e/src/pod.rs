@@ -243,11 +243,21 @@ impl Pod {
         }
         cmd.args(&self.opts.extra_args)
             .envs(self.opts.env.iter().map(|(k, v)| (k, v)))
-            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
+        // `RUST_LOG` overrides the agent's `--log-level`: an empty `RUST_LOG` in `opts.env` leaves
+        // it unset, so that the flag decides.
+        match self.opts.env.iter().find(|(k, _)| k == "RUST_LOG") {
+            Some((_, v)) if v.is_empty() => {
+                cmd.env_remove("RUST_LOG");
+            }
+            Some(_) => {}
+            None => {
+                cmd.env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()));
+            }
+        }
         let mut child = cmd.spawn().map_err(|source| HarnessError::Io { what: "spawn haptic-agent".into(), source })?;
         if let Some(o) = child.stdout.take() {
             pump(o, self.log.clone());
@@ -311,6 +321,16 @@ impl Pod {
     /// An authenticated client of this pod's agent.
     pub fn client(&self) -> AgentClient {
         AgentClient { addr: self.addr, auth: Some((self.user.clone(), self.password.clone())) }
+    }
+
+    /// Replaces the credentials file's password the way the kubelet updates a mounted Secret
+    /// (a new file renamed over the old one) without touching the running agent; returns the
+    /// previous password. [`Self::client`] uses the new one from now on.
+    pub fn rotate_credentials(&mut self, password: &str) -> io::Result<String> {
+        let tmp = self.creds_file.with_extension("new");
+        std::fs::write(&tmp, format!("{}:{password}\n", self.user))?;
+        std::fs::rename(&tmp, &self.creds_file)?;
+        Ok(std::mem::replace(&mut self.password, password.to_string()))
     }
 
     /// The running agent's pid.

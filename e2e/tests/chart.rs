@@ -82,6 +82,16 @@ fn render_production() -> Vec<Value> {
     render(&["-f", values.to_str().unwrap()])
 }
 
+/// `ci/<name>-values.yaml`: the DaemonSet and HPA profiles.
+fn ci_values(name: &str) -> PathBuf {
+    chart_dir().join(format!("ci/{name}-values.yaml"))
+}
+
+fn render_ci(name: &str) -> Vec<Value> {
+    let values = ci_values(name);
+    render(&["-f", values.to_str().unwrap()])
+}
+
 fn kind_of(o: &Value) -> &str {
     o["kind"].as_str().unwrap_or_default()
 }
@@ -263,8 +273,7 @@ fn check_render(objs: &[Value], agent_port: u64, min_reload: &str, reload_timeou
     assert_eq!(spec["agent"]["port"], agent_port);
     assert_eq!(spec["agent"]["container"], "agent");
     assert_eq!(spec["agent"]["credentialsSecretRef"]["name"], secret_name);
-    assert_eq!(spec["dataplane"]["minDeploymentInterval"], min_reload);
-    assert_eq!(spec["dataplane"]["reloadVerificationTimeout"], reload_timeout);
+    assert!(spec.get("dataplane").is_none(), "the agents' flags are not part of the HAProxyConfig");
     // The podSelector selects exactly the HAProxy pods.
     let pod_labels = &hap["spec"]["template"]["metadata"]["labels"];
     for (k, v) in spec["podSelector"]["matchLabels"].as_object().unwrap() {
@@ -362,6 +371,11 @@ fn helm_lint_strict_passes_with_default_and_production_values() {
     let values = production_values();
     let (ok, out, err) = helm(&["lint", "--strict", chart.to_str().unwrap(), "-f", values.to_str().unwrap()]);
     assert!(ok, "helm lint --strict -f production-values.yaml:\n{out}\n{err}");
+    for profile in ["daemonset", "hpa"] {
+        let values = ci_values(profile);
+        let (ok, out, err) = helm(&["lint", "--strict", chart.to_str().unwrap(), "-f", values.to_str().unwrap()]);
+        assert!(ok, "helm lint --strict -f {profile}-values.yaml:\n{out}\n{err}");
+    }
     let (_, version, _) = helm(&["version", "--short"]);
     println!("helm {} lints the chart clean (default and production values)", version.trim());
 }
@@ -401,8 +415,75 @@ fn production_render_is_wired_as_the_brief_says() {
 }
 
 #[test]
+fn daemonset_mode_with_host_network_and_every_extension_point() {
+    let objs = render_ci("daemonset");
+    assert!(!objs.iter().any(|o| kind_of(o) == "Deployment" && name_of(o).ends_with("-haproxy")));
+    assert!(!objs.iter().any(|o| kind_of(o) == "HorizontalPodAutoscaler"));
+    let ds = one(&objs, "DaemonSet", "-haproxy");
+    assert!(ds["spec"].get("replicas").is_none());
+    assert_eq!(ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"], 2);
+    assert_eq!(
+        (ds["spec"]["minReadySeconds"].as_u64(), ds["spec"]["revisionHistoryLimit"].as_u64()),
+        (Some(5), Some(3))
+    );
+    let pod = &ds["spec"]["template"]["spec"];
+    assert_eq!(
+        (pod["hostNetwork"].as_bool(), pod["dnsPolicy"].as_str()),
+        (Some(true), Some("ClusterFirstWithHostNet"))
+    );
+    assert!(pod["volumes"].as_array().unwrap().iter().any(|v| v["name"] == "geoip"));
+    let hap = container(pod, "haproxy");
+    let http = hap["ports"].as_array().unwrap().iter().find(|p| p["name"] == "http").unwrap();
+    assert_eq!(http["hostPort"], 8080);
+    assert_eq!(mounts(hap).get("geoip").map(String::as_str), Some("/usr/share/geoip"));
+    assert_eq!(hap["env"][0]["name"], "HAPROXY_EXTRA");
+    assert_eq!(hap["lifecycle"]["preStop"]["exec"]["command"], json!(["sleep", "7"]), "lifecycle replaces the sleep");
+    assert!(
+        hap["image"].as_str().unwrap().starts_with("mirror.internal:5000/haptic/haptic-agent:"),
+        "{}",
+        hap["image"]
+    );
+    let agent = container(pod, "agent");
+    assert_eq!(mounts(agent).get("geoip").map(String::as_str), Some("/geoip"));
+    assert!(agent["env"].as_array().unwrap().iter().any(|e| e["name"] == "AGENT_EXTRA"));
+    assert_eq!(agent["lifecycle"]["preStop"]["exec"]["command"], json!(["sleep", "1"]));
+    assert_eq!(container(pod, "logger")["image"], "busybox:1.36");
+    let ctl = one(&objs, "Deployment", "-controller");
+    let image = container(&ctl["spec"]["template"]["spec"], "controller")["image"].as_str().unwrap().to_string();
+    assert!(image.starts_with("mirror.internal:5000/haptic/haptic-controller:"), "{image}");
+    let svc = one(&objs, "Service", "-haproxy");
+    assert_eq!(svc["metadata"]["labels"]["team"], "edge");
+    assert_eq!(svc["spec"]["loadBalancerClass"], "example.com/internal");
+    assert_eq!(svc["spec"]["ipFamilies"], json!(["IPv4"]));
+    assert_eq!(svc["spec"]["ipFamilyPolicy"], "SingleStack");
+    let http = svc["spec"]["ports"].as_array().unwrap().iter().find(|p| p["name"] == "http").unwrap();
+    assert_eq!(http["nodePort"], 30080);
+}
+
+#[test]
+fn hpa_mode_scales_the_haproxy_deployment() {
+    let objs = render_ci("hpa");
+    let hap = one(&objs, "Deployment", "-haproxy");
+    assert!(hap["spec"].get("replicas").is_none(), "the HPA owns replicas");
+    let hpa = one(&objs, "HorizontalPodAutoscaler", "-haproxy");
+    assert_eq!(hpa["spec"]["scaleTargetRef"]["name"], hap["metadata"]["name"]);
+    assert_eq!((hpa["spec"]["minReplicas"].as_u64(), hpa["spec"]["maxReplicas"].as_u64()), (Some(3), Some(12)));
+    assert_eq!(hpa["spec"]["metrics"].as_array().unwrap().len(), 2);
+    assert_eq!(hap["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"], 0, "the default strategy");
+}
+
+#[test]
 fn the_values_schema_refuses_bad_values() {
-    for bad in ["agent.port=0", "config.controller.gate=sometimes", "controller.leaseDuration=soon", "nope=1"] {
+    for bad in [
+        "agent.port=0",
+        "config.controller.gate=sometimes",
+        "controller.leaseDuration=soon",
+        "nope=1",
+        "haproxy.kind=StatefulSet",
+        "haproxy.service.ipFamilyPolicy=Maybe",
+        "haproxy.hostPorts.http=0",
+        "agent.credentials.grace=soon",
+    ] {
         let chart = chart_dir();
         let (ok, _, err) = helm(&["template", RELEASE, chart.to_str().unwrap(), "--set", bad]);
         assert!(!ok, "--set {bad} rendered");
@@ -459,7 +540,12 @@ async fn every_rendered_object_passes_a_server_side_dry_run() {
 
     let dry = PostParams { dry_run: true, ..Default::default() };
     let mut checked = 0;
-    for (profile, objs) in [("default", render_default()), ("production", render_production())] {
+    for (profile, objs) in [
+        ("default", render_default()),
+        ("production", render_production()),
+        ("daemonset", render_ci("daemonset")),
+        ("hpa", render_ci("hpa")),
+    ] {
         for o in objs {
             let (kind, name) = (kind_of(&o).to_string(), name_of(&o).to_string());
             let api_version = o["apiVersion"].as_str().unwrap();
@@ -487,7 +573,7 @@ async fn every_rendered_object_passes_a_server_side_dry_run() {
         cp.version(),
         started.elapsed()
     );
-    assert!(checked >= 24, "both renders checked");
+    assert!(checked >= 48, "every render checked");
     let pids = cp.pids();
     cp.stop();
     assert_no_stray(&pids);
@@ -509,6 +595,18 @@ async fn helm_install_then_upgrade_keeps_the_generated_credential() {
     let (ok, out, err) = helm(&args);
     assert!(ok, "helm install:\n{out}\n{err}");
     assert!(out.contains("kubectl -n haptic-install get hapc demo-haptic"), "NOTES:\n{out}");
+    assert!(out.contains("(Lease haptic-demo-haptic)") && out.contains("2 pod(s) of"), "NOTES:\n{out}");
+    assert!(out.contains("helm show crds"), "NOTES say how to upgrade the CRD:\n{out}");
+    // NOTES name the Lease actually used, and the DaemonSet (a server-side dry run of an upgrade).
+    let daemonset = ci_values("daemonset");
+    let mut args = vec!["upgrade", RELEASE, chart, "--dry-run=server", "-f", daemonset.to_str().unwrap()];
+    args.extend_from_slice(&common);
+    let (ok, out, err) = helm(&args);
+    assert!(ok, "helm upgrade --dry-run=server -f daemonset-values.yaml:\n{out}\n{err}");
+    assert!(
+        out.contains("(Lease edge-leader)") && out.contains("a DaemonSet (one pod per node, host network)"),
+        "NOTES:\n{out}"
+    );
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
     let password = |s: Secret| s.data.unwrap_or_default()["password"].0.clone();
     let first = password(secrets.get("demo-haptic-agent-credentials").await.unwrap());

@@ -85,10 +85,21 @@ app.kubernetes.io/component: haproxy
 {{/* An image reference: repository, then @digest or :tag (default appVersion). */}}
 {{- define "haptic.image" -}}
 {{- $img := index .root.Values.images .which }}
+{{- $repo := $img.repository }}
+{{- with (.root.Values.global).imageRegistry }}
+{{- /* Replace the repository's registry host (a first component with a dot or a colon, or
+       "localhost"), or prefix it when it has none. */}}
+{{- $parts := splitList "/" $repo }}
+{{- $first := first $parts }}
+{{- if and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq "localhost" $first)) }}
+{{- $repo = join "/" (rest $parts) }}
+{{- end }}
+{{- $repo = printf "%s/%s" (trimSuffix "/" .) $repo }}
+{{- end }}
 {{- if $img.digest }}
-{{- printf "%s@%s" $img.repository $img.digest }}
+{{- printf "%s@%s" $repo $img.digest }}
 {{- else }}
-{{- printf "%s:%s" $img.repository (default .root.Chart.AppVersion $img.tag) }}
+{{- printf "%s:%s" $repo (default .root.Chart.AppVersion $img.tag) }}
 {{- end }}
 {{- end }}
 

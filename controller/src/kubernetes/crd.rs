@@ -9,12 +9,27 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
-use kube::CustomResource;
+use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// A duration as the controller reads it (`30s`, `1m30s`, `500ms`, `1h`): the API refuses any
+/// other text, so a bad duration never gets as far as the controller.
+pub const DURATION_PATTERN: &str = r"^([0-9]+(ms|s|m|h))+$";
+
+/// The largest inline `haproxy.cfg` (`spec.config`) and inline file (`files[].content`), in
+/// characters; bigger texts belong in a ConfigMap (and an object is limited to about 1.5 MiB
+/// by etcd anyway).
+pub const MAX_INLINE: u32 = 1 << 20;
+
+/// The message of the rule that exactly one of `config` and `configFrom` is set.
+pub const ONE_CONFIG_SOURCE: &str = "exactly one of spec.config and spec.configFrom must be set";
+
+/// The message of the rule that a file entry names exactly one source.
+pub const ONE_FILE_SOURCE: &str = "each file needs exactly one of configMapKeyRef, secretRef and content";
+
 /// The desired HAProxy configuration of one fleet of HAProxy pods in this namespace.
-#[derive(CustomResource, Debug, Clone, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[derive(CustomResource, Debug, Clone, Default, Serialize, Deserialize, KubeSchema, PartialEq)]
 #[kube(
     group = "haptic.dev",
     version = "v1alpha1",
@@ -22,35 +37,39 @@ use serde::{Deserialize, Serialize};
     plural = "haproxyconfigs",
     singular = "haproxyconfig",
     shortname = "hapc",
+    category = "haptic",
     namespaced,
     status = "HAProxyConfigStatus",
     printcolumn = r#"{"name":"Plan","type":"string","jsonPath":".status.planShort","description":"the latest render that passed the gate (12 hex digits of its plan id)"}"#,
     printcolumn = r#"{"name":"Gate","type":"string","jsonPath":".status.gate.state"}"#,
     printcolumn = r#"{"name":"Converged","type":"string","jsonPath":".status.convergedText","description":"pods running the plan / pods"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name":"Leader","type":"string","priority":1,"jsonPath":".status.leader.identity","description":"the controller replica that holds the Lease and deploys"}"#,
+    printcolumn = r#"{"name":"Gate-Message","type":"string","priority":1,"jsonPath":".status.gate.message","description":"HAProxy's words when the gate refused the latest render"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.config) != has(self.configFrom)").message(ONE_CONFIG_SOURCE))]
 pub struct HAProxyConfigSpec {
     /// The HAProxy pods (same namespace) this configuration is deployed to.
     pub pod_selector: LabelSelector,
     /// How to reach each pod's agent.
     #[serde(default)]
     pub agent: AgentSpec,
-    /// The `haproxy.cfg` text (exactly one of `config` and `configFrom`).
+    /// The `haproxy.cfg` text (exactly one of `config` and `configFrom`; at most 1 MiB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_INLINE))]
     pub config: Option<String>,
     /// Where the `haproxy.cfg` text comes from instead of `config`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_from: Option<ConfigFrom>,
     /// Auxiliary files (maps, certificates, error pages), by path relative to the config.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1024))]
     pub files: Vec<FileSpec>,
     /// Controller behaviour.
     #[serde(default)]
     pub controller: ControllerSpec,
-    /// Agent behaviour (the chart passes these to the agents as flags).
-    #[serde(default)]
-    pub dataplane: DataplaneSpec,
 }
 
 /// How the controller reaches an agent.
@@ -64,13 +83,15 @@ pub struct AgentSpec {
     /// The name of the agent container (its state decides admission).
     #[serde(default = "default_agent_container")]
     pub container: String,
-    /// The Secret with keys `username` and `password`.
+    /// The Secret with keys `username` and `password` (default: the chart's generated Secret of
+    /// a release named `haptic`).
     #[serde(default = "default_credentials_ref")]
     pub credentials_secret_ref: LocalObjectRef,
 }
 
+/// The chart's `agent.port` (HAProxy's own ports in the chart are 8080 and 8443).
 fn default_agent_port() -> u16 {
-    8080
+    9080
 }
 fn default_agent_container() -> String {
     "agent".into()
@@ -114,10 +135,14 @@ pub struct ConfigFrom {
 }
 
 /// One auxiliary file: a path and exactly one source.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, KubeSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(
+    "(has(self.configMapKeyRef) ? 1 : 0) + (has(self.secretRef) ? 1 : 0) + (has(self.content) ? 1 : 0) == 1"
+).message(ONE_FILE_SOURCE))]
 pub struct FileSpec {
     /// The file's path relative to `haproxy.cfg` (`[A-Za-z0-9._-]` components, no `..`).
+    #[schemars(length(min = 1, max = 1024))]
     pub path: String,
     /// A ConfigMap key (text or binary data).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -126,8 +151,9 @@ pub struct FileSpec {
     /// Secret needs `key`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<SecretFileRef>,
-    /// Inline content.
+    /// Inline content (at most 1 MiB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_INLINE))]
     pub content: Option<String>,
 }
 
@@ -147,12 +173,15 @@ pub struct SecretFileRef {
 pub struct ControllerSpec {
     /// Safety net of one deployment (e.g. `30s`).
     #[serde(default = "d30")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
     pub deployment_timeout: String,
     /// Idle time before the fleet is re-applied from verified state.
     #[serde(default = "d60")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
     pub drift_prevention_interval: String,
     /// Bound of one pod's apply.
     #[serde(default = "d30")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
     pub sync_timeout: String,
     /// Pods applied to at once.
     #[serde(default = "default_max_parallel")]
@@ -196,31 +225,6 @@ pub enum GateSpec {
     Pessimistic,
 }
 
-/// Agent settings the chart passes to every agent.
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct DataplaneSpec {
-    /// `--min-reload-interval`.
-    #[serde(default = "d2")]
-    pub min_deployment_interval: String,
-    /// `--reload-timeout`.
-    #[serde(default = "d10")]
-    pub reload_verification_timeout: String,
-}
-
-fn d2() -> String {
-    "2s".into()
-}
-fn d10() -> String {
-    "10s".into()
-}
-
-impl Default for DataplaneSpec {
-    fn default() -> Self {
-        Self { min_deployment_interval: d2(), reload_verification_timeout: d10() }
-    }
-}
-
 /// What the leader reports.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -252,7 +256,7 @@ pub struct HAProxyConfigStatus {
     /// The leader that wrote this status, and its fence epoch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader: Option<LeaderField>,
-    /// `Validated` and `Converged`.
+    /// `Validated`, `Converged` and `Ready` (both of the others).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// One entry per admitted pod.
@@ -340,6 +344,25 @@ pub fn crd_yaml() -> String {
     format!("# Generated by `haptic-controller crd`; do not edit (a test checks it).\n{body}")
 }
 
+/// `Ready` from `Validated` and `Converged` (pure): `True` when both are, else `False` with the
+/// reason and message of the first that is not. What Argo CD, Flux and kstatus look for.
+pub fn ready_condition(validated: &Condition, converged: &Condition) -> Condition {
+    let not_ok = [validated, converged].into_iter().find(|c| c.status != "True");
+    let (status, reason, message) = match not_ok {
+        // The API bounds a condition's message at 32768 characters.
+        Some(c) => ("False", c.reason.clone(), format!("{}: {}", c.type_, c.message).chars().take(32 * 1024).collect()),
+        None => ("True", "Ready".to_string(), converged.message.clone()),
+    };
+    Condition {
+        type_: "Ready".into(),
+        status: status.into(),
+        reason,
+        message,
+        observed_generation: validated.observed_generation,
+        last_transition_time: validated.last_transition_time.clone(),
+    }
+}
+
 /// A spec duration (`30s`, `1m30s`, `500ms`), with the field named in the error.
 pub fn parse_duration(field: &str, text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text.trim()).map_err(|e| format!("spec.{field}: {text:?} is not a duration ({e})"))
@@ -396,10 +419,39 @@ mod tests {
             "name: Gate",
             "name: Converged",
             "name: Age",
+            "name: Ready",
+            "name: Leader",
+            "priority: 1",
+            "- haptic",
+            "x-kubernetes-validations",
+            ONE_CONFIG_SOURCE,
+            ONE_FILE_SOURCE,
             "status: {}",
         ] {
             assert!(y.contains(needle), "missing {needle:?} in:\n{y}");
         }
+    }
+
+    #[test]
+    fn ready_follows_validated_and_converged() {
+        let c = |t: &str, ok: bool, reason: &str| Condition {
+            type_: t.into(),
+            status: if ok { "True" } else { "False" }.into(),
+            reason: reason.into(),
+            message: format!("{reason} words"),
+            observed_generation: Some(3),
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ),
+        };
+        let r = ready_condition(&c("Validated", true, "GatePassed"), &c("Converged", true, "AllPodsConverged"));
+        assert_eq!((r.type_.as_str(), r.status.as_str(), r.reason.as_str()), ("Ready", "True", "Ready"));
+        assert_eq!(r.observed_generation, Some(3));
+        let r = ready_condition(&c("Validated", false, "GateRefused"), &c("Converged", false, "Deploying"));
+        assert_eq!((r.status.as_str(), r.reason.as_str()), ("False", "GateRefused"));
+        assert_eq!(r.message, "Validated: GateRefused words");
+        let r = ready_condition(&c("Validated", true, "GatePassed"), &c("Converged", false, "NoPods"));
+        assert_eq!((r.status.as_str(), r.reason.as_str()), ("False", "NoPods"));
     }
 
     #[test]
@@ -409,11 +461,10 @@ mod tests {
             "config": "global\n",
         }))
         .unwrap();
-        assert_eq!(spec.agent.port, 8080);
+        assert_eq!(spec.agent.port, 9080, "the chart's agent.port");
         assert_eq!(spec.agent.credentials_secret_ref.name, "haptic-agent-credentials");
         assert_eq!(spec.controller.max_parallel, 16);
         assert_eq!(parse_duration("x", &spec.controller.deployment_timeout).unwrap(), Duration::from_secs(30));
-        assert_eq!(spec.dataplane.min_deployment_interval, "2s");
         assert_eq!(selector_string(&spec.pod_selector), "app.kubernetes.io/name=haproxy");
         assert!(parse_duration("syncTimeout", "soon").unwrap_err().contains("spec.syncTimeout"));
     }

@@ -517,7 +517,7 @@ mod tests {
                  "containerID": "c://1", "state": {"running": {}}}]}
         }));
         let c = candidate(&running, &agent).unwrap();
-        assert_eq!((c.url.as_str(), c.restarts, c.container_id.as_str()), ("http://10.0.0.5:8080", 2, "c://1"));
+        assert_eq!((c.url.as_str(), c.restarts, c.container_id.as_str()), ("http://10.0.0.5:9080", 2, "c://1"));
         // Readiness is never consulted (ready: false above).
         let waiting = pod(json!({
             "metadata": {"name": "h-2"},
@@ -533,7 +533,7 @@ mod tests {
         assert_eq!(candidate(&pending, &agent), Err(Reject::NotScheduled));
         let v6 = pod(json!({"metadata": {"name": "h-5"}, "status": {"podIP": "fd00::1", "containerStatuses": [
             {"name": "agent", "image": "i", "imageID": "", "ready": true, "restartCount": 0, "state": {"running": {}}}]}}));
-        assert_eq!(candidate(&v6, &agent).unwrap().url, "http://[fd00::1]:8080");
+        assert_eq!(candidate(&v6, &agent).unwrap().url, "http://[fd00::1]:9080");
     }
 
     fn running_pod(name: &str, uid: &str, ip: &str) -> Arc<Pod> {

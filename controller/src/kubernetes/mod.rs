@@ -7,6 +7,7 @@
 
 pub mod context;
 pub mod crd;
+pub mod deployed;
 pub mod discovery;
 pub mod fence;
 pub mod lease;

@@ -120,7 +120,10 @@ pub fn build(fleet: &FleetStatus, snap: &Snapshot, disc: &Discovered) -> HAProxy
         total: u32::try_from(total).unwrap_or(u32::MAX),
         converged_text: Some(format!("{converged}/{total}")),
         leader: Some(LeaderField { identity: fleet.controller.identity.clone(), epoch: fleet.controller.epoch }),
-        conditions: vec![validated, converged_cond],
+        conditions: {
+            let ready = super::crd::ready_condition(&validated, &converged_cond);
+            vec![validated, converged_cond, ready]
+        },
         deployed_to_pods,
     }
 }
@@ -233,6 +236,9 @@ pub fn events_between(prev: Option<&FleetStatus>, now: &FleetStatus) -> Vec<Even
             let words = p.last_error.clone().unwrap_or_default();
             out.push(EventSpec::warning("ApplyRejected", format!("pod {}: HAProxy refused the plan: {words}", p.pod)));
         }
+    }
+    if let Some(note) = super::deployed::deployed_note(prev, now) {
+        out.push((false, "Deployed", note));
     }
     if let Some(why) = &now.controller.stood_down {
         if prev.and_then(|p| p.controller.stood_down.as_ref()) != Some(why) {

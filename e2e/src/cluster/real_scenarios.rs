@@ -327,18 +327,11 @@ async fn helm_upgrade(c: &mut RealCluster) -> Result<()> {
         all.then_some(())
     })
     .await?;
-    let hapc = hapc(c).get("edge").await.map_err(|e| ClusterError::of("get the HAProxyConfig", e))?;
-    ensure(hapc.data["spec"]["dataplane"]["minDeploymentInterval"] == "3s", || format!("{:#}", hapc.data["spec"]))?;
     wait_converged(&client, NAMESPACE, 2, None).await?;
     // Back to the defaults for what follows.
     c.install(&FROM_CONFIG_MAP)?;
     wait_converged(&client, NAMESPACE, 2, None).await?;
     Ok(())
-}
-
-fn hapc(c: &RealCluster) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("haptic.dev", "v1alpha1", "HAProxyConfig");
-    Api::namespaced_with(c.client(), NAMESPACE, &ApiResource::from_gvk_with_plural(&gvk, "haproxyconfigs"))
 }
 
 async fn helm_uninstall(c: &mut RealCluster) -> Result<()> {

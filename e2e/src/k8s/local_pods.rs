@@ -252,6 +252,20 @@ impl LocalPods {
         self.pods.get(name).map(|p| p.ip)
     }
 
+    /// Rewrites every running pod's credentials file with `password` (as the kubelet updates a
+    /// mounted Secret: no container restarts); pods created later get it too.
+    pub fn rotate_credentials(&mut self, password: &str) -> Result<(), LocalPodsError> {
+        for p in self.pods.values_mut() {
+            p.proc
+                .rotate_credentials(password)
+                .map_err(|source| HarnessError::Io { what: "rewrite credentials".into(), source })?;
+        }
+        if let Some((_, pw)) = self.opts.pod.credentials.as_mut() {
+            *pw = password.to_string();
+        }
+        Ok(())
+    }
+
     /// The UID of the pod's current object.
     pub fn uid(&self, name: &str) -> Option<&str> {
         self.pods.get(name).map(|p| p.uid.as_str())
