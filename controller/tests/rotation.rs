@@ -35,7 +35,7 @@ async fn the_previous_credential_reaches_agents_that_have_not_caught_up() {
         client.state(&ep, false).await.expect("the previous credential as the fallback");
         let fresh = AgentClient::new(creds("new-pw"), Duration::from_secs(10)).unwrap();
         let err = fresh.state(&ep, false).await.unwrap_err();
-        assert!(err.0.contains("401"), "without a previous credential the agent refuses: {err}");
+        assert!(err.to_string().contains("401"), "without a previous credential the agent refuses: {err}");
 
         // The agent catches up: the new credential works on its own.
         pod.rotate_credentials("new-pw").unwrap();

@@ -204,7 +204,7 @@ pub fn keep_transition_times(new: &mut HAProxyConfigStatus, prev: Option<&HAProx
 pub struct EventSpec {
     /// `Warning` (else `Normal`).
     pub warning: bool,
-    /// The Event's reason (`GateRefused`, `ApplyRejected`, `StoodDown`).
+    /// The Event's reason (`GateRefused`, `ApplyRejected`, `StoodDown`, `Deployed`).
     pub reason: &'static str,
     /// What happened.
     pub note: String,
@@ -214,6 +214,11 @@ impl EventSpec {
     /// A `Warning` Event.
     pub fn warning(reason: &'static str, note: String) -> Self {
         EventSpec { warning: true, reason, note }
+    }
+
+    /// A `Normal` Event.
+    pub fn normal(reason: &'static str, note: String) -> Self {
+        EventSpec { warning: false, reason, note }
     }
 }
 
@@ -238,7 +243,7 @@ pub fn events_between(prev: Option<&FleetStatus>, now: &FleetStatus) -> Vec<Even
         }
     }
     if let Some(note) = super::deployed::deployed_note(prev, now) {
-        out.push((false, "Deployed", note));
+        out.push(EventSpec::normal("Deployed", note));
     }
     if let Some(why) = &now.controller.stood_down {
         if prev.and_then(|p| p.controller.stood_down.as_ref()) != Some(why) {
