@@ -1,0 +1,528 @@
+//! The Ingress translator: `networking.k8s.io/v1` Ingresses of one IngressClass, with their
+//! Services, EndpointSlices and TLS Secrets, to the [`Model`].
+//!
+//! Owns the Ingress semantics: which Ingresses the class serves (`spec.ingressClassName`, or
+//! none and the class is the default), hosts (exact, lowercased; `*.suffix` matches exactly one
+//! label), `pathType` Exact, Prefix (segment-wise: `/foo` matches `/foo` and `/foo/…`, never
+//! `/foobar`; a trailing `/` is ignored) and ImplementationSpecific (here: the same as Prefix),
+//! longest match first and Exact before Prefix on equal paths, several Ingresses on one host
+//! merged (a host/path claimed twice goes to the oldest Ingress by creationTimestamp, then
+//! namespace/name; the other's path is refused in its own verdict), `defaultBackend` (the same
+//! rule), TLS from `kubernetes.io/tls` Secrets, Service ports by number and by name (the
+//! target port comes from the EndpointSlice port of the same name), and endpoints from
+//! EndpointSlices only (ready, or serving and terminating as draining). A Service that is
+//! missing answers 503 and warns. It must never let one bad object block the others, nor put a
+//! value into the Model that the map builder or the template cannot quote.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+
+use haptic_haproxy::quote;
+use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{Ingress, IngressBackend, IngressClass};
+
+use crate::model::{
+    Backend, Bind, Cert, Frontend, HostMatch, HostTable, Model, ObjectRef, PathEntry, PathKind, Refusal, Rule, Verdict,
+    UNAVAILABLE,
+};
+use crate::slots::{self, Endpoint, SlotMap};
+
+/// The controller name an IngressClass must have for haptic to serve it.
+pub const INGRESS_CONTROLLER: &str = "haptic.dev/ingress-controller";
+/// The annotation marking the default IngressClass.
+pub const DEFAULT_CLASS_ANNOTATION: &str = "ingressclass.kubernetes.io/is-default-class";
+/// The label linking an EndpointSlice to its Service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// Everything the Ingress translator reads.
+#[derive(Debug, Clone, Default)]
+pub struct IngressInput {
+    /// The class served.
+    pub class: IngressClass,
+    /// All Ingresses seen (those of other classes are ignored, without verdict).
+    pub ingresses: Vec<Ingress>,
+    /// Services.
+    pub services: Vec<Service>,
+    /// EndpointSlices.
+    pub endpoint_slices: Vec<EndpointSlice>,
+    /// TLS Secrets the Ingresses name.
+    pub secrets: Vec<Secret>,
+    /// The last ACKed render's slot map.
+    pub previous_slots: SlotMap,
+    /// Listening and slot settings.
+    pub settings: Settings,
+}
+
+/// Listening and slot settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// Address to bind.
+    pub bind_address: IpAddr,
+    /// Plain HTTP port.
+    pub http_port: u16,
+    /// HTTPS port (used when some Ingress has a valid TLS Secret).
+    pub https_port: u16,
+    /// Minimum server slots per backend.
+    pub min_slots: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings { bind_address: IpAddr::from([0, 0, 0, 0]), http_port: 8080, https_port: 8443, min_slots: 8 }
+    }
+}
+
+fn obj(kind: &str, meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> ObjectRef {
+    ObjectRef {
+        kind: kind.to_string(),
+        namespace: meta.namespace.clone().unwrap_or_default(),
+        name: meta.name.clone().unwrap_or_default(),
+    }
+}
+
+/// Whether `input.class` is ours and serves `ing`.
+fn served(class: &IngressClass, ing: &Ingress) -> bool {
+    let ours = class.spec.as_ref().and_then(|s| s.controller.as_deref()) == Some(INGRESS_CONTROLLER);
+    let name = class.metadata.name.as_deref().unwrap_or_default();
+    let default = class.metadata.annotations.as_ref().and_then(|a| a.get(DEFAULT_CLASS_ANNOTATION)).map(String::as_str)
+        == Some("true");
+    ours && match ing.spec.as_ref().and_then(|s| s.ingress_class_name.as_deref()) {
+        Some(c) => c == name,
+        None => default,
+    }
+}
+
+/// A validated host.
+fn parse_host(h: &str) -> Result<HostMatch, String> {
+    let h = h.to_ascii_lowercase();
+    let (wild, rest) = match h.strip_prefix("*.") {
+        Some(rest) => (true, rest),
+        None => (false, h.as_str()),
+    };
+    let label_ok =
+        |l: &str| !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    if rest.is_empty() || rest.len() > 253 || !rest.split('.').all(label_ok) {
+        return Err(format!("{h:?} is not a DNS name (or `*.` and one)"));
+    }
+    Ok(if wild { HostMatch::Wildcard(format!(".{rest}")) } else { HostMatch::Exact(rest.to_string()) })
+}
+
+/// A validated, normalised path.
+fn parse_path(kind: PathKind, p: Option<&str>) -> Result<String, String> {
+    let p = p.unwrap_or("/");
+    if !p.starts_with('/') {
+        return Err(format!("{p:?} does not start with '/'"));
+    }
+    if let Err(e) = quote::map_key(&format!("h0{p}")) {
+        return Err(format!("{p:?} cannot be a map key: {e}"));
+    }
+    Ok(match kind {
+        PathKind::Prefix if p.len() > 1 => p.trim_end_matches('/').to_string().max("/".to_string()),
+        _ => p.to_string(),
+    })
+}
+
+struct Ctx<'a> {
+    input: &'a IngressInput,
+    backends: BTreeMap<String, Vec<Endpoint>>,
+}
+
+impl Ctx<'_> {
+    /// Resolves a backend reference to a backend name (or [`UNAVAILABLE`] with a warning).
+    fn backend(&mut self, ns: &str, b: &IngressBackend, field: &str, v: &mut Verdict) -> Result<String, Refusal> {
+        let refuse = |f: &str, r: String| Refusal { field: format!("{field}.{f}"), reason: r };
+        if b.resource.is_some() {
+            return Err(refuse("resource", "resource backends are not supported".into()));
+        }
+        let Some(svc_ref) = &b.service else { return Err(refuse("service", "no service".into())) };
+        let Some(port) = &svc_ref.port else { return Err(refuse("service.port", "no port".into())) };
+        let Some(svc) =
+            self.input.services.iter().find(|s| {
+                s.metadata.namespace.as_deref() == Some(ns) && s.metadata.name.as_deref() == Some(&svc_ref.name)
+            })
+        else {
+            v.warnings.push(refuse(
+                "service.name",
+                format!("Service {ns}/{} does not exist: answered with 503", svc_ref.name),
+            ));
+            return Ok(UNAVAILABLE.to_string());
+        };
+        let ports = svc.spec.as_ref().and_then(|s| s.ports.as_deref()).unwrap_or_default();
+        let (sp, label) = match (&port.name, port.number) {
+            (Some(n), _) => (ports.iter().find(|p| p.name.as_deref() == Some(n)), n.clone()),
+            (None, Some(num)) => (ports.iter().find(|p| p.port == num), num.to_string()),
+            (None, None) => return Err(refuse("service.port", "neither name nor number".into())),
+        };
+        let Some(sp) = sp else {
+            return Err(refuse("service.port", format!("Service {ns}/{} has no port {label}", svc_ref.name)));
+        };
+        let name = format!("{ns}_{}_{label}", svc_ref.name);
+        if !self.backends.contains_key(&name) {
+            let eps = endpoints(&self.input.endpoint_slices, ns, &svc_ref.name, sp.name.as_deref().unwrap_or(""));
+            self.backends.insert(name.clone(), eps);
+        }
+        Ok(name)
+    }
+}
+
+/// The endpoints of one Service port from its EndpointSlices: ready ones, and serving
+/// terminating ones as draining. `port_name` is the Service port's name (`""` when unnamed).
+fn endpoints(slices: &[EndpointSlice], ns: &str, svc: &str, port_name: &str) -> Vec<Endpoint> {
+    let mut out = BTreeMap::new();
+    for s in slices {
+        let labels = s.metadata.labels.as_ref();
+        if s.metadata.namespace.as_deref() != Some(ns)
+            || labels.and_then(|l| l.get(SERVICE_NAME_LABEL)).map(String::as_str) != Some(svc)
+            || !matches!(s.address_type.as_str(), "IPv4" | "IPv6")
+        {
+            continue;
+        }
+        let Some(port) = s
+            .ports
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .find(|p| p.name.as_deref().unwrap_or("") == port_name)
+            .and_then(|p| p.port)
+            .and_then(|p| u16::try_from(p).ok())
+        else {
+            continue;
+        };
+        for e in &s.endpoints {
+            let c = e.conditions.clone().unwrap_or_default();
+            // An unset `ready` means ready; `serving` defaults to `ready`.
+            let ready = c.ready.unwrap_or(true) && !c.terminating.unwrap_or(false);
+            let draining = !ready && c.serving.unwrap_or(false) && c.terminating.unwrap_or(false);
+            if !ready && !draining {
+                continue;
+            }
+            for a in &e.addresses {
+                if let Ok(ip) = a.parse::<IpAddr>() {
+                    let addr = SocketAddr::new(ip, port);
+                    let d: &mut bool = out.entry(addr).or_insert(draining);
+                    *d = *d && draining;
+                }
+            }
+        }
+    }
+    out.into_iter().map(|(addr, draining)| Endpoint { addr, draining }).collect()
+}
+
+/// Translates: the Model, one verdict per served Ingress (and per Secret problem, inside the
+/// Ingress's verdict), and the slot map of this render.
+pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap) {
+    let mut ings: Vec<&Ingress> = input.ingresses.iter().filter(|i| served(&input.class, i)).collect();
+    ings.sort_by_key(|i| (i.metadata.creation_timestamp.as_ref().map(|t| t.0), obj("Ingress", &i.metadata)));
+    let mut ctx = Ctx { input, backends: BTreeMap::new() };
+    // (host, kind, path) → (rule's backend, source)
+    let mut routes: BTreeMap<(HostMatch, String, PathKind), (String, ObjectRef)> = BTreeMap::new();
+    let mut default: Option<(String, ObjectRef)> = None;
+    let mut certs: BTreeMap<String, Cert> = BTreeMap::new();
+    let mut verdicts = Vec::new();
+    for ing in ings {
+        let me = obj("Ingress", &ing.metadata);
+        let ns = me.namespace.clone();
+        let mut v = Verdict { object: me.clone(), refusals: vec![], warnings: vec![] };
+        let spec = ing.spec.clone().unwrap_or_default();
+        if let Some(b) = &spec.default_backend {
+            match ctx.backend(&ns, b, "spec.defaultBackend", &mut v) {
+                Ok(be) => match &default {
+                    Some((_, by)) => v.refusals.push(Refusal {
+                        field: "spec.defaultBackend".into(),
+                        reason: format!("the default backend is already set by {by}"),
+                    }),
+                    None => default = Some((be, me.clone())),
+                },
+                Err(r) => v.refusals.push(r),
+            }
+        }
+        for (ri, rule) in spec.rules.as_deref().unwrap_or_default().iter().enumerate() {
+            let host = match rule.host.as_deref() {
+                None | Some("") => HostMatch::Any,
+                Some(h) => match parse_host(h) {
+                    Ok(h) => h,
+                    Err(reason) => {
+                        v.refusals.push(Refusal { field: format!("spec.rules[{ri}].host"), reason });
+                        continue;
+                    }
+                },
+            };
+            let Some(http) = &rule.http else { continue };
+            for (pi, p) in http.paths.iter().enumerate() {
+                let field = format!("spec.rules[{ri}].http.paths[{pi}]");
+                let kind = match p.path_type.as_str() {
+                    "Exact" => PathKind::Exact,
+                    "Prefix" | "ImplementationSpecific" => PathKind::Prefix,
+                    other => {
+                        v.refusals.push(Refusal {
+                            field: format!("{field}.pathType"),
+                            reason: format!("{other:?} is not Exact, Prefix or ImplementationSpecific"),
+                        });
+                        continue;
+                    }
+                };
+                let path = match parse_path(kind, p.path.as_deref()) {
+                    Ok(p) => p,
+                    Err(reason) => {
+                        v.refusals.push(Refusal { field: format!("{field}.path"), reason });
+                        continue;
+                    }
+                };
+                let key = (host.clone(), path.clone(), kind);
+                if let Some((_, by)) = routes.get(&key) {
+                    if *by != me {
+                        v.refusals.push(Refusal {
+                            field: format!("{field}.path"),
+                            reason: format!("{kind:?} {path} on this host is already routed by {by}"),
+                        });
+                    }
+                    continue;
+                }
+                match ctx.backend(&ns, &p.backend, &format!("{field}.backend"), &mut v) {
+                    Ok(be) => {
+                        routes.insert(key, (be, me.clone()));
+                    }
+                    Err(r) => v.refusals.push(r),
+                }
+            }
+        }
+        for (ti, tls) in spec.tls.as_deref().unwrap_or_default().iter().enumerate() {
+            let field = format!("spec.tls[{ti}].secretName");
+            let Some(name) = tls.secret_name.as_deref() else { continue };
+            match tls_pem(input, &ns, name) {
+                Ok(pem) => {
+                    let path = format!("certs/{ns}_{name}.pem");
+                    let c = certs.entry(path.clone()).or_insert_with(|| Cert {
+                        path,
+                        hosts: vec![],
+                        source: ObjectRef { kind: "Secret".into(), namespace: ns.clone(), name: name.into() },
+                        pem,
+                    });
+                    c.hosts.extend(tls.hosts.clone().unwrap_or_default());
+                    c.hosts.sort();
+                    c.hosts.dedup();
+                }
+                Err(reason) => v.refusals.push(Refusal { field, reason }),
+            }
+        }
+        verdicts.push(v);
+    }
+    verdicts.sort_by(|a, b| a.object.cmp(&b.object));
+
+    // Rules, in a deterministic order: by host, then path.
+    let mut model = Model::default();
+    let mut hosts: BTreeMap<HostMatch, Vec<PathEntry>> = BTreeMap::new();
+    for (i, ((host, path, kind), (backend, source))) in routes.into_iter().enumerate() {
+        let id = format!("r{}", i + 1);
+        model.rules.push(Rule { id: id.clone(), backend, source });
+        hosts.entry(host).or_default().push(PathEntry { kind, path, rule: id });
+    }
+    if let Some((backend, source)) = default {
+        model.rules.push(Rule { id: "default".into(), backend, source });
+        model.default_rule = Some("default".into());
+    }
+    for (i, (host, mut paths)) in hosts.into_iter().enumerate() {
+        paths.sort_by(|a, b| b.path.len().cmp(&a.path.len()).then(a.kind.cmp(&b.kind)).then(a.path.cmp(&b.path)));
+        model.hosts.push(HostTable { host, id: format!("h{}", i + 1), paths });
+    }
+    let mut slot_map = SlotMap::default();
+    for (name, eps) in ctx.backends {
+        let (servers, s) = slots::plan(&eps, input.previous_slots.backends.get(&name), input.settings.min_slots);
+        slot_map.backends.insert(name.clone(), s);
+        model.backends.push(Backend { name, servers });
+    }
+    model.certs = certs.into_values().collect();
+    let st = &input.settings;
+    model.frontends.push(Frontend {
+        name: "http".into(),
+        binds: vec![Bind { address: st.bind_address, port: st.http_port, tls: false }],
+    });
+    if !model.certs.is_empty() {
+        model.frontends.push(Frontend {
+            name: "https".into(),
+            binds: vec![Bind { address: st.bind_address, port: st.https_port, tls: true }],
+        });
+    }
+    (model, verdicts, slot_map)
+}
+
+/// The PEM bundle (chain, then key) of a `kubernetes.io/tls` Secret, or why not.
+fn tls_pem(input: &IngressInput, ns: &str, name: &str) -> Result<Vec<u8>, String> {
+    let Some(s) = input
+        .secrets
+        .iter()
+        .find(|s| s.metadata.namespace.as_deref() == Some(ns) && s.metadata.name.as_deref() == Some(name))
+    else {
+        return Err(format!("Secret {ns}/{name} does not exist"));
+    };
+    let data = s.data.clone().unwrap_or_default();
+    let get = |k: &str| -> Result<Vec<u8>, String> {
+        let v = data.get(k).map(|b| b.0.clone()).ok_or_else(|| format!("Secret {ns}/{name} has no {k}"))?;
+        if !String::from_utf8_lossy(&v).contains("-----BEGIN ") {
+            return Err(format!("Secret {ns}/{name}: {k} is not PEM"));
+        }
+        Ok(v)
+    };
+    let mut pem = get("tls.crt")?;
+    if !pem.ends_with(b"\n") {
+        pem.push(b'\n');
+    }
+    pem.extend(get("tls.key")?);
+    Ok(pem)
+}
+
+/// Fixture loading shared by the unit tests and the integration tests' copies.
+#[cfg(test)]
+pub(crate) mod fixture {
+    use super::*;
+
+    #[derive(serde::Deserialize, Default)]
+    #[serde(rename_all = "camelCase", default)]
+    pub(crate) struct Fixture {
+        pub ingresses: Vec<Ingress>,
+        pub services: Vec<Service>,
+        pub endpoint_slices: Vec<EndpointSlice>,
+        pub secrets: Vec<Secret>,
+    }
+
+    pub(crate) fn class() -> IngressClass {
+        let mut c = IngressClass::default();
+        c.metadata.name = Some("haptic".into());
+        c.spec = Some(k8s_openapi::api::networking::v1::IngressClassSpec {
+            controller: Some(INGRESS_CONTROLLER.into()),
+            ..Default::default()
+        });
+        c
+    }
+
+    pub(crate) fn input(yaml: &str) -> IngressInput {
+        let f: Fixture = serde_saphyr::from_str(yaml).unwrap();
+        IngressInput {
+            class: class(),
+            ingresses: f.ingresses,
+            services: f.services,
+            endpoint_slices: f.endpoint_slices,
+            secrets: f.secrets,
+            previous_slots: SlotMap::default(),
+            settings: Settings { min_slots: 2, ..Settings::default() },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixture::input;
+    use super::*;
+
+    const BASIC: &str = include_str!("../tests/fixtures/basic.yaml");
+
+    fn verdict<'a>(v: &'a [Verdict], name: &str) -> &'a Verdict {
+        v.iter().find(|v| v.object.name == name).unwrap()
+    }
+
+    #[test]
+    fn precedence_merging_and_refusals() {
+        let (model, verdicts, _) = translate_ingress(&input(BASIC));
+        // Another class's Ingress gets no verdict.
+        assert_eq!(verdicts.len(), 2);
+        let old = verdict(&verdicts, "old");
+        assert!(old.accepted(), "{old:?}");
+        let young = verdict(&verdicts, "young");
+        let fields: Vec<&str> = young.refusals.iter().map(|r| r.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.defaultBackend",
+                "spec.rules[0].http.paths[0].path",
+                "spec.rules[0].http.paths[3].backend.service.port",
+                "spec.tls[0].secretName",
+            ],
+            "{young:?}"
+        );
+        assert!(young.refusals[1].reason.contains("Ingress shop/old"), "{young:?}");
+        assert!(young.refusals[3].reason.contains("does not exist"));
+        assert_eq!(young.warnings.len(), 1);
+        assert_eq!(young.warnings[0].field, "spec.rules[0].http.paths[2].backend.service.name");
+        // Hosts: the exact host (lowercased) before the wildcard.
+        assert_eq!(model.hosts[0].host, HostMatch::Exact("shop.example.com".into()));
+        assert_eq!(model.hosts[1].host, HostMatch::Wildcard(".example.com".into()));
+        // Paths longest first; ImplementationSpecific is a prefix.
+        let paths: Vec<(&str, PathKind)> = model.hosts[0].paths.iter().map(|p| (p.path.as_str(), p.kind)).collect();
+        assert_eq!(
+            paths,
+            [
+                ("/exact", PathKind::Exact),
+                ("/cart", PathKind::Prefix),
+                ("/gone", PathKind::Prefix),
+                ("/api", PathKind::Prefix)
+            ]
+        );
+        // The old Ingress's /api goes to api by its port name; the missing Service to 503.
+        let rule = |path: &str| {
+            let id = &model.hosts[0].paths.iter().find(|p| p.path == path).unwrap().rule;
+            model.rules.iter().find(|r| &r.id == id).unwrap().backend.clone()
+        };
+        assert_eq!(rule("/api"), "shop_api_http");
+        assert_eq!(rule("/gone"), crate::model::UNAVAILABLE);
+        assert_eq!(model.default_rule.as_deref(), Some("default"));
+        assert!(model.certs.is_empty());
+    }
+
+    #[test]
+    fn endpoints_named_ports_and_conditions() {
+        let (model, _, slots) = translate_ingress(&input(BASIC));
+        let be = |n: &str| model.backends.iter().find(|b| b.name == n).unwrap();
+        let api: Vec<_> = be("shop_api_http").servers.iter().filter_map(|s| s.endpoint).collect();
+        assert_eq!(api, ["10.0.1.1:9090".parse().unwrap()]);
+        let web = be("shop_web_80");
+        let live: Vec<_> = web.servers.iter().filter_map(|s| s.endpoint.map(|e| (e.to_string(), s.draining))).collect();
+        assert_eq!(live, [("10.0.0.1:8080".to_string(), false), ("10.0.0.2:8080".to_string(), true)]);
+        assert_eq!(slots.backends["shop_web_80"].count, 2);
+    }
+
+    #[test]
+    fn slots_stay_across_renders() {
+        let mut i = input(BASIC);
+        let (_, _, s1) = translate_ingress(&i);
+        // 10.0.0.1 goes away, two new endpoints come.
+        i.previous_slots = s1.clone();
+        let eps = &mut i.endpoint_slices[0].endpoints;
+        eps[0].addresses = vec!["10.0.0.9".into()];
+        eps[2].addresses = vec!["10.0.0.8".into()];
+        eps[2].conditions = None;
+        let (_, _, s2) = translate_ingress(&i);
+        let a = "10.0.0.2:8080".parse().unwrap();
+        assert_eq!(s2.backends["shop_web_80"].endpoints[&a], s1.backends["shop_web_80"].endpoints[&a]);
+        assert_eq!(s2.backends["shop_web_80"].count, 3);
+    }
+
+    #[test]
+    fn render_is_deterministic_and_quoted() {
+        let t = crate::Templates::default();
+        let a = crate::render(&input(BASIC), &t).unwrap();
+        let b = crate::render(&input(BASIC), &t).unwrap();
+        assert_eq!(a, b);
+        let cfg = String::from_utf8(a.files["haproxy.cfg"].clone()).unwrap();
+        assert!(cfg.contains("default-path config"), "{cfg}");
+        assert!(cfg.contains("backend 'shop_web_80'"), "{cfg}");
+        assert!(cfg.contains("server SRV_2 '10.0.0.2:8080' weight 0"), "{cfg}");
+        let prefix = String::from_utf8(a.files["maps/paths_prefix.map"].clone()).unwrap();
+        assert!(prefix.starts_with("h1/exact/") || prefix.starts_with("h1/cart/"), "{prefix}");
+        assert!(prefix.contains("h1/api/ "), "{prefix}");
+        let exact = String::from_utf8(a.files["maps/paths_exact.map"].clone()).unwrap();
+        assert!(exact.contains("h1/api "), "{exact}");
+        let hosts = String::from_utf8(a.files["maps/hosts.map"].clone()).unwrap();
+        assert_eq!(hosts, "shop.example.com h1\n");
+    }
+
+    #[test]
+    fn a_template_error_and_a_snippet() {
+        let mut t = crate::Templates { main: Some("{{ nope }}".into()), ..Default::default() };
+        assert!(matches!(crate::render(&input(BASIC), &t), Err(crate::RenderError::Template(_))));
+        t.main = None;
+        t.snippets.global = "    maxconn 1000".into();
+        let r = crate::render(&input(BASIC), &t).unwrap();
+        assert!(String::from_utf8_lossy(&r.files["haproxy.cfg"]).contains("maxconn 1000"));
+    }
+}

@@ -1,0 +1,56 @@
+//! haptic-render: from cluster objects to HAProxy configuration.
+//!
+//! Owns the pure pipeline `objects + last slot map → Model → Render`: the [`model`] types, the
+//! Ingress translator ([`ingress`]), slot planning ([`slots`]), map building ([`maps`]) and the
+//! templates ([`template`]). It must never talk to a cluster, spawn tasks or touch files: inputs
+//! are plain typed objects, outputs are bytes by relative path plus per-object verdicts. Every
+//! value from an object reaches `haproxy.cfg` only through `haptic_haproxy::quote` or as a map
+//! entry; route semantics are decided in Rust here, never in template logic.
+
+pub mod ingress;
+pub mod maps;
+pub mod model;
+pub mod slots;
+pub mod template;
+
+use std::collections::BTreeMap;
+
+pub use ingress::{translate_ingress, IngressInput};
+pub use model::{Model, ObjectRef, Refusal, Verdict};
+pub use slots::SlotMap;
+pub use template::{Snippets, Templates};
+
+/// Why a render failed as a whole (per-object problems are [`Verdict`]s, never this).
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    /// The template failed (syntax, undefined value, fuel or output cap).
+    #[error("template: {0}")]
+    Template(String),
+    /// A value the translator accepted could not be written (a bug: the translator checks).
+    #[error("quoting: {0}")]
+    Quote(#[from] haptic_haproxy::quote::Inexpressible),
+}
+
+/// The rendered configuration tree: relative path → bytes (`haproxy.cfg`, `maps/…`, `certs/…`),
+/// the per-object verdicts and the slot map to keep for the next render.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Render {
+    /// Files by path relative to the config directory.
+    pub files: BTreeMap<String, Vec<u8>>,
+    /// One verdict per considered object, sorted by object.
+    pub verdicts: Vec<Verdict>,
+    /// Endpoint → slot assignments of this render (input to the next one).
+    pub slots: SlotMap,
+}
+
+/// Translates the Ingress input and renders it: the one entry the controller calls.
+pub fn render(input: &IngressInput, templates: &Templates) -> Result<Render, RenderError> {
+    let (model, verdicts, slots) = translate_ingress(input);
+    let mut files = maps::build(&model)?;
+    for cert in &model.certs {
+        files.insert(cert.path.clone(), cert.pem.clone());
+    }
+    let cfg = template::render_cfg(&model, templates)?;
+    files.insert("haproxy.cfg".to_string(), cfg.into_bytes());
+    Ok(Render { files, verdicts, slots })
+}

@@ -1,0 +1,72 @@
+//! The map builder: the Model's host/path/rule tables as HAProxy map files.
+//!
+//! Owns the map files and their keys, which the built-in template's lookups read:
+//! - `maps/hosts.map`: exact host → host id; `maps/wildcards.map`: `.suffix` → host id (the
+//!   request host less its first label is looked up, so `*.a.b` matches one label only);
+//!   a request whose host matches neither uses the host id `*` (rules without a host).
+//! - `maps/paths_exact.map`: `<host id><path>` → rule id, for Exact paths and for a Prefix
+//!   path's own value (a segment-wise prefix matches itself).
+//! - `maps/paths_prefix.map`: `<host id><prefix>/` → rule id, read with `map_beg`, longest key
+//!   first (HAProxy takes the first matching line of a `beg` map), so `/foo` matches `/foo/…`
+//!   and never `/foobar`.
+//! - `maps/rules.map`: rule id → backend name (`default` → the default backend).
+//!
+//! So adding, removing or retargeting a host/path route changes map contents only. It must never
+//! write a line other than through `haptic_haproxy::quote::map_line`.
+
+use std::collections::BTreeMap;
+
+use haptic_haproxy::quote::{map_line, Inexpressible};
+
+use crate::model::{HostMatch, Model, PathKind};
+
+/// The map files (relative path → bytes), every one present even when empty.
+pub fn build(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, Inexpressible> {
+    let mut hosts = String::new();
+    let mut wild = String::new();
+    let mut exact: Vec<(String, String)> = Vec::new();
+    let mut prefix: Vec<(String, String)> = Vec::new();
+    for t in &model.hosts {
+        let hid = match &t.host {
+            HostMatch::Exact(h) => {
+                hosts.push_str(&map_line(h, &t.id)?);
+                t.id.as_str()
+            }
+            HostMatch::Wildcard(suffix) => {
+                wild.push_str(&map_line(suffix, &t.id)?);
+                t.id.as_str()
+            }
+            HostMatch::Any => "*",
+        };
+        for p in &t.paths {
+            let full = format!("{hid}{}", p.path);
+            match p.kind {
+                PathKind::Exact => exact.push((full, p.rule.clone())),
+                PathKind::Prefix => {
+                    // An Exact entry of the same path wins (it was sorted first).
+                    if !exact.iter().any(|(k, _)| *k == full) {
+                        exact.push((full.clone(), p.rule.clone()));
+                    }
+                    let beg = if p.path == "/" { full } else { format!("{full}/") };
+                    prefix.push((beg, p.rule.clone()));
+                }
+            }
+        }
+    }
+    // Longest first; ties by key so the bytes are deterministic.
+    prefix.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(&b.0)));
+    exact.sort();
+    let mut out = BTreeMap::new();
+    let lines =
+        |v: &[(String, String)]| -> Result<String, Inexpressible> { v.iter().map(|(k, r)| map_line(k, r)).collect() };
+    let mut rules = String::new();
+    for r in &model.rules {
+        rules.push_str(&map_line(&r.id, &r.backend)?);
+    }
+    out.insert("maps/hosts.map".to_string(), hosts.into_bytes());
+    out.insert("maps/wildcards.map".to_string(), wild.into_bytes());
+    out.insert("maps/paths_exact.map".to_string(), lines(&exact)?.into_bytes());
+    out.insert("maps/paths_prefix.map".to_string(), lines(&prefix)?.into_bytes());
+    out.insert("maps/rules.map".to_string(), rules.into_bytes());
+    Ok(out)
+}

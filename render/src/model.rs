@@ -1,0 +1,187 @@
+//! The Model: what HAProxy is to serve, independent of which API (Ingress, Gateway API) said so.
+//!
+//! Owns the types between translators and the map builder/templates: frontends and binds, TLS
+//! certificates, host → path → rule tables, rules → backends, backends → named server slots.
+//! It must never hold config text built from an object: names here are ours or checked by the
+//! translator, and the template quotes every object value through `haptic_haproxy::quote`.
+//! Shaped for Gateway API too: a [`Rule`] can later carry header/query/method matches, weighted
+//! backends and filters next to its host/path entry.
+
+use serde::Serialize;
+
+/// Everything one render serves.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Model {
+    /// Listening frontends.
+    pub frontends: Vec<Frontend>,
+    /// TLS certificates, selected by SNI from their names.
+    pub certs: Vec<Cert>,
+    /// Host tables, exact hosts first, then wildcards, then the catch-all.
+    pub hosts: Vec<HostTable>,
+    /// Route rules by id.
+    pub rules: Vec<Rule>,
+    /// The rule used when no host/path matches (an Ingress `defaultBackend`).
+    pub default_rule: Option<RuleId>,
+    /// Backends with their server slots, sorted by name.
+    pub backends: Vec<Backend>,
+}
+
+/// A frontend and its binds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Frontend {
+    /// Our name (`http`, `https`).
+    pub name: String,
+    /// Where it listens.
+    pub binds: Vec<Bind>,
+}
+
+/// One listening address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Bind {
+    /// IP address to bind.
+    pub address: std::net::IpAddr,
+    /// Port.
+    pub port: u16,
+    /// TLS with every [`Cert`] of the model.
+    pub tls: bool,
+}
+
+/// A PEM bundle (certificate chain and key) written under `certs/`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Cert {
+    /// Relative path (`certs/<namespace>_<name>.pem`).
+    pub path: String,
+    /// The hosts that named it (HAProxy selects by the certificate's own names).
+    pub hosts: Vec<String>,
+    /// Where it came from.
+    pub source: ObjectRef,
+    /// The bytes.
+    #[serde(skip)]
+    pub pem: Vec<u8>,
+}
+
+/// How a host is matched.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum HostMatch {
+    /// Exactly this (lowercase) host.
+    Exact(String),
+    /// `*.suffix`: exactly one label before `.suffix` (held without the `*`, as `.suffix`).
+    Wildcard(String),
+    /// Any host (a rule without `host`).
+    Any,
+}
+
+/// The paths of one host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HostTable {
+    /// The host.
+    pub host: HostMatch,
+    /// Our id for it (`h<n>`), a map value only.
+    pub id: String,
+    /// Its paths, longest first.
+    pub paths: Vec<PathEntry>,
+}
+
+/// How a path is matched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum PathKind {
+    /// The whole path equals it.
+    Exact,
+    /// Segment-wise prefix: equal, or followed by `/`. Held without a trailing `/` (except `/`).
+    Prefix,
+}
+
+/// One host/path → rule entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PathEntry {
+    /// Exact or prefix.
+    pub kind: PathKind,
+    /// The path.
+    pub path: String,
+    /// The rule it selects.
+    pub rule: RuleId,
+}
+
+/// A rule id (`r<n>`), a map value only: changing which rule a path selects changes maps only.
+pub type RuleId = String;
+
+/// What a rule does: here, send to one backend.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Rule {
+    /// The id.
+    pub id: RuleId,
+    /// The backend name (one of [`Model::backends`], or [`UNAVAILABLE`]).
+    pub backend: String,
+    /// The object that made it.
+    pub source: ObjectRef,
+}
+
+/// The backend that has no servers (HAProxy answers 503): a Service that is missing.
+pub const UNAVAILABLE: &str = "haptic_unavailable";
+/// The backend answering 404 when nothing matches and there is no default backend.
+pub const NOT_FOUND: &str = "haptic_not_found";
+
+/// A backend: one Service port.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Backend {
+    /// `<namespace>_<service>_<port>` (Kubernetes names are DNS labels; still quoted in config).
+    pub name: String,
+    /// Its server slots in slot order.
+    pub servers: Vec<Server>,
+}
+
+/// One named server slot (`SRV_<n>`, from 1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Server {
+    /// `SRV_<n>`.
+    pub name: String,
+    /// The endpoint in it, or `None` for a spare slot (parked `disabled`).
+    pub endpoint: Option<std::net::SocketAddr>,
+    /// A serving but terminating endpoint: weight 0, no new traffic.
+    pub draining: bool,
+}
+
+/// A Kubernetes object by kind, namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct ObjectRef {
+    /// `Ingress`, `Secret`, …
+    pub kind: String,
+    /// Namespace (empty for cluster-scoped).
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl std::fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+/// One refused part of an object: the field and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Refusal {
+    /// The field path (`spec.rules[0].http.paths[1].path`).
+    pub field: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// The outcome for one object: accepted when `refusals` is empty; otherwise the named parts
+/// were left out while everything else keeps deploying.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Verdict {
+    /// The object.
+    pub object: ObjectRef,
+    /// What was refused.
+    pub refusals: Vec<Refusal>,
+    /// Non-fatal remarks (a missing Service answers 503).
+    pub warnings: Vec<Refusal>,
+}
+
+impl Verdict {
+    /// Nothing refused.
+    pub fn accepted(&self) -> bool {
+        self.refusals.is_empty()
+    }
+}

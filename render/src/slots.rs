@@ -1,0 +1,130 @@
+//! Slot planning: which endpoint sits in which named server slot of a backend.
+//!
+//! Owns the rule that an endpoint keeps its slot across renders (given the last ACKed slot
+//! map), that new endpoints take the lowest free slot, that a backend has at least a fixed
+//! number of slots and never shrinks (spare slots are parked `disabled`), so endpoint churn is
+//! a runtime change of a server, not a reload. It must never read a ClusterIP: endpoints come
+//! from EndpointSlices only.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::Server;
+
+/// Per backend: its slot count and which endpoint sits in which slot (0-based).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotMap {
+    /// Backend name → its slots.
+    pub backends: BTreeMap<String, BackendSlots>,
+}
+
+/// One backend's slots.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackendSlots {
+    /// How many slots the backend has.
+    pub count: usize,
+    /// Endpoint → slot index (0-based; the server is `SRV_<index+1>`).
+    pub endpoints: BTreeMap<SocketAddr, usize>,
+}
+
+/// One endpoint to place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Endpoint {
+    /// Address and target port.
+    pub addr: SocketAddr,
+    /// Serving but terminating: kept in its slot with no new traffic.
+    pub draining: bool,
+}
+
+/// Places `endpoints` into slots, keeping every endpoint of `prev` that is still present in
+/// its slot. Returns the servers in slot order and the new assignments.
+pub fn plan(endpoints: &[Endpoint], prev: Option<&BackendSlots>, min_slots: usize) -> (Vec<Server>, BackendSlots) {
+    let present: BTreeMap<SocketAddr, bool> = endpoints.iter().map(|e| (e.addr, e.draining)).collect();
+    let mut assigned: BTreeMap<SocketAddr, usize> = BTreeMap::new();
+    let mut used = BTreeSet::new();
+    if let Some(prev) = prev {
+        for (addr, slot) in &prev.endpoints {
+            if present.contains_key(addr) && used.insert(*slot) {
+                assigned.insert(*addr, *slot);
+            }
+        }
+    }
+    let mut next = 0usize;
+    for addr in present.keys() {
+        if assigned.contains_key(addr) {
+            continue;
+        }
+        while used.contains(&next) {
+            next += 1;
+        }
+        used.insert(next);
+        assigned.insert(*addr, next);
+    }
+    let highest = assigned.values().map(|s| s + 1).max().unwrap_or(0);
+    let count = min_slots.max(highest).max(prev.map_or(0, |p| p.count));
+    let mut servers: Vec<Server> =
+        (0..count).map(|i| Server { name: format!("SRV_{}", i + 1), endpoint: None, draining: false }).collect();
+    for (addr, slot) in &assigned {
+        servers[*slot].endpoint = Some(*addr);
+        servers[*slot].draining = present[addr];
+    }
+    (servers, BackendSlots { count, endpoints: assigned })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn ep(i: u8) -> Endpoint {
+        Endpoint { addr: SocketAddr::from(([10, 0, 0, i], 8080)), draining: false }
+    }
+
+    #[test]
+    fn spare_slots_are_disabled_and_minimum_holds() {
+        let (servers, slots) = plan(&[ep(1), ep(2)], None, 4);
+        assert_eq!(servers.len(), 4);
+        assert_eq!(servers.iter().filter(|s| s.endpoint.is_none()).count(), 2);
+        assert_eq!(slots.count, 4);
+    }
+
+    #[test]
+    fn a_new_endpoint_takes_the_freed_slot() {
+        let (_, s1) = plan(&[ep(1), ep(2), ep(3)], None, 2);
+        let (servers, s2) = plan(&[ep(1), ep(3), ep(9)], Some(&s1), 2);
+        assert_eq!(s2.endpoints[&ep(1).addr], s1.endpoints[&ep(1).addr]);
+        assert_eq!(s2.endpoints[&ep(3).addr], s1.endpoints[&ep(3).addr]);
+        assert_eq!(s2.endpoints[&ep(9).addr], s1.endpoints[&ep(2).addr]);
+        assert_eq!(servers.len(), 3);
+    }
+
+    proptest! {
+        /// Any sequence of endpoint sets keeps every surviving endpoint in its slot, puts no two
+        /// endpoints in one slot, and never shrinks a backend below its minimum.
+        #[test]
+        fn survivors_keep_their_slots(sets in proptest::collection::vec(proptest::collection::btree_set(0u8..40, 0..30), 1..12), min in 0usize..8) {
+            let mut prev: Option<BackendSlots> = None;
+            for set in sets {
+                let eps: Vec<Endpoint> = set.iter().map(|i| ep(*i)).collect();
+                let (servers, next) = plan(&eps, prev.as_ref(), min);
+                prop_assert!(servers.len() >= min.max(eps.len()));
+                prop_assert_eq!(next.endpoints.len(), eps.len());
+                let slots: BTreeSet<usize> = next.endpoints.values().copied().collect();
+                prop_assert_eq!(slots.len(), eps.len());
+                if let Some(p) = &prev {
+                    for (addr, slot) in &p.endpoints {
+                        if let Some(now) = next.endpoints.get(addr) {
+                            prop_assert_eq!(now, slot);
+                        }
+                    }
+                }
+                for (addr, slot) in &next.endpoints {
+                    prop_assert_eq!(servers[*slot].endpoint, Some(*addr));
+                }
+                prev = Some(next);
+            }
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! The templates: the Model as `haproxy.cfg` text through minijinja.
+//!
+//! Owns the template environment (auto-escape off, strict undefined, a fuel cap and an output
+//! cap), the built-in template (`templates/haproxy.cfg.j2`, embedded in the binary), the admin's
+//! override and snippets (global, defaults, frontend, backend), and the view the template sees:
+//! every value from an object in it is already a quoted config word (`haptic_haproxy::quote`).
+//! It must never decide routing: the template only lays out what the Model says.
+
+use std::collections::BTreeMap;
+
+use haptic_haproxy::quote::config_arg;
+use minijinja::{AutoEscape, Environment, UndefinedBehavior};
+use serde::Serialize;
+
+use crate::model::{Model, NOT_FOUND, UNAVAILABLE};
+use crate::RenderError;
+
+/// The built-in template.
+pub const BUILTIN: &str = include_str!("../templates/haproxy.cfg.j2");
+/// How much work a template may do (minijinja fuel).
+pub const FUEL: u64 = 5_000_000;
+/// The largest `haproxy.cfg` a template may produce.
+pub const MAX_OUTPUT: usize = 16 << 20;
+
+/// The template and snippets an admin may give.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Templates {
+    /// Replaces [`BUILTIN`] when set.
+    pub main: Option<String>,
+    /// Raw config text added to sections (trusted: written by the admin).
+    pub snippets: Snippets,
+}
+
+/// Admin snippets, inserted verbatim.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Snippets {
+    /// End of `global`.
+    pub global: String,
+    /// End of `defaults`.
+    pub defaults: String,
+    /// End of every frontend.
+    pub frontend: String,
+    /// End of every backend.
+    pub backend: String,
+}
+
+#[derive(Serialize)]
+struct View<'a> {
+    frontends: Vec<FrontendView>,
+    backends: Vec<BackendView>,
+    not_found: &'static str,
+    unavailable: &'static str,
+    snippets: &'a Snippets,
+}
+
+#[derive(Serialize)]
+struct FrontendView {
+    name: String,
+    binds: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct BackendView {
+    name: String,
+    servers: Vec<ServerView>,
+}
+
+#[derive(Serialize)]
+struct ServerView {
+    name: String,
+    addr: String,
+    disabled: bool,
+    draining: bool,
+}
+
+fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderError> {
+    let certs: Vec<String> =
+        model.certs.iter().map(|c| config_arg(&c.path).map(|p| format!("crt {p}"))).collect::<Result<_, _>>()?;
+    let mut frontends = Vec::new();
+    for f in &model.frontends {
+        let mut binds = Vec::new();
+        for b in &f.binds {
+            let mut s = config_arg(&std::net::SocketAddr::new(b.address, b.port).to_string())?;
+            if b.tls {
+                s.push_str(" ssl ");
+                s.push_str(&certs.join(" "));
+            }
+            binds.push(s);
+        }
+        frontends.push(FrontendView { name: f.name.clone(), binds });
+    }
+    let mut backends = Vec::new();
+    for b in &model.backends {
+        let mut servers = Vec::new();
+        for s in &b.servers {
+            let addr = match s.endpoint {
+                Some(a) => config_arg(&a.to_string())?,
+                // A parked slot: an address nothing listens on, never used while disabled.
+                None => "127.0.0.1:1".to_string(),
+            };
+            servers.push(ServerView {
+                name: s.name.clone(),
+                addr,
+                disabled: s.endpoint.is_none(),
+                draining: s.draining,
+            });
+        }
+        backends.push(BackendView { name: config_arg(&b.name)?, servers });
+    }
+    Ok(View { frontends, backends, not_found: NOT_FOUND, unavailable: UNAVAILABLE, snippets })
+}
+
+struct Capped {
+    buf: Vec<u8>,
+}
+
+impl std::io::Write for Capped {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        if self.buf.len() + b.len() > MAX_OUTPUT {
+            return Err(std::io::Error::other(format!("output over {MAX_OUTPUT} bytes")));
+        }
+        self.buf.extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Renders `haproxy.cfg`.
+pub fn render_cfg(model: &Model, t: &Templates) -> Result<String, RenderError> {
+    let mut env = Environment::new();
+    env.set_auto_escape_callback(|_| AutoEscape::None);
+    env.set_undefined_behavior(UndefinedBehavior::Strict);
+    env.set_fuel(Some(FUEL));
+    let syntax = minijinja::syntax::SyntaxConfig::builder()
+        .keep_trailing_newline(true)
+        .build()
+        .map_err(|e| RenderError::Template(format!("{e:#}")))?;
+    env.set_syntax(syntax);
+    let src = t.main.as_deref().unwrap_or(BUILTIN);
+    env.add_template("haproxy.cfg", src).map_err(|e| RenderError::Template(format!("{e:#}")))?;
+    let tmpl = env.get_template("haproxy.cfg").map_err(|e| RenderError::Template(format!("{e:#}")))?;
+    let ctx = view(model, &t.snippets)?;
+    let mut out = Capped { buf: Vec::new() };
+    tmpl.render_captured_to(minijinja::Value::from(minijinja::value::Serde(&ctx)), &mut out)
+        .map_err(|e| RenderError::Template(format!("{e:#}")))?;
+    String::from_utf8(out.buf).map_err(|e| RenderError::Template(e.to_string()))
+}
+
+/// The snippets by section name, for callers that read them from a map.
+pub fn snippets_from(map: &BTreeMap<String, String>) -> Snippets {
+    let get = |k: &str| map.get(k).cloned().unwrap_or_default();
+    Snippets { global: get("global"), defaults: get("defaults"), frontend: get("frontend"), backend: get("backend") }
+}
