@@ -41,7 +41,7 @@ mod tests {
 
     #[test]
     fn health_bind_is_one_word_with_a_port() {
-        for bad in ["", "bad bind", "8404", ":84#04", "1.2.3.4:1\n"] {
+        for bad in ["", "bad bind", "8404", ":84#04", "1.2.3.4:1\nbind :1"] {
             assert_eq!(config(bad), Err(BadHealthBind(bad.to_string())), "{bad:?}");
         }
         let cfg = config(" 127.0.0.1:8404 ").unwrap();
