@@ -143,7 +143,10 @@ async fn install_from_nothing(c: &mut RealCluster) -> Result<()> {
         health = c.health_frontend().unwrap_or_default()
     );
     put_config_map(&client, NAMESPACE, &cfg, "").await?;
+    let chart_plan = s["planId"].clone();
     c.install(&FROM_CONFIG_MAP)?;
+    // Every pod on the ConfigMap's plan (a rollout's new pods may first converge on the chart's).
+    wait_converged(&client, NAMESPACE, 2, Some(&chart_plan)).await?;
     let svc = c.service_ip().await?;
     eventually("200 from the web backend through the HAProxy Service", Duration::from_secs(90), || async {
         matches!(c.service_get(&svc, "web", "/").await, Ok((200, b)) if b.trim() == WEB_BODY).then_some(())
