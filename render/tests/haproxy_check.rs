@@ -1,34 +1,12 @@
 //! The render of a fixture set is a configuration real HAProxy accepts (`haproxy -c`), on each
 //! version in `HAPTIC_HAPROXY_BINS` (one test per version; a missing version fails).
 
-use haptic_render::ingress::{IngressInput, Settings, INGRESS_CONTROLLER};
-use k8s_openapi::api::core::v1::{Secret, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::api::networking::v1::{Ingress, IngressClass, IngressClassSpec};
+mod common;
 
-#[derive(serde::Deserialize, Default)]
-#[serde(rename_all = "camelCase", default)]
-struct Fixture {
-    ingresses: Vec<Ingress>,
-    services: Vec<Service>,
-    endpoint_slices: Vec<EndpointSlice>,
-    secrets: Vec<Secret>,
-}
+use haptic_render::ingress::Settings;
 
-fn input() -> IngressInput {
-    let f: Fixture = serde_saphyr::from_str(include_str!("fixtures/basic.yaml")).unwrap();
-    let mut class = IngressClass::default();
-    class.metadata.name = Some("haptic".into());
-    class.spec = Some(IngressClassSpec { controller: Some(INGRESS_CONTROLLER.into()), ..Default::default() });
-    IngressInput {
-        class,
-        ingresses: f.ingresses,
-        services: f.services,
-        endpoint_slices: f.endpoint_slices,
-        secrets: f.secrets,
-        previous_slots: Default::default(),
-        settings: Settings { bind_address: [127, 0, 0, 1].into(), min_slots: 4, ..Settings::default() },
-    }
+fn input() -> haptic_render::ingress::IngressInput {
+    common::basic_input(Settings { bind_address: [127, 0, 0, 1].into(), min_slots: 4, ..Settings::default() })
 }
 
 fn check(version: &str) {
@@ -39,11 +17,7 @@ fn check(version: &str) {
         .unwrap_or_else(|| panic!("no HAProxy {version} in HAPTIC_HAPROXY_BINS: {bins:?}"));
     let render = haptic_render::render(&input(), &Default::default()).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    for (path, bytes) in &render.files {
-        let p = dir.path().join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(&p, bytes).unwrap();
-    }
+    common::write_tree(&render, dir.path());
     let out =
         std::process::Command::new(&bin.path).arg("-c").arg("-f").arg(dir.path().join("haproxy.cfg")).output().unwrap();
     assert!(

@@ -6,19 +6,9 @@ use std::net::{SocketAddr, TcpListener};
 
 use haptic_e2e::net::{free_port, http_request};
 use haptic_e2e::process::{Haproxy, HaproxyOpts};
-use haptic_render::ingress::{IngressInput, Settings, INGRESS_CONTROLLER};
-use k8s_openapi::api::core::v1::{Secret, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::api::networking::v1::{Ingress, IngressClass, IngressClassSpec};
+use haptic_render::ingress::Settings;
 
-#[derive(serde::Deserialize, Default)]
-#[serde(rename_all = "camelCase", default)]
-struct Fixture {
-    ingresses: Vec<Ingress>,
-    services: Vec<Service>,
-    endpoint_slices: Vec<EndpointSlice>,
-    secrets: Vec<Secret>,
-}
+mod common;
 
 /// A backend answering every request with `name` (a thread per listener, ended with the test
 /// process).
@@ -37,9 +27,14 @@ fn backend(name: &'static str) -> u16 {
 
 async fn route(bin: &haptic_e2e::HaproxyBin) {
     let (web, api) = (backend("web"), backend("api"));
-    let f: Fixture = serde_saphyr::from_str(include_str!("fixtures/basic.yaml")).unwrap();
-    let mut slices = f.endpoint_slices;
-    for s in &mut slices {
+    let http_port = free_port();
+    let mut input = common::basic_input(Settings {
+        bind_address: [127, 0, 0, 1].into(),
+        http_port,
+        min_slots: 2,
+        ..Settings::default()
+    });
+    for s in &mut input.endpoint_slices {
         let port = if s.metadata.name.as_deref() == Some("web-1") { web } else { api };
         for p in s.ports.iter_mut().flatten() {
             p.port = Some(port.into());
@@ -48,26 +43,9 @@ async fn route(bin: &haptic_e2e::HaproxyBin) {
             e.addresses = vec!["127.0.0.1".into()];
         }
     }
-    let mut class = IngressClass::default();
-    class.metadata.name = Some("haptic".into());
-    class.spec = Some(IngressClassSpec { controller: Some(INGRESS_CONTROLLER.into()), ..Default::default() });
-    let http_port = free_port();
-    let input = IngressInput {
-        class,
-        ingresses: f.ingresses,
-        services: f.services,
-        endpoint_slices: slices,
-        secrets: f.secrets,
-        previous_slots: Default::default(),
-        settings: Settings { bind_address: [127, 0, 0, 1].into(), http_port, min_slots: 2, ..Settings::default() },
-    };
     let render = haptic_render::render(&input, &Default::default()).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    for (path, bytes) in &render.files {
-        let p = dir.path().join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(&p, bytes).unwrap();
-    }
+    common::write_tree(&render, dir.path());
     let _h = Haproxy::start(bin, HaproxyOpts::new(dir.path())).await.unwrap();
     let addr = SocketAddr::from(([127, 0, 0, 1], http_port));
     let get = |host: &'static str, path: &'static str| async move {

@@ -1,0 +1,45 @@
+//! What the render crate's integration tests share: the fixture set as a translator input, and
+//! a render written out as a config tree.
+
+use std::path::Path;
+
+use haptic_render::ingress::{IngressInput, Settings, INGRESS_CONTROLLER};
+use haptic_render::Render;
+use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass, IngressClassSpec};
+
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct Fixture {
+    ingresses: Vec<Ingress>,
+    services: Vec<Service>,
+    endpoint_slices: Vec<EndpointSlice>,
+    secrets: Vec<Secret>,
+}
+
+/// `fixtures/basic.yaml` under the class `haptic` (ours), with `settings`.
+pub fn basic_input(settings: Settings) -> IngressInput {
+    let f: Fixture = serde_saphyr::from_str(include_str!("../fixtures/basic.yaml")).unwrap();
+    let mut class = IngressClass::default();
+    class.metadata.name = Some("haptic".into());
+    class.spec = Some(IngressClassSpec { controller: Some(INGRESS_CONTROLLER.into()), ..Default::default() });
+    IngressInput {
+        class,
+        ingresses: f.ingresses,
+        services: f.services,
+        endpoint_slices: f.endpoint_slices,
+        secrets: f.secrets,
+        previous_slots: Default::default(),
+        settings,
+    }
+}
+
+/// Writes every file of `render` under `dir`.
+pub fn write_tree(render: &Render, dir: &Path) {
+    for (path, bytes) in &render.files {
+        let p = dir.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, bytes).unwrap();
+    }
+}
