@@ -12,9 +12,9 @@ use std::time::Duration;
 use haptic_agent::master::MasterCli;
 use haptic_agent::reload::{probe, reload_verified, ReloadError};
 use haptic_agent::runtime::{capabilities, run_ops};
+use haptic_e2e::net::Responder;
 use haptic_e2e::{assert_no_stray, free_port, http_get, Haproxy, HaproxyBin, HaproxyOpts};
 use haptic_protocol::{Op, OpKind, RelPath, ServerAdd, ServerDel, ServerSet, ServerState};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const CLI_TIMEOUT: Duration = Duration::from_secs(5);
 const RELOAD_TIMEOUT: Duration = Duration::from_secs(20);
@@ -83,32 +83,11 @@ fn addr(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
 
-/// A tiny HTTP responder on 127.0.0.1 answering `200 <name>` to every request.
-async fn responder(name: &'static str) -> (u16, tokio::task::JoinHandle<()>) {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = l.local_addr().unwrap().port();
-    let task = tokio::spawn(async move {
-        loop {
-            let Ok((mut s, _)) = l.accept().await else { return };
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 4096];
-                let mut got = Vec::new();
-                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => got.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let resp = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\n{name}",
-                    name.len()
-                );
-                let _ = s.write_all(resp.as_bytes()).await;
-                let _ = s.shutdown().await;
-            });
-        }
-    });
-    (port, task)
+/// A tiny HTTP responder on 127.0.0.1 answering `200 <name>` to every request: its port, and
+/// the responder (it stops when dropped).
+async fn responder(name: &'static str) -> (u16, Responder) {
+    let r = Responder::start(name).await;
+    (r.port, r)
 }
 
 /// Polls `GET /` on `port` until `want(status, body)` holds; panics with the last answer after 10 s.
@@ -326,8 +305,7 @@ async fn server_set_moves_a_slot_without_reload(bin: HaproxyBin) {
     reload_verified(&rig.cli, rig.version, RELOAD_TIMEOUT).await.unwrap();
     wait_http(http, &label, |s, b| s == 200 && b == "B").await;
     rig.stop();
-    task_a.abort();
-    task_b.abort();
+    drop((task_a, task_b));
 }
 
 /// The server names of `backend` in `show servers state`.
@@ -422,8 +400,7 @@ async fn server_add_and_del_change_a_backend_without_reload(bin: HaproxyBin) {
     assert_eq!(server_names(&rig, "be_app").await, ["s2", "s3"], "{label}");
     wait_http(http, &label, |s, b| s == 200 && b == "B").await;
     rig.stop();
-    task_a.abort();
-    task_b.abort();
+    drop((task_a, task_b));
 }
 
 async fn run_ops_err_text(rig: &Rig) -> String {

@@ -4,6 +4,7 @@
 //! reload keeps them. An apply whose `server.add` names a backend the config lacks is not run.
 
 mod common;
+use haptic_e2e::on_each_version;
 
 use std::collections::BTreeSet;
 

@@ -10,15 +10,8 @@ use std::time::Duration;
 use common::*;
 use haptic_e2e::net::Responder;
 use haptic_e2e::pod::PodOpts;
-use haptic_e2e::{free_port, haproxy_bins, http_get, HaproxyBin};
+use haptic_e2e::{free_port, http_get, on_each_version, HaproxyBin};
 use haptic_protocol::Mode;
-
-fn haproxy_bin(major: u32, minor: u32) -> HaproxyBin {
-    haproxy_bins()
-        .into_iter()
-        .find(|b| (b.version.0, b.version.1) == (major, minor))
-        .unwrap_or_else(|| panic!("no HAProxy {major}.{minor} among the test binaries (HAPTIC_HAPROXY_BINS)"))
-}
 
 /// Sends requests to `fe` (every pod binds it) until each body in `want` answered, at most 200;
 /// no other body may answer.
@@ -38,6 +31,7 @@ async fn answered_by(fe: u16, want: &[&str]) {
     panic!("only {seen:?} of {want:?} answered in 200 requests");
 }
 
+on_each_version!(servers_added_and_removed_deploy_as_runtime, worker_threads = 4);
 async fn servers_added_and_removed_deploy_as_runtime(bin: HaproxyBin) {
     let label = bin.label();
     let fleet = Fleet::start(&bin, 2, PodOpts::default()).await;
@@ -75,14 +69,4 @@ async fn servers_added_and_removed_deploy_as_runtime(bin: HaproxyBin) {
     // SRV_1 now points at C (a server.set), SRV_2 and SRV_3 are gone.
     answered_by(cfg.fe, &["C"]).await;
     ctl.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn servers_added_and_removed_deploy_as_runtime_on_2_6() {
-    servers_added_and_removed_deploy_as_runtime(haproxy_bin(2, 6)).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn servers_added_and_removed_deploy_as_runtime_on_3_0() {
-    servers_added_and_removed_deploy_as_runtime(haproxy_bin(3, 0)).await;
 }
