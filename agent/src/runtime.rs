@@ -1,4 +1,5 @@
-//! Runtime-API op batches: `server.set`, `map.replace`, `acl.replace`, `cert.set`.
+//! Runtime-API op batches: `server.set`, `server.add`, `server.del`, `map.replace`,
+//! `acl.replace`, `cert.set`.
 //!
 //! This module owns the runtime-op table: which HAProxy commands each op becomes and in which
 //! order, sent to the current worker through the master CLI, checking *every* reply against what
@@ -9,7 +10,9 @@
 //! `haptic_haproxy::cli::command`.
 //!
 //! It must never write files, never reload, and never send a payload with a blank line or over
-//! 12 KiB (maps go in chunks, PEMs have blank lines stripped). Map and ACL updates are atomic swaps
+//! 12 KiB (maps go in chunks, PEMs have blank lines stripped). Every `server.add` and
+//! `server.del` of a batch is checked before the first command goes out, so one the CLI cannot
+//! carry sends nothing. Map and ACL updates are atomic swaps
 //! (`prepare` / `add @ver` / `commit @ver`), verified afterwards with `show map` / `show acl`; a
 //! map's payloads go several to a connection, and nothing is committed unless all were taken.
 
@@ -20,10 +23,10 @@ use std::time::{Duration, Instant};
 
 use haptic_haproxy::cli::command::{
     self, PatternFile, WorkerLine, ADDR_CHANGED, CERT_COMMITTED, CERT_TRANSACTION, CHUNKS_PER_CONNECTION, MAX_PAYLOAD,
-    NEW_VERSION,
+    NEW_VERSION, SERVER_DELETED, SERVER_REGISTERED,
 };
 use haptic_haproxy::cli::{self, Expect};
-use haptic_protocol::{Capabilities, Op, OpKind, ServerSet, ServerState};
+use haptic_protocol::{Capabilities, Op, OpKind, ServerAdd, ServerDel, ServerSet, ServerState};
 
 use crate::master::MasterCli;
 
@@ -31,11 +34,16 @@ use crate::master::MasterCli;
 const MIN_RUNTIME_VERSION: (u32, u32, u32) = (2, 6, 0);
 /// Longest HAProxy reply kept in an error.
 const MAX_ERROR_TEXT: usize = 2000;
+/// How long `server.del` waits for the connections still using a server in maintenance to end
+/// before it fails (and the apply reloads from the tree, where the server is gone).
+const DEL_SERVER_WAIT: Duration = Duration::from_secs(5);
+/// Pause between `del server` attempts while connections still use the server.
+const DEL_SERVER_RETRY: Duration = Duration::from_millis(100);
 
 /// What this agent can run over the runtime API of HAProxy `version`.
 ///
-/// 2.6 and 3.0 run the same four kinds (all tested against both); older versions get no runtime
-/// batches, so every change reloads.
+/// 2.6 and 3.0 run the same six kinds (all tested against both; `server.add` carries only the
+/// parameters both take); older versions get no runtime batches, so every change reloads.
 pub fn capabilities(version: (u32, u32, u32)) -> Capabilities {
     if version < MIN_RUNTIME_VERSION {
         return Capabilities { runtime_batches: false, ops: Vec::new() };
@@ -83,6 +91,23 @@ pub async fn run_ops(cli: &MasterCli, version: (u32, u32, u32), tree: &Path, ops
     let caps = capabilities(version);
     let runner = Runner { cli, line: WorkerLine::for_version(version) };
     let mut report = RunReport::default();
+    // Membership ops the CLI cannot carry refuse the batch before anything is sent.
+    for (index, op) in ops.iter().enumerate() {
+        let bad = match op {
+            Op::ServerAdd(a) => command::add_server(a).err().map(|e| e.to_string()),
+            Op::ServerDel(d) => d.validate().err(),
+            _ => None,
+        };
+        if let Some(reply) = bad {
+            return Err(OpError {
+                op: op.describe(),
+                kind: op.kind_name().to_string(),
+                index,
+                command: String::new(),
+                reply,
+            });
+        }
+    }
     for (index, op) in ops.iter().enumerate() {
         let fail = |command: String, reply: String| OpError {
             op: op.describe(),
@@ -99,6 +124,8 @@ pub async fn run_ops(cli: &MasterCli, version: (u32, u32, u32), tree: &Path, ops
         }
         let result = match op {
             Op::ServerSet(s) => runner.server_set(s).await,
+            Op::ServerAdd(a) => runner.server_add(a).await,
+            Op::ServerDel(d) => runner.server_del(d).await,
             Op::MapReplace { path, entries } => runner.map_replace(path.as_str(), entries).await,
             Op::AclReplace { path, patterns } => runner.acl_replace(path.as_str(), patterns).await,
             Op::CertSet { path } => runner.cert_set(path.as_str(), tree).await,
@@ -190,6 +217,36 @@ impl Runner<'_> {
         Ok(())
     }
 
+    /// `add server` (it registers in maintenance), `enable health` with `check`, then `ready`
+    /// unless the config keeps it disabled.
+    async fn server_add(&self, a: &ServerAdd) -> Result<(), Failure> {
+        let cmds = command::add_server(a).map_err(|e| Failure::local(e.to_string()))?;
+        let mut expect = Expect::Starts(SERVER_REGISTERED);
+        for cmd in &cmds {
+            self.command(cmd, expect).await?;
+            expect = Expect::Empty;
+        }
+        Ok(())
+    }
+
+    /// Maintenance first (no new traffic), then `del server`, retried while connections that
+    /// still use the server end, for at most [`DEL_SERVER_WAIT`].
+    async fn server_del(&self, d: &ServerDel) -> Result<(), Failure> {
+        d.validate().map_err(Failure::local)?;
+        let target = format!("{}/{}", d.backend, d.server);
+        self.command(&command::set_server_state(&target, ServerState::Maint.as_str()), Expect::Empty).await?;
+        let del = command::del_server(&target);
+        let deadline = Instant::now() + DEL_SERVER_WAIT;
+        loop {
+            match self.command(&del, Expect::Starts(SERVER_DELETED)).await {
+                Err(f) if command::del_server_busy(&f.reply) && Instant::now() < deadline => {
+                    tokio::time::sleep(DEL_SERVER_RETRY).await;
+                }
+                other => return other.map(drop),
+            }
+        }
+    }
+
     /// `prepare map|acl <name>` → the new version number.
     async fn prepare(&self, file: PatternFile, name: &str) -> Result<u32, Failure> {
         let cmd = file.prepare(name);
@@ -279,7 +336,7 @@ mod tests {
 
     #[test]
     fn capabilities_are_the_same_on_2_6_and_3_0() {
-        // HAProxy 2.6 and 3.0 run the same four kinds (tests/haproxy_ops.rs runs each on both).
+        // HAProxy 2.6 and 3.0 run the same six kinds (tests/haproxy_ops.rs runs each on both).
         let c26 = capabilities((2, 6, 12));
         let c30 = capabilities((3, 0, 11));
         assert_eq!(c26, c30, "2.6 and 3.0 do not differ in runnable op kinds");

@@ -100,6 +100,27 @@ async fn bad_input_changes_nothing(bin: HaproxyBin) {
         v["parts"][path] = json!({"utf8": String::from_utf8(bytes.clone()).unwrap()});
     }
     cases.push(("file/directory clash", v.to_string()));
+    // Runtime ops whose names or addresses a CLI line cannot carry.
+    for (what, op) in [
+        (
+            "server.add hostname",
+            json!({"op": "server.add", "backend": "be_app", "server": "s2", "addr": "app.local", "port": 80, "state": "ready"}),
+        ),
+        (
+            "server.add bad name",
+            json!({"op": "server.add", "backend": "be app", "server": "s2", "addr": "127.0.0.1", "port": 80, "state": "ready"}),
+        ),
+        (
+            "server.add port 0",
+            json!({"op": "server.add", "backend": "be_app", "server": "s2", "addr": "127.0.0.1", "port": 0, "state": "ready"}),
+        ),
+        ("server.del bad name", json!({"op": "server.del", "backend": "be_app", "server": "s;2"})),
+    ] {
+        let mut v = good(next());
+        v["mode"] = json!("runtime");
+        v["batches"] = json!([[op]]);
+        cases.push((what, v.to_string()));
+    }
     // A holder over 253 bytes.
     let mut v = good(next());
     v["fence"]["holder"] = json!("h".repeat(254));

@@ -12,9 +12,9 @@ use std::time::Duration;
 use haptic_agent::master::MasterCli;
 use haptic_agent::reload::{probe, reload_verified, ReloadError};
 use haptic_agent::runtime::{capabilities, run_ops};
+use haptic_e2e::net::Responder;
 use haptic_e2e::{assert_no_stray, free_port, http_get, Haproxy, HaproxyBin, HaproxyOpts};
-use haptic_protocol::{Op, OpKind, RelPath, ServerSet, ServerState};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use haptic_protocol::{Op, OpKind, RelPath, ServerAdd, ServerDel, ServerSet, ServerState};
 
 const CLI_TIMEOUT: Duration = Duration::from_secs(5);
 const RELOAD_TIMEOUT: Duration = Duration::from_secs(20);
@@ -83,32 +83,11 @@ fn addr(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
 
-/// A tiny HTTP responder on 127.0.0.1 answering `200 <name>` to every request.
-async fn responder(name: &'static str) -> (u16, tokio::task::JoinHandle<()>) {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = l.local_addr().unwrap().port();
-    let task = tokio::spawn(async move {
-        loop {
-            let Ok((mut s, _)) = l.accept().await else { return };
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 4096];
-                let mut got = Vec::new();
-                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => got.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let resp = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\n{name}",
-                    name.len()
-                );
-                let _ = s.write_all(resp.as_bytes()).await;
-                let _ = s.shutdown().await;
-            });
-        }
-    });
-    (port, task)
+/// A tiny HTTP responder on 127.0.0.1 answering `200 <name>` to every request: its port, and
+/// the responder (it stops when dropped).
+async fn responder(name: &'static str) -> (u16, Responder) {
+    let r = Responder::start(name).await;
+    (r.port, r)
 }
 
 /// Polls `GET /` on `port` until `want(status, body)` holds; panics with the last answer after 10 s.
@@ -162,6 +141,8 @@ async fn verified_reload_success_refusal_and_port_conflict(bin: HaproxyBin) {
     for op in &capabilities(p.version).ops {
         let needs: &[&str] = match op.as_str() {
             "server.set" => &["set server"],
+            "server.add" => &["add server", "enable health"],
+            "server.del" => &["del server"],
             "map.replace" => &["prepare map", "add map", "commit map"],
             "acl.replace" => &["prepare acl", "add acl", "commit acl"],
             "cert.set" => &["set ssl cert", "commit ssl cert"],
@@ -324,8 +305,102 @@ async fn server_set_moves_a_slot_without_reload(bin: HaproxyBin) {
     reload_verified(&rig.cli, rig.version, RELOAD_TIMEOUT).await.unwrap();
     wait_http(http, &label, |s, b| s == 200 && b == "B").await;
     rig.stop();
-    task_a.abort();
-    task_b.abort();
+    drop((task_a, task_b));
+}
+
+/// The server names of `backend` in `show servers state`.
+async fn server_names(rig: &Rig, backend: &str) -> Vec<String> {
+    let text = rig.worker(&format!("show servers state {backend}")).await;
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_whitespace().nth(3).map(str::to_string))
+        .collect()
+}
+
+on_each_version!(server_add_and_del_change_a_backend_without_reload);
+async fn server_add_and_del_change_a_backend_without_reload(bin: HaproxyBin) {
+    let (port_a, task_a) = responder("A").await;
+    let (port_b, task_b) = responder("B").await;
+    let http = free_port();
+    let cfg = |servers: &str| {
+        format!(
+            "{}frontend fe_main\n    bind 127.0.0.1:{http}\n    default_backend be_app\n\n\
+             backend be_app\n    balance roundrobin\n{servers}",
+            head()
+        )
+    };
+    let rig = Rig::start(&bin, &cfg(&format!("    server s1 127.0.0.1:{port_a}\n")), &[]).await;
+    let label = rig.label.clone();
+    let gen0 = rig.generation().await;
+    wait_http(http, &label, |s, b| s == 200 && b == "A").await;
+    let add = |server: &str, port: u16, state, params: &[&str]| ServerAdd {
+        backend: "be_app".into(),
+        server: server.into(),
+        addr: "127.0.0.1".parse().unwrap(),
+        port,
+        weight: Some(10),
+        state,
+        params: params.iter().map(|p| p.to_string()).collect(),
+    };
+    let del = |server: &str| Op::ServerDel(ServerDel { backend: "be_app".into(), server: server.into() });
+
+    // s2 takes traffic at once; s3 (checked) is added in maintenance, as `disabled` says.
+    let ops = [
+        Op::ServerAdd(add("s2", port_b, ServerState::Ready, &[])),
+        Op::ServerAdd(add("s3", port_b, ServerState::Maint, &["check", "inter", "1s"])),
+    ];
+    let report = run_ops(&rig.cli, rig.version, rig.path(), &ops).await.unwrap();
+    assert_eq!(report.counts.get(&OpKind::ServerAdd), Some(&2), "{label}");
+    assert_eq!(server_names(&rig, "be_app").await, ["s1", "s2", "s3"], "{label}");
+    wait_http(http, &label, |s, b| s == 200 && b == "B").await;
+    wait_http(http, &label, |s, b| s == 200 && b == "A").await;
+
+    // Deleting s1 (in use a moment ago): only B answers afterwards.
+    run_ops(&rig.cli, rig.version, rig.path(), &[del("s1")]).await.unwrap();
+    assert_eq!(server_names(&rig, "be_app").await, ["s2", "s3"], "{label}");
+    for _ in 0..6 {
+        assert_eq!(http_get(addr(http), "/").await.unwrap(), (200, "B".to_string()), "{label}");
+    }
+    assert_eq!(rig.generation().await, gen0, "{label}: server.add / server.del must not reload");
+
+    // Bad input changes nothing. A parameter `add server` cannot take: refused before anything is
+    // sent, even the good op before it.
+    let before = server_names(&rig, "be_app").await;
+    let bad_param = Op::ServerAdd(add("s4", port_a, ServerState::Ready, &["cookie", "c4"]));
+    let good = Op::ServerAdd(add("s5", port_a, ServerState::Ready, &[]));
+    let err = run_ops(&rig.cli, rig.version, rig.path(), &[good.clone(), bad_param]).await.unwrap_err();
+    assert_eq!((err.index, err.command.as_str()), (1, ""), "{label}: {err}");
+    assert!(err.reply.contains("\"cookie\""), "{label}: {err}");
+    // An unknown backend: HAProxy's words, and the batch stops there.
+    let nope = Op::ServerAdd(ServerAdd { backend: "be_nope".into(), ..add("s4", port_a, ServerState::Ready, &[]) });
+    let err = run_ops(&rig.cli, rig.version, rig.path(), &[nope, good]).await.unwrap_err();
+    assert_eq!((err.op.clone(), err.index), (format!("server.add be_nope/s4 127.0.0.1:{port_a}"), 0), "{label}");
+    assert!(err.reply.contains("No such backend"), "{label}: {err}");
+    assert!(err.command.starts_with("add server be_nope/s4"), "{label}: {err}");
+    // A name already taken, and a server that does not exist.
+    let err = run_ops(&rig.cli, rig.version, rig.path(), &[Op::ServerAdd(add("s2", port_a, ServerState::Ready, &[]))])
+        .await
+        .unwrap_err();
+    assert!(err.reply.contains("Already exists"), "{label}: {err}");
+    let err = run_ops(&rig.cli, rig.version, rig.path(), &[del("s9")]).await.unwrap_err();
+    assert!(err.reply.contains("No such server"), "{label}: {err}");
+    assert_eq!(server_names(&rig, "be_app").await, before, "{label}: bad input changed the servers");
+    assert_eq!(rig.generation().await, gen0, "{label}");
+    for _ in 0..4 {
+        assert_eq!(http_get(addr(http), "/").await.unwrap(), (200, "B".to_string()), "{label}");
+    }
+
+    // A reload of a tree that says the same keeps the servers.
+    write(
+        rig.path(),
+        "haproxy.cfg",
+        &cfg(&format!("    server s2 127.0.0.1:{port_b} weight 10\n    server s3 127.0.0.1:{port_b} weight 10 disabled check inter 1s\n")),
+    );
+    reload_verified(&rig.cli, rig.version, RELOAD_TIMEOUT).await.unwrap();
+    assert_eq!(server_names(&rig, "be_app").await, ["s2", "s3"], "{label}");
+    wait_http(http, &label, |s, b| s == 200 && b == "B").await;
+    rig.stop();
+    drop((task_a, task_b));
 }
 
 async fn run_ops_err_text(rig: &Rig) -> String {

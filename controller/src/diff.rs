@@ -134,10 +134,8 @@ pub fn diff(base: &Baseline, desired: &Render) -> Diff {
     if !cfg_unchanged {
         let cd = diff_cfg(old_cfg, new_cfg);
         reload.extend(cd.reload_reasons.iter().cloned());
-        for ch in &cd.servers {
-            runtime.push(ch.reason());
-            server_ops.push(Op::ServerSet(ch.op()));
-        }
+        runtime.extend(cd.runtime_reasons());
+        server_ops.extend(cd.server_ops());
     }
 
     // Every changed file other than haproxy.cfg: added, removed or modified.
@@ -303,6 +301,42 @@ mod tests {
     }
 
     #[test]
+    fn servers_added_and_removed_are_runtime_for_agents_that_run_them() {
+        let old = render(CFG, &base_files());
+        let grown = CFG.replace(
+            "disabled\n",
+            "disabled\n  server SRV_3 127.0.0.1:9003 weight 10\n  server SRV_4 127.0.0.1:9004\n",
+        );
+        let new = render(&grown, &with("maps/hosts.map", "a.example be_app\nb.example be_app\n"));
+        let d = diff(&Baseline::of_render(&old), &new);
+        assert_eq!(d.mode, Some(Mode::Runtime), "{:?}", d.reasons);
+        assert_eq!(d.op_kinds().into_iter().collect::<Vec<_>>(), vec![OpKind::ServerAdd, OpKind::MapReplace]);
+        assert!(
+            d.reasons.iter().any(|r| r == "backend be_app: server SRV_4 added (127.0.0.1:9004)"),
+            "{:?}",
+            d.reasons
+        );
+        agent_agrees(&old, &new, &d);
+        let shrunk = render(&CFG.replace("  server SRV_2 127.0.0.1:9002 disabled\n", ""), &base_files());
+        let d = diff(&Baseline::of_render(&old), &shrunk);
+        assert_eq!(
+            (d.mode, d.op_kinds().into_iter().collect::<Vec<_>>()),
+            (Some(Mode::Runtime), vec![OpKind::ServerDel])
+        );
+        agent_agrees(&old, &shrunk, &d);
+        // An agent that does not advertise the kinds gets the complete state and a reload.
+        let old_agent = Capabilities {
+            runtime_batches: true,
+            ops: vec!["server.set".into(), "map.replace".into(), "acl.replace".into(), "cert.set".into()],
+        };
+        let p = plan(Some(&Baseline::of_render(&old)), &new, API_VERSION, &old_agent);
+        assert_eq!((p.mode, p.baseline), (Some(Mode::Reload), None));
+        assert_eq!(p.skew.as_deref(), Some("agent cannot run server.add: complete state and a reload"));
+        let p = plan(Some(&Baseline::of_render(&old)), &new, API_VERSION, &caps_all());
+        assert_eq!((p.mode, p.skew), (Some(Mode::Runtime), None));
+    }
+
+    #[test]
     fn map_acl_and_cert_contents_are_runtime() {
         let old = render(CFG, &base_files());
         for (path, body, kind) in [
@@ -386,7 +420,7 @@ mod tests {
         let cases: Vec<(&str, Render)> = vec![
             ("frontend", render(&CFG.replace("timeout client 5s", "timeout client 6s"), &base_files())),
             ("bind", render(&CFG.replace("127.0.0.1:8080", "127.0.0.1:8081"), &base_files())),
-            ("new server", render(&format!("{CFG}  server SRV_3 127.0.0.1:9003\n"), &base_files())),
+            ("new server, cookie", render(&format!("{CFG}  server SRV_3 127.0.0.1:9003 cookie c3\n"), &base_files())),
             ("errorfile", render(CFG, &with("errors/503.http", "HTTP/1.0 503\r\n\r\nx"))),
             ("removed map", render(CFG, &with("maps/hosts.map", ""))),
             ("new cert in crt dir", render(CFG, &[base_files(), vec![("certs/other.pem", "P")]].concat())),

@@ -85,13 +85,19 @@ fn diff_shows_mode_reasons_and_batches() {
     assert!(v["reasons"][0].as_str().unwrap().contains("frontend fe"), "{v}");
     let out = bin().arg("diff").arg(old.path()).arg(old.path()).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("identical"));
-    // An added server is named, not counted.
+    // An added server is a server.add; one `add server` cannot take reloads, named, not counted.
     let added =
         dir_with(&[("haproxy.cfg", &format!("{cfg}  server s2 10.0.0.2:80 weight 5\n")), ("maps/h.map", "a be\n")]);
     let out = bin().arg("diff").arg(old.path()).arg(added.path()).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("mode: runtime"), "{text}");
+    assert!(text.contains("server.add") && text.contains("backend be: server s2 added (10.0.0.2:80)"), "{text}");
+    let line = "server s2 10.0.0.2:80 weight 5 cookie c2";
+    let added = dir_with(&[("haproxy.cfg", &format!("{cfg}  {line}\n")), ("maps/h.map", "a be\n")]);
+    let out = bin().arg("diff").arg(old.path()).arg(added.path()).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.starts_with("mode: reload"), "{text}");
-    assert!(text.contains(r#"backend be: added "server s2 10.0.0.2:80 weight 5""#), "{text}");
+    assert!(text.contains(&format!("backend be: added \"{line}\"")), "{text}");
     assert!(!text.contains("lines ->"), "{text}");
 }
 

@@ -1,4 +1,4 @@
-//! Small networking helpers: free ports and a minimal HTTP/1.1 GET client.
+//! Small networking helpers: free ports, a minimal HTTP/1.1 GET client and a tiny HTTP backend.
 
 use std::io;
 use std::net::{SocketAddr, TcpListener};
@@ -73,5 +73,51 @@ mod tests {
     #[test]
     fn free_port_is_nonzero() {
         assert_ne!(free_port(), 0);
+    }
+}
+
+/// A tiny HTTP backend on 127.0.0.1 answering `200 <name>` (and `connection: close`) to every
+/// request; it stops when dropped.
+#[derive(Debug)]
+pub struct Responder {
+    /// The port it listens on.
+    pub port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Responder {
+    /// Binds 127.0.0.1:0 and starts answering.
+    pub async fn start(name: &str) -> Self {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
+        let port = l.local_addr().expect("local_addr").port();
+        let body = name.to_string();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut s, _)) = l.accept().await else { return };
+                let body = body.clone();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 1024];
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let resp = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = s.write_all(resp.as_bytes()).await;
+                });
+            }
+        });
+        Responder { port, task }
+    }
+}
+
+impl Drop for Responder {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }

@@ -1,16 +1,18 @@
 //! The runtime claim: whether a change can land through the runtime API alone.
 //!
 //! Owns the structural comparison of two `haproxy.cfg` texts (only server address, port, weight
-//! and enabled/disabled may differ) and the check that a
-//! set of ops covers exactly what changed. The controller's plan diff and the agent's
-//! verification both call it, so both sides agree on what "runtime" means. It must never do
-//! I/O and never call a change runtime-safe unless every changed token is one HAProxy can set
-//! at runtime with a well-formed value.
+//! and enabled/disabled may differ, and a plain backend may gain or lose `server` lines that
+//! HAProxy 2.6 and 3.0 can add or delete at runtime) and the check that a set of ops covers
+//! exactly what changed. The controller's plan diff and the agent's verification both call it,
+//! so both sides agree on what "runtime" means. It must never do I/O and never call a change
+//! runtime-safe unless every changed token is one HAProxy can set at runtime with a
+//! well-formed value, on both versions.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::cfg::{self, parse_server, ServerLine};
-use haptic_protocol::ops::{Op, ServerSet, ServerState};
+use crate::cli::command::check_add_server_params;
+use haptic_protocol::ops::{valid_name, Op, ServerAdd, ServerDel, ServerSet, ServerState, MAX_WEIGHT};
 use haptic_protocol::RelPath;
 
 /// The most reload reasons listed per section before they are summarised.
@@ -68,14 +70,43 @@ impl ServerChange {
 pub struct CfgDiff {
     /// Server lines whose only changes are runtime-settable.
     pub servers: Vec<ServerChange>,
+    /// Servers a backend gained, as the `server.add` ops that create them.
+    pub added: Vec<ServerAdd>,
+    /// Servers a backend lost, as the `server.del` ops that delete them.
+    pub removed: Vec<ServerDel>,
     /// Human reasons for every change that needs a reload; empty means runtime-eligible.
     pub reload_reasons: Vec<String>,
+}
+
+/// A human reason for a `server.add`, e.g. `backend be_app: server SRV_3 added (10.0.0.3:80)`.
+pub fn added_reason(op: &ServerAdd) -> String {
+    format!("backend {}: server {} added ({})", op.backend, op.server, op.socket_addr())
+}
+
+/// A human reason for a `server.del`, e.g. `backend be_app: server SRV_3 removed`.
+pub fn removed_reason(op: &ServerDel) -> String {
+    format!("backend {}: server {} removed", op.backend, op.server)
 }
 
 impl CfgDiff {
     /// Whether the configs are equal once normalized.
     pub fn is_empty(&self) -> bool {
-        self.servers.is_empty() && self.reload_reasons.is_empty()
+        self.servers.is_empty() && self.added.is_empty() && self.removed.is_empty() && self.reload_reasons.is_empty()
+    }
+
+    /// The ops that make every runtime change: `server.add` first (new capacity before old goes),
+    /// then `server.set`, then `server.del`.
+    pub fn server_ops(&self) -> Vec<Op> {
+        let adds = self.added.iter().cloned().map(Op::ServerAdd);
+        let sets = self.servers.iter().map(|c| Op::ServerSet(c.op()));
+        adds.chain(sets).chain(self.removed.iter().cloned().map(Op::ServerDel)).collect()
+    }
+
+    /// A human reason per runtime change, in [`CfgDiff::server_ops`] order.
+    pub fn runtime_reasons(&self) -> Vec<String> {
+        let adds = self.added.iter().map(added_reason);
+        let sets = self.servers.iter().map(ServerChange::reason);
+        adds.chain(sets).chain(self.removed.iter().map(removed_reason)).collect()
     }
 
     /// Whether every change can be made at runtime.
@@ -103,23 +134,27 @@ pub fn diff_parsed(old: &cfg::Config, new: &cfg::Config) -> CfgDiff {
     }
     for (o, n) in old.sections.iter().zip(&new.sections) {
         let mut reasons = Vec::new();
-        if o.lines.len() != n.lines.len() {
-            added_and_removed(o, n, &mut reasons);
-        } else {
-            for (ol, nl) in o.lines.iter().zip(&n.lines) {
-                if ol == nl {
-                    continue;
+        match align(o, n) {
+            Some(al) => {
+                for &(ol, nl) in &al.pairs {
+                    if ol == nl {
+                        continue;
+                    }
+                    match server_change(o.has_servers(), ol, nl) {
+                        Ok((os, ns)) => out.servers.push(ServerChange {
+                            backend: o.name.clone().unwrap_or_default(),
+                            server: os.name.clone(),
+                            old: os,
+                            new: ns,
+                        }),
+                        Err(why) => reasons.push(format!("{}: {why}", o.label())),
+                    }
                 }
-                match server_change(o.has_servers(), ol, nl) {
-                    Ok((os, ns)) => out.servers.push(ServerChange {
-                        backend: o.name.clone().unwrap_or_default(),
-                        server: os.name.clone(),
-                        old: os,
-                        new: ns,
-                    }),
-                    Err(why) => reasons.push(format!("{}: {why}", o.label())),
+                if !al.added.is_empty() || !al.removed.is_empty() {
+                    membership(old, new, n, &al, &mut out, &mut reasons);
                 }
             }
+            None => added_and_removed(o, n, &mut reasons),
         }
         if reasons.len() > MAX_REASONS_PER_SECTION {
             let more = reasons.len() - MAX_REASONS_PER_SECTION;
@@ -129,6 +164,170 @@ pub fn diff_parsed(old: &cfg::Config, new: &cfg::Config) -> CfgDiff {
         out.reload_reasons.extend(reasons);
     }
     out
+}
+
+/// The lines of two versions of one section, matched: `server` lines by name (those only in
+/// the new one are `added`, only in the old one `removed`), every other line by position.
+struct Aligned<'a> {
+    pairs: Vec<(&'a [String], &'a [String])>,
+    added: Vec<&'a [String]>,
+    removed: Vec<&'a [String]>,
+}
+
+fn server_name(line: &[String]) -> Option<&str> {
+    (line.len() >= 3 && line[0] == "server").then(|| line[1].as_str())
+}
+
+/// Matches the lines of `o` and `n` (see [`Aligned`]); `None` when they cannot be matched line
+/// for line: a different number of other lines, or a server name twice in one section.
+fn align<'a>(o: &'a cfg::Section, n: &'a cfg::Section) -> Option<Aligned<'a>> {
+    let names = |s: &'a cfg::Section| -> Option<BTreeSet<&'a str>> {
+        let mut set = BTreeSet::new();
+        for name in s.lines.iter().filter_map(|l| server_name(l)) {
+            if !set.insert(name) {
+                return None;
+            }
+        }
+        Some(set)
+    };
+    let (old_names, new_names) = if o.has_servers() { (names(o)?, names(n)?) } else { Default::default() };
+    let only_in =
+        |l: &[String], other: &BTreeSet<&str>| o.has_servers() && server_name(l).is_some_and(|s| !other.contains(s));
+    let (mut kept_old, mut removed) = (Vec::new(), Vec::new());
+    for l in &o.lines {
+        if only_in(l, &new_names) {
+            removed.push(l.as_slice())
+        } else {
+            kept_old.push(l.as_slice())
+        }
+    }
+    let (mut kept_new, mut added) = (Vec::new(), Vec::new());
+    for l in &n.lines {
+        if only_in(l, &old_names) {
+            added.push(l.as_slice())
+        } else {
+            kept_new.push(l.as_slice())
+        }
+    }
+    (kept_old.len() == kept_new.len()).then(|| Aligned {
+        pairs: kept_old.into_iter().zip(kept_new).collect(),
+        added,
+        removed,
+    })
+}
+
+/// Backend directives under which a server added or deleted at runtime would not be the server
+/// a reload builds from the file: dynamic servers ignore `default-server`, and persistence,
+/// stickiness, hashing and server templates tie servers to more than their own line.
+const NOT_DYNAMIC: &[&str] = &[
+    "default-server",
+    "server-template",
+    "use-server",
+    "force-persist",
+    "ignore-persist",
+    "persist",
+    "cookie",
+    "dynamic-cookie-key",
+    "hash-type",
+    "hash-balance-factor",
+    "load-server-state-from-file",
+    "server-state-file-name",
+];
+
+/// `balance` algorithms under which HAProxy 2.6 and 3.0 take `add server`.
+const DYNAMIC_BALANCE: &[&str] = &["roundrobin", "leastconn", "first", "random"];
+
+/// Why servers cannot be added to or deleted from section `n` of `new` at runtime, if not.
+fn dynamic_backend(old: &cfg::Config, new: &cfg::Config, n: &cfg::Section) -> Result<(), String> {
+    if n.kind != "backend" || n.header.split_whitespace().count() != 2 {
+        return Err("servers are added or deleted at runtime only in a plain `backend` section".into());
+    }
+    let defaults = new.sections.iter().filter(|s| s.kind == "defaults");
+    for (section, line) in std::iter::once(n).chain(defaults).flat_map(|s| s.lines.iter().map(move |l| (s, l))) {
+        let kw = line[0].as_str();
+        if NOT_DYNAMIC.contains(&kw) || kw.starts_with("stick") {
+            return Err(format!("{} has `{kw}`, which servers added at runtime do not follow", section.label()));
+        }
+        if kw == "balance" {
+            let algo = line.get(1).map(|a| a.split('(').next().unwrap_or(a)).unwrap_or("");
+            if !DYNAMIC_BALANCE.contains(&algo) {
+                return Err(format!("{} balances with {algo:?}, which takes no servers at runtime", section.label()));
+            }
+        }
+    }
+    let tracks = |c: &cfg::Config| {
+        c.sections.iter().flat_map(|s| &s.lines).any(|l| server_name(l).is_some() && l.iter().any(|t| t == "track"))
+    };
+    if tracks(old) || tracks(new) {
+        return Err("a server `track`s another, so servers are not added or deleted at runtime".into());
+    }
+    Ok(())
+}
+
+/// The `server.add` that creates the server of `line` in `backend`, when `add server` can.
+fn addable(backend: &str, line: &[String]) -> Result<ServerAdd, String> {
+    let Some(sl) = parse_server(line) else {
+        return Err("not a server line".into());
+    };
+    if !valid_name(&sl.name) {
+        return Err(format!("server name {:?} cannot be named on the runtime API", sl.name));
+    }
+    let (Some(ip), Some(port)) = (sl.ip, sl.port) else {
+        return Err(format!("address {} is not an IP address with a port", sl.addr_token));
+    };
+    let addr = std::net::SocketAddr::new(ip, port);
+    if sl.addr_token != addr.to_string() {
+        return Err(format!("address {} is not written as {addr}", sl.addr_token));
+    }
+    if let Some(w) = sl.weight.filter(|w| *w > MAX_WEIGHT) {
+        return Err(format!("weight {w} is over {MAX_WEIGHT}"));
+    }
+    check_add_server_params(&sl.rest)?;
+    let op = ServerAdd {
+        backend: backend.to_string(),
+        server: sl.name,
+        addr: ip,
+        port,
+        weight: sl.weight,
+        state: if sl.disabled { ServerState::Maint } else { ServerState::Ready },
+        params: sl.rest,
+    };
+    op.validate()?;
+    Ok(op)
+}
+
+/// The servers section `n` gained and lost, as ops, or reload reasons naming each line.
+fn membership(
+    old: &cfg::Config,
+    new: &cfg::Config,
+    n: &cfg::Section,
+    al: &Aligned<'_>,
+    out: &mut CfgDiff,
+    reasons: &mut Vec<String>,
+) {
+    let backend = n.name.clone().unwrap_or_default();
+    if let Err(why) = dynamic_backend(old, new, n) {
+        for l in &al.removed {
+            reasons.push(format!("{}: removed {:?} ({why})", n.label(), l.join(" ")));
+        }
+        for l in &al.added {
+            reasons.push(format!("{}: added {:?} ({why})", n.label(), l.join(" ")));
+        }
+        return;
+    }
+    for l in &al.removed {
+        if !valid_name(&l[1]) {
+            reasons.push(format!("{}: removed {:?} (a name the runtime API cannot carry)", n.label(), l.join(" ")));
+            continue;
+        }
+        out.removed.push(ServerDel { backend: backend.clone(), server: l[1].clone() });
+    }
+    for l in &al.added {
+        match addable(&backend, l) {
+            Ok(op) => out.added.push(op),
+            Err(why) => reasons.push(format!("{}: added {:?} ({why})", n.label(), l.join(" "))),
+        }
+    }
 }
 
 /// Names the lines a section gained and lost (as multisets, in file order), e.g.
@@ -242,10 +441,14 @@ pub fn verify_runtime_claim_parsed(
     reasons.extend(diff.reload_reasons.iter().cloned());
 
     let mut server_ops: BTreeMap<(&str, &str), Vec<&ServerSet>> = BTreeMap::new();
+    let mut add_ops: BTreeMap<(&str, &str), Vec<&ServerAdd>> = BTreeMap::new();
+    let mut del_ops: BTreeMap<(&str, &str), usize> = BTreeMap::new();
     let mut file_ops: BTreeMap<&RelPath, Vec<&Op>> = BTreeMap::new();
     for op in ops {
         match op {
             Op::ServerSet(s) => server_ops.entry((&s.backend, &s.server)).or_default().push(s),
+            Op::ServerAdd(a) => add_ops.entry((&a.backend, &a.server)).or_default().push(a),
+            Op::ServerDel(d) => *del_ops.entry((&d.backend, &d.server)).or_default() += 1,
             Op::Unknown { op, .. } => reasons.push(format!("unknown op kind {op:?}")),
             other => {
                 if let Some(p) = other.path() {
@@ -273,6 +476,8 @@ pub fn verify_runtime_claim_parsed(
         }
     }
 
+    membership_ops_match(old_parsed, new_parsed, &diff, &add_ops, &del_ops, &mut reasons);
+
     let changed_paths: BTreeSet<&RelPath> = changed.iter().map(|c| c.path).collect();
     for c in changed {
         match (file_ops.get(c.path), c.new) {
@@ -298,6 +503,68 @@ pub fn verify_runtime_claim_parsed(
         Ok(())
     } else {
         Err(ClaimError { reasons })
+    }
+}
+
+/// Checks the `server.add` and `server.del` ops against the servers the configs gain and lose:
+/// exactly one op each, equal to what the new config's line says, and none for anything else.
+fn membership_ops_match(
+    old: &cfg::Config,
+    new: &cfg::Config,
+    diff: &CfgDiff,
+    adds: &BTreeMap<(&str, &str), Vec<&ServerAdd>>,
+    dels: &BTreeMap<(&str, &str), usize>,
+    reasons: &mut Vec<String>,
+) {
+    let has_backend =
+        |c: &cfg::Config, b: &str| c.sections.iter().any(|s| s.has_servers() && s.name.as_deref() == Some(b));
+    let has_server = |c: &cfg::Config, b: &str, s: &str| {
+        c.sections
+            .iter()
+            .filter(|sec| sec.has_servers() && sec.name.as_deref() == Some(b))
+            .any(|sec| sec.lines.iter().any(|l| server_name(l) == Some(s)))
+    };
+    let mut expected_adds = BTreeSet::new();
+    for want in &diff.added {
+        let key = (want.backend.as_str(), want.server.as_str());
+        expected_adds.insert(key);
+        match adds.get(&key).map(Vec::as_slice) {
+            None | Some([]) => reasons.push(format!("{} has no server.add op", added_reason(want))),
+            Some([got]) if *got == want => {}
+            Some([_]) => reasons.push(format!(
+                "server.add {}/{}: differs from the new config's line (address, weight, state or parameters)",
+                want.backend, want.server
+            )),
+            Some(_) => reasons.push(format!("server.add {}/{}: sent more than once", want.backend, want.server)),
+        }
+    }
+    for (backend, server) in adds.keys().filter(|k| !expected_adds.contains(*k)) {
+        reasons.push(if !has_backend(new, backend) {
+            format!("server.add {backend}/{server}: no backend {backend} in the new config")
+        } else if has_server(old, backend, server) {
+            format!("server.add {backend}/{server}: the server is in the running config already")
+        } else {
+            format!("server.add {backend}/{server}: the new config does not add this server")
+        });
+    }
+    let mut expected_dels = BTreeSet::new();
+    for want in &diff.removed {
+        let key = (want.backend.as_str(), want.server.as_str());
+        expected_dels.insert(key);
+        match dels.get(&key) {
+            None => reasons.push(format!("{} has no server.del op", removed_reason(want))),
+            Some(1) => {}
+            Some(_) => reasons.push(format!("server.del {}/{}: sent more than once", want.backend, want.server)),
+        }
+    }
+    for (backend, server) in dels.keys().filter(|k| !expected_dels.contains(*k)) {
+        reasons.push(if !has_backend(old, backend) {
+            format!("server.del {backend}/{server}: no backend {backend} in the running config")
+        } else if has_server(new, backend, server) {
+            format!("server.del {backend}/{server}: the new config keeps this server")
+        } else {
+            format!("server.del {backend}/{server}: no such server in the running config")
+        });
     }
 }
 
@@ -352,7 +619,9 @@ fn file_op_matches(op: &Op, bytes: &[u8]) -> Result<(), String> {
             }
         }
         Op::CertSet { .. } => {}
-        Op::ServerSet(_) | Op::Unknown { .. } => return Err("not a file op".into()),
+        Op::ServerSet(_) | Op::ServerAdd(_) | Op::ServerDel(_) | Op::Unknown { .. } => {
+            return Err("not a file op".into())
+        }
     }
     Ok(())
 }
@@ -387,9 +656,12 @@ mod tests {
 
     #[test]
     fn added_and_removed_lines_are_named() {
-        let added = BASE.replace("disabled\n", "disabled\n  server SRV_3 10.0.0.3:8080\n");
+        let added = BASE.replace("disabled\n", "disabled\n  server SRV_3 10.0.0.3:8080\n  balance source\n");
         let d = diff_cfg(BASE, &added);
-        assert_eq!(d.reload_reasons, vec![r#"backend be_app: added "server SRV_3 10.0.0.3:8080""#]);
+        assert_eq!(
+            d.reload_reasons,
+            vec![r#"backend be_app: added "server SRV_3 10.0.0.3:8080""#, r#"backend be_app: added "balance source""#]
+        );
         let removed = BASE.replace("  default_backend be_app\n", "");
         assert_eq!(diff_cfg(BASE, &removed).reload_reasons, vec![r#"frontend fe: removed "default_backend be_app""#]);
         // A duplicate line added is named once; a changed line among added ones is both.
@@ -405,11 +677,10 @@ mod tests {
         for new in [
             BASE.replace("bind 127.0.0.1:80", "bind 127.0.0.1:81"),
             BASE.replace(" check", ""),
-            BASE.replace("SRV_2 10.0.0.2:8080", "SRV_3 10.0.0.2:8080"),
             BASE.replace("10.0.0.1:8080", "app.local:8080"),
             BASE.replace("backend be_app", "backend be_other"),
             BASE.replace("weight 10", "weight 300"),
-            format!("{BASE}  server SRV_3 10.0.0.3:80\n"),
+            BASE.replace("  server SRV_1", "  server SRV_0 10.0.0.9:80\n  balance static-rr\n  server SRV_1"),
         ] {
             let d = diff_cfg(BASE, &new);
             assert!(!d.runtime_eligible(), "{new}");
@@ -430,6 +701,131 @@ mod tests {
         assert!(verify_runtime_claim(BASE, BASE, &[], &[good]).is_err());
     }
 
+    fn added(server: &str, addr: &str, weight: Option<u32>, state: ServerState, params: &[&str]) -> ServerAdd {
+        let sa: std::net::SocketAddr = addr.parse().unwrap();
+        ServerAdd {
+            backend: "be_app".into(),
+            server: server.into(),
+            addr: sa.ip(),
+            port: sa.port(),
+            weight,
+            state,
+            params: params.iter().map(|p| p.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn servers_added_and_removed_are_runtime() {
+        let new = BASE.replace("disabled\n", "disabled\n  server SRV_3 10.0.0.3:8080 weight 5 check inter 2s\n");
+        let d = diff_cfg(BASE, &new);
+        assert!(d.runtime_eligible(), "{:?}", d.reload_reasons);
+        let want = added("SRV_3", "10.0.0.3:8080", Some(5), ServerState::Ready, &["check", "inter", "2s"]);
+        assert_eq!(d.added, vec![want.clone()]);
+        assert_eq!(d.runtime_reasons(), vec!["backend be_app: server SRV_3 added (10.0.0.3:8080)"]);
+        assert_eq!(verify_runtime_claim(BASE, &new, &[], &d.server_ops()), Ok(()));
+        let e = verify_runtime_claim(BASE, &new, &[], &[]).unwrap_err();
+        assert_eq!(e.reasons, vec!["backend be_app: server SRV_3 added (10.0.0.3:8080) has no server.add op"]);
+        let other = Op::ServerAdd(ServerAdd { weight: Some(6), ..want.clone() });
+        assert!(verify_runtime_claim(BASE, &new, &[], &[other]).unwrap_err().reasons[0].contains("differs"));
+        let twice = [Op::ServerAdd(want.clone()), Op::ServerAdd(want)];
+        assert!(verify_runtime_claim(BASE, &new, &[], &twice).unwrap_err().reasons[0].contains("more than once"));
+
+        // A server renamed is one deleted and one added; a disabled one is added in maintenance.
+        let renamed = BASE.replace("SRV_2 10.0.0.2:8080 disabled", "SRV_9 [::1]:8080 disabled");
+        let d = diff_cfg(BASE, &renamed);
+        assert!(d.runtime_eligible(), "{:?}", d.reload_reasons);
+        assert_eq!(d.added, vec![added("SRV_9", "[::1]:8080", None, ServerState::Maint, &[])]);
+        assert_eq!(d.removed, vec![ServerDel { backend: "be_app".into(), server: "SRV_2".into() }]);
+        let ops = d.server_ops();
+        assert!(matches!((&ops[0], &ops[1]), (Op::ServerAdd(_), Op::ServerDel(_))), "{ops:?}");
+        assert_eq!(verify_runtime_claim(BASE, &renamed, &[], &ops), Ok(()));
+        assert!(verify_runtime_claim(BASE, &renamed, &[], &ops[..1]).unwrap_err().reasons[0].contains("no server.del"));
+
+        // Removing every server, with a kept server's weight changed alongside.
+        let gone = BASE.replace("  server SRV_2 10.0.0.2:8080 disabled\n", "").replace("weight 10", "weight 20");
+        let d = diff_cfg(BASE, &gone);
+        assert!(d.runtime_eligible(), "{:?}", d.reload_reasons);
+        assert_eq!((d.servers.len(), d.added.len(), d.removed.len()), (1, 0, 1));
+        assert_eq!(verify_runtime_claim(BASE, &gone, &[], &d.server_ops()), Ok(()));
+    }
+
+    #[test]
+    fn servers_added_where_runtime_cannot_follow_the_file_reload() {
+        let add = |line: &str| BASE.replace("disabled\n", &format!("disabled\n  {line}\n"));
+        for (what, new, why) in [
+            ("cookie", add("server SRV_3 10.0.0.3:80 cookie c3"), "parameter \"cookie\""),
+            ("enabled is refused by 3.0", add("server SRV_3 10.0.0.3:80 weight 1 ssl"), "parameter \"ssl\""),
+            ("a hostname", add("server SRV_3 app.local:80"), "not an IP address with a port"),
+            ("no port", add("server SRV_3 10.0.0.3"), "not an IP address with a port"),
+            ("prefixed", add("server SRV_3 ipv4@10.0.0.3:80"), "is not written as 10.0.0.3:80"),
+            ("weight", add("server SRV_3 10.0.0.3:80 weight 999"), "weight"),
+            ("quoted", add("server SRV_3 10.0.0.3:80 inter \"2s\""), "not a plain word"),
+            ("static-rr", add("server SRV_3 10.0.0.3:80\n  balance static-rr"), "added \"balance static-rr\""),
+            ("track", add("server SRV_3 10.0.0.3:80 track be_app/SRV_1"), "`track`s another"),
+            (
+                "default-server in defaults",
+                add("server SRV_3 10.0.0.3:80").replace("mode http", "mode http\n  default-server check"),
+                "defaults has `default-server`",
+            ),
+            (
+                "hash balance in defaults",
+                add("server SRV_3 10.0.0.3:80").replace("mode http", "mode http\n  balance source"),
+                "balances with \"source\"",
+            ),
+        ] {
+            let d = diff_cfg(BASE, &new);
+            assert!(!d.runtime_eligible(), "{what}");
+            assert!(d.added.is_empty(), "{what}");
+            assert!(d.reload_reasons.iter().any(|r| r.contains(why)), "{what}: {:?}", d.reload_reasons);
+        }
+        for header in ["listen be_app", "backend be_app from d"] {
+            let base = BASE.replace("backend be_app", header).replace("defaults", "defaults d");
+            let d = diff_cfg(&base, &base.replace("disabled\n", "disabled\n  server SRV_3 10.0.0.3:80\n"));
+            assert!(d.reload_reasons.iter().any(|r| r.contains("plain `backend`")), "{header}: {:?}", d.reload_reasons);
+        }
+        let tracked = format!("{BASE}backend be_b\n  server t 10.0.0.4:80 track be_app/SRV_1\n");
+        let d = diff_cfg(&tracked, &tracked.replace("  server SRV_2 10.0.0.2:8080 disabled\n", ""));
+        assert!(d.reload_reasons[0].contains("`track`s another"), "{:?}", d.reload_reasons);
+        // Deleting follows the same backend rules.
+        let sticky = BASE.replace("mode http", "mode http\n  stick-table type ip size 1k");
+        let gone = sticky.replace("  server SRV_2 10.0.0.2:8080 disabled\n", "");
+        assert!(diff_cfg(&sticky, &gone).reload_reasons[0].contains("`stick-table`"));
+        // Kept servers reordered: a reload (their ids and round-robin order come from the file).
+        let swapped = BASE
+            .replace("  server SRV_1 10.0.0.1:8080 weight 10 check\n", "")
+            .replace("disabled\n", "disabled\n  server SRV_1 10.0.0.1:8080 weight 10 check\n");
+        assert!(!diff_cfg(BASE, &swapped).runtime_eligible());
+    }
+
+    #[test]
+    fn membership_ops_the_configs_do_not_say_are_refused_by_name() {
+        let op = added("SRV_3", "10.0.0.3:80", None, ServerState::Ready, &[]);
+        let cases = [
+            (
+                Op::ServerAdd(ServerAdd { backend: "be_nope".into(), ..op.clone() }),
+                "no backend be_nope in the new config",
+            ),
+            (Op::ServerAdd(op), "the new config does not add this server"),
+            (
+                Op::ServerAdd(added("SRV_1", "10.0.0.1:8080", None, ServerState::Ready, &[])),
+                "in the running config already",
+            ),
+            (
+                Op::ServerDel(ServerDel { backend: "be_app".into(), server: "SRV_1".into() }),
+                "the new config keeps this server",
+            ),
+            (
+                Op::ServerDel(ServerDel { backend: "be_nope".into(), server: "x".into() }),
+                "no backend be_nope in the running",
+            ),
+            (Op::ServerDel(ServerDel { backend: "be_app".into(), server: "SRV_7".into() }), "no such server"),
+        ];
+        for (op, want) in cases {
+            let e = verify_runtime_claim(BASE, BASE, &[], std::slice::from_ref(&op)).unwrap_err();
+            assert!(e.reasons.iter().any(|r| r.contains(want)), "{op:?}: {e}");
+        }
+    }
+
     #[test]
     fn server_ops_must_agree_with_the_config() {
         let lying = Op::ServerSet(ServerSet {
@@ -441,5 +837,110 @@ mod tests {
             state: None,
         });
         assert!(verify_runtime_claim(BASE, BASE, &[], &[lying]).is_err());
+    }
+}
+
+#[cfg(test)]
+mod proptests {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// What a server looks like to HAProxy: address, weight, state, parameters.
+    type Srv = (std::net::SocketAddr, u32, bool, Vec<String>);
+
+    /// A server's parameters follow from its name (a parameter change is a reload, not tested here).
+    fn params(n: u8) -> Vec<String> {
+        let p: &[&str] = match n % 4 {
+            0 => &[],
+            1 => &["check"],
+            2 => &["check", "inter", "500ms"],
+            _ => &["maxconn", "10"],
+        };
+        p.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn server() -> impl Strategy<Value = (std::net::SocketAddr, u32, bool)> {
+        (1u8..=254, 1u16..=65535, 0u32..=256, any::<bool>())
+            .prop_map(|(a, port, w, dis)| (std::net::SocketAddr::from(([10, 0, 0, a], port)), w, dis))
+    }
+
+    /// Server name index → server, for two backends.
+    fn fleet() -> impl Strategy<Value = [BTreeMap<u8, Srv>; 2]> {
+        let one = || {
+            proptest::collection::btree_map(0u8..12, server(), 0..8)
+                .prop_map(|m| m.into_iter().map(|(n, (a, w, d))| (n, (a, w, d, params(n)))).collect())
+        };
+        (one(), one()).prop_map(|(a, b)| [a, b])
+    }
+
+    fn text(backends: &[BTreeMap<u8, Srv>; 2]) -> String {
+        let mut s = "global\n  default-path config\ndefaults\n  mode http\nfrontend fe\n  bind 127.0.0.1:80\n  default_backend be_0\n".to_string();
+        for (i, servers) in backends.iter().enumerate() {
+            s.push_str(&format!("backend be_{i}\n  balance roundrobin\n"));
+            for (n, (addr, w, dis, params)) in servers {
+                let d = if *dis { " disabled" } else { "" };
+                let p: String = params.iter().map(|p| format!(" {p}")).collect();
+                s.push_str(&format!("  server s{n} {addr} weight {w}{d}{p}\n"));
+            }
+        }
+        s
+    }
+
+    /// Runs ops on a model of the running servers, as HAProxy would.
+    fn apply(mut running: [BTreeMap<u8, Srv>; 2], ops: &[Op]) -> Result<[BTreeMap<u8, Srv>; 2], String> {
+        let key = |b: &str, s: &str| -> (usize, u8) {
+            (b.trim_start_matches("be_").parse().unwrap(), s.trim_start_matches('s').parse().unwrap())
+        };
+        for op in ops {
+            match op {
+                Op::ServerAdd(a) => {
+                    let (b, n) = key(&a.backend, &a.server);
+                    let srv = (a.socket_addr(), a.weight.unwrap_or(1), a.state == ServerState::Maint, a.params.clone());
+                    if running[b].insert(n, srv).is_some() {
+                        return Err(format!("{} exists", op.describe()));
+                    }
+                }
+                Op::ServerDel(d) => {
+                    let (b, n) = key(&d.backend, &d.server);
+                    running[b].remove(&n).ok_or(format!("{} missing", op.describe()))?;
+                }
+                Op::ServerSet(s) => {
+                    let (b, n) = key(&s.backend, &s.server);
+                    let srv = running[b].get_mut(&n).ok_or(format!("{} missing", op.describe()))?;
+                    if let Some(a) = &s.addr {
+                        srv.0 = std::net::SocketAddr::new(a.parse().unwrap(), s.port.unwrap_or(srv.0.port()));
+                    }
+                    if let Some(w) = s.weight {
+                        srv.1 = w;
+                    }
+                    if let Some(st) = s.state {
+                        srv.2 = st == ServerState::Maint;
+                    }
+                }
+                other => return Err(format!("unexpected {}", other.describe())),
+            }
+        }
+        Ok(running)
+    }
+
+    proptest! {
+        #[test]
+        fn the_ops_turn_the_old_servers_into_the_new_ones(old in fleet(), new in fleet()) {
+            let (a, b) = (text(&old), text(&new));
+            let d = diff_cfg(&a, &b);
+            prop_assert!(d.runtime_eligible(), "{:?}", d.reload_reasons);
+            let ops = d.server_ops();
+            prop_assert_eq!(verify_runtime_claim(&a, &b, &[], &ops), Ok(()));
+            prop_assert_eq!(apply(old, &ops), Ok(new));
+            // Dropping any one op breaks the claim.
+            for i in 0..ops.len() {
+                let mut fewer = ops.clone();
+                fewer.remove(i);
+                prop_assert!(verify_runtime_claim(&a, &b, &[], &fewer).is_err());
+            }
+        }
     }
 }

@@ -1,10 +1,13 @@
 //! Runtime-API op kinds carried in `/v1/apply` batches.
 //!
-//! Owns the op vocabulary (`server.set`, `map.replace`, `acl.replace`, `cert.set`) and its JSON
-//! form. Later kinds extend it without breaking old peers: an unknown kind decodes to
-//! [`Op::Unknown`], which an agent refuses cleanly. It must never run an op.
+//! Owns the op vocabulary (`server.set`, `server.add`, `server.del`, `map.replace`,
+//! `acl.replace`, `cert.set`), its JSON form and the checks every decoded op passes (names a CLI
+//! line can carry, IP literals, ports). Later kinds extend it without breaking old peers: an
+//! unknown kind decodes to [`Op::Unknown`], which an agent refuses cleanly. It must never run an
+//! op.
 
 use std::fmt;
+use std::net::{IpAddr, SocketAddr};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -15,6 +18,10 @@ use crate::path::RelPath;
 pub enum OpKind {
     /// `server.set`: a server's address, port, weight or state.
     ServerSet,
+    /// `server.add`: a new server in an existing backend.
+    ServerAdd,
+    /// `server.del`: a server taken out of its backend.
+    ServerDel,
     /// `map.replace`: atomically replace a map file's entries.
     MapReplace,
     /// `acl.replace`: atomically replace an ACL file's patterns.
@@ -25,12 +32,21 @@ pub enum OpKind {
 
 impl OpKind {
     /// Every kind this protocol version knows.
-    pub const ALL: [OpKind; 4] = [OpKind::ServerSet, OpKind::MapReplace, OpKind::AclReplace, OpKind::CertSet];
+    pub const ALL: [OpKind; 6] = [
+        OpKind::ServerSet,
+        OpKind::ServerAdd,
+        OpKind::ServerDel,
+        OpKind::MapReplace,
+        OpKind::AclReplace,
+        OpKind::CertSet,
+    ];
 
     /// The wire name, e.g. `server.set`.
     pub fn as_str(self) -> &'static str {
         match self {
             OpKind::ServerSet => "server.set",
+            OpKind::ServerAdd => "server.add",
+            OpKind::ServerDel => "server.del",
             OpKind::MapReplace => "map.replace",
             OpKind::AclReplace => "acl.replace",
             OpKind::CertSet => "cert.set",
@@ -94,11 +110,114 @@ pub struct ServerSet {
     pub state: Option<ServerState>,
 }
 
+/// Whether `name` can name a backend or a server on a CLI line: non-empty, at most
+/// [`MAX_NAME_LEN`] bytes of ASCII letters, digits, `_`, `-`, `.` and `:`.
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'))
+}
+
+/// The longest backend or server name an op may carry.
+pub const MAX_NAME_LEN: usize = 128;
+
+/// The largest weight HAProxy takes.
+pub const MAX_WEIGHT: u32 = 256;
+
+fn check_names(backend: &str, server: &str) -> Result<(), String> {
+    for (what, name) in [("backend", backend), ("server", server)] {
+        if !valid_name(name) {
+            return Err(format!(
+                "{what} name {name:?} is not 1-{MAX_NAME_LEN} ASCII letters, digits, '_', '-', '.' or ':'"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `server.add`: a new server in an existing backend, as its `server` line in the new config
+/// says. The server is registered with its address, weight and parameters, its health checks are
+/// turned on when it has `check`, and it takes traffic unless `state` is `maint` (the config's
+/// `disabled`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerAdd {
+    /// The backend's name.
+    pub backend: String,
+    /// The new server's name.
+    pub server: String,
+    /// Its IP address.
+    pub addr: IpAddr,
+    /// Its port (not 0).
+    pub port: u16,
+    /// Its weight (0–256), when the config writes one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
+    /// `ready` (takes traffic) or `maint` (the config says `disabled`); never `drain`.
+    pub state: ServerState,
+    /// The `server` line's other parameters, as config tokens in order (e.g. `["check", "inter",
+    /// "2s"]`). Which ones an agent sends to HAProxy is HAProxy knowledge (`haptic-haproxy`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub params: Vec<String>,
+}
+
+impl ServerAdd {
+    /// The address and port.
+    pub fn socket_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.addr, self.port)
+    }
+
+    /// Checks what the wire form cannot: names, port, weight, state and parameter tokens.
+    pub fn validate(&self) -> Result<(), String> {
+        check_names(&self.backend, &self.server)?;
+        if self.port == 0 {
+            return Err("port 0 is not a server port".into());
+        }
+        if let Some(w) = self.weight.filter(|w| *w > MAX_WEIGHT) {
+            return Err(format!("weight {w} is over {MAX_WEIGHT}"));
+        }
+        if self.state == ServerState::Drain {
+            return Err("state drain cannot be written in a config; a new server is ready or maint".into());
+        }
+        for (i, p) in self.params.iter().enumerate() {
+            let ok = !p.is_empty()
+                && p.len() <= MAX_NAME_LEN
+                && p.chars().all(|c| c.is_ascii_graphic() && !matches!(c, ';' | '#' | '\\' | '"' | '\''));
+            if !ok {
+                return Err(format!("parameter {i} ({p:?}) is not a plain config token"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `server.del`: takes a server out of its backend (into maintenance, then deleted once no
+/// connection uses it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerDel {
+    /// The backend's name.
+    pub backend: String,
+    /// The server's name.
+    pub server: String,
+}
+
+impl ServerDel {
+    /// Checks the names.
+    pub fn validate(&self) -> Result<(), String> {
+        check_names(&self.backend, &self.server)
+    }
+}
+
 /// One runtime-API operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
     /// Change one server.
     ServerSet(ServerSet),
+    /// Add one server to a backend.
+    ServerAdd(ServerAdd),
+    /// Delete one server from its backend.
+    ServerDel(ServerDel),
     /// Replace a map's entries with exactly `entries` (key, value).
     MapReplace {
         /// The map file's path in the tree.
@@ -132,6 +251,8 @@ impl Op {
     pub fn kind(&self) -> Option<OpKind> {
         match self {
             Op::ServerSet(_) => Some(OpKind::ServerSet),
+            Op::ServerAdd(_) => Some(OpKind::ServerAdd),
+            Op::ServerDel(_) => Some(OpKind::ServerDel),
             Op::MapReplace { .. } => Some(OpKind::MapReplace),
             Op::AclReplace { .. } => Some(OpKind::AclReplace),
             Op::CertSet { .. } => Some(OpKind::CertSet),
@@ -159,6 +280,8 @@ impl Op {
     pub fn describe(&self) -> String {
         match self {
             Op::ServerSet(s) => format!("server.set {}/{}", s.backend, s.server),
+            Op::ServerAdd(s) => format!("server.add {}/{} {}", s.backend, s.server, s.socket_addr()),
+            Op::ServerDel(s) => format!("server.del {}/{}", s.backend, s.server),
             Op::MapReplace { path, entries } => format!("map.replace {path} ({} entries)", entries.len()),
             Op::AclReplace { path, patterns } => format!("acl.replace {path} ({} patterns)", patterns.len()),
             Op::CertSet { path } => format!("cert.set {path}"),
@@ -203,6 +326,8 @@ impl Serialize for Op {
         use serde::ser::Error;
         let v = match self {
             Op::ServerSet(x) => with_tag("server.set", x),
+            Op::ServerAdd(x) => with_tag("server.add", x),
+            Op::ServerDel(x) => with_tag("server.del", x),
             Op::MapReplace { path, entries } => {
                 with_tag("map.replace", &MapReplaceWire { path: path.clone(), entries: entries.clone() })
             }
@@ -231,6 +356,16 @@ impl<'de> Deserialize<'de> for Op {
         let err = |e: serde_json::Error| D::Error::custom(format!("op {kind}: {e}"));
         Ok(match kind.as_str() {
             "server.set" => Op::ServerSet(serde_json::from_value(body).map_err(err)?),
+            "server.add" => {
+                let a: ServerAdd = serde_json::from_value(body).map_err(err)?;
+                a.validate().map_err(|e| D::Error::custom(format!("op {kind}: {e}")))?;
+                Op::ServerAdd(a)
+            }
+            "server.del" => {
+                let d: ServerDel = serde_json::from_value(body).map_err(err)?;
+                d.validate().map_err(|e| D::Error::custom(format!("op {kind}: {e}")))?;
+                Op::ServerDel(d)
+            }
             "map.replace" => {
                 let w: MapReplaceWire = serde_json::from_value(body).map_err(err)?;
                 Op::MapReplace { path: w.path, entries: w.entries }
@@ -267,5 +402,43 @@ mod tests {
         assert!(serde_json::from_str::<Op>(r#"{"op":"server.set","backend":"b"}"#).is_err());
         assert!(serde_json::from_str::<Op>(r#"{"op":"map.replace","path":"../x","entries":[]}"#).is_err());
         assert!(serde_json::from_str::<Op>(r#"{"op":"server.set","backend":"b","server":"s","bogus":1}"#).is_err());
+    }
+
+    #[test]
+    fn server_add_and_del_round_trip() {
+        let j = r#"{"op":"server.add","backend":"be_app","server":"SRV_3","addr":"10.0.0.3","port":8080,"weight":10,"state":"ready","params":["check","inter","2s"]}"#;
+        let op: Op = serde_json::from_str(j).unwrap();
+        assert_eq!(op.kind(), Some(OpKind::ServerAdd));
+        assert_eq!(op.describe(), "server.add be_app/SRV_3 10.0.0.3:8080");
+        assert_eq!(serde_json::to_value(&op).unwrap(), serde_json::from_str::<serde_json::Value>(j).unwrap());
+        let v6 = r#"{"op":"server.add","backend":"b","server":"s","addr":"::1","port":80,"state":"maint"}"#;
+        let Op::ServerAdd(a) = serde_json::from_str::<Op>(v6).unwrap() else { panic!() };
+        assert_eq!((a.socket_addr().to_string(), a.weight, a.params.len()), ("[::1]:80".into(), None, 0));
+        let d: Op = serde_json::from_str(r#"{"op":"server.del","backend":"be_app","server":"SRV_1"}"#).unwrap();
+        assert_eq!((d.kind_name(), d.describe()), ("server.del", "server.del be_app/SRV_1".into()));
+    }
+
+    #[test]
+    fn bad_server_add_and_del_say_what_is_wrong() {
+        let add = |extra: &str| {
+            format!(r#"{{"op":"server.add","backend":"b","server":"s","port":80,"state":"ready",{extra}}}"#)
+        };
+        for (body, want) in [
+            (add(r#""addr":"app.local""#), "invalid IP address"),
+            (add(r#""addr":"10.0.0.1:80""#), "invalid IP address"),
+            (add(r#""addr":"10.0.0.1","weight":300"#), "weight 300 is over 256"),
+            (add(r#""addr":"10.0.0.1","params":["a b"]"#), "not a plain config token"),
+            (add(r#""addr":"10.0.0.1","params":["x;y"]"#), "not a plain config token"),
+            (add(r#""addr":"10.0.0.1","bogus":1"#), "unknown field"),
+            (add(r#""addr":"10.0.0.1""#).replace(r#""state":"ready""#, r#""state":"drain""#), "state drain"),
+            (add(r#""addr":"10.0.0.1""#).replace(r#""port":80"#, r#""port":0"#), "port 0"),
+            (add(r#""addr":"10.0.0.1""#).replace(r#""server":"s""#, r#""server":"a/b""#), "server name \"a/b\""),
+            (r#"{"op":"server.del","backend":"be x","server":"s"}"#.into(), "backend name \"be x\""),
+            (r#"{"op":"server.del","backend":"b"}"#.into(), "missing field `server`"),
+        ] {
+            let e = serde_json::from_str::<Op>(&body).unwrap_err().to_string();
+            assert!(e.contains(want), "{body}: {e}");
+        }
+        assert!(valid_name("a.b-c:d_9") && !valid_name("") && !valid_name(&"a".repeat(MAX_NAME_LEN + 1)));
     }
 }

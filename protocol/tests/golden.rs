@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 
 use haptic_protocol::api::*;
-use haptic_protocol::{plan_id, Digest, Fence, FileEntry, Op, PlanId, RelPath, ServerSet, ServerState};
+use haptic_protocol::{
+    plan_id, Digest, Fence, FileEntry, Op, PlanId, RelPath, ServerAdd, ServerDel, ServerSet, ServerState,
+};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -99,6 +101,16 @@ fn apply() {
                 weight: Some(100),
                 state: Some(ServerState::Ready),
             }),
+            Op::ServerAdd(ServerAdd {
+                backend: "be_app".into(),
+                server: "SRV_3".into(),
+                addr: "10.0.0.8".parse().unwrap(),
+                port: 8080,
+                weight: Some(10),
+                state: ServerState::Ready,
+                params: vec!["check".into(), "inter".into(), "2s".into()],
+            }),
+            Op::ServerDel(ServerDel { backend: "be_app".into(), server: "SRV_1".into() }),
             Op::MapReplace {
                 path: RelPath::new("maps/hosts.map").unwrap(),
                 entries: vec![("a.example".into(), "be_a".into())],

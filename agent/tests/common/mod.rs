@@ -10,7 +10,6 @@ use haptic_e2e::pod::{Pod, PodOpts};
 use haptic_e2e::{free_port, http_get, HaproxyBin};
 use haptic_protocol::{plan_id, Digest, FileEntry, Mode, Op, Part, PlanId, RelPath, StateResponse};
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A desired tree: path → bytes.
 pub type Files = BTreeMap<String, Vec<u8>>;
@@ -117,44 +116,11 @@ pub fn health(pod: &Pod) -> SocketAddr {
 }
 
 /// A tiny HTTP backend on 127.0.0.1 answering `200 <name>` to every request.
-pub struct Backend {
-    pub port: u16,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Backend {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
+pub type Backend = haptic_e2e::net::Responder;
 
 /// Starts a [`Backend`].
 pub async fn backend(name: &str) -> Backend {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = l.local_addr().unwrap().port();
-    let body = name.to_string();
-    let task = tokio::spawn(async move {
-        loop {
-            let Ok((mut s, _)) = l.accept().await else { return };
-            let body = body.clone();
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 1024];
-                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                }
-                let resp = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = s.write_all(resp.as_bytes()).await;
-            });
-        }
-    });
-    Backend { port, task }
+    Backend::start(name).await
 }
 
 /// Polls `GET path` on `addr` until it answers 200 with `body` (30 s).

@@ -2,7 +2,8 @@
 //! mean success.
 //!
 //! Owns the command syntax (`show proc`, `reload`, `@1 …` routing to the current worker,
-//! `set severity-output number;` tags, `<<` payloads, `set server …`, `prepare`/`add`/`commit`
+//! `set severity-output number;` tags, `<<` payloads, `set server …`, `add server` with the
+//! parameters HAProxy 2.6 and 3.0 both take on it, `del server`, `prepare`/`add`/`commit`
 //! of maps and ACLs, `set ssl cert`), the argument escaping of the CLI tokenizer, the split of
 //! map entries and ACL patterns into payloads and lines that fit HAProxy's limits, and reading
 //! `New version created:` and `show map`/`show acl` listings. Pure: it must never do I/O; the
@@ -40,6 +41,102 @@ pub const NEW_VERSION: &[&str] = &["New version created:"];
 pub const CERT_TRANSACTION: &[&str] = &["Transaction created for certificate", "Transaction updated for certificate"];
 /// The last line of a successful `commit ssl cert`.
 pub const CERT_COMMITTED: &str = "Success!";
+
+/// Successful reply of `add server`.
+pub const SERVER_REGISTERED: &[&str] = &["New server registered."];
+/// Successful reply of `del server`.
+pub const SERVER_DELETED: &[&str] = &["Server deleted."];
+/// The start of `del server`'s refusal while connections still use the server (2.6 and 3.0).
+pub const SERVER_BUSY: &str = "Server still has connections attached to it";
+
+/// Whether a `del server` reply says only that connections still use the server (worth
+/// retrying once they ended).
+pub fn del_server_busy(reply: &str) -> bool {
+    reply.contains(SERVER_BUSY)
+}
+
+/// `server` parameters that `add server` takes on both HAProxy 2.6 and 3.0, with the same
+/// meaning as on a `server` line, and that need no other config object: flags first, then
+/// keywords followed by one value. Anything else (`cookie` is refused by 2.6, `enabled` by 3.0,
+/// `init-addr`/`resolvers` by both, `ssl`/`track`/`agent-check` need more than the line) keeps
+/// a server change a reload.
+const ADD_SERVER_FLAGS: &[&str] = &["check", "backup", "send-proxy", "send-proxy-v2"];
+const ADD_SERVER_VALUED: &[&str] = &[
+    "inter",
+    "fastinter",
+    "downinter",
+    "rise",
+    "fall",
+    "slowstart",
+    "maxconn",
+    "maxqueue",
+    "minconn",
+    "error-limit",
+    "observe",
+    "on-error",
+];
+
+/// Checks a `server` line's parameters (besides address, `weight` and `disabled`) for
+/// `add server`: every one must be a flag or a keyword with a plain value (letters, digits,
+/// `.`, `_`, `-`) that both HAProxy 2.6 and 3.0 accept at runtime.
+pub fn check_add_server_params(params: &[String]) -> Result<(), String> {
+    let plain = |v: &str| !v.is_empty() && v.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    let mut it = params.iter();
+    while let Some(p) = it.next() {
+        if ADD_SERVER_FLAGS.contains(&p.as_str()) {
+            continue;
+        }
+        if !ADD_SERVER_VALUED.contains(&p.as_str()) {
+            return Err(format!("parameter {p:?} is not one `add server` takes on HAProxy 2.6 and 3.0"));
+        }
+        match it.next() {
+            Some(v) if plain(v) => {}
+            Some(v) => return Err(format!("parameter {p} {v:?}: the value is not a plain word")),
+            None => return Err(format!("parameter {p} has no value")),
+        }
+    }
+    Ok(())
+}
+
+/// The commands that add a server, in order: `add server <backend>/<server> <ip:port>
+/// [weight N] [disabled] <params>` (it registers in maintenance), `enable health` when it has
+/// `check` (a runtime-added server's checks start off), and `set server … state ready` unless
+/// it is to stay in maintenance. Each is checked with [`SERVER_REGISTERED`], then empty replies.
+pub fn add_server(op: &haptic_protocol::ServerAdd) -> Result<Vec<String>, CommandError> {
+    op.validate().map_err(CommandError::Argument)?;
+    check_add_server_params(&op.params).map_err(CommandError::Argument)?;
+    let target = format!("{}/{}", op.backend, op.server);
+    let mut add = format!("add server {target} {}", op.socket_addr());
+    if let Some(w) = op.weight {
+        add.push_str(&format!(" weight {w}"));
+    }
+    let ready = match op.state {
+        haptic_protocol::ServerState::Ready => true,
+        haptic_protocol::ServerState::Maint => false,
+        haptic_protocol::ServerState::Drain => unreachable!("validate refuses drain"),
+    };
+    if !ready {
+        add.push_str(" disabled");
+    }
+    for p in &op.params {
+        add.push(' ');
+        add.push_str(p);
+    }
+    let mut cmds = vec![add];
+    if op.params.iter().any(|p| p == "check") {
+        cmds.push(format!("enable health {target}"));
+    }
+    if ready {
+        cmds.push(set_server_state(&target, "ready"));
+    }
+    Ok(cmds)
+}
+
+/// `del server <backend>/<server>` (success: [`SERVER_DELETED`]); HAProxy deletes only a
+/// server in maintenance ([`set_server_state`] `maint` first) that no connection uses.
+pub fn del_server(target: &str) -> String {
+    format!("del server {target}")
+}
 
 /// `add map @ver` payloads sent on one master-CLI connection. The master reads command after
 /// command on a connection (2.6 and 3.0: 200 payloads of 12 KiB on one connection applied in
@@ -153,7 +250,7 @@ pub fn escape_arg(arg: &str) -> String {
 
 /// Whether `name` is safe as a backend or server name on a CLI line.
 pub fn valid_name(name: &str) -> bool {
-    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'))
+    haptic_protocol::ops::valid_name(name)
 }
 
 /// `set server <backend>/<server> addr <ip> [port <port>]`.
@@ -493,6 +590,55 @@ mod tests {
             strip_blank_lines(pem),
             "-----BEGIN CERTIFICATE-----\nAAA\n-----END CERTIFICATE-----\n-----BEGIN PRIVATE KEY-----\nBBB\n-----END PRIVATE KEY-----"
         );
+    }
+
+    #[test]
+    fn add_and_del_server_commands() {
+        let op = |params: &[&str], state| haptic_protocol::ServerAdd {
+            backend: "be_app".into(),
+            server: "SRV_3".into(),
+            addr: "10.0.0.3".parse().unwrap(),
+            port: 8080,
+            weight: Some(10),
+            state,
+            params: params.iter().map(|p| p.to_string()).collect(),
+        };
+        use haptic_protocol::ServerState::{Maint, Ready};
+        assert_eq!(
+            add_server(&op(&["check", "inter", "2s"], Ready)).unwrap(),
+            vec![
+                "add server be_app/SRV_3 10.0.0.3:8080 weight 10 check inter 2s",
+                "enable health be_app/SRV_3",
+                "set server be_app/SRV_3 state ready"
+            ]
+        );
+        assert_eq!(
+            add_server(&op(&[], Maint)).unwrap(),
+            vec!["add server be_app/SRV_3 10.0.0.3:8080 weight 10 disabled"]
+        );
+        let v6 = haptic_protocol::ServerAdd { addr: "::1".parse().unwrap(), weight: None, ..op(&[], Ready) };
+        assert_eq!(add_server(&v6).unwrap()[0], "add server be_app/SRV_3 [::1]:8080");
+        for bad in [&["cookie", "c1"][..], &["enabled"], &["inter"], &["inter", "2s;x"], &["track", "b/s"], &["ssl"]] {
+            assert!(matches!(add_server(&op(bad, Ready)), Err(CommandError::Argument(_))), "{bad:?}");
+        }
+        assert!(add_server(&haptic_protocol::ServerAdd { backend: "a b".into(), ..op(&[], Ready) }).is_err());
+        assert_eq!(del_server("be_app/SRV_1"), "del server be_app/SRV_1");
+        // Captured from 2.6.12 (untagged) and 3.0.11 (tagged).
+        assert!(check_reply("New server registered.\n\n", Expect::Starts(SERVER_REGISTERED)).is_ok());
+        assert!(check_reply("[6]: New server registered.\n\n", Expect::Starts(SERVER_REGISTERED)).is_ok());
+        assert_eq!(
+            check_reply("No such backend.\n", Expect::Starts(SERVER_REGISTERED)).unwrap_err(),
+            "No such backend."
+        );
+        assert!(check_reply("[3]: No such backend.\n\n", Expect::Starts(SERVER_REGISTERED)).is_err());
+        let dyn_lb = "Backend must use a dynamic load balancing to support dynamic servers.\n";
+        assert!(check_reply(dyn_lb, Expect::Starts(SERVER_REGISTERED)).is_err());
+        assert!(check_reply("Server deleted.\n", Expect::Starts(SERVER_DELETED)).is_ok());
+        let maint = "Only servers in maintenance mode can be deleted.\n";
+        assert!(check_reply(maint, Expect::Starts(SERVER_DELETED)).is_err());
+        let busy = "[3]: Server still has connections attached to it, cannot remove it.\n\n";
+        assert!(del_server_busy(&check_reply(busy, Expect::Starts(SERVER_DELETED)).unwrap_err()));
+        assert!(!del_server_busy(maint));
     }
 
     #[test]

@@ -1,0 +1,72 @@
+//! A backend growing and shrinking deploys at runtime (`server.add` / `server.del`) to a real
+//! fleet (2 pods of HAProxy + the agent), on HAProxy 2.6 and 3.0, each its own test case: no
+//! worker changes, and traffic reaches exactly the servers the config names.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::*;
+use haptic_e2e::net::Responder;
+use haptic_e2e::pod::PodOpts;
+use haptic_e2e::{free_port, http_get, on_each_version, HaproxyBin};
+use haptic_protocol::Mode;
+
+/// Sends requests to `fe` (every pod binds it) until each body in `want` answered, at most 200;
+/// no other body may answer.
+async fn answered_by(fe: u16, want: &[&str]) {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], fe));
+    let want: BTreeSet<String> = want.iter().map(|s| s.to_string()).collect();
+    let mut seen = BTreeSet::new();
+    for _ in 0..200 {
+        let (st, body) = http_get(addr, "/").await.unwrap_or((0, String::new()));
+        assert_eq!(st, 200, "{body}");
+        assert!(want.contains(&body), "{body:?} answered, only {want:?} may");
+        seen.insert(body);
+        if seen == want {
+            return;
+        }
+    }
+    panic!("only {seen:?} of {want:?} answered in 200 requests");
+}
+
+on_each_version!(servers_added_and_removed_deploy_as_runtime, worker_threads = 4);
+async fn servers_added_and_removed_deploy_as_runtime(bin: HaproxyBin) {
+    let label = bin.label();
+    let fleet = Fleet::start(&bin, 2, PodOpts::default()).await;
+    let (a, b, c) = (Responder::start("A").await, Responder::start("B").await, Responder::start("C").await);
+    let work = tempfile::tempdir().unwrap();
+    let cfg_dir = work.path().join("render");
+    std::fs::create_dir(&cfg_dir).unwrap();
+    let mut cfg = Cfg::new(free_port());
+    cfg.servers = vec![(a.port, 10, false)];
+    let r1 = write_render(&cfg_dir, &cfg.files("a.example be_app\n"));
+    let ctl = start(settings(&fleet, &cfg_dir, &work.path().join("state"), "ctl-a", Duration::from_secs(3600))).await;
+    converged(&ctl, &fleet, r1.plan_id()).await;
+    answered_by(cfg.fe, &["A"]).await;
+    let gens = fleet.generations().await;
+
+    // Two servers more: runtime on every pod, the same workers, and both take traffic.
+    cfg.servers = vec![(a.port, 10, false), (b.port, 10, false), (c.port, 10, false)];
+    let r2 = write_render(&cfg_dir, &cfg.files("a.example be_app\n"));
+    let s = converged(&ctl, &fleet, r2.plan_id()).await;
+    for p in &s.pods {
+        assert_eq!(p.mode, Some(Mode::Runtime), "{label} {}: {:?}", p.pod, p.reasons);
+        assert!(p.reasons.iter().any(|r| r.starts_with("backend be_app: server SRV_3 added")), "{:?}", p.reasons);
+    }
+    assert_eq!(fleet.generations().await, gens, "{label}: adding servers reloaded a pod");
+    answered_by(cfg.fe, &["A", "B", "C"]).await;
+
+    // Back to one (a different one): runtime again, and only it answers.
+    cfg.servers = vec![(c.port, 10, false)];
+    let r3 = write_render(&cfg_dir, &cfg.files("a.example be_app\n"));
+    let s = converged(&ctl, &fleet, r3.plan_id()).await;
+    for p in &s.pods {
+        assert_eq!(p.mode, Some(Mode::Runtime), "{label} {}: {:?}", p.pod, p.reasons);
+    }
+    assert_eq!(fleet.generations().await, gens, "{label}: removing servers reloaded a pod");
+    // SRV_1 now points at C (a server.set), SRV_2 and SRV_3 are gone.
+    answered_by(cfg.fe, &["C"]).await;
+    ctl.stop().await;
+}
