@@ -81,8 +81,8 @@ fn obj(kind: &str, meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Object
     }
 }
 
-/// Whether `input.class` is ours and serves `ing`.
-fn served(class: &IngressClass, ing: &Ingress) -> bool {
+/// Whether `class` is ours and serves `ing`.
+pub fn served(class: &IngressClass, ing: &Ingress) -> bool {
     let ours = class.spec.as_ref().and_then(|s| s.controller.as_deref()) == Some(INGRESS_CONTROLLER);
     let name = class.metadata.name.as_deref().unwrap_or_default();
     let default = class.metadata.annotations.as_ref().and_then(|a| a.get(DEFAULT_CLASS_ANNOTATION)).map(String::as_str)
@@ -91,6 +91,24 @@ fn served(class: &IngressClass, ing: &Ingress) -> bool {
         Some(c) => c == name,
         None => default,
     }
+}
+
+/// The TLS Secrets (namespace, name) that the Ingresses `class` serves name: the only Secrets
+/// the translator reads.
+pub fn tls_secret_refs<'a>(
+    class: &IngressClass,
+    ingresses: impl IntoIterator<Item = &'a Ingress>,
+) -> std::collections::BTreeSet<(String, String)> {
+    let mut out = std::collections::BTreeSet::new();
+    for ing in ingresses.into_iter().filter(|i| served(class, i)) {
+        let ns = ing.metadata.namespace.clone().unwrap_or_default();
+        for t in ing.spec.as_ref().and_then(|s| s.tls.as_deref()).unwrap_or_default() {
+            if let Some(name) = t.secret_name.as_deref().filter(|n| !n.is_empty()) {
+                out.insert((ns.clone(), name.to_string()));
+            }
+        }
+    }
+    out
 }
 
 /// A validated host.
@@ -479,6 +497,16 @@ mod tests {
         let live: Vec<_> = web.servers.iter().filter_map(|s| s.endpoint.map(|e| (e.to_string(), s.draining))).collect();
         assert_eq!(live, [("10.0.0.1:8080".to_string(), false), ("10.0.0.2:8080".to_string(), true)]);
         assert_eq!(slots.backends["shop_web_80"].count, 2);
+    }
+
+    #[test]
+    fn only_served_ingresses_name_secrets() {
+        let i = input(BASIC);
+        let refs = tls_secret_refs(&i.class, &i.ingresses);
+        assert_eq!(refs.into_iter().collect::<Vec<_>>(), [("shop".to_string(), "nowhere".to_string())]);
+        let mut other = i.class.clone();
+        other.metadata.name = Some("nginx".into());
+        assert!(tls_secret_refs(&other, &i.ingresses).is_empty(), "the nginx Ingress has no tls and is not ours");
     }
 
     #[test]

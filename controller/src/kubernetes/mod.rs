@@ -12,5 +12,6 @@ pub mod discovery;
 pub mod fence;
 pub mod lease;
 pub mod render;
+pub mod routes;
 pub mod run;
 pub mod status;

@@ -37,10 +37,12 @@ pub struct RenderError {
 }
 
 impl RenderError {
-    fn missing(message: String) -> Self {
+    /// A referenced object (or key) is missing.
+    pub fn missing(message: String) -> Self {
         Self { reason: "MissingReference", message }
     }
-    fn invalid(message: String) -> Self {
+    /// The spec cannot be rendered as written.
+    pub fn invalid(message: String) -> Self {
         Self { reason: "InvalidSpec", message }
     }
 }
@@ -53,7 +55,8 @@ pub trait Lookup {
     fn secret(&self, name: &str) -> Option<Arc<Secret>>;
 }
 
-fn config_map_key(l: &dyn Lookup, name: &str, key: &str, field: &str) -> Result<Vec<u8>, RenderError> {
+/// One key of a ConfigMap (text or binary data), with `field` named when it is missing.
+pub fn config_map_key(l: &dyn Lookup, name: &str, key: &str, field: &str) -> Result<Vec<u8>, RenderError> {
     let cm = l.config_map(name).ok_or_else(|| RenderError::missing(format!("{field}: ConfigMap {name} not found")))?;
     if let Some(t) = cm.data.as_ref().and_then(|d| d.get(key)) {
         return Ok(t.as_bytes().to_vec());
@@ -64,26 +67,39 @@ fn config_map_key(l: &dyn Lookup, name: &str, key: &str, field: &str) -> Result<
     Err(RenderError::missing(format!("{field}: ConfigMap {name} has no key {key:?}")))
 }
 
-/// Builds the file set of a spec: `haproxy.cfg` from `config` or `configFrom`, then every file.
+/// Builds the file set of a spec with `config` or `configFrom`: `haproxy.cfg`, then every file.
 pub fn build(spec: &HAProxyConfigSpec, l: &dyn Lookup) -> Result<BTreeMap<RelPath, Vec<u8>>, RenderError> {
-    let cfg = match (&spec.config, &spec.config_from) {
-        (Some(text), None) => text.as_bytes().to_vec(),
-        (None, Some(from)) => {
+    let cfg = match (&spec.config, &spec.config_from, &spec.render) {
+        (Some(text), None, None) => text.as_bytes().to_vec(),
+        (None, Some(from), None) => {
             let r = &from.config_map_key_ref;
             config_map_key(l, &r.name, &r.key, "spec.configFrom.configMapKeyRef")?
         }
-        (Some(_), Some(_)) => {
-            return Err(RenderError::invalid("set only one of spec.config and spec.configFrom".into()))
+        (None, None, None) => {
+            return Err(RenderError::invalid("set spec.config, spec.configFrom or spec.render".into()))
         }
-        (None, None) => return Err(RenderError::invalid("set spec.config or spec.configFrom".into())),
+        (None, None, Some(_)) => {
+            return Err(RenderError::invalid("spec.render is rendered from cluster objects".into()))
+        }
+        _ => return Err(RenderError::invalid("set only one of spec.config, spec.configFrom and spec.render".into())),
     };
     let mut files = BTreeMap::from([(RelPath::haproxy_cfg(), cfg)]);
+    add_files(spec, l, &mut files)?;
+    Ok(files)
+}
+
+/// Adds the spec's `files` to `files` (a path already there is refused).
+pub fn add_files(
+    spec: &HAProxyConfigSpec,
+    l: &dyn Lookup,
+    files: &mut BTreeMap<RelPath, Vec<u8>>,
+) -> Result<(), RenderError> {
     for (i, f) in spec.files.iter().enumerate() {
         let field = format!("spec.files[{i}]");
         let path =
             RelPath::new(&f.path).map_err(|e| RenderError::invalid(format!("{field}.path {:?}: {e}", f.path)))?;
         if path.is_haproxy_cfg() {
-            return Err(RenderError::invalid(format!("{field}.path: haproxy.cfg comes from spec.config")));
+            return Err(RenderError::invalid(format!("{field}.path: haproxy.cfg comes from the spec's source")));
         }
         let sources = [f.config_map_key_ref.is_some(), f.secret_ref.is_some(), f.content.is_some()];
         if sources.iter().filter(|s| **s).count() != 1 {
@@ -107,7 +123,7 @@ pub fn build(spec: &HAProxyConfigSpec, l: &dyn Lookup) -> Result<BTreeMap<RelPat
             return Err(RenderError::invalid(format!("{field}.path {:?} appears twice", f.path)));
         }
     }
-    Ok(files)
+    Ok(())
 }
 
 /// A Secret as one file: the `key`'s bytes, or for a `kubernetes.io/tls` Secret without a key
@@ -146,6 +162,9 @@ pub fn references(spec: &HAProxyConfigSpec) -> References {
     let mut r = References::default();
     if let Some(from) = &spec.config_from {
         r.config_maps.insert(from.config_map_key_ref.name.clone());
+    }
+    if let Some(t) = spec.render.as_ref().and_then(|r| r.template.as_ref()) {
+        r.config_maps.insert(t.config_map_key_ref.name.clone());
     }
     for f in &spec.files {
         if let Some(k) = &f.config_map_key_ref {
@@ -545,9 +564,12 @@ mod tests {
     fn refuses_bad_specs_with_the_field_named() {
         let f = Fake::default();
         for (v, needle) in [
-            (json!({}), "set spec.config or spec.configFrom"),
+            (json!({}), "set spec.config, spec.configFrom or spec.render"),
             (json!({"config": "g", "files": [{"path": "../x", "content": "x"}]}), "spec.files[0].path"),
-            (json!({"config": "g", "files": [{"path": "haproxy.cfg", "content": "x"}]}), "comes from spec.config"),
+            (
+                json!({"config": "g", "files": [{"path": "haproxy.cfg", "content": "x"}]}),
+                "comes from the spec's source",
+            ),
             (json!({"config": "g", "files": [{"path": "a"}]}), "exactly one of"),
             (json!({"config": "g", "files": [{"path": "a", "content": "1"}, {"path": "a", "content": "2"}]}), "twice"),
         ] {
