@@ -5,7 +5,9 @@
 //! spec names), and the watcher that keeps the resource and exactly the objects it references
 //! in reflector stores (one watch per name) and publishes each settled change as one render.
 //! A change to any referenced object is a new render; an unchanged result is not republished.
-//! It must never deploy, never read objects outside its namespace, and never list a kind
+//! With `spec.render` the same loop also runs [`super::cluster`]'s reflectors and renders
+//! through [`super::routes`] with the slots of the newest plan a pod applied. It must never
+//! deploy, and outside render mode never read objects outside its namespace nor list a kind
 //! wholesale.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -22,8 +24,10 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::cluster::ClusterWatch;
 use super::context::Context;
 use super::crd::{HAProxyConfig, HAProxyConfigSpec};
+use super::routes::{IngressOutcome, SlotHistory};
 use crate::render::Render;
 use crate::seams::RenderEvent;
 
@@ -234,8 +238,8 @@ where
         store.get(&ObjectRef::new(name).within(namespace))
     }
 
-    /// Whether every one of `names` is watched and its first list has arrived.
-    fn ready(&self, names: &BTreeSet<String>) -> bool {
+    /// Whether every one of `names` (keys) is watched and its first list has arrived.
+    pub(crate) fn ready(&self, names: &BTreeSet<String>) -> bool {
         let w = lock(&self.watches);
         names.iter().all(|n| w.get(n).is_some_and(|(s, _)| ready(s)))
     }
@@ -249,19 +253,35 @@ where
         changes: &futures::channel::mpsc::UnboundedSender<()>,
         stop: &CancellationToken,
     ) {
+        self.ensure_each(names.iter().map(|n| (n.clone(), api.clone(), n.clone())), changes, stop);
+    }
+
+    /// Starts a watch for each `(key, api, name)` whose key is not watched yet.
+    pub(crate) fn ensure_each(
+        &self,
+        wanted: impl Iterator<Item = (String, Api<K>, String)>,
+        changes: &futures::channel::mpsc::UnboundedSender<()>,
+        stop: &CancellationToken,
+    ) {
         let mut w = lock(&self.watches);
-        for name in names {
-            if w.contains_key(name) {
+        for (key, api, name) in wanted {
+            if w.contains_key(&key) {
                 continue;
             }
             let token = stop.child_token();
-            let store = watch_one(api.clone(), name, changes.clone(), token.clone());
-            w.insert(name.clone(), (store, token));
+            let store = watch_one(api, &name, changes.clone(), token.clone());
+            w.insert(key, (store, token));
         }
     }
 
-    /// Stops the watches of names not in `names`.
-    fn retain(&self, names: &BTreeSet<String>) {
+    /// The object `name` in `namespace` from the watch of `key`.
+    pub(crate) fn get_keyed(&self, key: &str, namespace: &str, name: &str) -> Option<Arc<K>> {
+        let store = lock(&self.watches).get(key).map(|(s, _)| s.clone())?;
+        store.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// Stops the watches of names (keys) not in `names`.
+    pub(crate) fn retain(&self, names: &BTreeSet<String>) {
         lock(&self.watches).retain(|n, (_, token)| {
             let keep = names.contains(n);
             if !keep {
@@ -283,10 +303,26 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: std::hash::Hash + Eq + Clone + Default,
 {
-    let (reader, writer) = reflector::store();
-    let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut stream = watcher(api, cfg).default_backoff().reflect(writer).boxed();
     let what = format!("{} {name}", K::kind(&K::DynamicType::default()));
+    watch_into(api, watcher::Config::default().fields(&format!("metadata.name={name}")), what, changes, stop)
+}
+
+/// A watch (`cfg`, backing off on errors, managed fields dropped) into a store of its own;
+/// each event is sent on `changes`; it stops with `stop`.
+pub(crate) fn watch_into<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+    what: String,
+    changes: futures::channel::mpsc::UnboundedSender<()>,
+    stop: CancellationToken,
+) -> Store<K>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone + Default,
+{
+    let (reader, writer) = reflector::store();
+    let mut stream =
+        watcher(api, cfg).default_backoff().modify(|o| o.meta_mut().managed_fields = None).reflect(writer).boxed();
     tokio::spawn(async move {
         loop {
             tokio::select! {
@@ -349,10 +385,13 @@ pub struct Snapshot {
     pub config: Option<Arc<HAProxyConfig>>,
     /// The render of the current spec, or why there is none.
     pub render: Option<Result<Arc<Render>, RenderError>>,
+    /// In render mode, the served Ingresses' verdicts and the fleet's address.
+    pub ingress: Option<Arc<IngressOutcome>>,
 }
 
-/// What was last published: the resource's generation and the render's plan id or error.
-type PublishedKey = (Option<i64>, Option<Result<haptic_protocol::PlanId, RenderError>>);
+/// What was last published: the resource's generation, the render's plan id or error, and the
+/// Ingress outcome.
+type PublishedKey = (Option<i64>, Option<Result<haptic_protocol::PlanId, RenderError>>, Option<Arc<IngressOutcome>>);
 
 /// Watches the resource (by name) and what its spec references, and publishes on `tx`: every
 /// change settles for `settle`, then the resource is rendered and published (only when the
@@ -376,6 +415,8 @@ pub async fn watch_renders(
     let mut events = futures::stream::select(cfgs, changes_rx.map(Ok));
     let (cm_api, secret_api) = (ctx.api::<ConfigMap>(), ctx.api::<Secret>());
     let mut last: Option<PublishedKey> = None;
+    let mut cluster: Option<ClusterWatch> = None;
+    let mut slots = SlotHistory::default();
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -410,13 +451,42 @@ pub async fn watch_renders(
         if !(s.config_maps.ready(&refs.config_maps) && s.secrets.ready(&refs.secrets)) {
             continue;
         }
-        let render = config.as_ref().map(|c| {
-            build(&c.spec, &s)
-                .and_then(|files| Render::new(files).map(Arc::new).map_err(|why| RenderError::invalid(why.to_string())))
-        });
+        // Render mode: the cluster-wide reflectors run while the spec has `render`.
+        let render_spec = config.as_ref().and_then(|c| c.spec.render.clone());
+        match (&render_spec, &cluster) {
+            (Some(_), None) => cluster = Some(ClusterWatch::start(&ctx.client, &changes_tx, &shutdown)),
+            (None, Some(_)) => cluster = None,
+            _ => {}
+        }
+        let mut ingress = None;
+        let render = match (config.as_ref(), render_spec.as_ref(), cluster.as_ref()) {
+            (None, _, _) => None,
+            (Some(c), Some(r), Some(cw)) => {
+                if !cw.ready() {
+                    continue;
+                }
+                let mut objects = cw.objects();
+                let Some(secrets) = cw.secrets(&super::routes::secret_refs(r, &objects), &changes_tx) else {
+                    continue;
+                };
+                objects.secrets = secrets;
+                let applied = ctx.board.snapshot().pods.iter().filter_map(|p| p.applied).collect();
+                let previous = slots.previous(&applied);
+                Some(super::routes::render(&c.spec, &s, &objects, &previous).and_then(|out| {
+                    ingress = Some(Arc::new(super::routes::outcome(r, &ctx.namespace, &objects, &out.verdicts)));
+                    let render = Render::new(out.files).map_err(|why| RenderError::invalid(why.to_string()))?;
+                    slots.record(render.plan_id(), out.slots);
+                    Ok(Arc::new(render))
+                }))
+            }
+            (Some(c), _, _) => Some(build(&c.spec, &s).and_then(|files| {
+                Render::new(files).map(Arc::new).map_err(|why| RenderError::invalid(why.to_string()))
+            })),
+        };
         let key = (
             config.as_ref().and_then(|c| c.metadata.generation),
             render.as_ref().map(|r| r.as_ref().map(|r| r.plan_id()).map_err(Clone::clone)),
+            ingress.clone(),
         );
         if last.as_ref() != Some(&key) {
             match &render {
@@ -425,7 +495,7 @@ pub async fn watch_renders(
                 None => info!("HAProxyConfig {name} does not exist (yet)"),
             }
             last = Some(key);
-            let _ = tx.send(Snapshot { config, render });
+            let _ = tx.send(Snapshot { config, render, ingress });
         }
         // The published spec references only these now.
         s.config_maps.retain(&refs.config_maps);
@@ -433,7 +503,7 @@ pub async fn watch_renders(
     }
 }
 
-fn ready<K: kube::Resource + Clone + 'static>(s: &Store<K>) -> bool
+pub(crate) fn ready<K: kube::Resource + Clone + 'static>(s: &Store<K>) -> bool
 where
     K::DynamicType: std::hash::Hash + Eq + Clone,
 {

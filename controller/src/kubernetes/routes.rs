@@ -15,7 +15,7 @@ use haptic_render::ingress::{IngressInput, Settings, INGRESS_CONTROLLER};
 use haptic_render::{SlotMap, Templates, Verdict};
 use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass, IngressLoadBalancerIngress};
 
 use super::crd::{HAProxyConfigSpec, RenderSpec};
 use super::render::{add_files, config_map_key, Lookup, RenderError};
@@ -173,6 +173,83 @@ impl SlotHistory {
     }
 }
 
+/// What the Ingress status writer needs of a render: each served Ingress's verdict (and UID,
+/// for its Events) and the address of the Service in front of the fleet.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct IngressOutcome {
+    /// One per served Ingress, sorted by object.
+    pub served: Vec<Served>,
+    /// `status.loadBalancer.ingress` of every served Ingress; `None` without a publish Service
+    /// (nothing is written then).
+    pub load_balancer: Option<Vec<IngressLoadBalancerIngress>>,
+}
+
+/// One served Ingress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Served {
+    /// Its verdict.
+    pub verdict: Verdict,
+    /// Its UID.
+    pub uid: Option<String>,
+}
+
+/// The outcome of a render: verdicts with UIDs, and the publish Service's address (from the
+/// Service in `namespace`) when `spec.render.publishService` is set.
+pub fn outcome(r: &RenderSpec, namespace: &str, objects: &Objects, verdicts: &[Verdict]) -> IngressOutcome {
+    let served = verdicts
+        .iter()
+        .map(|v| Served {
+            verdict: v.clone(),
+            uid: objects
+                .ingresses
+                .iter()
+                .find(|i| {
+                    i.metadata.namespace.as_deref() == Some(v.object.namespace.as_str())
+                        && i.metadata.name.as_deref() == Some(v.object.name.as_str())
+                })
+                .and_then(|i| i.metadata.uid.clone()),
+        })
+        .collect();
+    let load_balancer = r.publish_service.as_ref().map(|p| {
+        objects
+            .services
+            .iter()
+            .find(|s| s.metadata.namespace.as_deref() == Some(namespace) && s.metadata.name.as_deref() == Some(&p.name))
+            .map(|s| service_address(s))
+            .unwrap_or_default()
+    });
+    IngressOutcome { served, load_balancer }
+}
+
+/// The addresses a Service answers on, as an Ingress's `status.loadBalancer.ingress`: a
+/// LoadBalancer's assigned IPs and hostnames, else its external IPs, else its cluster IP
+/// (none for a headless Service).
+pub fn service_address(s: &Service) -> Vec<IngressLoadBalancerIngress> {
+    let lb = |ip: Option<String>, hostname: Option<String>| IngressLoadBalancerIngress { ip, hostname, ports: None };
+    let spec = s.spec.clone().unwrap_or_default();
+    if spec.type_.as_deref() == Some("LoadBalancer") {
+        let assigned: Vec<_> = s
+            .status
+            .as_ref()
+            .and_then(|st| st.load_balancer.as_ref())
+            .and_then(|l| l.ingress.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|i| lb(i.ip, i.hostname))
+            .collect();
+        if !assigned.is_empty() {
+            return assigned;
+        }
+    }
+    if let Some(ext) = spec.external_ips.filter(|e| !e.is_empty()) {
+        return ext.into_iter().map(|ip| lb(Some(ip), None)).collect();
+    }
+    match spec.cluster_ip.filter(|ip| !ip.is_empty() && ip != "None") {
+        Some(ip) => vec![lb(Some(ip), None)],
+        None => Vec::new(),
+    }
+}
+
 /// One line per verdict: `accepted Ingress ns/name`, `refused Ingress ns/name: field: why` per
 /// refusal, and `warning …` per warning.
 pub fn verdict_lines(verdicts: &[Verdict]) -> String {
@@ -216,6 +293,25 @@ mod tests {
             h.record(PlanId(Digest::of(format!("x{i}").as_bytes())), slots(9));
         }
         assert_eq!(h.previous(&BTreeSet::from([a])), slots(9), "a is forgotten");
+    }
+
+    #[test]
+    fn the_service_address_prefers_the_load_balancer() {
+        let svc = |v: serde_json::Value| -> Service { serde_json::from_value(v).unwrap() };
+        let ips = |v: Vec<IngressLoadBalancerIngress>| -> Vec<String> {
+            v.into_iter().map(|i| i.ip.or(i.hostname).unwrap_or_default()).collect()
+        };
+        let cluster = svc(serde_json::json!({"spec": {"type": "ClusterIP", "clusterIP": "10.96.0.5"}}));
+        assert_eq!(ips(service_address(&cluster)), ["10.96.0.5"]);
+        let pending = svc(serde_json::json!({"spec": {"type": "LoadBalancer", "clusterIP": "10.96.0.6"}}));
+        assert_eq!(ips(service_address(&pending)), ["10.96.0.6"], "no address assigned yet");
+        let lb = svc(serde_json::json!({"spec": {"type": "LoadBalancer", "clusterIP": "10.96.0.6"},
+            "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}, {"hostname": "lb.example.com"}]}}}));
+        assert_eq!(ips(service_address(&lb)), ["203.0.113.7", "lb.example.com"]);
+        let headless = svc(serde_json::json!({"spec": {"clusterIP": "None"}}));
+        assert!(service_address(&headless).is_empty());
+        let ext = svc(serde_json::json!({"spec": {"clusterIP": "10.96.0.7", "externalIPs": ["198.51.100.1"]}}));
+        assert_eq!(ips(service_address(&ext)), ["198.51.100.1"]);
     }
 
     fn class_named(name: &str, controller: &str) -> Arc<IngressClass> {
