@@ -176,6 +176,9 @@ impl Ctx<'_> {
             return Err(refuse("service.port", format!("Service {ns}/{} has no port {label}", svc_ref.name)));
         };
         let name = format!("{ns}_{}_{label}", svc_ref.name);
+        if !crate::template::is_section_name(&name) {
+            return Err(refuse("service", format!("{name:?} is not a backend name (DNS labels and port names only)")));
+        }
         if !self.backends.contains_key(&name) {
             let eps = endpoints(&self.input.endpoint_slices, ns, &svc_ref.name, sp.name.as_deref().unwrap_or(""));
             self.backends.insert(name.clone(), eps);
@@ -533,8 +536,8 @@ mod tests {
         assert_eq!(a, b);
         let cfg = String::from_utf8(a.files["haproxy.cfg"].clone()).unwrap();
         assert!(cfg.contains("default-path config"), "{cfg}");
-        assert!(cfg.contains("backend 'shop_web_80'"), "{cfg}");
-        assert!(cfg.contains("server SRV_2 '10.0.0.2:8080' weight 0"), "{cfg}");
+        assert!(cfg.contains("backend shop_web_80\n"), "{cfg}");
+        assert!(cfg.contains("server SRV_2 10.0.0.2:8080 weight 0"), "{cfg}");
         let prefix = String::from_utf8(a.files["maps/paths_prefix.map"].clone()).unwrap();
         assert!(prefix.starts_with("h1/exact/") || prefix.starts_with("h1/cart/"), "{prefix}");
         assert!(prefix.contains("h1/api/ "), "{prefix}");
