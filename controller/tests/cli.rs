@@ -288,6 +288,7 @@ fn render_prints_the_files_and_one_verdict_per_ingress() {
     assert_eq!(out.status.code(), Some(1), "an Ingress is refused in part: {stdout}{stderr}");
     assert!(stdout.contains("==> haproxy.cfg <==\n"), "{stdout}");
     assert!(stdout.contains("    timeout http-request 10s"), "the defaults snippet: {stdout}");
+    assert!(stdout.contains("frontend health\n    bind '0.0.0.0:8404'\n"), "the probes' frontend: {stdout}");
     assert!(stdout.contains("server SRV_3 10.1.0.3:8080 weight 0"), "the draining endpoint: {stdout}");
     assert!(stdout.contains("==> maps/hosts.map <==\nshop.example.com h1\n"), "{stdout}");
     assert!(stdout.contains("accepted Ingress shop/shop\n"), "{stdout}");

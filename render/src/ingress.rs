@@ -65,11 +65,20 @@ pub struct Settings {
     pub https_port: u16,
     /// Minimum server slots per backend.
     pub min_slots: usize,
+    /// A `health` frontend on this port answering `/healthz` and `/ready` with 200 (the pods'
+    /// probes), when set.
+    pub health_port: Option<u16>,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { bind_address: IpAddr::from([0, 0, 0, 0]), http_port: 8080, https_port: 8443, min_slots: 8 }
+        Settings {
+            bind_address: IpAddr::from([0, 0, 0, 0]),
+            http_port: 8080,
+            https_port: 8443,
+            min_slots: 8,
+            health_port: None,
+        }
     }
 }
 
@@ -355,6 +364,7 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
     }
     model.certs = certs.into_values().collect();
     let st = &input.settings;
+    model.health = st.health_port.map(|p| SocketAddr::new(st.bind_address, p));
     model.frontends.push(Frontend {
         name: "http".into(),
         binds: vec![Bind { address: st.bind_address, port: st.http_port, tls: false }],

@@ -46,6 +46,7 @@ pub struct Snippets {
 
 #[derive(Serialize)]
 struct View<'a> {
+    health: Option<String>,
     frontends: Vec<FrontendView>,
     backends: Vec<BackendView>,
     not_found: &'static str,
@@ -112,7 +113,8 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
         }
         backends.push(BackendView { name: b.name.clone(), servers });
     }
-    Ok(View { frontends, backends, not_found: NOT_FOUND, unavailable: UNAVAILABLE, snippets })
+    let health = model.health.map(|a| config_arg(&a.to_string())).transpose()?;
+    Ok(View { health, frontends, backends, not_found: NOT_FOUND, unavailable: UNAVAILABLE, snippets })
 }
 
 /// Whether `s` is written as a section name as is: `[a-z0-9._-]`, as Kubernetes names and

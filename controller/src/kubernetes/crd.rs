@@ -175,6 +175,11 @@ pub struct RenderSpec {
     #[serde(default = "default_https_port")]
     #[schemars(range(min = 1, max = 65535))]
     pub https_port: u16,
+    /// A `health` frontend on this port answering `/healthz` and `/ready` with 200 (the chart's
+    /// probes use 8404); none when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub health_port: Option<u16>,
     /// Server slots every backend has at least: endpoints up to this many change at runtime.
     #[serde(default = "default_server_slots")]
     #[schemars(range(min = 1, max = 4096))]

@@ -75,6 +75,7 @@ pub fn settings(r: &RenderSpec) -> Result<Settings, RenderError> {
         http_port: r.http_port,
         https_port: r.https_port,
         min_slots: usize::from(r.server_slots),
+        health_port: r.health_port,
     })
 }
 
