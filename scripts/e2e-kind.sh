@@ -60,4 +60,4 @@ config:
   name: edge
 EOF
 export HAPTIC_E2E_CLUSTER=kind HAPTIC_E2E_VALUES=$values HAPTIC_HELM=$helm
-cargo test --locked -p haptic-e2e --test scenarios -- --nocapture
+cargo test --locked -p haptic-e2e --test scenarios every_scenario_on_a_real_cluster -- --nocapture

@@ -81,7 +81,7 @@ if [ "${HAPTIC_TEST_CLUSTER:-1}" = 1 ]; then
   echo "    cluster up in $((SECONDS - cluster_t0)) s"
   $sudo env HAPTIC_IMAGES_PROFILE=debug ${CARGO_TARGET_DIR:+CARGO_TARGET_DIR="$CARGO_TARGET_DIR"} scripts/cluster.sh load
   HAPTIC_E2E_CLUSTER=real HAPTIC_E2E_VALUES="$PWD/target/cluster/values.yaml" \
-    env "$kubeconfig" cargo test --locked -p haptic-e2e --test scenarios -- --nocapture
+    env "$kubeconfig" cargo test --locked -p haptic-e2e --test scenarios every_scenario_on_a_real_cluster -- --nocapture
   $sudo scripts/cluster.sh down
   trap - EXIT
   echo "    the real-cluster step took $((SECONDS - cluster_t0)) s"

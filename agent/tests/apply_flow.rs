@@ -3,13 +3,14 @@
 //! refuses, and a file edited behind the agent's back.
 
 mod common;
+use haptic_e2e::on_each_version;
 
 use common::*;
 use haptic_e2e::HaproxyBin;
 use haptic_protocol::{Digest, Mode, PlanId};
 
-on_each_version!(apply_flow_on_every_version);
-async fn apply_flow_on_every_version(bin: HaproxyBin) {
+on_each_version!(apply_flow);
+async fn apply_flow(bin: HaproxyBin) {
     let label = bin.label();
     let pod = pod(&bin).await;
     let h = health(&pod);
@@ -122,8 +123,8 @@ async fn apply_flow_on_every_version(bin: HaproxyBin) {
     println!("{label}: apply flow ok");
 }
 
-on_each_version!(fences_survive_kill_9_on_every_version);
-async fn fences_survive_kill_9_on_every_version(bin: HaproxyBin) {
+on_each_version!(fences_survive_kill_9);
+async fn fences_survive_kill_9(bin: HaproxyBin) {
     let label = bin.label();
     let mut pod = pod(&bin).await;
     let fe = port();

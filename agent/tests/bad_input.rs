@@ -2,6 +2,7 @@
 //! → 409 missing_parts), with no file change and no reload.
 
 mod common;
+use haptic_e2e::on_each_version;
 
 use common::*;
 use haptic_e2e::pod::{AgentClient, PodOpts};
@@ -30,8 +31,8 @@ fn empty_password_is_refused_at_start() {
     }
 }
 
-on_each_version!(bad_input_changes_nothing_on_every_version);
-async fn bad_input_changes_nothing_on_every_version(bin: HaproxyBin) {
+on_each_version!(bad_input_changes_nothing);
+async fn bad_input_changes_nothing(bin: HaproxyBin) {
     let label = bin.label();
     let pod = pod_with(&bin, PodOpts { max_body: Some("64KiB".into()), ..Default::default() }).await;
     let fe = port();

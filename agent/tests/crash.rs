@@ -6,6 +6,7 @@
 //! the window around the swap whatever the machine's speed.
 
 mod common;
+use haptic_e2e::on_each_version;
 
 use std::time::Duration;
 
@@ -16,8 +17,8 @@ use rand::RngExt as _;
 
 const TRIALS: u64 = 25;
 
-on_each_version!(kill_9_during_applies_leaves_a_whole_plan_on_every_version);
-async fn kill_9_during_applies_leaves_a_whole_plan_on_every_version(bin: HaproxyBin) {
+on_each_version!(kill_9_during_applies_leaves_a_whole_plan);
+async fn kill_9_during_applies_leaves_a_whole_plan(bin: HaproxyBin) {
     let label = bin.label();
     let mut pod = pod(&bin).await;
     let h = health(&pod);

@@ -3,13 +3,14 @@
 //! a `kill -9` of the agent at that moment, `/v1/state` shows the fence the agent enforces.
 
 mod common;
+use haptic_e2e::on_each_version;
 
 use common::*;
 use haptic_e2e::HaproxyBin;
 use haptic_protocol::Mode;
 
-on_each_version!(fence_is_persisted_before_staging_on_every_version);
-async fn fence_is_persisted_before_staging_on_every_version(bin: HaproxyBin) {
+on_each_version!(fence_is_persisted_before_staging);
+async fn fence_is_persisted_before_staging(bin: HaproxyBin) {
     let label = bin.label();
     let dir = tempfile::tempdir().unwrap();
     let mut pod = pod(&gated(&bin, dir.path())).await;

@@ -4,6 +4,7 @@
 //! new pids) without a restart of its own; the next apply lands and clears `last_error`.
 
 mod common;
+use haptic_e2e::on_each_version;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -22,13 +23,13 @@ enum Victim {
     Worker,
 }
 
-on_each_version!(haproxy_gone_is_503_and_picked_up_again_on_every_version);
-async fn haproxy_gone_is_503_and_picked_up_again_on_every_version(bin: HaproxyBin) {
+on_each_version!(haproxy_gone_is_503_and_picked_up_again);
+async fn haproxy_gone_is_503_and_picked_up_again(bin: HaproxyBin) {
     gone_and_back(bin, Victim::Master).await;
 }
 
-on_each_version!(worker_killed_master_exits_is_503_and_picked_up_again_on_every_version);
-async fn worker_killed_master_exits_is_503_and_picked_up_again_on_every_version(bin: HaproxyBin) {
+on_each_version!(worker_killed_master_exits_is_503_and_picked_up_again);
+async fn worker_killed_master_exits_is_503_and_picked_up_again(bin: HaproxyBin) {
     gone_and_back(bin, Victim::Worker).await;
 }
 

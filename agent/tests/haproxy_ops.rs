@@ -3,6 +3,7 @@
 //! its effect checked from outside (HTTP traffic, `get map`, TLS handshakes) and no reload.
 
 mod common;
+use haptic_e2e::on_each_version;
 
 use std::net::SocketAddr;
 use std::path::Path;

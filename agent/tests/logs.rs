@@ -1,13 +1,14 @@
 //! `--log-format json`: every line the agent writes is one JSON object with `message` and the
 //! event's fields at the top level (real agent process, real HAProxy); `--log-level` filters.
 
-use haptic_e2e::haproxy_bins;
+use haptic_e2e::haproxy_bin;
 use haptic_e2e::pod::{Pod, PodOpts};
+use haptic_e2e::wait::eventually;
 use serde_json::Value;
 
 #[tokio::test]
 async fn json_logs_are_flat_and_the_level_filters() {
-    let bin = haproxy_bins().into_iter().last().expect("a HAProxy build");
+    let bin = haproxy_bin(3, 0);
     // RUST_LOG would override --log-level: an empty one makes the harness leave it unset.
     let opts = PodOpts {
         extra_args: ["--log-format", "json", "--log-level", "warn"].map(String::from).to_vec(),
@@ -19,11 +20,15 @@ async fn json_logs_are_flat_and_the_level_filters() {
     let (status, _) = haptic_e2e::pod::AgentClient { addr: pod.addr(), auth: None }.get("/v1/state").await.unwrap();
     assert_eq!(status, 401);
     // The log pump reads the agent's stderr on its own: wait for the line to arrive.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !pod.agent_log().contains("no credentials") {
-        assert!(std::time::Instant::now() < deadline, "no refusal logged:\n{}", pod.agent_log());
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    let logged = || async {
+        let log = pod.agent_log();
+        if log.contains("no credentials") {
+            Ok(())
+        } else {
+            Err(log)
+        }
+    };
+    eventually("the refusal in the log", std::time::Duration::from_secs(30), logged).await;
     let log = pod.agent_log();
     let lines: Vec<Value> = log
         .lines()

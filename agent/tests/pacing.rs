@@ -4,6 +4,7 @@
 //! runtime claim takes the checked reload path.
 
 mod common;
+use haptic_e2e::on_each_version;
 
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -29,8 +30,8 @@ fn running_is(s: &haptic_protocol::StateResponse, p: PlanId) -> bool {
     s.running.as_ref().is_some_and(|r| r.plan_id == p) && s.pending_reload.is_none()
 }
 
-on_each_version!(failing_op_falls_back_to_a_reload_on_every_version);
-async fn failing_op_falls_back_to_a_reload_on_every_version(bin: HaproxyBin) {
+on_each_version!(failing_op_falls_back_to_a_reload);
+async fn failing_op_falls_back_to_a_reload(bin: HaproxyBin) {
     let label = bin.label();
     // An interval no test run reaches: "scheduled" below never depends on machine speed.
     let pod = pod_with(&bin, paced("1h")).await;
@@ -62,8 +63,8 @@ async fn failing_op_falls_back_to_a_reload_on_every_version(bin: HaproxyBin) {
     println!("{label}: op failure fell back to a reload: {reasons}");
 }
 
-on_each_version!(a_burst_costs_at_most_two_reloads_on_every_version);
-async fn a_burst_costs_at_most_two_reloads_on_every_version(bin: HaproxyBin) {
+on_each_version!(a_burst_costs_at_most_two_reloads);
+async fn a_burst_costs_at_most_two_reloads(bin: HaproxyBin) {
     let label = bin.label();
     let pod = pod_with(&bin, paced("2s")).await;
     let fe = port();
@@ -102,8 +103,8 @@ async fn a_burst_costs_at_most_two_reloads_on_every_version(bin: HaproxyBin) {
     println!("{label}: 20 applies in {burst:?} cost {reloads} verified reloads");
 }
 
-on_each_version!(runtime_apply_lands_while_a_reload_is_scheduled_on_every_version);
-async fn runtime_apply_lands_while_a_reload_is_scheduled_on_every_version(bin: HaproxyBin) {
+on_each_version!(runtime_apply_lands_while_a_reload_is_scheduled);
+async fn runtime_apply_lands_while_a_reload_is_scheduled(bin: HaproxyBin) {
     let label = bin.label();
     // Long enough that the second apply is always inside the interval, short enough to wait for.
     let pod = pod_with(&bin, paced("10s")).await;

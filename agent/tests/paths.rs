@@ -4,13 +4,14 @@
 //! directive and the line, before `haproxy -c` reads anything; nothing changes.
 
 mod common;
+use haptic_e2e::on_each_version;
 
 use common::*;
 use haptic_e2e::HaproxyBin;
 use haptic_protocol::Mode;
 
-on_each_version!(paths_outside_the_tree_are_refused_on_every_version);
-async fn paths_outside_the_tree_are_refused_on_every_version(bin: HaproxyBin) {
+on_each_version!(paths_outside_the_tree_are_refused);
+async fn paths_outside_the_tree_are_refused(bin: HaproxyBin) {
     let label = bin.label();
     let pod = pod(&bin).await;
     let fe = port();
@@ -54,10 +55,10 @@ async fn paths_outside_the_tree_are_refused_on_every_version(bin: HaproxyBin) {
     println!("{label}: paths outside the tree refused");
 }
 
-on_each_version!(a_file_loaded_through_a_crt_list_is_never_file_only_on_every_version);
+on_each_version!(a_file_loaded_through_a_crt_list_is_never_file_only);
 /// The same path list decides `file_only`: a certificate HAProxy loads only through a `crt-list`
 /// (the config never names it) is never `file_only`.
-async fn a_file_loaded_through_a_crt_list_is_never_file_only_on_every_version(bin: HaproxyBin) {
+async fn a_file_loaded_through_a_crt_list_is_never_file_only(bin: HaproxyBin) {
     let (pki1, pki2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     make_ca(pki1.path());
     make_ca(pki2.path());

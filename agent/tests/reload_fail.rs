@@ -5,6 +5,7 @@
 //! answer names the held address on both versions.
 
 mod common;
+use haptic_e2e::on_each_version;
 
 use std::net::SocketAddr;
 
@@ -13,8 +14,8 @@ use haptic_e2e::pod::PodOpts;
 use haptic_e2e::HaproxyBin;
 use haptic_protocol::Mode;
 
-on_each_version!(failed_reload_restores_the_last_good_tree_on_every_version);
-async fn failed_reload_restores_the_last_good_tree_on_every_version(bin: HaproxyBin) {
+on_each_version!(failed_reload_restores_the_last_good_tree);
+async fn failed_reload_restores_the_last_good_tree(bin: HaproxyBin) {
     let label = bin.label();
     let no_precheck = PodOpts { extra_args: vec!["--bind-precheck=false".into()], ..Default::default() };
     let pod = pod_with(&bin, no_precheck).await;
@@ -76,8 +77,8 @@ async fn failed_reload_restores_the_last_good_tree_on_every_version(bin: Haproxy
     println!("{label}: failed reload restored");
 }
 
-on_each_version!(bind_precheck_refuses_a_held_port_without_reloading_on_every_version);
-async fn bind_precheck_refuses_a_held_port_without_reloading_on_every_version(bin: HaproxyBin) {
+on_each_version!(bind_precheck_refuses_a_held_port_without_reloading);
+async fn bind_precheck_refuses_a_held_port_without_reloading(bin: HaproxyBin) {
     let label = bin.label();
     let pod = pod(&bin).await;
     let a = backend("A").await;

@@ -4,6 +4,7 @@
 //! byte is sent, and only one apply runs with one waiting (the rest: 429, `Retry-After`, JSON).
 
 mod common;
+use haptic_e2e::on_each_version;
 
 use std::time::{Duration, Instant};
 
@@ -68,8 +69,8 @@ fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
 }
 
-on_each_version!(http_resources_are_bounded_on_every_version);
-async fn http_resources_are_bounded_on_every_version(bin: HaproxyBin) {
+on_each_version!(http_resources_are_bounded);
+async fn http_resources_are_bounded(bin: HaproxyBin) {
     let label = bin.label();
     let opts = PodOpts {
         max_body: Some("1MiB".into()),
@@ -140,8 +141,8 @@ async fn http_resources_are_bounded_on_every_version(bin: HaproxyBin) {
     println!("{label}: timeouts, connection cap and early 413 ok");
 }
 
-on_each_version!(one_apply_runs_one_waits_the_rest_get_429_on_every_version);
-async fn one_apply_runs_one_waits_the_rest_get_429_on_every_version(bin: HaproxyBin) {
+on_each_version!(one_apply_runs_one_waits_the_rest_get_429);
+async fn one_apply_runs_one_waits_the_rest_get_429(bin: HaproxyBin) {
     let label = bin.label();
     let dir = tempfile::tempdir().unwrap();
     let pod = pod(&gated(&bin, dir.path())).await;
@@ -199,11 +200,11 @@ async fn one_apply_runs_one_waits_the_rest_get_429_on_every_version(bin: Haproxy
     println!("{label}: one apply running, one waiting, 429 for the rest");
 }
 
-on_each_version!(readers_answer_while_an_apply_is_held_on_every_version);
+on_each_version!(readers_answer_while_an_apply_is_held);
 /// `/v1/state`, `/v1/state?verify=1`, `/healthz` and `/readyz` while an apply is held in the
 /// middle of its pipeline (its `haproxy -c` waits on a FIFO, with the apply lock held): each
 /// answers, within a deadline, while the apply is still held.
-async fn readers_answer_while_an_apply_is_held_on_every_version(bin: HaproxyBin) {
+async fn readers_answer_while_an_apply_is_held(bin: HaproxyBin) {
     let label = bin.label();
     let dir = tempfile::tempdir().unwrap();
     let pod = pod(&gated(&bin, dir.path())).await;
@@ -279,12 +280,12 @@ fn noise(len: usize, seed: u64) -> Vec<u8> {
     out
 }
 
-on_each_version!(apply_memory_stays_near_the_largest_file_on_every_version);
+on_each_version!(apply_memory_stays_near_the_largest_file);
 /// A 50 MiB apply (binary files of 20, 20 and 10 MiB: 67 MiB of base64 JSON): the agent's
 /// resident memory grows by at most twice the largest file, measured from `/proc` of the real
 /// agent process (peak RSS after the apply, reset before it, minus the idle RSS). Seen here:
 /// about 1.33 × the largest file (its base64 text, serde_json's string buffer) plus ~6 MiB.
-async fn apply_memory_stays_near_the_largest_file_on_every_version(bin: HaproxyBin) {
+async fn apply_memory_stays_near_the_largest_file(bin: HaproxyBin) {
     const FILE: usize = 20 << 20;
     let label = bin.label();
     let pod = pod(&bin).await;

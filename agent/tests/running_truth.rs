@@ -8,6 +8,7 @@
 //!   (`null`), and a verifying reload is scheduled that settles it.
 
 mod common;
+use haptic_e2e::on_each_version;
 
 use std::net::SocketAddr;
 
@@ -20,8 +21,8 @@ fn conflict_frontend(port: u16) -> String {
     format!("\nfrontend fe_conflict\n    bind 127.0.0.1:{port}\n    default_backend be_app\n")
 }
 
-on_each_version!(failed_pending_reload_leaves_no_runtime_ops_in_the_worker_on_every_version);
-async fn failed_pending_reload_leaves_no_runtime_ops_in_the_worker_on_every_version(bin: HaproxyBin) {
+on_each_version!(failed_pending_reload_leaves_no_runtime_ops_in_the_worker);
+async fn failed_pending_reload_leaves_no_runtime_ops_in_the_worker(bin: HaproxyBin) {
     let label = bin.label();
     let opts = PodOpts {
         // Long enough that v2's apply is always inside v1's interval (so its reload is paced).
@@ -80,8 +81,8 @@ async fn failed_pending_reload_leaves_no_runtime_ops_in_the_worker_on_every_vers
     println!("{label}: a failed pending reload left no runtime op in the worker");
 }
 
-on_each_version!(reload_timeout_keeps_the_tree_and_running_unknown_on_every_version);
-async fn reload_timeout_keeps_the_tree_and_running_unknown_on_every_version(bin: HaproxyBin) {
+on_each_version!(reload_timeout_keeps_the_tree_and_running_unknown);
+async fn reload_timeout_keeps_the_tree_and_running_unknown(bin: HaproxyBin) {
     let label = bin.label();
     // No pacing: v2's reload must start inside its apply (and time out there), however soon
     // after v1's reload the apply arrives. The verifying reload is scheduled a reload timeout

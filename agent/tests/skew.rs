@@ -2,13 +2,14 @@
 //! not refused: the agent lands it as a checked reload and says why.
 
 mod common;
+use haptic_e2e::on_each_version;
 
 use common::*;
 use haptic_e2e::HaproxyBin;
 use haptic_protocol::Mode;
 
-on_each_version!(unknown_mode_lands_as_a_checked_reload_on_every_version);
-async fn unknown_mode_lands_as_a_checked_reload_on_every_version(bin: HaproxyBin) {
+on_each_version!(unknown_mode_lands_as_a_checked_reload);
+async fn unknown_mode_lands_as_a_checked_reload(bin: HaproxyBin) {
     let label = bin.label();
     let pod = pod(&bin).await;
     let v1 = only_cfg(&cfg(pod.health_bind(), port(), &[("s1", 9001)], ""));
@@ -21,10 +22,10 @@ async fn unknown_mode_lands_as_a_checked_reload_on_every_version(bin: HaproxyBin
     println!("{label}: unknown mode → checked reload");
 }
 
-on_each_version!(warnings_of_a_landed_config_are_kept_on_every_version);
+on_each_version!(warnings_of_a_landed_config_are_kept);
 /// On HAProxy 2.6 and 3.0: a config that loads with warnings lands, and
 /// HAProxy's warnings are kept in `last_warnings` until a checked apply without warnings.
-async fn warnings_of_a_landed_config_are_kept_on_every_version(bin: HaproxyBin) {
+async fn warnings_of_a_landed_config_are_kept(bin: HaproxyBin) {
     let label = bin.label();
     let pod = pod(&bin).await;
     let fe = port();

@@ -4,6 +4,7 @@
 //! for two reads to finish, so the second began after the ACK and before the next apply).
 
 mod common;
+use haptic_e2e::on_each_version;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};

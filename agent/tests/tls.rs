@@ -4,6 +4,7 @@
 //! nothing.
 
 mod common;
+use haptic_e2e::on_each_version;
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -21,8 +22,8 @@ impl Drop for Agent {
     }
 }
 
-on_each_version!(agent_serves_https_with_a_generated_ca_on_every_version);
-async fn agent_serves_https_with_a_generated_ca_on_every_version(bin: HaproxyBin) {
+on_each_version!(agent_serves_https_with_a_generated_ca);
+async fn agent_serves_https_with_a_generated_ca(bin: HaproxyBin) {
     let pki = tempfile::tempdir().unwrap();
     make_ca(pki.path());
     let ca = reqwest::Certificate::from_pem(&std::fs::read(pki.path().join("ca.pem")).unwrap()).unwrap();

@@ -8,7 +8,7 @@ use haptic_controller::admin::{self, AdminState};
 use haptic_controller::gate::{GateMode, Latch};
 use haptic_controller::metrics::Metrics;
 use haptic_controller::status::{ControllerStatus, GateStatus, Phase, StatusBoard};
-use haptic_e2e::{basic_config, free_port, haproxy_bins};
+use haptic_e2e::{basic_config, free_port, on_each_version, HaproxyBin};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_haptic-controller"))
@@ -24,38 +24,43 @@ fn dir_with(files: &[(&str, &str)]) -> tempfile::TempDir {
     d
 }
 
-#[test]
-fn validate_passes_good_and_refuses_bad_renders_on_every_version() {
-    let good = basic_config(free_port(), "    http-request set-var(txn.x) str(y),map(maps/a.map,none)\n");
+fn good_config() -> String {
+    basic_config(free_port(), "    http-request set-var(txn.x) str(y),map(maps/a.map,none)\n")
+}
+
+on_each_version!(sync validate_passes_good_and_refuses_bad_renders);
+
+fn validate_passes_good_and_refuses_bad_renders(b: HaproxyBin) {
+    let good = good_config();
     let bad = basic_config(free_port(), "    no-such-keyword here\n");
     let good_dir = dir_with(&[("haproxy.cfg", &good), ("maps/a.map", "k v\n")]);
     let bad_dir = dir_with(&[("haproxy.cfg", &bad)]);
     let missing_map = dir_with(&[("haproxy.cfg", &good)]);
-    for b in haproxy_bins() {
-        let out = bin().arg("validate").arg(good_dir.path()).arg("--haproxy-bin").arg(&b.path).output().unwrap();
-        assert!(out.status.success(), "{}: {}", b.label(), String::from_utf8_lossy(&out.stderr));
-        assert!(String::from_utf8_lossy(&out.stdout).contains("valid"));
-        for d in [&bad_dir, &missing_map] {
-            let out =
-                bin().arg("validate").arg(d.path()).env("HAPTIC_CONTROLLER_HAPROXY_BIN", &b.path).output().unwrap();
-            assert_eq!(out.status.code(), Some(1), "{}", b.label());
-            let err = String::from_utf8_lossy(&out.stderr);
-            assert!(err.contains("ALERT") && err.contains("haproxy.cfg"), "{}: {err}", b.label());
-            assert!(!err.contains("haptic-gate-"), "temp dir paths are hidden: {err}");
-        }
+    let out = bin().arg("validate").arg(good_dir.path()).arg("--haproxy-bin").arg(&b.path).output().unwrap();
+    assert!(out.status.success(), "{}: {}", b.label(), String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("valid"));
+    for d in [&bad_dir, &missing_map] {
+        let out = bin().arg("validate").arg(d.path()).env("HAPTIC_CONTROLLER_HAPROXY_BIN", &b.path).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}", b.label());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("ALERT") && err.contains("haproxy.cfg"), "{}: {err}", b.label());
+        assert!(!err.contains("haptic-gate-"), "temp dir paths are hidden: {err}");
     }
-    let out = bin().arg("validate").arg("/nonexistent-render").output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
     // A config without `default-path config` would load other files in the pod than here.
     let no_default_path =
         dir_with(&[("haproxy.cfg", &good.replace("default-path config", "")), ("maps/a.map", "k v\n")]);
-    for b in haproxy_bins() {
-        let out = bin().arg("validate").arg(no_default_path.path()).arg("--haproxy-bin").arg(&b.path).output().unwrap();
-        assert_eq!(out.status.code(), Some(1), "{}", b.label());
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("no `default-path config`"), "{}: {err}", b.label());
-    }
+    let out = bin().arg("validate").arg(no_default_path.path()).arg("--haproxy-bin").arg(&b.path).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", b.label());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no `default-path config`"), "{}: {err}", b.label());
+}
+
+#[test]
+fn validate_names_a_missing_render_and_a_missing_haproxy_binary() {
+    let out = bin().arg("validate").arg("/nonexistent-render").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
     // A missing HAProxy binary names the flag it came from.
+    let good_dir = dir_with(&[("haproxy.cfg", &good_config()), ("maps/a.map", "k v\n")]);
     let out =
         bin().arg("validate").arg(good_dir.path()).args(["--haproxy-bin", "/nonexistent/haproxy"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));

@@ -9,7 +9,7 @@ use std::process::Command;
 use haptic_controller::kubernetes::crd::HAProxyConfig;
 use haptic_e2e::k8s::{Container, LocalPods, LocalPodsOpts};
 use haptic_e2e::pod::AgentClient;
-use haptic_e2e::{free_port, haproxy_bins, http_get, HaproxyBin};
+use haptic_e2e::{free_port, http_get, on_each_version, HaproxyBin};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -81,209 +81,193 @@ async fn create_config(client: &Client, ns: &str, agent_port: u16, files: serde_
     api
 }
 
+on_each_version!(deploys_a_haproxyconfig_to_local_pods);
+
 /// Render, deploy, runtime change, map change, a refused config and a missing reference, on
 /// 3 local pods per HAProxy version, through the real apiserver.
-#[tokio::test]
-async fn deploys_a_haproxyconfig_to_local_pods_on_every_version() {
+async fn deploys_a_haproxyconfig_to_local_pods(bin: HaproxyBin) {
     let e = env().await;
-    for bin in haproxy_bins() {
-        let ns = format!("edge-{}{}", bin.version.0, bin.version.1);
-        println!("--- {} in namespace {ns}", bin.label());
-        namespace(&e.client, &ns).await;
-        put_secret(&e.client, &ns, PASSWORD).await;
-        let mut pods = LocalPods::new(e.client.clone(), local_opts(&ns, &bin));
-        pods.create(3).await.unwrap();
-        let fe = free_port();
-        put_configmap(
-            &e.client,
-            &ns,
-            "edge-cfg",
-            BTreeMap::from([
-                ("haproxy.cfg", cfg_text(fe, "v1", 9001, false)),
-                ("hosts.map", "a.example be_a\n".into()),
-            ]),
-        )
-        .await;
-        let api = create_config(
-            &e.client,
-            &ns,
-            pods.agent_port(),
-            json!([{"path": "maps/hosts.map", "configMapKeyRef": {"name": "edge-cfg", "key": "hosts.map"}}]),
-        )
-        .await;
-        let ctl = Controller::start(&e.cp, &ns, &bin, "ctl-a", e.dir.path());
+    let ns = format!("edge-{}{}", bin.version.0, bin.version.1);
+    println!("--- {} in namespace {ns}", bin.label());
+    namespace(&e.client, &ns).await;
+    put_secret(&e.client, &ns, PASSWORD).await;
+    let mut pods = LocalPods::new(e.client.clone(), local_opts(&ns, &bin));
+    pods.create(3).await.unwrap();
+    let fe = free_port();
+    put_configmap(
+        &e.client,
+        &ns,
+        "edge-cfg",
+        BTreeMap::from([("haproxy.cfg", cfg_text(fe, "v1", 9001, false)), ("hosts.map", "a.example be_a\n".into())]),
+    )
+    .await;
+    let api = create_config(
+        &e.client,
+        &ns,
+        pods.agent_port(),
+        json!([{"path": "maps/hosts.map", "configMapKeyRef": {"name": "edge-cfg", "key": "hosts.map"}}]),
+    )
+    .await;
+    let ctl = Controller::start(&e.cp, &ns, &bin, "ctl-a", e.dir.path());
 
-        // First deploy: every pod converges and serves the render on its own IP.
-        let s = converged(&api, 3, None).await;
-        let deployed = s["deployedToPods"].as_array().unwrap();
-        assert_eq!(deployed.len(), 3, "{s:#}");
-        for p in deployed {
-            assert_eq!(p["appliedPlan"], p["runningPlan"], "{p}");
-            assert_eq!(p["appliedPlan"], s["planId"]);
-            assert!(!p["uid"].as_str().unwrap().is_empty() && p["ip"].as_str().unwrap().starts_with("127."));
-        }
-        assert_eq!(condition(&s, "Validated").unwrap()["status"], "True");
-        assert_eq!(s["convergedText"], "3/3");
-        assert_eq!(s["leader"]["identity"], "ctl-a");
-        // The status is written with server-side apply, as the field manager haptic-controller.
-        let obj = api.get("edge").await.unwrap();
-        let managed = obj.metadata.managed_fields.unwrap_or_default();
-        assert!(
-            managed.iter().any(|m| m.manager.as_deref() == Some("haptic-controller")
-                && m.operation.as_deref() == Some("Apply")
-                && m.subresource.as_deref() == Some("status")),
-            "{managed:?}"
-        );
-        for n in pods.names() {
-            let addr = SocketAddr::from((pods.ip(&n).unwrap(), fe));
-            assert_eq!(http_get(addr, "/hello").await.unwrap(), (200, "v1".to_string()));
-            assert_eq!(pod_state(&pods, &n).await["fence"]["holder"], "ctl-a");
-        }
-        // `status --kubernetes` prints the same table as standalone mode, from the resource.
-        let out = Command::new(env!("CARGO_BIN_EXE_haptic-controller"))
-            .args(["status", "--kubernetes", "--namespace", &ns, "--config", "edge"])
-            .env("KUBECONFIG", e.cp.kubeconfig())
-            .output()
-            .unwrap();
-        let table = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        assert!(table.contains("3/3 converged"), "{table}");
-        for n in pods.names() {
-            assert!(table.lines().any(|l| l.starts_with(&n) && l.contains("converged")), "{n} in {table}");
-        }
-
-        // An endpoint change in the ConfigMap lands as runtime: no new worker.
-        let before = worker_pids(&pods).await;
-        let plan1 = s["planId"].as_str().unwrap().to_string();
-        put_configmap(
-            &e.client,
-            &ns,
-            "edge-cfg",
-            BTreeMap::from([
-                ("haproxy.cfg", cfg_text(fe, "v1", 9002, false)),
-                ("hosts.map", "a.example be_a\n".into()),
-            ]),
-        )
-        .await;
-        let s = converged(&api, 3, Some(&plan1)).await;
-        for p in s["deployedToPods"].as_array().unwrap() {
-            assert_eq!(p["mode"], "runtime", "{p}");
-        }
-        assert_eq!(worker_pids(&pods).await, before, "an endpoint change must not reload");
-
-        // A map change is runtime too, and the new entry answers.
-        let plan2 = s["planId"].as_str().unwrap().to_string();
-        put_configmap(
-            &e.client,
-            &ns,
-            "edge-cfg",
-            BTreeMap::from([
-                ("haproxy.cfg", cfg_text(fe, "v1", 9002, false)),
-                ("hosts.map", "a.example be_a\nb.example be_b\n".into()),
-            ]),
-        )
-        .await;
-        let s = converged(&api, 3, Some(&plan2)).await;
-        assert!(s["deployedToPods"].as_array().unwrap().iter().all(|p| p["mode"] == "runtime"), "{s:#}");
-        assert_eq!(worker_pids(&pods).await, before);
-
-        // A config HAProxy refuses: Validated=False with HAProxy's words; the pods keep serving.
-        let good_plan = s["planId"].clone();
-        put_configmap(
-            &e.client,
-            &ns,
-            "edge-cfg",
-            BTreeMap::from([
-                ("haproxy.cfg", cfg_text(fe, "v2", 9002, true)),
-                ("hosts.map", "a.example be_a\nb.example be_b\n".into()),
-            ]),
-        )
-        .await;
-        let s = eventually("Validated=False after a refused render", || async {
-            let s = status_of(&api).await;
-            condition(&s, "Validated").is_some_and(|c| c["status"] == "False").then_some(s)
-        })
-        .await;
-        let v = condition(&s, "Validated").unwrap();
-        assert_eq!(v["reason"], "GateRefused", "{v}");
-        assert!(v["message"].as_str().unwrap().contains("[ALERT]"), "{v}");
-        assert!(s["gate"]["message"].as_str().unwrap().contains("bogus-directive"), "{s:#}");
-        assert_eq!(s["lastGoodPlanId"], good_plan);
-        let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(e.client.clone(), &ns);
-        let refused = eventually("a GateRefused Event", || async {
-            let list = events.list(&Default::default()).await.ok()?;
-            list.items.into_iter().find(|ev| ev.reason.as_deref() == Some("GateRefused"))
-        })
-        .await;
-        assert!(refused.note.unwrap_or_default().contains("[ALERT]"));
-        assert_eq!(refused.regarding.unwrap().name.as_deref(), Some("edge"));
-        // The history of what reached the fleet: Normal `Deployed` Events.
-        let deployed = eventually("a Deployed Event", || async {
-            let list = events.list(&Default::default()).await.ok()?;
-            list.items.into_iter().find(|ev| ev.reason.as_deref() == Some("Deployed"))
-        })
-        .await;
-        assert_eq!(deployed.type_.as_deref(), Some("Normal"));
-        let note = deployed.note.unwrap_or_default();
-        assert!(note.starts_with("deployed plan ") && note.contains(" to 3/3 pods: "), "{note}");
-        // Ready follows Validated: False while the latest render is refused.
-        let ready = condition(&s, "Ready").unwrap();
-        assert_eq!(
-            (ready["status"].as_str(), ready["reason"].as_str()),
-            (Some("False"), Some("GateRefused")),
-            "{ready}"
-        );
-        for n in pods.names() {
-            let addr = SocketAddr::from((pods.ip(&n).unwrap(), fe));
-            assert_eq!(http_get(addr, "/hello").await.unwrap(), (200, "v1".to_string()));
-        }
-
-        // A missing reference: a render error, nothing deployed; fixed when it is created.
-        let configs: Api<HAProxyConfig> = Api::namespaced(e.client.clone(), &ns);
-        let patch = json!({"spec": {"configFrom": {"configMapKeyRef": {"name": "edge-cfg-v2", "key": "haproxy.cfg"}}}});
-        configs.patch("edge", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-        let s = eventually("MissingReference", || async {
-            let s = status_of(&api).await;
-            condition(&s, "Validated").is_some_and(|c| c["reason"] == "MissingReference").then_some(s)
-        })
-        .await;
-        assert!(condition(&s, "Validated").unwrap()["message"].as_str().unwrap().contains("edge-cfg-v2"));
-        for n in pods.names() {
-            assert_eq!(pod_state(&pods, &n).await["applied"]["plan_id"], good_plan);
-        }
-        put_configmap(
-            &e.client,
-            &ns,
-            "edge-cfg-v2",
-            BTreeMap::from([("haproxy.cfg", cfg_text(fe, "v3", 9002, false))]),
-        )
-        .await;
-        let s = eventually("the fixed reference to converge", || async {
-            let s = status_of(&api).await;
-            let ok = condition(&s, "Validated").is_some_and(|c| c["status"] == "True")
-                && condition(&s, "Converged").is_some_and(|c| c["status"] == "True")
-                && s["planId"] != good_plan;
-            ok.then_some(s)
-        })
-        .await;
-        assert_eq!(s["converged"], 3);
-        assert_eq!(condition(&s, "Ready").unwrap()["status"], "True", "{s:#}");
-        for n in pods.names() {
-            let addr = SocketAddr::from((pods.ip(&n).unwrap(), fe));
-            assert_eq!(http_get(addr, "/hello").await.unwrap(), (200, "v3".to_string()), "{}", ctl.log());
-        }
-
-        // A `spec.controller` change reaches the running deployment loop: the status shows the
-        // new gate mode, and the loop was never torn down (one term started, none restarted).
-        let patch = json!({"spec": {"controller": {"gate": "pessimistic"}}});
-        configs.patch("edge", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-        eventually("the running loop to take the pessimistic gate", || async {
-            (status_of(&api).await["gate"]["state"] == "pessimistic").then_some(())
-        })
-        .await;
-        assert_eq!(ctl.log().matches("starting a deployment term").count(), 1, "{}", ctl.log());
-        drop(ctl);
+    // First deploy: every pod converges and serves the render on its own IP.
+    let s = converged(&api, 3, None).await;
+    let deployed = s["deployedToPods"].as_array().unwrap();
+    assert_eq!(deployed.len(), 3, "{s:#}");
+    for p in deployed {
+        assert_eq!(p["appliedPlan"], p["runningPlan"], "{p}");
+        assert_eq!(p["appliedPlan"], s["planId"]);
+        assert!(!p["uid"].as_str().unwrap().is_empty() && p["ip"].as_str().unwrap().starts_with("127."));
     }
+    assert_eq!(condition(&s, "Validated").unwrap()["status"], "True");
+    assert_eq!(s["convergedText"], "3/3");
+    assert_eq!(s["leader"]["identity"], "ctl-a");
+    // The status is written with server-side apply, as the field manager haptic-controller.
+    let obj = api.get("edge").await.unwrap();
+    let managed = obj.metadata.managed_fields.unwrap_or_default();
+    assert!(
+        managed.iter().any(|m| m.manager.as_deref() == Some("haptic-controller")
+            && m.operation.as_deref() == Some("Apply")
+            && m.subresource.as_deref() == Some("status")),
+        "{managed:?}"
+    );
+    for n in pods.names() {
+        let addr = SocketAddr::from((pods.ip(&n).unwrap(), fe));
+        assert_eq!(http_get(addr, "/hello").await.unwrap(), (200, "v1".to_string()));
+        assert_eq!(pod_state(&pods, &n).await["fence"]["holder"], "ctl-a");
+    }
+    // `status --kubernetes` prints the same table as standalone mode, from the resource.
+    let out = Command::new(env!("CARGO_BIN_EXE_haptic-controller"))
+        .args(["status", "--kubernetes", "--namespace", &ns, "--config", "edge"])
+        .env("KUBECONFIG", e.cp.kubeconfig())
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(table.contains("3/3 converged"), "{table}");
+    for n in pods.names() {
+        assert!(table.lines().any(|l| l.starts_with(&n) && l.contains("converged")), "{n} in {table}");
+    }
+
+    // An endpoint change in the ConfigMap lands as runtime: no new worker.
+    let before = worker_pids(&pods).await;
+    let plan1 = s["planId"].as_str().unwrap().to_string();
+    put_configmap(
+        &e.client,
+        &ns,
+        "edge-cfg",
+        BTreeMap::from([("haproxy.cfg", cfg_text(fe, "v1", 9002, false)), ("hosts.map", "a.example be_a\n".into())]),
+    )
+    .await;
+    let s = converged(&api, 3, Some(&plan1)).await;
+    for p in s["deployedToPods"].as_array().unwrap() {
+        assert_eq!(p["mode"], "runtime", "{p}");
+    }
+    assert_eq!(worker_pids(&pods).await, before, "an endpoint change must not reload");
+
+    // A map change is runtime too, and the new entry answers.
+    let plan2 = s["planId"].as_str().unwrap().to_string();
+    put_configmap(
+        &e.client,
+        &ns,
+        "edge-cfg",
+        BTreeMap::from([
+            ("haproxy.cfg", cfg_text(fe, "v1", 9002, false)),
+            ("hosts.map", "a.example be_a\nb.example be_b\n".into()),
+        ]),
+    )
+    .await;
+    let s = converged(&api, 3, Some(&plan2)).await;
+    assert!(s["deployedToPods"].as_array().unwrap().iter().all(|p| p["mode"] == "runtime"), "{s:#}");
+    assert_eq!(worker_pids(&pods).await, before);
+
+    // A config HAProxy refuses: Validated=False with HAProxy's words; the pods keep serving.
+    let good_plan = s["planId"].clone();
+    put_configmap(
+        &e.client,
+        &ns,
+        "edge-cfg",
+        BTreeMap::from([
+            ("haproxy.cfg", cfg_text(fe, "v2", 9002, true)),
+            ("hosts.map", "a.example be_a\nb.example be_b\n".into()),
+        ]),
+    )
+    .await;
+    let s = eventually("Validated=False after a refused render", || async {
+        let s = status_of(&api).await;
+        condition(&s, "Validated").is_some_and(|c| c["status"] == "False").then_some(s)
+    })
+    .await;
+    let v = condition(&s, "Validated").unwrap();
+    assert_eq!(v["reason"], "GateRefused", "{v}");
+    assert!(v["message"].as_str().unwrap().contains("[ALERT]"), "{v}");
+    assert!(s["gate"]["message"].as_str().unwrap().contains("bogus-directive"), "{s:#}");
+    assert_eq!(s["lastGoodPlanId"], good_plan);
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(e.client.clone(), &ns);
+    let refused = eventually("a GateRefused Event", || async {
+        let list = events.list(&Default::default()).await.ok()?;
+        list.items.into_iter().find(|ev| ev.reason.as_deref() == Some("GateRefused"))
+    })
+    .await;
+    assert!(refused.note.unwrap_or_default().contains("[ALERT]"));
+    assert_eq!(refused.regarding.unwrap().name.as_deref(), Some("edge"));
+    // The history of what reached the fleet: Normal `Deployed` Events.
+    let deployed = eventually("a Deployed Event", || async {
+        let list = events.list(&Default::default()).await.ok()?;
+        list.items.into_iter().find(|ev| ev.reason.as_deref() == Some("Deployed"))
+    })
+    .await;
+    assert_eq!(deployed.type_.as_deref(), Some("Normal"));
+    let note = deployed.note.unwrap_or_default();
+    assert!(note.starts_with("deployed plan ") && note.contains(" to 3/3 pods: "), "{note}");
+    // Ready follows Validated: False while the latest render is refused.
+    let ready = condition(&s, "Ready").unwrap();
+    assert_eq!((ready["status"].as_str(), ready["reason"].as_str()), (Some("False"), Some("GateRefused")), "{ready}");
+    for n in pods.names() {
+        let addr = SocketAddr::from((pods.ip(&n).unwrap(), fe));
+        assert_eq!(http_get(addr, "/hello").await.unwrap(), (200, "v1".to_string()));
+    }
+
+    // A missing reference: a render error, nothing deployed; fixed when it is created.
+    let configs: Api<HAProxyConfig> = Api::namespaced(e.client.clone(), &ns);
+    let patch = json!({"spec": {"configFrom": {"configMapKeyRef": {"name": "edge-cfg-v2", "key": "haproxy.cfg"}}}});
+    configs.patch("edge", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    let s = eventually("MissingReference", || async {
+        let s = status_of(&api).await;
+        condition(&s, "Validated").is_some_and(|c| c["reason"] == "MissingReference").then_some(s)
+    })
+    .await;
+    assert!(condition(&s, "Validated").unwrap()["message"].as_str().unwrap().contains("edge-cfg-v2"));
+    for n in pods.names() {
+        assert_eq!(pod_state(&pods, &n).await["applied"]["plan_id"], good_plan);
+    }
+    put_configmap(&e.client, &ns, "edge-cfg-v2", BTreeMap::from([("haproxy.cfg", cfg_text(fe, "v3", 9002, false))]))
+        .await;
+    let s = eventually("the fixed reference to converge", || async {
+        let s = status_of(&api).await;
+        let ok = condition(&s, "Validated").is_some_and(|c| c["status"] == "True")
+            && condition(&s, "Converged").is_some_and(|c| c["status"] == "True")
+            && s["planId"] != good_plan;
+        ok.then_some(s)
+    })
+    .await;
+    assert_eq!(s["converged"], 3);
+    assert_eq!(condition(&s, "Ready").unwrap()["status"], "True", "{s:#}");
+    for n in pods.names() {
+        let addr = SocketAddr::from((pods.ip(&n).unwrap(), fe));
+        assert_eq!(http_get(addr, "/hello").await.unwrap(), (200, "v3".to_string()), "{}", ctl.log());
+    }
+
+    // A `spec.controller` change reaches the running deployment loop: the status shows the
+    // new gate mode, and the loop was never torn down (one term started, none restarted).
+    let patch = json!({"spec": {"controller": {"gate": "pessimistic"}}});
+    configs.patch("edge", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    eventually("the running loop to take the pessimistic gate", || async {
+        (status_of(&api).await["gate"]["state"] == "pessimistic").then_some(())
+    })
+    .await;
+    assert_eq!(ctl.log().matches("starting a deployment term").count(), 1, "{}", ctl.log());
+    drop(ctl);
 }
 
 /// Namespace `ns` with the credentials Secret, 3 local pods of `bin`, and the ConfigMap with a
@@ -299,18 +283,17 @@ async fn fleet(e: &Env, bin: &HaproxyBin, ns: &str) -> (LocalPodsOpts, LocalPods
     (opts, pods, fe)
 }
 
+on_each_version!(discovery_admits_only_reachable_agents_and_follows_pod_changes);
+
 /// Admission: a pod whose agent container is not running and a pod with the wrong credential
 /// are not targets (counted by reason); a deleted pod leaves the status; a replaced pod is
 /// probed again and converges; a rotated Secret is used without a restart of the controller or
 /// any agent, and no pod leaves the targets while the agents catch up.
-#[tokio::test]
-async fn discovery_admits_only_reachable_agents_and_follows_pod_changes() {
+async fn discovery_admits_only_reachable_agents_and_follows_pod_changes(bin: HaproxyBin) {
     let e = env().await;
-    for bin in haproxy_bins() {
-        let ns = format!("disco-{}{}", bin.version.0, bin.version.1);
-        println!("--- {} in namespace {ns}", bin.label());
-        discovery_on(&e, bin, &ns).await;
-    }
+    let ns = format!("disco-{}{}", bin.version.0, bin.version.1);
+    println!("--- {} in namespace {ns}", bin.label());
+    discovery_on(&e, bin, &ns).await;
 }
 
 async fn discovery_on(e: &Env, bin: HaproxyBin, ns: &str) {
@@ -387,15 +370,14 @@ async fn discovery_on(e: &Env, bin: HaproxyBin, ns: &str) {
     drop(ctl);
 }
 
+on_each_version!(leader_failover_reloads_nothing_and_fences_the_old_leader);
+
 /// Leadership and fencing with two controller processes.
-#[tokio::test]
-async fn leader_failover_reloads_nothing_and_fences_the_old_leader() {
+async fn leader_failover_reloads_nothing_and_fences_the_old_leader(bin: HaproxyBin) {
     let e = env().await;
-    for bin in haproxy_bins() {
-        let ns = format!("lead-{}{}", bin.version.0, bin.version.1);
-        println!("--- {} in namespace {ns}", bin.label());
-        leadership_on(&e, bin, &ns).await;
-    }
+    let ns = format!("lead-{}{}", bin.version.0, bin.version.1);
+    println!("--- {} in namespace {ns}", bin.label());
+    leadership_on(&e, bin, &ns).await;
 }
 
 async fn leadership_on(e: &Env, bin: HaproxyBin, ns: &str) {

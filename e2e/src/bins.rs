@@ -80,3 +80,51 @@ pub fn haproxy_bins() -> Vec<HaproxyBin> {
         })
         .collect()
 }
+
+/// The HAProxy binary of version `major.minor` among the test binaries (`HAPTIC_HAPROXY_BINS`);
+/// panics when there is none, so no version is skipped silently.
+pub fn haproxy_bin(major: u32, minor: u32) -> HaproxyBin {
+    haproxy_bins()
+        .into_iter()
+        .find(|b| (b.version.0, b.version.1) == (major, minor))
+        .unwrap_or_else(|| panic!("no HAProxy {major}.{minor} among the test binaries (HAPTIC_HAPROXY_BINS)"))
+}
+
+/// Makes `fn $name(bin: HaproxyBin)` one test case per HAProxy version, `$name::on_2_6` and
+/// `$name::on_3_0`, so one version's failure cannot hide the other's result.
+///
+/// `on_each_version!(name)` for an `async fn` (a 2-thread tokio runtime),
+/// `on_each_version!(name, worker_threads = N)` for more threads, `on_each_version!(sync name)`
+/// for a plain `fn`.
+#[macro_export]
+macro_rules! on_each_version {
+    ($name:ident) => {
+        $crate::on_each_version!($name, worker_threads = 2);
+    };
+    ($name:ident, worker_threads = $n:literal) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = $n)]
+            async fn on_2_6() {
+                super::$name($crate::haproxy_bin(2, 6)).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = $n)]
+            async fn on_3_0() {
+                super::$name($crate::haproxy_bin(3, 0)).await
+            }
+        }
+    };
+    (sync $name:ident) => {
+        mod $name {
+            #[test]
+            fn on_2_6() {
+                super::$name($crate::haproxy_bin(2, 6))
+            }
+
+            #[test]
+            fn on_3_0() {
+                super::$name($crate::haproxy_bin(3, 0))
+            }
+        }
+    };
+}

@@ -16,8 +16,9 @@ pub mod pids;
 pub mod pod;
 pub mod process;
 pub mod tls;
+pub mod wait;
 
-pub use bins::{haproxy_bins, workspace_root, HaproxyBin};
+pub use bins::{haproxy_bin, haproxy_bins, workspace_root, HaproxyBin};
 pub use config::basic_config;
 pub use net::{free_port, http_get, wait_http_body};
 pub use pids::{assert_no_stray, group_members, pid_alive};

@@ -17,7 +17,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use haptic_e2e::k8s::ControlPlane;
-use haptic_e2e::{assert_no_stray, haproxy_bins, workspace_root};
+use haptic_e2e::wait::eventually;
+use haptic_e2e::{assert_no_stray, on_each_version, workspace_root, HaproxyBin};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
@@ -546,24 +547,23 @@ fn the_values_schema_refuses_bad_values() {
     }
 }
 
-#[test]
-fn the_default_haproxy_cfg_passes_haproxy_check_on_every_version() {
+on_each_version!(sync the_default_haproxy_cfg_passes_haproxy_check);
+
+fn the_default_haproxy_cfg_passes_haproxy_check(bin: HaproxyBin) {
     let objs = render_default();
     let cfg = one(&objs, "HAProxyConfig", "")["spec"]["config"].as_str().unwrap().to_string();
     assert!(cfg.contains("default-path config"));
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("haproxy.cfg");
     std::fs::write(&path, &cfg).unwrap();
-    for bin in haproxy_bins() {
-        let out = Command::new(&bin.path).arg("-c").arg("-f").arg(&path).output().unwrap();
-        assert!(
-            out.status.success(),
-            "haproxy {} -c refused the chart's default config:\n{}{}",
-            bin.version_string,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let out = Command::new(&bin.path).arg("-c").arg("-f").arg(&path).output().unwrap();
+    assert!(
+        out.status.success(),
+        "haproxy {} -c refused the chart's default config:\n{}{}",
+        bin.version_string,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[tokio::test]
@@ -577,19 +577,16 @@ async fn every_rendered_object_passes_a_server_side_dry_run() {
         serde_saphyr::from_str(&std::fs::read_to_string(chart_dir().join("crds/haproxyconfig.yaml")).unwrap()).unwrap();
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     crds.create(&PostParams::default(), &crd).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let c = crds.get("haproxyconfigs.haptic.dev").await.unwrap();
-        let established = c
-            .status
-            .and_then(|s| s.conditions)
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True"));
-        if established {
-            break;
+    eventually("the CRD to become Established", Duration::from_secs(30), || async {
+        let c = crds.get("haproxyconfigs.haptic.dev").await.map_err(|e| e.to_string())?;
+        let conditions = c.status.and_then(|s| s.conditions).unwrap_or_default();
+        if conditions.iter().any(|c| c.type_ == "Established" && c.status == "True") {
+            Ok(())
+        } else {
+            Err(format!("conditions {conditions:?}"))
         }
-        assert!(Instant::now() < deadline, "the CRD never became Established");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NAMESPACE}})).unwrap();
     Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use haptic_e2e::k8s::{k8s_version, Container, ControlPlane, LocalPods, LocalPodsOpts};
 use haptic_e2e::pod::AgentClient;
-use haptic_e2e::{assert_no_stray, haproxy_bins, http_get};
+use haptic_e2e::{assert_no_stray, http_get, on_each_version, HaproxyBin};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -152,103 +152,103 @@ fn container_status(pod: &Pod, name: &str) -> k8s_openapi::api::core::v1::Contai
     statuses.into_iter().find(|c| c.name == name).unwrap_or_else(|| panic!("no status of container {name}"))
 }
 
-#[tokio::test]
-async fn local_pods_run_haproxy_pods_like_a_kubelet() {
+on_each_version!(local_pods_run_haproxy_pods_like_a_kubelet);
+
+async fn local_pods_run_haproxy_pods_like_a_kubelet(bin: HaproxyBin) {
     let cp = start().await;
     let client = cp.client().await.unwrap();
     create_namespace(&client, "fleet").await;
     let pods_api: Api<Pod> = Api::namespaced(client.clone(), "fleet");
     let mut all_pids = cp.pids();
 
-    for bin in haproxy_bins() {
-        println!("--- {}", bin.label());
-        let mut opts = LocalPodsOpts::new("fleet", bin.clone(), "haptic", "s3cret-pw");
-        opts.prefix = format!("haproxy-{}{}", bin.version.0, bin.version.1);
-        let mut pods = LocalPods::new(client.clone(), opts);
-        let names = pods.create(3).await.unwrap();
+    println!("--- {}", bin.label());
+    let mut opts = LocalPodsOpts::new("fleet", bin.clone(), "haptic", "s3cret-pw");
+    opts.prefix = format!("haproxy-{}{}", bin.version.0, bin.version.1);
+    let mut pods = LocalPods::new(client.clone(), opts);
+    let names = pods.create(3).await.unwrap();
 
-        // Running, with three distinct IPs, as the apiserver reports them.
-        let mut ips = Vec::new();
-        for n in &names {
-            let p = pods_api.get(n).await.unwrap();
-            let st = p.status.clone().unwrap();
-            assert_eq!(st.phase.as_deref(), Some("Running"));
-            let ip = st.pod_ip.clone().unwrap();
-            assert_eq!(Some(ip.parse().unwrap()), pods.ip(n));
-            assert!(container_status(&p, "agent").state.unwrap().running.is_some());
-            assert!(container_status(&p, "haproxy").state.unwrap().running.is_some());
-            ips.push(ip);
-        }
-        ips.sort();
-        ips.dedup();
-        assert_eq!(ips.len(), 3, "distinct pod IPs: {ips:?}");
-
-        // Each agent answers on http://<pod ip>:<agent port> with the credentials, and only with them.
-        for n in &names {
-            let url = pods.agent_url(n).unwrap();
-            let addr: SocketAddr = url.trim_start_matches("http://").parse().unwrap();
-            let agent = AgentClient { addr, auth: Some(("haptic".into(), "s3cret-pw".into())) };
-            let (code, body) = agent.get("/v1/state").await.unwrap();
-            assert_eq!(code, 200, "{body}");
-            let state: serde_json::Value = serde_json::from_str(&body).unwrap();
-            assert_eq!(state["api"]["major"], 1);
-            let wrong = AgentClient { addr, auth: Some(("haptic".into(), "wrong".into())) };
-            assert_eq!(wrong.get("/v1/state").await.unwrap().0, 401);
-            // HAProxy serves the bootstrap tree: /healthz 200 on the pod's own address.
-            let health: SocketAddr = pods.pod(n).unwrap().health_bind().parse().unwrap();
-            assert_eq!(health.ip(), pods.ip(n).unwrap());
-            assert_eq!(http_get(health, "/healthz").await.unwrap().0, 200);
-        }
-
-        // Killing the agent flips its container to terminated; a restart counts and answers again.
-        let first = names[0].clone();
-        let addr: SocketAddr = pods.agent_url(&first).unwrap().trim_start_matches("http://").parse().unwrap();
-        let agent = AgentClient { addr, auth: Some(("haptic".into(), "s3cret-pw".into())) };
-        let before = container_status(&pods_api.get(&first).await.unwrap(), "agent");
-        pods.kill_container(&first, Container::Agent).await.unwrap();
-        let dead = container_status(&pods_api.get(&first).await.unwrap(), "agent");
-        assert!(dead.state.unwrap().terminated.is_some());
-        assert!(!dead.ready);
-        assert!(agent.get("/v1/state").await.is_err(), "a killed agent must not answer");
-        pods.restart_container(&first, Container::Agent).await.unwrap();
-        let again = container_status(&pods_api.get(&first).await.unwrap(), "agent");
-        assert!(again.state.unwrap().running.is_some());
-        assert_eq!(again.restart_count, before.restart_count + 1);
-        assert_ne!(again.container_id, before.container_id);
-        assert_eq!(agent.get("/v1/state").await.unwrap().0, 200);
-
-        // The same for HAProxy: a new master, the bootstrap /healthz back.
-        let old_master = pods.pod(&first).unwrap().haproxy().master_pid();
-        pods.kill_container(&first, Container::Haproxy).await.unwrap();
-        assert!(!pods.pod(&first).unwrap().haproxy_running());
-        let hs = container_status(&pods_api.get(&first).await.unwrap(), "haproxy");
-        assert!(hs.state.unwrap().terminated.is_some());
-        pods.restart_container(&first, Container::Haproxy).await.unwrap();
-        assert_ne!(pods.pod(&first).unwrap().haproxy().master_pid(), old_master);
-        assert_eq!(pods.restart_count(&first, Container::Haproxy), Some(1));
-        let health: SocketAddr = pods.pod(&first).unwrap().health_bind().parse().unwrap();
-        assert_eq!(http_get(health, "/healthz").await.unwrap().0, 200);
-
-        // Deleting a pod stops its processes and removes its object.
-        let victim = names[1].clone();
-        let victim_pids: Vec<u32> = {
-            let p = pods.pod(&victim).unwrap();
-            p.agent_pid().into_iter().chain(p.haproxy().known_pids()).collect()
-        };
-        pods.delete(&victim).await.unwrap();
-        assert_no_stray(&victim_pids);
-        assert!(pods_api.get_opt(&victim).await.unwrap().is_none());
-
-        // Replacing a pod gives a new UID under the same name.
-        let last = names[2].clone();
-        let old_uid = pods.uid(&last).unwrap().to_string();
-        pods.replace(&last).await.unwrap();
-        let now = pods_api.get(&last).await.unwrap();
-        assert_ne!(now.metadata.uid.as_deref(), Some(old_uid.as_str()));
-        assert_eq!(now.metadata.uid.as_deref(), pods.uid(&last));
-
-        all_pids.extend(pods.pids());
+    // Running, with three distinct IPs, as the apiserver reports them.
+    let mut ips = Vec::new();
+    for n in &names {
+        let p = pods_api.get(n).await.unwrap();
+        let st = p.status.clone().unwrap();
+        assert_eq!(st.phase.as_deref(), Some("Running"));
+        let ip = st.pod_ip.clone().unwrap();
+        assert_eq!(Some(ip.parse().unwrap()), pods.ip(n));
+        assert!(container_status(&p, "agent").state.unwrap().running.is_some());
+        assert!(container_status(&p, "haproxy").state.unwrap().running.is_some());
+        ips.push(ip);
     }
+    ips.sort();
+    ips.dedup();
+    assert_eq!(ips.len(), 3, "distinct pod IPs: {ips:?}");
+
+    // Each agent answers on http://<pod ip>:<agent port> with the credentials, and only with them.
+    for n in &names {
+        let url = pods.agent_url(n).unwrap();
+        let addr: SocketAddr = url.trim_start_matches("http://").parse().unwrap();
+        let agent = AgentClient { addr, auth: Some(("haptic".into(), "s3cret-pw".into())) };
+        let (code, body) = agent.get("/v1/state").await.unwrap();
+        assert_eq!(code, 200, "{body}");
+        let state: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(state["api"]["major"], 1);
+        let wrong = AgentClient { addr, auth: Some(("haptic".into(), "wrong".into())) };
+        assert_eq!(wrong.get("/v1/state").await.unwrap().0, 401);
+        // HAProxy serves the bootstrap tree: /healthz 200 on the pod's own address.
+        let health: SocketAddr = pods.pod(n).unwrap().health_bind().parse().unwrap();
+        assert_eq!(health.ip(), pods.ip(n).unwrap());
+        assert_eq!(http_get(health, "/healthz").await.unwrap().0, 200);
+    }
+
+    // Killing the agent flips its container to terminated; a restart counts and answers again.
+    let first = names[0].clone();
+    let addr: SocketAddr = pods.agent_url(&first).unwrap().trim_start_matches("http://").parse().unwrap();
+    let agent = AgentClient { addr, auth: Some(("haptic".into(), "s3cret-pw".into())) };
+    let before = container_status(&pods_api.get(&first).await.unwrap(), "agent");
+    pods.kill_container(&first, Container::Agent).await.unwrap();
+    let dead = container_status(&pods_api.get(&first).await.unwrap(), "agent");
+    assert!(dead.state.unwrap().terminated.is_some());
+    assert!(!dead.ready);
+    assert!(agent.get("/v1/state").await.is_err(), "a killed agent must not answer");
+    pods.restart_container(&first, Container::Agent).await.unwrap();
+    let again = container_status(&pods_api.get(&first).await.unwrap(), "agent");
+    assert!(again.state.unwrap().running.is_some());
+    assert_eq!(again.restart_count, before.restart_count + 1);
+    assert_ne!(again.container_id, before.container_id);
+    assert_eq!(agent.get("/v1/state").await.unwrap().0, 200);
+
+    // The same for HAProxy: a new master, the bootstrap /healthz back.
+    let old_master = pods.pod(&first).unwrap().haproxy().master_pid();
+    pods.kill_container(&first, Container::Haproxy).await.unwrap();
+    assert!(!pods.pod(&first).unwrap().haproxy_running());
+    let hs = container_status(&pods_api.get(&first).await.unwrap(), "haproxy");
+    assert!(hs.state.unwrap().terminated.is_some());
+    pods.restart_container(&first, Container::Haproxy).await.unwrap();
+    assert_ne!(pods.pod(&first).unwrap().haproxy().master_pid(), old_master);
+    assert_eq!(pods.restart_count(&first, Container::Haproxy), Some(1));
+    let health: SocketAddr = pods.pod(&first).unwrap().health_bind().parse().unwrap();
+    assert_eq!(http_get(health, "/healthz").await.unwrap().0, 200);
+
+    // Deleting a pod stops its processes and removes its object.
+    let victim = names[1].clone();
+    let victim_pids: Vec<u32> = {
+        let p = pods.pod(&victim).unwrap();
+        p.agent_pid().into_iter().chain(p.haproxy().known_pids()).collect()
+    };
+    pods.delete(&victim).await.unwrap();
+    assert_no_stray(&victim_pids);
+    assert!(pods_api.get_opt(&victim).await.unwrap().is_none());
+
+    // Replacing a pod gives a new UID under the same name.
+    let last = names[2].clone();
+    let old_uid = pods.uid(&last).unwrap().to_string();
+    pods.replace(&last).await.unwrap();
+    let now = pods_api.get(&last).await.unwrap();
+    assert_ne!(now.metadata.uid.as_deref(), Some(old_uid.as_str()));
+    assert_eq!(now.metadata.uid.as_deref(), pods.uid(&last));
+
+    all_pids.extend(pods.pids());
+    drop(pods);
     drop(cp);
     assert_no_stray(&all_pids);
 }

@@ -182,7 +182,7 @@ pub fn parse_server(tokens: &[String]) -> Option<ServerLine> {
         return None;
     }
     let addr_token = tokens[2].clone();
-    let (ip, port) = parse_addr(&addr_token);
+    let (ip, port) = plain_word(&addr_token).map_or((None, None), parse_addr);
     let mut weight = None;
     let mut disabled = false;
     let mut rest = Vec::new();
@@ -205,6 +205,21 @@ pub fn parse_server(tokens: &[String]) -> Option<ServerLine> {
         }
     }
     Some(ServerLine { name: tokens[1].clone(), addr_token, ip, port, weight, disabled, rest })
+}
+
+/// The word HAProxy reads from `token` when the quoting adds nothing but delimiters: the token
+/// itself when it has no quote or backslash, the inside of `'…'` (HAProxy takes it verbatim),
+/// or of `"…"` without `\\` or `$` inside (no escape or variable to expand). `None` otherwise:
+/// the caller then treats the word as not understood.
+pub fn plain_word(token: &str) -> Option<&str> {
+    let special = |t: &str| t.contains(['"', '\'', '\\']);
+    if let Some(inner) = token.strip_prefix('\'').and_then(|t| t.strip_suffix('\'')) {
+        return (!inner.contains('\'')).then_some(inner);
+    }
+    if let Some(inner) = token.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
+        return (!special(inner) && !inner.contains('$')).then_some(inner);
+    }
+    (!special(token)).then_some(token)
 }
 
 fn parse_addr(s: &str) -> (Option<IpAddr>, Option<u16>) {
@@ -328,6 +343,21 @@ pub fn parse_acl_file(text: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_quoted_server_address_is_the_same_address() {
+        let line = |a: &str| parse_server(&tokenize(&format!("server s1 {a} weight 5"))).unwrap();
+        for quoted in ["'10.0.0.1:8080'", "\"10.0.0.1:8080\"", "10.0.0.1:8080"] {
+            let s = line(quoted);
+            assert_eq!((s.ip, s.port), (Some("10.0.0.1".parse().unwrap()), Some(8080)), "{quoted}");
+            assert!(s.addr_is_runtime_settable());
+        }
+        for unclear in ["\"$ADDR:80\"", "\"10.0.0.1\\:80\"", "'10.0.0.1':80", "10.0.0.1\\:80"] {
+            assert!(!line(unclear).addr_is_runtime_settable(), "{unclear}");
+        }
+        assert_eq!(plain_word("'a b'"), Some("a b"));
+        assert_eq!(plain_word("'it''s'"), None);
+    }
 
     #[test]
     fn tokenizer_drops_comments_keeps_quotes() {

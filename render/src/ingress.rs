@@ -151,8 +151,30 @@ fn parse_path(kind: PathKind, p: Option<&str>) -> Result<String, String> {
 }
 
 struct Ctx<'a> {
-    input: &'a IngressInput,
+    /// Services by (namespace, name).
+    services: BTreeMap<(&'a str, &'a str), &'a Service>,
+    /// EndpointSlices by (namespace, Service name from their label).
+    slices: BTreeMap<(&'a str, &'a str), Vec<&'a EndpointSlice>>,
     backends: BTreeMap<String, Vec<Endpoint>>,
+}
+
+impl<'a> Ctx<'a> {
+    /// Indexes the input's Services and EndpointSlices once, so each lookup is a map lookup.
+    fn new(input: &'a IngressInput) -> Self {
+        let key = |m: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta, name: Option<&'a str>| {
+            Some((m.namespace.as_deref()?, name?))
+        };
+        let services =
+            input.services.iter().filter_map(|s| Some((key(&s.metadata, s.metadata.name.as_deref())?, s))).collect();
+        let mut slices: BTreeMap<_, Vec<_>> = BTreeMap::new();
+        for sl in &input.endpoint_slices {
+            let svc = sl.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)).map(String::as_str);
+            if let Some(k) = key(&sl.metadata, svc) {
+                slices.entry(k).or_default().push(sl);
+            }
+        }
+        Ctx { services, slices, backends: BTreeMap::new() }
+    }
 }
 
 impl Ctx<'_> {
@@ -164,11 +186,7 @@ impl Ctx<'_> {
         }
         let Some(svc_ref) = &b.service else { return Err(refuse("service", "no service".into())) };
         let Some(port) = &svc_ref.port else { return Err(refuse("service.port", "no port".into())) };
-        let Some(svc) =
-            self.input.services.iter().find(|s| {
-                s.metadata.namespace.as_deref() == Some(ns) && s.metadata.name.as_deref() == Some(&svc_ref.name)
-            })
-        else {
+        let Some(svc) = self.services.get(&(ns, svc_ref.name.as_str())).copied() else {
             v.warnings.push(refuse(
                 "service.name",
                 format!("Service {ns}/{} does not exist: answered with 503", svc_ref.name),
@@ -189,23 +207,21 @@ impl Ctx<'_> {
             return Err(refuse("service", format!("{name:?} is not a backend name (DNS labels and port names only)")));
         }
         if !self.backends.contains_key(&name) {
-            let eps = endpoints(&self.input.endpoint_slices, ns, &svc_ref.name, sp.name.as_deref().unwrap_or(""));
+            let slices = self.slices.get(&(ns, svc_ref.name.as_str())).map_or(&[][..], Vec::as_slice);
+            let eps = endpoints(slices, sp.name.as_deref().unwrap_or(""));
             self.backends.insert(name.clone(), eps);
         }
         Ok(name)
     }
 }
 
-/// The endpoints of one Service port from its EndpointSlices: ready ones, and serving
-/// terminating ones as draining. `port_name` is the Service port's name (`""` when unnamed).
-fn endpoints(slices: &[EndpointSlice], ns: &str, svc: &str, port_name: &str) -> Vec<Endpoint> {
+/// The endpoints of one Service port from its EndpointSlices (`slices`, the Service's own):
+/// ready ones, and serving terminating ones as draining. `port_name` is the Service port's name
+/// (`""` when unnamed).
+fn endpoints(slices: &[&EndpointSlice], port_name: &str) -> Vec<Endpoint> {
     let mut out = BTreeMap::new();
     for s in slices {
-        let labels = s.metadata.labels.as_ref();
-        if s.metadata.namespace.as_deref() != Some(ns)
-            || labels.and_then(|l| l.get(SERVICE_NAME_LABEL)).map(String::as_str) != Some(svc)
-            || !matches!(s.address_type.as_str(), "IPv4" | "IPv6")
-        {
+        if !matches!(s.address_type.as_str(), "IPv4" | "IPv6") {
             continue;
         }
         let Some(port) = s
@@ -244,7 +260,7 @@ fn endpoints(slices: &[EndpointSlice], ns: &str, svc: &str, port_name: &str) -> 
 pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap) {
     let mut ings: Vec<&Ingress> = input.ingresses.iter().filter(|i| served(&input.class, i)).collect();
     ings.sort_by_key(|i| (i.metadata.creation_timestamp.as_ref().map(|t| t.0), obj("Ingress", &i.metadata)));
-    let mut ctx = Ctx { input, backends: BTreeMap::new() };
+    let mut ctx = Ctx::new(input);
     // (host, kind, path) → (rule's backend, source)
     let mut routes: BTreeMap<(HostMatch, String, PathKind), (String, ObjectRef)> = BTreeMap::new();
     let mut default: Option<(String, ObjectRef)> = None;

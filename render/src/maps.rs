@@ -26,6 +26,8 @@ pub fn build(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, Inexpressible> 
     let mut wild = String::new();
     let mut exact: Vec<(String, String)> = Vec::new();
     let mut prefix: Vec<(String, String)> = Vec::new();
+    // The keys in `exact`, for the "an Exact entry wins" check.
+    let mut exact_keys: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     for t in &model.hosts {
         let hid = match &t.host {
             HostMatch::Exact(h) => {
@@ -41,10 +43,14 @@ pub fn build(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, Inexpressible> 
         for p in &t.paths {
             let full = format!("{hid}{}", p.path);
             match p.kind {
-                PathKind::Exact => exact.push((full, p.rule.clone())),
+                PathKind::Exact => {
+                    exact_keys.insert(full.clone());
+                    exact.push((full, p.rule.clone()));
+                }
                 PathKind::Prefix => {
                     // An Exact entry of the same path wins (it was sorted first).
-                    if !exact.iter().any(|(k, _)| *k == full) {
+                    if !exact_keys.contains(&full) {
+                        exact_keys.insert(full.clone());
                         exact.push((full.clone(), p.rule.clone()));
                     }
                     let beg = if p.path == "/" { full } else { format!("{full}/") };

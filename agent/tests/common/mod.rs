@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use haptic_e2e::pod::{Pod, PodOpts};
 use haptic_e2e::{free_port, http_get, HaproxyBin};
@@ -238,49 +238,4 @@ pub fn make_ca(dir: &std::path::Path) {
     haptic_e2e::tls::make_ca(dir, "agent");
 }
 
-/// Polls `check` until it returns `Ok`, or panics with `what` and the last `Err` (why not yet)
-/// after `timeout`.
-pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, String>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        match check().await {
-            Ok(v) => return v,
-            Err(last) => {
-                assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}; last: {last}")
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// The HAProxy binary of version `major.minor` among the test binaries (`HAPTIC_HAPROXY_BINS`);
-/// panics when there is none, so no version is skipped silently.
-pub fn haproxy_bin(major: u32, minor: u32) -> HaproxyBin {
-    haptic_e2e::haproxy_bins()
-        .into_iter()
-        .find(|b| (b.version.0, b.version.1) == (major, minor))
-        .unwrap_or_else(|| panic!("no HAProxy {major}.{minor} among the test binaries (HAPTIC_HAPROXY_BINS)"))
-}
-
-/// Makes `async fn $name(bin: HaproxyBin)` one test case per HAProxy version, `$name::on_2_6`
-/// and `$name::on_3_0`, so one version's failure cannot hide the other's result.
-#[macro_export]
-macro_rules! on_each_version {
-    ($name:ident) => {
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn on_2_6() {
-                super::$name($crate::common::haproxy_bin(2, 6)).await
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn on_3_0() {
-                super::$name($crate::common::haproxy_bin(3, 0)).await
-            }
-        }
-    };
-}
+pub use haptic_e2e::wait::eventually;

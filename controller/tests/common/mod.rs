@@ -8,7 +8,7 @@ pub mod proxy;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use haptic_controller::app::{Running, Settings};
 use haptic_controller::client::{AgentClient, Credentials};
@@ -206,22 +206,18 @@ pub async fn wait_until<T>(
     fleet: &Fleet,
     mut f: impl FnMut(&FleetStatus) -> Option<T>,
 ) -> T {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        let s = ctl.status();
-        if let Some(v) = f(&s) {
-            return v;
-        }
-        if Instant::now() >= deadline {
-            panic!(
-                "timed out waiting for {what}\nstatus: {}\nmetrics:\n{}\n{}",
-                serde_json::to_string_pretty(&s).unwrap(),
-                ctl.metrics().encode(),
-                fleet.logs()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let check = || {
+        let got = f(&ctl.status()).ok_or_else(|| "not yet".to_string());
+        async move { got }
+    };
+    haptic_e2e::wait::poll(what, DEADLINE, check).await.unwrap_or_else(|e| {
+        panic!(
+            "{e}\nstatus: {}\nmetrics:\n{}\n{}",
+            serde_json::to_string_pretty(&ctl.status()).unwrap(),
+            ctl.metrics().encode(),
+            fleet.logs()
+        )
+    })
 }
 
 /// Waits until every pod runs `plan` (converged on it).

@@ -21,7 +21,7 @@ pub mod scenarios;
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -207,16 +207,11 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check().await {
-            return Ok(v);
-        }
-        if Instant::now() >= deadline {
-            return Err(ClusterError(format!("timed out after {timeout:?} waiting for {what}")));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let check = || {
+        let next = check();
+        async move { next.await.ok_or_else(|| "not yet".to_string()) }
+    };
+    crate::wait::poll(what, timeout, check).await.map_err(ClusterError)
 }
 
 /// Whether the status `s` shows every one of `n` pods converged (`Converged=True`) on a plan
@@ -231,23 +226,14 @@ pub fn converged_on(s: &Value, n: usize, not: Option<&Value>) -> bool {
 /// Waits until every one of `n` pods runs a plan other than `not` (when given), with
 /// `Converged=True`; returns the status.
 pub async fn wait_converged(client: &Client, ns: &str, n: usize, not: Option<&Value>) -> Result<Value> {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let mut last = Value::Null;
-    loop {
-        if let Ok(s) = status(client, ns).await {
-            if converged_on(&s, n, not) {
-                return Ok(s);
-            }
-            last = s;
+    let check = || async move {
+        match status(client, ns).await {
+            Ok(s) if converged_on(&s, n, not) => Ok(s),
+            Ok(s) => Err(format!("status:\n{}", status_table(&s))),
+            Err(e) => Err(e.to_string()),
         }
-        if Instant::now() >= deadline {
-            return Err(ClusterError(format!(
-                "timed out waiting for {n} pods converged; last status:\n{}",
-                status_table(&last)
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    };
+    crate::wait::poll(&format!("{n} pods converged"), Duration::from_secs(90), check).await.map_err(ClusterError)
 }
 
 /// Worker pid per pod from the agents' state.

@@ -21,7 +21,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{json, Value};
 
 use super::real::{nodes_of, pod_ready, RealCluster, AGENT_PORT, CONTROLLER, HAPROXY, LEASE, NAMESPACE};
-use super::scenarios::run_all;
+use super::scenarios::{run_selected, step_names, Selection};
 use super::{eventually, put_config_map, status, status_table, wait_converged, Cluster, ClusterError, Result};
 
 /// The tests' web backend (busybox httpd), and what it answers.
@@ -72,9 +72,18 @@ fn ok(step: &str) {
     println!("ok real: {step}");
 }
 
-/// Runs every scenario on `c` (images loaded, no release installed yet, or one left by an
-/// earlier run, which is uninstalled first).
-pub async fn run_real(c: &mut RealCluster) -> Result<()> {
+/// The real-cluster steps' names for `HAPTIC_E2E_STEPS`, in run order (after the shared ones).
+pub const REAL_STEPS: [&str; 6] = ["container-kill", "readiness", "rbac", "helm-upgrade", "reinstall", "two-nodes"];
+
+/// Every step name a real-cluster run knows: the shared steps', then [`REAL_STEPS`].
+pub fn real_step_names() -> Vec<&'static str> {
+    step_names().into_iter().chain(REAL_STEPS).collect()
+}
+
+/// Runs the scenarios `selection` wants on `c` (images loaded, no release installed yet, or one
+/// left by an earlier run, which is uninstalled first). Installing from nothing and the shared
+/// scenarios' first deploy run always: every other step needs them.
+pub async fn run_real(c: &mut RealCluster, selection: &Selection) -> Result<()> {
     let client = c.client();
     if Api::<Deployment>::namespaced(client.clone(), NAMESPACE).get_opt(HAPROXY).await.ok().flatten().is_some() {
         println!("a release is installed: uninstalling it first");
@@ -87,33 +96,45 @@ pub async fn run_real(c: &mut RealCluster) -> Result<()> {
 
     // 2. The shared scenarios.
     install_reading_config_map(c).await?;
-    run_all(c, 2, AGENT_PORT, false).await?;
-    ok("every shared scenario");
+    run_selected(c, 2, AGENT_PORT, false, selection).await?;
+    ok("the selected shared scenarios");
 
     // 3. The HAProxy container killed on its node: restarted, back on the plan, shown in the status.
-    haproxy_container_killed(c).await?;
-    ok("HAProxy container killed with the node's ctr: restarted on the current plan, the status shows the restart");
+    if selection.wants("container-kill") {
+        haproxy_container_killed(c).await?;
+        ok("HAProxy container killed with the node's ctr: restarted on the current plan, the status shows the restart");
+    }
 
     // 4. Readiness under load.
-    readiness_under_load(c).await?;
+    if selection.wants("readiness") {
+        readiness_under_load(c).await?;
+    }
 
     // 5. RBAC: exactly the chart's.
-    rbac(c).await?;
-    ok("RBAC: the controller's ServiceAccount can do what it needs and nothing more");
+    if selection.wants("rbac") {
+        rbac(c).await?;
+        ok("RBAC: the controller's ServiceAccount can do what it needs and nothing more");
+    }
 
     // 6. helm upgrade of a dataplane value.
-    helm_upgrade(c).await?;
-    ok("helm upgrade: minDeploymentInterval 3s reached every agent, the fleet converged");
+    if selection.wants("helm-upgrade") {
+        helm_upgrade(c).await?;
+        ok("helm upgrade: minDeploymentInterval 3s reached every agent, the fleet converged");
+    }
 
     // 7. helm uninstall, then install again.
-    helm_uninstall(c).await?;
-    ok("helm uninstall: nothing of the release is left but the CRD");
-    install_reading_config_map(c).await?;
-    wait_converged(&client, NAMESPACE, 2, None).await?;
-    ok("installed again");
+    if selection.wants("reinstall") {
+        helm_uninstall(c).await?;
+        ok("helm uninstall: nothing of the release is left but the CRD");
+        install_reading_config_map(c).await?;
+        wait_converged(&client, NAMESPACE, 2, None).await?;
+        ok("installed again");
+    }
 
     // 8. Two nodes.
-    two_nodes(c).await?;
+    if selection.wants("two-nodes") {
+        two_nodes(c).await?;
+    }
     Ok(())
 }
 

@@ -38,9 +38,9 @@ struct Args {
     /// Small sizes and fewer repetitions (finishes in under two minutes).
     #[arg(long)]
     quick: bool,
-    /// Run only this case (repeatable): runtime_apply, reload_apply, map_replace, verify_state,
-    /// delta_transfer, fleet_runtime, runtime_while_reload_pending, fleet_reload, burst,
-    /// traffic_under_churn, fleet_scale, k8s_runtime, plan_diff, footprint; real_cluster only when
+    /// Run only this case (repeatable): plan_diff, render_scale, runtime_apply, reload_apply,
+    /// map_replace, verify_state, delta_transfer, fleet_runtime, runtime_while_reload_pending,
+    /// fleet_reload, burst, traffic_under_churn, fleet_scale, k8s_runtime, footprint; real_cluster only when
     /// named (root; brings scripts/cluster.sh's cluster up and down).
     #[arg(long = "only", value_name = "NAME")]
     only: Vec<String>,
@@ -93,6 +93,9 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let base = Ctx { quick: args.quick, bin: bins[0].clone(), label: "none".into(), only, pods };
     if base.wants("plan_diff") {
         record("plan_diff", "none", cases::plan_diff::run(&base).await, &mut rows, &mut failed);
+    }
+    if base.wants("render_scale") {
+        record("render_scale", "none", cases::render_scale::run(&base).await, &mut rows, &mut failed);
     }
     for bin in &bins {
         let ctx = Ctx { bin: bin.clone(), label: version_label(bin), ..base.clone() };

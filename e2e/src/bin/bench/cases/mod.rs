@@ -8,6 +8,7 @@ pub mod fleet;
 pub mod k8s;
 pub mod plan_diff;
 pub mod real_cluster;
+pub mod render_scale;
 pub mod tree50;
 
 use std::sync::Arc;
@@ -23,6 +24,7 @@ use crate::workload::{Desired, Fencer};
 /// Every case name, in run order.
 pub const ALL: &[&str] = &[
     "plan_diff",
+    "render_scale",
     "runtime_apply",
     "reload_apply",
     "map_replace",

@@ -1,0 +1,152 @@
+//! `render_scale`: the render layer at growing sizes: Ingress paths over Services with ten
+//! endpoints each, translated and rendered (`haptic_render::render`), against the floor of
+//! parsing the rendered config once (`haptic_haproxy::cfg::parse`, which the gate and the plan
+//! diff pay for every render anyway). Also checks that moving one endpoint re-renders into a
+//! change the runtime claim takes as one server change. Pure CPU: no HAProxy, run once for all
+//! versions. It must never link the controller crate.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use haptic_haproxy::cfg::parse;
+use haptic_haproxy::claim::diff_cfg;
+use haptic_render::ingress::{IngressInput, INGRESS_CONTROLLER};
+use haptic_render::{render, Templates};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use serde_json::json;
+
+use super::Ctx;
+use crate::error::{BenchError, Result};
+use crate::report::Row;
+use crate::stats::Samples;
+
+/// Per-path cost may grow at most this much from the smallest to the largest size and still
+/// count as linear (allowing for caches on a shared machine).
+const LINEAR_SLACK: f64 = 2.0;
+/// Paths per Ingress (one host each).
+const PATHS_PER_INGRESS: usize = 10;
+/// Endpoints per Service.
+const ENDPOINTS: usize = 10;
+
+fn from_json<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
+    serde_json::from_value(v).expect("a well-formed object")
+}
+
+/// `paths` Ingress paths over `services` Services (ten endpoints each), under the class `haptic`.
+fn input(paths: usize, services: usize) -> IngressInput {
+    let class: IngressClass = from_json(json!({
+        "metadata": {"name": "haptic"}, "spec": {"controller": INGRESS_CONTROLLER}
+    }));
+    let ingresses = (0..paths.div_ceil(PATHS_PER_INGRESS))
+        .map(|i| {
+            let paths: Vec<_> = (0..PATHS_PER_INGRESS)
+                .map(|p| i * PATHS_PER_INGRESS + p)
+                .take_while(|n| *n < paths)
+                .map(|n| {
+                    json!({"path": format!("/p{n}"), "pathType": "Prefix",
+                           "backend": {"service": {"name": format!("svc-{}", n % services), "port": {"number": 80}}}})
+                })
+                .collect();
+            from_json::<Ingress>(json!({
+                "metadata": {"name": format!("ing-{i}"), "namespace": "bench",
+                             "creationTimestamp": "2026-01-01T00:00:00Z"},
+                "spec": {"ingressClassName": "haptic",
+                         "rules": [{"host": format!("h{i}.example.com"), "http": {"paths": paths}}]}
+            }))
+        })
+        .collect();
+    let svcs = (0..services)
+        .map(|s| {
+            from_json::<Service>(json!({
+                "metadata": {"name": format!("svc-{s}"), "namespace": "bench"},
+                "spec": {"ports": [{"port": 80, "targetPort": 8080}]}
+            }))
+        })
+        .collect();
+    let slices = (0..services)
+        .map(|s| {
+            let eps: Vec<_> = (0..ENDPOINTS)
+                .map(|e| {
+                    json!({"addresses": [format!("10.{}.{}.{}", s / 250, s % 250, e + 1)],
+                           "conditions": {"ready": true}})
+                })
+                .collect();
+            from_json::<EndpointSlice>(json!({
+                "metadata": {"name": format!("svc-{s}-1"), "namespace": "bench",
+                             "labels": {"kubernetes.io/service-name": format!("svc-{s}")}},
+                "addressType": "IPv4", "ports": [{"port": 8080}], "endpoints": eps
+            }))
+        })
+        .collect();
+    IngressInput { class, ingresses, services: svcs, endpoint_slices: slices, ..Default::default() }
+}
+
+fn cfg_of(r: &haptic_render::Render) -> String {
+    String::from_utf8_lossy(&r.files["haproxy.cfg"]).into_owned()
+}
+
+/// Runs the render at every size.
+pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
+    let sizes: &[usize] = if ctx.quick { &[100, 1_000] } else { &[100, 1_000, 10_000] };
+    let templates = Templates::default();
+    let mut rows = Vec::new();
+    let mut per_path = Vec::new();
+    for &paths in sizes {
+        let services = paths.min(1_000);
+        let mut inp = input(paths, services);
+        let fail = |e: haptic_render::RenderError| BenchError::Unexpected(format!("render of {paths} paths: {e}"));
+        // Warm-up, also deciding the repetitions: ≥ 20 below a second, else 5.
+        let t = Instant::now();
+        let first = render(&inp, &templates).map_err(fail)?;
+        let reps = if t.elapsed().as_secs_f64() < 1.0 { ctx.reps() } else { 5 };
+        let mut wrong: Vec<String> =
+            first.verdicts.iter().filter(|v| !v.accepted()).map(|v| format!("refused: {v:?}")).collect();
+        let old = cfg_of(&first);
+        // One endpoint moves: the next render keeps every other endpoint in its slot, and the
+        // runtime claim sees one server change.
+        inp.previous_slots = first.slots.clone();
+        let moved = &mut inp.endpoint_slices[services / 2].endpoints[3].addresses[0];
+        *moved = "10.255.0.1".into();
+        let second = render(&inp, &templates).map_err(fail)?;
+        let d = diff_cfg(&old, &cfg_of(&second));
+        if !d.runtime_eligible() || d.servers.len() != 1 {
+            wrong.push(format!(
+                "one endpoint moved: {} server changes, reasons {:?}",
+                d.servers.len(),
+                d.reload_reasons
+            ));
+        }
+        let (mut h, mut f) = (Samples::new(), Samples::new());
+        for _ in 0..reps {
+            let t = Instant::now();
+            let r = black_box(render(black_box(&inp), &templates).map_err(fail)?);
+            h.push_ms(t.elapsed());
+            drop(r);
+            let t = Instant::now();
+            let c = black_box(parse(black_box(&old)));
+            f.push_ms(t.elapsed());
+            drop(c);
+        }
+        per_path.push(h.p50().unwrap_or(0.0) / paths as f64);
+        let metric = format!("{paths} paths / {services} svc / {} ep", services * ENDPOINTS);
+        let mut r = Row::repeated("render_scale", &metric, "none", &h, Some(&f), "ms").verified(&wrong);
+        let bytes: usize = first.files.values().map(Vec::len).sum();
+        r.add_note(format!(
+            "{:.2} MiB rendered ({} files); {:.1} us per path",
+            bytes as f64 / (1024.0 * 1024.0),
+            first.files.len(),
+            h.p50().unwrap_or(0.0) * 1000.0 / paths as f64
+        ));
+        rows.push(r);
+    }
+    let (lo, hi) = (per_path.first().copied().unwrap_or(0.0), per_path.last().copied().unwrap_or(0.0));
+    let linear = lo > 0.0 && hi / lo <= LINEAR_SLACK;
+    if let Some(last) = rows.last_mut() {
+        let growth = if lo > 0.0 { hi / lo } else { f64::NAN };
+        *last = last.clone().goal("near linear (per-path cost within 2x across sizes)", linear);
+        last.add_note(format!("per-path cost grew {growth:.2}x from the smallest size"));
+    }
+    Ok(rows)
+}
