@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use haptic_controller::kubernetes::crd::HAProxyConfig;
 use haptic_e2e::k8s::LocalPods;
 use haptic_e2e::net::http_request;
-use haptic_e2e::{free_port, haproxy_bins, HaproxyBin};
+use haptic_e2e::{free_port, on_each_version, HaproxyBin};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::networking::v1::Ingress;
@@ -152,7 +152,10 @@ async fn runtime_change(api: &Api<HAProxyConfig>, pods: &LocalPods, plan: &str, 
     s["planId"].as_str().unwrap().to_string()
 }
 
-async fn ingresses_on(bin: HaproxyBin) {
+on_each_version!(ingresses_route_and_change_at_runtime);
+
+/// Routes, endpoint churn, path churn, status and a refused Ingress on 2 local pods.
+async fn ingresses_route_and_change_at_runtime(bin: HaproxyBin) {
     let e = env().await;
     let c = &e.client;
     namespace(c, "fleet").await;
@@ -227,13 +230,7 @@ async fn ingresses_on(bin: HaproxyBin) {
         (ip == cluster_ip).then_some(i)
     })
     .await;
-    let managed = ing.metadata.managed_fields.unwrap_or_default();
-    assert!(
-        managed.iter().any(|m| m.manager.as_deref() == Some("haptic-controller")
-            && m.operation.as_deref() == Some("Apply")
-            && m.subresource.as_deref() == Some("status")),
-        "{managed:?}"
-    );
+    assert_status_applied(&ing.metadata);
 
     // EndpointSlice changes are runtime server changes.
     apply(c, slice("web", &["192.0.2.1", "192.0.2.2"])).await;
@@ -276,16 +273,4 @@ async fn ingresses_on(bin: HaproxyBin) {
     answers(&pods, fe, "other.example.com", "/", 503).await;
     answers(&pods, fe, "bad.example.com", "/", 404).await;
     drop(ctl);
-}
-
-#[tokio::test]
-async fn ingresses_route_and_change_at_runtime_on_haproxy_2_6() {
-    let bins = haproxy_bins();
-    ingresses_on(bins.into_iter().find(|b| b.version_string.starts_with("2.6")).expect("HAProxy 2.6")).await;
-}
-
-#[tokio::test]
-async fn ingresses_route_and_change_at_runtime_on_haproxy_3_0() {
-    let bins = haproxy_bins();
-    ingresses_on(bins.into_iter().find(|b| b.version_string.starts_with("3.0")).expect("HAProxy 3.0")).await;
 }

@@ -124,13 +124,7 @@ async fn deploys_a_haproxyconfig_to_local_pods(bin: HaproxyBin) {
     assert_eq!(s["leader"]["identity"], "ctl-a");
     // The status is written with server-side apply, as the field manager haptic-controller.
     let obj = api.get("edge").await.unwrap();
-    let managed = obj.metadata.managed_fields.unwrap_or_default();
-    assert!(
-        managed.iter().any(|m| m.manager.as_deref() == Some("haptic-controller")
-            && m.operation.as_deref() == Some("Apply")
-            && m.subresource.as_deref() == Some("status")),
-        "{managed:?}"
-    );
+    assert_status_applied(&obj.metadata);
     for n in pods.names() {
         let addr = SocketAddr::from((pods.ip(&n).unwrap(), fe));
         assert_eq!(http_get(addr, "/hello").await.unwrap(), (200, "v1".to_string()));

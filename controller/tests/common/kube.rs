@@ -171,3 +171,15 @@ pub async fn namespace(client: &Client, ns: &str) {
     let obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
     Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &obj).await.unwrap();
 }
+
+/// The object's status was written with server-side apply by the field manager
+/// `haptic-controller`.
+pub fn assert_status_applied(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) {
+    let managed = meta.managed_fields.clone().unwrap_or_default();
+    assert!(
+        managed.iter().any(|m| m.manager.as_deref() == Some("haptic-controller")
+            && m.operation.as_deref() == Some("Apply")
+            && m.subresource.as_deref() == Some("status")),
+        "{managed:?}"
+    );
+}
