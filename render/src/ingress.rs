@@ -539,6 +539,28 @@ mod tests {
     }
 
     #[test]
+    fn a_backend_name_haproxy_cannot_name_is_refused() {
+        let mut i = input(BASIC);
+        // Only the apiserver keeps names lowercase; a manifest read offline may not.
+        i.services[1].metadata.name = Some("Api".into());
+        for ing in &mut i.ingresses {
+            for r in ing.spec.as_mut().unwrap().rules.iter_mut().flatten() {
+                for p in r.http.iter_mut().flat_map(|h| h.paths.iter_mut()) {
+                    let svc = p.backend.service.as_mut().unwrap();
+                    if svc.name == "api" {
+                        svc.name = "Api".into();
+                    }
+                }
+            }
+        }
+        let (model, verdicts, _) = translate_ingress(&i);
+        let old = verdict(&verdicts, "old");
+        assert_eq!(old.refusals[0].field, "spec.rules[0].http.paths[0].backend.service", "{old:?}");
+        assert!(old.refusals[0].reason.contains("not a backend name"), "{old:?}");
+        assert!(model.backends.iter().all(|b| crate::template::is_section_name(&b.name)));
+    }
+
+    #[test]
     fn slots_stay_across_renders() {
         let mut i = input(BASIC);
         let (_, _, s1) = translate_ingress(&i);
