@@ -17,6 +17,7 @@ pub mod error;
 pub mod followup;
 pub mod gate;
 pub mod kubernetes;
+pub mod manifests;
 pub mod render;
 
 pub use error::Error;

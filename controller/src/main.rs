@@ -1,4 +1,4 @@
-//! The `haptic-controller` command line: `run`, `status`, `validate`, `diff`.
+//! The `haptic-controller` command line: `run`, `status`, `render`, `validate`, `diff`, `crd`.
 //!
 //! Owns argument parsing (every flag also from `HAPTIC_CONTROLLER_<FLAG>`), logging setup,
 //! signals and exit codes. It must never hold controller logic.
@@ -73,6 +73,18 @@ enum Command {
         /// The HAProxy binary.
         #[arg(long, env = "HAPTIC_CONTROLLER_HAPROXY_BIN", default_value = "haproxy")]
         haproxy_bin: PathBuf,
+    },
+    /// Renders a directory of YAML manifests (Ingresses, IngressClasses, Services,
+    /// EndpointSlices, Secrets, ConfigMaps and one HAProxyConfig) as the controller would, and
+    /// prints one verdict per served Ingress; exits 1 when an Ingress is refused in part (the
+    /// render is still written), 2 when nothing can be rendered.
+    Render {
+        /// The manifest directory (every `*.yaml` / `*.yml` below it).
+        #[arg(long)]
+        dir: PathBuf,
+        /// Write the render here (absent or empty) instead of printing it.
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
     /// Prints the `HAProxyConfig` CustomResourceDefinition (YAML) for `kubectl apply -f -`.
     Crd,
@@ -348,6 +360,61 @@ async fn validate(dir: PathBuf, bin: PathBuf) -> anyhow::Result<ExitCode> {
     }
 }
 
+fn render_cmd(dir: PathBuf, out: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    use haptic_controller::kubernetes::routes;
+    let mut m = haptic_controller::manifests::load(&dir)?;
+    for s in &m.skipped {
+        eprintln!("note: skipped {s}");
+    }
+    let name = m.config.metadata.name.clone().unwrap_or_default();
+    let spec = m.config.spec.clone();
+    let fail = |e: haptic_controller::kubernetes::render::RenderError| {
+        anyhow::anyhow!("HAProxyConfig {name}: {}: {}", e.reason, e.message)
+    };
+    let (files, verdicts) = match &spec.render {
+        Some(r) => {
+            let class = r.ingress_class_name.clone().unwrap_or_default();
+            if !m.objects.classes.iter().any(|c| c.metadata.name.as_deref() == Some(class.as_str())) {
+                eprintln!("note: no IngressClass {class} in {}: using the chart's (controller haptic.dev/ingress-controller, not the default class)", dir.display());
+                m.objects.classes.push(std::sync::Arc::new(haptic_controller::manifests::chart_class(&class)));
+            }
+            let r = routes::render(&spec, &m, &m.objects, &Default::default()).map_err(fail)?;
+            (r.files, r.verdicts)
+        }
+        None => (haptic_controller::kubernetes::render::build(&spec, &m).map_err(fail)?, Vec::new()),
+    };
+    let render =
+        haptic_controller::render::Render::new(files).map_err(|why| anyhow::anyhow!("HAProxyConfig {name}: {why}"))?;
+    let mut text = String::new();
+    match &out {
+        Some(o) => {
+            let empty = match std::fs::read_dir(o) {
+                Ok(mut rd) => rd.next().is_none(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+                Err(e) => return Err(anyhow::Error::new(e).context(format!("--out {}", o.display()))),
+            };
+            if !empty {
+                bail!("--out {}: not empty (a file of an earlier render would stay)", o.display());
+            }
+            std::fs::create_dir_all(o).with_context(|| format!("--out {}", o.display()))?;
+            render.write_to(o)?;
+        }
+        None => {
+            for (p, b) in render.files() {
+                if p.as_str().starts_with("certs/") {
+                    writeln!(text, "==> {p} <== ({} bytes, not shown: it holds a private key)", b.len())?;
+                } else {
+                    writeln!(text, "==> {p} <==\n{}", String::from_utf8_lossy(b))?;
+                }
+            }
+        }
+    }
+    text.push_str(&routes::verdict_lines(&verdicts));
+    writeln!(text, "plan {}", render.plan_id())?;
+    emit(&text)?;
+    Ok(if verdicts.iter().all(|v| v.accepted()) { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
 fn diff_cmd(old: PathBuf, new: PathBuf, output: TextOrJson) -> anyhow::Result<()> {
     let o = load_dir(&old)?;
     let n = load_dir(&new)?;
@@ -404,6 +471,7 @@ fn main() -> ExitCode {
             }
             Command::Status { admin, output, .. } => status(&admin, output).await.map(|()| ExitCode::SUCCESS),
             Command::Validate { dir, haproxy_bin } => validate(dir, haproxy_bin).await,
+            Command::Render { dir, out } => render_cmd(dir, out),
             Command::Crd => emit(&haptic_controller::kubernetes::crd::crd_yaml()).map(|()| ExitCode::SUCCESS),
             Command::Diff { old_dir, new_dir, output } => {
                 diff_cmd(old_dir, new_dir, output).map(|()| ExitCode::SUCCESS)

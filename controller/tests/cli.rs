@@ -266,3 +266,93 @@ fn run_refuses_bad_settings_clearly() {
     assert_eq!(err.matches("os error 2").count(), 1, "the cause is said once: {err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }
+
+/// The render fixture (`tests/fixtures/render`) in a temp dir, with the TLS Secret `shop/site`
+/// (a fresh certificate from openssl) added as `site.json` (JSON is YAML).
+fn render_fixture() -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/render");
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), d.path().join(e.file_name())).unwrap();
+    }
+    let pki = tempfile::tempdir().unwrap();
+    haptic_e2e::tls::make_ca(pki.path(), "site");
+    let mut s = k8s_openapi::api::core::v1::Secret::default();
+    s.metadata.name = Some("site".into());
+    s.metadata.namespace = Some("shop".into());
+    s.type_ = Some("kubernetes.io/tls".into());
+    let read = |f: &str| k8s_openapi::ByteString(std::fs::read(pki.path().join(f)).unwrap());
+    s.data = Some([("tls.crt".to_string(), read("site.pem")), ("tls.key".to_string(), read("site.key"))].into());
+    let mut v = serde_json::to_value(&s).unwrap();
+    v["apiVersion"] = "v1".into();
+    v["kind"] = "Secret".into();
+    std::fs::write(d.path().join("site.json.yaml"), v.to_string()).unwrap();
+    d
+}
+
+#[test]
+fn render_prints_the_files_and_one_verdict_per_ingress() {
+    let d = render_fixture();
+    let out = bin().args(["render", "--dir"]).arg(d.path()).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "an Ingress is refused in part: {stdout}{stderr}");
+    assert!(stdout.contains("==> haproxy.cfg <==\n"), "{stdout}");
+    assert!(stdout.contains("    timeout http-request 10s"), "the defaults snippet: {stdout}");
+    assert!(stdout.contains("frontend health\n    bind '0.0.0.0:8404'\n"), "the probes' frontend: {stdout}");
+    assert!(stdout.contains("server SRV_3 10.1.0.3:8080 weight 0"), "the draining endpoint: {stdout}");
+    assert!(stdout.contains("==> maps/hosts.map <==\nshop.example.com h1\n"), "{stdout}");
+    assert!(stdout.contains("accepted Ingress shop/shop\n"), "{stdout}");
+    assert!(
+        stdout.contains(
+            "refused Ingress shop/broken: spec.rules[0].http.paths[0].backend.service.port: Service shop/web has no port 81\n"
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.contains("==> certs/shop_site.pem <== ("), "{stdout}");
+    assert!(!stdout.contains("PRIVATE KEY"), "a private key is never printed");
+    assert!(stdout.lines().last().unwrap().starts_with("plan "), "{stdout}");
+    assert!(stderr.contains("skipped Deployment web"), "{stderr}");
+    assert!(stderr.contains("no IngressClass haptic"), "{stderr}");
+}
+
+#[test]
+fn render_refuses_what_it_cannot_render_and_changes_nothing() {
+    let empty = tempfile::tempdir().unwrap();
+    std::fs::write(empty.path().join("x.yaml"), "apiVersion: v1\nkind: Service\nmetadata: {name: a}\n").unwrap();
+    let out = bin().args(["render", "--dir"]).arg(empty.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no HAProxyConfig"));
+    std::fs::write(empty.path().join("bad.yaml"), "kind: Ingress\nspec: [1, 2\n").unwrap();
+    let out = bin().args(["render", "--dir"]).arg(empty.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bad.yaml"), "the file is named");
+    // A non-empty --out is left alone.
+    let d = render_fixture();
+    let target = dir_with(&[("keep.txt", "mine")]);
+    let out = bin().args(["render", "--dir"]).arg(d.path()).arg("--out").arg(target.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not empty"));
+    assert_eq!(std::fs::read_dir(target.path()).unwrap().count(), 1);
+}
+
+on_each_version!(sync render_output_passes_validate);
+
+/// `render --out` then `validate` (real `haproxy -c`) on its output.
+fn render_output_passes_validate(b: HaproxyBin) {
+    let d = render_fixture();
+    let out_dir = tempfile::tempdir().unwrap();
+    let target = out_dir.path().join("render");
+    let out = bin().args(["render", "--dir"]).arg(d.path()).arg("--out").arg(&target).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("==>"), "files go to --out: {stdout}");
+    assert!(stdout.contains("accepted Ingress shop/shop"), "{stdout}");
+    let pem = std::fs::read_to_string(target.join("certs/shop_site.pem")).unwrap();
+    assert!(pem.contains("BEGIN CERTIFICATE") && pem.contains("PRIVATE KEY"));
+    let exact = std::fs::read_to_string(target.join("maps/paths_exact.map")).unwrap();
+    assert!(exact.contains("h1/health r"), "{exact}");
+    let v = bin().arg("validate").arg(&target).arg("--haproxy-bin").arg(&b.path).output().unwrap();
+    assert!(v.status.success(), "{}: {}", b.label(), String::from_utf8_lossy(&v.stderr));
+    assert!(String::from_utf8_lossy(&v.stdout).contains("valid"));
+}

@@ -4,97 +4,21 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
 use haptic_controller::kubernetes::crd::HAProxyConfig;
-use haptic_e2e::k8s::{Container, ControlPlane, LocalPods, LocalPodsOpts};
+use haptic_e2e::k8s::{Container, LocalPods, LocalPodsOpts};
 use haptic_e2e::pod::AgentClient;
 use haptic_e2e::{free_port, http_get, on_each_version, HaproxyBin};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::Client;
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
 use serde_json::json;
 
 mod common;
 
-/// LocalPods options whose agents are the binary Cargo built for these tests.
-fn local_opts(ns: &str, bin: &HaproxyBin) -> LocalPodsOpts {
-    let mut o = LocalPodsOpts::new(ns, bin.clone(), USER, PASSWORD);
-    o.pod.agent_bin = Some(common::agent_bin());
-    // A rotated credentials file is seen quickly, and the replaced credential is refused at
-    // once (so a converged pod proves which credential the controller used).
-    o.pod.extra_args.extend(["--credentials-poll", "200ms", "--credentials-grace", "0s"].map(String::from));
-    o
-}
-
-const DEADLINE: Duration = Duration::from_secs(60);
-const USER: &str = "haptic";
-const PASSWORD: &str = "k8s-secret-pw";
-
-/// A `haptic-controller run --kubernetes` process, killed (process group) on drop.
-struct Controller {
-    child: Option<Child>,
-    log: PathBuf,
-    identity: String,
-    admin: SocketAddr,
-}
-
-impl Controller {
-    fn start(cp: &ControlPlane, ns: &str, bin: &HaproxyBin, identity: &str, dir: &Path) -> Controller {
-        let log = dir.join(format!("controller-{identity}.log"));
-        let out = std::fs::File::create(&log).unwrap();
-        let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
-        let child = Command::new(env!("CARGO_BIN_EXE_haptic-controller"))
-            .args(["run", "--kubernetes", "--namespace", ns, "--config", "edge", "--identity", identity])
-            .args(["--admin-listen", &admin.to_string(), "--settle", "50ms"])
-            .args(["--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "500ms"])
-            .args(["--drift-interval", "600s"])
-            .arg("--haproxy-bin")
-            .arg(&bin.path)
-            .env("KUBECONFIG", cp.kubeconfig())
-            .env("RUST_LOG", "info,kube=warn")
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .process_group(0)
-            .spawn()
-            .unwrap();
-        Controller { child: Some(child), log, identity: identity.into(), admin }
-    }
-
-    /// The value of a metric line (`name{labels}`) on the controller's `/metrics`, 0 if absent.
-    async fn metric(&self, line: &str) -> f64 {
-        let Ok((200, text)) = http_get(self.admin, "/metrics").await else { return 0.0 };
-        text.lines().find_map(|l| l.strip_prefix(line).and_then(|v| v.trim().parse().ok())).unwrap_or(0.0)
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = killpg(Pid::from_raw(c.id() as i32), Signal::SIGKILL);
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        self.kill9();
-        if std::thread::panicking() {
-            eprintln!("--- log of controller {} ---\n{}", self.identity, self.log());
-        }
-    }
-}
+use common::kube::*;
 
 fn cfg_text(fe: u16, body: &str, server_port: u16, broken: bool) -> String {
     format!(
@@ -108,29 +32,6 @@ fn cfg_text(fe: u16, body: &str, server_port: u16, broken: bool) -> String {
          backend be_app\n    balance roundrobin\n    server s1 127.0.0.1:{server_port} weight 10\n",
         if broken { "    bogus-directive here\n" } else { "" }
     )
-}
-
-async fn apply_crd(client: &Client) {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/haptic/crds/haproxyconfig.yaml");
-    let crd: CustomResourceDefinition = serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    api.create(&PostParams::default(), &crd).await.unwrap();
-    eventually("the HAProxyConfig CRD to be established", || {
-        let api = api.clone();
-        async move {
-            let c = api.get("haproxyconfigs.haptic.dev").await.ok()?;
-            c.status?.conditions?.iter().any(|c| c.type_ == "Established" && c.status == "True").then_some(())
-        }
-    })
-    .await;
-}
-
-async fn eventually<T, F, Fut>(what: &str, check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    haptic_e2e::cluster::eventually(what, DEADLINE, check).await.unwrap_or_else(|e| panic!("{e}"))
 }
 
 async fn put_configmap(client: &Client, ns: &str, name: &str, data: BTreeMap<&str, String>) {
@@ -155,66 +56,11 @@ fn map_file() -> serde_json::Value {
     json!([{"path": "maps/hosts.map", "configMapKeyRef": {"name": "edge-cfg", "key": "hosts.map"}}])
 }
 
-async fn put_secret(client: &Client, ns: &str, password: &str) {
-    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let s = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "haptic-agent-credentials"},
-                   "stringData": {"username": USER, "password": password}});
-    api.patch("haptic-agent-credentials", &PatchParams::apply("haptic-test").force(), &Patch::Apply(&s)).await.unwrap();
-}
-
-async fn status_of(api: &Api<HAProxyConfig>) -> serde_json::Value {
-    let obj = api.get("edge").await.unwrap();
-    serde_json::to_value(obj.status).unwrap()
-}
-
-fn condition<'a>(status: &'a serde_json::Value, type_: &str) -> Option<&'a serde_json::Value> {
-    status["conditions"].as_array()?.iter().find(|c| c["type"] == type_)
-}
-
-/// Waits until `Converged=True` on `plan` (if given) for `n` pods; returns the status.
-async fn converged(api: &Api<HAProxyConfig>, n: u64, not_plan: Option<&str>) -> serde_json::Value {
-    eventually(&format!("{n} pods converged"), || async {
-        let s = status_of(api).await;
-        let ok = condition(&s, "Converged").is_some_and(|c| c["status"] == "True")
-            && s["converged"] == n
-            && s["total"] == n
-            && not_plan.is_none_or(|p| s["planId"] != p);
-        ok.then_some(s)
-    })
-    .await
-}
-
-async fn worker_pids(pods: &LocalPods) -> BTreeMap<String, u32> {
-    let mut out = BTreeMap::new();
-    for n in pods.names() {
-        out.insert(n.clone(), pods.pod(&n).unwrap().haproxy().worker_pid().await.unwrap());
-    }
-    out
-}
-
 async fn pod_state(pods: &LocalPods, name: &str) -> serde_json::Value {
     let addr: SocketAddr = pods.agent_url(name).unwrap().trim_start_matches("http://").parse().unwrap();
     let (code, body) = AgentClient { addr, auth: Some((USER.into(), PASSWORD.into())) }.get("/v1/state").await.unwrap();
     assert_eq!(code, 200, "{body}");
     serde_json::from_str(&body).unwrap()
-}
-
-struct Env {
-    cp: ControlPlane,
-    client: Client,
-    dir: tempfile::TempDir,
-}
-
-async fn env() -> Env {
-    let cp = ControlPlane::start().await.unwrap_or_else(|e| panic!("control plane: {e}"));
-    let client = cp.client().await.unwrap();
-    apply_crd(&client).await;
-    Env { cp, client, dir: tempfile::tempdir().unwrap() }
-}
-
-async fn namespace(client: &Client, ns: &str) {
-    let obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
-    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &obj).await.unwrap();
 }
 
 async fn create_config(client: &Client, ns: &str, agent_port: u16, files: serde_json::Value) -> Api<HAProxyConfig> {
@@ -278,13 +124,7 @@ async fn deploys_a_haproxyconfig_to_local_pods(bin: HaproxyBin) {
     assert_eq!(s["leader"]["identity"], "ctl-a");
     // The status is written with server-side apply, as the field manager haptic-controller.
     let obj = api.get("edge").await.unwrap();
-    let managed = obj.metadata.managed_fields.unwrap_or_default();
-    assert!(
-        managed.iter().any(|m| m.manager.as_deref() == Some("haptic-controller")
-            && m.operation.as_deref() == Some("Apply")
-            && m.subresource.as_deref() == Some("status")),
-        "{managed:?}"
-    );
+    assert_status_applied(&obj.metadata);
     for n in pods.names() {
         let addr = SocketAddr::from((pods.ip(&n).unwrap(), fe));
         assert_eq!(http_get(addr, "/hello").await.unwrap(), (200, "v1".to_string()));

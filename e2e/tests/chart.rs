@@ -372,7 +372,7 @@ fn helm_lint_strict_passes_with_default_and_production_values() {
     let values = production_values();
     let (ok, out, err) = helm(&["lint", "--strict", chart.to_str().unwrap(), "-f", values.to_str().unwrap()]);
     assert!(ok, "helm lint --strict -f production-values.yaml:\n{out}\n{err}");
-    for profile in ["daemonset", "hpa"] {
+    for profile in ["daemonset", "hpa", "ingress"] {
         let values = ci_values(profile);
         let (ok, out, err) = helm(&["lint", "--strict", chart.to_str().unwrap(), "-f", values.to_str().unwrap()]);
         assert!(ok, "helm lint --strict -f {profile}-values.yaml:\n{out}\n{err}");
@@ -462,6 +462,61 @@ fn daemonset_mode_with_host_network_and_every_extension_point() {
 }
 
 #[test]
+fn ingress_mode_creates_the_class_renders_and_grows_rbac_by_the_watchers() {
+    // Off (the default): namespace-scoped only, no IngressClass, a raw config.
+    let objs = render_default();
+    for k in ["ClusterRole", "ClusterRoleBinding", "IngressClass"] {
+        assert!(!objs.iter().any(|o| kind_of(o) == k), "no {k} without ingress.enabled");
+    }
+    assert!(one(&objs, "HAProxyConfig", "")["spec"].get("render").is_none());
+
+    let objs = render_ci("ingress");
+    let class = one(&objs, "IngressClass", "haptic");
+    assert_eq!(class["spec"]["controller"], "haptic.dev/ingress-controller");
+    assert_eq!(class["metadata"]["annotations"]["ingressclass.kubernetes.io/is-default-class"], "true");
+    let spec = &one(&objs, "HAProxyConfig", "")["spec"];
+    assert!(spec.get("config").is_none() && spec.get("configFrom").is_none(), "render replaces config: {spec}");
+    let r = &spec["render"];
+    assert_eq!(r["ingressClassName"], "haptic");
+    assert_eq!(r["publishService"]["name"], name_of(one(&objs, "Service", "-haproxy")), "the HAProxy Service");
+    let hap = one(&objs, "Deployment", "-haproxy");
+    let haproxy = container(&hap["spec"]["template"]["spec"], "haproxy");
+    assert_eq!(r["httpPort"], port_named(haproxy, "http"));
+    assert_eq!(r["healthPort"], port_named(haproxy, "health"), "the probes' port");
+    assert_eq!(r["serverSlots"], 16);
+    assert_eq!(r["snippets"]["defaults"], "    timeout http-request 10s");
+    // The ClusterRole: exactly what the watchers, the Ingress status and the Events need.
+    let rules = one(&objs, "ClusterRole", "")["rules"].as_array().unwrap().clone();
+    let mut got: Vec<String> = Vec::new();
+    for rule in &rules {
+        for g in rule["apiGroups"].as_array().unwrap() {
+            for res in rule["resources"].as_array().unwrap() {
+                let verbs: Vec<&str> = rule["verbs"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+                got.push(format!("{}/{}: {}", g.as_str().unwrap(), res.as_str().unwrap(), verbs.join(",")));
+            }
+        }
+    }
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            "/secrets: get,list,watch",
+            "/services: get,list,watch",
+            "discovery.k8s.io/endpointslices: get,list,watch",
+            "events.k8s.io/events: create,patch",
+            "networking.k8s.io/ingressclasses: get,list,watch",
+            "networking.k8s.io/ingresses/status: update,patch",
+            "networking.k8s.io/ingresses: get,list,watch",
+        ]
+    );
+    let binding = one(&objs, "ClusterRoleBinding", "");
+    assert_eq!(binding["roleRef"]["name"], one(&objs, "ClusterRole", "")["metadata"]["name"]);
+    assert_eq!(binding["subjects"][0]["name"], name_of(one(&objs, "ServiceAccount", "-controller")));
+    // The namespaced Role stays as it is.
+    one(&objs, "Role", "-controller");
+}
+
+#[test]
 fn hpa_mode_scales_the_haproxy_deployment() {
     let objs = render_ci("hpa");
     let hap = one(&objs, "Deployment", "-haproxy");
@@ -542,6 +597,7 @@ async fn every_rendered_object_passes_a_server_side_dry_run() {
         ("production", render_production()),
         ("daemonset", render_ci("daemonset")),
         ("hpa", render_ci("hpa")),
+        ("ingress", render_ci("ingress")),
     ] {
         for o in objs {
             let (kind, name) = (kind_of(&o).to_string(), name_of(&o).to_string());
@@ -570,7 +626,7 @@ async fn every_rendered_object_passes_a_server_side_dry_run() {
         cp.version(),
         started.elapsed()
     );
-    assert!(checked >= 48, "every render checked");
+    assert!(checked >= 52, "every render checked");
     let pids = cp.pids();
     cp.stop();
     assert_no_stray(&pids);

@@ -65,11 +65,20 @@ pub struct Settings {
     pub https_port: u16,
     /// Minimum server slots per backend.
     pub min_slots: usize,
+    /// A `health` frontend on this port answering `/healthz` and `/ready` with 200 (the pods'
+    /// probes), when set.
+    pub health_port: Option<u16>,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { bind_address: IpAddr::from([0, 0, 0, 0]), http_port: 8080, https_port: 8443, min_slots: 8 }
+        Settings {
+            bind_address: IpAddr::from([0, 0, 0, 0]),
+            http_port: 8080,
+            https_port: 8443,
+            min_slots: 8,
+            health_port: None,
+        }
     }
 }
 
@@ -81,8 +90,8 @@ fn obj(kind: &str, meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Object
     }
 }
 
-/// Whether `input.class` is ours and serves `ing`.
-fn served(class: &IngressClass, ing: &Ingress) -> bool {
+/// Whether `class` is ours and serves `ing`.
+pub fn served(class: &IngressClass, ing: &Ingress) -> bool {
     let ours = class.spec.as_ref().and_then(|s| s.controller.as_deref()) == Some(INGRESS_CONTROLLER);
     let name = class.metadata.name.as_deref().unwrap_or_default();
     let default = class.metadata.annotations.as_ref().and_then(|a| a.get(DEFAULT_CLASS_ANNOTATION)).map(String::as_str)
@@ -91,6 +100,24 @@ fn served(class: &IngressClass, ing: &Ingress) -> bool {
         Some(c) => c == name,
         None => default,
     }
+}
+
+/// The TLS Secrets (namespace, name) that the Ingresses `class` serves name: the only Secrets
+/// the translator reads.
+pub fn tls_secret_refs<'a>(
+    class: &IngressClass,
+    ingresses: impl IntoIterator<Item = &'a Ingress>,
+) -> std::collections::BTreeSet<(String, String)> {
+    let mut out = std::collections::BTreeSet::new();
+    for ing in ingresses.into_iter().filter(|i| served(class, i)) {
+        let ns = ing.metadata.namespace.clone().unwrap_or_default();
+        for t in ing.spec.as_ref().and_then(|s| s.tls.as_deref()).unwrap_or_default() {
+            if let Some(name) = t.secret_name.as_deref().filter(|n| !n.is_empty()) {
+                out.insert((ns.clone(), name.to_string()));
+            }
+        }
+    }
+    out
 }
 
 /// A validated host.
@@ -176,6 +203,9 @@ impl Ctx<'_> {
             return Err(refuse("service.port", format!("Service {ns}/{} has no port {label}", svc_ref.name)));
         };
         let name = format!("{ns}_{}_{label}", svc_ref.name);
+        if !crate::template::is_section_name(&name) {
+            return Err(refuse("service", format!("{name:?} is not a backend name (DNS labels and port names only)")));
+        }
         if !self.backends.contains_key(&name) {
             let slices = self.slices.get(&(ns, svc_ref.name.as_str())).map_or(&[][..], Vec::as_slice);
             let eps = endpoints(slices, sp.name.as_deref().unwrap_or(""));
@@ -350,6 +380,7 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
     }
     model.certs = certs.into_values().collect();
     let st = &input.settings;
+    model.health = st.health_port.map(|p| SocketAddr::new(st.bind_address, p));
     model.frontends.push(Frontend {
         name: "http".into(),
         binds: vec![Bind { address: st.bind_address, port: st.http_port, tls: false }],
@@ -498,6 +529,38 @@ mod tests {
     }
 
     #[test]
+    fn only_served_ingresses_name_secrets() {
+        let i = input(BASIC);
+        let refs = tls_secret_refs(&i.class, &i.ingresses);
+        assert_eq!(refs.into_iter().collect::<Vec<_>>(), [("shop".to_string(), "nowhere".to_string())]);
+        let mut other = i.class.clone();
+        other.metadata.name = Some("nginx".into());
+        assert!(tls_secret_refs(&other, &i.ingresses).is_empty(), "the nginx Ingress has no tls and is not ours");
+    }
+
+    #[test]
+    fn a_backend_name_haproxy_cannot_name_is_refused() {
+        let mut i = input(BASIC);
+        // Only the apiserver keeps names lowercase; a manifest read offline may not.
+        i.services[1].metadata.name = Some("Api".into());
+        for ing in &mut i.ingresses {
+            for r in ing.spec.as_mut().unwrap().rules.iter_mut().flatten() {
+                for p in r.http.iter_mut().flat_map(|h| h.paths.iter_mut()) {
+                    let svc = p.backend.service.as_mut().unwrap();
+                    if svc.name == "api" {
+                        svc.name = "Api".into();
+                    }
+                }
+            }
+        }
+        let (model, verdicts, _) = translate_ingress(&i);
+        let old = verdict(&verdicts, "old");
+        assert_eq!(old.refusals[0].field, "spec.rules[0].http.paths[0].backend.service", "{old:?}");
+        assert!(old.refusals[0].reason.contains("not a backend name"), "{old:?}");
+        assert!(model.backends.iter().all(|b| crate::template::is_section_name(&b.name)));
+    }
+
+    #[test]
     fn slots_stay_across_renders() {
         let mut i = input(BASIC);
         let (_, _, s1) = translate_ingress(&i);
@@ -521,8 +584,8 @@ mod tests {
         assert_eq!(a, b);
         let cfg = String::from_utf8(a.files["haproxy.cfg"].clone()).unwrap();
         assert!(cfg.contains("default-path config"), "{cfg}");
-        assert!(cfg.contains("backend 'shop_web_80'"), "{cfg}");
-        assert!(cfg.contains("server SRV_2 '10.0.0.2:8080' weight 0"), "{cfg}");
+        assert!(cfg.contains("backend shop_web_80\n"), "{cfg}");
+        assert!(cfg.contains("server SRV_2 10.0.0.2:8080 weight 0"), "{cfg}");
         let prefix = String::from_utf8(a.files["maps/paths_prefix.map"].clone()).unwrap();
         assert!(prefix.starts_with("h1/exact/") || prefix.starts_with("h1/cart/"), "{prefix}");
         assert!(prefix.contains("h1/api/ "), "{prefix}");

@@ -24,6 +24,8 @@ pub struct Model {
     pub default_rule: Option<RuleId>,
     /// Backends with their server slots, sorted by name.
     pub backends: Vec<Backend>,
+    /// Where the `health` frontend (`/healthz`, `/ready`) listens, if anywhere.
+    pub health: Option<std::net::SocketAddr>,
 }
 
 /// A frontend and its binds.

@@ -46,6 +46,7 @@ pub struct Snippets {
 
 #[derive(Serialize)]
 struct View<'a> {
+    health: Option<String>,
     frontends: Vec<FrontendView>,
     backends: Vec<BackendView>,
     not_found: &'static str,
@@ -94,7 +95,9 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
         let mut servers = Vec::new();
         for s in &b.servers {
             let addr = match s.endpoint {
-                Some(a) => config_arg(&a.to_string())?,
+                // A parsed address and port, written by Rust, never object text: unquoted, so the
+                // runtime claim reads it as the IP literal `set server … addr` takes.
+                Some(a) => a.to_string(),
                 // A parked slot: an address nothing listens on, never used while disabled.
                 None => "127.0.0.1:1".to_string(),
             };
@@ -105,9 +108,21 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
                 draining: s.draining,
             });
         }
-        backends.push(BackendView { name: config_arg(&b.name)?, servers });
+        if !is_section_name(&b.name) {
+            return Err(RenderError::Template(format!("{:?} is not a backend name", b.name)));
+        }
+        backends.push(BackendView { name: b.name.clone(), servers });
     }
-    Ok(View { frontends, backends, not_found: NOT_FOUND, unavailable: UNAVAILABLE, snippets })
+    let health = model.health.map(|a| config_arg(&a.to_string())).transpose()?;
+    Ok(View { health, frontends, backends, not_found: NOT_FOUND, unavailable: UNAVAILABLE, snippets })
+}
+
+/// Whether `s` is written as a section name as is: `[a-z0-9._-]`, as Kubernetes names and
+/// port names are (the runtime API names a backend by exactly the text after `backend`).
+pub fn is_section_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 512
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
 }
 
 struct Capped {

@@ -27,11 +27,12 @@ fn backend(name: &'static str) -> u16 {
 
 async fn route(bin: &haptic_e2e::HaproxyBin) {
     let (web, api) = (backend("web"), backend("api"));
-    let http_port = free_port();
+    let (http_port, health_port) = (free_port(), free_port());
     let mut input = common::basic_input(Settings {
         bind_address: [127, 0, 0, 1].into(),
         http_port,
         min_slots: 2,
+        health_port: Some(health_port),
         ..Settings::default()
     });
     for s in &mut input.endpoint_slices {
@@ -58,6 +59,9 @@ async fn route(bin: &haptic_e2e::HaproxyBin) {
     assert_eq!(get("shop.example.com", "/exact").await, (200, "web".into()));
     assert_eq!(get("any.example.com", "/whatever").await, (200, "web".into()));
     assert_eq!(get("shop.example.com", "/gone/x").await.0, 503);
+    let health = SocketAddr::from(([127, 0, 0, 1], health_port));
+    assert_eq!(haptic_e2e::net::http_get(health, "/healthz").await.unwrap(), (200, "ok".into()));
+    assert_eq!(haptic_e2e::net::http_get(health, "/ready").await.unwrap(), (200, "ready".into()));
 }
 
 #[tokio::test]

@@ -41,8 +41,10 @@ pub struct Context {
     pub snapshots: watch::Receiver<Snapshot>,
     /// The admitted pods.
     pub discovered: watch::Receiver<Discovered>,
-    /// Publishes Events on the resource.
+    /// Publishes Events on the resource (and on Ingresses in render mode).
     pub recorder: Recorder,
+    /// The status board (render mode reads which plans the pods have applied).
+    pub board: Arc<crate::status::StatusBoard>,
 }
 
 impl std::fmt::Debug for Context {

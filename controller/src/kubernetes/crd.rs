@@ -22,8 +22,11 @@ pub const DURATION_PATTERN: &str = r"^([0-9]+(ms|s|m|h))+$";
 /// by etcd anyway).
 pub const MAX_INLINE: u32 = 1 << 20;
 
-/// The message of the rule that exactly one of `config` and `configFrom` is set.
-pub const ONE_CONFIG_SOURCE: &str = "exactly one of spec.config and spec.configFrom must be set";
+/// The message of the rule that exactly one of `config`, `configFrom` and `render` is set.
+pub const ONE_CONFIG_SOURCE: &str = "exactly one of spec.config, spec.configFrom and spec.render must be set";
+
+/// The message of the rule that `render` names what to render.
+pub const RENDER_NAMES_A_CLASS: &str = "spec.render needs ingressClassName";
 
 /// The message of the rule that a file entry names exactly one source.
 pub const ONE_FILE_SOURCE: &str = "each file needs exactly one of configMapKeyRef, secretRef and content";
@@ -49,7 +52,9 @@ pub const ONE_FILE_SOURCE: &str = "each file needs exactly one of configMapKeyRe
     printcolumn = r#"{"name":"Gate-Message","type":"string","priority":1,"jsonPath":".status.gate.message","description":"HAProxy's words when the gate refused the latest render"}"#
 )]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("has(self.config) != has(self.configFrom)").message(ONE_CONFIG_SOURCE))]
+#[x_kube(validation = Rule::new(
+    "(has(self.config) ? 1 : 0) + (has(self.configFrom) ? 1 : 0) + (has(self.render) ? 1 : 0) == 1"
+).message(ONE_CONFIG_SOURCE))]
 pub struct HAProxyConfigSpec {
     /// The HAProxy pods (same namespace) this configuration is deployed to.
     pub pod_selector: LabelSelector,
@@ -63,6 +68,10 @@ pub struct HAProxyConfigSpec {
     /// Where the `haproxy.cfg` text comes from instead of `config`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_from: Option<ConfigFrom>,
+    /// Render `haproxy.cfg` and its maps and certificates from the cluster's objects instead of
+    /// `config` or `configFrom`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub render: Option<RenderSpec>,
     /// Auxiliary files (maps, certificates, error pages), by path relative to the config.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 1024))]
@@ -132,6 +141,83 @@ pub struct KeyRef {
 pub struct ConfigFrom {
     /// A ConfigMap key holding the text.
     pub config_map_key_ref: KeyRef,
+}
+
+/// What to render from the cluster's objects, and how.
+#[derive(Debug, Clone, Serialize, Deserialize, KubeSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.ingressClassName)").message(RENDER_NAMES_A_CLASS))]
+pub struct RenderSpec {
+    /// Serve the Ingresses (all namespaces) of this IngressClass; the class must name the
+    /// controller `haptic.dev/ingress-controller`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub ingress_class_name: Option<String>,
+    /// The Service in front of the fleet (this namespace): its address goes into the
+    /// `status.loadBalancer` of every served Ingress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub publish_service: Option<LocalObjectRef>,
+    /// Replaces the built-in template (minijinja) with a ConfigMap key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<ConfigFrom>,
+    /// Config text added at the end of sections (trusted: written by the admin).
+    #[serde(default)]
+    pub snippets: SnippetsSpec,
+    /// The IP address the frontends bind.
+    #[serde(default = "default_bind_address")]
+    #[schemars(length(min = 2, max = 45))]
+    pub bind_address: String,
+    /// The plain HTTP port the fleet listens on.
+    #[serde(default = "default_http_port")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub http_port: u16,
+    /// The HTTPS port (used once an Ingress has a valid TLS Secret).
+    #[serde(default = "default_https_port")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub https_port: u16,
+    /// A `health` frontend on this port answering `/healthz` and `/ready` with 200 (the chart's
+    /// probes use 8404); none when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub health_port: Option<u16>,
+    /// Server slots every backend has at least: endpoints up to this many change at runtime.
+    #[serde(default = "default_server_slots")]
+    #[schemars(range(min = 1, max = 4096))]
+    pub server_slots: u16,
+}
+
+fn default_bind_address() -> String {
+    "0.0.0.0".into()
+}
+fn default_http_port() -> u16 {
+    8080
+}
+fn default_https_port() -> u16 {
+    8443
+}
+fn default_server_slots() -> u16 {
+    8
+}
+
+/// Admin snippets by section, inserted verbatim.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct SnippetsSpec {
+    /// End of `global`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 65536))]
+    pub global: Option<String>,
+    /// End of `defaults`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 65536))]
+    pub defaults: Option<String>,
+    /// End of every frontend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 65536))]
+    pub frontend: Option<String>,
+    /// End of every backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 65536))]
+    pub backend: Option<String>,
 }
 
 /// One auxiliary file: a path and exactly one source.
@@ -426,6 +512,7 @@ mod tests {
             "x-kubernetes-validations",
             ONE_CONFIG_SOURCE,
             ONE_FILE_SOURCE,
+            RENDER_NAMES_A_CLASS,
             "status: {}",
         ] {
             assert!(y.contains(needle), "missing {needle:?} in:\n{y}");

@@ -5,12 +5,15 @@
 //! Everything here plugs into the seams of [`crate::seams`]; the gate, diff, deployer and
 //! scheduler never learn that Kubernetes is behind them.
 
+pub mod cluster;
 pub mod context;
 pub mod crd;
 pub mod deployed;
 pub mod discovery;
 pub mod fence;
+pub mod ingress_status;
 pub mod lease;
 pub mod render;
+pub mod routes;
 pub mod run;
 pub mod status;

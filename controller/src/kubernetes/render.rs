@@ -5,7 +5,9 @@
 //! spec names), and the watcher that keeps the resource and exactly the objects it references
 //! in reflector stores (one watch per name) and publishes each settled change as one render.
 //! A change to any referenced object is a new render; an unchanged result is not republished.
-//! It must never deploy, never read objects outside its namespace, and never list a kind
+//! With `spec.render` the same loop also runs [`super::cluster`]'s reflectors and renders
+//! through [`super::routes`] with the slots of the newest plan a pod applied. It must never
+//! deploy, and outside render mode never read objects outside its namespace nor list a kind
 //! wholesale.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -22,8 +24,10 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::cluster::ClusterWatch;
 use super::context::Context;
 use super::crd::{HAProxyConfig, HAProxyConfigSpec};
+use super::routes::{IngressOutcome, SlotHistory};
 use crate::render::Render;
 use crate::seams::RenderEvent;
 
@@ -37,10 +41,12 @@ pub struct RenderError {
 }
 
 impl RenderError {
-    fn missing(message: String) -> Self {
+    /// A referenced object (or key) is missing.
+    pub fn missing(message: String) -> Self {
         Self { reason: "MissingReference", message }
     }
-    fn invalid(message: String) -> Self {
+    /// The spec cannot be rendered as written.
+    pub fn invalid(message: String) -> Self {
         Self { reason: "InvalidSpec", message }
     }
 }
@@ -53,7 +59,8 @@ pub trait Lookup {
     fn secret(&self, name: &str) -> Option<Arc<Secret>>;
 }
 
-fn config_map_key(l: &dyn Lookup, name: &str, key: &str, field: &str) -> Result<Vec<u8>, RenderError> {
+/// One key of a ConfigMap (text or binary data), with `field` named when it is missing.
+pub fn config_map_key(l: &dyn Lookup, name: &str, key: &str, field: &str) -> Result<Vec<u8>, RenderError> {
     let cm = l.config_map(name).ok_or_else(|| RenderError::missing(format!("{field}: ConfigMap {name} not found")))?;
     if let Some(t) = cm.data.as_ref().and_then(|d| d.get(key)) {
         return Ok(t.as_bytes().to_vec());
@@ -64,26 +71,39 @@ fn config_map_key(l: &dyn Lookup, name: &str, key: &str, field: &str) -> Result<
     Err(RenderError::missing(format!("{field}: ConfigMap {name} has no key {key:?}")))
 }
 
-/// Builds the file set of a spec: `haproxy.cfg` from `config` or `configFrom`, then every file.
+/// Builds the file set of a spec with `config` or `configFrom`: `haproxy.cfg`, then every file.
 pub fn build(spec: &HAProxyConfigSpec, l: &dyn Lookup) -> Result<BTreeMap<RelPath, Vec<u8>>, RenderError> {
-    let cfg = match (&spec.config, &spec.config_from) {
-        (Some(text), None) => text.as_bytes().to_vec(),
-        (None, Some(from)) => {
+    let cfg = match (&spec.config, &spec.config_from, &spec.render) {
+        (Some(text), None, None) => text.as_bytes().to_vec(),
+        (None, Some(from), None) => {
             let r = &from.config_map_key_ref;
             config_map_key(l, &r.name, &r.key, "spec.configFrom.configMapKeyRef")?
         }
-        (Some(_), Some(_)) => {
-            return Err(RenderError::invalid("set only one of spec.config and spec.configFrom".into()))
+        (None, None, None) => {
+            return Err(RenderError::invalid("set spec.config, spec.configFrom or spec.render".into()))
         }
-        (None, None) => return Err(RenderError::invalid("set spec.config or spec.configFrom".into())),
+        (None, None, Some(_)) => {
+            return Err(RenderError::invalid("spec.render is rendered from cluster objects".into()))
+        }
+        _ => return Err(RenderError::invalid("set only one of spec.config, spec.configFrom and spec.render".into())),
     };
     let mut files = BTreeMap::from([(RelPath::haproxy_cfg(), cfg)]);
+    add_files(spec, l, &mut files)?;
+    Ok(files)
+}
+
+/// Adds the spec's `files` to `files` (a path already there is refused).
+pub fn add_files(
+    spec: &HAProxyConfigSpec,
+    l: &dyn Lookup,
+    files: &mut BTreeMap<RelPath, Vec<u8>>,
+) -> Result<(), RenderError> {
     for (i, f) in spec.files.iter().enumerate() {
         let field = format!("spec.files[{i}]");
         let path =
             RelPath::new(&f.path).map_err(|e| RenderError::invalid(format!("{field}.path {:?}: {e}", f.path)))?;
         if path.is_haproxy_cfg() {
-            return Err(RenderError::invalid(format!("{field}.path: haproxy.cfg comes from spec.config")));
+            return Err(RenderError::invalid(format!("{field}.path: haproxy.cfg comes from the spec's source")));
         }
         let sources = [f.config_map_key_ref.is_some(), f.secret_ref.is_some(), f.content.is_some()];
         if sources.iter().filter(|s| **s).count() != 1 {
@@ -107,7 +127,7 @@ pub fn build(spec: &HAProxyConfigSpec, l: &dyn Lookup) -> Result<BTreeMap<RelPat
             return Err(RenderError::invalid(format!("{field}.path {:?} appears twice", f.path)));
         }
     }
-    Ok(files)
+    Ok(())
 }
 
 /// A Secret as one file: the `key`'s bytes, or for a `kubernetes.io/tls` Secret without a key
@@ -146,6 +166,9 @@ pub fn references(spec: &HAProxyConfigSpec) -> References {
     let mut r = References::default();
     if let Some(from) = &spec.config_from {
         r.config_maps.insert(from.config_map_key_ref.name.clone());
+    }
+    if let Some(t) = spec.render.as_ref().and_then(|r| r.template.as_ref()) {
+        r.config_maps.insert(t.config_map_key_ref.name.clone());
     }
     for f in &spec.files {
         if let Some(k) = &f.config_map_key_ref {
@@ -215,8 +238,8 @@ where
         store.get(&ObjectRef::new(name).within(namespace))
     }
 
-    /// Whether every one of `names` is watched and its first list has arrived.
-    fn ready(&self, names: &BTreeSet<String>) -> bool {
+    /// Whether every one of `names` (keys) is watched and its first list has arrived.
+    pub(crate) fn ready(&self, names: &BTreeSet<String>) -> bool {
         let w = lock(&self.watches);
         names.iter().all(|n| w.get(n).is_some_and(|(s, _)| ready(s)))
     }
@@ -230,19 +253,35 @@ where
         changes: &futures::channel::mpsc::UnboundedSender<()>,
         stop: &CancellationToken,
     ) {
+        self.ensure_each(names.iter().map(|n| (n.clone(), api.clone(), n.clone())), changes, stop);
+    }
+
+    /// Starts a watch for each `(key, api, name)` whose key is not watched yet.
+    pub(crate) fn ensure_each(
+        &self,
+        wanted: impl Iterator<Item = (String, Api<K>, String)>,
+        changes: &futures::channel::mpsc::UnboundedSender<()>,
+        stop: &CancellationToken,
+    ) {
         let mut w = lock(&self.watches);
-        for name in names {
-            if w.contains_key(name) {
+        for (key, api, name) in wanted {
+            if w.contains_key(&key) {
                 continue;
             }
             let token = stop.child_token();
-            let store = watch_one(api.clone(), name, changes.clone(), token.clone());
-            w.insert(name.clone(), (store, token));
+            let store = watch_one(api, &name, changes.clone(), token.clone());
+            w.insert(key, (store, token));
         }
     }
 
-    /// Stops the watches of names not in `names`.
-    fn retain(&self, names: &BTreeSet<String>) {
+    /// The object `name` in `namespace` from the watch of `key`.
+    pub(crate) fn get_keyed(&self, key: &str, namespace: &str, name: &str) -> Option<Arc<K>> {
+        let store = lock(&self.watches).get(key).map(|(s, _)| s.clone())?;
+        store.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// Stops the watches of names (keys) not in `names`.
+    pub(crate) fn retain(&self, names: &BTreeSet<String>) {
         lock(&self.watches).retain(|n, (_, token)| {
             let keep = names.contains(n);
             if !keep {
@@ -264,10 +303,26 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: std::hash::Hash + Eq + Clone + Default,
 {
-    let (reader, writer) = reflector::store();
-    let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut stream = watcher(api, cfg).default_backoff().reflect(writer).boxed();
     let what = format!("{} {name}", K::kind(&K::DynamicType::default()));
+    watch_into(api, watcher::Config::default().fields(&format!("metadata.name={name}")), what, changes, stop)
+}
+
+/// A watch (`cfg`, backing off on errors, managed fields dropped) into a store of its own;
+/// each event is sent on `changes`; it stops with `stop`.
+pub(crate) fn watch_into<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+    what: String,
+    changes: futures::channel::mpsc::UnboundedSender<()>,
+    stop: CancellationToken,
+) -> Store<K>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone + Default,
+{
+    let (reader, writer) = reflector::store();
+    let mut stream =
+        watcher(api, cfg).default_backoff().modify(|o| o.meta_mut().managed_fields = None).reflect(writer).boxed();
     tokio::spawn(async move {
         loop {
             tokio::select! {
@@ -330,10 +385,13 @@ pub struct Snapshot {
     pub config: Option<Arc<HAProxyConfig>>,
     /// The render of the current spec, or why there is none.
     pub render: Option<Result<Arc<Render>, RenderError>>,
+    /// In render mode, the served Ingresses' verdicts and the fleet's address.
+    pub ingress: Option<Arc<IngressOutcome>>,
 }
 
-/// What was last published: the resource's generation and the render's plan id or error.
-type PublishedKey = (Option<i64>, Option<Result<haptic_protocol::PlanId, RenderError>>);
+/// What was last published: the resource's generation, the render's plan id or error, and the
+/// Ingress outcome.
+type PublishedKey = (Option<i64>, Option<Result<haptic_protocol::PlanId, RenderError>>, Option<Arc<IngressOutcome>>);
 
 /// Watches the resource (by name) and what its spec references, and publishes on `tx`: every
 /// change settles for `settle`, then the resource is rendered and published (only when the
@@ -357,6 +415,8 @@ pub async fn watch_renders(
     let mut events = futures::stream::select(cfgs, changes_rx.map(Ok));
     let (cm_api, secret_api) = (ctx.api::<ConfigMap>(), ctx.api::<Secret>());
     let mut last: Option<PublishedKey> = None;
+    let mut cluster: Option<ClusterWatch> = None;
+    let mut slots = SlotHistory::default();
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -391,13 +451,42 @@ pub async fn watch_renders(
         if !(s.config_maps.ready(&refs.config_maps) && s.secrets.ready(&refs.secrets)) {
             continue;
         }
-        let render = config.as_ref().map(|c| {
-            build(&c.spec, &s)
-                .and_then(|files| Render::new(files).map(Arc::new).map_err(|why| RenderError::invalid(why.to_string())))
-        });
+        // Render mode: the cluster-wide reflectors run while the spec has `render`.
+        let render_spec = config.as_ref().and_then(|c| c.spec.render.clone());
+        match (&render_spec, &cluster) {
+            (Some(_), None) => cluster = Some(ClusterWatch::start(&ctx.client, &changes_tx, &shutdown)),
+            (None, Some(_)) => cluster = None,
+            _ => {}
+        }
+        let mut ingress = None;
+        let render = match (config.as_ref(), render_spec.as_ref(), cluster.as_ref()) {
+            (None, _, _) => None,
+            (Some(c), Some(r), Some(cw)) => {
+                if !cw.ready() {
+                    continue;
+                }
+                let mut objects = cw.objects();
+                let Some(secrets) = cw.secrets(&super::routes::secret_refs(r, &objects), &changes_tx) else {
+                    continue;
+                };
+                objects.secrets = secrets;
+                let applied = ctx.board.snapshot().pods.iter().filter_map(|p| p.applied).collect();
+                let previous = slots.previous(&applied);
+                Some(super::routes::render(&c.spec, &s, &objects, &previous).and_then(|out| {
+                    ingress = Some(Arc::new(super::routes::outcome(r, &ctx.namespace, &objects, &out.verdicts)));
+                    let render = Render::new(out.files).map_err(|why| RenderError::invalid(why.to_string()))?;
+                    slots.record(render.plan_id(), out.slots);
+                    Ok(Arc::new(render))
+                }))
+            }
+            (Some(c), _, _) => Some(build(&c.spec, &s).and_then(|files| {
+                Render::new(files).map(Arc::new).map_err(|why| RenderError::invalid(why.to_string()))
+            })),
+        };
         let key = (
             config.as_ref().and_then(|c| c.metadata.generation),
             render.as_ref().map(|r| r.as_ref().map(|r| r.plan_id()).map_err(Clone::clone)),
+            ingress.clone(),
         );
         if last.as_ref() != Some(&key) {
             match &render {
@@ -406,7 +495,7 @@ pub async fn watch_renders(
                 None => info!("HAProxyConfig {name} does not exist (yet)"),
             }
             last = Some(key);
-            let _ = tx.send(Snapshot { config, render });
+            let _ = tx.send(Snapshot { config, render, ingress });
         }
         // The published spec references only these now.
         s.config_maps.retain(&refs.config_maps);
@@ -414,7 +503,7 @@ pub async fn watch_renders(
     }
 }
 
-fn ready<K: kube::Resource + Clone + 'static>(s: &Store<K>) -> bool
+pub(crate) fn ready<K: kube::Resource + Clone + 'static>(s: &Store<K>) -> bool
 where
     K::DynamicType: std::hash::Hash + Eq + Clone,
 {
@@ -545,9 +634,12 @@ mod tests {
     fn refuses_bad_specs_with_the_field_named() {
         let f = Fake::default();
         for (v, needle) in [
-            (json!({}), "set spec.config or spec.configFrom"),
+            (json!({}), "set spec.config, spec.configFrom or spec.render"),
             (json!({"config": "g", "files": [{"path": "../x", "content": "x"}]}), "spec.files[0].path"),
-            (json!({"config": "g", "files": [{"path": "haproxy.cfg", "content": "x"}]}), "comes from spec.config"),
+            (
+                json!({"config": "g", "files": [{"path": "haproxy.cfg", "content": "x"}]}),
+                "comes from the spec's source",
+            ),
             (json!({"config": "g", "files": [{"path": "a"}]}), "exactly one of"),
             (json!({"config": "g", "files": [{"path": "a", "content": "1"}, {"path": "a", "content": "2"}]}), "twice"),
         ] {

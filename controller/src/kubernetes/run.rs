@@ -6,7 +6,7 @@
 //! scheduler, drift) run over the shared feeds, with the status writer beside it. A change of
 //! `spec.controller` reaches the running loop as new [`Tuning`] (plan cache, known pods and
 //! follow-ups stay). Losing the Lease cancels both at once; winning it again starts a new term
-//! with a higher epoch. It must never hold deployment logic itself.
+//! with a higher epoch. In render mode the term also writes the served Ingresses' status. It must never hold deployment logic itself.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use std::net::SocketAddr;
@@ -90,6 +90,7 @@ pub async fn start_kubernetes(s: KubernetesSettings, client: Client) -> Result<R
         stores,
         snapshots,
         discovered,
+        board: shared.board.clone(),
     };
     let mut tasks = Vec::new();
     tasks.push(tokio::spawn(watch_renders(ctx.clone(), config_writer, snap_tx, s.settle, shutdown.clone())));
@@ -232,6 +233,7 @@ impl Terms {
             };
             let term = CancellationToken::new();
             let writer = tokio::spawn(status::write_loop(ctx.clone(), self.shared.board.clone(), term.clone()));
+            let ingress_writer = tokio::spawn(super::ingress_status::write_loop(ctx.clone(), term.clone()));
             // Run until the Lease is lost, or shutdown.
             let end = loop {
                 tokio::select! {
@@ -248,6 +250,7 @@ impl Terms {
             };
             term.cancel();
             let _ = writer.await;
+            let _ = ingress_writer.await;
             running.stop().await;
             match end {
                 TermEnd::Shutdown => return,

@@ -3,6 +3,7 @@
 //! controller, and polling with deadlines (never sleeps as synchronisation).
 #![allow(dead_code)]
 
+pub mod kube;
 pub mod proxy;
 
 use std::path::{Path, PathBuf};

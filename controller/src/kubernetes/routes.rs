@@ -1,0 +1,343 @@
+//! Render mode: a spec with `spec.render`, plus the cluster's objects and the previous slot
+//! map, to a file set, per-object verdicts and the slot map of this render.
+//!
+//! Owns the pure [`render`] (the class check, the settings and templates from `spec.render`,
+//! the call into `haptic-render`, the spec's extra `files`), the choice of the previous slot map
+//! ([`SlotHistory`]: the slots of the newest render a pod has applied) and the offline summary
+//! of verdicts. It must never talk to the apiserver, and never decide a route itself: route
+//! semantics live in `haptic-render`.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use haptic_protocol::{PlanId, RelPath};
+use haptic_render::ingress::{IngressInput, Settings, INGRESS_CONTROLLER};
+use haptic_render::{SlotMap, Templates, Verdict};
+use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass, IngressLoadBalancerIngress};
+
+use super::crd::{HAProxyConfigSpec, RenderSpec};
+use super::render::{add_files, config_map_key, Lookup, RenderError};
+
+/// The cluster's objects render mode reads (all namespaces; Secrets only those Ingresses name).
+#[derive(Debug, Clone, Default)]
+pub struct Objects {
+    /// IngressClasses.
+    pub classes: Vec<Arc<IngressClass>>,
+    /// Ingresses.
+    pub ingresses: Vec<Arc<Ingress>>,
+    /// Services.
+    pub services: Vec<Arc<Service>>,
+    /// EndpointSlices.
+    pub endpoint_slices: Vec<Arc<EndpointSlice>>,
+    /// The TLS Secrets that Ingresses name.
+    pub secrets: Vec<Arc<Secret>>,
+}
+
+/// A render-mode render: the files, one verdict per served Ingress, and the slots to keep.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendered {
+    /// `haproxy.cfg`, maps, certificates and the spec's extra files.
+    pub files: BTreeMap<RelPath, Vec<u8>>,
+    /// One verdict per served Ingress, sorted.
+    pub verdicts: Vec<Verdict>,
+    /// The slot map of this render.
+    pub slots: SlotMap,
+}
+
+/// The IngressClass `spec.render.ingressClassName` names, checked to be ours.
+pub fn class<'a>(r: &RenderSpec, objects: &'a Objects) -> Result<&'a IngressClass, RenderError> {
+    let name = r
+        .ingress_class_name
+        .as_deref()
+        .ok_or_else(|| RenderError::invalid("spec.render needs ingressClassName".into()))?;
+    let c =
+        objects.classes.iter().find(|c| c.metadata.name.as_deref() == Some(name)).ok_or_else(|| {
+            RenderError::missing(format!("spec.render.ingressClassName: IngressClass {name} not found"))
+        })?;
+    let controller = c.spec.as_ref().and_then(|s| s.controller.as_deref()).unwrap_or_default();
+    if controller != INGRESS_CONTROLLER {
+        return Err(RenderError::invalid(format!(
+            "spec.render.ingressClassName: IngressClass {name} names the controller {controller:?}, not {INGRESS_CONTROLLER}"
+        )));
+    }
+    Ok(c)
+}
+
+/// The translator's settings from `spec.render`.
+pub fn settings(r: &RenderSpec) -> Result<Settings, RenderError> {
+    let bind_address = r.bind_address.parse().map_err(|e| {
+        RenderError::invalid(format!("spec.render.bindAddress: {:?} is not an IP address ({e})", r.bind_address))
+    })?;
+    Ok(Settings {
+        bind_address,
+        http_port: r.http_port,
+        https_port: r.https_port,
+        min_slots: usize::from(r.server_slots),
+        health_port: r.health_port,
+    })
+}
+
+/// The template and snippets from `spec.render` (the template from its ConfigMap).
+pub fn templates(r: &RenderSpec, l: &dyn Lookup) -> Result<Templates, RenderError> {
+    let main = match &r.template {
+        None => None,
+        Some(t) => {
+            let k = &t.config_map_key_ref;
+            let bytes = config_map_key(l, &k.name, &k.key, "spec.render.template.configMapKeyRef")?;
+            Some(String::from_utf8(bytes).map_err(|_| {
+                RenderError::invalid(format!("spec.render.template: ConfigMap {} key {:?} is not UTF-8", k.name, k.key))
+            })?)
+        }
+    };
+    let s = &r.snippets;
+    let get = |v: &Option<String>| v.clone().unwrap_or_default();
+    let snippets = haptic_render::Snippets {
+        global: get(&s.global),
+        defaults: get(&s.defaults),
+        frontend: get(&s.frontend),
+        backend: get(&s.backend),
+    };
+    Ok(Templates { main, snippets })
+}
+
+/// The TLS Secrets (namespace, name) the served Ingresses name (none while the class is not
+/// usable).
+pub fn secret_refs(r: &RenderSpec, objects: &Objects) -> BTreeSet<(String, String)> {
+    match class(r, objects) {
+        Ok(c) => haptic_render::ingress::tls_secret_refs(c, objects.ingresses.iter().map(|i| i.as_ref())),
+        Err(_) => BTreeSet::new(),
+    }
+}
+
+/// Renders a spec with `spec.render` (pure): the class, then the translator and templates, then
+/// the spec's extra `files` (which must not collide with a rendered path).
+pub fn render(
+    spec: &HAProxyConfigSpec,
+    l: &dyn Lookup,
+    objects: &Objects,
+    previous: &SlotMap,
+) -> Result<Rendered, RenderError> {
+    let r = spec.render.as_ref().ok_or_else(|| RenderError::invalid("spec.render is not set".into()))?;
+    let class = class(r, objects)?.clone();
+    let input = IngressInput {
+        class,
+        ingresses: objects.ingresses.iter().map(|o| (**o).clone()).collect(),
+        services: objects.services.iter().map(|o| (**o).clone()).collect(),
+        endpoint_slices: objects.endpoint_slices.iter().map(|o| (**o).clone()).collect(),
+        secrets: objects.secrets.iter().map(|o| (**o).clone()).collect(),
+        previous_slots: previous.clone(),
+        settings: settings(r)?,
+    };
+    let out = haptic_render::render(&input, &templates(r, l)?)
+        .map_err(|e| RenderError::invalid(format!("spec.render: {e}")))?;
+    let mut files = BTreeMap::new();
+    for (p, b) in out.files {
+        let path = RelPath::new(&p).map_err(|e| RenderError::invalid(format!("rendered path {p:?}: {e}")))?;
+        files.insert(path, b);
+    }
+    add_files(spec, l, &mut files)?;
+    Ok(Rendered { files, verdicts: out.verdicts, slots: out.slots })
+}
+
+/// The slot maps of recent renders, newest last, so the next render keeps every endpoint in the
+/// slot the fleet has it in.
+#[derive(Debug, Default)]
+pub struct SlotHistory {
+    recent: VecDeque<(PlanId, SlotMap)>,
+}
+
+/// How many renders' slot maps are kept.
+pub const SLOT_HISTORY: usize = 32;
+
+impl SlotHistory {
+    /// Records the slots of a published render.
+    pub fn record(&mut self, plan: PlanId, slots: SlotMap) {
+        self.recent.retain(|(p, _)| *p != plan);
+        self.recent.push_back((plan, slots));
+        while self.recent.len() > SLOT_HISTORY {
+            self.recent.pop_front();
+        }
+    }
+
+    /// The slots of the newest recorded render some pod has applied (`applied`), else of the
+    /// newest render, else none.
+    pub fn previous(&self, applied: &BTreeSet<PlanId>) -> SlotMap {
+        self.recent
+            .iter()
+            .rev()
+            .find(|(p, _)| applied.contains(p))
+            .or_else(|| self.recent.back())
+            .map(|(_, s)| s.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// What the Ingress status writer needs of a render: each served Ingress's verdict (and UID,
+/// for its Events) and the address of the Service in front of the fleet.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct IngressOutcome {
+    /// One per served Ingress, sorted by object.
+    pub served: Vec<Served>,
+    /// `status.loadBalancer.ingress` of every served Ingress; `None` without a publish Service
+    /// (nothing is written then).
+    pub load_balancer: Option<Vec<IngressLoadBalancerIngress>>,
+}
+
+/// One served Ingress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Served {
+    /// Its verdict.
+    pub verdict: Verdict,
+    /// Its UID.
+    pub uid: Option<String>,
+}
+
+/// The outcome of a render: verdicts with UIDs, and the publish Service's address (from the
+/// Service in `namespace`) when `spec.render.publishService` is set.
+pub fn outcome(r: &RenderSpec, namespace: &str, objects: &Objects, verdicts: &[Verdict]) -> IngressOutcome {
+    let served = verdicts
+        .iter()
+        .map(|v| Served {
+            verdict: v.clone(),
+            uid: objects
+                .ingresses
+                .iter()
+                .find(|i| {
+                    i.metadata.namespace.as_deref() == Some(v.object.namespace.as_str())
+                        && i.metadata.name.as_deref() == Some(v.object.name.as_str())
+                })
+                .and_then(|i| i.metadata.uid.clone()),
+        })
+        .collect();
+    let load_balancer = r.publish_service.as_ref().map(|p| {
+        objects
+            .services
+            .iter()
+            .find(|s| s.metadata.namespace.as_deref() == Some(namespace) && s.metadata.name.as_deref() == Some(&p.name))
+            .map(|s| service_address(s))
+            .unwrap_or_default()
+    });
+    IngressOutcome { served, load_balancer }
+}
+
+/// The addresses a Service answers on, as an Ingress's `status.loadBalancer.ingress`: a
+/// LoadBalancer's assigned IPs and hostnames, else its external IPs, else its cluster IP
+/// (none for a headless Service).
+pub fn service_address(s: &Service) -> Vec<IngressLoadBalancerIngress> {
+    let lb = |ip: Option<String>, hostname: Option<String>| IngressLoadBalancerIngress { ip, hostname, ports: None };
+    let spec = s.spec.clone().unwrap_or_default();
+    if spec.type_.as_deref() == Some("LoadBalancer") {
+        let assigned: Vec<_> = s
+            .status
+            .as_ref()
+            .and_then(|st| st.load_balancer.as_ref())
+            .and_then(|l| l.ingress.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|i| lb(i.ip, i.hostname))
+            .collect();
+        if !assigned.is_empty() {
+            return assigned;
+        }
+    }
+    if let Some(ext) = spec.external_ips.filter(|e| !e.is_empty()) {
+        return ext.into_iter().map(|ip| lb(Some(ip), None)).collect();
+    }
+    match spec.cluster_ip.filter(|ip| !ip.is_empty() && ip != "None") {
+        Some(ip) => vec![lb(Some(ip), None)],
+        None => Vec::new(),
+    }
+}
+
+/// One line per verdict: `accepted Ingress ns/name`, `refused Ingress ns/name: field: why` per
+/// refusal, and `warning …` per warning.
+pub fn verdict_lines(verdicts: &[Verdict]) -> String {
+    let mut out = String::new();
+    for v in verdicts {
+        if v.accepted() {
+            out.push_str(&format!("accepted {}\n", v.object));
+        }
+        for r in &v.refusals {
+            out.push_str(&format!("refused {}: {}: {}\n", v.object, r.field, r.reason));
+        }
+        for w in &v.warnings {
+            out.push_str(&format!("warning {}: {}: {}\n", v.object, w.field, w.reason));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use haptic_protocol::Digest;
+
+    fn slots(n: usize) -> SlotMap {
+        let mut s = SlotMap::default();
+        s.backends.insert(format!("b{n}"), Default::default());
+        s
+    }
+
+    #[test]
+    fn the_previous_slots_are_the_newest_applied_render() {
+        let (a, b, c) = (PlanId(Digest::of(b"a")), PlanId(Digest::of(b"b")), PlanId(Digest::of(b"c")));
+        let mut h = SlotHistory::default();
+        assert_eq!(h.previous(&BTreeSet::new()), SlotMap::default());
+        h.record(a, slots(1));
+        h.record(b, slots(2));
+        h.record(c, slots(3));
+        assert_eq!(h.previous(&BTreeSet::from([a, b])), slots(2));
+        assert_eq!(h.previous(&BTreeSet::new()), slots(3), "nothing applied yet: the newest render");
+        for i in 0..SLOT_HISTORY {
+            h.record(PlanId(Digest::of(format!("x{i}").as_bytes())), slots(9));
+        }
+        assert_eq!(h.previous(&BTreeSet::from([a])), slots(9), "a is forgotten");
+    }
+
+    #[test]
+    fn the_service_address_prefers_the_load_balancer() {
+        let svc = |v: serde_json::Value| -> Service { serde_json::from_value(v).unwrap() };
+        let ips = |v: Vec<IngressLoadBalancerIngress>| -> Vec<String> {
+            v.into_iter().map(|i| i.ip.or(i.hostname).unwrap_or_default()).collect()
+        };
+        let cluster = svc(serde_json::json!({"spec": {"type": "ClusterIP", "clusterIP": "10.96.0.5"}}));
+        assert_eq!(ips(service_address(&cluster)), ["10.96.0.5"]);
+        let pending = svc(serde_json::json!({"spec": {"type": "LoadBalancer", "clusterIP": "10.96.0.6"}}));
+        assert_eq!(ips(service_address(&pending)), ["10.96.0.6"], "no address assigned yet");
+        let lb = svc(serde_json::json!({"spec": {"type": "LoadBalancer", "clusterIP": "10.96.0.6"},
+            "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}, {"hostname": "lb.example.com"}]}}}));
+        assert_eq!(ips(service_address(&lb)), ["203.0.113.7", "lb.example.com"]);
+        let headless = svc(serde_json::json!({"spec": {"clusterIP": "None"}}));
+        assert!(service_address(&headless).is_empty());
+        let ext = svc(serde_json::json!({"spec": {"clusterIP": "10.96.0.7", "externalIPs": ["198.51.100.1"]}}));
+        assert_eq!(ips(service_address(&ext)), ["198.51.100.1"]);
+    }
+
+    fn class_named(name: &str, controller: &str) -> Arc<IngressClass> {
+        let mut c = IngressClass::default();
+        c.metadata.name = Some(name.into());
+        c.spec = Some(k8s_openapi::api::networking::v1::IngressClassSpec {
+            controller: Some(controller.into()),
+            ..Default::default()
+        });
+        Arc::new(c)
+    }
+
+    #[test]
+    fn the_class_must_exist_and_be_ours() {
+        let r: RenderSpec = serde_json::from_value(serde_json::json!({"ingressClassName": "haptic"})).unwrap();
+        let mut o = Objects::default();
+        assert_eq!(class(&r, &o).unwrap_err().reason, "MissingReference");
+        o.classes.push(class_named("haptic", "k8s.io/ingress-nginx"));
+        let e = class(&r, &o).unwrap_err();
+        assert!(e.message.contains("ingress-nginx") && e.reason == "InvalidSpec", "{e:?}");
+        o.classes[0] = class_named("haptic", INGRESS_CONTROLLER);
+        assert!(class(&r, &o).is_ok());
+        let bad: RenderSpec =
+            serde_json::from_value(serde_json::json!({"ingressClassName": "haptic", "bindAddress": "any"})).unwrap();
+        assert!(settings(&bad).unwrap_err().message.contains("spec.render.bindAddress"));
+        assert_eq!(settings(&r).unwrap().min_slots, 8);
+    }
+}

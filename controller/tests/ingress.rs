@@ -1,0 +1,276 @@
+//! Render mode end to end: a real kube-apiserver + etcd, HAProxy pods run for real by the kubelet
+//! stand-in (`LocalPods`, HAProxy 2.6 and 3.0 as separate cases), the controller binary, and
+//! Services, EndpointSlices and Ingresses created by the test. Needs `scripts/install-k8s.sh`.
+//!
+//! The apiserver refuses EndpointSlice addresses in 127.0.0.0/8, and traffic here stays on
+//! loopback, so endpoints are TEST-NET-1 addresses (192.0.2.0/24) that no request is ever routed
+//! to: what the pods serve is read from each HAProxy's runtime API (`show servers state`,
+//! `show map`), and HTTP checks use routes that answer without a connection (503 from a backend
+//! without a usable server, 404 when nothing matches). A real 200 through a rendered route is
+//! `haptic-render`'s `tests/routing.rs` and the real-cluster scenario.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+
+use haptic_controller::kubernetes::crd::HAProxyConfig;
+use haptic_e2e::k8s::LocalPods;
+use haptic_e2e::net::http_request;
+use haptic_e2e::{free_port, on_each_version, HaproxyBin};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::networking::v1::Ingress;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::Client;
+use serde_json::json;
+
+mod common;
+
+use common::kube::*;
+
+async fn apply(client: &Client, v: serde_json::Value) {
+    let kind = v["kind"].as_str().unwrap().to_string();
+    let name = v["metadata"]["name"].as_str().unwrap().to_string();
+    let ns = v["metadata"]["namespace"].as_str().map(String::from);
+    let (group, version) = match v["apiVersion"].as_str().unwrap().split_once('/') {
+        Some((g, ver)) => (g.to_string(), ver.to_string()),
+        None => (String::new(), v["apiVersion"].as_str().unwrap().to_string()),
+    };
+    let gvk = kube::api::GroupVersionKind::gvk(&group, &version, &kind);
+    let (ar, _) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
+    let api: Api<kube::api::DynamicObject> = match &ns {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    };
+    api.patch(&name, &PatchParams::apply("haptic-test").force(), &Patch::Apply(&v)).await.unwrap();
+}
+
+fn service(name: &str) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": "shop"},
+           "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}]}})
+}
+
+fn slice(service: &str, ips: &[&str]) -> serde_json::Value {
+    let eps: Vec<_> = ips.iter().map(|ip| json!({"addresses": [ip], "conditions": {"ready": true}})).collect();
+    json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+           "metadata": {"name": format!("{service}-1"), "namespace": "shop",
+                        "labels": {"kubernetes.io/service-name": service}},
+           "addressType": "IPv4", "ports": [{"name": "http", "port": 8080}], "endpoints": eps})
+}
+
+/// An Ingress `name` on `host` with `(path, service)` Prefix paths to port `http`.
+fn ingress(name: &str, host: &str, paths: &[(&str, &str)], port: serde_json::Value) -> serde_json::Value {
+    let paths: Vec<_> = paths
+        .iter()
+        .map(|(p, s)| json!({"path": p, "pathType": "Prefix", "backend": {"service": {"name": s, "port": port}}}))
+        .collect();
+    json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": name, "namespace": "shop"},
+           "spec": {"ingressClassName": "haptic", "rules": [{"host": host, "http": {"paths": paths}}]}})
+}
+
+/// The status of `GET path` with `Host: host` on every pod's frontend.
+async fn codes(pods: &LocalPods, fe: u16, host: &str, path: &str) -> Vec<u16> {
+    let mut out = Vec::new();
+    for n in pods.names() {
+        let addr = SocketAddr::from((pods.ip(&n).unwrap(), fe));
+        let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        out.push(http_request(addr, &req).await.map_or(0, |(c, _)| c));
+    }
+    out
+}
+
+/// Waits until every pod answers `host` `path` with `code`.
+async fn answers(pods: &LocalPods, fe: u16, host: &str, path: &str, code: u16) {
+    eventually(&format!("{host}{path} → {code} on every pod"), || async {
+        codes(pods, fe, host, path).await.iter().all(|c| *c == code).then_some(())
+    })
+    .await;
+}
+
+/// The addresses of `backend`'s servers that are not in maintenance, per pod (HAProxy's own
+/// `show servers state`: field 2 is the backend, 5 the address, 7 the admin state, whose
+/// maintenance bits are 0x01 forced, 0x02 inherited and 0x20 resolution; 0x04 only remembers
+/// `disabled` in the config).
+async fn live_servers(pods: &LocalPods, backend: &str) -> Vec<BTreeSet<String>> {
+    let mut out = Vec::new();
+    for n in pods.names() {
+        let text = pods.pod(&n).unwrap().haproxy().worker_cmd(&format!("show servers state {backend}")).await.unwrap();
+        let live = text
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                let admin: u32 = f.get(6)?.parse().ok()?;
+                (f.get(1) == Some(&backend) && admin & 0x23 == 0).then(|| f[4].to_string())
+            })
+            .collect();
+        out.push(live);
+    }
+    out
+}
+
+/// Waits until every pod serves exactly `addrs` (`ip:port`) in `backend`.
+async fn serving(pods: &LocalPods, backend: &str, addrs: &[&str]) {
+    let want: BTreeSet<String> = addrs.iter().map(|a| a.split(':').next().unwrap().to_string()).collect();
+    let what = format!("{backend} serving {addrs:?} on every pod");
+    let r = haptic_e2e::cluster::eventually(&what, DEADLINE, || async {
+        live_servers(pods, backend).await.iter().all(|s| *s == want).then_some(())
+    })
+    .await;
+    if let Err(e) = r {
+        let n = &pods.names()[0];
+        let text = pods.pod(n).unwrap().haproxy().worker_cmd(&format!("show servers state {backend}")).await;
+        panic!("{e}; {n}: {text:?}");
+    }
+}
+
+/// The backend HAProxy's maps send the prefix key `key` (`<host id><path>/`) to, per pod.
+async fn routed_to(pods: &LocalPods, key: &str) -> Vec<String> {
+    // `show map` lines are `<ref> <key> <value>`.
+    let find = |text: &str, k: &str| {
+        text.lines().find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(1) == Some(&k)).then(|| f.get(2).copied().unwrap_or_default().to_string())
+        })
+    };
+    let mut out = Vec::new();
+    for n in pods.names() {
+        let h = pods.pod(&n).unwrap().haproxy();
+        let rule = find(&h.worker_cmd("show map maps/paths_prefix.map").await.unwrap(), key).unwrap_or_default();
+        out.push(find(&h.worker_cmd("show map maps/rules.map").await.unwrap(), &rule).unwrap_or_default());
+    }
+    out
+}
+
+/// Waits for the fleet to converge on a plan other than `plan`, every pod by `runtime` with
+/// its worker unchanged from `pids`; returns the new plan.
+async fn runtime_change(api: &Api<HAProxyConfig>, pods: &LocalPods, plan: &str, what: &str) -> String {
+    let before = worker_pids(pods).await;
+    let s = converged(api, 2, Some(plan)).await;
+    for p in s["deployedToPods"].as_array().unwrap() {
+        assert_eq!(p["mode"], "runtime", "{what}: {p}");
+    }
+    assert_eq!(worker_pids(pods).await, before, "{what} must not reload");
+    s["planId"].as_str().unwrap().to_string()
+}
+
+on_each_version!(ingresses_route_and_change_at_runtime);
+
+/// Routes, endpoint churn, path churn, status and a refused Ingress on 2 local pods.
+async fn ingresses_route_and_change_at_runtime(bin: HaproxyBin) {
+    let e = env().await;
+    let c = &e.client;
+    namespace(c, "fleet").await;
+    namespace(c, "shop").await;
+    put_secret(c, "fleet", PASSWORD).await;
+    let mut pods = LocalPods::new(c.clone(), local_opts("fleet", &bin));
+    pods.create(2).await.unwrap();
+    let fe = free_port();
+
+    // Each local pod binds its own IP: the template override binds `${POD_IP}`.
+    let builtin = haptic_render::template::BUILTIN;
+    let binds = "{% for b in f.binds %}    bind {{ b }}\n{% endfor %}";
+    assert!(builtin.contains(binds));
+    let template = builtin.replace(binds, &format!("    bind \"${{POD_IP}}:{fe}\"\n"));
+    apply(
+        c,
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "edge-template", "namespace": "fleet"},
+                    "data": {"haproxy.cfg.j2": template}}),
+    )
+    .await;
+    apply(
+        c,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "edge-haproxy", "namespace": "fleet"},
+                    "spec": {"ports": [{"name": "http", "port": 80, "targetPort": fe}]}}),
+    )
+    .await;
+    apply(
+        c,
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass", "metadata": {"name": "haptic"},
+                    "spec": {"controller": "haptic.dev/ingress-controller"}}),
+    )
+    .await;
+    apply(c, service("web")).await;
+    apply(c, service("empty")).await;
+    apply(c, slice("web", &["192.0.2.1"])).await;
+    let by_name = json!({"name": "http"});
+    apply(c, ingress("shop", "shop.example.com", &[("/web", "web"), ("/v1", "empty")], by_name.clone())).await;
+    apply(
+        c,
+        json!({"apiVersion": "haptic.dev/v1alpha1", "kind": "HAProxyConfig",
+        "metadata": {"name": "edge", "namespace": "fleet"},
+        "spec": {
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "haproxy"}},
+            "agent": {"port": pods.agent_port()},
+            "render": {"ingressClassName": "haptic", "publishService": {"name": "edge-haproxy"}, "serverSlots": 4,
+                       "template": {"configMapKeyRef": {"name": "edge-template", "key": "haproxy.cfg.j2"}}},
+        }}),
+    )
+    .await;
+    let api: Api<HAProxyConfig> = Api::namespaced(c.clone(), "fleet");
+    let ctl = Controller::start(&e.cp, "fleet", &bin, "ctl-a", e.dir.path());
+
+    // The fleet serves the routes, and the Ingress names the Service in front of the fleet.
+    let s = converged(&api, 2, None).await;
+    let mut plan = s["planId"].as_str().unwrap().to_string();
+    serving(&pods, "shop_web_http", &["192.0.2.1:8080"]).await;
+    answers(&pods, fe, "shop.example.com", "/v1/x", 503).await;
+    answers(&pods, fe, "shop.example.com", "/new", 404).await;
+    assert_eq!(routed_to(&pods, "h1/v1/").await, ["shop_empty_http", "shop_empty_http"]);
+    let cluster_ip = Api::<Service>::namespaced(c.clone(), "fleet")
+        .get("edge-haproxy")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .cluster_ip
+        .unwrap();
+    let ings: Api<Ingress> = Api::namespaced(c.clone(), "shop");
+    let ing = eventually("status.loadBalancer on Ingress shop", || async {
+        let i = ings.get("shop").await.ok()?;
+        let ip = i.status.as_ref()?.load_balancer.as_ref()?.ingress.as_ref()?.first()?.ip.clone()?;
+        (ip == cluster_ip).then_some(i)
+    })
+    .await;
+    assert_status_applied(&ing.metadata);
+
+    // EndpointSlice changes are runtime server changes.
+    apply(c, slice("web", &["192.0.2.1", "192.0.2.2"])).await;
+    plan = runtime_change(&api, &pods, &plan, "an endpoint added").await;
+    serving(&pods, "shop_web_http", &["192.0.2.1:8080", "192.0.2.2:8080"]).await;
+    apply(c, slice("web", &["192.0.2.2"])).await;
+    plan = runtime_change(&api, &pods, &plan, "an endpoint removed").await;
+    serving(&pods, "shop_web_http", &["192.0.2.2:8080"]).await;
+
+    // A path added, retargeted and removed: maps only.
+    let paths = |p: &[(&str, &str)]| ingress("shop", "shop.example.com", p, json!({"name": "http"}));
+    apply(c, paths(&[("/web", "web"), ("/v1", "empty"), ("/new", "empty")])).await;
+    plan = runtime_change(&api, &pods, &plan, "a path added").await;
+    answers(&pods, fe, "shop.example.com", "/new/x", 503).await;
+    apply(c, paths(&[("/web", "web"), ("/v1", "gone"), ("/new", "empty")])).await;
+    plan = runtime_change(&api, &pods, &plan, "a path retargeted").await;
+    assert_eq!(routed_to(&pods, "h1/v1/").await, ["haptic_unavailable", "haptic_unavailable"]);
+    // (Removing the last path to a Service removes its backend: that one reloads.)
+    apply(c, paths(&[("/web", "web"), ("/new", "empty")])).await;
+    runtime_change(&api, &pods, &plan, "a path removed").await;
+    answers(&pods, fe, "shop.example.com", "/v1/x", 404).await;
+    answers(&pods, fe, "shop.example.com", "/new/x", 503).await;
+
+    // A refused Ingress gets a Warning Event naming the field; one created after it serves.
+    apply(c, ingress("bad", "bad.example.com", &[("/", "empty")], json!({"number": 81}))).await;
+    let events: Api<Event> = Api::namespaced(c.clone(), "shop");
+    let ev = eventually("a Warning Event on Ingress bad", || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        list.items.into_iter().find(|e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("bad") && e.type_.as_deref() == Some("Warning")
+        })
+    })
+    .await;
+    assert_eq!(ev.reason.as_deref(), Some("IngressRefused"));
+    let note = ev.note.unwrap_or_default();
+    assert!(note.contains("spec.rules[0].http.paths[0].backend.service.port") && note.contains("no port 81"), "{note}");
+    assert!(ev.regarding.unwrap().uid.is_some_and(|u| !u.is_empty()), "kubectl describe finds it by UID");
+    answers(&pods, fe, "other.example.com", "/", 404).await;
+    apply(c, ingress("other", "other.example.com", &[("/", "empty")], by_name)).await;
+    answers(&pods, fe, "other.example.com", "/", 503).await;
+    answers(&pods, fe, "bad.example.com", "/", 404).await;
+    drop(ctl);
+}
