@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::context::Context;
-use super::crd::{HAProxyConfig, HAProxyConfigSpec};
+use super::crd::{pod_selector, HAProxyConfig, HAProxyConfigSpec};
 use crate::render::Render;
 use crate::seams::RenderEvent;
 
@@ -66,6 +66,7 @@ fn config_map_key(l: &dyn Lookup, name: &str, key: &str, field: &str) -> Result<
 
 /// Builds the file set of a spec: `haproxy.cfg` from `config` or `configFrom`, then every file.
 pub fn build(spec: &HAProxyConfigSpec, l: &dyn Lookup) -> Result<BTreeMap<RelPath, Vec<u8>>, RenderError> {
+    pod_selector(&spec.pod_selector).map_err(RenderError::invalid)?;
     let cfg = match (&spec.config, &spec.config_from) {
         (Some(text), None) => text.as_bytes().to_vec(),
         (None, Some(from)) => {
@@ -550,6 +551,10 @@ mod tests {
             (json!({"config": "g", "files": [{"path": "haproxy.cfg", "content": "x"}]}), "comes from spec.config"),
             (json!({"config": "g", "files": [{"path": "a"}]}), "exactly one of"),
             (json!({"config": "g", "files": [{"path": "a", "content": "1"}, {"path": "a", "content": "2"}]}), "twice"),
+            (
+                json!({"config": "g", "podSelector": {"matchExpressions": [{"key": "tier", "operator": "In"}]}}),
+                "spec.podSelector",
+            ),
         ] {
             let e = build(&spec(v), &f).unwrap_err();
             assert_eq!(e.reason, "InvalidSpec");
