@@ -27,6 +27,9 @@ pub struct ResultLabel {
     pub result: String,
 }
 
+/// The `result` values of `haptic_agent_reloads_total`.
+pub const RELOAD_RESULTS: [&str; 3] = ["ok", "failed", "timeout"];
+
 /// `{conflict}`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ConflictLabel {
@@ -93,6 +96,10 @@ impl Metrics {
         let applies = Family::<ModeResult, Counter>::default();
         let apply_duration = Histogram::new(exponential_buckets(0.005, 2.0, 14));
         let reloads = Family::<ResultLabel, Counter>::default();
+        // Every result from 0: a first failure is then an increase Prometheus sees.
+        for result in RELOAD_RESULTS {
+            drop(reloads.get_or_create(&ResultLabel { result: result.into() }));
+        }
         let reload_duration = Histogram::new(exponential_buckets(0.01, 2.0, 12));
         let fence_rejections = Family::<ConflictLabel, Counter>::default();
         let tree_files = Gauge::default();
@@ -207,6 +214,8 @@ mod tests {
             "haptic_agent_applies_total{mode=\"reload\",result=\"ack\"} 1",
             "haptic_agent_apply_duration_seconds",
             "haptic_agent_reloads_total{result=\"ok\"} 1",
+            "haptic_agent_reloads_total{result=\"failed\"} 0",
+            "haptic_agent_reloads_total{result=\"timeout\"} 0",
             "haptic_agent_reload_duration_seconds",
             "haptic_agent_fence_rejections_total{conflict=\"stale_epoch\"} 1",
             "haptic_agent_tree_files 3",

@@ -2,7 +2,7 @@
 //! keys, so they should not cross the network in clear.
 //!
 //! Owns loading a PEM certificate chain and private key into a rustls server configuration
-//! (ring provider, TLS 1.2 and 1.3, HTTP/1.1 by ALPN). It must never serve anything itself nor
+//! (aws-lc-rs provider, TLS 1.2 and 1.3, HTTP/1.1 by ALPN). It must never serve anything itself nor
 //! log key material.
 
 use std::path::Path;
@@ -24,7 +24,7 @@ pub fn acceptor(cert_file: &Path, key_file: &Path) -> Result<tokio_rustls::TlsAc
         return Err(AgentError::Tls(format!("no certificate in {}", cert_file.display())));
     }
     let key = PrivateKeyDer::from_pem_file(key_file).map_err(|e| bad("read private key", key_file, &e))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| AgentError::Tls(e.to_string()))?

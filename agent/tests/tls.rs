@@ -62,7 +62,7 @@ async fn agent_serves_https_with_a_generated_ca(bin: HaproxyBin) {
             .unwrap(),
     );
     let url = format!("https://127.0.0.1:{port}");
-    let trusting = reqwest::Client::builder().use_rustls_tls().add_root_certificate(ca.clone()).build().unwrap();
+    let trusting = reqwest::Client::builder().tls_backend_rustls().tls_certs_only([ca.clone()]).build().unwrap();
     eventually(&format!("{label}: the agent answering over https"), Duration::from_secs(30), || async {
         match trusting.get(format!("{url}/readyz")).send().await {
             Ok(r) if r.status() == 200 => Ok(()),
@@ -85,7 +85,7 @@ async fn agent_serves_https_with_a_generated_ca(bin: HaproxyBin) {
     assert_eq!(resp.status(), 200, "{label}: {}", resp.text().await.unwrap());
 
     // Untrusted (no roots at all) and plain http: nothing.
-    let untrusting = reqwest::Client::builder().use_rustls_tls().build().unwrap();
+    let untrusting = reqwest::Client::builder().tls_backend_rustls().tls_certs_only(Vec::new()).build().unwrap();
     assert!(untrusting.get(format!("{url}/healthz")).send().await.is_err(), "{label}: untrusted certificate accepted");
     let plain = reqwest::Client::new();
     assert!(

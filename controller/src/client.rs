@@ -148,18 +148,17 @@ impl AgentClient {
     /// [`Self::new`], trusting the PEM CA bundle `ca` for `https://` agents (rustls; no other
     /// roots are trusted).
     pub fn with_ca(creds: Credentials, timeout: Duration, ca: Option<&[u8]>) -> Result<Self, Error> {
-        let mut b = reqwest::Client::builder().use_rustls_tls();
+        let mut roots = Vec::new();
         if let Some(pem) = ca {
-            let certs =
-                reqwest::Certificate::from_pem_bundle(pem).map_err(|e| Error::Client(format!("agent CA: {e}")))?;
-            if certs.is_empty() {
+            roots = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| Error::Client(format!("agent CA: {e}")))?;
+            if roots.is_empty() {
                 return Err(Error::Client("agent CA: no certificate in the file".into()));
             }
-            for c in certs {
-                b = b.add_root_certificate(c);
-            }
         }
-        let http = b
+        // Only these roots (none without a CA file): never the system's.
+        let http = reqwest::Client::builder()
+            .tls_backend_rustls()
+            .tls_certs_only(roots)
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(5)))
             // Below the agents' idle bound (`--header-timeout`, default 10 s), so a pooled connection is
@@ -346,13 +345,14 @@ mod tests {
             .collect::<Result<Vec<_>, _>>()
             .unwrap();
         let key = rustls_pki_types::PrivateKeyDer::from_pem_file(d.path().join("srv.key")).unwrap();
-        let cfg =
-            rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
-                .with_safe_default_protocol_versions()
-                .unwrap()
-                .with_no_client_auth()
-                .with_single_cert(certs, key)
-                .unwrap();
+        let cfg = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::aws_lc_rs::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
         let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(cfg));
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();

@@ -809,6 +809,17 @@ impl Deployer {
 mod tests {
     use super::*;
 
+    #[test]
+    fn every_deployment_result_has_a_series_from_the_start() {
+        use DeploymentResult::*;
+        let labels: Vec<&str> = [Success, Partial, Failed, StoodDown, Timeout].map(DeploymentResult::as_str).into();
+        let mut want = crate::metrics::DEPLOYMENT_RESULTS.to_vec();
+        want.sort_unstable();
+        let mut got = labels.clone();
+        got.sort_unstable();
+        assert_eq!(got, want);
+    }
+
     fn r(n: u32) -> Render {
         let cfg = format!("global\n  maxconn {n}\n");
         Render::from_texts([("haproxy.cfg", cfg.as_str()), ("maps/a.map", "k v\n")]).unwrap()

@@ -21,6 +21,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+/// The `result` values of `haptic_deployments_total` (`DeploymentResult::as_str`).
+pub const DEPLOYMENT_RESULTS: [&str; 5] = ["success", "partial", "failed", "timeout", "stood_down"];
+
 /// `{result}`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
@@ -116,6 +119,11 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::default();
         let deployments = Family::<ResultLabel, Counter>::default();
+        // Every result from 0: the family is exposed from the start and a first failure is an
+        // increase Prometheus sees.
+        for result in DEPLOYMENT_RESULTS {
+            drop(deployments.get_or_create(&ResultLabel { result: result.into() }));
+        }
         let deployment_duration = Histogram::new([0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]);
         let applies = Family::<ApplyLabels, Counter>::default();
         let reloads_avoided = Counter::default();
@@ -216,8 +224,10 @@ impl Metrics {
         self.apply_rejected.get_or_create(&PodLabel { haproxy_pod: pod.into() }).inc();
     }
 
-    /// Removes the per-pod series of every pod not in `fleet` (it left: deleted, replaced or no
-    /// longer a target), so the exposition does not grow with every pod ever seen.
+    /// Makes the per-pod series match `fleet`: every pod in it has one (from 0, so its first
+    /// NACK is an increase Prometheus sees, and the family is in the exposition while there is a
+    /// fleet), and a pod that left (deleted, replaced or no longer a target) loses its own, so the
+    /// exposition does not grow with every pod ever seen.
     pub fn retain_pods<'a>(&self, fleet: impl IntoIterator<Item = &'a str>) {
         let fleet: BTreeSet<&str> = fleet.into_iter().collect();
         let mut known = self.pod_series.lock().unwrap_or_else(|e| e.into_inner());
@@ -228,6 +238,11 @@ impl Metrics {
             }
             keep
         });
+        for p in fleet {
+            if known.insert(p.to_string()) {
+                drop(self.apply_rejected.get_or_create(&PodLabel { haproxy_pod: p.into() }));
+            }
+        }
     }
 
     /// Counts one deployment.
@@ -251,6 +266,7 @@ mod tests {
         let text = m.encode();
         for name in [
             "haptic_deployments_total{result=\"success\"} 1",
+            "haptic_deployments_total{result=\"stood_down\"} 0",
             "haptic_applies_total{mode=\"runtime\",result=\"ack\"} 1",
             "haptic_deployment_duration_seconds_bucket",
             "haptic_reloads_avoided_total 0",
@@ -268,10 +284,13 @@ mod tests {
             assert!(text.contains(name), "{name} missing in\n{text}");
         }
         assert!(!text.contains("haptic_pods_total"), "a gauge has no _total suffix");
-        // p2 leaves the fleet: its series goes, p1's stays.
-        m.retain_pods(["p1"]);
+        // p2 leaves the fleet: its series goes, p1's stays; p3 joins with a series at 0.
+        m.retain_pods(["p1", "p3"]);
         let text = m.encode();
         assert!(text.contains("haptic_apply_rejected_total{haproxy_pod=\"p1\"} 1"), "{text}");
+        assert!(text.contains("haptic_apply_rejected_total{haproxy_pod=\"p3\"} 0"), "{text}");
         assert!(!text.contains("p2"), "{text}");
+        m.retain_pods([]);
+        assert!(!m.encode().contains("haptic_apply_rejected"), "no fleet, no per-pod series");
     }
 }

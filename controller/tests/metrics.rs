@@ -2,69 +2,21 @@
 //! HAProxy 2.6 and 3.0), scraped over HTTP on 127.0.0.1: the names operators query
 //! (`haptic_pods`, `haptic_leader`, `haptic_build_info`, the `haproxy_pod` label), and both
 //! expositions accepted by Prometheus's own `promtool check metrics` (`scripts/install-promtool.sh`;
-//! or `HAPTIC_PROMTOOL`).
+//! or `HAPTIC_PROMTOOL`), and every `haptic_*` name the chart's Grafana dashboard and
+//! PrometheusRule read (`helm template`: `scripts/install-helm.sh`, or `HAPTIC_HELM`) served by
+//! one of them.
 
 mod common;
 
-use std::io::Write as _;
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::*;
+use haptic_e2e::monitoring::{exposed_names, missing, names_read};
 use haptic_e2e::pod::PodOpts;
+use haptic_e2e::tools::{chart_monitoring_queries, promtool_check_metrics as promtool_check};
 use haptic_e2e::{free_port, haproxy_bins, http_get};
-
-const PROMTOOL_VERSION: &str = "v0.316.0";
-
-fn promtool() -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let path = std::env::var_os("HAPTIC_PROMTOOL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join(format!("target/promtool/{PROMTOOL_VERSION}/promtool")));
-    assert!(
-        path.is_file(),
-        "promtool is missing at {}: run scripts/install-promtool.sh (or set HAPTIC_PROMTOOL)",
-        path.display()
-    );
-    path
-}
-
-/// `promtool check metrics` on `text` (stdin); panics with its words when it finds a problem.
-///
-/// Both `/metrics` are OpenMetrics (prometheus-client encodes nothing else): a counter family
-/// `x` has `# HELP x` and samples `x_total`. promtool reads the classic text format, where the
-/// HELP line would name `x_total`, so it reports "x_total no help text" for every counter. Only
-/// that report, and only for a family whose `# HELP x` and `# TYPE x counter` are present, is
-/// set aside; anything else promtool says fails the test.
-fn promtool_check(what: &str, text: &str) {
-    let mut child = Command::new(promtool())
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run promtool");
-    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    let openmetrics_counter = |line: &str| {
-        line.strip_suffix(" no help text").and_then(|n| n.strip_suffix("_total")).is_some_and(|family| {
-            text.contains(&format!("# HELP {family} ")) && text.contains(&format!("# TYPE {family} counter"))
-        })
-    };
-    let problems: Vec<&str> = said.lines().filter(|l| !l.trim().is_empty() && !openmetrics_counter(l)).collect();
-    assert!(
-        out.status.success() || said.lines().all(|l| l.trim().is_empty() || openmetrics_counter(l)),
-        "promtool check metrics refused {what}:\n{said}\n--- the exposition:\n{text}"
-    );
-    assert!(
-        problems.is_empty(),
-        "promtool check metrics on {what}:\n{}\n--- the exposition:\n{text}",
-        problems.join("\n")
-    );
-}
 
 /// The value of the sample `series` (exact name and labels) in `text`.
 fn sample(text: &str, series: &str) -> Option<f64> {
@@ -78,7 +30,7 @@ async fn scrape(addr: SocketAddr) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn live_metrics_have_the_operator_names_and_pass_promtool() {
+async fn live_metrics_have_the_operator_names_pass_promtool_and_serve_the_dashboard_and_rules() {
     let bin = haproxy_bins().into_iter().last().expect("a HAProxy build");
     let fleet = Fleet::start(&bin, 2, PodOpts::default()).await;
     let work = tempfile::tempdir().unwrap();
@@ -100,6 +52,7 @@ async fn live_metrics_have_the_operator_names_and_pass_promtool() {
     assert!(!text.contains("haptic_pods_total"), "a gauge has no _total suffix\n{text}");
     assert!(!text.contains("{pod="), "per-pod series use haproxy_pod\n{text}");
     promtool_check("the controller's /metrics", &text);
+    let mut served: BTreeSet<String> = exposed_names(&text);
 
     for (i, p) in fleet.pods.iter().enumerate() {
         let text = scrape(p.addr()).await;
@@ -107,7 +60,12 @@ async fn live_metrics_have_the_operator_names_and_pass_promtool() {
         assert_eq!(sample(&text, &build), Some(1.0), "pod {i}\n{text}");
         assert!(sample(&text, "haptic_agent_applies_total{mode=\"reload\",result=\"ack\"}").is_some(), "{text}");
         promtool_check(&format!("agent {i}'s /metrics"), &text);
+        served.extend(exposed_names(&text));
     }
+    let wanted = names_read(&chart_monitoring_queries()).unwrap_or_else(|e| panic!("{e}"));
+    assert!(wanted.keys().any(|n| n.starts_with("haptic_agent_")) && wanted.contains_key("haptic_leader"));
+    let absent = missing(&wanted, "haptic_", &served);
+    assert!(absent.is_empty(), "the dashboard or the rules read metrics no controller or agent serves: {absent:?}");
     let m = ctl.metrics().clone();
     ctl.stop().await;
     assert_eq!(sample(&m.encode(), "haptic_leader"), Some(0.0), "a stopped controller deploys nothing");

@@ -11,11 +11,13 @@ pub mod bins;
 pub mod cluster;
 pub mod config;
 pub mod k8s;
+pub mod monitoring;
 pub mod net;
 pub mod pids;
 pub mod pod;
 pub mod process;
 pub mod tls;
+pub mod tools;
 pub mod wait;
 
 pub use bins::{haproxy_bin, haproxy_bins, workspace_root, HaproxyBin};

@@ -5,10 +5,10 @@
 //! small pure helpers that turn durations and the status roll-up into the resource's fields. It
 //! must never talk to the apiserver: the watchers and the status writer do.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::core::Selector;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -454,29 +454,11 @@ pub fn parse_duration(field: &str, text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text.trim()).map_err(|e| format!("spec.{field}: {text:?} is not a duration ({e})"))
 }
 
-/// Labels of a `matchLabels`-only selector as `k=v,k2=v2` (for a list/watch `labelSelector`);
-/// `matchExpressions` are turned into set-based terms.
-pub fn selector_string(sel: &LabelSelector) -> String {
-    let mut terms: Vec<String> = sel
-        .match_labels
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .collect::<BTreeMap<_, _>>()
-        .into_iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    for e in sel.match_expressions.clone().unwrap_or_default() {
-        let values = e.values.unwrap_or_default().join(",");
-        terms.push(match e.operator.as_str() {
-            "In" => format!("{} in ({values})", e.key),
-            "NotIn" => format!("{} notin ({values})", e.key),
-            "Exists" => e.key.clone(),
-            "DoesNotExist" => format!("!{}", e.key),
-            other => format!("{} {other} ({values})", e.key),
-        });
-    }
-    terms.join(",")
+/// `spec.podSelector` as kube's [`Selector`]: what the pod watch sends as its `labelSelector`
+/// and what admission matches pods with. An operator Kubernetes does not know, or `In`/`NotIn`
+/// without values, is an error naming the field.
+pub fn pod_selector(sel: &LabelSelector) -> Result<Selector, String> {
+    Selector::try_from(sel.clone()).map_err(|e| format!("spec.podSelector: {}", e.0))
 }
 
 #[cfg(test)]
@@ -552,7 +534,11 @@ mod tests {
         assert_eq!(spec.agent.credentials_secret_ref.name, "haptic-agent-credentials");
         assert_eq!(spec.controller.max_parallel, 16);
         assert_eq!(parse_duration("x", &spec.controller.deployment_timeout).unwrap(), Duration::from_secs(30));
-        assert_eq!(selector_string(&spec.pod_selector), "app.kubernetes.io/name=haproxy");
+        assert_eq!(pod_selector(&spec.pod_selector).unwrap().to_string(), "app.kubernetes.io/name=haproxy");
+        let bad: LabelSelector =
+            serde_json::from_value(serde_json::json!({"matchExpressions": [{"key": "tier", "operator": "Near"}]}))
+                .unwrap();
+        assert!(pod_selector(&bad).unwrap_err().starts_with("spec.podSelector: "));
         assert!(parse_duration("syncTimeout", "soon").unwrap_err().contains("spec.syncTimeout"));
     }
 }

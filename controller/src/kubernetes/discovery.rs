@@ -1,7 +1,7 @@
 //! Discovery and admission of HAProxy pods.
 //!
 //! Owns the pure rules ([`candidate`]: which pods may be probed, and why others are rejected;
-//! [`selector_matches`]; [`Admission`]: the admission cache keyed on the pod's incarnation, and
+//! matching by kube's `Selector` (`spec.podSelector`); [`Admission`]: the admission cache keyed on the pod's incarnation, and
 //! which rejections are new) and the shell that watches the pods the `podSelector` selects (a
 //! label-selector watch: no other pod is cached), probes candidates with `GET /v1/state` and the
 //! Secret's credentials (at most 16 at once), and publishes the admitted set as endpoints. Pod readiness is never consulted: a pod
@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::core::{Selector, SelectorExt};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use tokio::sync::watch;
@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::context::Context;
-use super::crd::{selector_string, AgentSpec};
+use super::crd::{pod_selector, AgentSpec};
 use crate::client::{AgentClient, Credentials};
 use crate::metrics::Metrics;
 use crate::seams::Endpoint;
@@ -71,24 +71,6 @@ pub struct Candidate {
     pub container_id: String,
     /// `http://<ip>:<port>`.
     pub url: String,
-}
-
-/// Whether `labels` match `sel` (`matchLabels` and `matchExpressions`).
-pub fn selector_matches(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    let ml = sel.match_labels.clone().unwrap_or_default();
-    if ml.iter().any(|(k, v)| labels.get(k) != Some(v)) {
-        return false;
-    }
-    sel.match_expressions.clone().unwrap_or_default().iter().all(|e| {
-        let vals = e.values.clone().unwrap_or_default();
-        match e.operator.as_str() {
-            "In" => labels.get(&e.key).is_some_and(|v| vals.contains(v)),
-            "NotIn" => labels.get(&e.key).is_none_or(|v| !vals.contains(v)),
-            "Exists" => labels.contains_key(&e.key),
-            "DoesNotExist" => !labels.contains_key(&e.key),
-            _ => false,
-        }
-    })
 }
 
 /// The pure admission rule before the probe: an IP, not deleting, the agent container running.
@@ -228,13 +210,13 @@ impl Admission {
 
     /// Sorts the pods `selector` matches into candidates and rejections, drops what is gone,
     /// and says which candidates need a probe (pure).
-    pub fn pass(&mut self, pods: &[Arc<Pod>], selector: &LabelSelector, agent: &AgentSpec) -> Pass {
+    pub fn pass(&mut self, pods: &[Arc<Pod>], selector: &Selector, agent: &AgentSpec) -> Pass {
         let mut now_candidates = BTreeSet::new();
         let mut seen_names = BTreeSet::new();
         let mut pass = Pass::default();
         for pod in pods {
             let labels = pod.metadata.labels.clone().unwrap_or_default();
-            if !selector_matches(selector, &labels) {
+            if !selector.matches(&labels) {
                 continue;
             }
             let name = pod.metadata.name.clone().unwrap_or_default();
@@ -320,9 +302,9 @@ struct PodWatch {
 }
 
 impl PodWatch {
-    fn start(ctx: &Context, selector: &str) -> Self {
+    fn start(ctx: &Context, selector: &Selector) -> Self {
         let (store, writer) = reflector::store::<Pod>();
-        let cfg = watcher::Config::default().labels(selector);
+        let cfg = watcher::Config::default().labels_from(selector);
         let stream = watcher(ctx.api::<Pod>(), cfg)
             .default_backoff()
             .reflect(writer)
@@ -380,8 +362,18 @@ pub async fn discover(
             continue;
         };
         // The pod watch follows the selector: a changed selector is a new watch.
-        let selector = selector_string(&config.spec.pod_selector);
-        if pods.as_ref().map(|w| w.selector.as_str()) != Some(selector.as_str()) {
+        // A selector Kubernetes cannot evaluate selects nothing (the render is `InvalidSpec`).
+        let selector = match pod_selector(&config.spec.pod_selector) {
+            Ok(s) => s,
+            Err(e) => {
+                if pods.take().is_some() {
+                    warn!("{e}: watching no pods");
+                }
+                publish(Discovered::default());
+                continue;
+            }
+        };
+        if pods.as_ref().map(|w| w.selector.as_str()) != Some(selector.to_string().as_str()) {
             info!(%selector, "watching the pods the podSelector selects");
             pods = Some(PodWatch::start(&ctx, &selector));
             continue;
@@ -411,7 +403,7 @@ pub async fn discover(
             publish(Discovered { credentials_error: creds_err, ..Discovered::default() });
             continue;
         }
-        let pass = admission.pass(&watch.store.state(), &config.spec.pod_selector, &agent);
+        let pass = admission.pass(&watch.store.state(), &selector, &agent);
         for r in &pass.rejections {
             count(&metrics, r);
         }
@@ -479,6 +471,7 @@ impl crate::seams::EndpointSource for FeedEndpoints {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
     use serde_json::json;
 
     fn pod(v: serde_json::Value) -> Pod {
@@ -549,6 +542,7 @@ mod tests {
     fn admission_probes_each_pod_incarnation_once_and_counts_rejections_once() {
         let agent = AgentSpec::default();
         let sel: LabelSelector = serde_json::from_value(json!({"matchLabels": {"app": "haproxy"}})).unwrap();
+        let sel = pod_selector(&sel).unwrap();
         let waiting = Arc::new(pod(json!({
             "metadata": {"name": "h-w", "labels": {"app": "haproxy"}},
             "status": {"podIP": "10.0.0.9", "containerStatuses": [
@@ -597,19 +591,36 @@ mod tests {
     }
 
     #[test]
-    fn selectors_match_labels_and_expressions() {
-        let labels =
-            BTreeMap::from([("app".to_string(), "haproxy".to_string()), ("tier".to_string(), "edge".to_string())]);
-        let sel: LabelSelector = serde_json::from_value(json!({"matchLabels": {"app": "haproxy"},
-            "matchExpressions": [{"key": "tier", "operator": "In", "values": ["edge", "int"]}]}))
-        .unwrap();
-        assert!(selector_matches(&sel, &labels));
-        let other: LabelSelector = serde_json::from_value(json!({"matchLabels": {"app": "nginx"}})).unwrap();
-        assert!(!selector_matches(&other, &labels));
-        let absent: LabelSelector =
-            serde_json::from_value(json!({"matchExpressions": [{"key": "canary", "operator": "DoesNotExist"}]}))
-                .unwrap();
-        assert!(selector_matches(&absent, &labels));
+    fn admission_matches_pods_by_labels_and_expressions() {
+        let agent = AgentSpec::default();
+        let labelled = |name: &str, uid: &str, tier: Option<&str>| {
+            let mut p = (*running_pod(name, uid, "10.0.0.1")).clone();
+            if let Some(t) = tier {
+                p.metadata.labels.get_or_insert_default().insert("tier".into(), t.into());
+            }
+            Arc::new(p)
+        };
+        let pods = vec![
+            labelled("edge", "u1", Some("edge")),
+            labelled("int", "u2", Some("int")),
+            labelled("bare", "u3", None),
+        ];
+        let pass = |sel: serde_json::Value| {
+            let sel = pod_selector(&serde_json::from_value(sel).unwrap()).unwrap();
+            let pass = Admission::default().pass(&pods, &sel, &agent);
+            pass.to_probe.iter().map(|c| c.name.clone()).collect::<BTreeSet<_>>().into_iter().collect::<Vec<_>>()
+        };
+        assert_eq!(
+            pass(json!({"matchLabels": {"app": "haproxy"},
+                "matchExpressions": [{"key": "tier", "operator": "In", "values": ["edge", "x"]}]})),
+            ["edge"]
+        );
+        assert_eq!(pass(json!({"matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]})), ["bare"]);
+        assert_eq!(
+            pass(json!({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["edge"]}]})),
+            ["bare", "int"]
+        );
+        assert!(pass(json!({"matchLabels": {"app": "nginx"}})).is_empty());
     }
 
     #[test]

@@ -26,7 +26,7 @@ use tracing::{info, warn};
 
 use super::cluster::ClusterWatch;
 use super::context::Context;
-use super::crd::{HAProxyConfig, HAProxyConfigSpec};
+use super::crd::{pod_selector, HAProxyConfig, HAProxyConfigSpec};
 use super::routes::{IngressOutcome, SlotHistory};
 use crate::render::Render;
 use crate::seams::RenderEvent;
@@ -73,6 +73,7 @@ pub fn config_map_key(l: &dyn Lookup, name: &str, key: &str, field: &str) -> Res
 
 /// Builds the file set of a spec with `config` or `configFrom`: `haproxy.cfg`, then every file.
 pub fn build(spec: &HAProxyConfigSpec, l: &dyn Lookup) -> Result<BTreeMap<RelPath, Vec<u8>>, RenderError> {
+    pod_selector(&spec.pod_selector).map_err(RenderError::invalid)?;
     let cfg = match (&spec.config, &spec.config_from, &spec.render) {
         (Some(text), None, None) => text.as_bytes().to_vec(),
         (None, Some(from), None) => {
@@ -642,6 +643,10 @@ mod tests {
             ),
             (json!({"config": "g", "files": [{"path": "a"}]}), "exactly one of"),
             (json!({"config": "g", "files": [{"path": "a", "content": "1"}, {"path": "a", "content": "2"}]}), "twice"),
+            (
+                json!({"config": "g", "podSelector": {"matchExpressions": [{"key": "tier", "operator": "In"}]}}),
+                "spec.podSelector",
+            ),
         ] {
             let e = build(&spec(v), &f).unwrap_err();
             assert_eq!(e.reason, "InvalidSpec");
