@@ -137,6 +137,18 @@ impl Row {
     }
 }
 
+/// Sets the "near linear" goal on the last of `rows` (one per size, smallest first): met when the
+/// cost per `unit` (`per_unit`, one per row) grew at most `slack` times from the smallest size.
+pub fn linear_goal(rows: &mut [Row], per_unit: &[f64], slack: f64, unit: &str) {
+    let (lo, hi) = (per_unit.first().copied().unwrap_or(0.0), per_unit.last().copied().unwrap_or(0.0));
+    let linear = lo > 0.0 && hi / lo <= slack;
+    if let Some(last) = rows.last_mut() {
+        let growth = if lo > 0.0 { hi / lo } else { f64::NAN };
+        *last = last.clone().goal(&format!("linear (per-{unit} cost within {slack}x across sizes)"), linear);
+        last.add_note(format!("per-{unit} cost grew {growth:.2}x from the smallest size"));
+    }
+}
+
 /// Formats a figure compactly.
 pub fn num(v: f64) -> String {
     if v.is_nan() {

@@ -12,7 +12,7 @@ use haptic_haproxy::claim::diff_cfg;
 
 use super::Ctx;
 use crate::error::Result;
-use crate::report::Row;
+use crate::report::{linear_goal, Row};
 use crate::stats::Samples;
 use crate::workload::CfgModel;
 
@@ -67,12 +67,6 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
         ));
         rows.push(r);
     }
-    let (lo, hi) = (per_backend.first().copied().unwrap_or(0.0), per_backend.last().copied().unwrap_or(0.0));
-    let linear = lo > 0.0 && hi / lo <= LINEAR_SLACK;
-    if let Some(last) = rows.last_mut() {
-        let growth = if lo > 0.0 { hi / lo } else { f64::NAN };
-        *last = last.clone().goal("linear (per-backend cost within 2x across sizes)", linear);
-        last.add_note(format!("per-backend cost grew {growth:.2}x from the smallest size"));
-    }
+    linear_goal(&mut rows, &per_backend, LINEAR_SLACK, "backend");
     Ok(rows)
 }

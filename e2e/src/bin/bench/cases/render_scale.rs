@@ -19,7 +19,7 @@ use serde_json::json;
 
 use super::Ctx;
 use crate::error::{BenchError, Result};
-use crate::report::Row;
+use crate::report::{linear_goal, Row};
 use crate::stats::Samples;
 
 /// Per-path cost may grow at most this much from the smallest to the largest size and still
@@ -141,12 +141,6 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
         ));
         rows.push(r);
     }
-    let (lo, hi) = (per_path.first().copied().unwrap_or(0.0), per_path.last().copied().unwrap_or(0.0));
-    let linear = lo > 0.0 && hi / lo <= LINEAR_SLACK;
-    if let Some(last) = rows.last_mut() {
-        let growth = if lo > 0.0 { hi / lo } else { f64::NAN };
-        *last = last.clone().goal("near linear (per-path cost within 2x across sizes)", linear);
-        last.add_note(format!("per-path cost grew {growth:.2}x from the smallest size"));
-    }
+    linear_goal(&mut rows, &per_path, LINEAR_SLACK, "path");
     Ok(rows)
 }
