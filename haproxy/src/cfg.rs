@@ -209,7 +209,7 @@ pub fn parse_server(tokens: &[String]) -> Option<ServerLine> {
 
 /// The word HAProxy reads from `token` when the quoting adds nothing but delimiters: the token
 /// itself when it has no quote or backslash, the inside of `'…'` (HAProxy takes it verbatim),
-/// or of `"…"` without `\\` or `$` inside (no escape or variable to expand). `None` otherwise:
+/// or of `"…"` without `\` or `$` inside (no escape or variable to expand). `None` otherwise:
 /// the caller then treats the word as not understood.
 pub fn plain_word(token: &str) -> Option<&str> {
     let special = |t: &str| t.contains(['"', '\'', '\\']);
