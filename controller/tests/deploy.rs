@@ -16,12 +16,11 @@ async fn runtime_reloads_bursts_and_the_gate(bin: HaproxyBin) {
     eprintln!("=== {}", bin.label());
     let opts = PodOpts { min_reload_interval: "2s".into(), ..Default::default() };
     let fleet = Fleet::start(&bin, 3, opts).await;
-    let work = tempfile::tempdir().unwrap();
-    let cfg_dir = work.path().join("render");
-    std::fs::create_dir(&cfg_dir).unwrap();
+    let work = Work::new();
+    let cfg_dir = work.cfg_dir();
     let mut cfg = Cfg::new(free_port());
     let r1 = write_render(&cfg_dir, &cfg.files("a.example be_app\n"));
-    let ctl = start(settings(&fleet, &cfg_dir, &work.path().join("state"), "ctl-a", Duration::from_secs(3600))).await;
+    let ctl = start(settings(&fleet, &cfg_dir, &work.state_dir(), "ctl-a", Duration::from_secs(3600))).await;
 
     // First deploy: from the bootstrap tree, a reload.
     converged(&ctl, &fleet, r1.plan_id()).await;

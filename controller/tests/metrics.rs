@@ -33,12 +33,11 @@ async fn scrape(addr: SocketAddr) -> String {
 async fn live_metrics_have_the_operator_names_pass_promtool_and_serve_the_dashboard_and_rules() {
     let bin = haproxy_bins().into_iter().last().expect("a HAProxy build");
     let fleet = Fleet::start(&bin, 2, PodOpts::default()).await;
-    let work = tempfile::tempdir().unwrap();
-    let cfg_dir = work.path().join("render");
-    std::fs::create_dir(&cfg_dir).unwrap();
+    let work = Work::new();
+    let cfg_dir = work.cfg_dir();
     let cfg = Cfg::new(free_port());
     let r = write_render(&cfg_dir, &cfg.files("a.example be_app\n"));
-    let ctl = start(settings(&fleet, &cfg_dir, &work.path().join("state"), "ctl-m", Duration::from_secs(3600))).await;
+    let ctl = start(settings(&fleet, &cfg_dir, &work.state_dir(), "ctl-m", Duration::from_secs(3600))).await;
     converged(&ctl, &fleet, r.plan_id()).await;
 
     let admin = SocketAddr::from(([127, 0, 0, 1], ctl.admin_addr().port()));

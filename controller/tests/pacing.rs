@@ -40,12 +40,11 @@ async fn runtime_renders_reach_the_pods_before_their_scheduled_reload(bin: Hapro
     // waiting for the reload slot.
     let opts = PodOpts { min_reload_interval: "60s".into(), ..Default::default() };
     let fleet = Fleet::start(&bin, 2, opts).await;
-    let work = tempfile::tempdir().unwrap();
-    let cfg_dir = work.path().join("render");
-    std::fs::create_dir(&cfg_dir).unwrap();
+    let work = Work::new();
+    let cfg_dir = work.cfg_dir();
     let mut cfg = Cfg::new(free_port());
     let r1 = write_render(&cfg_dir, &cfg.files(MAP));
-    let ctl = start(settings(&fleet, &cfg_dir, &work.path().join("state"), "ctl-a", Duration::from_secs(3600))).await;
+    let ctl = start(settings(&fleet, &cfg_dir, &work.state_dir(), "ctl-a", Duration::from_secs(3600))).await;
     // The first reload of each pod runs at once.
     converged(&ctl, &fleet, r1.plan_id()).await;
 
@@ -94,12 +93,11 @@ async fn a_stuck_deployment_is_cancelled_by_the_deployment_timeout_and_retried(b
     });
     eprintln!("=== {}", bin.label());
     let fleet = Fleet::start(&bin, 1, PodOpts::default()).await;
-    let work = tempfile::tempdir().unwrap();
-    let cfg_dir = work.path().join("render");
-    std::fs::create_dir(&cfg_dir).unwrap();
+    let work = Work::new();
+    let cfg_dir = work.cfg_dir();
     let cfg = Cfg::new(free_port());
     let r1 = write_render(&cfg_dir, &cfg.files(MAP));
-    let mut s = settings(&fleet, &cfg_dir, &work.path().join("state"), "ctl-a", Duration::from_secs(3600));
+    let mut s = settings(&fleet, &cfg_dir, &work.state_dir(), "ctl-a", Duration::from_secs(3600));
     s.agents = vec![fleet.pods[0].url(), hole_url.clone()];
     s.common.deployment_timeout = Duration::from_secs(2);
     s.common.sync_timeout = Duration::from_secs(600);

@@ -22,10 +22,9 @@ on_each_version!(conflicts_restart_drift_and_a_second_controller, worker_threads
 async fn conflicts_restart_drift_and_a_second_controller(bin: HaproxyBin) {
     eprintln!("=== {}", bin.label());
     let fleet = Fleet::start(&bin, 3, PodOpts::default()).await;
-    let work = tempfile::tempdir().unwrap();
-    let cfg_dir = work.path().join("render");
-    let state_dir = work.path().join("state");
-    std::fs::create_dir(&cfg_dir).unwrap();
+    let work = Work::new();
+    let cfg_dir = work.cfg_dir();
+    let state_dir = work.state_dir();
     let mut cfg = Cfg::new(free_port());
     let r1 = write_render(&cfg_dir, &cfg.files(MAP));
     let ctl = start(settings(&fleet, &cfg_dir, &state_dir, "ctl-a", Duration::from_secs(3600))).await;

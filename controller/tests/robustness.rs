@@ -43,10 +43,9 @@ async fn skew_lost_answers_wiped_pods_max_parallel_and_the_pessimistic_gate(bin:
     // The controller knows pod 1 only through the proxy, and meets it first as an agent
     // without map.replace.
     proxy.rules(|r| r.rewrite_state = Some(without_map_replace));
-    let work = tempfile::tempdir().unwrap();
-    let cfg_dir = work.path().join("render");
-    let state_dir = work.path().join("state");
-    std::fs::create_dir(&cfg_dir).unwrap();
+    let work = Work::new();
+    let cfg_dir = work.cfg_dir();
+    let state_dir = work.state_dir();
     let mut cfg = Cfg::new(free_port());
     let r1 = write_render(&cfg_dir, &cfg.files(MAP));
     let mut s = settings(&fleet, &cfg_dir, &state_dir, "ctl-a", Duration::from_secs(3600));

@@ -36,13 +36,12 @@ async fn servers_added_and_removed_deploy_as_runtime(bin: HaproxyBin) {
     let label = bin.label();
     let fleet = Fleet::start(&bin, 2, PodOpts::default()).await;
     let (a, b, c) = (Responder::start("A").await, Responder::start("B").await, Responder::start("C").await);
-    let work = tempfile::tempdir().unwrap();
-    let cfg_dir = work.path().join("render");
-    std::fs::create_dir(&cfg_dir).unwrap();
+    let work = Work::new();
+    let cfg_dir = work.cfg_dir();
     let mut cfg = Cfg::new(free_port());
     cfg.servers = vec![(a.port, 10, false)];
     let r1 = write_render(&cfg_dir, &cfg.files("a.example be_app\n"));
-    let ctl = start(settings(&fleet, &cfg_dir, &work.path().join("state"), "ctl-a", Duration::from_secs(3600))).await;
+    let ctl = start(settings(&fleet, &cfg_dir, &work.state_dir(), "ctl-a", Duration::from_secs(3600))).await;
     converged(&ctl, &fleet, r1.plan_id()).await;
     answered_by(cfg.fe, &["A"]).await;
     let gens = fleet.generations().await;

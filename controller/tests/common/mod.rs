@@ -195,6 +195,35 @@ pub fn settings(
     }
 }
 
+/// A test's working directory: `render/` (created) for the render a controller reads, `state/`
+/// for its state; removed on drop.
+pub struct Work {
+    dir: tempfile::TempDir,
+}
+
+impl Work {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("render")).unwrap();
+        Work { dir }
+    }
+
+    /// The directory itself, for further files.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `render/`, the render directory (exists).
+    pub fn cfg_dir(&self) -> PathBuf {
+        self.path().join("render")
+    }
+
+    /// `state/`, the controller's state directory (created by the controller).
+    pub fn state_dir(&self) -> PathBuf {
+        self.path().join("state")
+    }
+}
+
 pub async fn start(s: StandaloneSettings) -> Running {
     start_standalone(s).await.expect("controller start")
 }
