@@ -29,11 +29,14 @@ const POLL_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 const NO_WORKER_GRACE: Duration = Duration::from_millis(500);
 /// Back-off after "Another reload is still in progress." (3.1+).
 const IN_PROGRESS_BACKOFF: Duration = Duration::from_millis(100);
-/// How long the master CLI may stay unreachable during a reload before the master counts as gone.
-/// Longer than a port-conflict reload (≈ 2.3 s), during which 2.6 refuses connections. It also
-/// catches a master that is alive but hung: after a worker died at start-up, exit-on-failure has
+/// How long the master CLI may stay unreachable during a reload before a master whose pid cannot
+/// be seen from here (another pid namespace) counts as gone. Longer than a port-conflict reload
+/// (≈ 2.3 s), during which 2.6 refuses connections. A master whose pid is visible is never
+/// presumed gone while it lives: a CPU-starved master can stay silent for longer than any fixed
+/// silence, so it gets the whole reload timeout and then counts as [`ReloadError::Timeout`]. That
+/// is also what a live but hung master gets (after a worker died at start-up, exit-on-failure has
 /// been seen to leave the master waiting forever on an old worker stopped by a stray SIGTTOU, with
-/// its CLI closed (2.6 and 3.0).
+/// its CLI closed, on 2.6 and 3.0).
 const GONE_AFTER_UNREACHABLE: Duration = Duration::from_secs(5);
 
 /// HAProxy's version, and who serves right now.
@@ -194,13 +197,32 @@ impl Unreachable {
         self.since = None;
     }
 
-    /// Records a failed call; `Err(MasterGone)` once the master is known (or presumed) gone.
+    /// Records a failed call; `Err(MasterGone)` once the master is known gone (its visible pid
+    /// died), or presumed gone (its pid cannot be seen and it has been silent for
+    /// [`GONE_AFTER_UNREACHABLE`]). A visible, living master is waited for until the deadline.
     fn failed(&mut self, now: Instant, watch: &MasterWatch) -> Result<(), ReloadError> {
         let since = *self.since.get_or_insert(now);
-        if watch.state() == Liveness::Dead || now.duration_since(since) >= GONE_AFTER_UNREACHABLE {
+        let alive = match watch.state() {
+            Liveness::Alive => Some(true),
+            Liveness::Dead => Some(false),
+            Liveness::Unknown => None,
+        };
+        if presumed_gone(Some(now.duration_since(since)), alive) {
             return Err(ReloadError::MasterGone);
         }
         Ok(())
+    }
+}
+
+/// The one "HAProxy is gone" rule, for reloads and health checks alike. Pure:
+/// `unreachable_for` = how long the master CLI could not be reached (`None`: it answered or timed
+/// out), `master_alive` = what the master's pid says (`None`: no pid known, or not visible from
+/// here). A visible pid decides; without one, a silence of [`GONE_AFTER_UNREACHABLE`] does.
+pub(crate) fn presumed_gone(unreachable_for: Option<Duration>, master_alive: Option<bool>) -> bool {
+    match (unreachable_for, master_alive) {
+        (None, _) | (Some(_), Some(true)) => false,
+        (Some(_), Some(false)) => true,
+        (Some(d), None) => d >= GONE_AFTER_UNREACHABLE,
     }
 }
 
@@ -384,11 +406,22 @@ mod tests {
         assert!(matches!(u.failed(t0 + GONE_AFTER_UNREACHABLE, &w), Err(ReloadError::MasterGone)));
         u.reachable();
         assert!(u.failed(t0 + GONE_AFTER_UNREACHABLE * 2, &w).is_ok());
-        // A live but hung master (its pid visible and alive) counts as gone after the same silence.
+        // A master whose pid is visible and alive is never presumed gone, however long it is
+        // silent (CPU-starved, or hung): the reload's deadline decides.
         let me = MasterWatch::new(std::process::id());
         let mut u = Unreachable::new();
         assert!(u.failed(t0, &me).is_ok());
-        assert!(matches!(u.failed(t0 + GONE_AFTER_UNREACHABLE, &me), Err(ReloadError::MasterGone)));
+        assert!(u.failed(t0 + GONE_AFTER_UNREACHABLE * 100, &me).is_ok());
+    }
+
+    #[test]
+    fn gone_needs_an_unreachable_cli_and_no_live_master() {
+        let ms = |n| Some(Duration::from_millis(n));
+        assert!(presumed_gone(ms(0), Some(false)), "the master pid is gone");
+        assert!(!presumed_gone(ms(60_000), Some(true)), "a live master refusing connections is reloading");
+        assert!(!presumed_gone(None, Some(false)), "a CLI that answered (or timed out) is not gone");
+        assert!(!presumed_gone(ms(2_300), None), "no pid to check: a re-exec may refuse for ≈2.3 s");
+        assert!(presumed_gone(ms(5_000), None), "no pid to check: a long silence is gone");
     }
 
     #[test]

@@ -1,18 +1,17 @@
 //! HAProxy liveness: noticing that HAProxy is gone, and picking it up again when it is back.
 //!
-//! Owns the rule "gone" = the master CLI cannot be connected to (refused, missing) *and* the
-//! master pid last seen is not alive here; the background watcher that records it (`running:
-//! null`, `last_error`) and, when a master answers again (a new one, or the same one after a
-//! silence), reloads the applied plan so `running` is known again. It must never restart HAProxy
-//! itself, send signals, nor write the tree.
-
+//! Owns applying the "gone" rule ([`crate::reload::presumed_gone`]: the master CLI cannot be
+//! connected to *and* the master pid last seen is not alive here) to what one look saw, and the
+//! background watcher that records it (`running: null`, `last_error`) and, when a master answers
+//! again (a new one, or the same one after a silence), reloads the applied plan so `running` is
+//! known again. It must never restart HAProxy itself, send signals, nor write the tree.
 use std::time::Duration;
 
 use tracing::{info, warn};
 
 use super::Agent;
 use crate::master::{CliError, MasterCli};
-use crate::reload::{probe, Probe, ReloadError};
+use crate::reload::{presumed_gone, probe, Probe, ReloadError};
 use crate::store::Persisted;
 
 /// How often the watcher looks at HAProxy.
@@ -29,21 +28,6 @@ pub(super) enum Seen {
     Unsure,
 }
 
-/// How long the master CLI must refuse connections, when no master pid can be checked, before
-/// HAProxy counts as gone: longer than a reload's re-exec (≈ 2.3 s for a port conflict on 2.6).
-const GONE_AFTER: Duration = Duration::from_secs(5);
-
-/// The "gone" rule. Pure: `unreachable_for` = how long the CLI could not be connected to at all
-/// (`None`: it answered or timed out), `master_alive` = what the last seen master pid says
-/// (`None`: no pid known, or not visible from here).
-pub(super) fn gone(unreachable_for: Option<Duration>, master_alive: Option<bool>) -> bool {
-    match (unreachable_for, master_alive) {
-        (None, _) | (Some(_), Some(true)) => false,
-        (Some(_), Some(false)) => true,
-        (Some(d), None) => d >= GONE_AFTER,
-    }
-}
-
 impl Agent {
     /// Looks at HAProxy once through `cli`; keeps the cached probe fresh.
     pub(super) async fn look(&self, cli: &MasterCli) -> Seen {
@@ -57,7 +41,7 @@ impl Agent {
                 let unreachable_for = self.haproxy.unreachable_for(unreachable);
                 let master = self.haproxy.master_pid();
                 let alive = master.and_then(crate::reload::pid_alive);
-                if gone(unreachable_for, alive) {
+                if presumed_gone(unreachable_for, alive) {
                     let pid = master.map(|m| format!(" (master pid {m} is gone)")).unwrap_or_default();
                     Seen::Gone(format!("HAProxy not running{pid}: {e}"))
                 } else {
@@ -133,21 +117,5 @@ impl Agent {
                 Seen::Unsure => {}
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::gone;
-
-    #[test]
-    fn gone_needs_an_unreachable_cli_and_no_live_master() {
-        use std::time::Duration;
-        let ms = |n| Some(Duration::from_millis(n));
-        assert!(gone(ms(0), Some(false)), "the master pid is gone");
-        assert!(!gone(ms(60_000), Some(true)), "a live master refusing connections is reloading");
-        assert!(!gone(None, Some(false)), "a CLI that answered (or timed out) is not gone");
-        assert!(!gone(ms(2_300), None), "no pid to check: a re-exec may refuse for ≈2.3 s");
-        assert!(gone(ms(5_000), None), "no pid to check: a long silence is gone");
     }
 }
