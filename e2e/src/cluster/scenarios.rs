@@ -432,8 +432,19 @@ impl<C: Cluster> Run<'_, C> {
         self.c.kill_haproxy_worker(&p0).await?;
         let s = self.converged(self.n, None).await?;
         self.serves(&self.want.body).await?;
-        let st = self.c.agent_state(&p0).await?;
-        Run::<C>::ensure(st["running"]["plan_id"] == s["planId"], || format!("{st:#}"))?;
+        // The agent learns what the new HAProxy runs by its own reload, once its health watcher
+        // sees the master back: the fleet's status may say converged before that.
+        let plan = s["planId"].clone();
+        let c = &self.c;
+        let last = std::sync::Mutex::new(Value::Null);
+        eventually("the agent to report the restarted HAProxy running the plan", Duration::from_secs(60), || async {
+            let st = c.agent_state(&p0).await.ok()?;
+            let on_plan = st["running"]["plan_id"] == plan;
+            *last.lock().unwrap_or_else(|e| e.into_inner()) = st;
+            on_plan.then_some(())
+        })
+        .await
+        .map_err(|e| ClusterError(format!("{e}: {:#}", last.lock().unwrap_or_else(|e| e.into_inner()))))?;
         self.step("HAProxy worker killed: restarted on the current plan").await
     }
 
