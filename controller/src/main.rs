@@ -1,4 +1,4 @@
-//! The `haptic-controller` command line: `run`, `status`, `render`, `validate`, `diff`, `crd`.
+//! The `haptic-controller` command line: `run`, `status`, `render`, `validate`, `diff`, `migrate`, `crd`.
 //!
 //! Owns argument parsing (every flag also from `HAPTIC_CONTROLLER_<FLAG>`), logging setup,
 //! signals and exit codes. It must never hold controller logic.
@@ -85,6 +85,23 @@ enum Command {
         /// Write the render here (absent or empty) instead of printing it.
         #[arg(long)]
         out: Option<PathBuf>,
+    },
+    /// Shows, per Ingress, which of its ingress-nginx (and haptic.dev/) annotations haptic
+    /// honours, which it does not, and the HAProxy rules they become: the gap before a switch.
+    /// Exits 1 when an Ingress would be refused or an annotation is not supported.
+    Migrate {
+        /// Read the Ingresses of every `*.yaml` / `*.yml` below this directory.
+        #[arg(long, conflicts_with = "kubernetes")]
+        dir: Option<PathBuf>,
+        /// Read every Ingress of the cluster (KUBECONFIG or in-cluster) instead.
+        #[arg(long)]
+        kubernetes: bool,
+        /// Judge as a HAProxyConfig with `render.allowSnippetAnnotations: true` would.
+        #[arg(long)]
+        allow_snippet_annotations: bool,
+        /// Output format.
+        #[arg(long, env = "HAPTIC_CONTROLLER_OUTPUT", value_enum, default_value = "text")]
+        output: TextOrJson,
     },
     /// Prints the `HAProxyConfig` CustomResourceDefinition (YAML) for `kubectl apply -f -`.
     Crd,
@@ -415,6 +432,34 @@ fn render_cmd(dir: PathBuf, out: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     Ok(if verdicts.iter().all(|v| v.accepted()) { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
+async fn migrate_cmd(
+    dir: Option<PathBuf>,
+    kubernetes: bool,
+    allow_snippet_annotations: bool,
+    output: TextOrJson,
+) -> anyhow::Result<ExitCode> {
+    use haptic_render::annotations::{report, report_text, Allowed, Status};
+    let ingresses: Vec<k8s_openapi::api::networking::v1::Ingress> = match (dir, kubernetes) {
+        (Some(d), _) => haptic_controller::manifests::load_ingresses(&d)?.iter().map(|i| (**i).clone()).collect(),
+        (None, true) => {
+            let client = kube::Client::try_default()
+                .await
+                .context("no Kubernetes client configuration (in-cluster service account or KUBECONFIG)")?;
+            let api: kube::Api<k8s_openapi::api::networking::v1::Ingress> = kube::Api::all(client);
+            api.list(&Default::default()).await.context("list Ingresses")?.items
+        }
+        (None, false) => bail!("say where the Ingresses are: --dir DIR or --kubernetes"),
+    };
+    let allowed = Allowed { snippets: allow_snippet_annotations };
+    let reports: Vec<_> = ingresses.iter().map(|i| report(i, allowed)).collect();
+    match output {
+        TextOrJson::Text => emit(&report_text(&reports))?,
+        TextOrJson::Json => emit(&format!("{}\n", serde_json::to_string_pretty(&reports)?))?,
+    }
+    let gap = reports.iter().any(|r| !r.served || r.annotations.iter().any(|a| a.status == Status::NotSupported));
+    Ok(if gap { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
 fn diff_cmd(old: PathBuf, new: PathBuf, output: TextOrJson) -> anyhow::Result<()> {
     let o = load_dir(&old)?;
     let n = load_dir(&new)?;
@@ -472,6 +517,9 @@ fn main() -> ExitCode {
             Command::Status { admin, output, .. } => status(&admin, output).await.map(|()| ExitCode::SUCCESS),
             Command::Validate { dir, haproxy_bin } => validate(dir, haproxy_bin).await,
             Command::Render { dir, out } => render_cmd(dir, out),
+            Command::Migrate { dir, kubernetes, allow_snippet_annotations, output } => {
+                migrate_cmd(dir, kubernetes, allow_snippet_annotations, output).await
+            }
             Command::Crd => emit(&haptic_controller::kubernetes::crd::crd_yaml()).map(|()| ExitCode::SUCCESS),
             Command::Diff { old_dir, new_dir, output } => {
                 diff_cmd(old_dir, new_dir, output).map(|()| ExitCode::SUCCESS)

@@ -1,5 +1,5 @@
 //! Offline render input: a directory of YAML manifests (what a GitOps repository holds) read
-//! into the objects render mode reads, for `haptic-controller render`.
+//! into the objects render mode reads, for `haptic-controller render` and `migrate`.
 //!
 //! Owns reading `*.yaml` / `*.yml` files (several documents each, `kind: List` unwrapped),
 //! sorting the documents by `kind` (Ingress, IngressClass, Service, EndpointSlice, Secret,
@@ -106,8 +106,37 @@ fn with_ns(mut v: serde_json::Value) -> serde_json::Value {
     v
 }
 
+/// The documents of a directory, sorted by kind.
+struct Docs {
+    objects: Objects,
+    configs: Vec<(HAProxyConfig, PathBuf)>,
+    config_maps: Vec<Arc<ConfigMap>>,
+    skipped: Vec<String>,
+}
+
 /// Reads every YAML file below `dir`.
 pub fn load(dir: &Path) -> Result<Manifests, ManifestError> {
+    let Docs { objects, mut configs, config_maps, skipped } = read_docs(dir)?;
+    let config = match configs.len() {
+        1 => configs.remove(0).0,
+        0 => return Err(ManifestError::Config(format!("{}: no HAProxyConfig", dir.display()))),
+        _ => {
+            let at: Vec<String> = configs
+                .iter()
+                .map(|(c, p)| format!("{} ({})", c.metadata.name.as_deref().unwrap_or("?"), p.display()))
+                .collect();
+            return Err(ManifestError::Config(format!("more than one HAProxyConfig: {}", at.join(", "))));
+        }
+    };
+    Ok(Manifests { config, objects, config_maps, skipped })
+}
+
+/// The Ingresses of every YAML file below `dir` (no HAProxyConfig needed).
+pub fn load_ingresses(dir: &Path) -> Result<Vec<Arc<k8s_openapi::api::networking::v1::Ingress>>, ManifestError> {
+    Ok(read_docs(dir)?.objects.ingresses)
+}
+
+fn read_docs(dir: &Path) -> Result<Docs, ManifestError> {
     let mut files = Vec::new();
     yaml_files(dir, &mut files)?;
     let mut objects = Objects::default();
@@ -153,18 +182,7 @@ pub fn load(dir: &Path) -> Result<Manifests, ManifestError> {
             }
         }
     }
-    let config = match configs.len() {
-        1 => configs.remove(0).0,
-        0 => return Err(ManifestError::Config(format!("{}: no HAProxyConfig", dir.display()))),
-        _ => {
-            let at: Vec<String> = configs
-                .iter()
-                .map(|(c, p)| format!("{} ({})", c.metadata.name.as_deref().unwrap_or("?"), p.display()))
-                .collect();
-            return Err(ManifestError::Config(format!("more than one HAProxyConfig: {}", at.join(", "))));
-        }
-    };
-    Ok(Manifests { config, objects, config_maps, skipped })
+    Ok(Docs { objects, configs, config_maps, skipped })
 }
 
 /// The IngressClass the chart creates (`ingress.enabled`), for a directory that holds none of

@@ -10,8 +10,10 @@
 //! namespace/name; the other's path is refused in its own verdict), `defaultBackend` (the same
 //! rule), TLS from `kubernetes.io/tls` Secrets, Service ports by number and by name (the
 //! target port comes from the EndpointSlice port of the same name), and endpoints from
-//! EndpointSlices only (ready, or serving and terminating as draining). A Service that is
-//! missing answers 503 and warns. It must never let one bad object block the others, nor put a
+//! EndpointSlices only (ready, or serving and terminating as draining), and each Ingress's
+//! annotations (read by [`crate::annotations`]: a bad value refuses the whole Ingress, backends
+//! named with different options refuse the later Ingress's path). A Service that is missing
+//! answers 503 and warns. It must never let one bad object block the others, nor put a
 //! value into the Model that the map builder or the template cannot quote.
 
 use std::collections::BTreeMap;
@@ -22,9 +24,10 @@ use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend, IngressClass};
 
+use crate::annotations::{self, Allowed, BackendOptions, Policy};
 use crate::model::{
-    Backend, Bind, Cert, Frontend, HostMatch, HostTable, Model, ObjectRef, PathEntry, PathKind, Refusal, Rule, Verdict,
-    UNAVAILABLE,
+    Backend, Bind, Cert, Frontend, HostMatch, HostTable, Model, ObjectRef, PathEntry, PathKind, PolicyEntry, Refusal,
+    Rule, Verdict, UNAVAILABLE,
 };
 use crate::slots::{self, Endpoint, SlotMap};
 
@@ -52,6 +55,8 @@ pub struct IngressInput {
     pub previous_slots: SlotMap,
     /// Listening and slot settings.
     pub settings: Settings,
+    /// What the admin allows Ingress annotations to bring.
+    pub allowed: Allowed,
 }
 
 /// Listening and slot settings.
@@ -141,8 +146,11 @@ fn parse_path(kind: PathKind, p: Option<&str>) -> Result<String, String> {
     if !p.starts_with('/') {
         return Err(format!("{p:?} does not start with '/'"));
     }
-    if let Err(e) = quote::map_key(&format!("h0{p}")) {
-        return Err(format!("{p:?} cannot be a map key: {e}"));
+    // The longest key and value a path makes (a prefix path's key, under the longest host id
+    // and rule id) must fit a map line.
+    let id = u32::MAX;
+    if let Err(e) = quote::map_key(&format!("h0{p}")).and_then(|_| quote::map_line(&format!("h{id}{p}/"), &format!("r{id}"))) {
+        return Err(format!("{:?} cannot be a map key: {e}", p.chars().take(64).collect::<String>()));
     }
     Ok(match kind {
         PathKind::Prefix if p.len() > 1 => p.trim_end_matches('/').to_string().max("/".to_string()),
@@ -156,6 +164,8 @@ struct Ctx<'a> {
     /// EndpointSlices by (namespace, Service name from their label).
     slices: BTreeMap<(&'a str, &'a str), Vec<&'a EndpointSlice>>,
     backends: BTreeMap<String, Vec<Endpoint>>,
+    /// Each backend's options and the Ingress that set them first.
+    options: BTreeMap<String, (BackendOptions, ObjectRef)>,
 }
 
 impl<'a> Ctx<'a> {
@@ -173,13 +183,22 @@ impl<'a> Ctx<'a> {
                 slices.entry(k).or_default().push(sl);
             }
         }
-        Ctx { services, slices, backends: BTreeMap::new() }
+        Ctx { services, slices, backends: BTreeMap::new(), options: BTreeMap::new() }
     }
 }
 
 impl Ctx<'_> {
-    /// Resolves a backend reference to a backend name (or [`UNAVAILABLE`] with a warning).
-    fn backend(&mut self, ns: &str, b: &IngressBackend, field: &str, v: &mut Verdict) -> Result<String, Refusal> {
+    /// Resolves a backend reference to a backend name (or [`UNAVAILABLE`] with a warning). Two
+    /// Ingresses naming one backend with different [`BackendOptions`]: the later is refused.
+    /// `opts`: what the naming Ingress's annotations set for the backend, and that Ingress.
+    fn backend(
+        &mut self,
+        ns: &str,
+        b: &IngressBackend,
+        field: &str,
+        opts: (&BackendOptions, &ObjectRef),
+        v: &mut Verdict,
+    ) -> Result<String, Refusal> {
         let refuse = |f: &str, r: String| Refusal { field: format!("{field}.{f}"), reason: r };
         if b.resource.is_some() {
             return Err(refuse("resource", "resource backends are not supported".into()));
@@ -205,6 +224,18 @@ impl Ctx<'_> {
         let name = format!("{ns}_{}_{label}", svc_ref.name);
         if !crate::template::is_section_name(&name) {
             return Err(refuse("service", format!("{name:?} is not a backend name (DNS labels and port names only)")));
+        }
+        match self.options.get(&name) {
+            Some((o, by)) if *o != opts.0 => {
+                return Err(refuse(
+                    "service",
+                    format!("backend {name} is set up differently by {by} (timeouts, protocol or snippet annotations)"),
+                ))
+            }
+            Some(_) => {}
+            None => {
+                self.options.insert(name.clone(), (opts.0.clone(), opts.1.clone()));
+            }
         }
         if !self.backends.contains_key(&name) {
             let slices = self.slices.get(&(ns, svc_ref.name.as_str())).map_or(&[][..], Vec::as_slice);
@@ -261,9 +292,9 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
     let mut ings: Vec<&Ingress> = input.ingresses.iter().filter(|i| served(&input.class, i)).collect();
     ings.sort_by_key(|i| (i.metadata.creation_timestamp.as_ref().map(|t| t.0), obj("Ingress", &i.metadata)));
     let mut ctx = Ctx::new(input);
-    // (host, kind, path) → (rule's backend, source)
-    let mut routes: BTreeMap<(HostMatch, String, PathKind), (String, ObjectRef)> = BTreeMap::new();
-    let mut default: Option<(String, ObjectRef)> = None;
+    // (host, kind, path) → (rule's backend, policy, source)
+    let mut routes: BTreeMap<(HostMatch, String, PathKind), (String, Policy, ObjectRef)> = BTreeMap::new();
+    let mut default: Option<(String, Policy, ObjectRef)> = None;
     let mut certs: BTreeMap<String, Cert> = BTreeMap::new();
     let mut verdicts = Vec::new();
     for ing in ings {
@@ -271,14 +302,33 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
         let ns = me.namespace.clone();
         let mut v = Verdict { object: me.clone(), refusals: vec![], warnings: vec![] };
         let spec = ing.spec.clone().unwrap_or_default();
+        let has_tls = !spec.tls.as_deref().unwrap_or_default().is_empty();
+        let meaning = match annotations::read(
+            ing.metadata.annotations.as_ref().unwrap_or(&BTreeMap::new()),
+            has_tls,
+            input.allowed,
+        ) {
+            Ok((m, warnings)) => {
+                v.warnings.extend(warnings);
+                m
+            }
+            Err(refusals) => {
+                // Served without what its annotations ask (a source range, a redirect), the
+                // Ingress would do what its author did not mean: none of it is served.
+                v.refusals.extend(refusals);
+                verdicts.push(v);
+                continue;
+            }
+        };
+        let opts = (&meaning.backend, &me);
         if let Some(b) = &spec.default_backend {
-            match ctx.backend(&ns, b, "spec.defaultBackend", &mut v) {
+            match ctx.backend(&ns, b, "spec.defaultBackend", opts, &mut v) {
                 Ok(be) => match &default {
-                    Some((_, by)) => v.refusals.push(Refusal {
+                    Some((_, _, by)) => v.refusals.push(Refusal {
                         field: "spec.defaultBackend".into(),
                         reason: format!("the default backend is already set by {by}"),
                     }),
-                    None => default = Some((be, me.clone())),
+                    None => default = Some((be, meaning.policy.clone(), me.clone())),
                 },
                 Err(r) => v.refusals.push(r),
             }
@@ -316,7 +366,7 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
                     }
                 };
                 let key = (host.clone(), path.clone(), kind);
-                if let Some((_, by)) = routes.get(&key) {
+                if let Some((_, _, by)) = routes.get(&key) {
                     if *by != me {
                         v.refusals.push(Refusal {
                             field: format!("{field}.path"),
@@ -325,9 +375,9 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
                     }
                     continue;
                 }
-                match ctx.backend(&ns, &p.backend, &format!("{field}.backend"), &mut v) {
+                match ctx.backend(&ns, &p.backend, &format!("{field}.backend"), opts, &mut v) {
                     Ok(be) => {
-                        routes.insert(key, (be, me.clone()));
+                        routes.insert(key, (be, meaning.policy.clone(), me.clone()));
                     }
                     Err(r) => v.refusals.push(r),
                 }
@@ -336,6 +386,12 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
         for (ti, tls) in spec.tls.as_deref().unwrap_or_default().iter().enumerate() {
             let field = format!("spec.tls[{ti}].secretName");
             let Some(name) = tls.secret_name.as_deref() else { continue };
+            // The name becomes a file name under certs/: a Secret's name (a DNS subdomain) only.
+            if !crate::template::is_section_name(name) || name.len() > 253 || !crate::template::is_section_name(&ns) {
+                let shown: String = name.chars().take(64).collect();
+                v.refusals.push(Refusal { field, reason: format!("{shown:?} is not a Secret name") });
+                continue;
+            }
             match tls_pem(input, &ns, name) {
                 Ok(pem) => {
                     let path = format!("certs/{ns}_{name}.pem");
@@ -358,16 +414,35 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
 
     // Rules, in a deterministic order: by host, then path.
     let mut model = Model::default();
+    // Policy ids by content, so a route added or removed never renumbers a policy.
+    let policy_ids: BTreeMap<&Policy, String> = routes
+        .values()
+        .map(|(_, p, _)| p)
+        .chain(default.iter().map(|(_, p, _)| p))
+        .filter(|p| !p.is_empty())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| (p, format!("p{}", i + 1)))
+        .collect();
+    let policy_of = |p: &Policy| policy_ids.get(p).cloned();
     let mut hosts: BTreeMap<HostMatch, Vec<PathEntry>> = BTreeMap::new();
-    for (i, ((host, path, kind), (backend, source))) in routes.into_iter().enumerate() {
+    for (i, ((host, path, kind), (backend, policy, source))) in routes.iter().enumerate() {
         let id = format!("r{}", i + 1);
-        model.rules.push(Rule { id: id.clone(), backend, source });
-        hosts.entry(host).or_default().push(PathEntry { kind, path, rule: id });
+        model.rules.push(Rule { id: id.clone(), backend: backend.clone(), policy: policy_of(policy), source: source.clone() });
+        hosts.entry(host.clone()).or_default().push(PathEntry { kind: *kind, path: path.clone(), rule: id });
     }
-    if let Some((backend, source)) = default {
-        model.rules.push(Rule { id: "default".into(), backend, source });
+    if let Some((backend, policy, source)) = &default {
+        model.rules.push(Rule {
+            id: "default".into(),
+            backend: backend.clone(),
+            policy: policy_of(policy),
+            source: source.clone(),
+        });
         model.default_rule = Some("default".into());
     }
+    model.policies =
+        policy_ids.iter().map(|(p, id)| PolicyEntry { id: id.clone(), policy: (*p).clone() }).collect();
     for (i, (host, mut paths)) in hosts.into_iter().enumerate() {
         paths.sort_by(|a, b| b.path.len().cmp(&a.path.len()).then(a.kind.cmp(&b.kind)).then(a.path.cmp(&b.path)));
         model.hosts.push(HostTable { host, id: format!("h{}", i + 1), paths });
@@ -376,7 +451,8 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
     for (name, eps) in ctx.backends {
         let (servers, s) = slots::plan(&eps, input.previous_slots.backends.get(&name), input.settings.min_slots);
         slot_map.backends.insert(name.clone(), s);
-        model.backends.push(Backend { name, servers });
+        let options = ctx.options.remove(&name).map(|(o, _)| o).unwrap_or_default();
+        model.backends.push(Backend { name, servers, options });
     }
     model.certs = certs.into_values().collect();
     let st = &input.settings;
@@ -453,6 +529,7 @@ pub(crate) mod fixture {
             secrets: f.secrets,
             previous_slots: SlotMap::default(),
             settings: Settings { min_slots: 2, ..Settings::default() },
+            allowed: Allowed::default(),
         }
     }
 }
@@ -514,6 +591,78 @@ mod tests {
         assert_eq!(rule("/gone"), crate::model::UNAVAILABLE);
         assert_eq!(model.default_rule.as_deref(), Some("default"));
         assert!(model.certs.is_empty());
+    }
+
+    const ANNOTATIONS: &str = include_str!("../tests/fixtures/annotations.yaml");
+
+    #[test]
+    fn annotations_become_policies_and_backend_options() {
+        let (model, verdicts, _) = translate_ingress(&input(ANNOTATIONS));
+        let v = |n: &str| verdict(&verdicts, n).clone();
+        // A bad value refuses the whole Ingress: none of its routes is served.
+        let moved = v("moved");
+        assert_eq!(moved.refusals.len(), 1, "{moved:?}");
+        assert_eq!(moved.refusals[0].field, "metadata.annotations[haptic.dev/permanent-redirect]");
+        assert!(!model.hosts.iter().any(|h| h.host == HostMatch::Exact("old.example.com".into())));
+        // An unsupported key warns and the Ingress serves.
+        let open = v("open");
+        assert!(open.accepted(), "{open:?}");
+        assert_eq!(open.warnings[0].field, "metadata.annotations[nginx.ingress.kubernetes.io/enable-cors]");
+        // Snippets are off: refused in that Ingress's verdict, the others serve.
+        let snippet = v("snippet");
+        assert!(snippet.refusals[0].reason.contains("snippet annotations are off"), "{snippet:?}");
+        // The later Ingress naming `web` with other timeouts is refused that path.
+        let same = v("same-backend");
+        assert!(same.refusals[0].reason.contains("set up differently by Ingress shop/guarded"), "{same:?}");
+        assert!(v("guarded").accepted() && v("moved-ok").accepted());
+        let web = model.backends.iter().find(|b| b.name == "shop_web_80").unwrap();
+        assert_eq!(web.options.server_timeout, Some(60));
+        // Four distinct policies (guarded, open, moved-ok, secure), each rule naming its own.
+        assert_eq!(model.policies.len(), 4, "{:?}", model.policies);
+        let grpc = model.backends.iter().find(|b| b.name == "shop_grpc_80").unwrap();
+        assert_eq!(grpc.options.protocol, crate::model::Protocol::H2c);
+        let policy_of = |host: &str| {
+            let t = model.hosts.iter().find(|h| h.host == HostMatch::Exact(host.into())).unwrap();
+            let r = model.rules.iter().find(|r| r.id == t.paths[0].rule).unwrap();
+            let id = r.policy.clone().unwrap();
+            model.policies.iter().find(|p| p.id == id).unwrap().policy.clone()
+        };
+        let g = policy_of("guarded.example.com");
+        assert_eq!(g.allow.as_ref().unwrap()[0].to_string(), "10.0.0.0/8");
+        assert_eq!((g.max_body, g.app_root.as_deref()), (Some(1024), Some("/app")));
+        assert_eq!(policy_of("open.example.com").deny[0].to_string(), "192.0.2.0/24");
+        assert_eq!(policy_of("older.example.com").redirect.unwrap().code, 308);
+    }
+
+    #[test]
+    fn a_route_added_or_removed_keeps_policy_ids_and_the_config() {
+        let base = input(ANNOTATIONS);
+        let render = |i: &IngressInput| crate::render(i, &Default::default()).unwrap();
+        let before = render(&base);
+        let mut more = base.clone();
+        let mut extra = more.ingresses.iter().find(|i| i.metadata.name.as_deref() == Some("open")).unwrap().clone();
+        extra.metadata.name = Some("open-2".into());
+        extra.metadata.creation_timestamp = None;
+        let rule = &mut extra.spec.as_mut().unwrap().rules.as_mut().unwrap()[0];
+        rule.host = Some("another.example.com".into());
+        more.ingresses.push(extra);
+        let after = render(&more);
+        assert_eq!(
+            String::from_utf8_lossy(&before.files["haproxy.cfg"]),
+            String::from_utf8_lossy(&after.files["haproxy.cfg"]),
+            "a route with an existing policy changes maps only"
+        );
+        assert_ne!(before.files["maps/policies.map"], after.files["maps/policies.map"]);
+    }
+
+    #[test]
+    fn allowed_snippets_join_their_backend() {
+        let mut i = input(ANNOTATIONS);
+        i.allowed = Allowed { snippets: true };
+        let (model, verdicts, _) = translate_ingress(&i);
+        assert!(verdict(&verdicts, "snippet").accepted());
+        let b = model.backends.iter().find(|b| b.name == "shop_snip_80").unwrap();
+        assert_eq!(b.options.snippet.as_deref(), Some("    http-response set-header X-Snippet yes\n"));
     }
 
     #[test]

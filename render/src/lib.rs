@@ -1,12 +1,13 @@
 //! haptic-render: from cluster objects to HAProxy configuration.
 //!
 //! Owns the pure pipeline `objects + last slot map → Model → Render`: the [`model`] types, the
-//! Ingress translator ([`ingress`]), slot planning ([`slots`]), map building ([`maps`]) and the
+//! Ingress translator ([`ingress`]) and its annotations ([`annotations`]), slot planning ([`slots`]), map building ([`maps`]) and the
 //! templates ([`template`]). It must never talk to a cluster, spawn tasks or touch files: inputs
 //! are plain typed objects, outputs are bytes by relative path plus per-object verdicts. Every
 //! value from an object reaches `haproxy.cfg` only through `haptic_haproxy::quote` or as a map
 //! entry; route semantics are decided in Rust here, never in template logic.
 
+pub mod annotations;
 pub mod ingress;
 pub mod maps;
 pub mod model;

@@ -10,6 +10,7 @@
 //!   first (HAProxy takes the first matching line of a `beg` map), so `/foo` matches `/foo/…`
 //!   and never `/foobar`.
 //! - `maps/rules.map`: rule id → backend name (`default` → the default backend).
+//! - `maps/policies.map`: rule id → policy id, for the rules that have a policy.
 //!
 //! So adding, removing or retargeting a host/path route changes map contents only. It must never
 //! write a line other than through `haptic_haproxy::quote::map_line`.
@@ -66,13 +67,18 @@ pub fn build(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, Inexpressible> 
     let lines =
         |v: &[(String, String)]| -> Result<String, Inexpressible> { v.iter().map(|(k, r)| map_line(k, r)).collect() };
     let mut rules = String::new();
+    let mut policies = String::new();
     for r in &model.rules {
         rules.push_str(&map_line(&r.id, &r.backend)?);
+        if let Some(p) = &r.policy {
+            policies.push_str(&map_line(&r.id, p)?);
+        }
     }
     out.insert("maps/hosts.map".to_string(), hosts.into_bytes());
     out.insert("maps/wildcards.map".to_string(), wild.into_bytes());
     out.insert("maps/paths_exact.map".to_string(), lines(&exact)?.into_bytes());
     out.insert("maps/paths_prefix.map".to_string(), lines(&prefix)?.into_bytes());
     out.insert("maps/rules.map".to_string(), rules.into_bytes());
+    out.insert("maps/policies.map".to_string(), policies.into_bytes());
     Ok(out)
 }

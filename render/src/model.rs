@@ -4,10 +4,13 @@
 //! certificates, host → path → rule tables, rules → backends, backends → named server slots.
 //! It must never hold config text built from an object: names here are ours or checked by the
 //! translator, and the template quotes every object value through `haptic_haproxy::quote`.
-//! Shaped for Gateway API too: a [`Rule`] can later carry header/query/method matches, weighted
-//! backends and filters next to its host/path entry.
+//! Shaped for Gateway API too: a [`Rule`] carries a [`Policy`] (source ranges, redirects, body
+//! size) next to its host/path entry and can later carry header/query/method matches, weighted
+//! backends and filters.
 
 use serde::Serialize;
+
+pub use crate::annotations::{BackendOptions, Cidr, Policy, Protocol, Redirect};
 
 /// Everything one render serves.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -24,6 +27,8 @@ pub struct Model {
     pub default_rule: Option<RuleId>,
     /// Backends with their server slots, sorted by name.
     pub backends: Vec<Backend>,
+    /// The distinct non-empty policies rules use, by id (`p<n>`), sorted by content.
+    pub policies: Vec<PolicyEntry>,
     /// Where the `health` frontend (`/healthz`, `/ready`) listens, if anywhere.
     pub health: Option<std::net::SocketAddr>,
 }
@@ -114,8 +119,22 @@ pub struct Rule {
     pub id: RuleId,
     /// The backend name (one of [`Model::backends`], or [`UNAVAILABLE`]).
     pub backend: String,
+    /// The policy applied before the backend (one of [`Model::policies`]), if any.
+    pub policy: Option<PolicyId>,
     /// The object that made it.
     pub source: ObjectRef,
+}
+
+/// A policy id (`p<n>`), a map value only: which rules a policy applies to changes maps only.
+pub type PolicyId = String;
+
+/// A policy and its id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PolicyEntry {
+    /// The id.
+    pub id: PolicyId,
+    /// What it does.
+    pub policy: Policy,
 }
 
 /// The backend that has no servers (HAProxy answers 503): a Service that is missing.
@@ -130,6 +149,8 @@ pub struct Backend {
     pub name: String,
     /// Its server slots in slot order.
     pub servers: Vec<Server>,
+    /// What the Ingresses naming it set (timeouts, protocol, a checked snippet).
+    pub options: BackendOptions,
 }
 
 /// One named server slot (`SRV_<n>`, from 1).

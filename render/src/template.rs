@@ -8,11 +8,11 @@
 
 use std::collections::BTreeMap;
 
-use haptic_haproxy::quote::config_arg;
+use haptic_haproxy::quote::{config_arg, log_format_arg};
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::Serialize;
 
-use crate::model::{Model, NOT_FOUND, UNAVAILABLE};
+use crate::model::{Model, Policy, Protocol, NOT_FOUND, UNAVAILABLE};
 use crate::RenderError;
 
 /// The built-in template.
@@ -48,6 +48,8 @@ pub struct Snippets {
 struct View<'a> {
     health: Option<String>,
     frontends: Vec<FrontendView>,
+    /// The `http-request` lines of every policy, each ending with its condition.
+    policy_lines: Vec<String>,
     backends: Vec<BackendView>,
     not_found: &'static str,
     unavailable: &'static str,
@@ -64,6 +66,12 @@ struct FrontendView {
 struct BackendView {
     name: String,
     servers: Vec<ServerView>,
+    /// `timeout …` lines.
+    timeouts: Vec<String>,
+    /// Words after each server's address (the protocol's).
+    server_params: String,
+    /// A checked snippet from the Ingresses naming it.
+    snippet: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -111,10 +119,71 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
         if !is_section_name(&b.name) {
             return Err(RenderError::Template(format!("{:?} is not a backend name", b.name)));
         }
-        backends.push(BackendView { name: b.name.clone(), servers });
+        let o = &b.options;
+        let timeouts = [("connect", o.connect_timeout), ("server", o.server_timeout)]
+            .into_iter()
+            .filter_map(|(k, v)| v.map(|v| format!("timeout {k} {v}s")))
+            .collect();
+        let server_params = server_params(o.protocol).unwrap_or_default().to_string();
+        backends.push(BackendView { name: b.name.clone(), servers, timeouts, server_params, snippet: o.snippet.clone() });
+    }
+    let mut policy_lines = Vec::new();
+    for p in &model.policies {
+        policy_lines.extend(policy_lines_of(&p.id, &p.policy)?);
     }
     let health = model.health.map(|a| config_arg(&a.to_string())).transpose()?;
-    Ok(View { health, frontends, backends, not_found: NOT_FOUND, unavailable: UNAVAILABLE, snippets })
+    Ok(View { health, frontends, policy_lines, backends, not_found: NOT_FOUND, unavailable: UNAVAILABLE, snippets })
+}
+
+/// The config lines an Ingress's annotations add, as the built-in template writes them: the
+/// frontend's `http-request` rules for its routes (under the policy id `id`), then each
+/// backend directive and server parameter (for `haptic-controller migrate`).
+pub fn annotation_lines(id: &str, m: &crate::annotations::Meaning) -> Result<Vec<String>, RenderError> {
+    let mut out = policy_lines_of(id, &m.policy)?;
+    let o = &m.backend;
+    out.extend(o.connect_timeout.map(|s| format!("timeout connect {s}s (backend)")));
+    out.extend(o.server_timeout.map(|s| format!("timeout server {s}s (backend)")));
+    out.extend(server_params(o.protocol).map(|p| format!("server …{p} (every server of the backend)")));
+    out.extend(o.snippet.iter().flat_map(|s| s.lines().map(|l| format!("{} (backend)", l.trim()))));
+    Ok(out)
+}
+
+/// The words after a server's address for `protocol`, if any.
+fn server_params(protocol: Protocol) -> Option<&'static str> {
+    match protocol {
+        Protocol::Http => None,
+        Protocol::Https => Some(" ssl verify none"),
+        Protocol::H2c => Some(" proto h2"),
+        Protocol::H2s => Some(" ssl verify none alpn h2"),
+    }
+}
+
+/// A policy's `http-request` rules, in the order they apply: source ranges, then the HTTPS
+/// redirect, the body size, `app-root`, the redirect. Addresses and numbers are Rust's; the one
+/// object text, a redirect target, is a quoted log-format word.
+fn policy_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, RenderError> {
+    let when = format!("{{ var(txn.policy) -m str {} }}", config_arg(id)?);
+    let list = |c: &[crate::model::Cidr]| c.iter().map(ToString::to_string).collect::<Vec<_>>().join(" ");
+    let mut out = Vec::new();
+    if let Some(allow) = &p.allow {
+        out.push(format!("http-request deny deny_status 403 if {when} !{{ src {} }}", list(allow)));
+    }
+    if !p.deny.is_empty() {
+        out.push(format!("http-request deny deny_status 403 if {when} {{ src {} }}", list(&p.deny)));
+    }
+    if p.https_redirect {
+        out.push(format!("http-request redirect scheme https code 308 if {when} !{{ ssl_fc }}"));
+    }
+    if let Some(n) = p.max_body {
+        out.push(format!("http-request deny deny_status 413 if {when} {{ req.hdr_val(content-length) gt {n} }}"));
+    }
+    if let Some(root) = &p.app_root {
+        out.push(format!("http-request redirect location {} code 302 if {when} {{ path / }}", log_format_arg(root)?));
+    }
+    if let Some(r) = &p.redirect {
+        out.push(format!("http-request redirect location {} code {} if {when}", log_format_arg(&r.location)?, r.code));
+    }
+    Ok(out)
 }
 
 /// Whether `s` is written as a section name as is: `[a-z0-9._-]`, as Kubernetes names and

@@ -25,7 +25,9 @@ fn backend(name: &'static str) -> u16 {
     port
 }
 
-async fn route(bin: &haptic_e2e::HaproxyBin) {
+haptic_e2e::on_each_version!(routes_by_host_and_path);
+async fn routes_by_host_and_path(bin: haptic_e2e::HaproxyBin) {
+    let bin = &bin;
     let (web, api) = (backend("web"), backend("api"));
     let (http_port, health_port) = (free_port(), free_port());
     let mut input = common::basic_input(Settings {
@@ -62,16 +64,4 @@ async fn route(bin: &haptic_e2e::HaproxyBin) {
     let health = SocketAddr::from(([127, 0, 0, 1], health_port));
     assert_eq!(haptic_e2e::net::http_get(health, "/healthz").await.unwrap(), (200, "ok".into()));
     assert_eq!(haptic_e2e::net::http_get(health, "/ready").await.unwrap(), (200, "ready".into()));
-}
-
-#[tokio::test]
-async fn routes_on_haproxy_2_6() {
-    let bins = haptic_e2e::haproxy_bins();
-    route(bins.iter().find(|b| b.version_string.starts_with("2.6")).expect("HAProxy 2.6")).await;
-}
-
-#[tokio::test]
-async fn routes_on_haproxy_3_0() {
-    let bins = haptic_e2e::haproxy_bins();
-    route(bins.iter().find(|b| b.version_string.starts_with("3.0")).expect("HAProxy 3.0")).await;
 }

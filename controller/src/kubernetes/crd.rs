@@ -163,6 +163,13 @@ pub struct RenderSpec {
     /// Config text added at the end of sections (trusted: written by the admin).
     #[serde(default)]
     pub snippets: SnippetsSpec,
+    /// Let Ingresses bring HAProxy directives for their backends through the
+    /// `configuration-snippet` / `server-snippet` annotations. Off by default: anyone who may
+    /// create an Ingress could then add config. Even when on, a snippet that runs a program,
+    /// loads code, reads the environment or files, changes shared state or leaves its backend is
+    /// refused in that Ingress's Events.
+    #[serde(default)]
+    pub allow_snippet_annotations: bool,
     /// The IP address the frontends bind.
     #[serde(default = "default_bind_address")]
     #[schemars(length(min = 2, max = 45))]

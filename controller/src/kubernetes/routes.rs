@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use haptic_protocol::{PlanId, RelPath};
+use haptic_render::annotations::Allowed;
 use haptic_render::ingress::{IngressInput, Settings, INGRESS_CONTROLLER};
 use haptic_render::{SlotMap, Templates, Verdict};
 use k8s_openapi::api::core::v1::{Secret, Service};
@@ -129,6 +130,7 @@ pub fn render(
         secrets: objects.secrets.iter().map(|o| (**o).clone()).collect(),
         previous_slots: previous.clone(),
         settings: settings(r)?,
+        allowed: Allowed { snippets: r.allow_snippet_annotations },
     };
     let out = haptic_render::render(&input, &templates(r, l)?)
         .map_err(|e| RenderError::invalid(format!("spec.render: {e}")))?;

@@ -19,8 +19,14 @@ struct Fixture {
 }
 
 /// `fixtures/basic.yaml` under the class `haptic` (ours), with `settings`.
+#[allow(dead_code)]
 pub fn basic_input(settings: Settings) -> IngressInput {
-    let f: Fixture = serde_saphyr::from_str(include_str!("../fixtures/basic.yaml")).unwrap();
+    input(include_str!("../fixtures/basic.yaml"), settings)
+}
+
+/// A fixture's objects under the class `haptic` (ours), with `settings`.
+pub fn input(yaml: &str, settings: Settings) -> IngressInput {
+    let f: Fixture = serde_saphyr::from_str(yaml).unwrap();
     let mut class = IngressClass::default();
     class.metadata.name = Some("haptic".into());
     class.spec = Some(IngressClassSpec { controller: Some(INGRESS_CONTROLLER.into()), ..Default::default() });
@@ -32,6 +38,7 @@ pub fn basic_input(settings: Settings) -> IngressInput {
         secrets: f.secrets,
         previous_slots: Default::default(),
         settings,
+        allowed: Default::default(),
     }
 }
 
