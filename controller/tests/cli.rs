@@ -356,3 +356,39 @@ fn render_output_passes_validate(b: HaproxyBin) {
     assert!(v.status.success(), "{}: {}", b.label(), String::from_utf8_lossy(&v.stderr));
     assert!(String::from_utf8_lossy(&v.stdout).contains("valid"));
 }
+
+#[test]
+fn migrate_names_each_annotation_and_exits_1_on_a_gap() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/examples/migrate");
+    let out = bin().args(["migrate", "--dir", example]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "a refused Ingress is a gap: {text}");
+    assert!(text.starts_with("Ingress web/shop (NOT served"), "{text}");
+    assert!(text.contains("REFUSED       nginx.ingress.kubernetes.io/configuration-snippet="), "{text}");
+    assert!(text.contains("NOT SUPPORTED nginx.ingress.kubernetes.io/enable-cors="), "{text}");
+    assert!(text.contains("honoured      nginx.ingress.kubernetes.io/whitelist-source-range="), "{text}");
+    assert!(text.contains("!{ src 10.0.0.0/8 192.168.0.0/16 }"), "{text}");
+    // The documentation shows exactly this output.
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/migrating-from-ingress-nginx.md"))
+        .unwrap();
+    assert!(doc.contains(text.trim_end()), "docs/migrating-from-ingress-nginx.md is stale:\n{text}");
+
+    // A clean Ingress: no gap, exit 0; JSON names each status.
+    let dir = dir_with(&[(
+        "ing.yaml",
+        concat!(
+            "apiVersion: networking.k8s.io/v1\nkind: Ingress\n",
+            "metadata: {name: a, namespace: shop, annotations: {haptic.dev/app-root: /app}}\n",
+            "spec: {ingressClassName: haptic}\n",
+        ),
+    )]);
+    let out = bin().args(["migrate", "--output", "json", "--dir"]).arg(dir.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v[0]["annotations"][0]["status"]["status"], "honoured");
+    assert_eq!(v[0]["served"], true);
+    // Nowhere to read from: a clear error, exit 2.
+    let out = bin().arg("migrate").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--dir DIR or --kubernetes"));
+}

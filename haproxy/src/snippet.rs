@@ -353,14 +353,20 @@ mod tests {
 
     #[test]
     fn leaving_the_section_or_reading_the_environment_otherwise_is_refused() {
-        assert!(matches!(check("backend other\n    server s 1.2.3.4:80"), Err(SnippetError::OpensSection { line: 1, .. })));
+        assert!(matches!(
+            check("backend other\n    server s 1.2.3.4:80"),
+            Err(SnippetError::OpensSection { line: 1, .. })
+        ));
         assert!(matches!(check("acl a always_true\n'program' x"), Err(SnippetError::OpensSection { line: 2, .. })));
         assert!(matches!(check(".if defined(HOME)"), Err(SnippetError::Preprocessor { .. })));
         assert!(matches!(check("http-request set-header X \"${HOME}\""), Err(SnippetError::Expansion { .. })));
         assert!(matches!(check("http-request set-header X \"$HOME\""), Err(SnippetError::Expansion { .. })));
         assert!(matches!(check("http-request deny\r"), Err(SnippetError::ControlChar { byte: '\r', .. })));
         assert!(matches!(check("a\0b"), Err(SnippetError::ControlChar { byte: '\0', .. })));
-        assert!(matches!(check("http-request set-header X 'open"), Err(SnippetError::Unterminated { quote: '\'', .. })));
+        assert!(matches!(
+            check("http-request set-header X 'open"),
+            Err(SnippetError::Unterminated { quote: '\'', .. })
+        ));
     }
 
     #[test]

@@ -24,7 +24,10 @@ pub const HAPTIC_PREFIX: &str = "haptic.dev/";
 
 /// The keys read (without prefix), each with what it means here.
 pub const SUPPORTED: &[(&str, &str)] = &[
-    ("ssl-redirect", "`true`: plain-HTTP requests to this Ingress's routes are redirected to HTTPS (308) when it has `spec.tls`"),
+    (
+        "ssl-redirect",
+        "`true`: plain-HTTP requests to this Ingress's routes are redirected to HTTPS (308) when it has `spec.tls`",
+    ),
     ("force-ssl-redirect", "`true`: plain-HTTP requests are redirected to HTTPS (308), with or without `spec.tls`"),
     ("permanent-redirect", "every request is redirected to this URL (301, or `permanent-redirect-code`)"),
     ("permanent-redirect-code", "the code of `permanent-redirect`: 300–308"),
@@ -39,7 +42,10 @@ pub const SUPPORTED: &[(&str, &str)] = &[
     ("proxy-read-timeout", "seconds: HAProxy's `timeout server` (the larger of read and send)"),
     ("proxy-send-timeout", "seconds: HAProxy's `timeout server` (the larger of read and send)"),
     ("backend-protocol", "HTTP, HTTPS (TLS, not verified), GRPC or H2C (HTTP/2 in clear), GRPCS (HTTP/2 over TLS)"),
-    ("configuration-snippet", "HAProxy directives added to the backends named; only when the HAProxyConfig allows snippets"),
+    (
+        "configuration-snippet",
+        "HAProxy directives added to the backends named; only when the HAProxyConfig allows snippets",
+    ),
     ("server-snippet", "the same as `configuration-snippet`"),
 ];
 
@@ -178,12 +184,14 @@ pub fn read(
             match keys.get(short) {
                 Some((other, ov)) if prefix == NGINX_PREFIX => {
                     if ov != v {
-                        warnings.push(Refusal { field: field(k), reason: format!("ignored: {other} is set too and wins") });
+                        warnings
+                            .push(Refusal { field: field(k), reason: format!("ignored: {other} is set too and wins") });
                     }
                 }
                 Some((other, ov)) => {
                     if ov != v {
-                        warnings.push(Refusal { field: field(other), reason: format!("ignored: {k} is set too and wins") });
+                        warnings
+                            .push(Refusal { field: field(other), reason: format!("ignored: {k} is set too and wins") });
                     }
                     keys.insert(short, (k, v));
                 }
@@ -208,8 +216,11 @@ pub fn read(
                 Err(e) => bad(key, e),
             },
             "permanent-redirect" | "temporal-redirect" => {
-                let (code_key, default) =
-                    if *short == "permanent-redirect" { ("permanent-redirect-code", 301) } else { ("temporal-redirect-code", 302) };
+                let (code_key, default) = if *short == "permanent-redirect" {
+                    ("permanent-redirect-code", 301)
+                } else {
+                    ("temporal-redirect-code", 302)
+                };
                 let (code_full, code) = match keys.get(code_key) {
                     None => (code_key, Ok(default)),
                     Some((k, c)) => (*k, redirect_code(c.trim())),
@@ -318,7 +329,9 @@ pub struct Explained {
 /// Every annotation with one of our prefixes, and what haptic does with it, judged one key at a
 /// time (with its companion `-code` key) as [`read`] judges it.
 pub fn explain(annotations: &BTreeMap<String, String>, has_tls: bool, allowed: Allowed) -> Vec<Explained> {
-    let ours = |k: &str| k.strip_prefix(NGINX_PREFIX).or_else(|| k.strip_prefix(HAPTIC_PREFIX));
+    fn ours(k: &str) -> Option<&str> {
+        k.strip_prefix(NGINX_PREFIX).or_else(|| k.strip_prefix(HAPTIC_PREFIX))
+    }
     let mut out = Vec::new();
     for (key, value) in annotations {
         let Some(short) = ours(key) else { continue };
@@ -343,7 +356,10 @@ pub fn explain(annotations: &BTreeMap<String, String>, has_tls: bool, allowed: A
         };
         let status = match status {
             // The same key under the other prefix wins over this one.
-            Status::Honoured(m) if prefix == NGINX_PREFIX && annotations.get(&format!("{HAPTIC_PREFIX}{short}")).is_some_and(|v| v != value) => {
+            Status::Honoured(m)
+                if prefix == NGINX_PREFIX
+                    && annotations.get(&format!("{HAPTIC_PREFIX}{short}")).is_some_and(|v| v != value) =>
+            {
                 Status::Ignored(format!("ignored: {HAPTIC_PREFIX}{short} is set too and wins ({m})"))
             }
             s => s,
@@ -362,7 +378,8 @@ pub struct Report {
     pub annotations: Vec<Explained>,
     /// Whether it would be served (no annotation refused).
     pub served: bool,
-    /// The config lines its annotations add (the routes' policy as `p1`), when served.
+    /// The config lines its annotations add (the routes' policy as `p1`); when it is not
+    /// served, those of its annotations that are not refused.
     pub rules: Vec<String>,
 }
 
@@ -371,9 +388,18 @@ pub fn report(ing: &k8s_openapi::api::networking::v1::Ingress, allowed: Allowed)
     let empty = BTreeMap::new();
     let a = ing.metadata.annotations.as_ref().unwrap_or(&empty);
     let has_tls = ing.spec.as_ref().and_then(|s| s.tls.as_ref()).is_some_and(|t| !t.is_empty());
+    let lines = |m: &Meaning| crate::template::annotation_lines("p1", m).unwrap_or_else(|e| vec![format!("({e})")]);
     let (served, rules) = match read(a, has_tls, allowed) {
-        Ok((m, _)) => (true, crate::template::annotation_lines("p1", &m).unwrap_or_else(|e| vec![format!("({e})")])),
-        Err(_) => (false, Vec::new()),
+        Ok((m, _)) => (true, lines(&m)),
+        // What the other annotations would add once the refused ones are fixed or removed.
+        Err(refused) => {
+            let rest: BTreeMap<String, String> = a
+                .iter()
+                .filter(|(k, _)| !refused.iter().any(|r| r.field == field(k)))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            (false, read(&rest, has_tls, allowed).map(|(m, _)| lines(&m)).unwrap_or_default())
+        }
     };
     Report {
         ingress: crate::model::ObjectRef {
@@ -411,7 +437,8 @@ pub fn report_text(reports: &[Report]) -> String {
             let _ = writeln!(out, "  {label:<13} {}={:?}: {detail}", a.key, a.value);
         }
         if !r.rules.is_empty() {
-            let _ = writeln!(out, "  HAProxy rules (p1 = this Ingress's routes):");
+            let once = if r.served { "" } else { ", once the refused annotations are fixed or removed" };
+            let _ = writeln!(out, "  HAProxy rules (p1 = this Ingress's routes{once}):");
             for l in &r.rules {
                 let _ = writeln!(out, "    {l}");
             }
@@ -440,7 +467,10 @@ fn bool_of(v: &str) -> Result<bool, String> {
 }
 
 fn redirect_code(v: &str) -> Result<u16, String> {
-    v.parse::<u16>().ok().filter(|c| (300..=308).contains(c)).ok_or_else(|| format!("{v:?} is not a redirect code (300–308)"))
+    v.parse::<u16>()
+        .ok()
+        .filter(|c| (300..=308).contains(c))
+        .ok_or_else(|| format!("{v:?} is not a redirect code (300–308)"))
 }
 
 /// A redirect target: an absolute `http(s)://` URL or a path, printable ASCII without blanks.
@@ -485,7 +515,10 @@ fn size(v: &str) -> Result<u64, String> {
 
 /// Whole seconds, 1 to a day (ingress-nginx takes plain numbers of seconds).
 fn seconds(v: &str) -> Result<u32, String> {
-    v.parse::<u32>().ok().filter(|s| (1..=86_400).contains(s)).ok_or_else(|| format!("{v:?} is not a number of seconds (1–86400)"))
+    v.parse::<u32>()
+        .ok()
+        .filter(|s| (1..=86_400).contains(s))
+        .ok_or_else(|| format!("{v:?} is not a number of seconds (1–86400)"))
 }
 
 #[cfg(test)]
@@ -509,17 +542,23 @@ mod tests {
     fn each_supported_key_has_its_meaning() {
         assert!(ok(&[("ssl-redirect", "true")]).policy.https_redirect);
         assert!(!read(&ann(&[("ssl-redirect", "true")]), false, Allowed::default()).unwrap().0.policy.https_redirect);
-        assert!(read(&ann(&[("force-ssl-redirect", "true")]), false, Allowed::default()).unwrap().0.policy.https_redirect);
+        assert!(
+            read(&ann(&[("force-ssl-redirect", "true")]), false, Allowed::default()).unwrap().0.policy.https_redirect
+        );
         let r = ok(&[("permanent-redirect", "https://example.com/new"), ("permanent-redirect-code", "308")]);
         assert_eq!(r.policy.redirect, Some(Redirect { location: "https://example.com/new".into(), code: 308 }));
         assert_eq!(ok(&[("temporal-redirect", "/elsewhere")]).policy.redirect.unwrap().code, 302);
         assert_eq!(ok(&[("app-root", "/app")]).policy.app_root.as_deref(), Some("/app"));
         let p = ok(&[("whitelist-source-range", "10.0.0.0/8, 192.168.1.1,::1/128")]).policy;
-        assert_eq!(p.allow.unwrap().iter().map(ToString::to_string).collect::<Vec<_>>(), ["10.0.0.0/8", "192.168.1.1/32", "::1/128"]);
+        assert_eq!(
+            p.allow.unwrap().iter().map(ToString::to_string).collect::<Vec<_>>(),
+            ["10.0.0.0/8", "192.168.1.1/32", "::1/128"]
+        );
         assert_eq!(ok(&[("denylist-source-range", "203.0.113.0/24")]).policy.deny.len(), 1);
         assert_eq!(ok(&[("proxy-body-size", "8m")]).policy.max_body, Some(8 << 20));
         assert_eq!(ok(&[("proxy-body-size", "0")]).policy.max_body, None);
-        let b = ok(&[("proxy-connect-timeout", "3"), ("proxy-read-timeout", "60"), ("proxy-send-timeout", "90")]).backend;
+        let b =
+            ok(&[("proxy-connect-timeout", "3"), ("proxy-read-timeout", "60"), ("proxy-send-timeout", "90")]).backend;
         assert_eq!((b.connect_timeout, b.server_timeout), (Some(3), Some(90)));
         assert_eq!(ok(&[("backend-protocol", "GRPC")]).backend.protocol, Protocol::H2c);
         assert_eq!(ok(&[("backend-protocol", "https")]).backend.protocol, Protocol::Https);
@@ -560,14 +599,21 @@ mod tests {
         let w: Vec<String> = warnings.iter().map(|r| format!("{}: {}", r.field, r.reason)).collect();
         assert_eq!(w.len(), 2, "{w:?}");
         assert!(w.iter().any(|w| w.contains("enable-cors]: not supported")), "{w:?}");
-        assert!(w.iter().any(|w| w.contains("nginx.ingress.kubernetes.io/proxy-body-size]: ignored: haptic.dev/")), "{w:?}");
+        assert!(
+            w.iter().any(|w| w.contains("nginx.ingress.kubernetes.io/proxy-body-size]: ignored: haptic.dev/")),
+            "{w:?}"
+        );
     }
 
     #[test]
     fn allowed_snippets_are_checked_and_indented() {
         let on = Allowed { snippets: true };
-        let (m, _) = read(&ann(&[("configuration-snippet", "http-response set-header X-A 1\n\n  timeout server 5s")]), false, on)
-            .unwrap();
+        let (m, _) = read(
+            &ann(&[("configuration-snippet", "http-response set-header X-A 1\n\n  timeout server 5s")]),
+            false,
+            on,
+        )
+        .unwrap();
         assert_eq!(m.backend.snippet.as_deref(), Some("    http-response set-header X-A 1\n    timeout server 5s\n"));
         let e = read(&ann(&[("server-snippet", "http-request set-header X %[env(HOME)]")]), false, on).unwrap_err();
         assert!(e[0].reason.contains("reads the environment"), "{e:?}");
@@ -604,9 +650,15 @@ mod tests {
         assert!(r.served);
         let text = report_text(&[r]);
         assert!(text.starts_with("Ingress web/shop (served)\n"), "{text}");
-        assert!(text.contains("honoured      nginx.ingress.kubernetes.io/whitelist-source-range=\"10.0.0.0/8\""), "{text}");
+        assert!(
+            text.contains("honoured      nginx.ingress.kubernetes.io/whitelist-source-range=\"10.0.0.0/8\""),
+            "{text}"
+        );
         assert!(text.contains("NOT SUPPORTED nginx.ingress.kubernetes.io/enable-cors"), "{text}");
-        assert!(text.contains("http-request deny deny_status 403 if { var(txn.policy) -m str p1 } !{ src 10.0.0.0/8 }"), "{text}");
+        assert!(
+            text.contains("http-request deny deny_status 403 if { var(txn.policy) -m str p1 } !{ src 10.0.0.0/8 }"),
+            "{text}"
+        );
         assert!(text.ends_with("1 Ingresses: 1 would be served, 0 refused; 1 unsupported annotations\n"), "{text}");
     }
 

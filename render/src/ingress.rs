@@ -149,7 +149,9 @@ fn parse_path(kind: PathKind, p: Option<&str>) -> Result<String, String> {
     // The longest key and value a path makes (a prefix path's key, under the longest host id
     // and rule id) must fit a map line.
     let id = u32::MAX;
-    if let Err(e) = quote::map_key(&format!("h0{p}")).and_then(|_| quote::map_line(&format!("h{id}{p}/"), &format!("r{id}"))) {
+    if let Err(e) =
+        quote::map_key(&format!("h0{p}")).and_then(|_| quote::map_line(&format!("h{id}{p}/"), &format!("r{id}")))
+    {
         return Err(format!("{:?} cannot be a map key: {e}", p.chars().take(64).collect::<String>()));
     }
     Ok(match kind {
@@ -226,7 +228,7 @@ impl Ctx<'_> {
             return Err(refuse("service", format!("{name:?} is not a backend name (DNS labels and port names only)")));
         }
         match self.options.get(&name) {
-            Some((o, by)) if *o != opts.0 => {
+            Some((o, by)) if o != opts.0 => {
                 return Err(refuse(
                     "service",
                     format!("backend {name} is set up differently by {by} (timeouts, protocol or snippet annotations)"),
@@ -429,7 +431,12 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
     let mut hosts: BTreeMap<HostMatch, Vec<PathEntry>> = BTreeMap::new();
     for (i, ((host, path, kind), (backend, policy, source))) in routes.iter().enumerate() {
         let id = format!("r{}", i + 1);
-        model.rules.push(Rule { id: id.clone(), backend: backend.clone(), policy: policy_of(policy), source: source.clone() });
+        model.rules.push(Rule {
+            id: id.clone(),
+            backend: backend.clone(),
+            policy: policy_of(policy),
+            source: source.clone(),
+        });
         hosts.entry(host.clone()).or_default().push(PathEntry { kind: *kind, path: path.clone(), rule: id });
     }
     if let Some((backend, policy, source)) = &default {
@@ -441,8 +448,7 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
         });
         model.default_rule = Some("default".into());
     }
-    model.policies =
-        policy_ids.iter().map(|(p, id)| PolicyEntry { id: id.clone(), policy: (*p).clone() }).collect();
+    model.policies = policy_ids.iter().map(|(p, id)| PolicyEntry { id: id.clone(), policy: (*p).clone() }).collect();
     for (i, (host, mut paths)) in hosts.into_iter().enumerate() {
         paths.sort_by(|a, b| b.path.len().cmp(&a.path.len()).then(a.kind.cmp(&b.kind)).then(a.path.cmp(&b.path)));
         model.hosts.push(HostTable { host, id: format!("h{}", i + 1), paths });

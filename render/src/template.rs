@@ -125,7 +125,13 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
             .filter_map(|(k, v)| v.map(|v| format!("timeout {k} {v}s")))
             .collect();
         let server_params = server_params(o.protocol).unwrap_or_default().to_string();
-        backends.push(BackendView { name: b.name.clone(), servers, timeouts, server_params, snippet: o.snippet.clone() });
+        backends.push(BackendView {
+            name: b.name.clone(),
+            servers,
+            timeouts,
+            server_params,
+            snippet: o.snippet.clone(),
+        });
     }
     let mut policy_lines = Vec::new();
     for p in &model.policies {
@@ -162,7 +168,9 @@ fn server_params(protocol: Protocol) -> Option<&'static str> {
 /// redirect, the body size, `app-root`, the redirect. Addresses and numbers are Rust's; the one
 /// object text, a redirect target, is a quoted log-format word.
 fn policy_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, RenderError> {
-    let when = format!("{{ var(txn.policy) -m str {} }}", config_arg(id)?);
+    // Policy ids are ours (`p<n>`): written as they are, so the lines read plainly.
+    let id = if id.bytes().all(|b| b.is_ascii_alphanumeric()) { id.to_string() } else { config_arg(id)? };
+    let when = format!("{{ var(txn.policy) -m str {id} }}");
     let list = |c: &[crate::model::Cidr]| c.iter().map(ToString::to_string).collect::<Vec<_>>().join(" ");
     let mut out = Vec::new();
     if let Some(allow) = &p.allow {

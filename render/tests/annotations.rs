@@ -96,7 +96,10 @@ async fn each_annotation_behaves(bin: HaproxyBin) {
     assert!(raw(addr, &get("guarded.example.com", "/app")).await.ends_with("web"));
     let body = "x".repeat(2000);
     let post = |len: usize| {
-        format!("POST /app HTTP/1.1\r\nHost: guarded.example.com\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n{}", &body[..len])
+        format!(
+            "POST /app HTTP/1.1\r\nHost: guarded.example.com\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n{}",
+            &body[..len]
+        )
     };
     assert_eq!(status(&raw(addr, &post(2000)).await), 413);
     assert!(raw(addr, &post(100)).await.ends_with("web"));

@@ -102,7 +102,8 @@ endpointSlices:
 "#;
 
 fn base() -> IngressInput {
-    let mut i = common::input(YAML, Settings { bind_address: [127, 0, 0, 1].into(), min_slots: 2, ..Settings::default() });
+    let mut i =
+        common::input(YAML, Settings { bind_address: [127, 0, 0, 1].into(), min_slots: 2, ..Settings::default() });
     i.allowed = Allowed { snippets: true };
     i.secrets.push(tls_secret("tls"));
     i
@@ -173,12 +174,8 @@ fn structure(cfg: &str) -> Vec<(String, Vec<String>)> {
 fn haproxy_c(bin: &HaproxyBin, render: &haptic_render::Render) -> Result<(), String> {
     let dir = tempfile::tempdir().unwrap();
     common::write_tree(render, dir.path());
-    let out = std::process::Command::new(&bin.path)
-        .arg("-c")
-        .arg("-f")
-        .arg(dir.path().join("haproxy.cfg"))
-        .output()
-        .unwrap();
+    let out =
+        std::process::Command::new(&bin.path).arg("-c").arg("-f").arg(dir.path().join("haproxy.cfg")).output().unwrap();
     if out.status.success() {
         Ok(())
     } else {
@@ -212,7 +209,10 @@ fn hostile_values_are_refused_or_stay_values(bin: HaproxyBin) {
             }
             accepted += 1;
             haproxy_c(&bin, &render).unwrap_or_else(|e| {
-                panic!("{what}: accepted, but haproxy -c refuses the render: {e}\n{}", String::from_utf8_lossy(&render.files["haproxy.cfg"]))
+                panic!(
+                    "{what}: accepted, but haproxy -c refuses the render: {e}\n{}",
+                    String::from_utf8_lossy(&render.files["haproxy.cfg"])
+                )
             });
             let cfg = String::from_utf8_lossy(&render.files["haproxy.cfg"]);
             let want = String::from_utf8_lossy(&harmless.files["haproxy.cfg"]);
@@ -264,7 +264,7 @@ async fn redirect_targets_arrive_literally(bin: HaproxyBin) {
         if !v.refusals.is_empty() {
             continue;
         }
-        let r = raw(addr, &format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")).await;
+        let r = raw(addr, &format!("GET /p HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")).await;
         let location = r
             .split("\r\n\r\n")
             .next()
