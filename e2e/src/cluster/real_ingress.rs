@@ -170,7 +170,7 @@ async fn echo_backend(c: &RealCluster, replicas: usize) -> Result<()> {
             .await
             .map_err(|e| ClusterError::of(&format!("apply the Service {name}"), e))?;
     }
-    echo_settled(c, replicas).await.map(|_| ())
+    echo_settled(c, replicas, &BTreeSet::new()).await.map(|_| ())
 }
 
 /// Every echo pod, terminating ones included.
@@ -183,11 +183,17 @@ async fn all_echo_pods(c: &RealCluster) -> Result<Vec<Pod>> {
         .items)
 }
 
-/// Waits until exactly `n` echo pods exist (none terminating), all Ready; returns their names.
-async fn echo_settled(c: &RealCluster, n: usize) -> Result<BTreeSet<String>> {
+/// Waits until exactly `n` echo pods exist (none terminating, none of `gone`), all Ready;
+/// returns their names.
+async fn echo_settled(c: &RealCluster, n: usize, gone: &BTreeSet<String>) -> Result<BTreeSet<String>> {
     eventually(&format!("{n} echo pods Ready and none terminating"), Duration::from_secs(240), || async {
         let pods = all_echo_pods(c).await.ok()?;
-        let settled = pods.len() == n && pods.iter().all(|p| p.metadata.deletion_timestamp.is_none() && pod_ready(p));
+        let settled = pods.len() == n
+            && pods.iter().all(|p| {
+                p.metadata.deletion_timestamp.is_none()
+                    && pod_ready(p)
+                    && !gone.contains(p.metadata.name.as_deref().unwrap_or_default())
+            });
         settled.then(|| pods.into_iter().filter_map(|p| p.metadata.name).collect())
     })
     .await
@@ -258,6 +264,8 @@ pub struct AgentCounters {
     pub applies: BTreeMap<String, f64>,
     /// `haptic_agent_runtime_ops_total` by op, results summed.
     pub ops: BTreeMap<String, f64>,
+    /// `haptic_agent_reload_coalesced_total`: scheduled reloads a newer plan replaced.
+    pub coalesced: f64,
 }
 
 /// The value of every sample of `metric` in the Prometheus text `text`, keyed by the value of its
@@ -300,6 +308,7 @@ async fn counters(c: &RealCluster) -> Result<BTreeMap<String, AgentCounters>> {
                     reloads: samples_by(&text, "haptic_agent_reloads_total", "result").values().sum(),
                     applies: samples_by(&text, "haptic_agent_applies_total", "mode"),
                     ops: samples_by(&text, "haptic_agent_runtime_ops_total", "op"),
+                    coalesced: samples_by(&text, "haptic_agent_reload_coalesced_total", "").values().sum(),
                 },
             );
         }
@@ -319,6 +328,8 @@ struct Cost {
     applies: BTreeMap<String, f64>,
     /// Runtime ops by kind, summed over the pods.
     ops: BTreeMap<String, f64>,
+    /// Scheduled reloads a newer plan replaced, summed over the pods.
+    coalesced: f64,
 }
 
 impl Cost {
@@ -338,6 +349,7 @@ impl Cost {
                 let e = cost.applies.entry(mode.clone()).or_insert(0.0);
                 *e = e.max(d);
             }
+            cost.coalesced += a.coalesced - b.coalesced;
             for (op, v) in &a.ops {
                 *cost.ops.entry(op.clone()).or_insert(0.0) += v - b.ops.get(op).copied().unwrap_or(0.0);
             }
@@ -350,10 +362,11 @@ impl Cost {
             m.iter().filter(|(_, v)| **v != 0.0).map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")
         };
         format!(
-            "changes per pod: {} (applies: {}); reloads per pod: {:?}; runtime ops over the fleet: {}",
+            "changes per pod: {} (applies: {}); reloads per pod: {:?} (scheduled ones replaced by a newer plan: {}); runtime ops over the fleet: {}",
             self.applies.values().sum::<f64>(),
             fmt(&self.applies),
-            self.reloads,
+            self.reloads.values().collect::<Vec<_>>(),
+            self.coalesced,
             fmt(&self.ops)
         )
     }
@@ -429,6 +442,15 @@ async fn restart_echo(c: &RealCluster) -> Result<()> {
     Ok(())
 }
 
+/// The changes [`scale_under_load`] makes, in order: a name and the echo pods after it.
+const SCALE_CHANGES: [(&str, usize); 3] = [("scale 2 -> 16", 16), ("scale 16 -> 1", 1), ("rollout restart", 1)];
+
+/// When pod `p` turned Ready (the condition's time, whole seconds).
+fn ready_since(p: &Pod) -> Option<k8s_openapi::jiff::Timestamp> {
+    let c = p.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "Ready" && c.status == "True")?;
+    Some(c.last_transition_time.as_ref()?.0)
+}
+
 /// Scale 2 → 16 → 1 and a rollout restart under load: every change settles (the pods as asked,
 /// each current pod answered after the change, the fleet converged), 0 failed requests, 0
 /// reloads; the growth past [`SLOTS`] is `server.add`.
@@ -439,50 +461,65 @@ async fn scale_under_load(c: &mut RealCluster, svc: &str) -> Result<()> {
     let seen = Arc::new(Mutex::new(Seen::default()));
     let load = start_load(c, svc.to_string(), stop.clone(), seen.clone());
     let changes = async {
-        let mut timings = Vec::new();
-        for change in ["scale 16", "scale 1", "rollout restart"] {
-            let old = echo_settled(c, all_echo_pods(c).await?.len()).await?;
-            let plan = status(&client, NAMESPACE).await?["planId"].clone();
-            let t0 = Instant::now();
-            let n = match change {
-                "scale 16" => {
-                    scale_echo(c, 16).await?;
-                    16
-                }
-                "scale 1" => {
-                    scale_echo(c, 1).await?;
-                    1
-                }
-                _ => {
-                    restart_echo(c).await?;
-                    1
-                }
-            };
-            let now = echo_settled(c, n).await?;
+        let mut lines = Vec::new();
+        for (change, n) in SCALE_CHANGES {
+            let at_start = counters(c).await?;
+            let old: BTreeSet<String> = c
+                .pods(&format!("app.kubernetes.io/name={ECHO}"))
+                .await?
+                .into_iter()
+                .filter_map(|p| p.metadata.name)
+                .collect();
+            let plan = current_plan(c).await?;
+            let (t0, wall0) = (Instant::now(), k8s_openapi::jiff::Timestamp::now());
+            if change == "rollout restart" {
+                restart_echo(c).await?;
+            } else {
+                scale_echo(c, n).await?;
+            }
+            // A rollout replaces every pod; a scale keeps the pods that stay.
+            let keep = if change == "rollout restart" { BTreeSet::new() } else { old.clone() };
+            let now = echo_settled(c, n, &old.difference(&keep).cloned().collect()).await?;
             // Each current pod answered after the change, and the fleet runs the render of it.
             eventually(&format!("every echo pod to answer after `{change}`"), Duration::from_secs(120), || async {
                 let s = seen.lock().unwrap_or_else(|e| e.into_inner());
                 now.iter().all(|p| s.by.get(p).is_some_and(|(_, last)| *last > t0)).then_some(())
             })
             .await?;
-            let st = wait_converged(&client, NAMESPACE, 2, Some(&plan)).await?;
-            let fresh: Vec<&String> = now.difference(&old).collect();
-            let s = seen.lock().unwrap_or_else(|e| e.into_inner());
-            let firsts: Vec<Duration> =
-                fresh.iter().filter_map(|p| s.by.get(*p)).map(|(f, _)| f.duration_since(t0)).collect();
-            let (first, last) = (firsts.iter().min().copied(), firsts.iter().max().copied());
-            timings.push(format!(
-                "`{change}`: {} new pod(s); first answered {first:?}, last {last:?} after the change (plan {})",
-                fresh.len(),
-                st["planId"].as_str().unwrap_or("?").trim_start_matches("sha256:").chars().take(12).collect::<String>()
-            ));
+            wait_converged(&client, NAMESPACE, 2, Some(&plan)).await?;
+            let cost = Cost::of(&at_start, &counters(c).await?)?;
+            let fresh: BTreeSet<String> = now.difference(&old).cloned().collect();
+            let firsts: BTreeMap<String, Instant> = {
+                let s = seen.lock().unwrap_or_else(|e| e.into_inner());
+                fresh.iter().filter_map(|p| Some((p.clone(), s.by.get(p)?.0))).collect()
+            };
+            let after = |i: &Instant| i.duration_since(t0).as_secs_f64();
+            let mut line = format!("`{change}`: {} new pod(s)", fresh.len());
+            if let (Some(first), Some(last)) = (firsts.values().min(), firsts.values().max()) {
+                // Ready times have whole-second resolution: this is at most 1 s over.
+                let mut since_ready = Vec::new();
+                for p in c.pods(&format!("app.kubernetes.io/name={ECHO}")).await? {
+                    let (Some(name), Some(ready)) = (p.metadata.name.clone(), ready_since(&p)) else { continue };
+                    if let Some(f) = firsts.get(&name) {
+                        let answered = wall0.as_millisecond() as f64 / 1000.0 + after(f);
+                        since_ready.push(answered - ready.as_second() as f64);
+                    }
+                }
+                let most = since_ready.iter().copied().fold(f64::MIN, f64::max);
+                line.push_str(&format!(
+                    "; first answered {:.1} s, last {:.1} s after the change; each within {most:.1} s of turning Ready",
+                    after(first),
+                    after(last)
+                ));
+            }
+            lines.push(format!("{line}; {}", cost.line()));
         }
-        Ok::<_, ClusterError>(timings)
+        Ok::<_, ClusterError>(lines)
     }
     .await;
     stop.store(true, Ordering::Relaxed);
     let finished = load.await.map_err(|e| ClusterError::of("the load task", e))?;
-    let timings = changes?;
+    let lines = changes?;
     ensure(finished, || "the load hit its bound (400 000 requests or 600 s) before the changes settled".into())?;
     let (ok_n, failed) = {
         let s = seen.lock().unwrap_or_else(|e| e.into_inner());
@@ -492,10 +529,10 @@ async fn scale_under_load(c: &mut RealCluster, svc: &str) -> Result<()> {
         format!("{ok_n} requests ok, {} failed: {:?}", failed.len(), &failed[..failed.len().min(10)])
     })?;
     let cost = Cost::of(&before, &counters(c).await?)?;
-    for t in &timings {
-        println!("   {t}");
+    for l in &lines {
+        println!("   {l}");
     }
-    println!("   {}", cost.line());
+    println!("   in all: {}", cost.line());
     cost.expect_reloads("scale 2 -> 16 -> 1 and a rollout restart", 0.0)?;
     ensure(cost.ops.get("server.add").copied().unwrap_or(0.0) > 0.0, || {
         format!("16 endpoints in {SLOTS} slots grew without server.add: {}", cost.line())
