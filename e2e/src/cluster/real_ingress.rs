@@ -74,8 +74,10 @@ pub async fn run_ingress(c: &mut RealCluster, selection: &Selection) -> Result<(
     wait_converged(&client, NAMESPACE, 2, Some(&before)).await?;
     let svc = c.service_ip().await?;
     echo_backend(c, 2).await?;
+    let plan = current_plan(c).await?;
     put_ingress(c, &ingress(ECHO, ECHO_HOST, &[("/", "Prefix", ECHO, json!({"number": 80}))])).await?;
     answered(c, &svc, ECHO_HOST, "/", |b| b.starts_with("echo-")).await?;
+    wait_converged(&client, NAMESPACE, 2, Some(&plan)).await?;
     wait_load_balancer(c, ECHO, &svc).await?;
     ok("chart upgraded with ingress.enabled=true; an echo Deployment + Service + Ingress answers 200 through the HAProxy Service, status.loadBalancer is its ClusterIP");
 
@@ -291,16 +293,26 @@ pub fn samples_by(text: &str, metric: &str, label: &str) -> BTreeMap<String, f64
     out
 }
 
-/// The counters of every HAProxy pod's agent, once none has a reload pending.
+/// The counters of every HAProxy pod's agent, read while the fleet is at rest: converged, every
+/// agent running the status's plan, none with a reload pending.
 async fn counters(c: &RealCluster) -> Result<BTreeMap<String, AgentCounters>> {
-    eventually("every agent's counters with no reload pending", Duration::from_secs(60), || async {
+    let client = c.client();
+    eventually("every agent's counters with the fleet at rest", Duration::from_secs(90), || async {
+        let s = status(&client, NAMESPACE).await.ok()?;
+        let pods = c.haproxy_pods().await.ok()?;
+        if !super::converged_on(&s, pods.len(), None) {
+            return None;
+        }
         let mut out = BTreeMap::new();
-        for pod in c.haproxy_pods().await.ok()? {
+        for pod in pods {
             let text = c.agent_metrics(&pod).await.ok()?;
             if samples_by(&text, "haptic_agent_pending_reload", "").values().any(|v| *v != 0.0) {
                 return None;
             }
             let st = c.agent_state(&pod).await.ok()?;
+            if st["running"]["plan_id"] != s["planId"] {
+                return None;
+            }
             out.insert(
                 pod,
                 AgentCounters {
