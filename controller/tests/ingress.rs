@@ -248,10 +248,16 @@ async fn ingresses_route_and_change_at_runtime(bin: HaproxyBin) {
     apply(c, paths(&[("/web", "web"), ("/v1", "gone"), ("/new", "empty")])).await;
     plan = runtime_change(&api, &pods, &plan, "a path retargeted").await;
     assert_eq!(routed_to(&pods, "h1/v1/").await, ["haptic_unavailable", "haptic_unavailable"]);
-    // (Removing the last path to a Service removes its backend: that one reloads.)
     apply(c, paths(&[("/web", "web"), ("/new", "empty")])).await;
-    runtime_change(&api, &pods, &plan, "a path removed").await;
+    plan = runtime_change(&api, &pods, &plan, "a path removed").await;
     answers(&pods, fe, "shop.example.com", "/v1/x", 404).await;
+    answers(&pods, fe, "shop.example.com", "/new/x", 503).await;
+    // The last path to a Service removed, then added back: its backend stays, parked.
+    apply(c, paths(&[("/web", "web")])).await;
+    plan = runtime_change(&api, &pods, &plan, "the last path to a Service removed").await;
+    answers(&pods, fe, "shop.example.com", "/new/x", 404).await;
+    apply(c, paths(&[("/web", "web"), ("/new", "empty")])).await;
+    runtime_change(&api, &pods, &plan, "the last path to a Service added back").await;
     answers(&pods, fe, "shop.example.com", "/new/x", 503).await;
 
     // A refused Ingress gets a Warning Event naming the field; one created after it serves.

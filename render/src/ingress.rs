@@ -16,7 +16,7 @@
 //! answers 503 and warns. It must never let one bad object block the others, nor put a
 //! value into the Model that the map builder or the template cannot quote.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
 use haptic_haproxy::quote;
@@ -223,7 +223,10 @@ impl Ctx<'_> {
         let Some(sp) = sp else {
             return Err(refuse("service.port", format!("Service {ns}/{} has no port {label}", svc_ref.name)));
         };
-        let name = format!("{ns}_{}_{label}", svc_ref.name);
+        // One backend per Service port, however the Ingress names it: by the port's name when
+        // it has one, else by its number.
+        let canonical = sp.name.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| sp.port.to_string());
+        let name = format!("{ns}_{}_{canonical}", svc_ref.name);
         if !crate::template::is_section_name(&name) {
             return Err(refuse("service", format!("{name:?} is not a backend name (DNS labels and port names only)")));
         }
@@ -454,8 +457,15 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
         model.hosts.push(HostTable { host, id: format!("h{}", i + 1), paths });
     }
     let mut slot_map = SlotMap::default();
-    for (name, eps) in ctx.backends {
-        let (servers, s) = slots::plan(&eps, input.previous_slots.backends.get(&name), input.settings.min_slots);
+    let prev = &input.previous_slots;
+    let active: BTreeSet<String> = ctx.backends.keys().cloned().collect();
+    slot_map.retired = slots::retired(prev, &active, slots::RETIRED_KEPT);
+    // Retired backends keep their section with every slot parked: their last route going (and
+    // one coming back) is then a change of servers and maps, not of sections.
+    let retired = slot_map.retired.iter().map(|n| (n.clone(), Vec::new()));
+    let all: BTreeMap<String, Vec<Endpoint>> = ctx.backends.into_iter().chain(retired).collect();
+    for (name, eps) in all {
+        let (servers, s) = slots::plan(&eps, prev.backends.get(&name), input.settings.min_slots);
         slot_map.backends.insert(name.clone(), s);
         let options = ctx.options.remove(&name).map(|(o, _)| o).unwrap_or_default();
         model.backends.push(Backend { name, servers, options });
@@ -729,6 +739,50 @@ mod tests {
         let a = "10.0.0.2:8080".parse().unwrap();
         assert_eq!(s2.backends["shop_web_80"].endpoints[&a], s1.backends["shop_web_80"].endpoints[&a]);
         assert_eq!(s2.backends["shop_web_80"].count, 3);
+    }
+
+    #[test]
+    fn a_named_port_is_one_backend_by_name_and_by_number() {
+        let mut i = input(BASIC);
+        // The old Ingress's /api names api's port `http`; now also by its number, on another path.
+        let rules = i.ingresses[0].spec.as_mut().unwrap().rules.as_mut().unwrap();
+        let mut by_number = rules[0].http.as_ref().unwrap().paths[0].clone();
+        by_number.path = Some("/api-by-number".into());
+        by_number.backend.service.as_mut().unwrap().port =
+            Some(k8s_openapi::api::networking::v1::ServiceBackendPort { name: None, number: Some(80) });
+        rules[0].http.as_mut().unwrap().paths.push(by_number);
+        let (model, verdicts, _) = translate_ingress(&i);
+        assert!(verdict(&verdicts, "old").accepted(), "{verdicts:?}");
+        let api: Vec<&str> =
+            model.backends.iter().map(|b| b.name.as_str()).filter(|n| n.starts_with("shop_api")).collect();
+        assert_eq!(api, ["shop_api_http"]);
+        let targets: BTreeSet<&str> = model.rules.iter().map(|r| r.backend.as_str()).collect();
+        assert!(!targets.contains("shop_api_80"), "{targets:?}");
+    }
+
+    #[test]
+    fn a_backend_losing_its_last_route_stays_parked_and_comes_back() {
+        let mut i = input(BASIC);
+        let (_, _, s1) = translate_ingress(&i);
+        assert!(s1.retired.is_empty());
+        // Every Ingress gone: each backend stays, every slot parked, its count kept.
+        i.previous_slots = s1.clone();
+        let ingresses = std::mem::take(&mut i.ingresses);
+        let (model, verdicts, s2) = translate_ingress(&i);
+        assert!(verdicts.is_empty() && model.rules.is_empty());
+        assert_eq!(s2.retired, s1.backends.keys().cloned().collect::<Vec<_>>());
+        for b in &model.backends {
+            assert!(b.servers.iter().all(|s| s.endpoint.is_none()), "{b:?}");
+            assert_eq!(b.servers.len(), s1.backends[&b.name].count, "{b:?}");
+        }
+        // Routed again: the same endpoints in the same slots, nothing retired.
+        i.previous_slots = s2;
+        i.ingresses = ingresses;
+        let (_, _, s3) = translate_ingress(&i);
+        assert!(s3.retired.is_empty());
+        for (name, b) in &s1.backends {
+            assert_eq!(s3.backends[name].endpoints, b.endpoints, "{name}");
+        }
     }
 
     #[test]

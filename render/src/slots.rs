@@ -3,8 +3,10 @@
 //! Owns the rule that an endpoint keeps its slot across renders (given the last ACKed slot
 //! map), that new endpoints take the lowest free slot, that a backend has at least a fixed
 //! number of slots and never shrinks (spare slots are parked `disabled`), so endpoint churn is
-//! a runtime change of a server, not a reload. It must never read a ClusterIP: endpoints come
-//! from EndpointSlices only.
+//! a runtime change of a server, not a reload; and that a backend no route names any more is
+//! kept, retired, with every slot parked (up to [`RETIRED_KEPT`], oldest dropped first), so the
+//! last route to a Service going, and coming back, is a runtime change too. It must never read
+//! a ClusterIP: endpoints come from EndpointSlices only.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -16,8 +18,31 @@ use crate::model::Server;
 /// Per backend: its slot count and which endpoint sits in which slot (0-based).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SlotMap {
-    /// Backend name → its slots.
+    /// Backend name → its slots (retired backends included).
     pub backends: BTreeMap<String, BackendSlots>,
+    /// The retired backends: no route names them; kept with every slot parked. Oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retired: Vec<String>,
+}
+
+/// How many retired backends a render keeps. Dropping one removes its `backend` section, which
+/// HAProxy takes only with a reload.
+pub const RETIRED_KEPT: usize = 64;
+
+/// The backends retired after a render whose routes name `active`, given the previous slot map
+/// `prev`: those of `prev` that are not active, the ones already retired first (in their
+/// order), then the newly retired by name; at most `keep`, the oldest dropped.
+pub fn retired(prev: &SlotMap, active: &BTreeSet<String>, keep: usize) -> Vec<String> {
+    let mut out: Vec<String> =
+        prev.retired.iter().filter(|n| prev.backends.contains_key(*n) && !active.contains(*n)).cloned().collect();
+    for name in prev.backends.keys() {
+        if !active.contains(name) && !out.contains(name) {
+            out.push(name.clone());
+        }
+    }
+    let extra = out.len().saturating_sub(keep);
+    out.drain(..extra);
+    out
 }
 
 /// One backend's slots.
@@ -98,6 +123,31 @@ mod tests {
         assert_eq!(s2.endpoints[&ep(3).addr], s1.endpoints[&ep(3).addr]);
         assert_eq!(s2.endpoints[&ep(9).addr], s1.endpoints[&ep(2).addr]);
         assert_eq!(servers.len(), 3);
+    }
+
+    fn slot_map(backends: &[&str], retired: &[&str]) -> SlotMap {
+        SlotMap {
+            backends: backends
+                .iter()
+                .map(|b| (b.to_string(), BackendSlots { count: 2, ..Default::default() }))
+                .collect(),
+            retired: retired.iter().map(|r| r.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn unrouted_backends_retire_oldest_first_and_come_back() {
+        let active = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<BTreeSet<_>>();
+        // b and c lose their last route: retired (by name), after the already retired z.
+        let prev = slot_map(&["a", "b", "c", "z"], &["z"]);
+        assert_eq!(retired(&prev, &active(&["a"]), 10), ["z", "b", "c"]);
+        // z is routed again: no longer retired.
+        assert_eq!(retired(&prev, &active(&["a", "z"]), 10), ["b", "c"]);
+        // Over the limit the oldest goes first.
+        assert_eq!(retired(&prev, &active(&["a"]), 2), ["b", "c"]);
+        assert!(retired(&prev, &active(&["a"]), 0).is_empty());
+        // A retired name the slot map no longer has is not kept.
+        assert_eq!(retired(&slot_map(&["a"], &["gone"]), &active(&[]), 10), ["a"]);
     }
 
     proptest! {

@@ -394,8 +394,18 @@ pub struct Snapshot {
 /// Ingress outcome.
 type PublishedKey = (Option<i64>, Option<Result<haptic_protocol::PlanId, RenderError>>, Option<Arc<IngressOutcome>>);
 
+/// How many `settle` windows a burst of changes may hold a render back at most.
+pub const MAX_SETTLE_WINDOWS: u32 = 2;
+
+/// When a burst of changes that began at `first` and last changed at `last` is rendered:
+/// `settle` after its last change, and never later than [`MAX_SETTLE_WINDOWS`] × `settle` after
+/// its first, so changes that never pause still render.
+pub fn settled_at(first: tokio::time::Instant, last: tokio::time::Instant, settle: Duration) -> tokio::time::Instant {
+    (last + settle).min(first + settle * MAX_SETTLE_WINDOWS)
+}
+
 /// Watches the resource (by name) and what its spec references, and publishes on `tx`: every
-/// change settles for `settle`, then the resource is rendered and published (only when the
+/// change settles for `settle` (a stream of changes for at most [`MAX_SETTLE_WINDOWS`] of it), then the resource is rendered and published (only when the
 /// render, its error or the resource's generation changed). A changed reference starts the
 /// new object's watch; the old one stops once a render of the new spec is published.
 pub async fn watch_renders(
@@ -427,7 +437,9 @@ pub async fn watch_renders(
                 Some(Ok(())) => {}
             },
         }
-        // Settle: let a burst of changes (a ConfigMap and the resource together) land.
+        // Settle: let a burst of changes (a ConfigMap and the resource together) land, but
+        // never wait out a stream of them (EndpointSlices while a Deployment scales).
+        let first = tokio::time::Instant::now();
         let quiet = tokio::time::sleep(settle);
         tokio::pin!(quiet);
         loop {
@@ -436,7 +448,7 @@ pub async fn watch_renders(
                 _ = &mut quiet => break,
                 ev = events.next() => match ev {
                     None => return,
-                    Some(_) => quiet.as_mut().reset(tokio::time::Instant::now() + settle),
+                    Some(_) => quiet.as_mut().reset(settled_at(first, tokio::time::Instant::now(), settle)),
                 },
             }
         }
@@ -549,6 +561,20 @@ mod tests {
     use super::*;
     use k8s_openapi::ByteString;
     use serde_json::json;
+
+    #[test]
+    fn a_burst_settles_after_its_last_change_but_a_stream_within_two_windows() {
+        let settle = Duration::from_millis(300);
+        let t0 = tokio::time::Instant::now();
+        let ms = |n: u64| Duration::from_millis(n);
+        // One change: a window after it.
+        assert_eq!(settled_at(t0, t0, settle), t0 + ms(300));
+        // A second change 100 ms later: a window after that one.
+        assert_eq!(settled_at(t0, t0 + ms(100), settle), t0 + ms(400));
+        // Changes that never pause: at most two windows after the first.
+        assert_eq!(settled_at(t0, t0 + ms(550), settle), t0 + ms(600));
+        assert_eq!(settled_at(t0, t0 + ms(5000), settle), t0 + ms(600));
+    }
 
     #[derive(Default)]
     struct Fake {

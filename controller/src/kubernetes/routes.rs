@@ -197,7 +197,7 @@ pub struct Served {
 }
 
 /// The outcome of a render: verdicts with UIDs, and the publish Service's address (from the
-/// Service in `namespace`) when `spec.render.publishService` is set.
+/// Service in `namespace`) when `spec.render.publishService` is set and that Service has one.
 pub fn outcome(r: &RenderSpec, namespace: &str, objects: &Objects, verdicts: &[Verdict]) -> IngressOutcome {
     let served = verdicts
         .iter()
@@ -213,13 +213,15 @@ pub fn outcome(r: &RenderSpec, namespace: &str, objects: &Objects, verdicts: &[V
                 .and_then(|i| i.metadata.uid.clone()),
         })
         .collect();
-    let load_balancer = r.publish_service.as_ref().map(|p| {
+    // A publish Service that is missing or has no address yet writes nothing: a served
+    // Ingress keeps the address it has rather than losing it.
+    let load_balancer = r.publish_service.as_ref().and_then(|p| {
         objects
             .services
             .iter()
             .find(|s| s.metadata.namespace.as_deref() == Some(namespace) && s.metadata.name.as_deref() == Some(&p.name))
             .map(|s| service_address(s))
-            .unwrap_or_default()
+            .filter(|a| !a.is_empty())
     });
     IngressOutcome { served, load_balancer }
 }
@@ -315,6 +317,28 @@ mod tests {
         assert!(service_address(&headless).is_empty());
         let ext = svc(serde_json::json!({"spec": {"clusterIP": "10.96.0.7", "externalIPs": ["198.51.100.1"]}}));
         assert_eq!(ips(service_address(&ext)), ["198.51.100.1"]);
+    }
+
+    #[test]
+    fn a_publish_service_without_an_address_writes_none() {
+        let r: RenderSpec = serde_json::from_value(serde_json::json!({"publishService": {"name": "front"}})).unwrap();
+        let svc = |ip: &str| -> Arc<Service> {
+            Arc::new(
+                serde_json::from_value(
+                    serde_json::json!({"metadata": {"name": "front", "namespace": "ns"}, "spec": {"clusterIP": ip}}),
+                )
+                .unwrap(),
+            )
+        };
+        let mut o = Objects::default();
+        // Not (yet) seen, or headless: nothing to write, so the address an Ingress has stays.
+        assert_eq!(outcome(&r, "ns", &o, &[]).load_balancer, None);
+        o.services = vec![svc("None")];
+        assert_eq!(outcome(&r, "ns", &o, &[]).load_balancer, None);
+        o.services = vec![svc("10.96.0.9")];
+        let lb = outcome(&r, "ns", &o, &[]).load_balancer.unwrap();
+        assert_eq!(lb[0].ip.as_deref(), Some("10.96.0.9"));
+        assert_eq!(outcome(&r, "other", &o, &[]).load_balancer, None, "the Service of another namespace");
     }
 
     fn class_named(name: &str, controller: &str) -> Arc<IngressClass> {

@@ -7,7 +7,7 @@
 //! - [`real::RealCluster`]: a real cluster reached through a kubeconfig, our images loaded, the
 //!   chart installed by helm: made by `scripts/cluster.sh` on this machine
 //!   (`HAPTIC_E2E_CLUSTER=real`) or by kind (`HAPTIC_E2E_CLUSTER=kind`, `scripts/e2e-kind.sh`).
-//!   [`real_scenarios`] adds what only a real cluster can show.
+//!   [`real_scenarios`] adds what only a real cluster can show, [`real_ingress`] render mode there.
 //!
 //! Scenarios (`e2e/tests/scenarios.rs`) call only the trait and the helpers here, which talk to
 //! the apiserver like a user would (ConfigMap, Secret, `HAProxyConfig` as plain JSON: this
@@ -16,6 +16,7 @@
 
 pub mod local;
 pub mod real;
+pub mod real_ingress;
 pub mod real_scenarios;
 pub mod scenarios;
 

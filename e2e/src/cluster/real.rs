@@ -326,6 +326,19 @@ impl RealCluster {
         Ok((get("username"), get("password")))
     }
 
+    /// The text of `pod`'s agent `GET /metrics`.
+    pub async fn agent_metrics(&self, pod: &str) -> Result<String> {
+        let (u, p) = self.credentials().await?;
+        let auth = base64(format!("{u}:{p}").as_bytes());
+        let req = format!(
+            "GET /metrics HTTP/1.1\r\nHost: localhost\r\nAuthorization: Basic {auth}\r\nConnection: close\r\n\r\n"
+        );
+        match self.to_pod(pod, AGENT_PORT, req).await? {
+            (200, body) => Ok(body),
+            (code, body) => Err(ClusterError(format!("GET /metrics of {pod}: {code} {body}"))),
+        }
+    }
+
     /// Kills `container` of `pod` on its node (`ctr tasks kill -s SIGKILL`, as a crash) and waits
     /// until the kubelet has restarted it.
     pub async fn kill_container(&self, pod: &str, container: &str) -> Result<()> {

@@ -2,7 +2,7 @@
 //! around the shared ones of [`super::scenarios`]. They run on [`RealCluster`] in this order:
 //! install from nothing, the shared scenarios, a HAProxy container killed on its node,
 //! readiness under load (scale 2 → 4, rollout restart), RBAC, helm upgrade, helm uninstall, a
-//! second install, and two nodes (one node's kubelet and containerd stopped; last, since the
+//! second install, render mode's Ingress steps ([`super::real_ingress`]), and two nodes (one node's kubelet and containerd stopped; last, since the
 //! node stays down until `scripts/cluster.sh down`).
 //!
 //! Traffic goes only to the HAProxy Service's ClusterIP and to pod IPs, from the host, in
@@ -75,9 +75,10 @@ fn ok(step: &str) {
 /// The real-cluster steps' names for `HAPTIC_E2E_STEPS`, in run order (after the shared ones).
 pub const REAL_STEPS: [&str; 6] = ["container-kill", "readiness", "rbac", "helm-upgrade", "reinstall", "two-nodes"];
 
-/// Every step name a real-cluster run knows: the shared steps', then [`REAL_STEPS`].
+/// Every step name a real-cluster run knows: the shared steps', then [`REAL_STEPS`] and the
+/// Ingress steps (which run before `two-nodes`).
 pub fn real_step_names() -> Vec<&'static str> {
-    step_names().into_iter().chain(REAL_STEPS).collect()
+    step_names().into_iter().chain(REAL_STEPS).chain(super::real_ingress::INGRESS_STEPS).collect()
 }
 
 /// Runs the scenarios `selection` wants on `c` (images loaded, no release installed yet, or one
@@ -131,7 +132,10 @@ pub async fn run_real(c: &mut RealCluster, selection: &Selection) -> Result<()> 
         ok("installed again");
     }
 
-    // 8. Two nodes.
+    // 8. Render mode: the Ingress steps.
+    super::real_ingress::run_ingress(c, selection).await?;
+
+    // 9. Two nodes.
     if selection.wants("two-nodes") {
         two_nodes(c).await?;
     }
