@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use haptic_protocol::{Ack, ApplyRequest, Conflict, Nack, StateResponse};
 
+use crate::agent_tls::AgentTrust;
 use crate::error::Error;
 use crate::seams::Endpoint;
 
@@ -128,6 +129,7 @@ impl CallError {
 pub struct AgentClient {
     http: reqwest::Client,
     creds: Arc<RwLock<Rotation>>,
+    trust: Option<Arc<AgentTrust>>,
 }
 
 /// The current credential and the one it replaced.
@@ -146,19 +148,28 @@ impl AgentClient {
     }
 
     /// [`Self::new`], trusting the PEM CA bundle `ca` for `https://` agents (rustls; no other
-    /// roots are trusted).
+    /// roots are trusted), each verified for the host its URL names.
     pub fn with_ca(creds: Credentials, timeout: Duration, ca: Option<&[u8]>) -> Result<Self, Error> {
-        let mut roots = Vec::new();
-        if let Some(pem) = ca {
-            roots = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| Error::Client(format!("agent CA: {e}")))?;
-            if roots.is_empty() {
-                return Err(Error::Client("agent CA: no certificate in the file".into()));
+        let trust = match ca {
+            Some(pem) => {
+                let t = AgentTrust::new(None)?;
+                t.set_ca(pem)?;
+                Some(t)
             }
-        }
-        // Only these roots (none without a CA file): never the system's.
-        let http = reqwest::Client::builder()
-            .tls_backend_rustls()
-            .tls_certs_only(roots)
+            None => None,
+        };
+        Self::with_trust(creds, timeout, trust)
+    }
+
+    /// [`Self::new`], verifying `https://` agents through `trust` (whose CA can be replaced while
+    /// the client runs); without it no root is trusted at all.
+    pub fn with_trust(creds: Credentials, timeout: Duration, trust: Option<Arc<AgentTrust>>) -> Result<Self, Error> {
+        let builder = match &trust {
+            Some(t) => reqwest::Client::builder().tls_backend_preconfigured(t.client_config()?),
+            // Only these roots (none): never the system's.
+            None => reqwest::Client::builder().tls_backend_rustls().tls_certs_only(Vec::new()),
+        };
+        let http = builder
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(5)))
             // Below the agents' idle bound (`--header-timeout`, default 10 s), so a pooled connection is
@@ -167,7 +178,12 @@ impl AgentClient {
             .build()
             .map_err(|e| Error::Client(e.to_string()))?;
         let rotation = Rotation { current: creds, previous: None, fallback_logged: false };
-        Ok(AgentClient { http, creds: Arc::new(RwLock::new(rotation)) })
+        Ok(AgentClient { http, creds: Arc::new(RwLock::new(rotation)), trust })
+    }
+
+    /// The trust towards `https://` agents, if this client has one.
+    pub fn trust(&self) -> Option<&Arc<AgentTrust>> {
+        self.trust.as_ref()
     }
 
     /// Replaces the credentials of this client and every clone (a rotated Secret); the replaced

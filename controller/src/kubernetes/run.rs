@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::agent_tls;
 use super::context::{Context, Names};
 use super::crd::{parse_duration, GateSpec, HAProxyConfig};
 use super::discovery::{discover, Discovered, FeedEndpoints};
@@ -49,6 +50,18 @@ pub struct KubernetesSettings {
     pub timing: LeaseTiming,
     /// Quiet window after a change before rendering.
     pub settle: Duration,
+    /// TLS towards the agents (`None`: plain HTTP).
+    pub agent_tls: Option<AgentTlsSettings>,
+}
+
+/// Where the agents' CA comes from in Kubernetes mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentTlsSettings {
+    /// The agents' serving Secret in the namespace; its `ca.crt` is the trusted bundle.
+    pub secret: String,
+    /// Whether this controller issues and rotates that Secret itself (else cert-manager or the
+    /// admin writes it).
+    pub issue: bool,
 }
 
 /// The common settings with the resource's `spec.controller` applied (bad values keep the flag's
@@ -93,6 +106,18 @@ pub async fn start_kubernetes(s: KubernetesSettings, client: Client) -> Result<R
         board: shared.board.clone(),
     };
     let mut tasks = Vec::new();
+    if let (Some(t), Some(trust), Some(name)) =
+        (&s.agent_tls, shared.client.trust(), common.agent_tls_server_name.clone())
+    {
+        tasks.push(tokio::spawn(agent_tls::run(
+            ctx.api(),
+            t.secret.clone(),
+            name,
+            t.issue,
+            trust.clone(),
+            shutdown.clone(),
+        )));
+    }
     tasks.push(tokio::spawn(watch_renders(ctx.clone(), config_writer, snap_tx, s.settle, shutdown.clone())));
     tasks.push(tokio::spawn(discover(
         ctx.clone(),

@@ -1,0 +1,345 @@
+//! The agents' serving certificates in Kubernetes mode.
+//!
+//! Owns the pure renewal rule ([`renewal`]: keep, a new serving certificate, or a new CA, from the
+//! validity the Secrets record), making a CA and a serving certificate for the fixed agent name
+//! ([`issue_ca`], [`issue_cert`]), and the shell ([`run`]) that keeps the serving Secret current
+//! when the controller issues (`--agent-tls-issue`) and gives the agent client the Secret's
+//! `ca.crt` whenever it changes (with or without issuing: cert-manager may write the Secret).
+//!
+//! The serving Secret (`kubernetes.io/tls`: `tls.crt`, `tls.key`, `ca.crt`) is what the agents
+//! mount; the CA's key lives only in a second Secret (`<name>-ca`) that no pod mounts. A new CA
+//! is published beside the previous one in `ca.crt`, so agents still serving a certificate of the
+//! previous CA stay trusted while their mounted Secret catches up. It must never deploy nor talk
+//! to an agent.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::ByteString;
+use kube::api::{Api, PostParams};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+};
+use time::OffsetDateTime;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::agent_tls::AgentTrust;
+
+/// How long a CA the controller makes is valid.
+pub const CA_LIFETIME: time::Duration = time::Duration::days(5 * 365);
+/// A CA is replaced when less than this is left.
+pub const CA_RENEW_BEFORE: time::Duration = time::Duration::days(365);
+/// How long a serving certificate is valid.
+pub const CERT_LIFETIME: time::Duration = time::Duration::days(90);
+/// A serving certificate is replaced when less than this is left.
+pub const CERT_RENEW_BEFORE: time::Duration = time::Duration::days(30);
+/// How often the Secrets are read again.
+pub const RECHECK: Duration = Duration::from_secs(10);
+
+/// Annotation on both Secrets: the end of the CA's validity (RFC 3339).
+pub const CA_NOT_AFTER: &str = "haptic.dev/ca-not-after";
+/// Annotation on the serving Secret: the end of the serving certificate's validity (RFC 3339).
+pub const CERT_NOT_AFTER: &str = "haptic.dev/cert-not-after";
+/// Annotation on the serving Secret: the DNS name its certificate carries.
+pub const SERVER_NAME: &str = "haptic.dev/server-name";
+/// The CA Secret's keys.
+const CA_CERT: &str = "ca.crt";
+const CA_KEY: &str = "ca.key";
+/// The CA's subject common name.
+const CA_CN: &str = "haptic agent CA";
+
+/// What the Secrets record of the current CA and serving certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recorded {
+    /// The CA's end of validity (`None`: no usable CA Secret).
+    pub ca_not_after: Option<OffsetDateTime>,
+    /// The serving certificate's end of validity and the name it carries (`None`: no usable
+    /// serving Secret, or one of another CA).
+    pub cert: Option<(OffsetDateTime, String)>,
+}
+
+/// What the issuer does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    /// Everything is valid for long enough.
+    Keep,
+    /// A new serving certificate from the current CA.
+    NewCert,
+    /// A new CA, then a new serving certificate from it.
+    NewCa,
+}
+
+/// The renewal rule: a CA missing or with less than [`CA_RENEW_BEFORE`] left is replaced; a
+/// serving certificate missing, for another name, outliving its CA, or with less than
+/// [`CERT_RENEW_BEFORE`] left is reissued.
+pub fn renewal(now: OffsetDateTime, r: &Recorded, server_name: &str) -> Renewal {
+    let Some(ca) = r.ca_not_after.filter(|t| *t - now > CA_RENEW_BEFORE) else { return Renewal::NewCa };
+    match &r.cert {
+        Some((t, name)) if name == server_name && *t - now > CERT_RENEW_BEFORE && *t <= ca => Renewal::Keep,
+        _ => Renewal::NewCert,
+    }
+}
+
+/// A CA's certificate and key, PEM.
+#[derive(Clone)]
+pub struct Ca {
+    /// The certificate.
+    pub cert_pem: String,
+    /// The private key.
+    pub key_pem: String,
+    /// Its end of validity.
+    pub not_after: OffsetDateTime,
+}
+
+impl std::fmt::Debug for Ca {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ca").field("not_after", &self.not_after).finish_non_exhaustive()
+    }
+}
+
+fn ca_params(not_before: OffsetDateTime, not_after: OffsetDateTime) -> CertificateParams {
+    let mut p = CertificateParams::default();
+    p.distinguished_name.push(DnType::CommonName, CA_CN);
+    p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    p.not_before = not_before;
+    p.not_after = not_after;
+    p
+}
+
+/// A new CA valid from an hour before `now` for [`CA_LIFETIME`].
+pub fn issue_ca(now: OffsetDateTime) -> Result<Ca, rcgen::Error> {
+    let key = KeyPair::generate()?;
+    let not_after = now + CA_LIFETIME;
+    let cert = ca_params(now - time::Duration::hours(1), not_after).self_signed(&key)?;
+    Ok(Ca { cert_pem: cert.pem(), key_pem: key.serialize_pem(), not_after })
+}
+
+/// A serving certificate for `server_name` signed by `ca`, valid for [`CERT_LIFETIME`] (never
+/// beyond the CA); returns (certificate PEM, key PEM, end of validity).
+pub fn issue_cert(
+    ca: &Ca,
+    server_name: &str,
+    now: OffsetDateTime,
+) -> Result<(String, String, OffsetDateTime), rcgen::Error> {
+    let ca_key = KeyPair::from_pem(&ca.key_pem)?;
+    // The issuer's name and key identifier are those of `ca_params`, as in the CA certificate.
+    let issuer = Issuer::new(ca_params(now, ca.not_after), ca_key);
+    let mut p = CertificateParams::new(vec![server_name.to_string()])?;
+    p.distinguished_name.push(DnType::CommonName, server_name);
+    p.is_ca = IsCa::ExplicitNoCa;
+    p.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+    p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    p.not_before = now - time::Duration::hours(1);
+    let not_after = (now + CERT_LIFETIME).min(ca.not_after);
+    p.not_after = not_after;
+    let key = KeyPair::generate()?;
+    let cert = p.signed_by(&key, &issuer)?;
+    Ok((cert.pem(), key.serialize_pem(), not_after))
+}
+
+fn annotation(s: &Secret, key: &str) -> Option<String> {
+    s.metadata.annotations.as_ref()?.get(key).cloned()
+}
+
+fn time_of(s: &Secret, key: &str) -> Option<OffsetDateTime> {
+    OffsetDateTime::parse(&annotation(s, key)?, &time::format_description::well_known::Rfc3339).ok()
+}
+
+fn rfc3339(t: OffsetDateTime) -> String {
+    t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
+}
+
+fn data(s: &Secret, key: &str) -> Option<String> {
+    String::from_utf8(s.data.as_ref()?.get(key)?.0.clone()).ok().filter(|t| !t.is_empty())
+}
+
+/// The CA a CA Secret holds, if it holds a whole one.
+pub fn ca_of(s: &Secret) -> Option<Ca> {
+    Some(Ca { cert_pem: data(s, CA_CERT)?, key_pem: data(s, CA_KEY)?, not_after: time_of(s, CA_NOT_AFTER)? })
+}
+
+/// What the two Secrets record (a serving Secret of another CA counts as none).
+pub fn recorded(ca: Option<&Secret>, serving: Option<&Secret>) -> Recorded {
+    let ca = ca.and_then(ca_of);
+    let cert = serving.and_then(|s| {
+        let same_ca = ca.as_ref().is_some_and(|c| time_of(s, CA_NOT_AFTER) == Some(c.not_after));
+        let whole = data(s, "tls.crt").is_some() && data(s, "tls.key").is_some();
+        (same_ca && whole).then(|| Some((time_of(s, CERT_NOT_AFTER)?, annotation(s, SERVER_NAME)?))).flatten()
+    });
+    Recorded { ca_not_after: ca.map(|c| c.not_after), cert }
+}
+
+/// `ca.crt` of the serving Secret: the current CA, then the previous one while it is valid.
+pub fn bundle(current: &Ca, previous: Option<&Ca>, now: OffsetDateTime) -> String {
+    let mut b = current.cert_pem.clone();
+    if let Some(p) = previous.filter(|p| p.not_after > now && p.cert_pem != current.cert_pem) {
+        b.push_str(&p.cert_pem);
+    }
+    b
+}
+
+fn secret(name: &str, type_: &str, annotations: BTreeMap<String, String>, data: &[(&str, &str)]) -> Secret {
+    let mut s = Secret::default();
+    s.metadata.name = Some(name.to_string());
+    s.metadata.annotations = Some(annotations);
+    s.metadata.labels =
+        Some(BTreeMap::from([("app.kubernetes.io/managed-by".to_string(), "haptic-controller".to_string())]));
+    s.type_ = Some(type_.to_string());
+    s.data = Some(data.iter().map(|(k, v)| ((*k).to_string(), ByteString(v.as_bytes().to_vec()))).collect());
+    s
+}
+
+/// Creates `new`, or replaces `old` with it at `old`'s resourceVersion (a concurrent writer makes
+/// this fail; the next pass reads again).
+async fn put(api: &Api<Secret>, old: Option<&Secret>, mut new: Secret) -> Result<(), kube::Error> {
+    let pp = PostParams::default();
+    match old {
+        None => api.create(&pp, &new).await.map(|_| ()),
+        Some(o) => {
+            new.metadata.resource_version = o.metadata.resource_version.clone();
+            let name = new.metadata.name.clone().unwrap_or_default();
+            api.replace(&name, &pp, &new).await.map(|_| ())
+        }
+    }
+}
+
+/// One pass of the issuer over the serving Secret `name` and its CA Secret `<name>-ca`.
+async fn issue_pass(api: &Api<Secret>, name: &str, server_name: &str) -> Result<(), String> {
+    let ca_name = format!("{name}-ca");
+    let get = |n: String| async move { api.get_opt(&n).await.map_err(|e| format!("get Secret {n}: {e}")) };
+    let ca_secret = get(ca_name.clone()).await?;
+    let serving = get(name.to_string()).await?;
+    let now = OffsetDateTime::now_utc();
+    let r = recorded(ca_secret.as_ref(), serving.as_ref());
+    let step = renewal(now, &r, server_name);
+    if step == Renewal::Keep {
+        return Ok(());
+    }
+    let previous = ca_secret.as_ref().and_then(ca_of);
+    let ca = match (step, &previous) {
+        (Renewal::NewCert, Some(c)) => c.clone(),
+        _ => {
+            let ca = issue_ca(now).map_err(|e| format!("make a CA: {e}"))?;
+            let ann = BTreeMap::from([(CA_NOT_AFTER.to_string(), rfc3339(ca.not_after))]);
+            let s = secret(&ca_name, "Opaque", ann, &[(CA_CERT, &ca.cert_pem), (CA_KEY, &ca.key_pem)]);
+            put(api, ca_secret.as_ref(), s).await.map_err(|e| format!("write Secret {ca_name}: {e}"))?;
+            info!(secret = %ca_name, not_after = %rfc3339(ca.not_after), "made a new agent CA");
+            ca
+        }
+    };
+    let (cert, key, not_after) = issue_cert(&ca, server_name, now).map_err(|e| format!("make a certificate: {e}"))?;
+    let ann = BTreeMap::from([
+        (CA_NOT_AFTER.to_string(), rfc3339(ca.not_after)),
+        (CERT_NOT_AFTER.to_string(), rfc3339(not_after)),
+        (SERVER_NAME.to_string(), server_name.to_string()),
+    ]);
+    let b = bundle(&ca, previous.as_ref(), now);
+    let s = secret(name, "kubernetes.io/tls", ann, &[("tls.crt", &cert), ("tls.key", &key), (CA_CERT, &b)]);
+    put(api, serving.as_ref(), s).await.map_err(|e| format!("write Secret {name}: {e}"))?;
+    info!(secret = %name, %server_name, not_after = %rfc3339(not_after), "issued the agents' serving certificate");
+    Ok(())
+}
+
+/// Until `shutdown`: every [`RECHECK`], issues into the serving Secret `name` when `issue`, then
+/// gives `trust` its `ca.crt` when that changed. Failures are logged and tried again.
+pub async fn run(
+    api: Api<Secret>,
+    name: String,
+    server_name: String,
+    issue: bool,
+    trust: Arc<AgentTrust>,
+    shutdown: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(RECHECK);
+    let mut last_error = String::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let pass = async {
+            if issue {
+                issue_pass(&api, &name, &server_name).await?;
+            }
+            let s = api.get_opt(&name).await.map_err(|e| format!("get Secret {name}: {e}"))?;
+            let Some(pem) = s.as_ref().and_then(|s| data(s, CA_CERT)) else {
+                return Err(format!("Secret {name} has no ca.crt yet: every agent is refused until it does"));
+            };
+            if trust.set_ca(pem.as_bytes()).map_err(|e| format!("Secret {name}: {e}"))? {
+                info!(secret = %name, "trusting the agent CA bundle of the Secret");
+            }
+            Ok::<_, String>(())
+        };
+        match pass.await {
+            Ok(()) => last_error.clear(),
+            Err(e) => {
+                if e != last_error {
+                    warn!("agent TLS: {e}");
+                    last_error = e;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(days: i64) -> OffsetDateTime {
+        OffsetDateTime::UNIX_EPOCH + time::Duration::days(20_000 + days)
+    }
+
+    #[test]
+    fn renewal_rule() {
+        let name = "haptic-agent.edge.svc";
+        let now = at(0);
+        let fresh = Recorded { ca_not_after: Some(at(1000)), cert: Some((at(80), name.into())) };
+        assert_eq!(renewal(now, &fresh, name), Renewal::Keep);
+        assert_eq!(renewal(now, &Recorded { ca_not_after: None, cert: None }, name), Renewal::NewCa);
+        // The CA's last year: a new CA (and so a new certificate).
+        assert_eq!(renewal(now, &Recorded { ca_not_after: Some(at(300)), ..fresh.clone() }, name), Renewal::NewCa);
+        // The certificate's last 30 days, none, another name, or outliving the CA.
+        assert_eq!(
+            renewal(now, &Recorded { cert: Some((at(29), name.into())), ..fresh.clone() }, name),
+            Renewal::NewCert
+        );
+        assert_eq!(renewal(now, &Recorded { cert: None, ..fresh.clone() }, name), Renewal::NewCert);
+        assert_eq!(renewal(now, &fresh, "other.edge.svc"), Renewal::NewCert);
+        let outliving = Recorded { ca_not_after: Some(at(400)), cert: Some((at(401), name.into())) };
+        assert_eq!(renewal(now, &outliving, name), Renewal::NewCert);
+    }
+
+    #[test]
+    fn a_serving_certificate_chains_to_its_ca_for_the_fixed_name() {
+        let now = OffsetDateTime::now_utc();
+        let ca = issue_ca(now).unwrap();
+        let (cert, key, not_after) = issue_cert(&ca, "haptic-agent.edge.svc", now).unwrap();
+        assert!(not_after <= ca.not_after && not_after > now + CERT_RENEW_BEFORE);
+        assert!(cert.starts_with("-----BEGIN CERTIFICATE-----") && key.contains("PRIVATE KEY"));
+        // The Secrets written from them read back as the same record.
+        let ann = BTreeMap::from([(CA_NOT_AFTER.to_string(), rfc3339(ca.not_after))]);
+        let ca_s = secret("t-ca", "Opaque", ann, &[(CA_CERT, &ca.cert_pem), (CA_KEY, &ca.key_pem)]);
+        let ann = BTreeMap::from([
+            (CA_NOT_AFTER.to_string(), rfc3339(ca.not_after)),
+            (CERT_NOT_AFTER.to_string(), rfc3339(not_after)),
+            (SERVER_NAME.to_string(), "haptic-agent.edge.svc".to_string()),
+        ]);
+        let serving =
+            secret("t", "kubernetes.io/tls", ann, &[("tls.crt", &cert), ("tls.key", &key), (CA_CERT, &ca.cert_pem)]);
+        let r = recorded(Some(&ca_s), Some(&serving));
+        assert_eq!(renewal(now, &r, "haptic-agent.edge.svc"), Renewal::Keep, "{r:?}");
+        // A serving Secret of another CA is reissued.
+        let other = issue_ca(now).unwrap();
+        let ann = BTreeMap::from([(CA_NOT_AFTER.to_string(), rfc3339(other.not_after + time::Duration::seconds(1)))]);
+        let other_s = secret("t-ca", "Opaque", ann, &[(CA_CERT, &other.cert_pem), (CA_KEY, &other.key_pem)]);
+        assert_eq!(recorded(Some(&other_s), Some(&serving)).cert, None);
+        // The bundle keeps the previous CA while it is valid.
+        assert_eq!(bundle(&other, Some(&ca), now), format!("{}{}", other.cert_pem, ca.cert_pem));
+        assert_eq!(bundle(&other, Some(&ca), ca.not_after), other.cert_pem);
+    }
+}
