@@ -48,8 +48,6 @@ pub const SERVER_NAME: &str = "haptic.dev/server-name";
 /// The CA Secret's keys.
 const CA_CERT: &str = "ca.crt";
 const CA_KEY: &str = "ca.key";
-/// The CA's subject common name.
-const CA_CN: &str = "haptic agent CA";
 
 /// What the Secrets record of the current CA and serving certificate.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,9 +98,12 @@ impl std::fmt::Debug for Ca {
     }
 }
 
+/// A CA's parameters. Its subject names its end of validity, so each CA has a name of its own
+/// (a certificate of another CA is then an unknown issuer, never a bad signature), and the
+/// issuer can be rebuilt from what the CA Secret records.
 fn ca_params(not_before: OffsetDateTime, not_after: OffsetDateTime) -> CertificateParams {
     let mut p = CertificateParams::default();
-    p.distinguished_name.push(DnType::CommonName, CA_CN);
+    p.distinguished_name.push(DnType::CommonName, format!("haptic agent CA {}", not_after.unix_timestamp()));
     p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
     p.not_before = not_before;
@@ -113,7 +114,8 @@ fn ca_params(not_before: OffsetDateTime, not_after: OffsetDateTime) -> Certifica
 /// A new CA valid from an hour before `now` for [`CA_LIFETIME`].
 pub fn issue_ca(now: OffsetDateTime) -> Result<Ca, rcgen::Error> {
     let key = KeyPair::generate()?;
-    let not_after = now + CA_LIFETIME;
+    // Whole seconds: the end of validity is recorded in RFC 3339 and names the CA.
+    let not_after = (now + CA_LIFETIME).replace_nanosecond(0).unwrap_or(now + CA_LIFETIME);
     let cert = ca_params(now - time::Duration::hours(1), not_after).self_signed(&key)?;
     Ok(Ca { cert_pem: cert.pem(), key_pem: key.serialize_pem(), not_after })
 }
@@ -341,5 +343,102 @@ mod tests {
         // The bundle keeps the previous CA while it is valid.
         assert_eq!(bundle(&other, Some(&ca), now), format!("{}{}", other.cert_pem, ca.cert_pem));
         assert_eq!(bundle(&other, Some(&ca), ca.not_after), other.cert_pem);
+    }
+}
+
+/// Real TLS on 127.0.0.1: the agent client verifies the fixed name through the trust's CA,
+/// refuses a certificate of another CA or for another name with the verifier's reason, and
+/// takes a new CA without a new client.
+#[cfg(test)]
+mod handshake {
+    use super::*;
+    use crate::client::{AgentClient, CallError, Credentials};
+    use crate::seams::Endpoint;
+    use rustls::pki_types::pem::PemObject as _;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    const NAME: &str = "haptic-agent.edge.svc";
+
+    /// A TLS server answering every request with `/v1/state`'s shape of an empty pod.
+    async fn serve(cert: &str, key: &str) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+        let certs =
+            rustls::pki_types::CertificateDer::pem_slice_iter(cert.as_bytes()).collect::<Result<Vec<_>, _>>().unwrap();
+        let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+        let cfg = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((s, _)) = l.accept().await else { return };
+                let Ok(mut s) = acceptor.accept(s).await else { continue };
+                let mut got = Vec::new();
+                let mut buf = vec![0u8; 65536];
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let Ok(n) = s.read(&mut buf).await else { break };
+                    if n == 0 {
+                        break;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                }
+                let body = "{}";
+                let resp = format!(
+                    "HTTP/1.1 418 I'm a teapot\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = s.write_all(resp.as_bytes()).await;
+                let _ = s.shutdown().await;
+            }
+        });
+        (addr, task)
+    }
+
+    fn client(trust: Arc<AgentTrust>) -> AgentClient {
+        let creds = Credentials { user: "u".into(), password: "p".into() };
+        AgentClient::with_trust(creds, Duration::from_secs(10), Some(trust)).unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_fixed_name_is_verified_and_another_ca_is_refused() {
+        let now = OffsetDateTime::now_utc();
+        let (ours, theirs) = (issue_ca(now).unwrap(), issue_ca(now + time::Duration::seconds(5)).unwrap());
+        let (cert, key, _) = issue_cert(&ours, NAME, now).unwrap();
+        let (addr, server) = serve(&cert, &key).await;
+        let ep = Endpoint {
+            name: "pod-0".into(),
+            url: crate::agent_tls::agent_url(true, &addr.ip().to_string(), addr.port()),
+        };
+        // Trusting our CA: the handshake passes for the fixed name although the URL names an IP
+        // (the server's 418 is an answer, so TLS went through).
+        let t = AgentTrust::new(Some(NAME)).unwrap();
+        t.set_ca(ours.cert_pem.as_bytes()).unwrap();
+        match client(t).state(&ep, false).await {
+            Err(CallError::Status { status, .. }) => assert_eq!(status.as_u16(), 418),
+            other => panic!("wanted the server's answer over TLS, got {other:?}"),
+        }
+        // Another CA: refused, saying why.
+        let t = AgentTrust::new(Some(NAME)).unwrap();
+        t.set_ca(theirs.cert_pem.as_bytes()).unwrap();
+        let c = client(t.clone());
+        let err = c.state(&ep, false).await.unwrap_err();
+        assert!(matches!(err, CallError::Connect { .. }) && err.to_string().contains("UnknownIssuer"), "{err}");
+        // The same client after the CA changed (a rotated bundle holding both): trusted.
+        let both = format!("{}{}", theirs.cert_pem, ours.cert_pem);
+        assert!(t.set_ca(both.as_bytes()).unwrap());
+        assert!(matches!(c.state(&ep, false).await, Err(CallError::Status { .. })));
+        // Our CA, another name: refused.
+        let t = AgentTrust::new(Some("other.edge.svc")).unwrap();
+        t.set_ca(ours.cert_pem.as_bytes()).unwrap();
+        let err = client(t).state(&ep, false).await.unwrap_err();
+        assert!(err.to_string().contains("not valid for name \"other.edge.svc\""), "{err}");
+        // No CA yet: refused, saying so.
+        let err = client(AgentTrust::new(Some(NAME)).unwrap()).state(&ep, false).await.unwrap_err();
+        assert!(err.to_string().contains("no agent CA loaded yet"), "{err}");
+        server.abort();
     }
 }
