@@ -9,14 +9,16 @@
 //! The serving Secret (`kubernetes.io/tls`: `tls.crt`, `tls.key`, `ca.crt`) is what the agents
 //! mount; the CA's key lives only in a second Secret (`<name>-ca`) that no pod mounts. A new CA
 //! is published beside the previous one in `ca.crt`, so agents still serving a certificate of the
-//! previous CA stay trusted while their mounted Secret catches up. It must never deploy nor talk
-//! to an agent.
+//! previous CA stay trusted while their mounted Secret catches up. Both Secrets belong to the
+//! `HAProxyConfig` (owner reference), so deleting it (or `helm uninstall`) removes them; Secrets
+//! owned by anything else are replaced. It must never deploy nor talk to an agent.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::ByteString;
 use kube::api::{Api, PostParams};
 use rcgen::{
@@ -164,10 +166,16 @@ pub fn ca_of(s: &Secret) -> Option<Ca> {
     Some(Ca { cert_pem: data(s, CA_CERT)?, key_pem: data(s, CA_KEY)?, not_after: time_of(s, CA_NOT_AFTER)? })
 }
 
-/// What the two Secrets record (a serving Secret of another CA counts as none).
-pub fn recorded(ca: Option<&Secret>, serving: Option<&Secret>) -> Recorded {
-    let ca = ca.and_then(ca_of);
-    let cert = serving.and_then(|s| {
+/// Whether `s` belongs to the object with `uid`.
+fn owned_by(s: &Secret, uid: &str) -> bool {
+    s.metadata.owner_references.as_ref().is_some_and(|o| o.iter().any(|o| o.uid == uid))
+}
+
+/// What the two Secrets owned by `owner_uid` record (a serving Secret of another CA, or a
+/// Secret of another owner, counts as none).
+pub fn recorded(ca: Option<&Secret>, serving: Option<&Secret>, owner_uid: &str) -> Recorded {
+    let ca = ca.filter(|s| owned_by(s, owner_uid)).and_then(ca_of);
+    let cert = serving.filter(|s| owned_by(s, owner_uid)).and_then(|s| {
         let same_ca = ca.as_ref().is_some_and(|c| time_of(s, CA_NOT_AFTER) == Some(c.not_after));
         let whole = data(s, "tls.crt").is_some() && data(s, "tls.key").is_some();
         (same_ca && whole).then(|| Some((time_of(s, CERT_NOT_AFTER)?, annotation(s, SERVER_NAME)?))).flatten()
@@ -184,8 +192,15 @@ pub fn bundle(current: &Ca, previous: Option<&Ca>, now: OffsetDateTime) -> Strin
     b
 }
 
-fn secret(name: &str, type_: &str, annotations: BTreeMap<String, String>, data: &[(&str, &str)]) -> Secret {
+fn secret(
+    name: &str,
+    owner: &OwnerReference,
+    type_: &str,
+    annotations: BTreeMap<String, String>,
+    data: &[(&str, &str)],
+) -> Secret {
     let mut s = Secret::default();
+    s.metadata.owner_references = Some(vec![owner.clone()]);
     s.metadata.name = Some(name.to_string());
     s.metadata.annotations = Some(annotations);
     s.metadata.labels =
@@ -210,24 +225,30 @@ async fn put(api: &Api<Secret>, old: Option<&Secret>, mut new: Secret) -> Result
 }
 
 /// One pass of the issuer over the serving Secret `name` and its CA Secret `<name>-ca`.
-async fn issue_pass(api: &Api<Secret>, name: &str, server_name: &str) -> Result<(), String> {
+async fn issue_pass(
+    api: &Api<Secret>,
+    name: &str,
+    server_name: &str,
+    owner: Option<OwnerReference>,
+) -> Result<(), String> {
+    let owner = owner.ok_or("waiting for the HAProxyConfig, which owns the agents' TLS Secrets")?;
     let ca_name = format!("{name}-ca");
     let get = |n: String| async move { api.get_opt(&n).await.map_err(|e| format!("get Secret {n}: {e}")) };
     let ca_secret = get(ca_name.clone()).await?;
     let serving = get(name.to_string()).await?;
     let now = OffsetDateTime::now_utc();
-    let r = recorded(ca_secret.as_ref(), serving.as_ref());
+    let r = recorded(ca_secret.as_ref(), serving.as_ref(), &owner.uid);
     let step = renewal(now, &r, server_name);
     if step == Renewal::Keep {
         return Ok(());
     }
-    let previous = ca_secret.as_ref().and_then(ca_of);
+    let previous = ca_secret.as_ref().filter(|s| owned_by(s, &owner.uid)).and_then(ca_of);
     let ca = match (step, &previous) {
         (Renewal::NewCert, Some(c)) => c.clone(),
         _ => {
             let ca = issue_ca(now).map_err(|e| format!("make a CA: {e}"))?;
             let ann = BTreeMap::from([(CA_NOT_AFTER.to_string(), rfc3339(ca.not_after))]);
-            let s = secret(&ca_name, "Opaque", ann, &[(CA_CERT, &ca.cert_pem), (CA_KEY, &ca.key_pem)]);
+            let s = secret(&ca_name, &owner, "Opaque", ann, &[(CA_CERT, &ca.cert_pem), (CA_KEY, &ca.key_pem)]);
             put(api, ca_secret.as_ref(), s).await.map_err(|e| format!("write Secret {ca_name}: {e}"))?;
             info!(secret = %ca_name, not_after = %rfc3339(ca.not_after), "made a new agent CA");
             ca
@@ -240,19 +261,21 @@ async fn issue_pass(api: &Api<Secret>, name: &str, server_name: &str) -> Result<
         (SERVER_NAME.to_string(), server_name.to_string()),
     ]);
     let b = bundle(&ca, previous.as_ref(), now);
-    let s = secret(name, "kubernetes.io/tls", ann, &[("tls.crt", &cert), ("tls.key", &key), (CA_CERT, &b)]);
+    let s = secret(name, &owner, "kubernetes.io/tls", ann, &[("tls.crt", &cert), ("tls.key", &key), (CA_CERT, &b)]);
     put(api, serving.as_ref(), s).await.map_err(|e| format!("write Secret {name}: {e}"))?;
     info!(secret = %name, %server_name, not_after = %rfc3339(not_after), "issued the agents' serving certificate");
     Ok(())
 }
 
-/// Until `shutdown`: every [`RECHECK`], issues into the serving Secret `name` when `issue`, then
-/// gives `trust` its `ca.crt` when that changed. Failures are logged and tried again.
+/// Until `shutdown`: every [`RECHECK`], issues into the serving Secret `name` when `issue` (owned
+/// by what `owner` gives), then gives `trust` its `ca.crt` when that changed. Failures are logged
+/// and tried again.
 pub async fn run(
     api: Api<Secret>,
     name: String,
     server_name: String,
     issue: bool,
+    owner: impl Fn() -> Option<OwnerReference> + Send,
     trust: Arc<AgentTrust>,
     shutdown: CancellationToken,
 ) {
@@ -265,7 +288,7 @@ pub async fn run(
         }
         let pass = async {
             if issue {
-                issue_pass(&api, &name, &server_name).await?;
+                issue_pass(&api, &name, &server_name, owner()).await?;
             }
             let s = api.get_opt(&name).await.map_err(|e| format!("get Secret {name}: {e}"))?;
             let Some(pem) = s.as_ref().and_then(|s| data(s, CA_CERT)) else {
@@ -324,22 +347,30 @@ mod tests {
         assert!(not_after <= ca.not_after && not_after > now + CERT_RENEW_BEFORE);
         assert!(cert.starts_with("-----BEGIN CERTIFICATE-----") && key.contains("PRIVATE KEY"));
         // The Secrets written from them read back as the same record.
+        let owner = OwnerReference { uid: "u1".into(), ..OwnerReference::default() };
         let ann = BTreeMap::from([(CA_NOT_AFTER.to_string(), rfc3339(ca.not_after))]);
-        let ca_s = secret("t-ca", "Opaque", ann, &[(CA_CERT, &ca.cert_pem), (CA_KEY, &ca.key_pem)]);
+        let ca_s = secret("t-ca", &owner, "Opaque", ann, &[(CA_CERT, &ca.cert_pem), (CA_KEY, &ca.key_pem)]);
         let ann = BTreeMap::from([
             (CA_NOT_AFTER.to_string(), rfc3339(ca.not_after)),
             (CERT_NOT_AFTER.to_string(), rfc3339(not_after)),
             (SERVER_NAME.to_string(), "haptic-agent.edge.svc".to_string()),
         ]);
-        let serving =
-            secret("t", "kubernetes.io/tls", ann, &[("tls.crt", &cert), ("tls.key", &key), (CA_CERT, &ca.cert_pem)]);
-        let r = recorded(Some(&ca_s), Some(&serving));
+        let serving = secret(
+            "t",
+            &owner,
+            "kubernetes.io/tls",
+            ann,
+            &[("tls.crt", &cert), ("tls.key", &key), (CA_CERT, &ca.cert_pem)],
+        );
+        let r = recorded(Some(&ca_s), Some(&serving), "u1");
         assert_eq!(renewal(now, &r, "haptic-agent.edge.svc"), Renewal::Keep, "{r:?}");
+        // Secrets of another owner (a deleted HAProxyConfig's, before garbage collection): none.
+        assert_eq!(recorded(Some(&ca_s), Some(&serving), "u2"), Recorded { ca_not_after: None, cert: None });
         // A serving Secret of another CA is reissued.
         let other = issue_ca(now).unwrap();
         let ann = BTreeMap::from([(CA_NOT_AFTER.to_string(), rfc3339(other.not_after + time::Duration::seconds(1)))]);
-        let other_s = secret("t-ca", "Opaque", ann, &[(CA_CERT, &other.cert_pem), (CA_KEY, &other.key_pem)]);
-        assert_eq!(recorded(Some(&other_s), Some(&serving)).cert, None);
+        let other_s = secret("t-ca", &owner, "Opaque", ann, &[(CA_CERT, &other.cert_pem), (CA_KEY, &other.key_pem)]);
+        assert_eq!(recorded(Some(&other_s), Some(&serving), "u1").cert, None);
         // The bundle keeps the previous CA while it is valid.
         assert_eq!(bundle(&other, Some(&ca), now), format!("{}{}", other.cert_pem, ca.cert_pem));
         assert_eq!(bundle(&other, Some(&ca), ca.not_after), other.cert_pem);

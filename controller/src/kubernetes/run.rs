@@ -84,6 +84,18 @@ pub fn term_settings(base: &Settings, cfg: Option<&HAProxyConfig>) -> Settings {
     s
 }
 
+/// An owner reference to the served `HAProxyConfig`, once it is known.
+fn config_owner(snap: &Snapshot) -> Option<OwnerReference> {
+    let c = snap.config.as_ref()?;
+    Some(OwnerReference {
+        api_version: "haptic.dev/v1alpha1".into(),
+        kind: "HAProxyConfig".into(),
+        name: c.metadata.name.clone()?,
+        uid: c.metadata.uid.clone()?,
+        ..OwnerReference::default()
+    })
+}
+
 /// Starts Kubernetes mode; the returned [`Running`] stops everything (releasing the Lease).
 pub async fn start_kubernetes(s: KubernetesSettings, client: Client) -> Result<Running, Error> {
     let shutdown = CancellationToken::new();
@@ -109,11 +121,13 @@ pub async fn start_kubernetes(s: KubernetesSettings, client: Client) -> Result<R
     if let (Some(t), Some(trust), Some(name)) =
         (&s.agent_tls, shared.client.trust(), common.agent_tls_server_name.clone())
     {
+        let snaps = ctx.snapshots.clone();
         tasks.push(tokio::spawn(agent_tls::run(
             ctx.api(),
             t.secret.clone(),
             name,
             t.issue,
+            move || config_owner(&snaps.borrow()),
             trust.clone(),
             shutdown.clone(),
         )));
@@ -133,17 +147,7 @@ pub async fn start_kubernetes(s: KubernetesSettings, client: Client) -> Result<R
     let (elector, leadership, raise) = Elector::new(ctx.api(), &ctx.names.lease, &ctx.names.identity, s.timing);
     // The Lease belongs to the HAProxyConfig: deleting it (or `helm uninstall`) removes the Lease.
     let owner_snaps = ctx.snapshots.clone();
-    let elector = elector.owned_by(move || {
-        let snap = owner_snaps.borrow();
-        let c = snap.config.as_ref()?;
-        Some(OwnerReference {
-            api_version: "haptic.dev/v1alpha1".into(),
-            kind: "HAProxyConfig".into(),
-            name: c.metadata.name.clone()?,
-            uid: c.metadata.uid.clone()?,
-            ..OwnerReference::default()
-        })
-    });
+    let elector = elector.owned_by(move || config_owner(&owner_snaps.borrow()));
 
     let listener = tokio::net::TcpListener::bind(common.admin_listen)
         .await
