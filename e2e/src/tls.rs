@@ -6,6 +6,11 @@ use std::path::Path;
 /// Makes a CA and a server certificate for 127.0.0.1 signed by it, with openssl, in `dir`:
 /// `ca.pem`/`ca.key`, and `<name>.key`/`<name>.pem` for the server. Panics on failure.
 pub fn make_ca(dir: &Path, name: &str) {
+    make_ca_for(dir, name, "IP:127.0.0.1");
+}
+
+/// [`make_ca`] with the server certificate's subjectAltName `san` (`IP:…` or `DNS:…`).
+pub fn make_ca_for(dir: &Path, name: &str, san: &str) {
     let run = |args: &[&str]| {
         let out = std::process::Command::new("openssl").args(args).current_dir(dir).output().expect("openssl");
         assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
@@ -37,7 +42,7 @@ pub fn make_ca(dir: &Path, name: &str) {
         "-subj",
         "/CN=127.0.0.1",
     ]);
-    std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n").unwrap();
+    std::fs::write(dir.join("ext.cnf"), format!("subjectAltName={san}\nbasicConstraints=CA:FALSE\n")).unwrap();
     run(&[
         "x509",
         "-req",
