@@ -98,10 +98,7 @@ async fn tls_refused(c: &mut RealCluster) -> Result<()> {
         for n in &names {
             let lp = LogParams { since_seconds: Some(600), ..LogParams::default() };
             let log = pods.logs(n, &lp).await.ok()?;
-            found = log.lines().find(|l| l.contains(ROGUE) && l.contains("UnknownIssuer")).map(str::to_string);
-            if found.is_none() {
-                return None;
-            }
+            found = Some(log.lines().find(|l| l.contains(ROGUE) && l.contains("UnknownIssuer"))?.to_string());
         }
         found
     })
