@@ -16,7 +16,7 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::error::AgentError;
 
@@ -92,30 +92,11 @@ impl ServingCert {
     /// Re-reads the files every `every` (at least 100 ms) until aborted.
     pub fn spawn_watch(self: &Arc<Self>, every: Duration) -> tokio::task::JoinHandle<()> {
         let me = self.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every.max(Duration::from_millis(100)));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut last_err: Option<String> = None;
-            loop {
-                tick.tick().await;
-                let m = me.clone();
-                match tokio::task::spawn_blocking(move || m.reload()).await {
-                    Ok(Ok(changed)) => {
-                        last_err = None;
-                        if changed {
-                            info!(file = %me.cert_file.display(), "TLS certificate changed: serving the new one");
-                        }
-                    }
-                    Ok(Err(e)) => {
-                        let msg = e.to_string();
-                        if last_err.as_deref() != Some(msg.as_str()) {
-                            warn!("TLS files unusable, keeping the last good certificate: {msg}");
-                            last_err = Some(msg);
-                        }
-                    }
-                    Err(e) => warn!("TLS watch: {e}"),
-                }
+        crate::poll::spawn_poll(every, "TLS files unusable, keeping the last good certificate", move || {
+            if me.reload().map_err(|e| e.to_string())? {
+                info!(file = %me.cert_file.display(), "TLS certificate changed: serving the new one");
             }
+            Ok(())
         })
     }
 }

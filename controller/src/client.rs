@@ -352,47 +352,17 @@ mod tests {
     /// certificate from a generated CA); without the CA the call fails on the certificate.
     #[tokio::test]
     async fn https_agents_are_trusted_through_the_agent_ca() {
-        use rustls_pki_types::pem::PemObject as _;
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let d = tempfile::tempdir().unwrap();
         haptic_e2e::tls::make_ca(d.path(), "srv");
-        let certs = rustls_pki_types::CertificateDer::pem_file_iter(d.path().join("srv.pem"))
-            .unwrap()
-            .collect::<Result<Vec<_>, _>>()
-            .unwrap();
-        let key = rustls_pki_types::PrivateKeyDer::from_pem_file(d.path().join("srv.key")).unwrap();
-        let cfg = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
-            rustls::crypto::aws_lc_rs::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .unwrap();
-        let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(cfg));
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
         let body = serde_json::json!({"error": "haproxy_unavailable", "reason": "over TLS",
             "applied": haptic_protocol::PlanId(haptic_protocol::Digest::of(b"x"))})
         .to_string();
-        let server = tokio::spawn(async move {
-            loop {
-                let Ok((s, _)) = l.accept().await else { return };
-                let Ok(mut s) = acceptor.accept(s).await else { continue };
-                let mut got = Vec::new();
-                let mut buf = vec![0u8; 65536];
-                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-                    let n = s.read(&mut buf).await.unwrap();
-                    got.extend_from_slice(&buf[..n]);
-                }
-                let resp = format!(
-                    "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                s.write_all(resp.as_bytes()).await.unwrap();
-                let _ = s.shutdown().await;
-            }
-        });
+        let resp = format!(
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let read = |f: &str| std::fs::read(d.path().join(f)).unwrap();
+        let (addr, server) = haptic_e2e::tls::answering_server(&read("srv.pem"), &read("srv.key"), resp).await;
         let creds = Credentials { user: "u".into(), password: "p".into() };
         let ep = Endpoint { name: addr.to_string(), url: format!("https://{addr}") };
         let req: ApplyRequest = serde_json::from_value(serde_json::json!({

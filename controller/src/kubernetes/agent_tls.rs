@@ -385,48 +385,13 @@ mod handshake {
     use super::*;
     use crate::client::{AgentClient, CallError, Credentials};
     use crate::seams::Endpoint;
-    use rustls::pki_types::pem::PemObject as _;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     const NAME: &str = "haptic-agent.edge.svc";
 
-    /// A TLS server answering every request with `/v1/state`'s shape of an empty pod.
+    /// A TLS server answering every request with a 418 (an answer: TLS went through).
     async fn serve(cert: &str, key: &str) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
-        let certs =
-            rustls::pki_types::CertificateDer::pem_slice_iter(cert.as_bytes()).collect::<Result<Vec<_>, _>>().unwrap();
-        let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
-        let cfg = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(certs, key)
-            .unwrap();
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((s, _)) = l.accept().await else { return };
-                let Ok(mut s) = acceptor.accept(s).await else { continue };
-                let mut got = Vec::new();
-                let mut buf = vec![0u8; 65536];
-                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-                    let Ok(n) = s.read(&mut buf).await else { break };
-                    if n == 0 {
-                        break;
-                    }
-                    got.extend_from_slice(&buf[..n]);
-                }
-                let body = "{}";
-                let resp = format!(
-                    "HTTP/1.1 418 I'm a teapot\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = s.write_all(resp.as_bytes()).await;
-                let _ = s.shutdown().await;
-            }
-        });
-        (addr, task)
+        let resp = "HTTP/1.1 418 I'm a teapot\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}".to_string();
+        haptic_e2e::tls::answering_server(cert.as_bytes(), key.as_bytes(), resp).await
     }
 
     fn client(trust: Arc<AgentTrust>) -> AgentClient {
