@@ -306,6 +306,9 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
             bail!("standalone mode needs --config-dir, --agent and --credentials-file");
         };
         let credentials = Credentials::load(&credentials_file).map_err(Error::flag("--credentials-file"))?;
+        if a.agent_tls_server_name.is_some() && a.agent_ca_file.is_none() {
+            bail!("--agent-tls-server-name needs --agent-ca-file in standalone mode (the CA that signed the agents' certificates)");
+        }
         if a.agent_ca_file.is_none() {
             if let Some(u) = a.agents.iter().find(|u| u.starts_with("https://")) {
                 bail!(
