@@ -249,18 +249,19 @@ async fn haproxy_container_killed(c: &mut RealCluster) -> Result<()> {
     Ok(())
 }
 
-/// Bounded load through the Service until `stop` (at most 30 000 requests or 240 s); returns
+/// Bounded load through the Service until `stop` (at most `max` requests or `within`); returns
 /// (successes, failures).
 pub(super) fn start_load(
     c: &RealCluster,
     svc: String,
     stop: Arc<AtomicBool>,
+    (max, within): (u64, Duration),
 ) -> tokio::task::JoinHandle<(u64, Vec<String>)> {
     let c = c.clone();
     tokio::spawn(async move {
         let (mut ok, mut failed) = (0u64, Vec::new());
-        let deadline = Instant::now() + Duration::from_secs(240);
-        while !stop.load(Ordering::Relaxed) && Instant::now() < deadline && ok + (failed.len() as u64) < 30_000 {
+        let deadline = Instant::now() + within;
+        while !stop.load(Ordering::Relaxed) && Instant::now() < deadline && ok + (failed.len() as u64) < max {
             match c.service_get(&svc, "load", "/hello").await {
                 Ok((200, _)) => ok += 1,
                 other => failed.push(format!("{other:?}")),
@@ -274,7 +275,7 @@ async fn readiness_under_load(c: &mut RealCluster) -> Result<()> {
     let client = c.client();
     let svc = c.service_ip().await?;
     let stop = Arc::new(AtomicBool::new(false));
-    let load = start_load(c, svc, stop.clone());
+    let load = start_load(c, svc, stop.clone(), (30_000, Duration::from_secs(240)));
     let result = async {
         c.scale_haproxy(4).await?;
         wait_converged(&client, NAMESPACE, 4, None).await?;

@@ -151,7 +151,9 @@ async fn credentials_rotation(c: &mut RealCluster) -> Result<()> {
     );
     let svc = c.service_ip().await?;
     let stop = Arc::new(AtomicBool::new(false));
-    let load = start_load(c, svc, stop.clone());
+    // Bounds above what the step needs (the kubelet's refresh of the mounted Secret takes up to
+    // a couple of minutes): the load must still run when the step ends.
+    let load = start_load(c, svc, stop.clone(), (300_000, Duration::from_secs(420)));
     let fleet_min = AtomicUsize::new(usize::MAX);
     let result = async {
         // Rotate the Secret (what an operator or a secret manager does).
@@ -181,10 +183,12 @@ async fn credentials_rotation(c: &mut RealCluster) -> Result<()> {
         wait_converged(&client, NAMESPACE, 2, Some(&before["planId"])).await
     }
     .await;
+    let loaded_throughout = !load.is_finished();
     stop.store(true, Ordering::Relaxed);
     let (ok_n, failed) = load.await.map_err(|e| ClusterError::of("the load task", e))?;
     let after = result?;
     ensure(old != new, || "the credential did not change".into())?;
+    ensure(loaded_throughout, || format!("the load reached its bound ({ok_n} requests) before the step ended"))?;
     ensure(failed.is_empty() && ok_n > 0, || {
         format!("{ok_n} requests ok, {} failed: {:?}", failed.len(), &failed[..failed.len().min(10)])
     })?;
