@@ -32,11 +32,6 @@ pub fn agent_url(tls: bool, ip: &str, port: u16) -> String {
     format!("{}://{host}:{port}", scheme(tls))
 }
 
-/// The DNS name the chart puts in every agent's certificate: `<agent service>.<namespace>.svc`.
-pub fn server_name_for(agent_service: &str, namespace: &str) -> String {
-    format!("{agent_service}.{namespace}.svc")
-}
-
 /// The certificates of a PEM bundle (an error when it holds none or does not parse).
 pub fn parse_bundle(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, Error> {
     let certs = CertificateDer::pem_slice_iter(pem)
@@ -153,11 +148,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn urls_and_names() {
+    fn urls() {
         assert_eq!(agent_url(true, "10.0.0.5", 9080), "https://10.0.0.5:9080");
         assert_eq!(agent_url(false, "10.0.0.5", 9080), "http://10.0.0.5:9080");
         assert_eq!(agent_url(true, "fd00::1", 9080), "https://[fd00::1]:9080");
-        assert_eq!(server_name_for("haptic-agent", "edge"), "haptic-agent.edge.svc");
     }
 
     #[test]
