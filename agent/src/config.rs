@@ -108,6 +108,9 @@ pub struct RunArgs {
     /// The PEM private key of `--tls-cert-file`.
     #[arg(long, env = "HAPTIC_AGENT_TLS_KEY_FILE", requires = "tls_cert_file")]
     pub tls_key_file: Option<PathBuf>,
+    /// How often the TLS files are re-read; a changed certificate is served without a restart.
+    #[arg(long, env = "HAPTIC_AGENT_TLS_POLL", default_value = "5s", value_parser = parse_duration)]
+    pub tls_poll: Duration,
     /// Log format.
     #[arg(long, env = "HAPTIC_AGENT_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,

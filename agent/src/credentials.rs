@@ -12,7 +12,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::api::Credentials;
 
@@ -79,32 +79,13 @@ impl CredentialSet {
     /// credential (warned once per distinct error). The task runs until aborted.
     pub fn spawn_watch(&self, path: PathBuf, every: Duration, grace: Duration) -> tokio::task::JoinHandle<()> {
         let set = self.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every.max(Duration::from_millis(100)));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut last_err: Option<String> = None;
-            loop {
-                tick.tick().await;
-                let p = path.clone();
-                let read = tokio::task::spawn_blocking(move || Credentials::from_file(&p)).await;
-                match read {
-                    Ok(Ok(c)) => {
-                        last_err = None;
-                        if set.rotate(c, grace) {
-                            info!(file = %path.display(), grace = %humantime::format_duration(grace),
-                                "credentials rotated: the previous credential is accepted for the grace window");
-                        }
-                    }
-                    Ok(Err(e)) => {
-                        let msg = e.to_string();
-                        if last_err.as_deref() != Some(msg.as_str()) {
-                            warn!(file = %path.display(), "credentials file unusable, keeping the last good one: {msg}");
-                            last_err = Some(msg);
-                        }
-                    }
-                    Err(e) => warn!("credentials watch: {e}"),
-                }
+        crate::poll::spawn_poll(every, "credentials file unusable, keeping the last good one", move || {
+            let c = Credentials::from_file(&path).map_err(|e| e.to_string())?;
+            if set.rotate(c, grace) {
+                info!(file = %path.display(), grace = %humantime::format_duration(grace),
+                    "credentials rotated: the previous credential is accepted for the grace window");
             }
+            Ok(())
         })
     }
 }

@@ -17,6 +17,7 @@ pub mod init;
 pub mod master;
 pub mod metrics;
 pub mod pacer;
+pub mod poll;
 pub mod reload;
 pub mod runtime;
 pub mod store;

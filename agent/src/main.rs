@@ -53,10 +53,12 @@ fn init_logging(format: LogFormat, level: &str) {
 
 async fn run(a: RunArgs) -> anyhow::Result<()> {
     let credentials = Credentials::from_file(&a.credentials_file)?;
-    let tls = match (&a.tls_cert_file, &a.tls_key_file) {
-        (Some(c), Some(k)) => Some(haptic_agent::tls::acceptor(c, k)?),
+    let serving = match (&a.tls_cert_file, &a.tls_key_file) {
+        (Some(c), Some(k)) => Some(haptic_agent::tls::ServingCert::open(c, k)?),
         _ => None,
     };
+    let tls = serving.as_ref().map(|s| s.acceptor()).transpose()?;
+    let tls_watch = serving.as_ref().map(|s| s.spawn_watch(a.tls_poll));
     let metrics = Arc::new(Metrics::new());
     let cfg = AgentConfig {
         root: a.root.clone(),
@@ -102,6 +104,9 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
     agent.quiesce().await;
     background.abort();
     watch.abort();
+    if let Some(w) = tls_watch {
+        w.abort();
+    }
     info!("bye");
     Ok(())
 }

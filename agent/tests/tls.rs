@@ -1,7 +1,8 @@
 //! On HAProxy 2.6 and 3.0, each its own test case: the agent serves HTTPS (`--tls-cert-file`,
 //! `--tls-key-file`) with a certificate from a CA generated here (openssl); a client trusting that
 //! CA reads the state and applies; a client that does not trust it, or speaks plain HTTP, gets
-//! nothing.
+//! nothing. Replacing the files with a certificate of another CA (as a renewed Secret does) makes
+//! the same agent process serve the new one.
 
 mod common;
 use haptic_e2e::on_each_version;
@@ -55,6 +56,7 @@ async fn agent_serves_https_with_a_generated_ca(bin: HaproxyBin) {
             .arg(pki.path().join("agent.pem"))
             .arg("--tls-key-file")
             .arg(pki.path().join("agent.key"))
+            .args(["--tls-poll", "200ms"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -92,5 +94,28 @@ async fn agent_serves_https_with_a_generated_ca(bin: HaproxyBin) {
         plain.get(format!("http://127.0.0.1:{port}/healthz")).send().await.map(|r| r.status() != 200).unwrap_or(true),
         "{label}: plain http answered"
     );
-    println!("{label}: https with a generated CA ok");
+
+    // The files replaced by a certificate of another CA: served without a restart.
+    let pid = _agent.0.id();
+    let next = tempfile::tempdir().unwrap();
+    make_ca(next.path());
+    let ca2 = reqwest::Certificate::from_pem(&std::fs::read(next.path().join("ca.pem")).unwrap()).unwrap();
+    for f in ["agent.key", "agent.pem"] {
+        std::fs::copy(next.path().join(f), pki.path().join(f)).unwrap();
+    }
+    let trusting2 = reqwest::Client::builder().tls_backend_rustls().tls_certs_only([ca2]).build().unwrap();
+    eventually(&format!("{label}: the agent serving the renewed certificate"), Duration::from_secs(30), || async {
+        match trusting2.get(format!("{url}/readyz")).send().await {
+            Ok(r) if r.status() == 200 => Ok(()),
+            got => Err(format!("{got:?}")),
+        }
+    })
+    .await;
+    let fresh = reqwest::Client::builder().tls_backend_rustls().tls_certs_only([ca]).build().unwrap();
+    assert!(
+        fresh.get(format!("{url}/healthz")).send().await.is_err(),
+        "{label}: the replaced certificate still served"
+    );
+    assert_eq!(_agent.0.id(), pid);
+    println!("{label}: https with a generated CA ok, renewed certificate served without a restart");
 }

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::admin::{self, AdminState};
+use crate::agent_tls::AgentTrust;
 use crate::client::{AgentClient, Credentials};
 
 use crate::deployer::{Deployer, DeployerConfig};
@@ -45,6 +46,9 @@ pub struct Settings {
     pub gate: GateMode,
     /// The PEM CA bundle that signed the agents' TLS certificates (`https://` agents).
     pub agent_ca_file: Option<PathBuf>,
+    /// The DNS name every agent's certificate must carry, whatever address its URL names
+    /// (`None`: the URL's host). Kubernetes mode with TLS sets it: pod IPs change.
+    pub agent_tls_server_name: Option<String>,
 }
 
 /// The settings a running deployment loop takes on without a restart (Kubernetes mode: the
@@ -150,14 +154,19 @@ pub struct Shared {
 impl Shared {
     /// Fresh parts for `settings`, with the status naming `identity` at `epoch`.
     pub fn new(settings: &Settings, identity: String, epoch: u64) -> Result<Self, Error> {
-        let ca = match &settings.agent_ca_file {
-            Some(p) => Some(
-                std::fs::read(p).map_err(|e| Error::Client(format!("read --agent-ca-file {}: {e}", p.display())))?,
-            ),
-            None => None,
+        let trust = if settings.agent_ca_file.is_some() || settings.agent_tls_server_name.is_some() {
+            let t = AgentTrust::new(settings.agent_tls_server_name.as_deref())?;
+            if let Some(p) = &settings.agent_ca_file {
+                let pem = std::fs::read(p)
+                    .map_err(|e| Error::Client(format!("read --agent-ca-file {}: {e}", p.display())))?;
+                t.set_ca(&pem)?;
+            }
+            Some(t)
+        } else {
+            None
         };
         Ok(Self {
-            client: AgentClient::with_ca(settings.credentials.clone(), settings.sync_timeout, ca.as_deref())?,
+            client: AgentClient::with_trust(settings.credentials.clone(), settings.sync_timeout, trust)?,
             metrics: Arc::new(Metrics::new()),
             board: Arc::new(StatusBoard::new(
                 GateStatus::from_latch(&Latch::new(settings.gate), None),

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use haptic_protocol::{Ack, ApplyRequest, Conflict, Nack, StateResponse};
 
+use crate::agent_tls::AgentTrust;
 use crate::error::Error;
 use crate::seams::Endpoint;
 
@@ -128,6 +129,7 @@ impl CallError {
 pub struct AgentClient {
     http: reqwest::Client,
     creds: Arc<RwLock<Rotation>>,
+    trust: Option<Arc<AgentTrust>>,
 }
 
 /// The current credential and the one it replaced.
@@ -146,19 +148,28 @@ impl AgentClient {
     }
 
     /// [`Self::new`], trusting the PEM CA bundle `ca` for `https://` agents (rustls; no other
-    /// roots are trusted).
+    /// roots are trusted), each verified for the host its URL names.
     pub fn with_ca(creds: Credentials, timeout: Duration, ca: Option<&[u8]>) -> Result<Self, Error> {
-        let mut roots = Vec::new();
-        if let Some(pem) = ca {
-            roots = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| Error::Client(format!("agent CA: {e}")))?;
-            if roots.is_empty() {
-                return Err(Error::Client("agent CA: no certificate in the file".into()));
+        let trust = match ca {
+            Some(pem) => {
+                let t = AgentTrust::new(None)?;
+                t.set_ca(pem)?;
+                Some(t)
             }
-        }
-        // Only these roots (none without a CA file): never the system's.
-        let http = reqwest::Client::builder()
-            .tls_backend_rustls()
-            .tls_certs_only(roots)
+            None => None,
+        };
+        Self::with_trust(creds, timeout, trust)
+    }
+
+    /// [`Self::new`], verifying `https://` agents through `trust` (whose CA can be replaced while
+    /// the client runs); without it no root is trusted at all.
+    pub fn with_trust(creds: Credentials, timeout: Duration, trust: Option<Arc<AgentTrust>>) -> Result<Self, Error> {
+        let builder = match &trust {
+            Some(t) => reqwest::Client::builder().tls_backend_preconfigured(t.client_config()?),
+            // Only these roots (none): never the system's.
+            None => reqwest::Client::builder().tls_backend_rustls().tls_certs_only(Vec::new()),
+        };
+        let http = builder
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(5)))
             // Below the agents' idle bound (`--header-timeout`, default 10 s), so a pooled connection is
@@ -167,7 +178,12 @@ impl AgentClient {
             .build()
             .map_err(|e| Error::Client(e.to_string()))?;
         let rotation = Rotation { current: creds, previous: None, fallback_logged: false };
-        Ok(AgentClient { http, creds: Arc::new(RwLock::new(rotation)) })
+        Ok(AgentClient { http, creds: Arc::new(RwLock::new(rotation)), trust })
+    }
+
+    /// The trust towards `https://` agents, if this client has one.
+    pub fn trust(&self) -> Option<&Arc<AgentTrust>> {
+        self.trust.as_ref()
     }
 
     /// Replaces the credentials of this client and every clone (a rotated Secret); the replaced
@@ -336,47 +352,17 @@ mod tests {
     /// certificate from a generated CA); without the CA the call fails on the certificate.
     #[tokio::test]
     async fn https_agents_are_trusted_through_the_agent_ca() {
-        use rustls_pki_types::pem::PemObject as _;
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let d = tempfile::tempdir().unwrap();
         haptic_e2e::tls::make_ca(d.path(), "srv");
-        let certs = rustls_pki_types::CertificateDer::pem_file_iter(d.path().join("srv.pem"))
-            .unwrap()
-            .collect::<Result<Vec<_>, _>>()
-            .unwrap();
-        let key = rustls_pki_types::PrivateKeyDer::from_pem_file(d.path().join("srv.key")).unwrap();
-        let cfg = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
-            rustls::crypto::aws_lc_rs::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .unwrap();
-        let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(cfg));
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
         let body = serde_json::json!({"error": "haproxy_unavailable", "reason": "over TLS",
             "applied": haptic_protocol::PlanId(haptic_protocol::Digest::of(b"x"))})
         .to_string();
-        let server = tokio::spawn(async move {
-            loop {
-                let Ok((s, _)) = l.accept().await else { return };
-                let Ok(mut s) = acceptor.accept(s).await else { continue };
-                let mut got = Vec::new();
-                let mut buf = vec![0u8; 65536];
-                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-                    let n = s.read(&mut buf).await.unwrap();
-                    got.extend_from_slice(&buf[..n]);
-                }
-                let resp = format!(
-                    "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                s.write_all(resp.as_bytes()).await.unwrap();
-                let _ = s.shutdown().await;
-            }
-        });
+        let resp = format!(
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let read = |f: &str| std::fs::read(d.path().join(f)).unwrap();
+        let (addr, server) = haptic_e2e::tls::answering_server(&read("srv.pem"), &read("srv.key"), resp).await;
         let creds = Credentials { user: "u".into(), password: "p".into() };
         let ep = Endpoint { name: addr.to_string(), url: format!("https://{addr}") };
         let req: ApplyRequest = serde_json::from_value(serde_json::json!({

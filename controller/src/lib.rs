@@ -22,6 +22,7 @@ pub mod render;
 
 pub use error::Error;
 pub mod admin;
+pub mod agent_tls;
 pub mod app;
 pub mod blob;
 pub mod client;

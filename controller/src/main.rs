@@ -18,7 +18,7 @@ use haptic_controller::client::Credentials;
 use haptic_controller::diff::{diff, Baseline};
 use haptic_controller::gate::{Checker, GateMode, Verdict};
 use haptic_controller::kubernetes::lease::LeaseTiming;
-use haptic_controller::kubernetes::run::{start_kubernetes, KubernetesSettings};
+use haptic_controller::kubernetes::run::{start_kubernetes, AgentTlsSettings, KubernetesSettings};
 use haptic_controller::render::load_dir;
 use haptic_controller::standalone::{start_standalone, StandaloneSettings};
 use haptic_controller::status::{table, FleetStatus};
@@ -193,6 +193,30 @@ struct RunArgs {
     /// The PEM CA bundle that signed the agents' TLS certificates; needed for `https://` agents.
     #[arg(long, env = "HAPTIC_CONTROLLER_AGENT_CA_FILE")]
     agent_ca_file: Option<PathBuf>,
+    /// The DNS name every agent's certificate must carry, whatever address its URL names (pod
+    /// IPs change; the chart uses `<release>-agent.<namespace>.svc`).
+    #[arg(long, env = "HAPTIC_CONTROLLER_AGENT_TLS_SERVER_NAME")]
+    agent_tls_server_name: Option<String>,
+    /// Kubernetes mode: the agents serve TLS with the certificate of this Secret
+    /// (`kubernetes.io/tls`), whose `ca.crt` the controller trusts, re-read while it runs.
+    /// Needs --agent-tls-server-name.
+    #[arg(
+        long,
+        env = "HAPTIC_CONTROLLER_AGENT_TLS_SECRET",
+        help_heading = "Kubernetes mode",
+        requires = "agent_tls_server_name"
+    )]
+    agent_tls_secret: Option<String>,
+    /// Kubernetes mode: the controller makes and rotates the --agent-tls-secret itself (a CA in
+    /// `<secret>-ca`, a serving certificate for --agent-tls-server-name); without it another
+    /// issuer (cert-manager) writes that Secret.
+    #[arg(
+        long,
+        env = "HAPTIC_CONTROLLER_AGENT_TLS_ISSUE",
+        help_heading = "Kubernetes mode",
+        requires = "agent_tls_secret"
+    )]
+    agent_tls_issue: bool,
     /// The admin server (`/status`, `/metrics`, `/healthz`).
     #[arg(long, env = "HAPTIC_CONTROLLER_ADMIN_LISTEN", default_value = "127.0.0.1:9180")]
     admin_listen: SocketAddr,
@@ -265,6 +289,7 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
         max_parallel: usize::from(a.max_parallel),
         gate: a.gate,
         agent_ca_file: a.agent_ca_file.clone(),
+        agent_tls_server_name: a.agent_tls_server_name.clone(),
     };
     let running = if a.kubernetes {
         let config = a.config_name.clone().context("--config names the HAProxyConfig to serve")?;
@@ -288,6 +313,7 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
                 retry_period: a.retry_period,
             },
             settle: a.settle,
+            agent_tls: a.agent_tls_secret.clone().map(|secret| AgentTlsSettings { secret, issue: a.agent_tls_issue }),
         };
         tracing::info!(namespace = %settings.namespace, config = %settings.config, lease = %settings.lease_name,
             identity = %settings.identity, "starting in Kubernetes mode");
@@ -297,6 +323,9 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
             bail!("standalone mode needs --config-dir, --agent and --credentials-file");
         };
         let credentials = Credentials::load(&credentials_file).map_err(Error::flag("--credentials-file"))?;
+        if a.agent_tls_server_name.is_some() && a.agent_ca_file.is_none() {
+            bail!("--agent-tls-server-name needs --agent-ca-file in standalone mode (the CA that signed the agents' certificates)");
+        }
         if a.agent_ca_file.is_none() {
             if let Some(u) = a.agents.iter().find(|u| u.starts_with("https://")) {
                 bail!(

@@ -242,6 +242,21 @@ fn run_refuses_bad_settings_clearly() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // A fixed agent name without the CA to verify it with: refused at start.
+    let out = bin()
+        .args(["run", "--standalone", "--agent", "https://127.0.0.1:1", "--admin-listen", "127.0.0.1:0"])
+        .args(["--agent-tls-server-name", "haptic-agent.edge.svc", "--config-dir"])
+        .arg(d.path())
+        .arg("--credentials-file")
+        .arg(&creds)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--agent-tls-server-name needs --agent-ca-file"), "{err}");
+    // --agent-tls-issue without --agent-tls-secret: a usage error.
+    let out = bin().args(["run", "--kubernetes", "--config", "edge", "--agent-tls-issue"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
     // A config dir that does not exist.
     let out = bin()
         .args(["run", "--standalone", "--agent", "http://127.0.0.1:1", "--admin-listen", "127.0.0.1:0"])

@@ -7,8 +7,9 @@
 //! the local control plane, applies the generated CRD for real and creates every rendered object
 //! with a server-side dry run, so the apiserver's own schemas check them; and installs, upgrades
 //! and uninstalls the chart for real there (the generated credential is kept throughout).
-//! prometheus-operator's kinds (ServiceMonitor, PodMonitor, PrometheusRule) have no CRD on that
-//! control plane: they are rendered, linted and asserted on, not dry-run.
+//! prometheus-operator's kinds (ServiceMonitor, PodMonitor, PrometheusRule) and cert-manager's
+//! (Certificate, Issuer) have no CRD on that control plane: they are rendered, linted and asserted
+//! on, not dry-run.
 //!
 //! The monitoring pack: the PrometheusRule passes `promtool check rules` and `promtool test
 //! rules` (each alert fires on its condition, and not on a healthy fleet); every `haproxy_*` name
@@ -143,6 +144,91 @@ fn assert_http_probe(c: &Value, probe: &str, path: &str, port: &str) {
     let p = &c[probe]["httpGet"];
     assert_eq!(p["path"], path, "{} {probe}", c["name"]);
     assert_eq!(p["port"], port, "{} {probe}", c["name"]);
+}
+
+/// Who issues the agents' certificate in a render.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AgentTls {
+    /// The controller (`--agent-tls-issue`): the default.
+    Controller,
+    /// cert-manager (`Certificate` objects).
+    CertManager,
+    /// The admin's Secret (`agent.tls.existingSecret`).
+    Existing,
+    /// Plain HTTP (`agent.tls.enabled=false`).
+    Off,
+}
+
+/// The TLS wiring of the control channel: the agent serves the serving Secret's files over
+/// HTTPS (probes too), the controller verifies the fixed name and reads the same Secret, RBAC
+/// reaches exactly that Secret (and the CA Secret when the controller issues), and cert-manager's
+/// Certificate names the same Secret and name.
+fn check_agent_tls(objs: &[Value], mode: AgentTls) {
+    let hap = one(objs, "Deployment", "-haproxy");
+    let pod = &hap["spec"]["template"]["spec"];
+    let agent = container(pod, "agent");
+    let aa = argv(agent);
+    let ac = argv(container(&one(objs, "Deployment", "-controller")["spec"]["template"]["spec"], "controller"));
+    let volume = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "agent-tls");
+    let role = one(objs, "Role", "-controller");
+    let named: Vec<&Value> =
+        role["rules"].as_array().unwrap().iter().filter(|r| r["resourceNames"].is_array()).collect();
+    let certs: Vec<&Value> = objs.iter().filter(|o| kind_of(o) == "Certificate").collect();
+    let scheme = |probe: &str| agent[probe]["httpGet"]["scheme"].as_str().map(str::to_string);
+    if mode == AgentTls::Off {
+        assert!(volume.is_none() && flag(&aa, "--tls-cert-file").is_none(), "plain HTTP: no certificate");
+        assert!(flag(&ac, "--agent-tls-secret").is_none() && flag(&ac, "--agent-tls-server-name").is_none());
+        assert!(!ac.contains(&"--agent-tls-issue".to_string()));
+        assert!(named.is_empty() && certs.is_empty());
+        assert_eq!((scheme("livenessProbe"), scheme("readinessProbe")), (None, None));
+        return;
+    }
+    let secret = flag(&ac, "--agent-tls-secret").expect("the controller reads the agents' serving Secret");
+    let server_name = flag(&ac, "--agent-tls-server-name").expect("the controller verifies a fixed name");
+    let want_secret =
+        if mode == AgentTls::Existing { "mine".to_string() } else { format!("{RELEASE}-haptic-agent-tls") };
+    assert_eq!(secret, want_secret);
+    assert_eq!(server_name, format!("{RELEASE}-haptic-agent.{NAMESPACE}.svc"));
+    assert_eq!(ac.contains(&"--agent-tls-issue".to_string()), mode == AgentTls::Controller);
+    let volume = volume.expect("the agent-tls volume");
+    assert_eq!(volume["secret"]["secretName"], secret.as_str());
+    let dir = &mounts(agent)["agent-tls"];
+    assert_eq!(flag(&aa, "--tls-cert-file"), Some(format!("{dir}/tls.crt")));
+    assert_eq!(flag(&aa, "--tls-key-file"), Some(format!("{dir}/tls.key")));
+    assert!(flag(&aa, "--tls-poll").is_some());
+    let items: BTreeSet<&str> =
+        volume["secret"]["items"].as_array().unwrap().iter().map(|i| i["key"].as_str().unwrap()).collect();
+    assert_eq!(items, BTreeSet::from(["tls.crt", "tls.key"]), "the agent sees only its certificate and key");
+    assert_eq!((scheme("livenessProbe"), scheme("readinessProbe")), (Some("HTTPS".into()), Some("HTTPS".into())));
+    assert!(!mounts(container(pod, "haproxy")).contains_key("agent-tls"), "only the agent sees the key");
+    // RBAC: the named Secrets only; create (not limitable by name) only when the controller issues.
+    assert_eq!(named.len(), 1);
+    let names: Vec<&str> = named[0]["resourceNames"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    let verbs: Vec<&str> = named[0]["verbs"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    let creates = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r["resources"] == json!(["secrets"]) && r["verbs"] == json!(["create"]));
+    if mode == AgentTls::Controller {
+        assert_eq!(names, [secret.clone(), format!("{secret}-ca")]);
+        assert_eq!(verbs, ["get", "update"]);
+        assert!(creates);
+    } else {
+        assert_eq!(names, [secret.as_str()]);
+        assert_eq!(verbs, ["get"]);
+        assert!(!creates);
+    }
+    if mode == AgentTls::CertManager {
+        let serving = certs.iter().find(|c| c["spec"]["secretName"] == secret.as_str()).expect("a Certificate");
+        assert_eq!(serving["spec"]["dnsNames"], json!([server_name]));
+        assert_eq!(serving["spec"]["issuerRef"]["name"], format!("{RELEASE}-haptic-agent-ca"));
+        let ca = certs.iter().find(|c| c["spec"]["isCA"] == true).expect("a CA Certificate");
+        let issuer = one(objs, "Issuer", "-agent-ca");
+        assert_eq!(issuer["spec"]["ca"]["secretName"], ca["spec"]["secretName"]);
+    } else {
+        assert!(certs.is_empty(), "no cert-manager object without cert-manager");
+    }
 }
 
 /// Every assertion on one render. `agent_port`, `min_reload` and `reload_timeout` are the values
@@ -293,7 +379,7 @@ fn check_render(objs: &[Value], agent_port: u64, min_reload: &str, reload_timeou
     let want: BTreeMap<(String, String), BTreeSet<String>> = [
         ("", "pods", &["list", "watch"][..]),
         ("", "configmaps", &["list", "watch"]),
-        ("", "secrets", &["list", "watch"]),
+        ("", "secrets", &["list", "watch", "get", "update", "create"]),
         ("coordination.k8s.io", "leases", &["get", "create", "update"]),
         ("haptic.dev", "haproxyconfigs", &["get", "list", "watch"]),
         ("haptic.dev", "haproxyconfigs/status", &["patch"]),
@@ -353,7 +439,7 @@ fn helm_lint_strict_passes_with_default_and_production_values() {
     let values = production_values();
     let (ok, out, err) = helm(&["lint", "--strict", chart.to_str().unwrap(), "-f", values.to_str().unwrap()]);
     assert!(ok, "helm lint --strict -f production-values.yaml:\n{out}\n{err}");
-    for profile in ["daemonset", "hpa", "ingress"] {
+    for profile in ["daemonset", "hpa", "ingress", "cert-manager", "plain-http"] {
         let values = ci_values(profile);
         let (ok, out, err) = helm(&["lint", "--strict", chart.to_str().unwrap(), "-f", values.to_str().unwrap()]);
         assert!(ok, "helm lint --strict -f {profile}-values.yaml:\n{out}\n{err}");
@@ -366,6 +452,7 @@ fn helm_lint_strict_passes_with_default_and_production_values() {
 fn default_render_is_wired_as_the_brief_says() {
     let objs = render_default();
     check_render(&objs, 9080, "2s", "10s");
+    check_agent_tls(&objs, AgentTls::Controller);
     for kind in ["ServiceMonitor", "PodMonitor", "PrometheusRule"] {
         assert!(!objs.iter().any(|o| kind_of(o) == kind), "{kind} is opt-in");
     }
@@ -388,6 +475,48 @@ fn default_render_is_wired_as_the_brief_says() {
     let committed: Value =
         serde_saphyr::from_str(&std::fs::read_to_string(chart_dir().join("crds/haproxyconfig.yaml")).unwrap()).unwrap();
     assert_eq!(crd, &committed, "the chart ships the committed (generated) CRD unchanged");
+}
+
+/// TLS on the control channel in each mode: the controller issues (default), cert-manager
+/// (`certManager.enabled: true`; `auto` without cert-manager on the cluster is the controller),
+/// the admin's Secret, and off.
+#[test]
+fn agent_tls_in_every_mode() {
+    check_agent_tls(&render_ci("cert-manager"), AgentTls::CertManager);
+    check_agent_tls(&render(&["--set", "agent.tls.existingSecret=mine"]), AgentTls::Existing);
+    check_agent_tls(&render_ci("plain-http"), AgentTls::Off);
+    // `auto` follows what the cluster serves (helm's --api-versions stands in for it here).
+    check_agent_tls(&render(&["--api-versions", "cert-manager.io/v1"]), AgentTls::CertManager);
+    check_agent_tls(
+        &render(&["--set", "agent.tls.certManager.enabled=false", "--api-versions", "cert-manager.io/v1"]),
+        AgentTls::Controller,
+    );
+    // An existing issuer replaces the chart's self-signed CA.
+    let objs = render(&[
+        "-f",
+        ci_values("cert-manager").to_str().unwrap(),
+        "--set",
+        "agent.tls.certManager.issuerRef.name=corp",
+        "--set",
+        "agent.tls.certManager.issuerRef.kind=ClusterIssuer",
+    ]);
+    let certs: Vec<&Value> = objs.iter().filter(|o| kind_of(o) == "Certificate").collect();
+    assert_eq!(certs.len(), 1, "only the serving Certificate");
+    assert_eq!(
+        certs[0]["spec"]["issuerRef"],
+        json!({"name": "corp", "kind": "ClusterIssuer", "group": "cert-manager.io"})
+    );
+    assert!(!objs.iter().any(|o| kind_of(o) == "Issuer"));
+    // The PodMonitor scrapes the agents over TLS, verified like the controller does.
+    let objs = render(&["--set", "metrics.podMonitor.enabled=true"]);
+    let pm = one(&objs, "PodMonitor", "-haproxy");
+    let agent = pm["spec"]["podMetricsEndpoints"].as_array().unwrap().iter().find(|e| e["port"] == "agent").unwrap();
+    assert_eq!(agent["scheme"], "https");
+    assert_eq!(agent["tlsConfig"]["serverName"], format!("{RELEASE}-haptic-agent.{NAMESPACE}.svc"));
+    assert_eq!(
+        agent["tlsConfig"]["ca"]["secret"],
+        json!({"name": format!("{RELEASE}-haptic-agent-tls"), "key": "ca.crt"})
+    );
 }
 
 #[test]
@@ -751,6 +880,11 @@ fn the_values_schema_refuses_bad_values() {
         "metrics.prometheusRule.noLeaderFor=soon",
         "metrics.podMonitor.interval=often",
         "metrics.dashboard.extra=1",
+        "agent.tls.enabled=maybe",
+        "agent.tls.certManager.enabled=sometimes",
+        "agent.tls.certManager.issuerRef.kind=Issuer",
+        "agent.tls.serverName=Not_A_Name",
+        "agent.tls.poll=often",
     ] {
         let chart = chart_dir();
         let (ok, _, err) = helm(&["template", RELEASE, chart.to_str().unwrap(), "--set", bad]);
@@ -810,14 +944,16 @@ async fn every_rendered_object_passes_a_server_side_dry_run() {
         ("daemonset", render_ci("daemonset")),
         ("hpa", render_ci("hpa")),
         ("ingress", render_ci("ingress")),
+        ("cert-manager", render_ci("cert-manager")),
+        ("plain-http", render_ci("plain-http")),
     ] {
         for o in objs {
             let (kind, name) = (kind_of(&o).to_string(), name_of(&o).to_string());
             let api_version = o["apiVersion"].as_str().unwrap();
             let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-            if group == "monitoring.coreos.com" {
-                // prometheus-operator's CRD is not part of this control plane.
-                println!("{profile}: {kind} {name}: skipped (no prometheus-operator CRD here)");
+            if group == "monitoring.coreos.com" || group == "cert-manager.io" {
+                // prometheus-operator's and cert-manager's CRDs are not part of this control plane.
+                println!("{profile}: {kind} {name}: skipped (no {group} CRD here)");
                 continue;
             }
             let gvk = GroupVersionKind::gvk(group, version, &kind);

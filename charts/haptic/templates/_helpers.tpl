@@ -108,3 +108,27 @@ app.kubernetes.io/component: haproxy
 {{- define "haptic.runDir" -}}/run/haptic{{- end }}
 {{- define "haptic.masterSocket" -}}/run/haptic/master.sock{{- end }}
 {{- define "haptic.credentialsDir" -}}/etc/haptic/credentials{{- end }}
+{{- define "haptic.tlsDir" -}}/etc/haptic/tls{{- end }}
+
+{{/* The agents' serving Secret (`tls.crt`, `tls.key`, `ca.crt`). */}}
+{{- define "haptic.agentTls.secret" -}}
+{{- default (printf "%s-agent-tls" (include "haptic.fullname" .)) .Values.agent.tls.existingSecret }}
+{{- end }}
+
+{{/* The DNS name every agent certificate carries and the controller verifies (pod IPs change). */}}
+{{- define "haptic.agentTls.serverName" -}}
+{{- default (printf "%s-agent.%s.svc" (include "haptic.fullname" .) .Release.Namespace) .Values.agent.tls.serverName }}
+{{- end }}
+
+{{/* Who issues the agents' certificate: `existing` (agent.tls.existingSecret), `cert-manager`
+     (certManager.enabled true, or `auto` on a cluster serving cert-manager.io/v1), or
+     `controller` (the controller makes and rotates it). Empty with TLS off. */}}
+{{- define "haptic.agentTls.issuer" -}}
+{{- if .Values.agent.tls.enabled }}
+{{- $cm := .Values.agent.tls.certManager.enabled }}
+{{- if .Values.agent.tls.existingSecret }}existing
+{{- else if or (eq (toString $cm) "true") (and (eq (toString $cm) "auto") (.Capabilities.APIVersions.Has "cert-manager.io/v1")) }}cert-manager
+{{- else }}controller
+{{- end }}
+{{- end }}
+{{- end }}

@@ -23,6 +23,7 @@ use tracing::{info, warn};
 
 use super::context::Context;
 use super::crd::{pod_selector, AgentSpec};
+use crate::agent_tls::agent_url;
 use crate::client::{AgentClient, Credentials};
 use crate::metrics::Metrics;
 use crate::seams::Endpoint;
@@ -69,12 +70,13 @@ pub struct Candidate {
     pub restarts: i32,
     /// The agent container's id.
     pub container_id: String,
-    /// `http://<ip>:<port>`.
+    /// `http://<ip>:<port>`, or `https://` when the agents serve TLS.
     pub url: String,
 }
 
-/// The pure admission rule before the probe: an IP, not deleting, the agent container running.
-pub fn candidate(pod: &Pod, agent: &AgentSpec) -> Result<Candidate, Reject> {
+/// The pure admission rule before the probe: an IP, not deleting, the agent container running;
+/// the URL is `https://` when `tls`.
+pub fn candidate(pod: &Pod, agent: &AgentSpec, tls: bool) -> Result<Candidate, Reject> {
     let meta = &pod.metadata;
     let status = pod.status.as_ref().ok_or(Reject::NotScheduled)?;
     let ip = status.pod_ip.clone().filter(|ip| !ip.is_empty()).ok_or(Reject::NotScheduled)?;
@@ -89,7 +91,7 @@ pub fn candidate(pod: &Pod, agent: &AgentSpec) -> Result<Candidate, Reject> {
     if cs.state.as_ref().and_then(|s| s.running.as_ref()).is_none() {
         return Err(Reject::AgentContainerNotRunning);
     }
-    let host = if ip.contains(':') { format!("[{ip}]") } else { ip.clone() };
+    let url = agent_url(tls, &ip, agent.port);
     Ok(Candidate {
         namespace: meta.namespace.clone().unwrap_or_default(),
         name: meta.name.clone().unwrap_or_default(),
@@ -97,7 +99,7 @@ pub fn candidate(pod: &Pod, agent: &AgentSpec) -> Result<Candidate, Reject> {
         ip,
         restarts: cs.restart_count,
         container_id: cs.container_id.clone().unwrap_or_default(),
-        url: format!("http://{host}:{}", agent.port),
+        url,
     })
 }
 
@@ -188,6 +190,8 @@ pub struct Rejection {
 /// probed again) and the last rejection of each pod.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Admission {
+    /// Whether the agents serve TLS (their URLs are `https://`).
+    pub tls: bool,
     admitted: BTreeSet<Candidate>,
     rejected: BTreeMap<String, (Option<Candidate>, Reject)>,
 }
@@ -222,7 +226,7 @@ impl Admission {
             let name = pod.metadata.name.clone().unwrap_or_default();
             seen_names.insert(name.clone());
             pass.facts.insert(name.clone(), pod_facts(pod));
-            match candidate(pod, agent) {
+            match candidate(pod, agent, self.tls) {
                 Ok(c) => {
                     now_candidates.insert(c);
                 }
@@ -332,7 +336,7 @@ pub async fn discover(
 ) {
     let mut snapshots = ctx.snapshots.clone();
     let mut pods: Option<PodWatch> = None;
-    let mut admission = Admission::default();
+    let mut admission = Admission { tls: agents.trust().is_some(), ..Admission::default() };
     let mut creds: Option<Credentials> = None;
     let mut tick = tokio::time::interval(REPROBE);
     let publish = |d: Discovered| {
@@ -509,7 +513,7 @@ mod tests {
                 {"name": "agent", "image": "i", "imageID": "", "ready": false, "restartCount": 2,
                  "containerID": "c://1", "state": {"running": {}}}]}
         }));
-        let c = candidate(&running, &agent).unwrap();
+        let c = candidate(&running, &agent, false).unwrap();
         assert_eq!((c.url.as_str(), c.restarts, c.container_id.as_str()), ("http://10.0.0.5:9080", 2, "c://1"));
         // Readiness is never consulted (ready: false above).
         let waiting = pod(json!({
@@ -518,15 +522,16 @@ mod tests {
                 {"name": "agent", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
                  "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}
         }));
-        assert_eq!(candidate(&waiting, &agent), Err(Reject::AgentContainerNotRunning));
+        assert_eq!(candidate(&waiting, &agent, false), Err(Reject::AgentContainerNotRunning));
         let no_agent =
             pod(json!({"metadata": {"name": "h-3"}, "status": {"podIP": "10.0.0.7", "containerStatuses": []}}));
-        assert_eq!(candidate(&no_agent, &agent), Err(Reject::AgentContainerNotRunning));
+        assert_eq!(candidate(&no_agent, &agent, false), Err(Reject::AgentContainerNotRunning));
         let pending = pod(json!({"metadata": {"name": "h-4"}, "status": {"phase": "Pending"}}));
-        assert_eq!(candidate(&pending, &agent), Err(Reject::NotScheduled));
+        assert_eq!(candidate(&pending, &agent, false), Err(Reject::NotScheduled));
         let v6 = pod(json!({"metadata": {"name": "h-5"}, "status": {"podIP": "fd00::1", "containerStatuses": [
             {"name": "agent", "image": "i", "imageID": "", "ready": true, "restartCount": 0, "state": {"running": {}}}]}}));
-        assert_eq!(candidate(&v6, &agent).unwrap().url, "http://[fd00::1]:9080");
+        assert_eq!(candidate(&v6, &agent, false).unwrap().url, "http://[fd00::1]:9080");
+        assert_eq!(candidate(&v6, &agent, true).unwrap().url, "https://[fd00::1]:9080");
     }
 
     fn running_pod(name: &str, uid: &str, ip: &str) -> Arc<Pod> {

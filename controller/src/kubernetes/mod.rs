@@ -5,6 +5,7 @@
 //! Everything here plugs into the seams of [`crate::seams`]; the gate, diff, deployer and
 //! scheduler never learn that Kubernetes is behind them.
 
+pub mod agent_tls;
 pub mod cluster;
 pub mod context;
 pub mod crd;

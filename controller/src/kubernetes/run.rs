@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::agent_tls;
 use super::context::{Context, Names};
 use super::crd::{parse_duration, GateSpec, HAProxyConfig};
 use super::discovery::{discover, Discovered, FeedEndpoints};
@@ -49,6 +50,18 @@ pub struct KubernetesSettings {
     pub timing: LeaseTiming,
     /// Quiet window after a change before rendering.
     pub settle: Duration,
+    /// TLS towards the agents (`None`: plain HTTP).
+    pub agent_tls: Option<AgentTlsSettings>,
+}
+
+/// Where the agents' CA comes from in Kubernetes mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentTlsSettings {
+    /// The agents' serving Secret in the namespace; its `ca.crt` is the trusted bundle.
+    pub secret: String,
+    /// Whether this controller issues and rotates that Secret itself (else cert-manager or the
+    /// admin writes it).
+    pub issue: bool,
 }
 
 /// The common settings with the resource's `spec.controller` applied (bad values keep the flag's
@@ -69,6 +82,18 @@ pub fn term_settings(base: &Settings, cfg: Option<&HAProxyConfig>) -> Settings {
         GateSpec::Pessimistic => GateMode::Pessimistic,
     };
     s
+}
+
+/// An owner reference to the served `HAProxyConfig`, once it is known.
+fn config_owner(snap: &Snapshot) -> Option<OwnerReference> {
+    let c = snap.config.as_ref()?;
+    Some(OwnerReference {
+        api_version: "haptic.dev/v1alpha1".into(),
+        kind: "HAProxyConfig".into(),
+        name: c.metadata.name.clone()?,
+        uid: c.metadata.uid.clone()?,
+        ..OwnerReference::default()
+    })
 }
 
 /// Starts Kubernetes mode; the returned [`Running`] stops everything (releasing the Lease).
@@ -93,6 +118,20 @@ pub async fn start_kubernetes(s: KubernetesSettings, client: Client) -> Result<R
         board: shared.board.clone(),
     };
     let mut tasks = Vec::new();
+    if let (Some(t), Some(trust), Some(name)) =
+        (&s.agent_tls, shared.client.trust(), common.agent_tls_server_name.clone())
+    {
+        let snaps = ctx.snapshots.clone();
+        tasks.push(tokio::spawn(agent_tls::run(
+            ctx.api(),
+            t.secret.clone(),
+            name,
+            t.issue,
+            move || config_owner(&snaps.borrow()),
+            trust.clone(),
+            shutdown.clone(),
+        )));
+    }
     tasks.push(tokio::spawn(watch_renders(ctx.clone(), config_writer, snap_tx, s.settle, shutdown.clone())));
     tasks.push(tokio::spawn(discover(
         ctx.clone(),
@@ -108,17 +147,7 @@ pub async fn start_kubernetes(s: KubernetesSettings, client: Client) -> Result<R
     let (elector, leadership, raise) = Elector::new(ctx.api(), &ctx.names.lease, &ctx.names.identity, s.timing);
     // The Lease belongs to the HAProxyConfig: deleting it (or `helm uninstall`) removes the Lease.
     let owner_snaps = ctx.snapshots.clone();
-    let elector = elector.owned_by(move || {
-        let snap = owner_snaps.borrow();
-        let c = snap.config.as_ref()?;
-        Some(OwnerReference {
-            api_version: "haptic.dev/v1alpha1".into(),
-            kind: "HAProxyConfig".into(),
-            name: c.metadata.name.clone()?,
-            uid: c.metadata.uid.clone()?,
-            ..OwnerReference::default()
-        })
-    });
+    let elector = elector.owned_by(move || config_owner(&owner_snaps.borrow()));
 
     let listener = tokio::net::TcpListener::bind(common.admin_listen)
         .await

@@ -46,6 +46,18 @@ pub struct Controller {
 
 impl Controller {
     pub fn start(cp: &ControlPlane, ns: &str, bin: &HaproxyBin, identity: &str, dir: &Path) -> Controller {
+        Self::start_with(cp, ns, bin, identity, dir, &[])
+    }
+
+    /// [`Self::start`] with `extra` flags.
+    pub fn start_with(
+        cp: &ControlPlane,
+        ns: &str,
+        bin: &HaproxyBin,
+        identity: &str,
+        dir: &Path,
+        extra: &[&str],
+    ) -> Controller {
         let log = dir.join(format!("controller-{identity}.log"));
         let out = std::fs::File::create(&log).unwrap();
         let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
@@ -54,6 +66,7 @@ impl Controller {
             .args(["--admin-listen", &admin.to_string(), "--settle", "50ms"])
             .args(["--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "500ms"])
             .args(["--drift-interval", "600s"])
+            .args(extra)
             .arg("--haproxy-bin")
             .arg(&bin.path)
             .env("KUBECONFIG", cp.kubeconfig())

@@ -186,6 +186,7 @@ pub fn settings(
             max_parallel: 16,
             gate: GateMode::Optimistic,
             agent_ca_file: None,
+            agent_tls_server_name: None,
         },
         config_dir: config_dir.to_path_buf(),
         agents: fleet.urls(),

@@ -18,6 +18,7 @@ pub mod local;
 pub mod real;
 pub mod real_ingress;
 pub mod real_scenarios;
+pub mod real_tls;
 pub mod scenarios;
 
 use std::collections::BTreeMap;

@@ -44,6 +44,10 @@ pub const HAPROXY: &str = "haptic-haproxy";
 pub const CONTROLLER: &str = "haptic-controller";
 /// The agents' credentials Secret.
 pub const CREDENTIALS: &str = "haptic-agent-credentials";
+/// The agents' serving Secret (`tls.crt`, `tls.key`, `ca.crt`), which the controller issues.
+pub const AGENT_TLS: &str = "haptic-agent-tls";
+/// The DNS name in every agent's certificate (the chart's `<fullname>-agent.<namespace>.svc`).
+pub const AGENT_TLS_NAME: &str = "haptic-agent.haptic.svc";
 /// The Lease of the `HAProxyConfig` the scenarios drive.
 pub const LEASE: &str = "haptic-edge";
 /// HAProxy's traffic port in the pods (the chart's `haproxy.ports.http`) and its health port.
@@ -285,17 +289,74 @@ impl RealCluster {
         Ok(pods)
     }
 
+    /// How the agents are reached: over TLS when the HAProxy pods' agents serve it (the chart's
+    /// default), trusting only the `ca.crt` of their serving Secret and verifying the fixed name
+    /// [`AGENT_TLS_NAME`], as the controller does.
+    pub async fn agent_tls(&self) -> Result<Option<tokio_rustls::TlsConnector>> {
+        let dep = Api::<Deployment>::namespaced(self.client.clone(), NAMESPACE)
+            .get(HAPROXY)
+            .await
+            .map_err(|e| ClusterError::of("get the HAProxy Deployment", e))?;
+        let tls = dep
+            .spec
+            .and_then(|s| s.template.spec)
+            .and_then(|s| s.containers.into_iter().find(|c| c.name == "agent"))
+            .and_then(|c| c.command)
+            .is_some_and(|argv| argv.iter().any(|a| a.starts_with("--tls-cert-file")));
+        if !tls {
+            return Ok(None);
+        }
+        let s: Secret = Api::namespaced(self.client.clone(), NAMESPACE)
+            .get(AGENT_TLS)
+            .await
+            .map_err(|e| ClusterError::of("get the agents' TLS Secret", e))?;
+        let pem = s.data.unwrap_or_default().get("ca.crt").map(|v| v.0.clone()).unwrap_or_default();
+        connector(&pem).map(Some)
+    }
+
+    /// One raw HTTP/1.1 request to the agent port of `pod`, over TLS when the agents serve it.
+    async fn to_agent(&self, pod: &str, req: String) -> Result<(u16, String)> {
+        match self.agent_tls().await? {
+            Some(tls) => self.to_pod_over(pod, AGENT_PORT, req, Some(tls)).await,
+            None => self.to_pod(pod, AGENT_PORT, req).await,
+        }
+    }
+
     /// One raw HTTP/1.1 request to `port` of `pod`: straight to the pod IP where the host is
     /// routed there, else through the API's port-forward.
     async fn to_pod(&self, pod: &str, port: u16, req: String) -> Result<(u16, String)> {
+        self.to_pod_over(pod, port, req, None).await
+    }
+
+    /// [`Self::to_pod`], inside TLS when `tls` is given.
+    async fn to_pod_over(
+        &self,
+        pod: &str,
+        port: u16,
+        req: String,
+        tls: Option<tokio_rustls::TlsConnector>,
+    ) -> Result<(u16, String)> {
+        if let Some(tls) = tls {
+            let buf = if self.routed() {
+                let addr = self.pod_addr(pod, port).await?;
+                let tcp = tokio::net::TcpStream::connect(addr)
+                    .await
+                    .map_err(|e| ClusterError::of(&format!("{pod}:{port}"), e))?;
+                exchange_tls(&tls, tcp, &req).await.map_err(|e| ClusterError::of(&format!("{pod}:{port} (TLS)"), e))?
+            } else {
+                let mut pf =
+                    self.pods_api().portforward(pod, &[port]).await.map_err(|e| ClusterError::of("port-forward", e))?;
+                let stream = pf.take_stream(port).ok_or_else(|| ClusterError("port-forward gave no stream".into()))?;
+                let buf = exchange_tls(&tls, stream, &req)
+                    .await
+                    .map_err(|e| ClusterError::of(&format!("{pod}:{port} (TLS, port-forward)"), e))?;
+                let _ = pf.join().await;
+                buf
+            };
+            return parse_http_response(&buf).map_err(|e| ClusterError::of("agent response", e));
+        }
         if self.routed() {
-            let ip = self
-                .pod(pod)
-                .await?
-                .status
-                .and_then(|s| s.pod_ip)
-                .ok_or_else(|| ClusterError(format!("pod {pod} has no IP")))?;
-            let addr: SocketAddr = format!("{ip}:{port}").parse().map_err(|e| ClusterError::of("pod address", e))?;
+            let addr = self.pod_addr(pod, port).await?;
             return http_request(addr, &req).await.map_err(|e| ClusterError::of(&format!("{pod}:{port}"), e));
         }
         let mut pf =
@@ -316,7 +377,18 @@ impl RealCluster {
         parse_http_response(&buf).map_err(|e| ClusterError::of("port-forward response", e))
     }
 
-    async fn credentials(&self) -> Result<(String, String)> {
+    async fn pod_addr(&self, pod: &str, port: u16) -> Result<SocketAddr> {
+        let ip = self
+            .pod(pod)
+            .await?
+            .status
+            .and_then(|s| s.pod_ip)
+            .ok_or_else(|| ClusterError(format!("pod {pod} has no IP")))?;
+        format!("{ip}:{port}").parse().map_err(|e| ClusterError::of("pod address", e))
+    }
+
+    /// The agents' credential (`username`, `password` of the credentials Secret).
+    pub async fn credentials(&self) -> Result<(String, String)> {
         let s: Secret = Api::namespaced(self.client.clone(), NAMESPACE)
             .get(CREDENTIALS)
             .await
@@ -368,6 +440,48 @@ impl RealCluster {
             .filter_map(|p| p.metadata.name)
             .collect())
     }
+}
+
+/// A TLS connector trusting only the PEM bundle `ca`.
+pub fn connector(ca: &[u8]) -> Result<tokio_rustls::TlsConnector> {
+    use rustls_pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pki_types::CertificateDer::pem_slice_iter(ca) {
+        roots.add(c.map_err(|e| ClusterError::of("agent CA", e))?).map_err(|e| ClusterError::of("agent CA", e))?;
+    }
+    if roots.is_empty() {
+        return Err(ClusterError("the agents' TLS Secret has no ca.crt".into()));
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ClusterError::of("TLS", e))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg)))
+}
+
+/// Sends `req` inside TLS over `io` (verifying [`AGENT_TLS_NAME`]) and reads the answer to the
+/// end (a peer closing without close_notify ends it too), bounded by 20 s.
+pub async fn exchange_tls<S>(tls: &tokio_rustls::TlsConnector, io: S, req: &str) -> std::io::Result<Vec<u8>>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let name = rustls_pki_types::ServerName::try_from(AGENT_TLS_NAME)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let io = async {
+        let mut s = tls.connect(name, io).await?;
+        s.write_all(req.as_bytes()).await?;
+        let mut buf = Vec::new();
+        match s.read_to_end(&mut buf).await {
+            Ok(_) => Ok(buf),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !buf.is_empty() => Ok(buf),
+            Err(e) => Err(e),
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), io)
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "TLS request timed out"))?
 }
 
 /// `haptic-node1` → 1 (`scripts/cluster.sh` names its nodes so).
@@ -441,7 +555,7 @@ impl Cluster for RealCluster {
         let req = format!(
             "GET /v1/state HTTP/1.1\r\nHost: localhost\r\nAuthorization: Basic {auth}\r\nConnection: close\r\n\r\n"
         );
-        let (code, body) = self.to_pod(pod, AGENT_PORT, req).await?;
+        let (code, body) = self.to_agent(pod, req).await?;
         if code != 200 {
             return Err(ClusterError(format!("GET /v1/state of {pod}: {code} {body}")));
         }

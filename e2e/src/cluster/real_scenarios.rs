@@ -20,7 +20,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{json, Value};
 
-use super::real::{nodes_of, pod_ready, RealCluster, AGENT_PORT, CONTROLLER, HAPROXY, LEASE, NAMESPACE};
+use super::real::{nodes_of, pod_ready, RealCluster, AGENT_PORT, AGENT_TLS, CONTROLLER, HAPROXY, LEASE, NAMESPACE};
 use super::scenarios::{run_selected, step_names, Selection};
 use super::{eventually, put_config_map, status, status_table, wait_converged, Cluster, ClusterError, Result};
 
@@ -60,7 +60,7 @@ pub async fn install_reading_config_map(c: &RealCluster) -> Result<()> {
     c.install(&FROM_CONFIG_MAP)
 }
 
-fn ensure(ok: bool, what: impl FnOnce() -> String) -> Result<()> {
+pub(super) fn ensure(ok: bool, what: impl FnOnce() -> String) -> Result<()> {
     if ok {
         Ok(())
     } else {
@@ -68,12 +68,21 @@ fn ensure(ok: bool, what: impl FnOnce() -> String) -> Result<()> {
     }
 }
 
-fn ok(step: &str) {
+pub(super) fn ok(step: &str) {
     println!("ok real: {step}");
 }
 
 /// The real-cluster steps' names for `HAPTIC_E2E_STEPS`, in run order (after the shared ones).
-pub const REAL_STEPS: [&str; 6] = ["container-kill", "readiness", "rbac", "helm-upgrade", "reinstall", "two-nodes"];
+pub const REAL_STEPS: [&str; 8] = [
+    "container-kill",
+    "readiness",
+    "rbac",
+    "helm-upgrade",
+    "reinstall",
+    "tls-refused",
+    "credentials-rotation",
+    "two-nodes",
+];
 
 /// Every step name a real-cluster run knows: the shared steps', then [`REAL_STEPS`] and the
 /// Ingress steps (which run before `two-nodes`).
@@ -132,10 +141,12 @@ pub async fn run_real(c: &mut RealCluster, selection: &Selection) -> Result<()> 
         ok("installed again");
     }
 
-    // 8. Render mode: the Ingress steps.
+    // 8. TLS on the control channel and credential rotation under load.
+    super::real_tls::run_tls_steps(c, selection).await?;
+    // 9. Render mode: the Ingress steps.
     super::real_ingress::run_ingress(c, selection).await?;
 
-    // 9. Two nodes.
+    // 10. Two nodes.
     if selection.wants("two-nodes") {
         two_nodes(c).await?;
     }
@@ -241,14 +252,19 @@ async fn haproxy_container_killed(c: &mut RealCluster) -> Result<()> {
     Ok(())
 }
 
-/// Bounded load through the Service until `stop` (at most 30 000 requests or 240 s); returns
+/// Bounded load through the Service until `stop` (at most `max` requests or `within`); returns
 /// (successes, failures).
-fn start_load(c: &RealCluster, svc: String, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<(u64, Vec<String>)> {
+pub(super) fn start_load(
+    c: &RealCluster,
+    svc: String,
+    stop: Arc<AtomicBool>,
+    (max, within): (u64, Duration),
+) -> tokio::task::JoinHandle<(u64, Vec<String>)> {
     let c = c.clone();
     tokio::spawn(async move {
         let (mut ok, mut failed) = (0u64, Vec::new());
-        let deadline = Instant::now() + Duration::from_secs(240);
-        while !stop.load(Ordering::Relaxed) && Instant::now() < deadline && ok + (failed.len() as u64) < 30_000 {
+        let deadline = Instant::now() + within;
+        while !stop.load(Ordering::Relaxed) && Instant::now() < deadline && ok + (failed.len() as u64) < max {
             match c.service_get(&svc, "load", "/hello").await {
                 Ok((200, _)) => ok += 1,
                 other => failed.push(format!("{other:?}")),
@@ -262,7 +278,7 @@ async fn readiness_under_load(c: &mut RealCluster) -> Result<()> {
     let client = c.client();
     let svc = c.service_ip().await?;
     let stop = Arc::new(AtomicBool::new(false));
-    let load = start_load(c, svc, stop.clone());
+    let load = start_load(c, svc, stop.clone(), (30_000, Duration::from_secs(240)));
     let result = async {
         c.scale_haproxy(4).await?;
         wait_converged(&client, NAMESPACE, 4, None).await?;
@@ -401,6 +417,12 @@ async fn helm_uninstall(c: &mut RealCluster) -> Result<()> {
         let releases = secrets.list(&ListParams::default().labels("owner=helm,name=haptic")).await.ok()?.items.len();
         if releases > 0 {
             found.insert("helm release Secret".to_string(), releases);
+        }
+        // The agents' TLS Secrets the controller made (owned by the HAProxyConfig).
+        for n in [AGENT_TLS.to_string(), format!("{AGENT_TLS}-ca")] {
+            if secrets.get_opt(&n).await.ok()?.is_some() {
+                found.insert(format!("Secret {n}"), 1);
+            }
         }
         let done = found.is_empty();
         *left.borrow_mut() = found;
