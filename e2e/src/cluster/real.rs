@@ -405,7 +405,7 @@ impl RealCluster {
         let req = format!(
             "GET /metrics HTTP/1.1\r\nHost: localhost\r\nAuthorization: Basic {auth}\r\nConnection: close\r\n\r\n"
         );
-        match self.to_pod(pod, AGENT_PORT, req).await? {
+        match self.to_agent(pod, req).await? {
             (200, body) => Ok(body),
             (code, body) => Err(ClusterError(format!("GET /metrics of {pod}: {code} {body}"))),
         }
