@@ -2,41 +2,15 @@
 //! annotation's behaviour seen in real responses (source ranges 403, body size 413, `app-root`
 //! and redirects with their codes and a location arriving literally, an allowed snippet's header).
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 
 use haptic_e2e::net::free_port;
 use haptic_e2e::process::{Haproxy, HaproxyOpts};
 use haptic_e2e::HaproxyBin;
 use haptic_render::annotations::Allowed;
 use haptic_render::ingress::Settings;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 mod common;
-
-/// A backend answering every request with `name` (a thread per listener, ended with the test
-/// process).
-fn backend(name: &'static str) -> u16 {
-    use std::io::{Read, Write};
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for mut s in l.incoming().flatten() {
-            let mut buf = [0u8; 8192];
-            let _ = s.read(&mut buf);
-            let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{name}", name.len());
-        }
-    });
-    port
-}
-
-/// Sends `req` and returns the whole response as text.
-async fn raw(addr: SocketAddr, req: &str) -> String {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut out = Vec::new();
-    s.read_to_end(&mut out).await.unwrap();
-    String::from_utf8_lossy(&out).into_owned()
-}
 
 fn status(resp: &str) -> u16 {
     resp.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("no status in {resp:?}"))
@@ -52,7 +26,7 @@ fn header<'a>(resp: &'a str, name: &str) -> Option<&'a str> {
 
 haptic_e2e::on_each_version!(each_annotation_behaves);
 async fn each_annotation_behaves(bin: HaproxyBin) {
-    let (web, api, snip) = (backend("web"), backend("api"), backend("snip"));
+    let (web, api, snip) = (common::backend("web"), common::backend("api"), common::backend("snip"));
     let http_port = free_port();
     let mut input = common::input(
         include_str!("fixtures/annotations.yaml"),
@@ -91,9 +65,9 @@ async fn each_annotation_behaves(bin: HaproxyBin) {
     let get = |host: &str, path: &str| format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
 
     // guarded: the source range lets 127.0.0.1 in; `/` goes to app-root; a body over 1k is 413.
-    let r = raw(addr, &get("guarded.example.com", "/")).await;
+    let r = common::raw(addr, &get("guarded.example.com", "/")).await;
     assert_eq!((status(&r), header(&r, "location")), (302, Some("/app")), "{r}");
-    assert!(raw(addr, &get("guarded.example.com", "/app")).await.ends_with("web"));
+    assert!(common::raw(addr, &get("guarded.example.com", "/app")).await.ends_with("web"));
     let body = "x".repeat(2000);
     let post = |len: usize| {
         format!(
@@ -101,21 +75,21 @@ async fn each_annotation_behaves(bin: HaproxyBin) {
             &body[..len]
         )
     };
-    assert_eq!(status(&raw(addr, &post(2000)).await), 413);
-    assert!(raw(addr, &post(100)).await.ends_with("web"));
+    assert_eq!(status(&common::raw(addr, &post(2000)).await), 413);
+    assert!(common::raw(addr, &post(100)).await.ends_with("web"));
     // open: 127.0.0.1 is denied.
-    assert_eq!(status(&raw(addr, &get("open.example.com", "/")).await), 403);
+    assert_eq!(status(&common::raw(addr, &get("open.example.com", "/")).await), 403);
     // moved-ok: 308 to a location with a sample-fetch lookalike, arriving literally.
-    let r = raw(addr, &get("older.example.com", "/x")).await;
+    let r = common::raw(addr, &get("older.example.com", "/x")).await;
     assert_eq!(status(&r), 308, "{r}");
     assert_eq!(header(&r, "location"), Some("https://new.example.com/?q=%[env(HOME)]"), "{r}");
     // moved was refused (a blank in its target): its host is not routed (404).
-    assert_eq!(status(&raw(addr, &get("old.example.com", "/")).await), 404);
+    assert_eq!(status(&common::raw(addr, &get("old.example.com", "/")).await), 404);
     // secure: plain HTTP is redirected to HTTPS, the path kept.
-    let r = raw(addr, &get("secure.example.com", "/p?q=1")).await;
+    let r = common::raw(addr, &get("secure.example.com", "/p?q=1")).await;
     assert_eq!((status(&r), header(&r, "location")), (308, Some("https://secure.example.com/p?q=1")), "{r}");
     // The allowed snippet's header, from its own backend only.
-    let r = raw(addr, &get("snippet.example.com", "/")).await;
+    let r = common::raw(addr, &get("snippet.example.com", "/")).await;
     assert_eq!((header(&r, "x-snippet"), r.ends_with("snip")), (Some("yes"), true), "{r}");
-    assert_eq!(header(&raw(addr, &get("guarded.example.com", "/app")).await, "x-snippet"), None);
+    assert_eq!(header(&common::raw(addr, &get("guarded.example.com", "/app")).await, "x-snippet"), None);
 }

@@ -14,7 +14,6 @@ use haptic_e2e::HaproxyBin;
 use haptic_render::annotations::{Allowed, NGINX_PREFIX};
 use haptic_render::ingress::{IngressInput, Settings};
 use k8s_openapi::api::networking::v1::Ingress;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 mod common;
 
@@ -223,15 +222,6 @@ fn hostile_values_are_refused_or_stay_values(bin: HaproxyBin) {
     assert!(accepted > 0);
 }
 
-/// Sends `req` and returns the whole response as text.
-async fn raw(addr: SocketAddr, req: &str) -> String {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut out = Vec::new();
-    s.read_to_end(&mut out).await.unwrap();
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 haptic_e2e::on_each_version!(redirect_targets_arrive_literally);
 async fn redirect_targets_arrive_literally(bin: HaproxyBin) {
     let http_port = free_port();
@@ -264,7 +254,7 @@ async fn redirect_targets_arrive_literally(bin: HaproxyBin) {
         if !v.refusals.is_empty() {
             continue;
         }
-        let r = raw(addr, &format!("GET /p HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")).await;
+        let r = common::raw(addr, &format!("GET /p HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")).await;
         let location = r
             .split("\r\n\r\n")
             .next()

@@ -1,8 +1,7 @@
 //! Real HAProxy on 127.0.0.1 serving a fixture render routes by host and path to local
 //! backends and answers 503 for a Service that does not exist.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 
 use haptic_e2e::net::{free_port, http_request};
 use haptic_e2e::process::{Haproxy, HaproxyOpts};
@@ -10,25 +9,10 @@ use haptic_render::ingress::Settings;
 
 mod common;
 
-/// A backend answering every request with `name` (a thread per listener, ended with the test
-/// process).
-fn backend(name: &'static str) -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for mut s in l.incoming().flatten() {
-            let mut buf = [0u8; 4096];
-            let _ = s.read(&mut buf);
-            let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{name}", name.len());
-        }
-    });
-    port
-}
-
 haptic_e2e::on_each_version!(routes_by_host_and_path);
 async fn routes_by_host_and_path(bin: haptic_e2e::HaproxyBin) {
     let bin = &bin;
-    let (web, api) = (backend("web"), backend("api"));
+    let (web, api) = (common::backend("web"), common::backend("api"));
     let (http_port, health_port) = (free_port(), free_port());
     let mut input = common::basic_input(Settings {
         bind_address: [127, 0, 0, 1].into(),

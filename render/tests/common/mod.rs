@@ -50,3 +50,31 @@ pub fn write_tree(render: &Render, dir: &Path) {
         std::fs::write(&p, bytes).unwrap();
     }
 }
+
+/// A backend answering every request with `name` (a thread per listener, ended with the test
+/// process).
+#[allow(dead_code)]
+pub fn backend(name: &'static str) -> u16 {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut s in l.incoming().flatten() {
+            let mut buf = [0u8; 8192];
+            let _ = s.read(&mut buf);
+            let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{name}", name.len());
+        }
+    });
+    port
+}
+
+/// Sends `req` and returns the whole response as text.
+#[allow(dead_code)]
+pub async fn raw(addr: std::net::SocketAddr, req: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
