@@ -97,29 +97,6 @@ pub const DENIED: &[(Match, Why)] = &[
     (Match::WordPrefix("unset-var(proc."), Why::ChangesSharedState),
 ];
 
-/// The words that open a section: a snippet starting a line with one would leave its own.
-pub const SECTION_KEYWORDS: &[&str] = &[
-    "global",
-    "defaults",
-    "frontend",
-    "backend",
-    "listen",
-    "peers",
-    "resolvers",
-    "userlist",
-    "cache",
-    "ring",
-    "mailers",
-    "program",
-    "http-errors",
-    "log-forward",
-    "fcgi-app",
-    "crt-store",
-    "traces",
-    "acme",
-    "namespace_list",
-];
-
 /// Why a snippet is refused. Lines count from 1.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SnippetError {
@@ -186,7 +163,7 @@ pub fn check(text: &str) -> Result<(), SnippetError> {
         if first.starts_with('.') {
             return Err(SnippetError::Preprocessor { line: n, word: first.clone() });
         }
-        if SECTION_KEYWORDS.contains(&first.as_str()) {
+        if crate::cfg::SECTION_KEYWORDS.contains(&first.as_str()) {
             return Err(SnippetError::OpensSection { line: n, word: first.clone() });
         }
         for (m, why) in DENIED {

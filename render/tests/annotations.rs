@@ -43,20 +43,11 @@ async fn each_annotation_behaves(bin: HaproxyBin) {
             *v = "127.0.0.1".into();
         }
     }
-    for s in &mut input.endpoint_slices {
-        let svc = s.metadata.labels.as_ref().unwrap()["kubernetes.io/service-name"].clone();
-        let port = match svc.as_str() {
-            "web" => web,
-            "api" => api,
-            _ => snip,
-        };
-        for p in s.ports.iter_mut().flatten() {
-            p.port = Some(port.into());
-        }
-        for e in &mut s.endpoints {
-            e.addresses = vec!["127.0.0.1".into()];
-        }
-    }
+    common::endpoints_on_loopback(&mut input, |svc| match svc {
+        "web" => web,
+        "api" => api,
+        _ => snip,
+    });
     let render = haptic_render::render(&input, &Default::default()).unwrap();
     let dir = tempfile::tempdir().unwrap();
     common::write_tree(&render, dir.path());

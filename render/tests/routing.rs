@@ -21,15 +21,7 @@ async fn routes_by_host_and_path(bin: haptic_e2e::HaproxyBin) {
         health_port: Some(health_port),
         ..Settings::default()
     });
-    for s in &mut input.endpoint_slices {
-        let port = if s.metadata.name.as_deref() == Some("web-1") { web } else { api };
-        for p in s.ports.iter_mut().flatten() {
-            p.port = Some(port.into());
-        }
-        for e in &mut s.endpoints {
-            e.addresses = vec!["127.0.0.1".into()];
-        }
-    }
+    common::endpoints_on_loopback(&mut input, |svc| if svc == "web" { web } else { api });
     let render = haptic_render::render(&input, &Default::default()).unwrap();
     let dir = tempfile::tempdir().unwrap();
     common::write_tree(&render, dir.path());

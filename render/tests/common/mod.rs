@@ -78,3 +78,19 @@ pub async fn raw(addr: std::net::SocketAddr, req: &str) -> String {
     s.read_to_end(&mut out).await.unwrap();
     String::from_utf8_lossy(&out).into_owned()
 }
+
+/// Points every EndpointSlice of `input` at 127.0.0.1 on the port `port_of` gives for its Service.
+#[allow(dead_code)]
+pub fn endpoints_on_loopback(input: &mut IngressInput, port_of: impl Fn(&str) -> u16) {
+    for s in &mut input.endpoint_slices {
+        let svc =
+            s.metadata.labels.as_ref().and_then(|l| l.get("kubernetes.io/service-name")).cloned().unwrap_or_default();
+        let port = port_of(&svc);
+        for p in s.ports.iter_mut().flatten() {
+            p.port = Some(port.into());
+        }
+        for e in &mut s.endpoints {
+            e.addresses = vec!["127.0.0.1".into()];
+        }
+    }
+}
