@@ -3,7 +3,8 @@
 //! This crate owns the bootstrap config (`bootstrap`), the `haproxy.cfg` section parser (`cfg`), the files a config makes HAProxy
 //! read and how it loads them (`paths`), the structural runtime-claim comparison of two configs
 //! (`claim`), the master CLI and runtime API commands and the parsers of their replies (`cli`),
-//! the quoting that turns any string into config, log-format, map and regex text (`quote`), and
+//! the quoting that turns any string into config, log-format, map and regex text (`quote`), which
+//! regular expressions from objects are accepted (`regex`), and
 //! what a snippet from an object may contain (`snippet`). It is pure: it must never do I/O, spawn
 //! processes or depend on an async runtime. The wire contract itself lives in `haptic-protocol`.
 #![forbid(unsafe_code)]
@@ -15,4 +16,5 @@ pub mod claim;
 pub mod cli;
 pub mod paths;
 pub mod quote;
+pub mod regex;
 pub mod snippet;

@@ -47,6 +47,34 @@ pub const SUPPORTED: &[(&str, &str)] = &[
         "HAProxy directives added to the backends named; only when the HAProxyConfig allows snippets",
     ),
     ("server-snippet", "the same as `configuration-snippet`"),
+    (
+        "use-regex",
+        "`true`: this Ingress's Prefix and ImplementationSpecific paths are case-insensitive regular expressions anchored at the start (PCRE subset; nested quantifiers refused)",
+    ),
+    (
+        "rewrite-target",
+        "the path sent to the backend; `$1`…`$9` are the path regex's capture groups (implies `use-regex`)",
+    ),
+    ("upstream-vhost", "the Host header sent to the backend"),
+    (
+        "affinity",
+        "`cookie`: sticky sessions by an inserted cookie naming the server (a backend with it grows its slots by reload, doubling)",
+    ),
+    ("affinity-mode", "`balanced` or `persistent`: both keep a client on its server while that server is up"),
+    ("session-cookie-name", "the affinity cookie's name (default `INGRESSCOOKIE`)"),
+    ("session-cookie-expires", "seconds: the affinity cookie's `Max-Age`"),
+    ("session-cookie-max-age", "seconds: the affinity cookie's `Max-Age` (wins over `session-cookie-expires`)"),
+    ("session-cookie-path", "the affinity cookie's `Path`"),
+    (
+        "canary",
+        "`true`: this Ingress's paths are canaries of the same host/path of another Ingress, sharing its traffic through server weights",
+    ),
+    ("canary-weight", "the canary's share of requests, of `canary-weight-total` (runtime server weights: no reload)"),
+    ("canary-weight-total", "the total `canary-weight` is a share of (default 100)"),
+    ("canary-by-header", "a request with this header `always` goes to the canary, `never` to the main backend"),
+    ("canary-by-header-value", "with `canary-by-header`: a request whose header equals this goes to the canary"),
+    ("canary-by-cookie", "a request with this cookie `always` goes to the canary, `never` to the main backend"),
+    ("server-alias", "comma-separated extra hosts with the same paths as this Ingress's hosts"),
 ];
 
 /// Snippet keys ingress-nginx has that have no HAProxy meaning: always refused.
@@ -116,6 +144,8 @@ pub struct Policy {
     pub app_root: Option<String>,
     /// Every request redirects here.
     pub redirect: Option<Redirect>,
+    /// The Host header sent to the backend (object text: quoted by the template).
+    pub upstream_vhost: Option<String>,
 }
 
 impl Policy {
@@ -150,20 +180,87 @@ pub struct BackendOptions {
     pub protocol: Protocol,
     /// Checked directives added to the backend.
     pub snippet: Option<String>,
+    /// Cookie affinity.
+    pub affinity: Option<Affinity>,
+}
+
+/// Sticky sessions by an inserted cookie whose value names the server slot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Affinity {
+    /// The cookie's name (an RFC 6265 token).
+    pub name: String,
+    /// Its `Max-Age`, seconds.
+    pub max_age: Option<u32>,
+    /// Its `Path` (printable ASCII, no blanks, `;` or `,`).
+    pub path: Option<String>,
+}
+
+/// How an Ingress's paths are read and rewritten.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PathOptions {
+    /// Prefix and ImplementationSpecific paths are regular expressions (`use-regex`, or implied
+    /// by `rewrite-target`).
+    pub regex: bool,
+    /// The path sent to the backend, as HAProxy's `replace-path` format: `\1`…`\9` for the
+    /// path regex's groups, every other byte literal (quoted by the template).
+    pub rewrite: Option<String>,
+    /// Extra hosts served with the same paths (`server-alias`).
+    pub aliases: Vec<crate::model::HostMatch>,
+}
+
+/// Which requests a canary takes besides its weighted share: by header (`always`/`never`, or
+/// equal to a value), then by cookie (`always`/`never`); the header decides first.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct CanarySelector {
+    /// The header's name (`[A-Za-z0-9_-]`).
+    pub header: Option<String>,
+    /// The value that selects the canary (object text, quoted by the template; never `}`).
+    pub header_value: Option<String>,
+    /// The cookie's name (`[A-Za-z0-9_.-]`).
+    pub cookie: Option<String>,
+}
+
+impl CanarySelector {
+    /// Whether it selects nothing (weight only).
+    pub fn is_empty(&self) -> bool {
+        self.header.is_none() && self.cookie.is_none()
+    }
+}
+
+/// A canary Ingress's meaning: its share and selectors.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Canary {
+    /// Its share of requests is `weight / total`.
+    pub weight: u32,
+    /// See `weight`.
+    pub total: u32,
+    /// Header and cookie selection.
+    pub selector: CanarySelector,
 }
 
 /// What one Ingress's annotations mean.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Meaning {
+    /// When set, the Ingress is a canary of another one's host/paths.
+    pub canary: Option<Canary>,
     /// For its routes.
     pub policy: Policy,
     /// For the backends it names.
     pub backend: BackendOptions,
+    /// For its paths.
+    pub paths: PathOptions,
 }
 
 /// The annotation's field path in a [`Refusal`].
 fn field(full_key: &str) -> String {
     format!("metadata.annotations[{full_key}]")
+}
+
+/// The field path of the annotation `short` as `meta` sets it (`haptic.dev/` when both are set).
+pub(crate) fn field_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta, short: &str) -> String {
+    let ours = format!("{HAPTIC_PREFIX}{short}");
+    let set = meta.annotations.as_ref().is_some_and(|a| a.contains_key(&ours));
+    field(&if set { ours } else { format!("{NGINX_PREFIX}{short}") })
 }
 
 /// Reads `annotations` (an Ingress's, all of them) into their meaning: `Err` with every value
@@ -287,6 +384,127 @@ pub fn read(
                         s.push_str(line.trim());
                         s.push('\n');
                     }
+                }
+            }
+            "use-regex" => match bool_of(v) {
+                Ok(b) => m.paths.regex |= b,
+                Err(e) => bad(key, e),
+            },
+            "rewrite-target" => match rewrite_target(v) {
+                Ok(t) => {
+                    m.paths.rewrite = Some(t);
+                    m.paths.regex = true;
+                }
+                Err(e) => bad(key, e),
+            },
+            "upstream-vhost" => match vhost(v) {
+                Ok(h) => m.policy.upstream_vhost = Some(h),
+                Err(e) => bad(key, e),
+            },
+            "server-alias" => {
+                let list: Vec<&str> = v.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+                if list.is_empty() {
+                    bad(key, "no host given".into());
+                }
+                for h in list {
+                    match crate::ingress::parse_host(h) {
+                        Ok(h) if !m.paths.aliases.contains(&h) => m.paths.aliases.push(h),
+                        Ok(_) => {}
+                        Err(e) => bad(key, e),
+                    }
+                }
+            }
+            "affinity" => {
+                if v != "cookie" {
+                    bad(key, format!("{v:?} is not `cookie`"));
+                    continue;
+                }
+                let mut a = Affinity { name: "INGRESSCOOKIE".into(), max_age: None, path: None };
+                let get = |k: &str| keys.get(k).map(|(full, v)| (*full, v.trim()));
+                if let Some((full, n)) = get("session-cookie-name") {
+                    match token(n) {
+                        Ok(n) => a.name = n,
+                        Err(e) => bad(full, e),
+                    }
+                }
+                for k in ["session-cookie-expires", "session-cookie-max-age"] {
+                    if let Some((full, n)) = get(k) {
+                        match n.parse::<u32>().ok().filter(|n| *n <= 10 * 365 * 86_400) {
+                            Some(n) if k.ends_with("max-age") || a.max_age.is_none() => a.max_age = Some(n),
+                            Some(_) => {}
+                            None => bad(full, format!("{n:?} is not a number of seconds (up to ten years)")),
+                        }
+                    }
+                }
+                if let Some((full, p)) = get("session-cookie-path") {
+                    let ok = p.starts_with('/')
+                        && p.len() <= 1024
+                        && p.bytes().all(|b| b.is_ascii_graphic() && !b";,".contains(&b));
+                    if ok {
+                        a.path = Some(p.to_string());
+                    } else {
+                        bad(full, format!("{p:?} is not a cookie path (printable ASCII from '/', no ';' or ',')"));
+                    }
+                }
+                m.backend.affinity = Some(a);
+            }
+            "affinity-mode" => {
+                if !matches!(v, "balanced" | "persistent") {
+                    bad(key, format!("{v:?} is not `balanced` or `persistent`"));
+                }
+            }
+            "canary" => match bool_of(v) {
+                Ok(false) => {}
+                Ok(true) => {
+                    let mut c = Canary { weight: 0, total: 100, selector: CanarySelector::default() };
+                    let get = |k: &str| keys.get(k).map(|(full, v)| (*full, v.trim()));
+                    if let Some((full, t)) = get("canary-weight-total") {
+                        match t.parse::<u32>().ok().filter(|t| (1..=1_000_000).contains(t)) {
+                            Some(t) => c.total = t,
+                            None => bad(full, format!("{t:?} is not a number from 1 to 1000000")),
+                        }
+                    }
+                    if let Some((full, w)) = get("canary-weight") {
+                        match w.parse::<u32>().ok().filter(|w| *w <= c.total) {
+                            Some(w) => c.weight = w,
+                            None => bad(full, format!("{w:?} is not a number from 0 to {}", c.total)),
+                        }
+                    }
+                    if let Some((full, h)) = get("canary-by-header") {
+                        match name_of(h) {
+                            Ok(h) => c.selector.header = Some(h),
+                            Err(e) => bad(full, e),
+                        }
+                    }
+                    if let Some((full, hv)) = get("canary-by-header-value") {
+                        let ok =
+                            !hv.is_empty() && hv != "}" && hv.len() <= 1024 && hv.bytes().all(|b| b.is_ascii_graphic());
+                        if !ok {
+                            bad(full, format!("{hv:?} is not a header value (printable ASCII, no blanks, not `}}`)"));
+                        } else if c.selector.header.is_none() {
+                            bad(full, "canary-by-header is not set".into());
+                        } else {
+                            c.selector.header_value = Some(hv.to_string());
+                        }
+                    }
+                    if let Some((full, ck)) = get("canary-by-cookie") {
+                        match name_of(ck) {
+                            Ok(ck) => c.selector.cookie = Some(ck),
+                            Err(e) => bad(full, e),
+                        }
+                    }
+                    m.canary = Some(c);
+                }
+                Err(e) => bad(key, e),
+            },
+            s if s.starts_with("canary-") && SUPPORTED.iter().any(|(k, _)| *k == s) => {
+                if keys.get("canary").is_none_or(|(_, v)| v.trim() != "true") {
+                    warnings.push(Refusal { field: field(key), reason: "ignored: canary is not `true`".into() });
+                }
+            }
+            s if s.starts_with("session-cookie-") && SUPPORTED.iter().any(|(k, _)| *k == s) => {
+                if !keys.contains_key("affinity") {
+                    warnings.push(Refusal { field: field(key), reason: "ignored: affinity is not set".into() });
                 }
             }
             s if NGINX_ONLY_SNIPPETS.contains(&s) => bad(key, "this snippet has no meaning in HAProxy".into()),
@@ -483,6 +701,68 @@ fn location(v: &str) -> Result<String, String> {
     Ok(v.to_string())
 }
 
+/// `rewrite-target` as a `replace-path` format: a path of printable ASCII without blanks, where
+/// `$1`…`$9` name the path regex's groups. nginx variables (`$host`, …), a query (`?`), a
+/// backslash and two-digit group numbers are refused.
+fn rewrite_target(v: &str) -> Result<String, String> {
+    if !v.starts_with('/') || v.len() > 2048 || !v.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!("{v:?} is not a path (printable ASCII, no blanks, ≤ 2048 bytes)"));
+    }
+    let b = v.as_bytes();
+    let mut out = String::with_capacity(v.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'$' => match (b.get(i + 1), b.get(i + 2)) {
+                (Some(d @ b'1'..=b'9'), next) if !next.is_some_and(u8::is_ascii_digit) => {
+                    out.push('\\');
+                    out.push(char::from(*d));
+                    i += 2;
+                    continue;
+                }
+                _ => return Err(format!("{v:?}: '$' is only accepted as $1 to $9 (no nginx variables)")),
+            },
+            b'\\' => return Err(format!("{v:?}: a backslash is not accepted")),
+            b'?' => return Err(format!("{v:?}: a query is not accepted (the request's query is kept)")),
+            c => out.push(char::from(c)),
+        }
+        i += 1;
+    }
+    Ok(out)
+}
+
+/// An HTTP token (RFC 9110): a cookie or header name.
+fn token(v: &str) -> Result<String, String> {
+    let ok = !v.is_empty()
+        && v.len() <= 256
+        && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$&'*+-.^_`|~".contains(&b));
+    if !ok {
+        return Err(format!("{v:?} is not a token (letters, digits, !#$&'*+-.^_`|~)"));
+    }
+    Ok(v.to_string())
+}
+
+/// A header or cookie name HAProxy takes as a sample fetch argument: `[A-Za-z0-9_.-]`.
+fn name_of(v: &str) -> Result<String, String> {
+    let ok = !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+    if !ok {
+        return Err(format!("{v:?} is not a header or cookie name (letters, digits, '_', '.', '-')"));
+    }
+    Ok(v.to_string())
+}
+
+/// An `upstream-vhost`: a host name or address, with an optional port.
+fn vhost(v: &str) -> Result<String, String> {
+    let ok = !v.is_empty()
+        && v.len() <= 261
+        && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-.:[]_".contains(&b))
+        && !v.starts_with(['-', '.', ':']);
+    if !ok {
+        return Err(format!("{v:?} is not a host name with an optional port"));
+    }
+    Ok(v.to_ascii_lowercase())
+}
+
 fn app_root(v: &str) -> Result<String, String> {
     if !v.starts_with('/') || v == "/" {
         return Err(format!("{v:?} is not a path other than /"));
@@ -660,6 +940,79 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("1 Ingresses: 1 would be served, 0 refused; 1 unsupported annotations\n"), "{text}");
+    }
+
+    #[test]
+    fn regex_rewrite_vhost_and_aliases() {
+        let m = ok(&[("rewrite-target", "/$2"), ("upstream-vhost", "Internal.example:8080")]);
+        assert_eq!(m.paths.rewrite.as_deref(), Some("/\\2"));
+        assert!(m.paths.regex, "rewrite-target implies use-regex");
+        assert_eq!(m.policy.upstream_vhost.as_deref(), Some("internal.example:8080"));
+        assert!(ok(&[("use-regex", "true")]).paths.regex);
+        assert!(!ok(&[("use-regex", "false")]).paths.regex);
+        assert_eq!(ok(&[("rewrite-target", "/a%b/$1x")]).paths.rewrite.as_deref(), Some("/a%b/\\1x"));
+        let a = ok(&[("server-alias", "www.example.com, *.shop.example.com,www.example.com")]).paths.aliases;
+        assert_eq!(
+            a,
+            [
+                crate::model::HostMatch::Exact("www.example.com".into()),
+                crate::model::HostMatch::Wildcard(".shop.example.com".into())
+            ]
+        );
+        for (pairs, want) in [
+            (vec![("rewrite-target", "/$host")], "only accepted as $1 to $9"),
+            (vec![("rewrite-target", "/$12")], "only accepted as $1 to $9"),
+            (vec![("rewrite-target", "/a\\1")], "backslash"),
+            (vec![("rewrite-target", "/a?b=1")], "query"),
+            (vec![("rewrite-target", "https://x/")], "not a path"),
+            (vec![("rewrite-target", "/a b")], "not a path"),
+            (vec![("use-regex", "yes")], "not true or false"),
+            (vec![("upstream-vhost", "a b")], "not a host name"),
+            (vec![("upstream-vhost", "%[env(HOME)]")], "not a host name"),
+            (vec![("server-alias", "a b.example")], "not a DNS name"),
+            (vec![("server-alias", " , ")], "no host given"),
+        ] {
+            let got = refused(&pairs);
+            assert!(got.contains(want), "{pairs:?}: {got}");
+        }
+    }
+
+    #[test]
+    fn cookie_affinity() {
+        let a = ok(&[("affinity", "cookie")]).backend.affinity.unwrap();
+        assert_eq!(a, Affinity { name: "INGRESSCOOKIE".into(), max_age: None, path: None });
+        let a = ok(&[
+            ("affinity", "cookie"),
+            ("affinity-mode", "persistent"),
+            ("session-cookie-name", "route"),
+            ("session-cookie-expires", "172800"),
+            ("session-cookie-max-age", "3600"),
+            ("session-cookie-path", "/app"),
+        ])
+        .backend
+        .affinity
+        .unwrap();
+        assert_eq!(a, Affinity { name: "route".into(), max_age: Some(3600), path: Some("/app".into()) });
+        assert_eq!(
+            ok(&[("affinity", "cookie"), ("session-cookie-expires", "60")]).backend.affinity.unwrap().max_age,
+            Some(60)
+        );
+        for (pairs, want) in [
+            (vec![("affinity", "ip")], "is not `cookie`"),
+            (
+                vec![("affinity", "cookie"), ("session-cookie-name", "a b")],
+                "session-cookie-name]: \"a b\" is not a token",
+            ),
+            (vec![("affinity", "cookie"), ("session-cookie-name", "a;b")], "not a token"),
+            (vec![("affinity", "cookie"), ("session-cookie-expires", "1h")], "not a number of seconds"),
+            (vec![("affinity", "cookie"), ("session-cookie-path", "/a;Domain=x")], "not a cookie path"),
+            (vec![("affinity-mode", "sticky")], "not `balanced` or `persistent`"),
+        ] {
+            let got = refused(&pairs);
+            assert!(got.contains(want), "{pairs:?}: {got}");
+        }
+        let (_, w) = read(&ann(&[("session-cookie-name", "x")]), false, Allowed::default()).unwrap();
+        assert!(w[0].reason.contains("affinity is not set"), "{w:?}");
     }
 
     #[test]

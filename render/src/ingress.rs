@@ -27,7 +27,7 @@ use k8s_openapi::api::networking::v1::{Ingress, IngressBackend, IngressClass};
 use crate::annotations::{self, Allowed, BackendOptions, Policy};
 use crate::model::{
     Backend, Bind, Cert, Frontend, HostMatch, HostTable, Model, ObjectRef, PathEntry, PathKind, PolicyEntry, Refusal,
-    Rule, Verdict, UNAVAILABLE,
+    RewriteEntry, Rule, Verdict, UNAVAILABLE,
 };
 use crate::slots::{self, Endpoint, SlotMap};
 
@@ -126,7 +126,7 @@ pub fn tls_secret_refs<'a>(
 }
 
 /// A validated host.
-fn parse_host(h: &str) -> Result<HostMatch, String> {
+pub(crate) fn parse_host(h: &str) -> Result<HostMatch, String> {
     let h = h.to_ascii_lowercase();
     let (wild, rest) = match h.strip_prefix("*.") {
         Some(rest) => (true, rest),
@@ -154,10 +154,88 @@ fn parse_path(kind: PathKind, p: Option<&str>) -> Result<String, String> {
     {
         return Err(format!("{:?} cannot be a map key: {e}", p.chars().take(64).collect::<String>()));
     }
+    if kind == PathKind::Regex {
+        if let Err(e) = haptic_haproxy::regex::check(p) {
+            return Err(format!(
+                "{:?} is not an accepted regular expression: {e}",
+                p.chars().take(64).collect::<String>()
+            ));
+        }
+    }
     Ok(match kind {
         PathKind::Prefix if p.len() > 1 => p.trim_end_matches('/').to_string().max("/".to_string()),
         _ => p.to_string(),
     })
+}
+
+/// Where a host/path sends a request, and what it does to it on the way.
+#[derive(Debug, Clone)]
+struct Route {
+    backend: String,
+    policy: Policy,
+    /// (pattern anchored at the start, `replace-path` format).
+    rewrite: Option<(String, String)>,
+    source: ObjectRef,
+    canary: Option<RouteCanary>,
+}
+
+/// A canary joined to a route.
+#[derive(Debug, Clone)]
+struct RouteCanary {
+    backend: String,
+    canary: annotations::Canary,
+    /// The weighted backend's name.
+    weighted: String,
+}
+
+/// Whether `ing` says it is a canary (either prefix; a bad value is judged by its reading).
+fn is_canary(ing: &Ingress) -> bool {
+    let a = ing.metadata.annotations.as_ref();
+    [annotations::HAPTIC_PREFIX, annotations::NGINX_PREFIX]
+        .iter()
+        .any(|p| a.and_then(|a| a.get(&format!("{p}canary"))).is_some_and(|v| v.trim() == "true"))
+}
+
+/// The name of the weighted backend holding `main`'s and `canary`'s servers for the canary
+/// Ingress `ingress` (of `canary`'s namespace): one per canary Ingress, so two canaries of one
+/// pair keep their own weights. Backend names hold no `.`, so only the Ingress's name may.
+fn canary_backend(main: &str, canary: &str, ingress: &str) -> String {
+    format!("canary.{main}.{canary}.{ingress}")
+}
+
+/// The server weights of a weighted backend: (each of the `n_main` main servers, each of the
+/// `n_canary` canary servers), so the canary servers together take `weight / total` of the
+/// requests. The larger is 256 (HAProxy's most), the other rounded, never 0 when its share is not.
+pub fn canary_weights(n_main: usize, n_canary: usize, weight: u32, total: u32) -> (u16, u16) {
+    let (nm, nc, w, t) = (n_main as u64, n_canary as u64, u64::from(weight), u64::from(total.max(1)));
+    // Per-server shares over the common denominator t * nm * nc.
+    let fm = if nm == 0 { 0 } else { (t - w.min(t)) * nc.max(1) };
+    let fc = if nc == 0 { 0 } else { w.min(t) * nm.max(1) };
+    let top = fm.max(fc);
+    let scale = |f: u64| -> u16 {
+        if f == 0 {
+            0
+        } else {
+            u16::try_from(((f * 256 + top / 2) / top).max(1)).unwrap_or(256)
+        }
+    };
+    if top == 0 {
+        (0, 0)
+    } else {
+        (scale(fm), scale(fc))
+    }
+}
+
+/// The rewrite of a path of `kind` to `target`: the pattern HAProxy's `replace-path` matches.
+fn rewrite_of(kind: PathKind, path: &str, target: &Option<String>) -> Result<Option<(String, String)>, String> {
+    let Some(t) = target else { return Ok(None) };
+    let re = match kind {
+        PathKind::Regex => format!("^(?i:{path})"),
+        PathKind::Exact => format!("^{}$", quote::regex_literal(path).map_err(|e| e.to_string())?),
+        PathKind::Prefix => format!("^{}", quote::regex_literal(path).map_err(|e| e.to_string())?),
+    };
+    quote::config_arg(&re).map_err(|e| e.to_string())?;
+    Ok(Some((re, t.clone())))
 }
 
 struct Ctx<'a> {
@@ -295,11 +373,13 @@ fn endpoints(slices: &[&EndpointSlice], port_name: &str) -> Vec<Endpoint> {
 /// Ingress's verdict), and the slot map of this render.
 pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap) {
     let mut ings: Vec<&Ingress> = input.ingresses.iter().filter(|i| served(&input.class, i)).collect();
-    ings.sort_by_key(|i| (i.metadata.creation_timestamp.as_ref().map(|t| t.0), obj("Ingress", &i.metadata)));
+    // Canaries last: they join the routes the others made.
+    ings.sort_by_key(|i| {
+        (is_canary(i), i.metadata.creation_timestamp.as_ref().map(|t| t.0), obj("Ingress", &i.metadata))
+    });
     let mut ctx = Ctx::new(input);
-    // (host, kind, path) → (rule's backend, policy, source)
-    let mut routes: BTreeMap<(HostMatch, String, PathKind), (String, Policy, ObjectRef)> = BTreeMap::new();
-    let mut default: Option<(String, Policy, ObjectRef)> = None;
+    let mut routes: BTreeMap<(HostMatch, String, PathKind), Route> = BTreeMap::new();
+    let mut default: Option<Route> = None;
     let mut certs: BTreeMap<String, Cert> = BTreeMap::new();
     let mut verdicts = Vec::new();
     for ing in ings {
@@ -326,18 +406,33 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
             }
         };
         let opts = (&meaning.backend, &me);
-        if let Some(b) = &spec.default_backend {
+        if let (Some(_), Some(_)) = (&meaning.canary, &spec.default_backend) {
+            v.warnings.push(Refusal {
+                field: "spec.defaultBackend".into(),
+                reason: "ignored: a canary Ingress joins the paths of others, not the default backend".into(),
+            });
+        } else if let Some(b) = &spec.default_backend {
             match ctx.backend(&ns, b, "spec.defaultBackend", opts, &mut v) {
                 Ok(be) => match &default {
-                    Some((_, _, by)) => v.refusals.push(Refusal {
+                    Some(Route { source: by, .. }) => v.refusals.push(Refusal {
                         field: "spec.defaultBackend".into(),
                         reason: format!("the default backend is already set by {by}"),
                     }),
-                    None => default = Some((be, meaning.policy.clone(), me.clone())),
+                    None => {
+                        default = Some(Route {
+                            backend: be,
+                            policy: meaning.policy.clone(),
+                            rewrite: None,
+                            source: me.clone(),
+                            canary: None,
+                        })
+                    }
                 },
                 Err(r) => v.refusals.push(r),
             }
         }
+        // This Ingress's routes on a named host, for its `server-alias` hosts.
+        let mut own: Vec<(String, PathKind, Route)> = Vec::new();
         for (ri, rule) in spec.rules.as_deref().unwrap_or_default().iter().enumerate() {
             let host = match rule.host.as_deref() {
                 None | Some("") => HostMatch::Any,
@@ -354,6 +449,7 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
                 let field = format!("spec.rules[{ri}].http.paths[{pi}]");
                 let kind = match p.path_type.as_str() {
                     "Exact" => PathKind::Exact,
+                    "Prefix" | "ImplementationSpecific" if meaning.paths.regex => PathKind::Regex,
                     "Prefix" | "ImplementationSpecific" => PathKind::Prefix,
                     other => {
                         v.refusals.push(Refusal {
@@ -370,8 +466,22 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
                         continue;
                     }
                 };
+                let rewrite = match rewrite_of(kind, &path, &meaning.paths.rewrite) {
+                    Ok(r) => r,
+                    Err(reason) => {
+                        v.refusals.push(Refusal { field: format!("{field}.path"), reason });
+                        continue;
+                    }
+                };
                 let key = (host.clone(), path.clone(), kind);
-                if let Some((_, _, by)) = routes.get(&key) {
+                if let Some(c) = &meaning.canary {
+                    if let Err(r) = join_canary(&mut ctx, &mut routes, &key, c, (&ns, &p.backend, &field), opts, &mut v)
+                    {
+                        v.refusals.push(r);
+                    }
+                    continue;
+                }
+                if let Some(Route { source: by, .. }) = routes.get(&key) {
                     if *by != me {
                         v.refusals.push(Refusal {
                             field: format!("{field}.path"),
@@ -382,9 +492,34 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
                 }
                 match ctx.backend(&ns, &p.backend, &format!("{field}.backend"), opts, &mut v) {
                     Ok(be) => {
-                        routes.insert(key, (be, meaning.policy.clone(), me.clone()));
+                        let route = Route {
+                            backend: be,
+                            policy: meaning.policy.clone(),
+                            rewrite,
+                            source: me.clone(),
+                            canary: None,
+                        };
+                        if host != HostMatch::Any {
+                            own.push((path.clone(), kind, route.clone()));
+                        }
+                        routes.insert(key, route);
                     }
                     Err(r) => v.refusals.push(r),
+                }
+            }
+        }
+        for alias in &meaning.paths.aliases {
+            for (path, kind, route) in &own {
+                let key = (alias.clone(), path.clone(), *kind);
+                match routes.get(&key) {
+                    Some(Route { source: by, .. }) if *by != me => v.warnings.push(Refusal {
+                        field: annotations::field_of(&ing.metadata, "server-alias"),
+                        reason: format!("{kind:?} {path} on alias {alias:?} is already routed by {by}: not aliased"),
+                    }),
+                    Some(_) => {}
+                    None => {
+                        routes.insert(key, route.clone());
+                    }
                 }
             }
         }
@@ -422,8 +557,8 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
     // Policy ids by content, so a route added or removed never renumbers a policy.
     let policy_ids: BTreeMap<&Policy, String> = routes
         .values()
-        .map(|(_, p, _)| p)
-        .chain(default.iter().map(|(_, p, _)| p))
+        .map(|r| &r.policy)
+        .chain(default.iter().map(|r| &r.policy))
         .filter(|p| !p.is_empty())
         .collect::<std::collections::BTreeSet<_>>()
         .into_iter()
@@ -431,33 +566,93 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
         .map(|(i, p)| (p, format!("p{}", i + 1)))
         .collect();
     let policy_of = |p: &Policy| policy_ids.get(p).cloned();
+    // Rewrite ids by content too.
+    let rewrite_ids: BTreeMap<&(String, String), String> = routes
+        .values()
+        .filter_map(|r| r.rewrite.as_ref())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .enumerate()
+        .map(|(i, w)| (w, format!("w{}", i + 1)))
+        .collect();
+    // Canary selector ids by content too.
+    let canary_ids: BTreeMap<&annotations::CanarySelector, String> = routes
+        .values()
+        .filter_map(|r| r.canary.as_ref().map(|c| &c.canary.selector))
+        .filter(|s| !s.is_empty())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| (c, format!("c{}", i + 1)))
+        .collect();
+    // Weighted backends: name → (main, canary, weight, total).
+    let mut weighted: BTreeMap<String, (String, String, u32, u32)> = BTreeMap::new();
     let mut hosts: BTreeMap<HostMatch, Vec<PathEntry>> = BTreeMap::new();
-    for (i, ((host, path, kind), (backend, policy, source))) in routes.iter().enumerate() {
+    for (i, ((host, path, kind), r)) in routes.iter().enumerate() {
         let id = format!("r{}", i + 1);
+        let (backend, canary) = match &r.canary {
+            None => (r.backend.clone(), None),
+            Some(c) => {
+                let name = c.weighted.clone();
+                weighted.insert(name.clone(), (r.backend.clone(), c.backend.clone(), c.canary.weight, c.canary.total));
+                let selector = canary_ids.get(&c.canary.selector).cloned();
+                (name, Some(crate::model::RuleCanary { main: r.backend.clone(), canary: c.backend.clone(), selector }))
+            }
+        };
         model.rules.push(Rule {
             id: id.clone(),
-            backend: backend.clone(),
-            policy: policy_of(policy),
-            source: source.clone(),
+            backend,
+            policy: policy_of(&r.policy),
+            rewrite: r.rewrite.as_ref().and_then(|w| rewrite_ids.get(w).cloned()),
+            canary,
+            source: r.source.clone(),
         });
         hosts.entry(host.clone()).or_default().push(PathEntry { kind: *kind, path: path.clone(), rule: id });
     }
-    if let Some((backend, policy, source)) = &default {
+    if let Some(r) = &default {
         model.rules.push(Rule {
             id: "default".into(),
-            backend: backend.clone(),
-            policy: policy_of(policy),
-            source: source.clone(),
+            backend: r.backend.clone(),
+            policy: policy_of(&r.policy),
+            rewrite: None,
+            canary: None,
+            source: r.source.clone(),
         });
         model.default_rule = Some("default".into());
     }
     model.policies = policy_ids.iter().map(|(p, id)| PolicyEntry { id: id.clone(), policy: (*p).clone() }).collect();
+    model.canaries =
+        canary_ids.iter().map(|(s, id)| crate::model::CanaryEntry { id: id.clone(), selector: (*s).clone() }).collect();
+    model.rewrites = rewrite_ids
+        .iter()
+        .map(|((regex, target), id)| RewriteEntry { id: id.clone(), regex: regex.clone(), target: target.clone() })
+        .collect();
     for (i, (host, mut paths)) in hosts.into_iter().enumerate() {
         paths.sort_by(|a, b| b.path.len().cmp(&a.path.len()).then(a.kind.cmp(&b.kind)).then(a.path.cmp(&b.path)));
         model.hosts.push(HostTable { host, id: format!("h{}", i + 1), paths });
     }
     let mut slot_map = SlotMap::default();
     let prev = &input.previous_slots;
+    let st = &input.settings;
+    // A weighted backend holds its main's endpoints, then those of its canary that are not the
+    // main's too; its options are the main's (a canary with other options is refused).
+    let mut canary_eps: BTreeMap<String, BTreeSet<SocketAddr>> = BTreeMap::new();
+    for (name, (main, canary, _, _)) in &weighted {
+        let main_eps = ctx.backends.get(main).cloned().unwrap_or_default();
+        let mut eps = main_eps.clone();
+        let mut theirs = BTreeSet::new();
+        for e in ctx.backends.get(canary).into_iter().flatten() {
+            if !main_eps.iter().any(|m| m.addr == e.addr) {
+                eps.push(*e);
+                theirs.insert(e.addr);
+            }
+        }
+        canary_eps.insert(name.clone(), theirs);
+        if let Some(o) = ctx.options.get(main).cloned() {
+            ctx.options.insert(name.clone(), o);
+        }
+        ctx.backends.insert(name.clone(), eps);
+    }
     let active: BTreeSet<String> = ctx.backends.keys().cloned().collect();
     slot_map.retired = slots::retired(prev, &active, slots::RETIRED_KEPT);
     // Retired backends keep their section with every slot parked: their last route going (and
@@ -465,13 +660,23 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
     let retired = slot_map.retired.iter().map(|n| (n.clone(), Vec::new()));
     let all: BTreeMap<String, Vec<Endpoint>> = ctx.backends.into_iter().chain(retired).collect();
     for (name, eps) in all {
-        let (servers, s) = slots::plan(&eps, prev.backends.get(&name), input.settings.min_slots);
-        slot_map.backends.insert(name.clone(), s);
         let options = ctx.options.remove(&name).map(|(o, _)| o).unwrap_or_default();
+        let min = slots_for(&options, eps.len(), prev.backends.get(&name).map_or(0, |p| p.count), st.min_slots);
+        let (mut servers, s) = slots::plan(&eps, prev.backends.get(&name), min);
+        if let (Some((_, _, w, t)), Some(theirs)) = (weighted.get(&name), canary_eps.get(&name)) {
+            let serving =
+                |canary: bool| eps.iter().filter(|e| !e.draining && theirs.contains(&e.addr) == canary).count();
+            let (wm, wc) = canary_weights(serving(false), serving(true), *w, *t);
+            for srv in &mut servers {
+                if let Some(a) = srv.endpoint {
+                    srv.weight = Some(if theirs.contains(&a) { wc } else { wm });
+                }
+            }
+        }
+        slot_map.backends.insert(name.clone(), s);
         model.backends.push(Backend { name, servers, options });
     }
     model.certs = certs.into_values().collect();
-    let st = &input.settings;
     model.health = st.health_port.map(|p| SocketAddr::new(st.bind_address, p));
     model.frontends.push(Frontend {
         name: "http".into(),
@@ -484,6 +689,58 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
         });
     }
     (model, verdicts, slot_map)
+}
+
+/// Joins the canary `c` (a path of a canary Ingress: its namespace, backend and field) to the
+/// route at `key`, made by another Ingress.
+fn join_canary(
+    ctx: &mut Ctx<'_>,
+    routes: &mut BTreeMap<(HostMatch, String, PathKind), Route>,
+    key: &(HostMatch, String, PathKind),
+    c: &annotations::Canary,
+    (ns, backend, field): (&str, &IngressBackend, &str),
+    opts: (&BackendOptions, &ObjectRef),
+    v: &mut Verdict,
+) -> Result<(), Refusal> {
+    let refuse = |reason: String| Refusal { field: format!("{field}.path"), reason };
+    let (_, path, kind) = key;
+    let Some(route) = routes.get(key) else {
+        return Err(refuse(format!("no other Ingress routes {kind:?} {path} on this host: a canary needs one")));
+    };
+    if let Some(other) = &route.canary {
+        return Err(refuse(format!("{kind:?} {path} on this host already has a canary ({})", other.weighted)));
+    }
+    let main = route.backend.clone();
+    let be = ctx.backend(ns, backend, &format!("{field}.backend"), opts, v)?;
+    if be == main {
+        return Err(refuse(format!("the canary's backend is the main one ({main})")));
+    }
+    let (mo, co) = (ctx.options.get(&main).map(|o| &o.0), ctx.options.get(&be).map(|o| &o.0));
+    if main != UNAVAILABLE && be != UNAVAILABLE && mo != co {
+        return Err(refuse(format!(
+            "backend {be} is set up differently from {main} (timeouts, protocol, affinity or snippet annotations)"
+        )));
+    }
+    let name = canary_backend(&main, &be, &opts.1.name);
+    if !crate::template::is_section_name(&name) {
+        return Err(refuse(format!("{name:?} is not a backend name")));
+    }
+    if let Some(route) = routes.get_mut(key) {
+        route.canary = Some(RouteCanary { backend: be, canary: c.clone(), weighted: name });
+    }
+    Ok(())
+}
+
+/// The fewest slots a backend with `options` gets for `endpoints`, given its slot count so far
+/// (`prev_count`) and the settings' minimum. A backend whose servers cannot be added at runtime
+/// (cookie affinity) grows to the next power of two, so its growth reloads only on doublings.
+fn slots_for(options: &BackendOptions, endpoints: usize, prev_count: usize, min_slots: usize) -> usize {
+    let have = min_slots.max(prev_count);
+    if options.affinity.is_some() && endpoints > have {
+        endpoints.next_power_of_two()
+    } else {
+        min_slots
+    }
 }
 
 /// The PEM bundle (chain, then key) of a `kubernetes.io/tls` Secret, or why not.
@@ -669,6 +926,178 @@ mod tests {
             "a route with an existing policy changes maps only"
         );
         assert_ne!(before.files["maps/policies.map"], after.files["maps/policies.map"]);
+    }
+
+    const NGINX: &str = include_str!("../tests/fixtures/nginx.yaml");
+
+    #[test]
+    fn regex_paths_rewrites_aliases_and_affinity() {
+        let r = crate::render(&input(NGINX), &Default::default()).unwrap();
+        let v = |n: &str| verdict(&r.verdicts, n).clone();
+        for n in ["rewrite", "regex", "vhost", "sticky"] {
+            assert!(v(n).accepted(), "{:?}", v(n));
+        }
+        // The catastrophic regex is refused on its own path; the Ingress's other path serves.
+        let bad = v("bad-regex");
+        assert_eq!(bad.refusals.len(), 1, "{bad:?}");
+        assert_eq!(bad.refusals[0].field, "spec.rules[0].http.paths[0].path");
+        assert!(bad.refusals[0].reason.contains("backtrack"), "{bad:?}");
+        let file = |f: &str| String::from_utf8(r.files[f].clone()).unwrap();
+        let regex = file("maps/paths_regex.map");
+        let lines: Vec<&str> = regex.lines().collect();
+        // Longest first; each under its host id, case-insensitive, anchored at the start.
+        assert_eq!(lines.len(), 3, "{regex}");
+        assert!(lines[0].starts_with("^h3(?i:/static/.*\\.css$) r"), "{regex}");
+        assert!(lines[1].starts_with("^h4(?i:/foo(/|$)(.*)) r"), "{regex}");
+        assert!(lines[2].starts_with("^h2(?i:/ok) r"), "{regex}");
+        // The Exact path stays exact, and rewrites by its literal self.
+        assert!(file("maps/paths_exact.map").contains("/exact r"));
+        let cfg = file("haproxy.cfg");
+        assert!(cfg.contains("map_reg(maps/paths_regex.map)"), "{cfg}");
+        assert!(
+            cfg.contains("http-request replace-path '^(?i:/foo(/|$)(.*))' '/\\2' if { var(txn.rewrite) -m str w1 }"),
+            "{cfg}"
+        );
+        assert!(cfg.contains("http-request replace-path '^/exact$' '/\\2' if { var(txn.rewrite) -m str w2 }"), "{cfg}");
+        assert_eq!(file("maps/rewrites.map").lines().count(), 2);
+        // upstream-vhost is a policy line; the aliases route like the Ingress's own host.
+        assert!(cfg.contains("http-request set-header host 'internal.example' if { var(txn.policy) -m str p"), "{cfg}");
+        let hosts = file("maps/hosts.map");
+        assert!(hosts.contains("alias.example.com h") && hosts.contains("vhost.example.com h"), "{hosts}");
+        assert!(file("maps/wildcards.map").contains(".alias.example.org h"));
+        // Cookie affinity: the cookie line and each server's cookie, its name.
+        assert!(
+            cfg.contains("    cookie 'route' insert indirect nocache httponly attr 'Max-Age=60' attr 'Path=/'\n"),
+            "{cfg}"
+        );
+        assert!(cfg.contains("server SRV_1 10.0.1.1:8080 cookie SRV_1\n"), "{cfg}");
+        assert!(cfg.contains("server SRV_2 10.0.1.1:8081 cookie SRV_2\n"), "{cfg}");
+    }
+
+    #[test]
+    fn an_alias_never_takes_another_ingress_path() {
+        let mut i = input(NGINX);
+        let vhost = i.ingresses.iter_mut().find(|i| i.metadata.name.as_deref() == Some("vhost")).unwrap();
+        vhost
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert("nginx.ingress.kubernetes.io/server-alias".into(), "rw.example.com".into());
+        let mut exact = i.ingresses[0].clone();
+        exact.metadata.name = Some("rw-root".into());
+        exact.metadata.annotations = None;
+        let rule = &mut exact.spec.as_mut().unwrap().rules.as_mut().unwrap()[0];
+        rule.http.as_mut().unwrap().paths.truncate(1);
+        rule.http.as_mut().unwrap().paths[0].path = Some("/".into());
+        i.ingresses.push(exact);
+        let (_, verdicts, _) = translate_ingress(&i);
+        let v = verdict(&verdicts, "vhost");
+        assert!(v.accepted(), "{v:?}");
+        assert_eq!(v.warnings[0].field, "metadata.annotations[nginx.ingress.kubernetes.io/server-alias]", "{v:?}");
+        assert!(v.warnings[0].reason.contains("already routed by Ingress shop/rw-root"), "{v:?}");
+    }
+
+    const CANARY: &str = include_str!("../tests/fixtures/canary.yaml");
+
+    #[test]
+    fn canary_weights_split_by_share_per_server() {
+        assert_eq!(canary_weights(1, 1, 20, 100), (256, 64));
+        assert_eq!(canary_weights(1, 1, 50, 100), (256, 256));
+        assert_eq!(canary_weights(1, 1, 0, 100), (256, 0));
+        assert_eq!(canary_weights(1, 1, 100, 100), (0, 256));
+        assert_eq!(canary_weights(4, 1, 20, 100), (256, 256), "4 × 20 % each : 20 %");
+        assert_eq!(canary_weights(1, 4, 20, 100), (256, 16));
+        assert_eq!(canary_weights(10, 1, 1, 100), (256, 26));
+        assert_eq!(canary_weights(0, 1, 20, 100), (0, 256), "no main endpoint: all to the canary");
+        assert_eq!(canary_weights(1, 0, 20, 100), (256, 0));
+        assert_eq!(canary_weights(1, 1, 1, 3), (256, 128));
+    }
+
+    #[test]
+    fn a_canary_joins_the_route_as_a_weighted_backend() {
+        let r = crate::render(&input(CANARY), &Default::default()).unwrap();
+        let v = |n: &str| verdict(&r.verdicts, n).clone();
+        assert!(v("main").accepted() && v("preview").accepted() && v("by-value").accepted(), "{:?}", r.verdicts);
+        let orphan = v("orphan");
+        assert!(orphan.refusals[0].reason.contains("a canary needs one"), "{orphan:?}");
+        let file = |f: &str| String::from_utf8(r.files[f].clone()).unwrap();
+        let cfg = file("haproxy.cfg");
+        // The weighted backend: the main's server at 256, the canary's at 64 (20 %).
+        assert!(cfg.contains("backend canary.shop_stable_80.shop_preview_80.preview\n"), "{cfg}");
+        assert!(
+            cfg.contains("    server SRV_1 10.0.0.1:8080 weight 256\n    server SRV_2 10.0.9.1:8080 weight 64\n"),
+            "{cfg}"
+        );
+        // Both rules go to a weighted backend; the selectors pick one of its two outright.
+        let rules = file("maps/rules.map");
+        assert!(rules.contains(" canary.shop_stable_80.shop_preview_80.preview\n"), "{rules}");
+        assert!(rules.contains(" canary.shop_stable_80.shop_preview_80.by-value\n"), "{rules}");
+        assert_eq!(file("maps/canary_backends.map").matches("shop_preview_80").count(), 2);
+        assert_eq!(file("maps/main_backends.map").matches("shop_stable_80").count(), 2);
+        assert_eq!(file("maps/canaries.map").lines().count(), 2);
+        for line in [
+            "http-request set-var(txn.canary) var(txn.rule),map_str(maps/canaries.map)",
+            "http-request set-var(txn.backend) var(txn.rule),map_str(maps/canary_backends.map) if { var(txn.canary) -m str c1 } { 'req.cook(canary)' -m str -- always }",
+            "http-request set-var(txn.backend) var(txn.rule),map_str(maps/main_backends.map) if { var(txn.canary) -m str c1 } { 'req.cook(canary)' -m str -- never }",
+            "http-request set-var(txn.backend) var(txn.rule),map_str(maps/canary_backends.map) if { var(txn.canary) -m str c1 } { 'req.hdr(X-Canary)' -m str -- always }",
+            "http-request set-var(txn.backend) var(txn.rule),map_str(maps/canary_backends.map) if { var(txn.canary) -m str c2 } { 'req.hdr(X-Env)' -m str -- 'staging' }",
+        ] {
+            assert!(cfg.contains(line), "{line}\n{cfg}");
+        }
+    }
+
+    #[test]
+    fn a_weight_shift_is_a_runtime_change() {
+        let mut i = input(CANARY);
+        let render = |i: &IngressInput| {
+            let r = crate::render(i, &Default::default()).unwrap();
+            (String::from_utf8(r.files["haproxy.cfg"].clone()).unwrap(), r.slots)
+        };
+        let (before, slots) = render(&i);
+        i.previous_slots = slots;
+        let preview = i.ingresses.iter_mut().find(|i| i.metadata.name.as_deref() == Some("preview")).unwrap();
+        preview
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert("nginx.ingress.kubernetes.io/canary-weight".into(), "50".into());
+        let (after, _) = render(&i);
+        let d = haptic_haproxy::claim::diff_cfg(&before, &after);
+        assert!(d.runtime_eligible(), "{:?}", d.reload_reasons);
+        assert_eq!(
+            d.runtime_reasons(),
+            ["backend canary.shop_stable_80.shop_preview_80.preview: server SRV_2 weight 64 -> 256"]
+        );
+    }
+
+    #[test]
+    fn a_canary_with_other_backend_options_is_refused() {
+        let mut i = input(CANARY);
+        let preview = i.ingresses.iter_mut().find(|i| i.metadata.name.as_deref() == Some("preview")).unwrap();
+        preview
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert("nginx.ingress.kubernetes.io/backend-protocol".into(), "GRPC".into());
+        let (_, verdicts, _) = translate_ingress(&i);
+        let v = verdict(&verdicts, "preview");
+        assert!(v.refusals[0].reason.contains("set up differently"), "{v:?}");
+    }
+
+    #[test]
+    fn an_affinity_backend_grows_by_doubling() {
+        let aff = BackendOptions {
+            affinity: Some(crate::annotations::Affinity { name: "c".into(), max_age: None, path: None }),
+            ..Default::default()
+        };
+        assert_eq!(slots_for(&aff, 3, 0, 8), 8);
+        assert_eq!(slots_for(&aff, 9, 8, 8), 16);
+        assert_eq!(slots_for(&aff, 17, 16, 8), 32);
+        assert_eq!(slots_for(&aff, 12, 16, 8), 8, "the previous count holds (slots never shrink)");
+        assert_eq!(slots_for(&BackendOptions::default(), 9, 8, 8), 8, "others grow one by one, at runtime");
     }
 
     #[test]

@@ -9,15 +9,22 @@
 //! - `maps/paths_prefix.map`: `<host id><prefix>/` → rule id, read with `map_beg`, longest key
 //!   first (HAProxy takes the first matching line of a `beg` map), so `/foo` matches `/foo/…`
 //!   and never `/foobar`.
+//! - `maps/paths_regex.map`: `^<host id>(?i:<regex>)` → rule id, read with `map_reg` after the
+//!   exact map and before the prefix map (as nginx checks regex locations before prefixes),
+//!   longest pattern first.
 //! - `maps/rules.map`: rule id → backend name (`default` → the default backend).
 //! - `maps/policies.map`: rule id → policy id, for the rules that have a policy.
+//! - `maps/rewrites.map`: rule id → rewrite id, for the rules that rewrite their path.
+//! - `maps/canaries.map`: rule id → canary selector id; `maps/canary_backends.map` and
+//!   `maps/main_backends.map`: rule id → its canary's and its main backend, for the rules with
+//!   a canary (whose `rules.map` backend is the weighted one holding both).
 //!
 //! So adding, removing or retargeting a host/path route changes map contents only. It must never
 //! write a line other than through `haptic_haproxy::quote::map_line`.
 
 use std::collections::BTreeMap;
 
-use haptic_haproxy::quote::{map_line, Inexpressible};
+use haptic_haproxy::quote::{map_line, regex_literal, Inexpressible};
 
 use crate::model::{HostMatch, Model, PathKind};
 
@@ -27,6 +34,7 @@ pub fn build(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, Inexpressible> 
     let mut wild = String::new();
     let mut exact: Vec<(String, String)> = Vec::new();
     let mut prefix: Vec<(String, String)> = Vec::new();
+    let mut regex: Vec<(String, String)> = Vec::new();
     // The keys in `exact`, for the "an Exact entry wins" check.
     let mut exact_keys: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     for t in &model.hosts {
@@ -44,6 +52,7 @@ pub fn build(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, Inexpressible> 
         for p in &t.paths {
             let full = format!("{hid}{}", p.path);
             match p.kind {
+                PathKind::Regex => regex.push((format!("^{}(?i:{})", regex_literal(hid)?, p.path), p.rule.clone())),
                 PathKind::Exact => {
                     exact_keys.insert(full.clone());
                     exact.push((full, p.rule.clone()));
@@ -62,23 +71,41 @@ pub fn build(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, Inexpressible> 
     }
     // Longest first; ties by key so the bytes are deterministic.
     prefix.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(&b.0)));
+    regex.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(&b.0)));
     exact.sort();
     let mut out = BTreeMap::new();
     let lines =
         |v: &[(String, String)]| -> Result<String, Inexpressible> { v.iter().map(|(k, r)| map_line(k, r)).collect() };
     let mut rules = String::new();
     let mut policies = String::new();
+    let mut rewrites = String::new();
+    let (mut canaries, mut canary_be, mut main_be) = (String::new(), String::new(), String::new());
     for r in &model.rules {
+        if let Some(c) = &r.canary {
+            canary_be.push_str(&map_line(&r.id, &c.canary)?);
+            main_be.push_str(&map_line(&r.id, &c.main)?);
+            if let Some(s) = &c.selector {
+                canaries.push_str(&map_line(&r.id, s)?);
+            }
+        }
         rules.push_str(&map_line(&r.id, &r.backend)?);
         if let Some(p) = &r.policy {
             policies.push_str(&map_line(&r.id, p)?);
+        }
+        if let Some(w) = &r.rewrite {
+            rewrites.push_str(&map_line(&r.id, w)?);
         }
     }
     out.insert("maps/hosts.map".to_string(), hosts.into_bytes());
     out.insert("maps/wildcards.map".to_string(), wild.into_bytes());
     out.insert("maps/paths_exact.map".to_string(), lines(&exact)?.into_bytes());
     out.insert("maps/paths_prefix.map".to_string(), lines(&prefix)?.into_bytes());
+    out.insert("maps/paths_regex.map".to_string(), lines(&regex)?.into_bytes());
     out.insert("maps/rules.map".to_string(), rules.into_bytes());
+    out.insert("maps/rewrites.map".to_string(), rewrites.into_bytes());
+    out.insert("maps/canaries.map".to_string(), canaries.into_bytes());
+    out.insert("maps/canary_backends.map".to_string(), canary_be.into_bytes());
+    out.insert("maps/main_backends.map".to_string(), main_be.into_bytes());
     out.insert("maps/policies.map".to_string(), policies.into_bytes());
     Ok(out)
 }

@@ -10,7 +10,7 @@
 
 use serde::Serialize;
 
-pub use crate::annotations::{BackendOptions, Cidr, Policy, Protocol, Redirect};
+pub use crate::annotations::{BackendOptions, CanarySelector, Cidr, Policy, Protocol, Redirect};
 
 /// Everything one render serves.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -29,6 +29,10 @@ pub struct Model {
     pub backends: Vec<Backend>,
     /// The distinct non-empty policies rules use, by id (`p<n>`), sorted by content.
     pub policies: Vec<PolicyEntry>,
+    /// The distinct canary selectors rules use, by id (`c<n>`), sorted by content.
+    pub canaries: Vec<CanaryEntry>,
+    /// The distinct path rewrites rules use, by id (`w<n>`), sorted by content.
+    pub rewrites: Vec<RewriteEntry>,
     /// Where the `health` frontend (`/healthz`, `/ready`) listens, if anywhere.
     pub health: Option<std::net::SocketAddr>,
 }
@@ -96,6 +100,9 @@ pub enum PathKind {
     Exact,
     /// Segment-wise prefix: equal, or followed by `/`. Held without a trailing `/` (except `/`).
     Prefix,
+    /// A case-insensitive regular expression matched from the path's start (checked by
+    /// `haptic_haproxy::regex::check`).
+    Regex,
 }
 
 /// One host/path → rule entry.
@@ -121,6 +128,10 @@ pub struct Rule {
     pub backend: String,
     /// The policy applied before the backend (one of [`Model::policies`]), if any.
     pub policy: Option<PolicyId>,
+    /// The path rewrite applied before the backend (one of [`Model::rewrites`]), if any.
+    pub rewrite: Option<String>,
+    /// When the rule has a canary: `backend` is then the weighted backend holding both.
+    pub canary: Option<RuleCanary>,
     /// The object that made it.
     pub source: ObjectRef,
 }
@@ -135,6 +146,38 @@ pub struct PolicyEntry {
     pub id: PolicyId,
     /// What it does.
     pub policy: Policy,
+}
+
+/// A rule's canary: the two backends its weighted backend holds, and what selects one of them
+/// outright.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RuleCanary {
+    /// The main backend.
+    pub main: String,
+    /// The canary's backend.
+    pub canary: String,
+    /// The selector (one of [`Model::canaries`]), if any.
+    pub selector: Option<String>,
+}
+
+/// A canary selector and its id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CanaryEntry {
+    /// The id (`c<n>`), a map value only.
+    pub id: String,
+    /// What it selects by.
+    pub selector: CanarySelector,
+}
+
+/// A path rewrite: the path matching `regex` is replaced with `target`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct RewriteEntry {
+    /// The id (`w<n>`), a map value only.
+    pub id: String,
+    /// The pattern, anchored at the start (checked; pattern text, quoted by the template).
+    pub regex: String,
+    /// The `replace-path` format (`\1`…`\9` for groups; quoted by the template).
+    pub target: String,
 }
 
 /// The backend that has no servers (HAProxy answers 503): a Service that is missing.
@@ -162,6 +205,8 @@ pub struct Server {
     pub endpoint: Option<std::net::SocketAddr>,
     /// A serving but terminating endpoint: weight 0, no new traffic.
     pub draining: bool,
+    /// Its weight when not the default (a canary's weighted backend); a runtime change.
+    pub weight: Option<u16>,
 }
 
 /// A Kubernetes object by kind, namespace and name.

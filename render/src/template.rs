@@ -50,6 +50,10 @@ struct View<'a> {
     frontends: Vec<FrontendView>,
     /// The `http-request` lines of every policy, each ending with its condition.
     policy_lines: Vec<String>,
+    /// The `replace-path` line of every rewrite, each ending with its condition.
+    rewrite_lines: Vec<String>,
+    /// The lines choosing a canary's or its main backend by header or cookie.
+    canary_lines: Vec<String>,
     backends: Vec<BackendView>,
     not_found: &'static str,
     unavailable: &'static str,
@@ -72,6 +76,8 @@ struct BackendView {
     server_params: String,
     /// A checked snippet from the Ingresses naming it.
     snippet: Option<String>,
+    /// The `cookie` line of cookie affinity.
+    cookie: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -80,6 +86,10 @@ struct ServerView {
     addr: String,
     disabled: bool,
     draining: bool,
+    /// The value of its affinity cookie (its name), when the backend has affinity.
+    cookie: Option<String>,
+    /// Its weight, when not the default and not draining.
+    weight: Option<u16>,
 }
 
 fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderError> {
@@ -114,6 +124,8 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
                 addr,
                 disabled: s.endpoint.is_none(),
                 draining: s.draining,
+                cookie: b.options.affinity.as_ref().map(|_| s.name.clone()),
+                weight: s.weight.filter(|_| !s.draining && s.endpoint.is_some()),
             });
         }
         if !is_section_name(&b.name) {
@@ -131,14 +143,38 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
             timeouts,
             server_params,
             snippet: o.snippet.clone(),
+            cookie: o.affinity.as_ref().map(cookie_line).transpose()?,
         });
     }
     let mut policy_lines = Vec::new();
     for p in &model.policies {
         policy_lines.extend(policy_lines_of(&p.id, &p.policy)?);
     }
+    let mut rewrite_lines = Vec::new();
+    for w in &model.rewrites {
+        rewrite_lines.push(format!(
+            "http-request replace-path {} {} if {{ var(txn.rewrite) -m str {} }}",
+            config_arg(&w.regex)?,
+            log_format_arg(&w.target)?,
+            our_id(&w.id)?
+        ));
+    }
+    let mut canary_lines = Vec::new();
+    for c in &model.canaries {
+        canary_lines.extend(canary_lines_of(&c.id, &c.selector)?);
+    }
     let health = model.health.map(|a| config_arg(&a.to_string())).transpose()?;
-    Ok(View { health, frontends, policy_lines, backends, not_found: NOT_FOUND, unavailable: UNAVAILABLE, snippets })
+    Ok(View {
+        health,
+        frontends,
+        policy_lines,
+        rewrite_lines,
+        canary_lines,
+        backends,
+        not_found: NOT_FOUND,
+        unavailable: UNAVAILABLE,
+        snippets,
+    })
 }
 
 /// The config lines an Ingress's annotations add, as the built-in template writes them: the
@@ -150,8 +186,30 @@ pub fn annotation_lines(id: &str, m: &crate::annotations::Meaning) -> Result<Vec
     out.extend(o.connect_timeout.map(|s| format!("timeout connect {s}s (backend)")));
     out.extend(o.server_timeout.map(|s| format!("timeout server {s}s (backend)")));
     out.extend(server_params(o.protocol).map(|p| format!("server …{p} (every server of the backend)")));
+    if let Some(a) = &o.affinity {
+        out.push(format!("{} (backend; each server gets `cookie <its name>`)", cookie_line(a)?));
+    }
+    if let Some(t) = &m.paths.rewrite {
+        out.push(format!(
+            "http-request replace-path '^(?i:<path>)' {} (per path, for the route's rewrite id)",
+            log_format_arg(t)?
+        ));
+    }
     out.extend(o.snippet.iter().flat_map(|s| s.lines().map(|l| format!("{} (backend)", l.trim()))));
     Ok(out)
+}
+
+/// The backend's `cookie` line for `a`: the cookie is inserted (never sent on to the server),
+/// not cached, `HttpOnly`, with the `Max-Age` and `Path` asked for.
+fn cookie_line(a: &crate::annotations::Affinity) -> Result<String, RenderError> {
+    let mut l = format!("cookie {} insert indirect nocache httponly", config_arg(&a.name)?);
+    if let Some(n) = a.max_age {
+        l.push_str(&format!(" attr {}", config_arg(&format!("Max-Age={n}"))?));
+    }
+    if let Some(p) = &a.path {
+        l.push_str(&format!(" attr {}", config_arg(&format!("Path={p}"))?));
+    }
+    Ok(l)
 }
 
 /// The words after a server's address for `protocol`, if any.
@@ -165,11 +223,10 @@ fn server_params(protocol: Protocol) -> Option<&'static str> {
 }
 
 /// A policy's `http-request` rules, in the order they apply: source ranges, then the HTTPS
-/// redirect, the body size, `app-root`, the redirect. Addresses and numbers are Rust's; the one
+/// redirect, the body size, `app-root`, the redirect, the upstream Host header. Addresses and numbers are Rust's; the one
 /// object text, a redirect target, is a quoted log-format word.
 fn policy_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, RenderError> {
-    // Policy ids are ours (`p<n>`): written as they are, so the lines read plainly.
-    let id = if id.bytes().all(|b| b.is_ascii_alphanumeric()) { id.to_string() } else { config_arg(id)? };
+    let id = our_id(id)?;
     let when = format!("{{ var(txn.policy) -m str {id} }}");
     let list = |c: &[crate::model::Cidr]| c.iter().map(ToString::to_string).collect::<Vec<_>>().join(" ");
     let mut out = Vec::new();
@@ -191,7 +248,44 @@ fn policy_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, RenderError> {
     if let Some(r) = &p.redirect {
         out.push(format!("http-request redirect location {} code {} if {when}", log_format_arg(&r.location)?, r.code));
     }
+    if let Some(h) = &p.upstream_vhost {
+        out.push(format!("http-request set-header host {} if {when}", log_format_arg(h)?));
+    }
     Ok(out)
+}
+
+/// The lines by which a canary selector `s` (id `id`) sends a request to the rule's canary
+/// backend (`maps/canary_backends.map`) or main backend (`maps/main_backends.map`) outright:
+/// the cookie first, then the header, so the header decides when both are present. Names are
+/// checked (`[A-Za-z0-9_.-]`) and quoted; a value follows `--` (never read as a flag).
+fn canary_lines_of(id: &str, s: &crate::annotations::CanarySelector) -> Result<Vec<String>, RenderError> {
+    let id = our_id(id)?;
+    let when = format!("{{ var(txn.canary) -m str {id} }}");
+    let to = |m: &str| format!("http-request set-var(txn.backend) var(txn.rule),map_str(maps/{m}_backends.map)");
+    let mut out = Vec::new();
+    let mut by = |fetch: String, always: String, never: Option<String>| {
+        out.push(format!("{} if {when} {{ {fetch} -m str -- {always} }}", to("canary")));
+        if let Some(never) = never {
+            out.push(format!("{} if {when} {{ {fetch} -m str -- {never} }}", to("main")));
+        }
+    };
+    if let Some(c) = &s.cookie {
+        by(config_arg(&format!("req.cook({c})"))?, "always".into(), Some("never".into()));
+    }
+    if let Some(h) = &s.header {
+        let fetch = config_arg(&format!("req.hdr({h})"))?;
+        match &s.header_value {
+            Some(v) => by(fetch, config_arg(v)?, None),
+            None => by(fetch, "always".into(), Some("never".into())),
+        }
+    }
+    Ok(out)
+}
+
+/// One of our ids (`p<n>`, `w<n>`): written as it is when alphanumeric, so the lines read
+/// plainly; quoted otherwise.
+fn our_id(id: &str) -> Result<String, RenderError> {
+    Ok(if !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric()) { id.to_string() } else { config_arg(id)? })
 }
 
 /// Whether `s` is written as a section name as is: `[a-z0-9._-]`, as Kubernetes names and

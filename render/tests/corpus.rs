@@ -1,6 +1,7 @@
 //! No object text can change the structure of `haproxy.cfg`: every string field of an Ingress
-//! that reaches the render (hosts, paths, Service and port names, Secret names, annotation
-//! values) is fed hostile values (line breaks, NUL, quotes, backslashes, `#`, blanks, sample
+//! that reaches the render (hosts, paths, regex paths under `use-regex`, Service and port names,
+//! Secret names, annotation values, each with the annotations it needs beside it and a canary
+//! with the Ingress it joins) is fed hostile values (line breaks, NUL, quotes, backslashes, `#`, blanks, sample
 //! fetches, braces, `$` expansions, a very long value, a catastrophic regex). For each, either the
 //! Ingress is refused in its own verdict and the value is nowhere in the render, or the render
 //! passes real `haproxy -c` with exactly the structure (sections and directives) of the same
@@ -58,6 +59,8 @@ enum Field {
     PortName,
     SecretName,
     DefaultBackendName,
+    /// The path, under `use-regex: true`.
+    RegexPath,
     Annotation(&'static str),
 }
 
@@ -68,6 +71,7 @@ const FIELDS: &[Field] = &[
     Field::PortName,
     Field::SecretName,
     Field::DefaultBackendName,
+    Field::RegexPath,
     Field::Annotation("permanent-redirect"),
     Field::Annotation("app-root"),
     Field::Annotation("whitelist-source-range"),
@@ -75,6 +79,17 @@ const FIELDS: &[Field] = &[
     Field::Annotation("proxy-read-timeout"),
     Field::Annotation("backend-protocol"),
     Field::Annotation("rewrite-target"),
+    Field::Annotation("use-regex"),
+    Field::Annotation("upstream-vhost"),
+    Field::Annotation("server-alias"),
+    Field::Annotation("affinity"),
+    Field::Annotation("session-cookie-name"),
+    Field::Annotation("session-cookie-path"),
+    Field::Annotation("session-cookie-max-age"),
+    Field::Annotation("canary-weight"),
+    Field::Annotation("canary-by-header"),
+    Field::Annotation("canary-by-header-value"),
+    Field::Annotation("canary-by-cookie"),
 ];
 
 const YAML: &str = r#"
@@ -150,13 +165,50 @@ fn set(input: &mut IngressInput, field: Field, value: &str) {
         Field::DefaultBackendName => {
             spec.default_backend.as_mut().unwrap().service.as_mut().unwrap().name = value.into()
         }
+        Field::RegexPath => {
+            path.path = Some(format!("/{value}"));
+            ing.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(format!("{NGINX_PREFIX}use-regex"), "true".into());
+        }
         Field::Annotation(key) => {
             let v = match key {
                 "permanent-redirect" => format!("https://x.example/{value}"),
-                "app-root" => format!("/{value}"),
+                "app-root" | "rewrite-target" | "session-cookie-path" => format!("/{value}"),
                 _ => value.to_string(),
             };
-            ing.metadata.annotations.get_or_insert_with(Default::default).insert(format!("{NGINX_PREFIX}{key}"), v);
+            // The annotations each needs beside it to mean anything.
+            let mut with = vec![(key, v)];
+            if key.starts_with("session-cookie-") {
+                with.push(("affinity", "cookie".into()));
+            }
+            if key.starts_with("canary-") {
+                with.push(("canary", "true".into()));
+                if key == "canary-by-header-value" {
+                    with.push(("canary-by-header", "X-Canary".into()));
+                }
+            }
+            let a = ing.metadata.annotations.get_or_insert_with(Default::default);
+            for (k, v) in with {
+                a.insert(format!("{NGINX_PREFIX}{k}"), v);
+            }
+            if key.starts_with("canary-") {
+                // The Ingress a canary joins (after the target among the verdicts).
+                let mut main = input.ingresses[0].clone();
+                main.metadata.name = Some("z-main".into());
+                main.metadata.annotations = None;
+                main.spec.as_mut().unwrap().rules.as_mut().unwrap()[0].http.as_mut().unwrap().paths[0]
+                    .backend
+                    .service
+                    .as_mut()
+                    .unwrap()
+                    .name = "main".into();
+                input.ingresses.push(main);
+                let mut svc = input.services[0].clone();
+                svc.metadata.name = Some("main".into());
+                input.services.push(svc);
+            }
         }
     }
 }

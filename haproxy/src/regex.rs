@@ -1,0 +1,391 @@
+//! Regular expressions from objects (an Ingress path under `use-regex`): which patterns HAProxy
+//! is given, and how many capture groups they hold.
+//!
+//! Owns [`check`]: a pattern is accepted only when it is written in a small subset of PCRE2 that
+//! reads the same under every reading (no nested or bracketed classes, no `(?` forms other than
+//! `(?:`, every metacharacter meant literally escaped), so its groups and alternations are exactly
+//! the ones seen here and wrapping it in `(?:…)` can never be escaped from. Patterns that can
+//! backtrack exponentially are refused: a quantifier may apply only to one character, class,
+//! escape or `.`, or to a group of such without alternation or quantifiers inside; the number of
+//! unbounded quantifiers, bounded repeat counts and the length are capped as well (PCRE2's own
+//! match limit bounds whatever is left). It must never rewrite a pattern: one that fails a rule
+//! is refused as a whole. Pure: no I/O. The accepted text is still pattern text: a caller writes
+//! it as a config word through [`crate::quote::config_arg`] or as a map key through
+//! [`crate::quote::map_key`].
+
+/// The longest pattern accepted, in bytes.
+pub const MAX_LEN: usize = 1024;
+/// The most unbounded quantifiers (`*`, `+`, `{n,}`) in one pattern.
+pub const MAX_UNBOUNDED: usize = 4;
+/// The largest count in a bounded repeat (`{n,m}`).
+pub const MAX_REPEAT: u32 = 255;
+/// The most capture groups (HAProxy's back references are `\1` to `\9`).
+pub const MAX_GROUPS: usize = 9;
+
+/// Why a pattern is refused. Offsets are byte offsets into the pattern.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegexError {
+    /// Longer than [`MAX_LEN`].
+    #[error("{len} bytes, over the {MAX_LEN}-byte limit")]
+    TooLong {
+        /// Its length.
+        len: usize,
+    },
+    /// A byte that is not printable ASCII, or a blank (a map key ends at a blank).
+    #[error("byte {at}: only printable ASCII without blanks is accepted (escape a blank as \\x20)")]
+    Byte {
+        /// Where.
+        at: usize,
+    },
+    /// A construct outside the accepted subset.
+    #[error("byte {at}: {what}")]
+    Unsupported {
+        /// Where.
+        at: usize,
+        /// What it is and what to write instead.
+        what: &'static str,
+    },
+    /// A `(` without its `)` or the other way round, or a `[` without its `]`.
+    #[error("byte {at}: unbalanced {what}")]
+    Unbalanced {
+        /// Where.
+        at: usize,
+        /// `(`, `)` or `[`.
+        what: char,
+    },
+    /// A quantifier applied to something that already repeats or alternates: exponential
+    /// backtracking on some inputs.
+    #[error("byte {at}: a quantifier over a group that repeats or alternates can backtrack without bound")]
+    Nested {
+        /// Where.
+        at: usize,
+    },
+    /// Too many unbounded quantifiers.
+    #[error("more than {MAX_UNBOUNDED} unbounded quantifiers (*, +, {{n,}})")]
+    TooManyUnbounded,
+    /// A bounded repeat over [`MAX_REPEAT`], or `{n,m}` with n > m.
+    #[error("byte {at}: a repeat count over {MAX_REPEAT} or out of order")]
+    Repeat {
+        /// Where.
+        at: usize,
+    },
+    /// More than [`MAX_GROUPS`] capture groups.
+    #[error("more than {MAX_GROUPS} capture groups")]
+    TooManyGroups,
+}
+
+/// What an accepted pattern holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checked {
+    /// Its capture groups (`(…)`, not `(?:…)`).
+    pub groups: usize,
+}
+
+/// One open group while parsing.
+#[derive(Default)]
+struct Group {
+    /// It holds a quantifier or an alternation (directly or in a group inside).
+    complex: bool,
+    /// Where it opened.
+    at: usize,
+}
+
+/// Checks `pattern` against every rule of this module.
+///
+/// ```
+/// use haptic_haproxy::regex::check;
+/// assert_eq!(check("/foo(/|$)(.*)").unwrap().groups, 2);
+/// assert!(check("(a+)+$").is_err());
+/// assert!(check("/a)|(/b").is_err());
+/// ```
+pub fn check(pattern: &str) -> Result<Checked, RegexError> {
+    let b = pattern.as_bytes();
+    if b.len() > MAX_LEN {
+        return Err(RegexError::TooLong { len: b.len() });
+    }
+    if let Some(at) = b.iter().position(|c| !c.is_ascii_graphic()) {
+        return Err(RegexError::Byte { at });
+    }
+    let mut stack: Vec<Group> = vec![Group::default()];
+    let mut groups = 0usize;
+    let mut unbounded = 0usize;
+    // What the next quantifier would apply to: None at the start, after `(`, `|` or an anchor.
+    // Some(true) when that is a complex group, Some(false) for a single atom.
+    let mut last: Option<bool> = None;
+    // The last atom already carries a quantifier.
+    let mut quantified = false;
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        match c {
+            b'\\' => {
+                escape(b, i, false)?;
+                // `\b` and `\B` are assertions: nothing to repeat.
+                last = (!matches!(b[i + 1], b'b' | b'B')).then_some(false);
+                i += 2;
+                quantified = false;
+                continue;
+            }
+            b'[' => {
+                i = class(b, i)?;
+                last = Some(false);
+                quantified = false;
+                continue;
+            }
+            b'(' => {
+                if b.get(i + 1) == Some(&b'?') {
+                    if b.get(i + 2) != Some(&b':') {
+                        return Err(RegexError::Unsupported {
+                            at: i,
+                            what: "only (…) and (?:…) groups are accepted (no flags, lookaround or named groups)",
+                        });
+                    }
+                    i += 3;
+                } else {
+                    groups += 1;
+                    i += 1;
+                }
+                stack.push(Group { complex: false, at: i });
+                last = None;
+                quantified = false;
+                continue;
+            }
+            b')' => {
+                if stack.len() == 1 {
+                    return Err(RegexError::Unbalanced { at: i, what: ')' });
+                }
+                let g = stack.pop().unwrap_or_default();
+                if g.complex {
+                    if let Some(outer) = stack.last_mut() {
+                        outer.complex = true;
+                    }
+                }
+                last = Some(g.complex);
+                quantified = false;
+            }
+            b'|' => {
+                if let Some(g) = stack.last_mut() {
+                    g.complex = true;
+                }
+                last = None;
+                quantified = false;
+            }
+            b'^' | b'$' => {
+                last = None;
+                quantified = false;
+            }
+            b'*' | b'+' | b'?' | b'{' => {
+                let (end, is_unbounded, repeats) =
+                    if c == b'{' { repeat(b, i)? } else { (i + 1, c != b'?', c != b'?') };
+                match last {
+                    None => {
+                        return Err(RegexError::Unsupported {
+                            at: i,
+                            what: "a quantifier with nothing to repeat (escape it to mean it literally)",
+                        })
+                    }
+                    Some(_) if quantified => {
+                        return Err(RegexError::Unsupported {
+                            at: i,
+                            what: "a quantifier after a quantifier (no lazy or possessive forms)",
+                        })
+                    }
+                    Some(true) if repeats => return Err(RegexError::Nested { at: i }),
+                    Some(_) => {}
+                }
+                if is_unbounded {
+                    unbounded += 1;
+                }
+                if let Some(g) = stack.last_mut() {
+                    g.complex = true;
+                }
+                quantified = true;
+                i = end;
+                continue;
+            }
+            b'}' | b']' => {
+                return Err(RegexError::Unsupported { at: i, what: "a bare '}' or ']' (escape it: \\} or \\])" })
+            }
+            _ => {
+                last = Some(false);
+                quantified = false;
+            }
+        }
+        i += 1;
+    }
+    if let Some(g) = stack.get(1) {
+        return Err(RegexError::Unbalanced { at: g.at.saturating_sub(1), what: '(' });
+    }
+    if unbounded > MAX_UNBOUNDED {
+        return Err(RegexError::TooManyUnbounded);
+    }
+    if groups > MAX_GROUPS {
+        return Err(RegexError::TooManyGroups);
+    }
+    Ok(Checked { groups })
+}
+
+/// Checks the escape at `b[i] == '\\'`: a backslash before punctuation (a literal), or one of
+/// the classes `\d \D \w \W \s \S`, and outside a class the assertions `\b \B`.
+fn escape(b: &[u8], i: usize, in_class: bool) -> Result<(), RegexError> {
+    match b.get(i + 1) {
+        None => Err(RegexError::Unsupported { at: i, what: "a pattern ending in '\\'" }),
+        Some(c) if c.is_ascii_punctuation() => Ok(()),
+        Some(b'd' | b'D' | b'w' | b'W' | b's' | b'S') => Ok(()),
+        Some(b'b' | b'B') if !in_class => Ok(()),
+        Some(_) => Err(RegexError::Unsupported {
+            at: i,
+            what: "an escape other than \\ before punctuation, \\d \\D \\w \\W \\s \\S, or \\b \\B",
+        }),
+    }
+}
+
+/// Checks the class opening at `b[i] == '['` and returns the index after its `]`. Inside: an
+/// optional leading `^`, then characters, ranges `a-z` and escapes; `[` and an unescaped `]`
+/// first are refused (POSIX classes and nested classes read differently across engines).
+fn class(b: &[u8], start: usize) -> Result<usize, RegexError> {
+    let mut i = start + 1;
+    if b.get(i) == Some(&b'^') {
+        i += 1;
+    }
+    let first = i;
+    // The previous item was a single character that may start a range.
+    let mut prev: Option<u8> = None;
+    while i < b.len() {
+        match b[i] {
+            b']' if i == first => {
+                return Err(RegexError::Unsupported {
+                    at: i,
+                    what: "an empty class or ']' first in it (escape it: \\])",
+                })
+            }
+            b']' => return Ok(i + 1),
+            b'[' => {
+                return Err(RegexError::Unsupported { at: i, what: "'[' inside a class (escape it: \\[)" });
+            }
+            b'\\' => {
+                escape(b, i, true)?;
+                let lit = b[i + 1];
+                prev = lit.is_ascii_punctuation().then_some(lit);
+                i += 2;
+            }
+            b'-' if prev.is_some() && i + 1 < b.len() && b[i + 1] != b']' => {
+                let lo = prev.unwrap_or_default();
+                let hi = match b[i + 1] {
+                    b'\\' => {
+                        escape(b, i + 1, true)?;
+                        let h = b[i + 2];
+                        if !h.is_ascii_punctuation() {
+                            return Err(RegexError::Unsupported { at: i, what: "a range ending in a class escape" });
+                        }
+                        i += 3;
+                        h
+                    }
+                    b'[' => {
+                        return Err(RegexError::Unsupported { at: i + 1, what: "'[' inside a class (escape it: \\[)" })
+                    }
+                    h => {
+                        i += 2;
+                        h
+                    }
+                };
+                if lo > hi {
+                    return Err(RegexError::Unsupported { at: i, what: "a range out of order" });
+                }
+                prev = None;
+            }
+            c => {
+                prev = Some(c);
+                i += 1;
+            }
+        }
+    }
+    Err(RegexError::Unbalanced { at: start, what: '[' })
+}
+
+/// Parses `{n}`, `{n,}` or `{n,m}` at `b[i] == '{'`: (index after it, unbounded, repeats more
+/// than once).
+fn repeat(b: &[u8], i: usize) -> Result<(usize, bool, bool), RegexError> {
+    let Some(len) = b[i..].iter().position(|c| *c == b'}') else {
+        return Err(RegexError::Unsupported { at: i, what: "a bare '{' (escape it: \\{)" });
+    };
+    let inner = std::str::from_utf8(&b[i + 1..i + len]).unwrap_or_default();
+    let num = |s: &str| -> Result<u32, RegexError> {
+        if s.is_empty() || !s.bytes().all(|c| c.is_ascii_digit()) {
+            return Err(RegexError::Unsupported { at: i, what: "a bare '{' (escape it: \\{)" });
+        }
+        s.parse::<u32>().ok().filter(|n| *n <= MAX_REPEAT).ok_or(RegexError::Repeat { at: i })
+    };
+    let (lo, hi) = match inner.split_once(',') {
+        None => {
+            let n = num(inner)?;
+            (n, Some(n))
+        }
+        Some((lo, "")) => (num(lo)?, None),
+        Some((lo, hi)) => (num(lo)?, Some(num(hi)?)),
+    };
+    if hi.is_some_and(|h| h < lo) {
+        return Err(RegexError::Repeat { at: i });
+    }
+    Ok((i + len + 1, hi.is_none(), hi.is_none_or(|h| h > 1)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ingress_nginx_style_paths_pass() {
+        for (p, groups) in [
+            ("/foo(/|$)(.*)", 2),
+            ("/something(/|$)(.*)", 2),
+            ("/api/v[0-9]+/users", 0),
+            ("/(?:a|b)/x", 0),
+            ("/static/.*\\.(js|css)$", 1),
+            ("/[^/]+/edit", 0),
+            ("/a{2,3}", 0),
+            ("/x\\d{4}", 0),
+            ("/[a-z\\-_]+", 0),
+            ("/(abc)?", 1),
+            ("/\\(literal\\)\\[\\]\\{\\}", 0),
+        ] {
+            assert_eq!(check(p), Ok(Checked { groups }), "{p}");
+        }
+    }
+
+    #[test]
+    fn structure_changing_or_catastrophic_patterns_are_refused() {
+        for (p, want) in [
+            ("(a+)+$", "backtrack"),
+            ("(a|a)*b", "backtrack"),
+            ("((a)*)*", "backtrack"),
+            ("(x+x+)+y", "backtrack"),
+            ("/a)|(/b", "unbalanced )"),
+            ("/a(", "unbalanced ("),
+            ("/[a", "unbalanced ["),
+            ("/[[:alpha:]]", "'[' inside a class"),
+            ("/[]a]", "']' first"),
+            ("(?i)/a", "only (…) and (?:…)"),
+            ("(?=a)", "only (…) and (?:…)"),
+            ("/a b", "printable ASCII"),
+            ("/a\nb", "printable ASCII"),
+            ("/\u{e9}", "printable ASCII"),
+            ("*a", "nothing to repeat"),
+            ("/a+?", "after a quantifier"),
+            ("/a**", "after a quantifier"),
+            ("/a{1000}", "repeat count"),
+            ("/a{3,2}", "repeat count"),
+            ("/a{x}", "bare '{'"),
+            ("/a}", "bare '}'"),
+            ("/\\1", "an escape other than"),
+            ("/\\Q", "an escape other than"),
+            ("/a\\", "ending in"),
+            ("/.*.*.*.*.*", "unbounded"),
+            ("/(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)", "capture groups"),
+        ] {
+            let e = check(p).expect_err(p).to_string();
+            assert!(e.contains(want), "{p}: {e}");
+        }
+        assert!(matches!(check(&"a".repeat(MAX_LEN + 1)), Err(RegexError::TooLong { .. })));
+    }
+}
