@@ -66,6 +66,29 @@ pub const SUPPORTED: &[(&str, &str)] = &[
     ("session-cookie-max-age", "seconds: the affinity cookie's `Max-Age` (wins over `session-cookie-expires`)"),
     ("session-cookie-path", "the affinity cookie's `Path`"),
     (
+        "enable-cors",
+        "`true`: preflight `OPTIONS` requests from an allowed origin answer 204 with the CORS headers; other responses to it get them",
+    ),
+    ("cors-allow-origin", "comma-separated origins (`*`, `https://a.example`, `https://*.a.example`; default `*`)"),
+    ("cors-allow-methods", "`Access-Control-Allow-Methods` (default `GET, PUT, POST, DELETE, PATCH, OPTIONS`)"),
+    ("cors-allow-headers", "`Access-Control-Allow-Headers` (default ingress-nginx's list)"),
+    ("cors-expose-headers", "`Access-Control-Expose-Headers`"),
+    ("cors-allow-credentials", "`Access-Control-Allow-Credentials: true` (default `true`)"),
+    ("cors-max-age", "`Access-Control-Max-Age`, seconds (default 1728000)"),
+    (
+        "limit-rps",
+        "requests per second per client address, over `limit-burst-multiplier` seconds (a stick table); over it, 503",
+    ),
+    ("limit-burst-multiplier", "the window of `limit-rps` in seconds, so its burst (default 5)"),
+    ("limit-connections", "concurrent requests per client address; over it, 503"),
+    ("auth-type", "`basic`: HTTP basic authentication against `auth-secret` (401 without valid credentials)"),
+    (
+        "auth-secret",
+        "the Secret (this namespace) with the users: key `auth`, htpasswd lines with crypt(3) hashes (`htpasswd -B`, `openssl passwd -6`)",
+    ),
+    ("auth-secret-type", "`auth-file` (default: key `auth`) or `auth-map` (a key per user, its hash the value)"),
+    ("auth-realm", "the realm of `auth-type: basic`"),
+    (
         "canary",
         "`true`: this Ingress's paths are canaries of the same host/path of another Ingress, sharing its traffic through server weights",
     ),
@@ -146,6 +169,74 @@ pub struct Policy {
     pub redirect: Option<Redirect>,
     /// The Host header sent to the backend (object text: quoted by the template).
     pub upstream_vhost: Option<String>,
+    /// CORS: preflights answered, response headers added.
+    pub cors: Option<Cors>,
+    /// Per client address request and concurrency limits (a stick table per policy).
+    pub limit: Option<Limit>,
+    /// HTTP basic authentication against a userlist.
+    pub auth: Option<BasicAuth>,
+}
+
+/// An origin CORS allows.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum Origin {
+    /// Any (`*`).
+    Any,
+    /// Exactly this `scheme://host[:port]` (object text: quoted by the template).
+    Exact(String),
+    /// `scheme://*.suffix[:port]`: a pattern built here from escaped literals, anchored.
+    Pattern(String),
+}
+
+/// CORS as ingress-nginx answers it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Cors {
+    /// The origins allowed.
+    pub origins: Vec<Origin>,
+    /// `Access-Control-Allow-Methods` (checked tokens, `, `-joined).
+    pub methods: String,
+    /// `Access-Control-Allow-Headers` (checked tokens).
+    pub headers: String,
+    /// `Access-Control-Expose-Headers` (checked tokens), if any.
+    pub expose: Option<String>,
+    /// `Access-Control-Allow-Credentials: true`.
+    pub credentials: bool,
+    /// `Access-Control-Max-Age`, seconds.
+    pub max_age: u32,
+}
+
+/// Per client address limits: over either, 503.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Limit {
+    /// Requests per second (`limit-rps`), measured over `window` seconds.
+    pub rps: Option<u32>,
+    /// The window, seconds (`limit-burst-multiplier`, default 5): up to `rps × window` requests
+    /// in any `window` seconds, so a burst of that size passes and the sustained rate is `rps`.
+    pub window: u32,
+    /// Concurrent requests (`limit-connections`).
+    pub connections: Option<u32>,
+}
+
+/// HTTP basic authentication.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct BasicAuth {
+    /// The userlist section's name (ours: `auth_<namespace>_<secret>`).
+    pub userlist: String,
+    /// The realm (printable ASCII without `"` or `\`; quoted by the template).
+    pub realm: String,
+}
+
+/// What `auth-type: basic` asks for, before its Secret is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthRequest {
+    /// The Secret's name (this Ingress's namespace).
+    pub secret: String,
+    /// `auth-file` (key `auth`, htpasswd lines) or `auth-map` (user → hash).
+    pub map: bool,
+    /// The realm.
+    pub realm: String,
+    /// The annotation naming the Secret, for a refusal.
+    pub field: String,
 }
 
 impl Policy {
@@ -249,6 +340,8 @@ pub struct Meaning {
     pub backend: BackendOptions,
     /// For its paths.
     pub paths: PathOptions,
+    /// Basic authentication, whose Secret the translator reads.
+    pub auth: Option<AuthRequest>,
 }
 
 /// The annotation's field path in a [`Refusal`].
@@ -497,6 +590,121 @@ pub fn read(
                 }
                 Err(e) => bad(key, e),
             },
+            "enable-cors" => match bool_of(v) {
+                Ok(false) => {}
+                Ok(true) => {
+                    let get = |k: &str| keys.get(k).map(|(full, v)| (*full, v.trim()));
+                    let mut c = Cors {
+                        origins: vec![Origin::Any],
+                        methods: "GET, PUT, POST, DELETE, PATCH, OPTIONS".into(),
+                        headers: "DNT, Keep-Alive, User-Agent, X-Requested-With, If-Modified-Since, Cache-Control, Content-Type, Range, Authorization".into(),
+                        expose: None,
+                        credentials: true,
+                        max_age: 1_728_000,
+                    };
+                    if let Some((full, o)) = get("cors-allow-origin") {
+                        match origins(o) {
+                            Ok(o) => c.origins = o,
+                            Err(e) => bad(full, e),
+                        }
+                    }
+                    for (k, slot) in [("cors-allow-methods", &mut c.methods), ("cors-allow-headers", &mut c.headers)] {
+                        if let Some((full, l)) = get(k) {
+                            match tokens(l) {
+                                Ok(t) => *slot = t,
+                                Err(e) => bad(full, e),
+                            }
+                        }
+                    }
+                    if let Some((full, l)) = get("cors-expose-headers") {
+                        match tokens(l) {
+                            Ok(t) => c.expose = Some(t),
+                            Err(e) => bad(full, e),
+                        }
+                    }
+                    if let Some((full, b)) = get("cors-allow-credentials") {
+                        match bool_of(b) {
+                            Ok(b) => c.credentials = b,
+                            Err(e) => bad(full, e),
+                        }
+                    }
+                    if let Some((full, n)) = get("cors-max-age") {
+                        match n.parse::<u32>() {
+                            Ok(n) => c.max_age = n,
+                            Err(_) => bad(full, format!("{n:?} is not a number of seconds")),
+                        }
+                    }
+                    m.policy.cors = Some(c);
+                }
+                Err(e) => bad(key, e),
+            },
+            s if s.starts_with("cors-") && SUPPORTED.iter().any(|(k, _)| *k == s) => {
+                if keys.get("enable-cors").is_none_or(|(_, v)| v.trim() != "true") {
+                    warnings.push(Refusal { field: field(key), reason: "ignored: enable-cors is not `true`".into() });
+                }
+            }
+            "limit-rps" | "limit-connections" => match v.parse::<u32>().ok().filter(|n| (1..=1_000_000).contains(n)) {
+                Some(n) => {
+                    let l = m.policy.limit.get_or_insert(Limit { rps: None, window: 5, connections: None });
+                    if *short == "limit-connections" {
+                        l.connections = Some(n);
+                    } else {
+                        l.rps = Some(n);
+                        if let Some((full, w)) = keys.get("limit-burst-multiplier") {
+                            match w.trim().parse::<u32>().ok().filter(|w| (1..=3600).contains(w)) {
+                                Some(w) => l.window = w,
+                                None => bad(full, format!("{w:?} is not a number from 1 to 3600")),
+                            }
+                        }
+                    }
+                }
+                None => bad(key, format!("{v:?} is not a number from 1 to 1000000")),
+            },
+            "limit-burst-multiplier" => {
+                if !keys.contains_key("limit-rps") {
+                    warnings.push(Refusal { field: field(key), reason: "ignored: limit-rps is not set".into() });
+                }
+            }
+            "auth-type" => {
+                if v != "basic" {
+                    bad(key, format!("{v:?} is not `basic` (digest is not supported)"));
+                    continue;
+                }
+                let get = |k: &str| keys.get(k).map(|(full, v)| (*full, v.trim()));
+                let Some((secret_key, secret)) = get("auth-secret") else {
+                    bad(key, "auth-secret is not set".into());
+                    continue;
+                };
+                let map = match get("auth-secret-type") {
+                    None | Some((_, "auth-file")) => false,
+                    Some((_, "auth-map")) => true,
+                    Some((full, t)) => {
+                        bad(full, format!("{t:?} is not `auth-file` or `auth-map`"));
+                        false
+                    }
+                };
+                let realm = get("auth-realm").map_or("Authentication Required", |(_, r)| r);
+                if realm.is_empty()
+                    || realm.len() > 256
+                    || !realm.bytes().all(|b| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\')
+                {
+                    if let Some((full, _)) = get("auth-realm") {
+                        bad(full, format!("{realm:?} is not a realm (printable ASCII, no '\"' or '\\')"));
+                    }
+                }
+                // A name with a namespace (`ns/name`) would read another namespace's Secret.
+                if secret.contains('/') || !crate::template::is_section_name(secret) || secret.len() > 253 {
+                    bad(secret_key, format!("{secret:?} is not the name of a Secret in this Ingress's namespace"));
+                    continue;
+                }
+                m.auth =
+                    Some(AuthRequest { secret: secret.into(), map, realm: realm.into(), field: field(secret_key) });
+            }
+            "auth-secret" | "auth-secret-type" | "auth-realm" => {
+                if keys.get("auth-type").is_none_or(|(_, v)| v.trim() != "basic") {
+                    warnings.push(Refusal { field: field(key), reason: "ignored: auth-type is not `basic`".into() });
+                }
+            }
             s if s.starts_with("canary-") && SUPPORTED.iter().any(|(k, _)| *k == s) => {
                 if keys.get("canary").is_none_or(|(_, v)| v.trim() != "true") {
                     warnings.push(Refusal { field: field(key), reason: "ignored: canary is not `true`".into() });
@@ -742,6 +950,94 @@ fn token(v: &str) -> Result<String, String> {
     Ok(v.to_string())
 }
 
+/// The users of an auth Secret's data (`auth-file`: key `auth` with `user:hash` lines;
+/// `auth-map`: user → hash), sorted, or why not. Only crypt(3) hashes HAProxy's `userlist` can
+/// check are accepted.
+pub fn users(data: &BTreeMap<String, Vec<u8>>, map: bool) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    if map {
+        for (u, h) in data {
+            out.push((u.clone(), String::from_utf8_lossy(h).trim().to_string()));
+        }
+    } else {
+        let text = data.get("auth").ok_or("the Secret has no key `auth`")?;
+        let text = std::str::from_utf8(text).map_err(|_| "the Secret's `auth` is not UTF-8")?;
+        for (i, l) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty() && !l.starts_with('#')) {
+            let (u, h) = l.trim().split_once(':').ok_or_else(|| format!("line {}: not user:hash", i + 1))?;
+            out.push((u.to_string(), h.to_string()));
+        }
+    }
+    if out.is_empty() {
+        return Err("the Secret names no user".into());
+    }
+    for (u, h) in &out {
+        let user_ok =
+            !u.is_empty() && u.len() <= 64 && u.bytes().all(|b| b.is_ascii_alphanumeric() || b"._@+-".contains(&b));
+        if !user_ok {
+            let u: String = u.chars().take(64).collect();
+            return Err(format!("{u:?} is not a user name (letters, digits, '._@+-')"));
+        }
+        if h.starts_with("$apr1$") || h.starts_with("{SHA}") {
+            return Err(format!(
+                "user {u}: an Apache MD5 or SHA1 hash, which crypt(3) cannot check: make it with `htpasswd -B` or `openssl passwd -6`"
+            ));
+        }
+        let crypt = ["$1$", "$5$", "$6$", "$2a$", "$2b$", "$2y$", "$y$", "$7$"].iter().any(|p| h.starts_with(p));
+        let chars = h.len() <= 512 && h.bytes().all(|b| b.is_ascii_alphanumeric() || b"./$=,+-".contains(&b));
+        if !crypt || !chars {
+            return Err(format!("user {u}: not a crypt(3) hash ($1$, $5$, $6$, $2y$/$2b$ bcrypt, $y$ yescrypt)"));
+        }
+    }
+    out.sort();
+    out.dedup_by(|a, b| a.0 == b.0);
+    Ok(out)
+}
+
+/// A comma-separated list of HTTP tokens (`GET, POST`), written back `, `-joined.
+fn tokens(v: &str) -> Result<String, String> {
+    let list: Vec<&str> = v.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+    if list.is_empty() || v.len() > 4096 {
+        return Err(format!("{v:?} is not a comma-separated list of names"));
+    }
+    list.into_iter().map(token).collect::<Result<Vec<_>, _>>().map(|l| l.join(", "))
+}
+
+/// `cors-allow-origin`: `*`, or comma-separated `scheme://host[:port]` where the host may start
+/// with `*.` (one or more labels, as ingress-nginx matches it).
+fn origins(v: &str) -> Result<Vec<Origin>, String> {
+    let mut out = Vec::new();
+    for o in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        if o == "*" {
+            out.push(Origin::Any);
+            continue;
+        }
+        let err = || format!("{o:?} is not `*` or an origin (http(s)://host[:port], the host may start with `*.`)");
+        let (scheme, rest) = o.split_once("://").ok_or_else(err)?;
+        if !matches!(scheme, "http" | "https") {
+            return Err(err());
+        }
+        let (host, port) = match rest.rsplit_once(':') {
+            Some((h, p)) if !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => (h, Some(p)),
+            _ => (rest, None),
+        };
+        let port = port.map(|p| format!(":{p}")).unwrap_or_default();
+        match crate::ingress::parse_host(host).map_err(|_| err())? {
+            crate::model::HostMatch::Exact(h) => out.push(Origin::Exact(format!("{scheme}://{h}{port}"))),
+            crate::model::HostMatch::Wildcard(suffix) => {
+                let lit = |s: &str| haptic_haproxy::quote::regex_literal(s).map_err(|_| err());
+                out.push(Origin::Pattern(format!("^{}://[^/]+{}{}$", lit(scheme)?, lit(&suffix)?, lit(&port)?)));
+            }
+            crate::model::HostMatch::Any => return Err(err()),
+        }
+    }
+    if out.is_empty() {
+        return Err("no origin given".into());
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
 /// A header or cookie name HAProxy takes as a sample fetch argument: `[A-Za-z0-9_.-]`.
 fn name_of(v: &str) -> Result<String, String> {
     let ok = !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
@@ -871,14 +1167,14 @@ mod tests {
 
     #[test]
     fn unsupported_keys_warn_and_our_prefix_wins() {
-        let mut a = ann(&[("enable-cors", "true"), ("proxy-body-size", "1m")]);
+        let mut a = ann(&[("mirror-target", "https://m.example"), ("proxy-body-size", "1m")]);
         a.insert(format!("{HAPTIC_PREFIX}proxy-body-size"), "2m".into());
         a.insert("other.example.com/whatever".into(), "x".into());
         let (m, warnings) = read(&a, false, Allowed::default()).unwrap();
         assert_eq!(m.policy.max_body, Some(2 << 20));
         let w: Vec<String> = warnings.iter().map(|r| format!("{}: {}", r.field, r.reason)).collect();
         assert_eq!(w.len(), 2, "{w:?}");
-        assert!(w.iter().any(|w| w.contains("enable-cors]: not supported")), "{w:?}");
+        assert!(w.iter().any(|w| w.contains("mirror-target]: not supported")), "{w:?}");
         assert!(
             w.iter().any(|w| w.contains("nginx.ingress.kubernetes.io/proxy-body-size]: ignored: haptic.dev/")),
             "{w:?}"
@@ -904,7 +1200,7 @@ mod tests {
         let mut a = ann(&[
             ("permanent-redirect", "https://example.com/"),
             ("permanent-redirect-code", "308"),
-            ("enable-cors", "true"),
+            ("mirror-target", "https://m.example"),
             ("proxy-body-size", "huge"),
             ("configuration-snippet", "http-request deny"),
         ]);
@@ -915,7 +1211,7 @@ mod tests {
         assert_eq!(got.len(), 5, "only our prefixes: {rows:?}");
         assert!(matches!(got["permanent-redirect"], Status::Honoured(m) if m.contains("301")));
         assert!(matches!(got["permanent-redirect-code"], Status::Honoured(_)));
-        assert_eq!(got["enable-cors"], &Status::NotSupported);
+        assert_eq!(got["mirror-target"], &Status::NotSupported);
         assert!(matches!(got["proxy-body-size"], Status::Refused(r) if r.contains("not a size")));
         assert!(matches!(got["configuration-snippet"], Status::Refused(r) if r.contains("off")));
     }
@@ -925,7 +1221,8 @@ mod tests {
         let mut ing = k8s_openapi::api::networking::v1::Ingress::default();
         ing.metadata.name = Some("shop".into());
         ing.metadata.namespace = Some("web".into());
-        ing.metadata.annotations = Some(ann(&[("whitelist-source-range", "10.0.0.0/8"), ("enable-cors", "true")]));
+        ing.metadata.annotations =
+            Some(ann(&[("whitelist-source-range", "10.0.0.0/8"), ("mirror-target", "https://m.example")]));
         let r = report(&ing, Allowed::default());
         assert!(r.served);
         let text = report_text(&[r]);
@@ -934,7 +1231,7 @@ mod tests {
             text.contains("honoured      nginx.ingress.kubernetes.io/whitelist-source-range=\"10.0.0.0/8\""),
             "{text}"
         );
-        assert!(text.contains("NOT SUPPORTED nginx.ingress.kubernetes.io/enable-cors"), "{text}");
+        assert!(text.contains("NOT SUPPORTED nginx.ingress.kubernetes.io/mirror-target"), "{text}");
         assert!(
             text.contains("http-request deny deny_status 403 if { var(txn.policy) -m str p1 } !{ src 10.0.0.0/8 }"),
             "{text}"
@@ -1013,6 +1310,78 @@ mod tests {
         }
         let (_, w) = read(&ann(&[("session-cookie-name", "x")]), false, Allowed::default()).unwrap();
         assert!(w[0].reason.contains("affinity is not set"), "{w:?}");
+    }
+
+    #[test]
+    fn cors_limits_and_basic_auth() {
+        let c = ok(&[("enable-cors", "true")]).policy.cors.unwrap();
+        assert_eq!((c.origins.clone(), c.credentials, c.max_age), (vec![Origin::Any], true, 1_728_000));
+        assert!(c.methods.starts_with("GET, PUT"));
+        let c = ok(&[
+            ("enable-cors", "true"),
+            ("cors-allow-origin", "https://a.example, https://*.b.example:8443"),
+            ("cors-allow-methods", "GET,POST"),
+            ("cors-allow-headers", "X-A, x-b"),
+            ("cors-expose-headers", "X-Total"),
+            ("cors-allow-credentials", "false"),
+            ("cors-max-age", "60"),
+        ])
+        .policy
+        .cors
+        .unwrap();
+        assert_eq!(
+            c.origins,
+            [Origin::Exact("https://a.example".into()), Origin::Pattern("^https://[^/]+\\.b\\.example:8443$".into())]
+        );
+        assert_eq!((c.methods.as_str(), c.headers.as_str()), ("GET, POST", "X-A, x-b"));
+        assert_eq!((c.expose.as_deref(), c.credentials, c.max_age), (Some("X-Total"), false, 60));
+        let l = ok(&[("limit-rps", "10"), ("limit-burst-multiplier", "3"), ("limit-connections", "4")]).policy.limit;
+        assert_eq!(l, Some(Limit { rps: Some(10), window: 3, connections: Some(4) }));
+        assert_eq!(ok(&[("limit-connections", "2")]).policy.limit.unwrap().rps, None);
+        let a = ok(&[("auth-type", "basic"), ("auth-secret", "users"), ("auth-realm", "Shop only")]).auth.unwrap();
+        assert_eq!((a.secret.as_str(), a.realm.as_str(), a.map), ("users", "Shop only", false));
+        assert!(
+            ok(&[("auth-type", "basic"), ("auth-secret", "u"), ("auth-secret-type", "auth-map")]).auth.unwrap().map
+        );
+        for (pairs, want) in [
+            (vec![("enable-cors", "true"), ("cors-allow-origin", "javascript:x")], "is not `*` or an origin"),
+            (vec![("enable-cors", "true"), ("cors-allow-origin", "https://a b")], "is not `*` or an origin"),
+            (vec![("enable-cors", "true"), ("cors-allow-methods", "GET;rm")], "not a token"),
+            (vec![("enable-cors", "true"), ("cors-max-age", "-1")], "not a number"),
+            (vec![("limit-rps", "0")], "not a number from 1"),
+            (vec![("limit-rps", "1"), ("limit-burst-multiplier", "0")], "not a number from 1 to 3600"),
+            (vec![("auth-type", "digest")], "not `basic`"),
+            (vec![("auth-type", "basic")], "auth-secret is not set"),
+            (vec![("auth-type", "basic"), ("auth-secret", "other/users")], "in this Ingress's namespace"),
+            (vec![("auth-type", "basic"), ("auth-secret", "u"), ("auth-realm", "a\"b")], "not a realm"),
+        ] {
+            let got = refused(&pairs);
+            assert!(got.contains(want), "{pairs:?}: {got}");
+        }
+        let (_, w) = read(&ann(&[("cors-max-age", "5"), ("auth-realm", "x")]), false, Allowed::default()).unwrap();
+        assert_eq!(w.len(), 2, "{w:?}");
+    }
+
+    #[test]
+    fn auth_secrets_hold_crypt_hashes_only() {
+        let file = |t: &str| BTreeMap::from([("auth".to_string(), t.as_bytes().to_vec())]);
+        let u = users(&file("bob:$2y$05$abcdefghijklmnopqrstuv\n# c\n\nalice:$6$salt$hash/x.\n"), false).unwrap();
+        assert_eq!(u.iter().map(|(u, _)| u.as_str()).collect::<Vec<_>>(), ["alice", "bob"]);
+        let map = BTreeMap::from([("carol".to_string(), b"$5$s$h".to_vec())]);
+        assert_eq!(users(&map, true).unwrap(), [("carol".to_string(), "$5$s$h".to_string())]);
+        for (text, want) in [
+            ("a:$apr1$abcd$oTxW9", "Apache MD5"),
+            ("a:{SHA}abc=", "Apache MD5 or SHA1"),
+            ("a:plain", "not a crypt(3) hash"),
+            ("a:$6$s$h 'x'", "not a crypt(3) hash"),
+            ("a b:$6$s$h", "not a user name"),
+            ("nocolon", "not user:hash"),
+            ("", "names no user"),
+        ] {
+            let e = users(&file(text), false).unwrap_err();
+            assert!(e.contains(want), "{text:?}: {e}");
+        }
+        assert!(users(&BTreeMap::new(), false).unwrap_err().contains("no key `auth`"));
     }
 
     #[test]

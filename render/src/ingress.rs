@@ -107,8 +107,8 @@ pub fn served(class: &IngressClass, ing: &Ingress) -> bool {
     }
 }
 
-/// The TLS Secrets (namespace, name) that the Ingresses `class` serves name: the only Secrets
-/// the translator reads.
+/// The Secrets (namespace, name) that the Ingresses `class` serves name, for TLS and for basic
+/// authentication (`auth-secret`, either prefix): the only Secrets the translator reads.
 pub fn tls_secret_refs<'a>(
     class: &IngressClass,
     ingresses: impl IntoIterator<Item = &'a Ingress>,
@@ -119,6 +119,14 @@ pub fn tls_secret_refs<'a>(
         for t in ing.spec.as_ref().and_then(|s| s.tls.as_deref()).unwrap_or_default() {
             if let Some(name) = t.secret_name.as_deref().filter(|n| !n.is_empty()) {
                 out.insert((ns.clone(), name.to_string()));
+            }
+        }
+        let a = ing.metadata.annotations.as_ref();
+        for p in [annotations::NGINX_PREFIX, annotations::HAPTIC_PREFIX] {
+            if let Some(name) = a.and_then(|a| a.get(&format!("{p}auth-secret"))).map(|n| n.trim()) {
+                if !name.is_empty() && !name.contains('/') {
+                    out.insert((ns.clone(), name.to_string()));
+                }
             }
         }
     }
@@ -381,6 +389,7 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
     let mut routes: BTreeMap<(HostMatch, String, PathKind), Route> = BTreeMap::new();
     let mut default: Option<Route> = None;
     let mut certs: BTreeMap<String, Cert> = BTreeMap::new();
+    let mut userlists: BTreeMap<String, crate::model::Userlist> = BTreeMap::new();
     let mut verdicts = Vec::new();
     for ing in ings {
         let me = obj("Ingress", &ing.metadata);
@@ -388,7 +397,7 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
         let mut v = Verdict { object: me.clone(), refusals: vec![], warnings: vec![] };
         let spec = ing.spec.clone().unwrap_or_default();
         let has_tls = !spec.tls.as_deref().unwrap_or_default().is_empty();
-        let meaning = match annotations::read(
+        let mut meaning = match annotations::read(
             ing.metadata.annotations.as_ref().unwrap_or(&BTreeMap::new()),
             has_tls,
             input.allowed,
@@ -405,6 +414,21 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
                 continue;
             }
         };
+        if let Some(a) = &meaning.auth {
+            match auth_users(input, &ns, a) {
+                Ok(list) => {
+                    let name = list.name.clone();
+                    userlists.insert(name.clone(), list);
+                    meaning.policy.auth = Some(annotations::BasicAuth { userlist: name, realm: a.realm.clone() });
+                }
+                Err(reason) => {
+                    // Served without its authentication, the Ingress would be open: none of it is.
+                    v.refusals.push(Refusal { field: a.field.clone(), reason });
+                    verdicts.push(v);
+                    continue;
+                }
+            }
+        }
         let opts = (&meaning.backend, &me);
         if let (Some(_), Some(_)) = (&meaning.canary, &spec.default_backend) {
             v.warnings.push(Refusal {
@@ -677,6 +701,10 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
         model.backends.push(Backend { name, servers, options });
     }
     model.certs = certs.into_values().collect();
+    // Only the userlists a served rule's policy names.
+    let named: BTreeSet<&str> =
+        model.policies.iter().filter_map(|p| p.policy.auth.as_ref()).map(|a| a.userlist.as_str()).collect();
+    model.userlists = userlists.into_values().filter(|u| named.contains(u.name.as_str())).collect();
     model.health = st.health_port.map(|p| SocketAddr::new(st.bind_address, p));
     model.frontends.push(Frontend {
         name: "http".into(),
@@ -741,6 +769,29 @@ fn slots_for(options: &BackendOptions, endpoints: usize, prev_count: usize, min_
     } else {
         min_slots
     }
+}
+
+/// The userlist of the Secret `a` names in `ns`, or why not.
+fn auth_users(input: &IngressInput, ns: &str, a: &annotations::AuthRequest) -> Result<crate::model::Userlist, String> {
+    let Some(s) = input
+        .secrets
+        .iter()
+        .find(|s| s.metadata.namespace.as_deref() == Some(ns) && s.metadata.name.as_deref() == Some(&a.secret))
+    else {
+        return Err(format!("Secret {ns}/{} does not exist", a.secret));
+    };
+    let data: BTreeMap<String, Vec<u8>> =
+        s.data.clone().unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect();
+    let users = annotations::users(&data, a.map).map_err(|e| format!("Secret {ns}/{}: {e}", a.secret))?;
+    let name = format!("auth_{ns}_{}", a.secret);
+    if !crate::template::is_section_name(&name) {
+        return Err(format!("{name:?} is not a userlist name"));
+    }
+    Ok(crate::model::Userlist {
+        name,
+        users,
+        source: ObjectRef { kind: "Secret".into(), namespace: ns.into(), name: a.secret.clone() },
+    })
 }
 
 /// The PEM bundle (chain, then key) of a `kubernetes.io/tls` Secret, or why not.
@@ -880,7 +931,7 @@ mod tests {
         // An unsupported key warns and the Ingress serves.
         let open = v("open");
         assert!(open.accepted(), "{open:?}");
-        assert_eq!(open.warnings[0].field, "metadata.annotations[nginx.ingress.kubernetes.io/enable-cors]");
+        assert_eq!(open.warnings[0].field, "metadata.annotations[nginx.ingress.kubernetes.io/mirror-target]");
         // Snippets are off: refused in that Ingress's verdict, the others serve.
         let snippet = v("snippet");
         assert!(snippet.refusals[0].reason.contains("snippet annotations are off"), "{snippet:?}");

@@ -10,7 +10,9 @@
 
 use serde::Serialize;
 
-pub use crate::annotations::{BackendOptions, CanarySelector, Cidr, Policy, Protocol, Redirect};
+pub use crate::annotations::{
+    BackendOptions, BasicAuth, CanarySelector, Cidr, Cors, Limit, Origin, Policy, Protocol, Redirect,
+};
 
 /// Everything one render serves.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -29,6 +31,8 @@ pub struct Model {
     pub backends: Vec<Backend>,
     /// The distinct non-empty policies rules use, by id (`p<n>`), sorted by content.
     pub policies: Vec<PolicyEntry>,
+    /// The userlists basic authentication checks against, sorted by name.
+    pub userlists: Vec<Userlist>,
     /// The distinct canary selectors rules use, by id (`c<n>`), sorted by content.
     pub canaries: Vec<CanaryEntry>,
     /// The distinct path rewrites rules use, by id (`w<n>`), sorted by content.
@@ -146,6 +150,17 @@ pub struct PolicyEntry {
     pub id: PolicyId,
     /// What it does.
     pub policy: Policy,
+}
+
+/// A `userlist` section: users and their crypt(3) hashes from a Secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Userlist {
+    /// Its name (`auth_<namespace>_<secret>`).
+    pub name: String,
+    /// (user, hash), checked (`crate::annotations::users`) and quoted by the template.
+    pub users: Vec<(String, String)>,
+    /// The Secret.
+    pub source: ObjectRef,
 }
 
 /// A rule's canary: the two backends its weighted backend holds, and what selects one of them

@@ -54,6 +54,12 @@ struct View<'a> {
     rewrite_lines: Vec<String>,
     /// The lines choosing a canary's or its main backend by header or cookie.
     canary_lines: Vec<String>,
+    /// The `http-response` lines of every policy.
+    response_lines: Vec<String>,
+    /// The stick-table backends of policies with limits: (name, `stick-table` line).
+    tables: Vec<(String, String)>,
+    /// The userlists: (name, `user` lines).
+    userlists: Vec<(String, Vec<String>)>,
     backends: Vec<BackendView>,
     not_found: &'static str,
     unavailable: &'static str,
@@ -147,8 +153,26 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
         });
     }
     let mut policy_lines = Vec::new();
+    let mut response_lines = Vec::new();
+    let mut tables = Vec::new();
     for p in &model.policies {
         policy_lines.extend(policy_lines_of(&p.id, &p.policy)?);
+        response_lines.extend(response_lines_of(&p.id, &p.policy)?);
+        if let Some(l) = &p.policy.limit {
+            tables.push((table_of(&p.id), table_line(l)));
+        }
+    }
+    let mut userlists = Vec::new();
+    for u in &model.userlists {
+        if !is_section_name(&u.name) {
+            return Err(RenderError::Template(format!("{:?} is not a userlist name", u.name)));
+        }
+        let users = u
+            .users
+            .iter()
+            .map(|(name, hash)| Ok(format!("user {} password {}", config_arg(name)?, config_arg(hash)?)))
+            .collect::<Result<_, RenderError>>()?;
+        userlists.push((u.name.clone(), users));
     }
     let mut rewrite_lines = Vec::new();
     for w in &model.rewrites {
@@ -170,6 +194,9 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
         policy_lines,
         rewrite_lines,
         canary_lines,
+        response_lines,
+        tables,
+        userlists,
         backends,
         not_found: NOT_FOUND,
         unavailable: UNAVAILABLE,
@@ -182,6 +209,18 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
 /// backend directive and server parameter (for `haptic-controller migrate`).
 pub fn annotation_lines(id: &str, m: &crate::annotations::Meaning) -> Result<Vec<String>, RenderError> {
     let mut out = policy_lines_of(id, &m.policy)?;
+    if let Some(a) = &m.auth {
+        out.push(format!(
+            "http-request auth realm {} if {{ var(txn.policy) -m str {} }} !{{ http_auth(<the users of Secret {}>) }}",
+            config_arg(&a.realm)?,
+            our_id(id)?,
+            a.secret
+        ));
+    }
+    out.extend(response_lines_of(id, &m.policy)?);
+    if let Some(l) = &m.policy.limit {
+        out.push(format!("{} (in backend {})", table_line(l), table_of(&our_id(id)?)));
+    }
     let o = &m.backend;
     out.extend(o.connect_timeout.map(|s| format!("timeout connect {s}s (backend)")));
     out.extend(o.server_timeout.map(|s| format!("timeout server {s}s (backend)")));
@@ -236,8 +275,47 @@ fn policy_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, RenderError> {
     if !p.deny.is_empty() {
         out.push(format!("http-request deny deny_status 403 if {when} {{ src {} }}", list(&p.deny)));
     }
+    if let Some(l) = &p.limit {
+        let t = table_of(&id);
+        out.push(format!("http-request track-sc1 src table {t} if {when}"));
+        if let Some(rps) = l.rps {
+            let n = u64::from(rps) * u64::from(l.window);
+            out.push(format!("http-request deny deny_status 503 if {when} {{ sc_http_req_rate(1,{t}) gt {n} }}"));
+        }
+        if let Some(c) = l.connections {
+            out.push(format!("http-request deny deny_status 503 if {when} {{ sc_conn_cur(1,{t}) gt {c} }}"));
+        }
+    }
     if p.https_redirect {
         out.push(format!("http-request redirect scheme https code 308 if {when} !{{ ssl_fc }}"));
+    }
+    if let Some(c) = &p.cors {
+        for o in &c.origins {
+            let matches = match o {
+                crate::annotations::Origin::Any => "{ req.hdr(origin) -m found }".to_string(),
+                crate::annotations::Origin::Exact(e) => format!("{{ req.hdr(origin) -m str -- {} }}", config_arg(e)?),
+                crate::annotations::Origin::Pattern(r) => format!("{{ req.hdr(origin) -m reg -- {} }}", config_arg(r)?),
+            };
+            out.push(format!("http-request set-var(txn.cors) str(1) if {when} {matches}"));
+        }
+        out.push(format!("http-request set-var(txn.origin) req.hdr(origin) if {when} {{ var(txn.cors) -m found }}"));
+        let mut hdrs = cors_headers(c)?;
+        hdrs.push(("access-control-max-age", config_arg(&c.max_age.to_string())?));
+        let hdrs: Vec<String> = hdrs.iter().map(|(k, v)| format!("hdr {k} {v}")).collect();
+        out.push(format!(
+            "http-request return status 204 content-type text/plain {} if {when} {{ var(txn.cors) -m found }} METH_OPTIONS",
+            hdrs.join(" ")
+        ));
+    }
+    if let Some(a) = &p.auth {
+        if !is_section_name(&a.userlist) {
+            return Err(RenderError::Template(format!("{:?} is not a userlist name", a.userlist)));
+        }
+        out.push(format!(
+            "http-request auth realm {} if {when} !{{ http_auth({}) }}",
+            config_arg(&a.realm)?,
+            a.userlist
+        ));
     }
     if let Some(n) = p.max_body {
         out.push(format!("http-request deny deny_status 413 if {when} {{ req.hdr_val(content-length) gt {n} }}"));
@@ -252,6 +330,51 @@ fn policy_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, RenderError> {
         out.push(format!("http-request set-header host {} if {when}", log_format_arg(h)?));
     }
     Ok(out)
+}
+
+/// A policy's `http-response` rules: the CORS headers for an allowed origin.
+fn response_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, RenderError> {
+    let when = format!("{{ var(txn.policy) -m str {} }}", our_id(id)?);
+    let Some(c) = &p.cors else { return Ok(vec![]) };
+    let mut out = Vec::new();
+    let mut hdrs = cors_headers(c)?;
+    if let Some(e) = &c.expose {
+        hdrs.push(("access-control-expose-headers", log_format_arg(e)?));
+    }
+    for (k, v) in hdrs {
+        out.push(format!("http-response set-header {k} {v} if {when} {{ var(txn.cors) -m found }}"));
+    }
+    Ok(out)
+}
+
+/// The CORS headers both a preflight and a response carry, values as quoted log-format words:
+/// the origin (`*`, or the request's own once it matched), methods, headers, credentials.
+fn cors_headers(c: &crate::annotations::Cors) -> Result<Vec<(&'static str, String)>, RenderError> {
+    let origin = if c.origins.contains(&crate::annotations::Origin::Any) {
+        "'*'".to_string()
+    } else {
+        "'%[var(txn.origin)]'".to_string()
+    };
+    let mut out = vec![
+        ("access-control-allow-origin", origin),
+        ("access-control-allow-methods", log_format_arg(&c.methods)?),
+        ("access-control-allow-headers", log_format_arg(&c.headers)?),
+    ];
+    if c.credentials {
+        out.push(("access-control-allow-credentials", "'true'".to_string()));
+    }
+    Ok(out)
+}
+
+/// The stick table of policy `id`'s limits.
+fn table_of(id: &str) -> String {
+    format!("haptic_limit_{id}")
+}
+
+/// The `stick-table` line for `l`: client addresses (IPv4 as mapped IPv6), their request rate
+/// over the window and their concurrent requests.
+fn table_line(l: &crate::annotations::Limit) -> String {
+    format!("stick-table type ipv6 size 100k expire {}s store http_req_rate({}s),conn_cur", l.window.max(60), l.window)
 }
 
 /// The lines by which a canary selector `s` (id `id`) sends a request to the rule's canary

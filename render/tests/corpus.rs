@@ -90,6 +90,18 @@ const FIELDS: &[Field] = &[
     Field::Annotation("canary-by-header"),
     Field::Annotation("canary-by-header-value"),
     Field::Annotation("canary-by-cookie"),
+    Field::Annotation("enable-cors"),
+    Field::Annotation("cors-allow-origin"),
+    Field::Annotation("cors-allow-methods"),
+    Field::Annotation("cors-allow-headers"),
+    Field::Annotation("cors-expose-headers"),
+    Field::Annotation("cors-max-age"),
+    Field::Annotation("limit-rps"),
+    Field::Annotation("limit-burst-multiplier"),
+    Field::Annotation("limit-connections"),
+    Field::Annotation("auth-type"),
+    Field::Annotation("auth-secret"),
+    Field::Annotation("auth-realm"),
 ];
 
 const YAML: &str = r#"
@@ -183,6 +195,19 @@ fn set(input: &mut IngressInput, field: Field, value: &str) {
             if key.starts_with("session-cookie-") {
                 with.push(("affinity", "cookie".into()));
             }
+            if key.starts_with("cors-") {
+                with.push(("enable-cors", "true".into()));
+            }
+            if key == "limit-burst-multiplier" {
+                with.push(("limit-rps", "5".into()));
+            }
+            if key.starts_with("auth-") {
+                for (k, v) in [("auth-type", "basic"), ("auth-secret", "users")] {
+                    if k != key {
+                        with.push((k, v.into()));
+                    }
+                }
+            }
             if key.starts_with("canary-") {
                 with.push(("canary", "true".into()));
                 if key == "canary-by-header-value" {
@@ -192,6 +217,17 @@ fn set(input: &mut IngressInput, field: Field, value: &str) {
             let a = ing.metadata.annotations.get_or_insert_with(Default::default);
             for (k, v) in with {
                 a.insert(format!("{NGINX_PREFIX}{k}"), v);
+            }
+            if key.starts_with("auth-") {
+                // The users' Secret, under the name the annotation gives.
+                let name = if key == "auth-secret" { value } else { "users" };
+                let mut s = k8s_openapi::api::core::v1::Secret::default();
+                s.metadata.name = Some(name.into());
+                s.metadata.namespace = Some("shop".into());
+                s.data = Some(
+                    [("auth".to_string(), k8s_openapi::ByteString(b"u:$6$salt$hash".to_vec()))].into_iter().collect(),
+                );
+                input.secrets.push(s);
             }
             if key.starts_with("canary-") {
                 // The Ingress a canary joins (after the target among the verdicts).
