@@ -255,6 +255,12 @@ pub fn check_config(text: &str) -> String {
     )
 }
 
+/// Whether `haproxy -c` over [`check_config`] passed, by its exit code: 0, or 2, which HAProxy
+/// returns for a config that is valid but has no listener (as that one has none).
+pub fn check_passed(exit_code: Option<i32>) -> bool {
+    matches!(exit_code, Some(0 | 2))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -363,6 +369,12 @@ mod tests {
         // `lua.` inside a longer name is not a Lua call.
         assert!(!uses_name("tualua.com", "lua."));
         assert!(uses_name("%[lua.f]", "lua."));
+    }
+
+    #[test]
+    fn a_check_without_listener_passes() {
+        assert!(check_passed(Some(0)) && check_passed(Some(2)));
+        assert!(!check_passed(Some(1)) && !check_passed(None));
     }
 
     #[test]

@@ -57,6 +57,80 @@ pub struct IngressInput {
     pub settings: Settings,
     /// What the admin allows Ingress annotations to bring.
     pub allowed: Allowed,
+    /// Allowed snippets (as [`snippet_checks`] gives them) that `haproxy -c` refused in their own
+    /// backend, with its words: the Ingresses bringing them are refused.
+    pub refused_snippets: BTreeMap<String, String>,
+    /// Objects (Ingresses, Secrets) left out of this render, each with why: an Ingress is
+    /// refused whole, a Secret is read as missing ([`crate::narrow`] decides which).
+    pub excluded: BTreeMap<ObjectRef, String>,
+}
+
+/// An allowed snippet an Ingress brings, and the config `haproxy -c` checks it in on its own
+/// (`haptic_haproxy::snippet::check_config`): a shell runs the check and hands back the refused
+/// ones as [`IngressInput::refused_snippets`], so a snippet that does not parse refuses only its
+/// Ingress and never fails the render's gate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnippetCheck {
+    /// The first Ingress bringing it.
+    pub object: ObjectRef,
+    /// The snippet as it joins its backend (the key of [`IngressInput::refused_snippets`]).
+    pub snippet: String,
+    /// The config to check.
+    pub config: String,
+}
+
+/// The allowed snippets the served Ingresses bring, once each, in object order.
+pub fn snippet_checks(input: &IngressInput) -> Vec<SnippetCheck> {
+    let mut out: Vec<SnippetCheck> = Vec::new();
+    let mut ings: Vec<&Ingress> = input.ingresses.iter().filter(|i| served(&input.class, i)).collect();
+    ings.sort_by_key(|i| obj("Ingress", &i.metadata));
+    for ing in ings {
+        let has_tls = ing.spec.as_ref().and_then(|s| s.tls.as_ref()).is_some_and(|t| !t.is_empty());
+        let empty = BTreeMap::new();
+        let Ok((m, _)) = annotations::read(ing.metadata.annotations.as_ref().unwrap_or(&empty), has_tls, input.allowed)
+        else {
+            continue;
+        };
+        if let Some(snippet) = m.backend.snippet {
+            if !out.iter().any(|c| c.snippet == snippet) {
+                let config = haptic_haproxy::snippet::check_config(&snippet);
+                out.push(SnippetCheck { object: obj("Ingress", &ing.metadata), snippet, config });
+            }
+        }
+    }
+    out
+}
+
+/// HAProxy's words on a refused check, short: its `[ALERT]` lines without the process id and
+/// the temporary file's path, at most 512 bytes.
+pub fn check_words(output: &str) -> String {
+    let lines: Vec<String> = output
+        .lines()
+        .filter(|l| l.contains("[ALERT]") && !l.contains("Fatal errors") && !l.contains("Error(s) found"))
+        .map(|l| {
+            let l = l.split_once(") : ").map_or(l, |(_, rest)| rest);
+            match (l.find("parsing ["), l.find(':')) {
+                (Some(p), _) => match l[p..].find(']') {
+                    Some(end) => {
+                        let inside = &l[p + 9..p + end];
+                        let line = inside.rsplit_once(':').map_or("", |(_, n)| n);
+                        format!("{}line {line}{}", &l[..p], &l[p + end + 1..])
+                    }
+                    None => l.to_string(),
+                },
+                _ => l.to_string(),
+            }
+        })
+        .collect();
+    let mut out = if lines.is_empty() { output.trim().to_string() } else { lines.join("; ") };
+    if out.len() > 512 {
+        let mut cut = 512;
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+    }
+    out
 }
 
 /// Listening and slot settings.
@@ -397,6 +471,11 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
         let mut v = Verdict { object: me.clone(), refusals: vec![], warnings: vec![] };
         let spec = ing.spec.clone().unwrap_or_default();
         let has_tls = !spec.tls.as_deref().unwrap_or_default().is_empty();
+        if let Some(why) = input.excluded.get(&me) {
+            v.refusals.push(Refusal { field: "metadata".into(), reason: why.clone() });
+            verdicts.push(v);
+            continue;
+        }
         let mut meaning = match annotations::read(
             ing.metadata.annotations.as_ref().unwrap_or(&BTreeMap::new()),
             has_tls,
@@ -414,6 +493,22 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
                 continue;
             }
         };
+        if let Some(why) = meaning.backend.snippet.as_ref().and_then(|s| input.refused_snippets.get(s)) {
+            let key = ["configuration-snippet", "server-snippet"]
+                .into_iter()
+                .map(|k| annotations::field_of(&ing.metadata, k))
+                .find(|f| {
+                    let key = &f["metadata.annotations[".len()..f.len() - 1];
+                    ing.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(key))
+                })
+                .unwrap_or_else(|| "metadata.annotations".into());
+            v.refusals.push(Refusal {
+                field: key,
+                reason: format!("haproxy -c refuses the snippet in its own backend: {why}"),
+            });
+            verdicts.push(v);
+            continue;
+        }
         if let Some(a) = &meaning.auth {
             match auth_users(input, &ns, a) {
                 Ok(list) => {
@@ -773,6 +868,10 @@ fn slots_for(options: &BackendOptions, endpoints: usize, prev_count: usize, min_
 
 /// The userlist of the Secret `a` names in `ns`, or why not.
 fn auth_users(input: &IngressInput, ns: &str, a: &annotations::AuthRequest) -> Result<crate::model::Userlist, String> {
+    let me = ObjectRef { kind: "Secret".into(), namespace: ns.into(), name: a.secret.clone() };
+    if let Some(why) = input.excluded.get(&me) {
+        return Err(format!("Secret {ns}/{} is left out: {why}", a.secret));
+    }
     let Some(s) = input
         .secrets
         .iter()
@@ -796,6 +895,10 @@ fn auth_users(input: &IngressInput, ns: &str, a: &annotations::AuthRequest) -> R
 
 /// The PEM bundle (chain, then key) of a `kubernetes.io/tls` Secret, or why not.
 fn tls_pem(input: &IngressInput, ns: &str, name: &str) -> Result<Vec<u8>, String> {
+    if let Some(why) = input.excluded.get(&ObjectRef { kind: "Secret".into(), namespace: ns.into(), name: name.into() })
+    {
+        return Err(format!("Secret {ns}/{name} is left out: {why}"));
+    }
     let Some(s) = input
         .secrets
         .iter()
@@ -854,6 +957,8 @@ pub(crate) mod fixture {
             previous_slots: SlotMap::default(),
             settings: Settings { min_slots: 2, ..Settings::default() },
             allowed: Allowed::default(),
+            refused_snippets: BTreeMap::new(),
+            excluded: BTreeMap::new(),
         }
     }
 }
@@ -1149,6 +1254,40 @@ mod tests {
         assert_eq!(slots_for(&aff, 17, 16, 8), 32);
         assert_eq!(slots_for(&aff, 12, 16, 8), 8, "the previous count holds (slots never shrink)");
         assert_eq!(slots_for(&BackendOptions::default(), 9, 8, 8), 8, "others grow one by one, at runtime");
+    }
+
+    #[test]
+    fn a_snippet_haproxy_refuses_and_a_left_out_object_refuse_only_their_ingress() {
+        let mut i = input(ANNOTATIONS);
+        i.allowed = Allowed { snippets: true };
+        let checks = snippet_checks(&i);
+        assert_eq!(checks.len(), 1, "{checks:?}");
+        assert_eq!(checks[0].object.name, "snippet");
+        assert!(checks[0].config.ends_with("backend snippet_check\n    http-response set-header X-Snippet yes\n\n"));
+        i.refused_snippets.insert(checks[0].snippet.clone(), "line 7: unknown keyword".into());
+        i.excluded.insert(
+            ObjectRef { kind: "Ingress".into(), namespace: "shop".into(), name: "open".into() },
+            "left out: a test".into(),
+        );
+        let (model, verdicts, _) = translate_ingress(&i);
+        let snippet = verdict(&verdicts, "snippet");
+        assert_eq!(
+            snippet.refusals[0].field,
+            "metadata.annotations[nginx.ingress.kubernetes.io/configuration-snippet]"
+        );
+        assert!(snippet.refusals[0].reason.contains("haproxy -c refuses the snippet"), "{snippet:?}");
+        assert_eq!(verdict(&verdicts, "open").refusals[0].reason, "left out: a test");
+        assert!(verdict(&verdicts, "guarded").accepted());
+        assert!(!model.backends.iter().any(|b| b.name == "shop_snip_80"));
+        assert!(!model.hosts.iter().any(|h| h.host == HostMatch::Exact("open.example.com".into())));
+    }
+
+    #[test]
+    fn check_words_keep_the_alerts_only() {
+        let out = "[NOTICE]   (1) : haproxy version is 2.6.12\n[ALERT]    (27303) : config : parsing [/tmp/x/haproxy.cfg:8] : 'http-request set-header' expects exactly 2 arguments.\n[ALERT]    (27303) : config : Error(s) found in configuration file : /tmp/x/haproxy.cfg\n[ALERT]    (27303) : config : Fatal errors found in configuration.\n";
+        assert_eq!(check_words(out), "config : line 8 : 'http-request set-header' expects exactly 2 arguments.");
+        assert_eq!(check_words("odd"), "odd");
+        assert!(check_words(&"[ALERT] (1) : x".repeat(200)).len() <= 512);
     }
 
     #[test]

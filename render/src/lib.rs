@@ -2,7 +2,8 @@
 //!
 //! Owns the pure pipeline `objects + last slot map → Model → Render`: the [`model`] types, the
 //! Ingress translator ([`ingress`]) and its annotations ([`annotations`]), slot planning ([`slots`]), map building ([`maps`]) and the
-//! templates ([`template`]). It must never talk to a cluster, spawn tasks or touch files: inputs
+//! templates ([`template`]), and the gate-narrowing decision ([`narrow`]: which changed objects
+//! to leave out after the gate refuses a render). It must never talk to a cluster, spawn tasks or touch files: inputs
 //! are plain typed objects, outputs are bytes by relative path plus per-object verdicts. Every
 //! value from an object reaches `haproxy.cfg` only through `haptic_haproxy::quote` or as a map
 //! entry; route semantics are decided in Rust here, never in template logic.
@@ -11,12 +12,13 @@ pub mod annotations;
 pub mod ingress;
 pub mod maps;
 pub mod model;
+pub mod narrow;
 pub mod slots;
 pub mod template;
 
 use std::collections::BTreeMap;
 
-pub use ingress::{translate_ingress, IngressInput};
+pub use ingress::{snippet_checks, translate_ingress, IngressInput, SnippetCheck};
 pub use model::{Model, ObjectRef, Refusal, Verdict};
 pub use slots::SlotMap;
 pub use template::{Snippets, Templates};

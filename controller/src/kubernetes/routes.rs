@@ -131,6 +131,8 @@ pub fn render(
         previous_slots: previous.clone(),
         settings: settings(r)?,
         allowed: Allowed { snippets: r.allow_snippet_annotations },
+        refused_snippets: Default::default(),
+        excluded: Default::default(),
     };
     let out = haptic_render::render(&input, &templates(r, l)?)
         .map_err(|e| RenderError::invalid(format!("spec.render: {e}")))?;

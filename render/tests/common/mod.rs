@@ -39,6 +39,8 @@ pub fn input(yaml: &str, settings: Settings) -> IngressInput {
         previous_slots: Default::default(),
         settings,
         allowed: Default::default(),
+        refused_snippets: Default::default(),
+        excluded: Default::default(),
     }
 }
 
