@@ -45,6 +45,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// The status board (render mode reads which plans the pods have applied).
     pub board: Arc<crate::status::StatusBoard>,
+    /// The HAProxy binary the gate runs (render mode also checks allowed snippets with it).
+    pub haproxy_bin: std::path::PathBuf,
 }
 
 impl std::fmt::Debug for Context {

@@ -6,7 +6,9 @@
 //! in reflector stores (one watch per name) and publishes each settled change as one render.
 //! A change to any referenced object is a new render; an unchanged result is not republished.
 //! With `spec.render` the same loop also runs [`super::cluster`]'s reflectors and renders
-//! through [`super::routes`] with the slots of the newest plan a pod applied. It must never
+//! through [`super::routes`] with the slots of the newest plan a pod applied, after checking each
+//! allowed snippet alone with `haproxy -c` (so a snippet HAProxy refuses refuses only its
+//! Ingress, never the whole render at the gate). It must never
 //! deploy, and outside render mode never read objects outside its namespace nor list a kind
 //! wholesale.
 
@@ -428,6 +430,7 @@ pub async fn watch_renders(
     let mut last: Option<PublishedKey> = None;
     let mut cluster: Option<ClusterWatch> = None;
     let mut slots = SlotHistory::default();
+    let mut snippets = SnippetVerdicts::default();
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -485,7 +488,9 @@ pub async fn watch_renders(
                 objects.secrets = secrets;
                 let applied = ctx.board.snapshot().pods.iter().filter_map(|p| p.applied).collect();
                 let previous = slots.previous(&applied);
-                Some(super::routes::render(&c.spec, &s, &objects, &previous).and_then(|out| {
+                let checks = super::routes::snippet_checks(r, &objects);
+                let refused = snippets.refused(&ctx.haproxy_bin, &checks).await;
+                Some(super::routes::render(&c.spec, &s, &objects, &previous, &refused).and_then(|out| {
                     ingress = Some(Arc::new(super::routes::outcome(r, &ctx.namespace, &objects, &out.verdicts)));
                     let render = Render::new(out.files).map_err(|why| RenderError::invalid(why.to_string()))?;
                     slots.record(render.plan_id(), out.slots);
@@ -514,6 +519,59 @@ pub async fn watch_renders(
         s.config_maps.retain(&refs.config_maps);
         s.secrets.retain(&refs.secrets);
     }
+}
+
+/// `haproxy -c` verdicts on allowed snippets checked alone, by snippet: `None` passed, `Some`
+/// refused with HAProxy's words. Only the snippets of the last render are kept.
+#[derive(Debug, Default)]
+struct SnippetVerdicts {
+    by_snippet: BTreeMap<String, Option<String>>,
+}
+
+impl SnippetVerdicts {
+    /// The snippets of `checks` that `haproxy -c` (`bin`) refuses, checking each new one once.
+    /// A check that cannot run refuses nothing (the gate still checks the whole render) and is
+    /// tried again next time.
+    async fn refused(
+        &mut self,
+        bin: &std::path::Path,
+        checks: &[haptic_render::SnippetCheck],
+    ) -> BTreeMap<String, String> {
+        self.by_snippet.retain(|s, _| checks.iter().any(|c| &c.snippet == s));
+        for c in checks {
+            if self.by_snippet.contains_key(&c.snippet) {
+                continue;
+            }
+            match check_snippet(bin, &c.config).await {
+                Ok(v) => {
+                    if let Some(why) = &v {
+                        warn!("haproxy -c refuses the snippet of {}: {why}", c.object);
+                    }
+                    self.by_snippet.insert(c.snippet.clone(), v);
+                }
+                Err(e) => warn!("could not check the snippet of {}: {e}", c.object),
+            }
+        }
+        self.by_snippet.iter().filter_map(|(s, v)| v.clone().map(|w| (s.clone(), w))).collect()
+    }
+}
+
+/// Runs `haproxy -c` over one snippet's check config in a temp dir: `None` when it passes.
+async fn check_snippet(bin: &std::path::Path, config: &str) -> Result<Option<String>, String> {
+    let dir = tempfile::Builder::new().prefix("haptic-snippet-").tempdir().map_err(|e| e.to_string())?;
+    let file = dir.path().join("check.cfg");
+    tokio::fs::write(&file, config).await.map_err(|e| e.to_string())?;
+    let mut cmd = tokio::process::Command::new(bin);
+    cmd.arg("-c").arg("-f").arg(&file).current_dir(dir.path()).kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(30), cmd.output())
+        .await
+        .map_err(|_| "timed out after 30 s".to_string())?
+        .map_err(|e| format!("{}: {e}", bin.display()))?;
+    if haptic_haproxy::snippet::check_passed(out.status.code()) {
+        return Ok(None);
+    }
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    Ok(Some(haptic_render::ingress::check_words(&text)))
 }
 
 pub(crate) fn ready<K: kube::Resource + Clone + 'static>(s: &Store<K>) -> bool
@@ -561,6 +619,31 @@ mod tests {
     use super::*;
     use k8s_openapi::ByteString;
     use serde_json::json;
+
+    #[tokio::test]
+    async fn each_new_snippet_is_checked_once_and_a_refused_one_is_named() {
+        let Some(bin) = haptic_e2e::haproxy_bins().into_iter().next() else { return };
+        let check = |name: &str, snippet: &str| haptic_render::SnippetCheck {
+            object: haptic_render::ObjectRef { kind: "Ingress".into(), namespace: "shop".into(), name: name.into() },
+            snippet: snippet.into(),
+            config: haptic_haproxy::snippet::check_config(snippet),
+        };
+        let checks = [
+            check("good", "    http-response set-header X-Good yes\n"),
+            check("broken", "    http-response set-header X-Only-A-Name\n"),
+        ];
+        let mut v = SnippetVerdicts::default();
+        let refused = v.refused(&bin.path, &checks).await;
+        assert_eq!(refused.keys().collect::<Vec<_>>(), [&checks[1].snippet], "{refused:?}");
+        assert!(refused[&checks[1].snippet].contains("line 8"), "{refused:?}");
+        // Known snippets are not checked again (a binary that cannot run changes nothing).
+        let again = v.refused(std::path::Path::new("/nonexistent/haproxy"), &checks).await;
+        assert_eq!(again, refused);
+        // A snippet no Ingress brings any more is forgotten; a new one that cannot be checked
+        // refuses nothing.
+        let later = v.refused(std::path::Path::new("/nonexistent/haproxy"), &[check("new", "    x y\n")]).await;
+        assert!(later.is_empty() && v.by_snippet.is_empty(), "{later:?}");
+    }
 
     #[test]
     fn a_burst_settles_after_its_last_change_but_a_stream_within_two_windows() {

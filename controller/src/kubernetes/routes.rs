@@ -112,13 +112,31 @@ pub fn secret_refs(r: &RenderSpec, objects: &Objects) -> BTreeSet<(String, Strin
     }
 }
 
+/// The allowed snippets the served Ingresses bring, each to be checked alone with `haproxy -c`
+/// before a render (none while snippets are off or the class is not usable).
+pub fn snippet_checks(r: &RenderSpec, objects: &Objects) -> Vec<haptic_render::SnippetCheck> {
+    if !r.allow_snippet_annotations {
+        return Vec::new();
+    }
+    let Ok(class) = class(r, objects) else { return Vec::new() };
+    let input = IngressInput {
+        class: class.clone(),
+        ingresses: objects.ingresses.iter().map(|o| (**o).clone()).collect(),
+        allowed: Allowed { snippets: true },
+        ..Default::default()
+    };
+    haptic_render::snippet_checks(&input)
+}
+
 /// Renders a spec with `spec.render` (pure): the class, then the translator and templates, then
-/// the spec's extra `files` (which must not collide with a rendered path).
+/// the spec's extra `files` (which must not collide with a rendered path). `refused_snippets`:
+/// the allowed snippets `haproxy -c` refused alone (see [`snippet_checks`]), with its words.
 pub fn render(
     spec: &HAProxyConfigSpec,
     l: &dyn Lookup,
     objects: &Objects,
     previous: &SlotMap,
+    refused_snippets: &BTreeMap<String, String>,
 ) -> Result<Rendered, RenderError> {
     let r = spec.render.as_ref().ok_or_else(|| RenderError::invalid("spec.render is not set".into()))?;
     let class = class(r, objects)?.clone();
@@ -131,7 +149,7 @@ pub fn render(
         previous_slots: previous.clone(),
         settings: settings(r)?,
         allowed: Allowed { snippets: r.allow_snippet_annotations },
-        refused_snippets: Default::default(),
+        refused_snippets: refused_snippets.clone(),
         excluded: Default::default(),
     };
     let out = haptic_render::render(&input, &templates(r, l)?)

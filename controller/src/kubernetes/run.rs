@@ -116,6 +116,7 @@ pub async fn start_kubernetes(s: KubernetesSettings, client: Client) -> Result<R
         snapshots,
         discovered,
         board: shared.board.clone(),
+        haproxy_bin: s.common.haproxy_bin.clone(),
     };
     let mut tasks = Vec::new();
     if let (Some(t), Some(trust), Some(name)) =
