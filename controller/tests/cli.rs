@@ -380,7 +380,7 @@ fn migrate_names_each_annotation_and_exits_1_on_a_gap() {
     assert_eq!(out.status.code(), Some(1), "a refused Ingress is a gap: {text}");
     assert!(text.starts_with("Ingress web/shop (NOT served"), "{text}");
     assert!(text.contains("REFUSED       nginx.ingress.kubernetes.io/configuration-snippet="), "{text}");
-    assert!(text.contains("NOT SUPPORTED nginx.ingress.kubernetes.io/enable-cors="), "{text}");
+    assert!(text.contains("NOT SUPPORTED nginx.ingress.kubernetes.io/proxy-buffering="), "{text}");
     assert!(text.contains("honoured      nginx.ingress.kubernetes.io/whitelist-source-range="), "{text}");
     assert!(text.contains("!{ src 10.0.0.0/8 192.168.0.0/16 }"), "{text}");
     // The documentation shows exactly this output.

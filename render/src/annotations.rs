@@ -1385,6 +1385,19 @@ mod tests {
     }
 
     #[test]
+    fn the_migration_guide_lists_every_supported_key_as_supported() {
+        let doc = include_str!("../../docs/migrating-from-ingress-nginx.md");
+        let rows: Vec<&str> = doc.lines().filter(|l| l.starts_with("| `")).collect();
+        for (key, _) in SUPPORTED {
+            let row = rows
+                .iter()
+                .find(|r| r.split(" | ").next().unwrap_or_default().contains(&format!("`{key}")))
+                .unwrap_or_else(|| panic!("docs/migrating-from-ingress-nginx.md has no row for `{key}`"));
+            assert!(row.contains("| supported"), "`{key}` is not marked supported: {row}");
+        }
+    }
+
+    #[test]
     fn every_supported_key_is_documented_once() {
         let mut keys: Vec<&str> = SUPPORTED.iter().map(|(k, _)| *k).collect();
         keys.sort();
