@@ -89,6 +89,13 @@ pub const SUPPORTED: &[(&str, &str)] = &[
     ("auth-secret-type", "`auth-file` (default: key `auth`) or `auth-map` (a key per user, its hash the value)"),
     ("auth-realm", "the realm of `auth-type: basic`"),
     (
+        "proxy-ssl-secret",
+        "a Secret (this namespace) with `ca.crt` (to verify the backends' certificates) and/or `tls.crt`/`tls.key` (a client certificate); needs backend-protocol HTTPS or GRPCS",
+    ),
+    ("proxy-ssl-verify", "`on`: the backends' certificates must verify against the Secret's `ca.crt` (else 503)"),
+    ("proxy-ssl-name", "the name the backends' certificates must carry (and the SNI sent, with `proxy-ssl-server-name`)"),
+    ("proxy-ssl-server-name", "`on`: send `proxy-ssl-name` as SNI"),
+    (
         "canary",
         "`true`: this Ingress's paths are canaries of the same host/path of another Ingress, sharing its traffic through server weights",
     ),
@@ -273,6 +280,25 @@ pub struct BackendOptions {
     pub snippet: Option<String>,
     /// Cookie affinity.
     pub affinity: Option<Affinity>,
+    /// TLS towards the servers with a CA and/or a client certificate from a Secret.
+    pub upstream_tls: Option<UpstreamTls>,
+}
+
+/// TLS towards a backend's servers, from `proxy-ssl-*`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct UpstreamTls {
+    /// The Secret's name (this Ingress's namespace).
+    pub secret: String,
+    /// Verify the servers' certificates against the Secret's `ca.crt`.
+    pub verify: bool,
+    /// The name their certificates must carry (a DNS name).
+    pub name: Option<String>,
+    /// Send `name` as SNI.
+    pub sni: bool,
+    /// The CA bundle's path in the tree, once the translator read the Secret.
+    pub ca_file: Option<String>,
+    /// The client certificate's path in the tree (chain and key), once read.
+    pub client_cert: Option<String>,
 }
 
 /// Sticky sessions by an inserted cookie whose value names the server slot.
@@ -699,6 +725,43 @@ pub fn read(
                 }
                 m.auth =
                     Some(AuthRequest { secret: secret.into(), map, realm: realm.into(), field: field(secret_key) });
+            }
+            "proxy-ssl-secret" => {
+                let get = |k: &str| keys.get(k).map(|(full, v)| (*full, v.trim()));
+                let mut on = |k: &str| -> bool {
+                    match get(k) {
+                        None | Some((_, "off" | "false")) => false,
+                        Some((_, "on" | "true")) => true,
+                        Some((full, other)) => {
+                            bad(full, format!("{other:?} is not on or off"));
+                            false
+                        }
+                    }
+                };
+                let verify = on("proxy-ssl-verify");
+                let sni = on("proxy-ssl-server-name");
+                let mut t = UpstreamTls { secret: String::new(), verify, sni, ..Default::default() };
+                if let Some((full, n)) = get("proxy-ssl-name") {
+                    match crate::ingress::parse_host(n) {
+                        Ok(crate::model::HostMatch::Exact(h)) => t.name = Some(h),
+                        _ => bad(full, format!("{n:?} is not a DNS name")),
+                    }
+                }
+                if t.sni && t.name.is_none() {
+                    bad(key, "proxy-ssl-server-name needs proxy-ssl-name (the SNI to send)".into());
+                }
+                // `ns/name` is accepted for this namespace only (checked by the translator).
+                let name = v.rsplit('/').next().unwrap_or_default();
+                if !crate::template::is_section_name(name) || name.len() > 253 || v.matches('/').count() > 1 {
+                    bad(key, format!("{v:?} is not a Secret name"));
+                }
+                t.secret = v.to_string();
+                m.backend.upstream_tls = Some(t);
+            }
+            "proxy-ssl-verify" | "proxy-ssl-name" | "proxy-ssl-server-name" => {
+                if !keys.contains_key("proxy-ssl-secret") {
+                    warnings.push(Refusal { field: field(key), reason: "ignored: proxy-ssl-secret is not set".into() });
+                }
             }
             "auth-secret" | "auth-secret-type" | "auth-realm" => {
                 if keys.get("auth-type").is_none_or(|(_, v)| v.trim() != "basic") {
@@ -1382,6 +1445,36 @@ mod tests {
             assert!(e.contains(want), "{text:?}: {e}");
         }
         assert!(users(&BTreeMap::new(), false).unwrap_err().contains("no key `auth`"));
+    }
+
+    #[test]
+    fn proxy_ssl() {
+        let t = ok(&[
+            ("backend-protocol", "HTTPS"),
+            ("proxy-ssl-secret", "shop/upstream"),
+            ("proxy-ssl-verify", "on"),
+            ("proxy-ssl-name", "Backend.Internal"),
+            ("proxy-ssl-server-name", "on"),
+        ])
+        .backend
+        .upstream_tls
+        .unwrap();
+        assert_eq!(
+            (t.secret.as_str(), t.verify, t.name.as_deref(), t.sni),
+            ("shop/upstream", true, Some("backend.internal"), true)
+        );
+        assert!(!ok(&[("proxy-ssl-secret", "s")]).backend.upstream_tls.unwrap().verify);
+        for (pairs, want) in [
+            (vec![("proxy-ssl-secret", "a/b/c")], "not a Secret name"),
+            (vec![("proxy-ssl-secret", "s"), ("proxy-ssl-verify", "yes")], "not on or off"),
+            (vec![("proxy-ssl-secret", "s"), ("proxy-ssl-name", "*.x")], "not a DNS name"),
+            (vec![("proxy-ssl-secret", "s"), ("proxy-ssl-server-name", "on")], "needs proxy-ssl-name"),
+        ] {
+            let got = refused(&pairs);
+            assert!(got.contains(want), "{pairs:?}: {got}");
+        }
+        let (_, w) = read(&ann(&[("proxy-ssl-verify", "on")]), false, Allowed::default()).unwrap();
+        assert!(w[0].reason.contains("proxy-ssl-secret is not set"), "{w:?}");
     }
 
     #[test]

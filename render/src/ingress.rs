@@ -181,8 +181,9 @@ pub fn served(class: &IngressClass, ing: &Ingress) -> bool {
     }
 }
 
-/// The Secrets (namespace, name) that the Ingresses `class` serves name, for TLS and for basic
-/// authentication (`auth-secret`, either prefix): the only Secrets the translator reads.
+/// The Secrets (namespace, name) that the Ingresses `class` serves name, for TLS, basic
+/// authentication (`auth-secret`) and TLS towards backends (`proxy-ssl-secret`), either prefix:
+/// the only Secrets the translator reads.
 pub fn tls_secret_refs<'a>(
     class: &IngressClass,
     ingresses: impl IntoIterator<Item = &'a Ingress>,
@@ -197,8 +198,15 @@ pub fn tls_secret_refs<'a>(
         }
         let a = ing.metadata.annotations.as_ref();
         for p in [annotations::NGINX_PREFIX, annotations::HAPTIC_PREFIX] {
-            if let Some(name) = a.and_then(|a| a.get(&format!("{p}auth-secret"))).map(|n| n.trim()) {
-                if !name.is_empty() && !name.contains('/') {
+            for key in ["auth-secret", "proxy-ssl-secret"] {
+                let Some(v) = a.and_then(|a| a.get(&format!("{p}{key}"))).map(|n| n.trim()) else { continue };
+                // `ns/name` only for this namespace: never another namespace's Secret.
+                let name = match v.split_once('/') {
+                    Some((other, n)) if other == ns => n,
+                    Some(_) => continue,
+                    None => v,
+                };
+                if !name.is_empty() {
                     out.insert((ns.clone(), name.to_string()));
                 }
             }
@@ -464,6 +472,7 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
     let mut default: Option<Route> = None;
     let mut certs: BTreeMap<String, Cert> = BTreeMap::new();
     let mut userlists: BTreeMap<String, crate::model::Userlist> = BTreeMap::new();
+    let mut upstream_certs: BTreeMap<String, Cert> = BTreeMap::new();
     let mut verdicts = Vec::new();
     for ing in ings {
         let me = obj("Ingress", &ing.metadata);
@@ -508,6 +517,28 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
             });
             verdicts.push(v);
             continue;
+        }
+        if let Some(t) = meaning.backend.upstream_tls.as_mut() {
+            let f = annotations::field_of(&ing.metadata, "proxy-ssl-secret");
+            let tls = matches!(meaning.backend.protocol, annotations::Protocol::Https | annotations::Protocol::H2s);
+            let files = if tls {
+                upstream_files(input, &ns, t)
+            } else {
+                Err("proxy-ssl-* needs backend-protocol HTTPS or GRPCS".to_string())
+            };
+            match files {
+                Ok(files) => {
+                    for c in files {
+                        upstream_certs.insert(c.path.clone(), c);
+                    }
+                }
+                Err(reason) => {
+                    // Served without what it asks of TLS, it would talk to backends unverified.
+                    v.refusals.push(Refusal { field: f, reason });
+                    verdicts.push(v);
+                    continue;
+                }
+            }
         }
         if let Some(a) = &meaning.auth {
             match auth_users(input, &ns, a) {
@@ -796,6 +827,14 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
         model.backends.push(Backend { name, servers, options });
     }
     model.certs = certs.into_values().collect();
+    // Only the files a backend of this render names.
+    let named: BTreeSet<&str> = model
+        .backends
+        .iter()
+        .filter_map(|b| b.options.upstream_tls.as_ref())
+        .flat_map(|t| t.ca_file.iter().chain(&t.client_cert).map(String::as_str))
+        .collect();
+    model.upstream_certs = upstream_certs.into_values().filter(|c| named.contains(c.path.as_str())).collect();
     // Only the userlists a served rule's policy names.
     let named: BTreeSet<&str> =
         model.policies.iter().filter_map(|p| p.policy.auth.as_ref()).map(|a| a.userlist.as_str()).collect();
@@ -864,6 +903,66 @@ fn slots_for(options: &BackendOptions, endpoints: usize, prev_count: usize, min_
     } else {
         min_slots
     }
+}
+
+/// The files of the Secret `t` names (in `ns`: `name` or `ns/name`): its `ca.crt` and its
+/// `tls.crt` with `tls.key`, setting their paths in `t`; or why not.
+fn upstream_files(input: &IngressInput, ns: &str, t: &mut annotations::UpstreamTls) -> Result<Vec<Cert>, String> {
+    let name = match t.secret.split_once('/') {
+        Some((other, _)) if other != ns => {
+            return Err(format!("{:?}: only a Secret of this Ingress's namespace ({ns}) can be named", t.secret))
+        }
+        Some((_, n)) => n.to_string(),
+        None => t.secret.clone(),
+    };
+    let me = ObjectRef { kind: "Secret".into(), namespace: ns.into(), name: name.clone() };
+    if let Some(why) = input.excluded.get(&me) {
+        return Err(format!("Secret {ns}/{name} is left out: {why}"));
+    }
+    let Some(s) = input
+        .secrets
+        .iter()
+        .find(|s| s.metadata.namespace.as_deref() == Some(ns) && s.metadata.name.as_deref() == Some(&name))
+    else {
+        return Err(format!("Secret {ns}/{name} does not exist"));
+    };
+    let data = s.data.clone().unwrap_or_default();
+    let pem = |k: &str| -> Result<Option<Vec<u8>>, String> {
+        match data.get(k) {
+            None => Ok(None),
+            Some(b) if String::from_utf8_lossy(&b.0).contains("-----BEGIN ") => {
+                let mut v = b.0.clone();
+                if !v.ends_with(b"\n") {
+                    v.push(b'\n');
+                }
+                Ok(Some(v))
+            }
+            Some(_) => Err(format!("Secret {ns}/{name}: {k} is not PEM")),
+        }
+    };
+    let mut out = Vec::new();
+    let cert = |path: String, pem: Vec<u8>| Cert { path, hosts: vec![], source: me.clone(), pem };
+    if let Some(ca) = pem("ca.crt")? {
+        let path = format!("certs/upstream_{ns}_{name}_ca.pem");
+        t.ca_file = Some(path.clone());
+        out.push(cert(path, ca));
+    } else if t.verify {
+        return Err(format!("Secret {ns}/{name} has no ca.crt to verify the backends with"));
+    }
+    match (pem("tls.crt")?, pem("tls.key")?) {
+        (Some(mut c), Some(k)) => {
+            c.extend(k);
+            let path = format!("certs/upstream_{ns}_{name}_client.pem");
+            t.client_cert = Some(path.clone());
+            out.push(cert(path, c));
+        }
+        (None, None) => {}
+        _ => return Err(format!("Secret {ns}/{name}: tls.crt and tls.key go together")),
+    }
+    if out.is_empty() {
+        return Err(format!("Secret {ns}/{name} has neither ca.crt nor tls.crt/tls.key"));
+    }
+    Ok(out)
 }
 
 /// The userlist of the Secret `a` names in `ns`, or why not.

@@ -50,7 +50,7 @@ pub struct Render {
 pub fn render(input: &IngressInput, templates: &Templates) -> Result<Render, RenderError> {
     let (model, verdicts, slots) = translate_ingress(input);
     let mut files = maps::build(&model)?;
-    for cert in &model.certs {
+    for cert in model.certs.iter().chain(&model.upstream_certs) {
         files.insert(cert.path.clone(), cert.pem.clone());
     }
     let cfg = template::render_cfg(&model, templates)?;

@@ -11,7 +11,7 @@
 use serde::Serialize;
 
 pub use crate::annotations::{
-    BackendOptions, BasicAuth, CanarySelector, Cidr, Cors, Limit, Origin, Policy, Protocol, Redirect,
+    BackendOptions, BasicAuth, CanarySelector, Cidr, Cors, Limit, Origin, Policy, Protocol, Redirect, UpstreamTls,
 };
 
 /// Everything one render serves.
@@ -21,6 +21,9 @@ pub struct Model {
     pub frontends: Vec<Frontend>,
     /// TLS certificates, selected by SNI from their names.
     pub certs: Vec<Cert>,
+    /// PEM files for TLS towards backends (CA bundles, client certificates): written under
+    /// `certs/`, never served on a bind.
+    pub upstream_certs: Vec<Cert>,
     /// Host tables, exact hosts first, then wildcards, then the catch-all.
     pub hosts: Vec<HostTable>,
     /// Route rules by id.

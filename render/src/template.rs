@@ -142,7 +142,7 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
             .into_iter()
             .filter_map(|(k, v)| v.map(|v| format!("timeout {k} {v}s")))
             .collect();
-        let server_params = server_params(o.protocol).unwrap_or_default().to_string();
+        let server_params = server_params(o)?;
         backends.push(BackendView {
             name: b.name.clone(),
             servers,
@@ -224,7 +224,10 @@ pub fn annotation_lines(id: &str, m: &crate::annotations::Meaning) -> Result<Vec
     let o = &m.backend;
     out.extend(o.connect_timeout.map(|s| format!("timeout connect {s}s (backend)")));
     out.extend(o.server_timeout.map(|s| format!("timeout server {s}s (backend)")));
-    out.extend(server_params(o.protocol).map(|p| format!("server …{p} (every server of the backend)")));
+    let params = server_params(o)?;
+    if !params.is_empty() {
+        out.push(format!("server …{params} (every server of the backend)"));
+    }
     if let Some(a) = &o.affinity {
         out.push(format!("{} (backend; each server gets `cookie <its name>`)", cookie_line(a)?));
     }
@@ -251,14 +254,44 @@ fn cookie_line(a: &crate::annotations::Affinity) -> Result<String, RenderError> 
     Ok(l)
 }
 
-/// The words after a server's address for `protocol`, if any.
-fn server_params(protocol: Protocol) -> Option<&'static str> {
-    match protocol {
-        Protocol::Http => None,
-        Protocol::Https => Some(" ssl verify none"),
-        Protocol::H2c => Some(" proto h2"),
-        Protocol::H2s => Some(" ssl verify none alpn h2"),
+/// The words after a server's address for a backend's options (each starting with a blank):
+/// the protocol's, and TLS towards the server: not verified, unless `proxy-ssl-verify` asks,
+/// against the Secret's CA, for the name asked (sent as SNI when asked), with a client
+/// certificate when the Secret has one. Paths are ours; the name a checked DNS name; all quoted.
+fn server_params(o: &crate::model::BackendOptions) -> Result<String, RenderError> {
+    let tls = matches!(o.protocol, Protocol::Https | Protocol::H2s);
+    let mut out = String::new();
+    if o.protocol == Protocol::H2c {
+        out.push_str(" proto h2");
     }
+    if tls {
+        out.push_str(" ssl");
+        match o.upstream_tls.as_ref() {
+            Some(t) if t.verify => {
+                let ca = t
+                    .ca_file
+                    .as_deref()
+                    .ok_or_else(|| RenderError::Template("proxy-ssl-verify without a CA".into()))?;
+                out.push_str(&format!(" verify required ca-file {}", config_arg(ca)?));
+                if let Some(n) = &t.name {
+                    out.push_str(&format!(" verifyhost {}", config_arg(n)?));
+                }
+            }
+            _ => out.push_str(" verify none"),
+        }
+        if let Some(t) = &o.upstream_tls {
+            if let (true, Some(n)) = (t.sni, &t.name) {
+                out.push_str(&format!(" sni {}", config_arg(&format!("str({n})"))?));
+            }
+            if let Some(c) = &t.client_cert {
+                out.push_str(&format!(" crt {}", config_arg(c)?));
+            }
+        }
+    }
+    if o.protocol == Protocol::H2s {
+        out.push_str(" alpn h2");
+    }
+    Ok(out)
 }
 
 /// A policy's `http-request` rules, in the order they apply: source ranges, then the HTTPS

@@ -102,6 +102,9 @@ const FIELDS: &[Field] = &[
     Field::Annotation("auth-type"),
     Field::Annotation("auth-secret"),
     Field::Annotation("auth-realm"),
+    Field::Annotation("proxy-ssl-secret"),
+    Field::Annotation("proxy-ssl-name"),
+    Field::Annotation("proxy-ssl-verify"),
 ];
 
 const YAML: &str = r#"
@@ -195,6 +198,16 @@ fn set(input: &mut IngressInput, field: Field, value: &str) {
             if key.starts_with("session-cookie-") {
                 with.push(("affinity", "cookie".into()));
             }
+            if key.starts_with("proxy-ssl-") {
+                with.push(("backend-protocol", "HTTPS".into()));
+                for (k, v) in
+                    [("proxy-ssl-secret", "upstream"), ("proxy-ssl-name", "b.internal"), ("proxy-ssl-verify", "on")]
+                {
+                    if k != key {
+                        with.push((k, v.into()));
+                    }
+                }
+            }
             if key.starts_with("cors-") {
                 with.push(("enable-cors", "true".into()));
             }
@@ -217,6 +230,14 @@ fn set(input: &mut IngressInput, field: Field, value: &str) {
             let a = ing.metadata.annotations.get_or_insert_with(Default::default);
             for (k, v) in with {
                 a.insert(format!("{NGINX_PREFIX}{k}"), v);
+            }
+            if key.starts_with("proxy-ssl-") {
+                // The CA's Secret, under the name the annotation gives.
+                let name = if key == "proxy-ssl-secret" { value } else { "upstream" };
+                let mut s = tls_secret(name);
+                let ca = s.data.as_ref().unwrap()["tls.crt"].clone();
+                s.data = Some([("ca.crt".to_string(), ca)].into_iter().collect());
+                input.secrets.push(s);
             }
             if key.starts_with("auth-") {
                 // The users' Secret, under the name the annotation gives.
