@@ -424,7 +424,9 @@ fn render_cmd(dir: PathBuf, out: Option<PathBuf>) -> anyhow::Result<ExitCode> {
                 eprintln!("note: no IngressClass {class} in {}: using the chart's (controller haptic.dev/ingress-controller, not the default class)", dir.display());
                 m.objects.classes.push(std::sync::Arc::new(haptic_controller::manifests::chart_class(&class)));
             }
-            let r = routes::render(&spec, &m, &m.objects, &Default::default(), &Default::default()).map_err(fail)?;
+            let r =
+                routes::render(&spec, &m, &m.objects, &Default::default(), &Default::default(), &Default::default())
+                    .map_err(fail)?;
             (r.files, r.verdicts)
         }
         None => (haptic_controller::kubernetes::render::build(&spec, &m).map_err(fail)?, Vec::new()),

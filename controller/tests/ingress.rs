@@ -154,7 +154,8 @@ async fn runtime_change(api: &Api<HAProxyConfig>, pods: &LocalPods, plan: &str, 
 
 on_each_version!(ingresses_route_and_change_at_runtime);
 
-/// Routes, endpoint churn, path churn, status and a refused Ingress on 2 local pods.
+/// Routes, endpoint churn, path churn, status, a refused Ingress and a gate refusal narrowed to
+/// its culprit on 2 local pods.
 async fn ingresses_route_and_change_at_runtime(bin: HaproxyBin) {
     let e = env().await;
     let c = &e.client;
@@ -278,5 +279,37 @@ async fn ingresses_route_and_change_at_runtime(bin: HaproxyBin) {
     apply(c, ingress("other", "other.example.com", &[("/", "empty")], by_name)).await;
     answers(&pods, fe, "other.example.com", "/", 503).await;
     answers(&pods, fe, "bad.example.com", "/", 404).await;
+
+    // What only the gate sees (a CA bundle HAProxy cannot load): the objects changed since the
+    // last good render are left out, narrowed down to the culprit, whose Ingress an Event tells
+    // why; the other new Ingress deploys.
+    apply(c, service("secure")).await;
+    apply(c, slice("secure", &["192.0.2.3"])).await;
+    apply(
+        c,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "bad-ca", "namespace": "shop"},
+               "stringData": {"ca.crt": "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"}}),
+    )
+    .await;
+    let mut tls_backend = ingress("tls-backend", "secure.example.com", &[("/", "secure")], json!({"name": "http"}));
+    tls_backend["metadata"]["annotations"] = json!({
+        "nginx.ingress.kubernetes.io/backend-protocol": "HTTPS",
+        "nginx.ingress.kubernetes.io/proxy-ssl-secret": "bad-ca",
+        "nginx.ingress.kubernetes.io/proxy-ssl-verify": "on"});
+    apply(c, tls_backend).await;
+    apply(c, ingress("after", "after.example.com", &[("/", "empty")], json!({"name": "http"}))).await;
+    answers(&pods, fe, "after.example.com", "/", 503).await;
+    let ev = eventually("an Event on Ingress tls-backend saying the gate refuses its Secret", || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        list.items.into_iter().find(|e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("tls-backend")
+                && e.reason.as_deref() == Some("IngressLeftOut")
+        })
+    })
+    .await;
+    let note = ev.note.unwrap_or_default();
+    assert!(note.contains("Secret shop/bad-ca is left out") && note.contains("ca-file"), "{note}");
+    answers(&pods, fe, "secure.example.com", "/", 404).await;
+    converged(&api, 2, None).await;
     drop(ctl);
 }

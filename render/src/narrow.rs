@@ -15,6 +15,10 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::model::ObjectRef;
 
+/// How the reason of an object left out for good begins: a status writer can tell such a
+/// refusal from the translator's own.
+pub const GATE_REFUSES: &str = "left out: with it the render fails haproxy -c";
+
 /// The objects of `now` whose version differs from `last_good`'s, or that `last_good` lacks
 /// (objects by kind, namespace and name; versions are whatever the caller compares, such as
 /// `metadata.resourceVersion`).
@@ -78,7 +82,7 @@ impl Narrower {
             })
             .collect();
         for (o, why) in &self.culprits {
-            out.insert(o.clone(), format!("left out: with it the render fails haproxy -c: {why}"));
+            out.insert(o.clone(), format!("{GATE_REFUSES}: {why}"));
         }
         out
     }

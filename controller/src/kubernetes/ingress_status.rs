@@ -23,6 +23,10 @@ use haptic_render::{ObjectRef, Refusal};
 
 /// The Event reason when parts of an Ingress were refused.
 pub const REFUSED: &str = "IngressRefused";
+/// The Event reason when an Ingress (or a Secret it names) is left out because the gate refuses
+/// renders with it (its own reason, so it is not folded into an earlier `IngressRefused`
+/// series, whose note would stay the first one).
+pub const LEFT_OUT: &str = "IngressLeftOut";
 /// The Event reason when an Ingress is served with a warning (a missing Service answers 503).
 pub const WARNING: &str = "IngressWarning";
 
@@ -70,7 +74,9 @@ pub fn due(done: &Done, now: &IngressOutcome) -> Vec<Action> {
         let (refusals, warnings) = (&s.verdict.refusals, &s.verdict.warnings);
         let before = done.warned.get(o);
         if !refusals.is_empty() && before.map(|b| &b.0) != Some(refusals) {
-            out.push(Action::Warn { served: s.clone(), reason: REFUSED, note: note(refusals) });
+            let left_out = refusals.iter().any(|r| r.reason.contains(haptic_render::narrow::GATE_REFUSES));
+            let reason = if left_out { LEFT_OUT } else { REFUSED };
+            out.push(Action::Warn { served: s.clone(), reason, note: note(refusals) });
         }
         if !warnings.is_empty() && before.map(|b| &b.1) != Some(warnings) {
             out.push(Action::Warn { served: s.clone(), reason: WARNING, note: note(warnings) });
@@ -207,5 +213,10 @@ mod tests {
         // Without a publish Service nothing is written.
         let none = IngressOutcome { served: vec![served("c", &[], &[])], load_balancer: None };
         assert!(due(&Done::default(), &none).is_empty());
+        // Left out after the gate refused renders with it: an Event of its own reason.
+        let mut gated = served("d", &["metadata"], &[]);
+        gated.verdict.refusals[0].reason = format!("{}: bad ca-file", haptic_render::narrow::GATE_REFUSES);
+        let out = due(&Done::default(), &IngressOutcome { served: vec![gated], load_balancer: None });
+        assert!(matches!(&out[..], [Action::Warn { reason: LEFT_OUT, .. }]), "{out:?}");
     }
 }

@@ -14,6 +14,7 @@ pub mod discovery;
 pub mod fence;
 pub mod ingress_status;
 pub mod lease;
+pub mod narrowing;
 pub mod render;
 pub mod routes;
 pub mod run;

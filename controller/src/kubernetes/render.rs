@@ -8,7 +8,8 @@
 //! With `spec.render` the same loop also runs [`super::cluster`]'s reflectors and renders
 //! through [`super::routes`] with the slots of the newest plan a pod applied, after checking each
 //! allowed snippet alone with `haproxy -c` (so a snippet HAProxy refuses refuses only its
-//! Ingress, never the whole render at the gate). It must never
+//! Ingress, never the whole render at the gate), and, when the gate still refuses a render,
+//! leaving out the objects [`super::narrowing`] names until the culprits are found. It must never
 //! deploy, and outside render mode never read objects outside its namespace nor list a kind
 //! wholesale.
 
@@ -431,14 +432,30 @@ pub async fn watch_renders(
     let mut cluster: Option<ClusterWatch> = None;
     let mut slots = SlotHistory::default();
     let mut snippets = SnippetVerdicts::default();
+    let mut narrowing = super::narrowing::GateNarrowing::default();
+    let mut board = ctx.board.subscribe();
+    let (mut board_open, mut again) = (true, false);
     loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            ev = events.next() => match ev {
-                None => return,
-                Some(Err(e)) => { warn!("watching HAProxyConfig {name}: {e}"); continue; }
-                Some(Ok(())) => {}
-            },
+        // Render again at once when a narrowing moved on; else wait for a change, or for the
+        // gate's verdict a narrowing waits on.
+        if !std::mem::take(&mut again) {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                r = board.changed(), if board_open => {
+                    if r.is_err() {
+                        board_open = false;
+                        continue;
+                    }
+                    if !narrowing.on_gate(&ctx.board.snapshot().gate) {
+                        continue;
+                    }
+                }
+                ev = events.next() => match ev {
+                    None => return,
+                    Some(Err(e)) => { warn!("watching HAProxyConfig {name}: {e}"); continue; }
+                    Some(Ok(())) => {}
+                },
+            }
         }
         // Settle: let a burst of changes (a ConfigMap and the resource together) land, but
         // never wait out a stream of them (EndpointSlices while a Deployment scales).
@@ -490,12 +507,25 @@ pub async fn watch_renders(
                 let previous = slots.previous(&applied);
                 let checks = super::routes::snippet_checks(r, &objects);
                 let refused = snippets.refused(&ctx.haproxy_bin, &checks).await;
-                Some(super::routes::render(&c.spec, &s, &objects, &previous, &refused).and_then(|out| {
-                    ingress = Some(Arc::new(super::routes::outcome(r, &ctx.namespace, &objects, &out.verdicts)));
-                    let render = Render::new(out.files).map_err(|why| RenderError::invalid(why.to_string()))?;
-                    slots.record(render.plan_id(), out.slots);
-                    Ok(Arc::new(render))
-                }))
+                let versions = super::narrowing::object_versions(&objects);
+                let excluded = narrowing.excluded(&versions);
+                if !excluded.is_empty() {
+                    info!("leaving out of the render, after the gate refused one: {}", {
+                        let names: Vec<String> = excluded.keys().map(ToString::to_string).collect();
+                        names.join(", ")
+                    });
+                }
+                let out =
+                    super::routes::render(&c.spec, &s, &objects, &previous, &refused, &excluded).and_then(|out| {
+                        ingress = Some(Arc::new(super::routes::outcome(r, &ctx.namespace, &objects, &out.verdicts)));
+                        let render = Render::new(out.files).map_err(|why| RenderError::invalid(why.to_string()))?;
+                        slots.record(render.plan_id(), out.slots);
+                        Ok(Arc::new(render))
+                    });
+                if let Ok(r) = &out {
+                    again = narrowing.published(r.plan_id(), versions, &ctx.board.snapshot().gate);
+                }
+                Some(out)
             }
             (Some(c), _, _) => Some(build(&c.spec, &s).and_then(|files| {
                 Render::new(files).map(Arc::new).map_err(|why| RenderError::invalid(why.to_string()))

@@ -130,13 +130,15 @@ pub fn snippet_checks(r: &RenderSpec, objects: &Objects) -> Vec<haptic_render::S
 
 /// Renders a spec with `spec.render` (pure): the class, then the translator and templates, then
 /// the spec's extra `files` (which must not collide with a rendered path). `refused_snippets`:
-/// the allowed snippets `haproxy -c` refused alone (see [`snippet_checks`]), with its words.
+/// the allowed snippets `haproxy -c` refused alone (see [`snippet_checks`]), with its words;
+/// `excluded`: objects left out, with why (see [`super::narrowing`]).
 pub fn render(
     spec: &HAProxyConfigSpec,
     l: &dyn Lookup,
     objects: &Objects,
     previous: &SlotMap,
     refused_snippets: &BTreeMap<String, String>,
+    excluded: &BTreeMap<haptic_render::ObjectRef, String>,
 ) -> Result<Rendered, RenderError> {
     let r = spec.render.as_ref().ok_or_else(|| RenderError::invalid("spec.render is not set".into()))?;
     let class = class(r, objects)?.clone();
@@ -150,7 +152,7 @@ pub fn render(
         settings: settings(r)?,
         allowed: Allowed { snippets: r.allow_snippet_annotations },
         refused_snippets: refused_snippets.clone(),
-        excluded: Default::default(),
+        excluded: excluded.clone(),
     };
     let out = haptic_render::render(&input, &templates(r, l)?)
         .map_err(|e| RenderError::invalid(format!("spec.render: {e}")))?;
