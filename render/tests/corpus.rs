@@ -86,6 +86,10 @@ const FIELDS: &[Field] = &[
     Field::Annotation("session-cookie-name"),
     Field::Annotation("session-cookie-path"),
     Field::Annotation("session-cookie-max-age"),
+    Field::Annotation("session-cookie-expires"),
+    Field::Annotation("affinity-mode"),
+    Field::Annotation("canary"),
+    Field::Annotation("canary-weight-total"),
     Field::Annotation("canary-weight"),
     Field::Annotation("canary-by-header"),
     Field::Annotation("canary-by-header-value"),
@@ -96,15 +100,18 @@ const FIELDS: &[Field] = &[
     Field::Annotation("cors-allow-headers"),
     Field::Annotation("cors-expose-headers"),
     Field::Annotation("cors-max-age"),
+    Field::Annotation("cors-allow-credentials"),
     Field::Annotation("limit-rps"),
     Field::Annotation("limit-burst-multiplier"),
     Field::Annotation("limit-connections"),
     Field::Annotation("auth-type"),
     Field::Annotation("auth-secret"),
     Field::Annotation("auth-realm"),
+    Field::Annotation("auth-secret-type"),
     Field::Annotation("proxy-ssl-secret"),
     Field::Annotation("proxy-ssl-name"),
     Field::Annotation("proxy-ssl-verify"),
+    Field::Annotation("proxy-ssl-server-name"),
 ];
 
 const YAML: &str = r#"
@@ -195,7 +202,7 @@ fn set(input: &mut IngressInput, field: Field, value: &str) {
             };
             // The annotations each needs beside it to mean anything.
             let mut with = vec![(key, v)];
-            if key.starts_with("session-cookie-") {
+            if key.starts_with("session-cookie-") || key == "affinity-mode" {
                 with.push(("affinity", "cookie".into()));
             }
             if key.starts_with("proxy-ssl-") {
@@ -221,7 +228,7 @@ fn set(input: &mut IngressInput, field: Field, value: &str) {
                     }
                 }
             }
-            if key.starts_with("canary-") {
+            if key.starts_with("canary") && key != "canary" {
                 with.push(("canary", "true".into()));
                 if key == "canary-by-header-value" {
                     with.push(("canary-by-header", "X-Canary".into()));
@@ -250,7 +257,7 @@ fn set(input: &mut IngressInput, field: Field, value: &str) {
                 );
                 input.secrets.push(s);
             }
-            if key.starts_with("canary-") {
+            if key.starts_with("canary") {
                 // The Ingress a canary joins (after the target among the verdicts).
                 let mut main = input.ingresses[0].clone();
                 main.metadata.name = Some("z-main".into());
