@@ -815,33 +815,37 @@ pub struct Explained {
     pub status: Status,
 }
 
-/// Every annotation with one of our prefixes, and what haptic does with it, judged one key at a
-/// time (with its companion `-code` key) as [`read`] judges it.
+/// Every annotation with one of our prefixes, and what haptic does with it, as [`read`] judges
+/// the Ingress's annotations together.
 pub fn explain(annotations: &BTreeMap<String, String>, has_tls: bool, allowed: Allowed) -> Vec<Explained> {
     fn ours(k: &str) -> Option<&str> {
         k.strip_prefix(NGINX_PREFIX).or_else(|| k.strip_prefix(HAPTIC_PREFIX))
     }
+    // All keys are read together (one key's meaning can depend on another's: `canary-weight` on
+    // `canary`, `cors-*` on `enable-cors`); the warnings of an Ingress with refused keys are
+    // those of the others read without them.
+    let (refused, warnings) = match read(annotations, has_tls, allowed) {
+        Ok((_, w)) => (Vec::new(), w),
+        Err(refused) => {
+            let rest: BTreeMap<String, String> = annotations
+                .iter()
+                .filter(|(k, _)| !refused.iter().any(|r| r.field == field(k)))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            let w = read(&rest, has_tls, allowed).map(|(_, w)| w).unwrap_or_default();
+            (refused, w)
+        }
+    };
     let mut out = Vec::new();
     for (key, value) in annotations {
         let Some(short) = ours(key) else { continue };
         let prefix = &key[..key.len() - short.len()];
-        let mut one = BTreeMap::from([(key.clone(), value.clone())]);
-        for companion in [format!("{short}-code"), short.trim_end_matches("-code").to_string()] {
-            if let Some(v) = annotations.get(&format!("{prefix}{companion}")) {
-                one.insert(format!("{prefix}{companion}"), v.clone());
-            }
-        }
         let f = field(key);
-        let status = match read(&one, has_tls, allowed) {
-            Err(refusals) => match refusals.iter().find(|r| r.field == f) {
-                Some(r) => Status::Refused(r.reason.clone()),
-                None => Status::Honoured(meaning_of(short)),
-            },
-            Ok((_, warnings)) => match warnings.iter().find(|w| w.field == f) {
-                Some(w) if w.reason.starts_with("not supported") => Status::NotSupported,
-                Some(w) => Status::Ignored(w.reason.clone()),
-                None => Status::Honoured(meaning_of(short)),
-            },
+        let status = match (refused.iter().find(|r| r.field == f), warnings.iter().find(|w| w.field == f)) {
+            (Some(r), _) => Status::Refused(r.reason.clone()),
+            (None, Some(w)) if w.reason.starts_with("not supported") => Status::NotSupported,
+            (None, Some(w)) => Status::Ignored(w.reason.clone()),
+            (None, None) => Status::Honoured(meaning_of(short)),
         };
         let status = match status {
             // The same key under the other prefix wins over this one.
@@ -1277,6 +1281,30 @@ mod tests {
         assert_eq!(got["mirror-target"], &Status::NotSupported);
         assert!(matches!(got["proxy-body-size"], Status::Refused(r) if r.contains("not a size")));
         assert!(matches!(got["configuration-snippet"], Status::Refused(r) if r.contains("off")));
+    }
+
+    #[test]
+    fn explain_judges_keys_that_depend_on_others_together() {
+        let a = ann(&[
+            ("canary", "true"),
+            ("canary-weight", "20"),
+            ("enable-cors", "true"),
+            ("cors-max-age", "60"),
+            ("session-cookie-name", "x"),
+            ("limit-burst-multiplier", "0"),
+            ("limit-rps", "5"),
+        ]);
+        let rows = explain(&a, false, Allowed::default());
+        let got: BTreeMap<&str, &Status> =
+            rows.iter().map(|r| (r.key.strip_prefix(NGINX_PREFIX).unwrap(), &r.status)).collect();
+        assert!(matches!(got["canary-weight"], Status::Honoured(_)), "{got:?}");
+        assert!(matches!(got["cors-max-age"], Status::Honoured(_)), "{got:?}");
+        assert!(
+            matches!(got["session-cookie-name"], Status::Ignored(w) if w.contains("affinity is not set")),
+            "{got:?}"
+        );
+        assert!(matches!(got["limit-burst-multiplier"], Status::Refused(_)), "{got:?}");
+        assert!(matches!(got["limit-rps"], Status::Honoured(_)), "{got:?}");
     }
 
     #[test]
