@@ -96,6 +96,10 @@ pub const SUPPORTED: &[(&str, &str)] = &[
     ("proxy-ssl-name", "the name the backends' certificates must carry (and the SNI sent, with `proxy-ssl-server-name`)"),
     ("proxy-ssl-server-name", "`on`: send `proxy-ssl-name` as SNI"),
     (
+        "ssl-passthrough",
+        "`true`: TLS to this Ingress's hosts is not terminated: connections are routed by SNI (exact hosts) to the first path's Service as they are",
+    ),
+    (
         "canary",
         "`true`: this Ingress's paths are canaries of the same host/path of another Ingress, sharing its traffic through server weights",
     ),
@@ -282,6 +286,8 @@ pub struct BackendOptions {
     pub affinity: Option<Affinity>,
     /// TLS towards the servers with a CA and/or a client certificate from a Secret.
     pub upstream_tls: Option<UpstreamTls>,
+    /// The backend takes TLS connections passed through (`mode tcp`), not HTTP.
+    pub passthrough: bool,
 }
 
 /// TLS towards a backend's servers, from `proxy-ssl-*`.
@@ -758,6 +764,10 @@ pub fn read(
                 t.secret = v.to_string();
                 m.backend.upstream_tls = Some(t);
             }
+            "ssl-passthrough" => match bool_of(v) {
+                Ok(b) => m.backend.passthrough = b,
+                Err(e) => bad(key, e),
+            },
             "proxy-ssl-verify" | "proxy-ssl-name" | "proxy-ssl-server-name" => {
                 if !keys.contains_key("proxy-ssl-secret") {
                     warnings.push(Refusal { field: field(key), reason: "ignored: proxy-ssl-secret is not set".into() });
@@ -781,6 +791,17 @@ pub fn read(
             s if NGINX_ONLY_SNIPPETS.contains(&s) => bad(key, "this snippet has no meaning in HAProxy".into()),
             s if SUPPORTED.iter().any(|(k, _)| *k == s) => {}
             _ => warnings.push(Refusal { field: field(key), reason: "not supported by haptic: ignored".into() }),
+        }
+    }
+    if m.backend.passthrough {
+        let b = &m.backend;
+        if b.affinity.is_some() || b.upstream_tls.is_some() || b.protocol != Protocol::Http || b.snippet.is_some() {
+            if let Some((full, _)) = keys.get("ssl-passthrough") {
+                errors.push(Refusal {
+                    field: field(full),
+                    reason: "ssl-passthrough passes TLS on as it is: affinity, backend-protocol, proxy-ssl-* and snippets cannot apply".into(),
+                });
+            }
         }
     }
     if errors.is_empty() {
@@ -1503,6 +1524,19 @@ mod tests {
         }
         let (_, w) = read(&ann(&[("proxy-ssl-verify", "on")]), false, Allowed::default()).unwrap();
         assert!(w[0].reason.contains("proxy-ssl-secret is not set"), "{w:?}");
+    }
+
+    #[test]
+    fn ssl_passthrough_takes_no_http_backend_options() {
+        assert!(ok(&[("ssl-passthrough", "true")]).backend.passthrough);
+        assert!(!ok(&[("ssl-passthrough", "false")]).backend.passthrough);
+        for pairs in [
+            vec![("ssl-passthrough", "true"), ("backend-protocol", "HTTPS")],
+            vec![("ssl-passthrough", "true"), ("affinity", "cookie")],
+        ] {
+            assert!(refused(&pairs).contains("ssl-passthrough]: ssl-passthrough passes TLS on"), "{pairs:?}");
+        }
+        assert!(refused(&[("ssl-passthrough", "on")]).contains("not true or false"));
     }
 
     #[test]

@@ -394,7 +394,9 @@ impl Ctx<'_> {
         // One backend per Service port, however the Ingress names it: by the port's name when
         // it has one, else by its number.
         let canonical = sp.name.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| sp.port.to_string());
-        let name = format!("{ns}_{}_{canonical}", svc_ref.name);
+        // A passthrough backend is `mode tcp`: one of its own beside the Service port's HTTP one.
+        let tcp = if opts.0.passthrough { ".tcp" } else { "" };
+        let name = format!("{ns}_{}_{canonical}{tcp}", svc_ref.name);
         if !crate::template::is_section_name(&name) {
             return Err(refuse("service", format!("{name:?} is not a backend name (DNS labels and port names only)")));
         }
@@ -473,6 +475,8 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
     let mut certs: BTreeMap<String, Cert> = BTreeMap::new();
     let mut userlists: BTreeMap<String, crate::model::Userlist> = BTreeMap::new();
     let mut upstream_certs: BTreeMap<String, Cert> = BTreeMap::new();
+    // SNI host → (backend, Ingress).
+    let mut passthrough: BTreeMap<String, (String, ObjectRef)> = BTreeMap::new();
     let mut verdicts = Vec::new();
     for ing in ings {
         let me = obj("Ingress", &ing.metadata);
@@ -595,6 +599,39 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
                 },
             };
             let Some(http) = &rule.http else { continue };
+            if meaning.backend.passthrough {
+                let field = format!("spec.rules[{ri}]");
+                let HostMatch::Exact(h) = &host else {
+                    v.refusals.push(Refusal {
+                        field: format!("{field}.host"),
+                        reason: "ssl-passthrough routes exact hosts only (by SNI)".into(),
+                    });
+                    continue;
+                };
+                let Some(p) = http.paths.first() else { continue };
+                if http.paths.len() > 1 {
+                    v.warnings.push(Refusal {
+                        field: format!("{field}.http.paths"),
+                        reason: "ssl-passthrough sends the whole connection to the first path's Service; the others are ignored".into(),
+                    });
+                }
+                if let Some(by) = passthrough.get(h).map(|(_, by): &(String, ObjectRef)| by.clone()) {
+                    if by != me {
+                        v.refusals.push(Refusal {
+                            field: format!("{field}.host"),
+                            reason: format!("TLS to {h} already passes through for {by}"),
+                        });
+                    }
+                    continue;
+                }
+                match ctx.backend(&ns, &p.backend, &format!("{field}.http.paths[0].backend"), opts, &mut v) {
+                    Ok(be) => {
+                        passthrough.insert(h.clone(), (be, me.clone()));
+                    }
+                    Err(r) => v.refusals.push(r),
+                }
+                continue;
+            }
             for (pi, p) in http.paths.iter().enumerate() {
                 let field = format!("spec.rules[{ri}].http.paths[{pi}]");
                 let kind = match p.path_type.as_str() {
@@ -827,6 +864,10 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
         model.backends.push(Backend { name, servers, options });
     }
     model.certs = certs.into_values().collect();
+    model.passthrough = passthrough
+        .into_iter()
+        .map(|(host, (backend, source))| crate::model::Passthrough { host, backend, source })
+        .collect();
     // Only the files a backend of this render names.
     let named: BTreeSet<&str> = model
         .backends
@@ -844,7 +885,7 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
         name: "http".into(),
         binds: vec![Bind { address: st.bind_address, port: st.http_port, tls: false }],
     });
-    if !model.certs.is_empty() {
+    if !model.certs.is_empty() || !model.passthrough.is_empty() {
         model.frontends.push(Frontend {
             name: "https".into(),
             binds: vec![Bind { address: st.bind_address, port: st.https_port, tls: true }],
@@ -1340,6 +1381,58 @@ mod tests {
         let (_, verdicts, _) = translate_ingress(&i);
         let v = verdict(&verdicts, "preview");
         assert!(v.refusals[0].reason.contains("set up differently"), "{v:?}");
+    }
+
+    #[test]
+    fn ssl_passthrough_routes_exact_hosts_by_sni_to_tcp_backends() {
+        let yaml = r#"
+ingresses:
+  - metadata: {name: pt, namespace: shop, creationTimestamp: "2026-01-01T00:00:00Z", annotations: {nginx.ingress.kubernetes.io/ssl-passthrough: "true"}}
+    spec:
+      ingressClassName: haptic
+      rules:
+        - host: pt.example.com
+          http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}, {path: /x, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]}
+        - host: "*.example.com"
+          http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]}
+  - metadata: {name: again, namespace: shop, creationTimestamp: "2026-01-02T00:00:00Z", annotations: {nginx.ingress.kubernetes.io/ssl-passthrough: "true"}}
+    spec:
+      ingressClassName: haptic
+      rules:
+        - host: pt.example.com
+          http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]}
+  - metadata: {name: plain, namespace: shop, creationTimestamp: "2026-01-03T00:00:00Z"}
+    spec:
+      ingressClassName: haptic
+      rules:
+        - host: plain.example.com
+          http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]}
+services:
+  - metadata: {name: web, namespace: shop}
+    spec: {ports: [{port: 80, targetPort: 8080}]}
+"#;
+        let (model, verdicts, _) = translate_ingress(&input(yaml));
+        let pt = verdict(&verdicts, "pt");
+        assert_eq!(pt.refusals[0].field, "spec.rules[1].host", "{pt:?}");
+        assert!(pt.warnings.iter().any(|w| w.reason.contains("first path")), "{pt:?}");
+        assert!(verdict(&verdicts, "again").refusals[0].reason.contains("already passes through for Ingress shop/pt"));
+        assert_eq!(model.passthrough.len(), 1);
+        assert_eq!(
+            (model.passthrough[0].host.as_str(), model.passthrough[0].backend.as_str()),
+            ("pt.example.com", "shop_web_80.tcp")
+        );
+        // Its backend is TCP, beside the HTTP one `plain` uses; no HTTP route for its host.
+        let names: Vec<&str> = model.backends.iter().map(|b| b.name.as_str()).collect();
+        assert_eq!(names, ["shop_web_80", "shop_web_80.tcp"]);
+        assert!(model.backends[1].options.passthrough);
+        assert!(!model.hosts.iter().any(|h| h.host == HostMatch::Exact("pt.example.com".into())));
+        assert!(model.frontends.iter().any(|f| f.name == "https"), "the HTTPS port is bound");
+        let cfg =
+            String::from_utf8(crate::render(&input(yaml), &Default::default()).unwrap().files["haproxy.cfg"].clone())
+                .unwrap();
+        assert!(cfg.contains("frontend tls_passthrough\n    mode tcp\n"), "{cfg}");
+        assert!(cfg.contains("backend shop_web_80.tcp\n    mode tcp\n"), "{cfg}");
+        assert!(!cfg.contains("frontend https\n"), "nothing to terminate: {cfg}");
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //! - `maps/rules.map`: rule id → backend name (`default` → the default backend).
 //! - `maps/policies.map`: rule id → policy id, for the rules that have a policy.
 //! - `maps/rewrites.map`: rule id → rewrite id, for the rules that rewrite their path.
+//! - `maps/passthrough.map`: SNI host → `mode tcp` backend, for `ssl-passthrough` hosts.
 //! - `maps/canaries.map`: rule id → canary selector id; `maps/canary_backends.map` and
 //!   `maps/main_backends.map`: rule id → its canary's and its main backend, for the rules with
 //!   a canary (whose `rules.map` backend is the weighted one holding both).
@@ -104,6 +105,11 @@ pub fn build(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, Inexpressible> 
     out.insert("maps/rules.map".to_string(), rules.into_bytes());
     out.insert("maps/rewrites.map".to_string(), rewrites.into_bytes());
     out.insert("maps/canaries.map".to_string(), canaries.into_bytes());
+    let mut pt = String::new();
+    for p in &model.passthrough {
+        pt.push_str(&map_line(&p.host, &p.backend)?);
+    }
+    out.insert("maps/passthrough.map".to_string(), pt.into_bytes());
     out.insert("maps/canary_backends.map".to_string(), canary_be.into_bytes());
     out.insert("maps/main_backends.map".to_string(), main_be.into_bytes());
     out.insert("maps/policies.map".to_string(), policies.into_bytes());

@@ -36,6 +36,8 @@ pub struct Model {
     pub policies: Vec<PolicyEntry>,
     /// The userlists basic authentication checks against, sorted by name.
     pub userlists: Vec<Userlist>,
+    /// Hosts whose TLS connections pass through to a backend by SNI (`ssl-passthrough`), sorted.
+    pub passthrough: Vec<Passthrough>,
     /// The distinct canary selectors rules use, by id (`c<n>`), sorted by content.
     pub canaries: Vec<CanaryEntry>,
     /// The distinct path rewrites rules use, by id (`w<n>`), sorted by content.
@@ -153,6 +155,17 @@ pub struct PolicyEntry {
     pub id: PolicyId,
     /// What it does.
     pub policy: Policy,
+}
+
+/// A host whose TLS connections go, undecrypted, to a `mode tcp` backend.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Passthrough {
+    /// The host (exact, lowercase): the SNI it is chosen by, a map key.
+    pub host: String,
+    /// The backend (`<namespace>_<service>_<port>.tcp`).
+    pub backend: String,
+    /// The Ingress.
+    pub source: ObjectRef,
 }
 
 /// A `userlist` section: users and their crypt(3) hashes from a Secret.

@@ -60,10 +60,20 @@ struct View<'a> {
     tables: Vec<(String, String)>,
     /// The userlists: (name, `user` lines).
     userlists: Vec<(String, Vec<String>)>,
+    /// The SNI-routing frontend, when some host passes TLS through.
+    passthrough: Option<PassthroughView>,
     backends: Vec<BackendView>,
     not_found: &'static str,
     unavailable: &'static str,
     snippets: &'a Snippets,
+}
+
+#[derive(Serialize)]
+struct PassthroughView {
+    /// The TLS binds, plain.
+    binds: Vec<String>,
+    /// The abstract socket of the TLS-terminating frontend, when there is one.
+    terminate: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -84,6 +94,8 @@ struct BackendView {
     snippet: Option<String>,
     /// The `cookie` line of cookie affinity.
     cookie: Option<String>,
+    /// `mode tcp` (a passthrough backend).
+    tcp: bool,
 }
 
 #[derive(Serialize)]
@@ -102,17 +114,33 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
     let certs: Vec<String> =
         model.certs.iter().map(|c| config_arg(&c.path).map(|p| format!("crt {p}"))).collect::<Result<_, _>>()?;
     let mut frontends = Vec::new();
+    // With passthrough hosts, a `mode tcp` frontend takes the TLS binds and routes by SNI; the
+    // other connections go on, through an abstract socket, to the TLS-terminating frontend.
+    let mut passthrough: Option<PassthroughView> =
+        (!model.passthrough.is_empty()).then(|| PassthroughView { binds: vec![], terminate: None });
     for f in &model.frontends {
         let mut binds = Vec::new();
         for b in &f.binds {
-            let mut s = config_arg(&std::net::SocketAddr::new(b.address, b.port).to_string())?;
+            let addr = std::net::SocketAddr::new(b.address, b.port).to_string();
+            let mut s = config_arg(&addr)?;
             if b.tls {
+                if let Some(pt) = passthrough.as_mut() {
+                    pt.binds.push(s);
+                    if certs.is_empty() {
+                        continue;
+                    }
+                    let inner = config_arg(&format!("abns@haptic-https-{addr}"))?;
+                    pt.terminate = Some(inner.clone());
+                    s = format!("{inner} accept-proxy");
+                }
                 s.push_str(" ssl ");
                 s.push_str(&certs.join(" "));
             }
             binds.push(s);
         }
-        frontends.push(FrontendView { name: f.name.clone(), binds });
+        if !binds.is_empty() {
+            frontends.push(FrontendView { name: f.name.clone(), binds });
+        }
     }
     let mut backends = Vec::new();
     for b in &model.backends {
@@ -150,6 +178,7 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
             server_params,
             snippet: o.snippet.clone(),
             cookie: o.affinity.as_ref().map(cookie_line).transpose()?,
+            tcp: o.passthrough,
         });
     }
     let mut policy_lines = Vec::new();
@@ -197,6 +226,7 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
         response_lines,
         tables,
         userlists,
+        passthrough,
         backends,
         not_found: NOT_FOUND,
         unavailable: UNAVAILABLE,

@@ -112,6 +112,7 @@ const FIELDS: &[Field] = &[
     Field::Annotation("proxy-ssl-name"),
     Field::Annotation("proxy-ssl-verify"),
     Field::Annotation("proxy-ssl-server-name"),
+    Field::Annotation("ssl-passthrough"),
 ];
 
 const YAML: &str = r#"
