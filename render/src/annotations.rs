@@ -96,6 +96,10 @@ pub const SUPPORTED: &[(&str, &str)] = &[
     ("proxy-ssl-name", "the name the backends' certificates must carry (and the SNI sent, with `proxy-ssl-server-name`)"),
     ("proxy-ssl-server-name", "`on`: send `proxy-ssl-name` as SNI"),
     (
+        "default-backend",
+        "a Service (this namespace, its first port) whose endpoints serve as backup servers while the routed Service has no ready endpoint",
+    ),
+    (
         "ssl-passthrough",
         "`true`: TLS to this Ingress's hosts is not terminated: connections are routed by SNI (exact hosts) to the first path's Service as they are",
     ),
@@ -288,6 +292,8 @@ pub struct BackendOptions {
     pub upstream_tls: Option<UpstreamTls>,
     /// The backend takes TLS connections passed through (`mode tcp`), not HTTP.
     pub passthrough: bool,
+    /// A Service of the same namespace whose endpoints are the backend's `backup` servers.
+    pub fallback: Option<String>,
 }
 
 /// TLS towards a backend's servers, from `proxy-ssl-*`.
@@ -379,6 +385,12 @@ pub struct Meaning {
 /// The annotation's field path in a [`Refusal`].
 fn field(full_key: &str) -> String {
     format!("metadata.annotations[{full_key}]")
+}
+
+/// The field path of the annotation `short` under ingress-nginx's prefix, where the Ingress's
+/// own annotations are not at hand.
+pub(crate) fn field_of_key(short: &str) -> String {
+    field(&format!("{NGINX_PREFIX}{short}"))
 }
 
 /// The field path of the annotation `short` as `meta` sets it (`haptic.dev/` when both are set).
@@ -763,6 +775,14 @@ pub fn read(
                 }
                 t.secret = v.to_string();
                 m.backend.upstream_tls = Some(t);
+            }
+            "default-backend" => {
+                let ok = crate::template::is_section_name(v) && !v.contains('.') && v.len() <= 63;
+                if ok {
+                    m.backend.fallback = Some(v.to_string());
+                } else {
+                    bad(key, format!("{v:?} is not the name of a Service in this Ingress's namespace"));
+                }
             }
             "ssl-passthrough" => match bool_of(v) {
                 Ok(b) => m.backend.passthrough = b,

@@ -286,6 +286,9 @@ fn is_canary(ing: &Ingress) -> bool {
         .any(|p| a.and_then(|a| a.get(&format!("{p}canary"))).is_some_and(|v| v.trim() == "true"))
 }
 
+/// The slot map key suffix of a backend's backup slots (`<backend>#backup`).
+const BACKUP_SLOTS: &str = "#backup";
+
 /// The name of the weighted backend holding `main`'s and `canary`'s servers for the canary
 /// Ingress `ingress` (of `canary`'s namespace): one per canary Ingress, so two canaries of one
 /// pair keep their own weights. Backend names hold no `.`, so only the Ingress's name may.
@@ -336,6 +339,8 @@ struct Ctx<'a> {
     backends: BTreeMap<String, Vec<Endpoint>>,
     /// Each backend's options and the Ingress that set them first.
     options: BTreeMap<String, (BackendOptions, ObjectRef)>,
+    /// The `default-backend` endpoints of the backends that have one.
+    fallbacks: BTreeMap<String, Vec<Endpoint>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -353,7 +358,7 @@ impl<'a> Ctx<'a> {
                 slices.entry(k).or_default().push(sl);
             }
         }
-        Ctx { services, slices, backends: BTreeMap::new(), options: BTreeMap::new() }
+        Ctx { services, slices, backends: BTreeMap::new(), options: BTreeMap::new(), fallbacks: BTreeMap::new() }
     }
 }
 
@@ -416,6 +421,23 @@ impl Ctx<'_> {
             let slices = self.slices.get(&(ns, svc_ref.name.as_str())).map_or(&[][..], Vec::as_slice);
             let eps = endpoints(slices, sp.name.as_deref().unwrap_or(""));
             self.backends.insert(name.clone(), eps);
+            if let Some(fb) = &opts.0.fallback {
+                let eps = match self.services.get(&(ns, fb.as_str())).copied() {
+                    Some(svc) => {
+                        let first = svc.spec.as_ref().and_then(|s| s.ports.as_deref()).and_then(|p| p.first());
+                        let slices = self.slices.get(&(ns, fb.as_str())).map_or(&[][..], Vec::as_slice);
+                        first.map(|p| endpoints(slices, p.name.as_deref().unwrap_or(""))).unwrap_or_default()
+                    }
+                    None => {
+                        v.warnings.push(Refusal {
+                            field: crate::annotations::field_of_key("default-backend"),
+                            reason: format!("Service {ns}/{fb} does not exist: no backup servers"),
+                        });
+                        Vec::new()
+                    }
+                };
+                self.fallbacks.insert(name.clone(), eps);
+            }
         }
         Ok(name)
     }
@@ -841,7 +863,17 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
         ctx.backends.insert(name.clone(), eps);
     }
     let active: BTreeSet<String> = ctx.backends.keys().cloned().collect();
-    slot_map.retired = slots::retired(prev, &active, slots::RETIRED_KEPT);
+    // Backup slots (`<backend>#backup`) live and go with their backend: never retired alone.
+    let prev_main = SlotMap {
+        backends: prev
+            .backends
+            .iter()
+            .filter(|(k, _)| !k.ends_with(BACKUP_SLOTS))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        retired: prev.retired.clone(),
+    };
+    slot_map.retired = slots::retired(&prev_main, &active, slots::RETIRED_KEPT);
     // Retired backends keep their section with every slot parked: their last route going (and
     // one coming back) is then a change of servers and maps, not of sections.
     let retired = slot_map.retired.iter().map(|n| (n.clone(), Vec::new()));
@@ -861,6 +893,16 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
             }
         }
         slot_map.backends.insert(name.clone(), s);
+        if let Some(fb) = ctx.fallbacks.get(&name) {
+            let key = format!("{name}{BACKUP_SLOTS}");
+            let (backups, s) = slots::plan(fb, prev.backends.get(&key), 2);
+            servers.extend(backups.into_iter().map(|mut b| {
+                b.name = b.name.replacen("SRV_", "BAK_", 1);
+                b.backup = true;
+                b
+            }));
+            slot_map.backends.insert(key, s);
+        }
         model.backends.push(Backend { name, servers, options });
     }
     model.certs = certs.into_values().collect();
@@ -1433,6 +1475,66 @@ services:
         assert!(cfg.contains("frontend tls_passthrough\n    mode tcp\n"), "{cfg}");
         assert!(cfg.contains("backend shop_web_80.tcp\n    mode tcp\n"), "{cfg}");
         assert!(!cfg.contains("frontend https\n"), "nothing to terminate: {cfg}");
+    }
+
+    #[test]
+    fn a_default_backend_becomes_backup_servers() {
+        let mut i = input(BASIC);
+        let ing = i.ingresses.iter_mut().find(|i| i.metadata.name.as_deref() == Some("old")).unwrap();
+        ing.metadata.annotations =
+            Some([("nginx.ingress.kubernetes.io/default-backend".to_string(), "web".to_string())].into());
+        let (model, verdicts, slots) = translate_ingress(&i);
+        assert!(verdict(&verdicts, "old").accepted(), "{verdicts:?}");
+        let api = model.backends.iter().find(|b| b.name == "shop_api_http").unwrap();
+        let backups: Vec<(&str, Option<String>)> = api
+            .servers
+            .iter()
+            .filter(|s| s.backup)
+            .map(|s| (s.name.as_str(), s.endpoint.map(|e| e.to_string())))
+            .collect();
+        assert_eq!(
+            backups,
+            [("BAK_1", Some("10.0.0.1:8080".to_string())), ("BAK_2", Some("10.0.0.2:8080".to_string()))]
+        );
+        assert!(slots.backends.contains_key("shop_api_http#backup"));
+        let cfg =
+            String::from_utf8(crate::render(&i, &Default::default()).unwrap().files["haproxy.cfg"].clone()).unwrap();
+        assert!(cfg.contains("    server BAK_1 10.0.0.1:8080 backup\n"), "{cfg}");
+        // Its slots go with the backend: never a section of their own.
+        i.previous_slots = slots;
+        i.ingresses.clear();
+        let (model, _, s2) = translate_ingress(&i);
+        assert!(model.backends.iter().all(|b| crate::template::is_section_name(&b.name)), "{:?}", s2.retired);
+        // The default backend gaining an endpoint beyond its slots is a runtime server add.
+        let mut i = input(BASIC);
+        let ing = i.ingresses.iter_mut().find(|i| i.metadata.name.as_deref() == Some("old")).unwrap();
+        ing.metadata.annotations =
+            Some([("nginx.ingress.kubernetes.io/default-backend".to_string(), "web".to_string())].into());
+        let before = crate::render(&i, &Default::default()).unwrap();
+        i.previous_slots = before.slots.clone();
+        let mut extra = i.endpoint_slices[0].endpoints[0].clone();
+        extra.addresses = vec!["10.0.0.7".into()];
+        i.endpoint_slices[0].endpoints.push(extra);
+        let after = crate::render(&i, &Default::default()).unwrap();
+        let text = |r: &crate::Render| String::from_utf8(r.files["haproxy.cfg"].clone()).unwrap();
+        let d = haptic_haproxy::claim::diff_cfg(&text(&before), &text(&after));
+        assert!(d.runtime_eligible(), "{:?}", d.reload_reasons);
+        assert!(
+            d.runtime_reasons().iter().any(|r| r.contains("server BAK_3 added (10.0.0.7:8080)")),
+            "{:?}",
+            d.runtime_reasons()
+        );
+        // A missing default backend warns; the Ingress serves.
+        let mut i = input(BASIC);
+        let ing = i.ingresses.iter_mut().find(|i| i.metadata.name.as_deref() == Some("old")).unwrap();
+        ing.metadata.annotations =
+            Some([("nginx.ingress.kubernetes.io/default-backend".to_string(), "nope".to_string())].into());
+        let (_, verdicts, _) = translate_ingress(&i);
+        let old = verdict(&verdicts, "old");
+        assert!(
+            old.accepted() && old.warnings.iter().any(|w| w.reason.contains("shop/nope does not exist")),
+            "{old:?}"
+        );
     }
 
     #[test]

@@ -238,6 +238,8 @@ pub struct Server {
     pub draining: bool,
     /// Its weight when not the default (a canary's weighted backend); a runtime change.
     pub weight: Option<u16>,
+    /// A `backup` server (`BAK_<n>`, a `default-backend` endpoint): used while no other is up.
+    pub backup: bool,
 }
 
 /// A Kubernetes object by kind, namespace and name.

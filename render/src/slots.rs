@@ -90,7 +90,13 @@ pub fn plan(endpoints: &[Endpoint], prev: Option<&BackendSlots>, min_slots: usiz
     let highest = assigned.values().map(|s| s + 1).max().unwrap_or(0);
     let count = min_slots.max(highest).max(prev.map_or(0, |p| p.count));
     let mut servers: Vec<Server> = (0..count)
-        .map(|i| Server { name: format!("SRV_{}", i + 1), endpoint: None, draining: false, weight: None })
+        .map(|i| Server {
+            name: format!("SRV_{}", i + 1),
+            endpoint: None,
+            draining: false,
+            weight: None,
+            backup: false,
+        })
         .collect();
     for (addr, slot) in &assigned {
         servers[*slot].endpoint = Some(*addr);

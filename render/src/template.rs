@@ -108,6 +108,8 @@ struct ServerView {
     cookie: Option<String>,
     /// Its weight, when not the default and not draining.
     weight: Option<u16>,
+    /// A `backup` server.
+    backup: bool,
 }
 
 fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderError> {
@@ -160,6 +162,7 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
                 draining: s.draining,
                 cookie: b.options.affinity.as_ref().map(|_| s.name.clone()),
                 weight: s.weight.filter(|_| !s.draining && s.endpoint.is_some()),
+                backup: s.backup,
             });
         }
         if !is_section_name(&b.name) {

@@ -113,6 +113,7 @@ const FIELDS: &[Field] = &[
     Field::Annotation("proxy-ssl-verify"),
     Field::Annotation("proxy-ssl-server-name"),
     Field::Annotation("ssl-passthrough"),
+    Field::Annotation("default-backend"),
 ];
 
 const YAML: &str = r#"
