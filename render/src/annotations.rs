@@ -111,6 +111,10 @@ pub const SUPPORTED: &[(&str, &str)] = &[
     ("canary-weight-total", "the total `canary-weight` is a share of (default 100)"),
     ("canary-by-header", "a request with this header `always` goes to the canary, `never` to the main backend"),
     ("canary-by-header-value", "with `canary-by-header`: a request whose header equals this goes to the canary"),
+    (
+        "canary-by-header-pattern",
+        "with `canary-by-header` (and no `-value`): a request whose header matches this regular expression (the `use-regex` subset) goes to the canary",
+    ),
     ("canary-by-cookie", "a request with this cookie `always` goes to the canary, `never` to the main backend"),
     ("server-alias", "comma-separated extra hosts with the same paths as this Ingress's hosts"),
 ];
@@ -345,6 +349,9 @@ pub struct CanarySelector {
     pub header: Option<String>,
     /// The value that selects the canary (object text, quoted by the template; never `}`).
     pub header_value: Option<String>,
+    /// A pattern the header's value matches to select the canary (checked by
+    /// `haptic_haproxy::regex::check`; quoted by the template).
+    pub header_pattern: Option<String>,
     /// The cookie's name (`[A-Za-z0-9_.-]`).
     pub cookie: Option<String>,
 }
@@ -622,6 +629,22 @@ pub fn read(
                             bad(full, "canary-by-header is not set".into());
                         } else {
                             c.selector.header_value = Some(hv.to_string());
+                        }
+                    }
+                    if let Some((full, p)) = get("canary-by-header-pattern") {
+                        if c.selector.header.is_none() {
+                            bad(full, "canary-by-header is not set".into());
+                        } else if c.selector.header_value.is_some() {
+                            warnings.push(Refusal {
+                                field: field(full),
+                                reason: "ignored: canary-by-header-value is set and wins".into(),
+                            });
+                        } else {
+                            match haptic_haproxy::regex::check(p) {
+                                Ok(_) if p != "}" => c.selector.header_pattern = Some(p.to_string()),
+                                Ok(_) => bad(full, "`}` is not a pattern here".into()),
+                                Err(e) => bad(full, format!("{p:?} is not an accepted regular expression: {e}")),
+                            }
                         }
                     }
                     if let Some((full, ck)) = get("canary-by-cookie") {
@@ -1544,6 +1567,33 @@ mod tests {
         }
         let (_, w) = read(&ann(&[("proxy-ssl-verify", "on")]), false, Allowed::default()).unwrap();
         assert!(w[0].reason.contains("proxy-ssl-secret is not set"), "{w:?}");
+    }
+
+    #[test]
+    fn canary_selectors() {
+        let c = ok(&[
+            ("canary", "true"),
+            ("canary-weight", "20"),
+            ("canary-by-header", "X-Beta"),
+            ("canary-by-header-pattern", "^(a|b)$"),
+            ("canary-by-cookie", "beta"),
+        ])
+        .canary
+        .unwrap();
+        assert_eq!((c.weight, c.total), (20, 100));
+        assert_eq!(c.selector.header_pattern.as_deref(), Some("^(a|b)$"));
+        assert_eq!(c.selector.cookie.as_deref(), Some("beta"));
+        for (pairs, want) in [
+            (vec![("canary", "true"), ("canary-weight", "101")], "not a number from 0 to 100"),
+            (vec![("canary", "true"), ("canary-by-header", "X Y")], "not a header or cookie name"),
+            (vec![("canary", "true"), ("canary-by-header-value", "v")], "canary-by-header is not set"),
+            (vec![("canary", "true"), ("canary-by-header", "X"), ("canary-by-header-pattern", "(a+)+")], "backtrack"),
+        ] {
+            let got = refused(&pairs);
+            assert!(got.contains(want), "{pairs:?}: {got}");
+        }
+        let (_, w) = read(&ann(&[("canary-weight", "5")]), false, Allowed::default()).unwrap();
+        assert!(w[0].reason.contains("canary is not `true`"), "{w:?}");
     }
 
     #[test]

@@ -1371,15 +1371,16 @@ mod tests {
         let rules = file("maps/rules.map");
         assert!(rules.contains(" canary.shop_stable_80.shop_preview_80.preview\n"), "{rules}");
         assert!(rules.contains(" canary.shop_stable_80.shop_preview_80.by-value\n"), "{rules}");
-        assert_eq!(file("maps/canary_backends.map").matches("shop_preview_80").count(), 2);
-        assert_eq!(file("maps/main_backends.map").matches("shop_stable_80").count(), 2);
-        assert_eq!(file("maps/canaries.map").lines().count(), 2);
+        assert_eq!(file("maps/canary_backends.map").matches("shop_preview_80").count(), 3);
+        assert_eq!(file("maps/main_backends.map").matches("shop_stable_80").count(), 3);
+        assert_eq!(file("maps/canaries.map").lines().count(), 3);
         for line in [
             "http-request set-var(txn.canary) var(txn.rule),map_str(maps/canaries.map)",
-            "http-request set-var(txn.backend) var(txn.rule),map_str(maps/canary_backends.map) if { var(txn.canary) -m str c1 } { 'req.cook(canary)' -m str -- always }",
-            "http-request set-var(txn.backend) var(txn.rule),map_str(maps/main_backends.map) if { var(txn.canary) -m str c1 } { 'req.cook(canary)' -m str -- never }",
-            "http-request set-var(txn.backend) var(txn.rule),map_str(maps/canary_backends.map) if { var(txn.canary) -m str c1 } { 'req.hdr(X-Canary)' -m str -- always }",
-            "http-request set-var(txn.backend) var(txn.rule),map_str(maps/canary_backends.map) if { var(txn.canary) -m str c2 } { 'req.hdr(X-Env)' -m str -- 'staging' }",
+            "http-request set-var(txn.backend) var(txn.rule),map_str(maps/canary_backends.map) if { var(txn.canary) -m str c2 } { 'req.cook(canary)' -m str -- always }",
+            "http-request set-var(txn.backend) var(txn.rule),map_str(maps/main_backends.map) if { var(txn.canary) -m str c2 } { 'req.cook(canary)' -m str -- never }",
+            "http-request set-var(txn.backend) var(txn.rule),map_str(maps/canary_backends.map) if { var(txn.canary) -m str c2 } { 'req.hdr(X-Canary)' -m str -- always }",
+            "http-request set-var(txn.backend) var(txn.rule),map_str(maps/canary_backends.map) if { var(txn.canary) -m str c3 } { 'req.hdr(X-Env)' -m str -- 'staging' }",
+            "http-request set-var(txn.backend) var(txn.rule),map_str(maps/canary_backends.map) if { var(txn.canary) -m str c1 } { 'req.hdr(X-Beta)' -m reg -- '^(alice|bob)$' }",
         ] {
             assert!(cfg.contains(line), "{line}\n{cfg}");
         }

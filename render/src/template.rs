@@ -463,9 +463,12 @@ fn canary_lines_of(id: &str, s: &crate::annotations::CanarySelector) -> Result<V
     }
     if let Some(h) = &s.header {
         let fetch = config_arg(&format!("req.hdr({h})"))?;
-        match &s.header_value {
-            Some(v) => by(fetch, config_arg(v)?, None),
-            None => by(fetch, "always".into(), Some("never".into())),
+        match (&s.header_value, &s.header_pattern) {
+            (Some(v), _) => by(fetch, config_arg(v)?, None),
+            (None, Some(p)) => {
+                out.push(format!("{} if {when} {{ {fetch} -m reg -- {} }}", to("canary"), config_arg(p)?))
+            }
+            (None, None) => by(fetch, "always".into(), Some("never".into())),
         }
     }
     Ok(out)

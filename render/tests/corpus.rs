@@ -93,6 +93,7 @@ const FIELDS: &[Field] = &[
     Field::Annotation("canary-weight"),
     Field::Annotation("canary-by-header"),
     Field::Annotation("canary-by-header-value"),
+    Field::Annotation("canary-by-header-pattern"),
     Field::Annotation("canary-by-cookie"),
     Field::Annotation("enable-cors"),
     Field::Annotation("cors-allow-origin"),
@@ -232,7 +233,7 @@ fn set(input: &mut IngressInput, field: Field, value: &str) {
             }
             if key.starts_with("canary") && key != "canary" {
                 with.push(("canary", "true".into()));
-                if key == "canary-by-header-value" {
+                if key == "canary-by-header-value" || key == "canary-by-header-pattern" {
                     with.push(("canary-by-header", "X-Canary".into()));
                 }
             }

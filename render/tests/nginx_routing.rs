@@ -176,6 +176,10 @@ async fn a_canary_takes_its_share_and_its_selected_requests(bin: HaproxyBin) {
         assert_eq!(who("hv.example.com", "X-Env: staging\r\n").await, "preview");
         assert_eq!(who("hv.example.com", "X-Env: prod\r\n").await, "stable");
         assert_eq!(who("hv.example.com", "").await, "stable");
+        // By pattern: a matching value goes to the canary, others by weight (0 here).
+        assert_eq!(who("pattern.example.com", "X-Beta: alice\r\n").await, "preview");
+        assert_eq!(who("pattern.example.com", "X-Beta: mallory\r\n").await, "stable");
+        assert_eq!(who("pattern.example.com", "X-Beta: alice2\r\n").await, "stable");
     }
     // The refused canary's host is not routed.
     let r = common::raw(addr, "GET / HTTP/1.1\r\nHost: nowhere.example.com\r\nConnection: close\r\n\r\n").await;
