@@ -23,6 +23,9 @@ pub struct SlotMap {
     /// The retired backends: no route names them; kept with every slot parked. Oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retired: Vec<String>,
+    /// Gateway API: `<namespace>/<gateway>:<listener port>` → the bind port serving it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub bind_ports: BTreeMap<String, u16>,
 }
 
 /// How many retired backends a render keeps. Dropping one removes its `backend` section, which
@@ -89,8 +92,9 @@ pub fn plan(endpoints: &[Endpoint], prev: Option<&BackendSlots>, min_slots: usiz
     }
     let highest = assigned.values().map(|s| s + 1).max().unwrap_or(0);
     let count = min_slots.max(highest).max(prev.map_or(0, |p| p.count));
-    let mut servers: Vec<Server> =
-        (0..count).map(|i| Server { name: format!("SRV_{}", i + 1), endpoint: None, draining: false }).collect();
+    let mut servers: Vec<Server> = (0..count)
+        .map(|i| Server { name: format!("SRV_{}", i + 1), endpoint: None, draining: false, weight: None })
+        .collect();
     for (addr, slot) in &assigned {
         servers[*slot].endpoint = Some(*addr);
         servers[*slot].draining = present[addr];
@@ -132,6 +136,7 @@ mod tests {
                 .map(|b| (b.to_string(), BackendSlots { count: 2, ..Default::default() }))
                 .collect(),
             retired: retired.iter().map(|r| r.to_string()).collect(),
+            ..Default::default()
         }
     }
 

@@ -8,11 +8,11 @@
 
 use std::collections::BTreeMap;
 
-use haptic_haproxy::quote::{config_arg, log_format_arg};
+use haptic_haproxy::quote::{config_arg, log_format_arg, regex_literal};
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::Serialize;
 
-use crate::model::{Model, Policy, Protocol, NOT_FOUND, UNAVAILABLE};
+use crate::model::{GatewayRouting, Model, PathKind, PathRewrite, Policy, Protocol, ERROR_500, NOT_FOUND, UNAVAILABLE};
 use crate::RenderError;
 
 /// The built-in template.
@@ -53,13 +53,28 @@ struct View<'a> {
     backends: Vec<BackendView>,
     not_found: &'static str,
     unavailable: &'static str,
+    error_500: &'static str,
     snippets: &'a Snippets,
+    /// Gateway API routing lines (absent for Ingress renders).
+    gateway: Option<GatewayView>,
+}
+
+#[derive(Serialize)]
+struct GatewayView {
+    /// `http-request set-var(txn.rule) …` lines of the matches that need more than a path.
+    match_lines: Vec<String>,
+    /// `http-request …` lines of the filters, by rule.
+    request_lines: Vec<String>,
+    /// `http-response …` lines of the filters, by rule.
+    response_lines: Vec<String>,
 }
 
 #[derive(Serialize)]
 struct FrontendView {
     name: String,
     binds: Vec<String>,
+    /// Routed by Gateway API rules (host keys by bind port).
+    gateway: bool,
 }
 
 #[derive(Serialize)]
@@ -80,6 +95,8 @@ struct ServerView {
     addr: String,
     disabled: bool,
     draining: bool,
+    /// ` weight <n>` or empty.
+    weight: String,
 }
 
 fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderError> {
@@ -92,11 +109,17 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
             let mut s = config_arg(&std::net::SocketAddr::new(b.address, b.port).to_string())?;
             if b.tls {
                 s.push_str(" ssl ");
-                s.push_str(&certs.join(" "));
+                if b.certs.is_empty() {
+                    s.push_str(&certs.join(" "));
+                } else {
+                    let own: Vec<String> =
+                        b.certs.iter().map(|p| config_arg(p).map(|p| format!("crt {p}"))).collect::<Result<_, _>>()?;
+                    s.push_str(&own.join(" "));
+                }
             }
             binds.push(s);
         }
-        frontends.push(FrontendView { name: f.name.clone(), binds });
+        frontends.push(FrontendView { name: f.name.clone(), binds, gateway: model.gateway.is_some() });
     }
     let mut backends = Vec::new();
     for b in &model.backends {
@@ -114,6 +137,10 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
                 addr,
                 disabled: s.endpoint.is_none(),
                 draining: s.draining,
+                weight: match (s.draining, s.weight) {
+                    (false, Some(w)) => format!(" weight {w}"),
+                    _ => String::new(),
+                },
             });
         }
         if !is_section_name(&b.name) {
@@ -138,7 +165,181 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
         policy_lines.extend(policy_lines_of(&p.id, &p.policy)?);
     }
     let health = model.health.map(|a| config_arg(&a.to_string())).transpose()?;
-    Ok(View { health, frontends, policy_lines, backends, not_found: NOT_FOUND, unavailable: UNAVAILABLE, snippets })
+    let gateway = model.gateway.as_ref().map(gateway_view).transpose()?;
+    Ok(View {
+        health,
+        frontends,
+        policy_lines,
+        backends,
+        not_found: NOT_FOUND,
+        unavailable: UNAVAILABLE,
+        error_500: ERROR_500,
+        snippets,
+        gateway,
+    })
+}
+
+/// One piece of a log-format string: literal text (escaped) or a sample expression of ours.
+enum Piece {
+    Lit(String),
+    Expr(String),
+}
+
+/// The pieces as one config word: literals quoted through `log_format_arg`, touching the
+/// expressions (quoted and unquoted parts that touch form one word).
+fn fmt_word(pieces: &[Piece]) -> Result<String, RenderError> {
+    let mut out = String::new();
+    for p in pieces {
+        match p {
+            Piece::Lit(s) if s.is_empty() => {}
+            Piece::Lit(s) => out.push_str(&log_format_arg(s)?),
+            Piece::Expr(e) => out.push_str(e),
+        }
+    }
+    if out.is_empty() {
+        return Err(RenderError::Template("an empty log-format word".into()));
+    }
+    Ok(out)
+}
+
+/// A path after a rewrite, as alternatives `(pieces, condition)` that together cover every
+/// request of the rule.
+fn rewritten_path(p: &PathRewrite) -> Vec<(Vec<Piece>, String)> {
+    match p {
+        PathRewrite::Full(f) => vec![(vec![Piece::Lit(f.clone())], String::new())],
+        PathRewrite::Prefix { matched, with } => {
+            let trimmed = with.trim_end_matches('/').to_string();
+            let exact = if trimmed.is_empty() { "/".to_string() } else { trimmed.clone() };
+            vec![
+                (vec![Piece::Lit(exact)], format!(" {{ path -m len {matched} }}")),
+                (
+                    vec![Piece::Lit(trimmed), Piece::Expr(format!("%[path,bytes({matched})]"))],
+                    format!(" !{{ path -m len {matched} }}"),
+                ),
+            ]
+        }
+    }
+}
+
+/// The Gateway API lines: matches as config rules in order, then each rule's filters.
+fn gateway_view(g: &GatewayRouting) -> Result<GatewayView, RenderError> {
+    let mut match_lines = Vec::new();
+    for m in &g.matches {
+        let mut c = format!("!{{ var(txn.rule) -m found }} {{ var(txn.hostid) -m str {} }}", config_arg(&m.host)?);
+        match &m.path {
+            None => {}
+            Some((PathKind::Exact, p)) => c.push_str(&format!(" {{ var(txn.path) -m str -- {} }}", config_arg(p)?)),
+            Some((PathKind::Prefix, p)) => {
+                let re = format!("^{}(/|$)", regex_literal(p)?);
+                c.push_str(&format!(" {{ var(txn.path) -m reg -- {} }}", config_arg(&re)?));
+            }
+        }
+        if let Some(method) = &m.method {
+            c.push_str(&format!(" {{ method -- {} }}", config_arg(method)?));
+        }
+        for (n, v) in &m.headers {
+            c.push_str(&format!(" {{ req.fhdr({n}) -m str -- {} }}", config_arg(v)?));
+        }
+        for (n, v) in &m.query {
+            c.push_str(&format!(" {{ urlp({n}) -m str -- {} }}", config_arg(v)?));
+        }
+        match_lines.push(format!("http-request set-var(txn.rule) str({}) if {c}", config_arg(&m.rule)?));
+    }
+    let mut request_lines = Vec::new();
+    let mut response_lines = Vec::new();
+    for a in &g.actions {
+        let when = format!("{{ var(txn.rule) -m str {} }}", config_arg(&a.rule)?);
+        if let Some(r) = &a.redirect {
+            let scheme = match &r.scheme {
+                Some(s) => Piece::Lit(format!("{s}://")),
+                None => Piece::Expr("%[ssl_fc,iif(https,http)]://".into()),
+            };
+            let host = match &r.hostname {
+                Some(h) => Piece::Lit(h.clone()),
+                None => Piece::Expr("%[var(txn.host)]".into()),
+            };
+            // (port piece, condition), the unconditional one last.
+            let ports: Vec<(Option<Piece>, String)> = match (r.port, r.scheme.as_deref()) {
+                (Some(p), Some(s)) => {
+                    let default = (s == "http" && p == 80) || (s == "https" && p == 443);
+                    vec![(if default { None } else { Some(Piece::Lit(format!(":{p}"))) }, String::new())]
+                }
+                (Some(p), None) => {
+                    let with = (Some(Piece::Lit(format!(":{p}"))), String::new());
+                    match p {
+                        80 => vec![(None, " !{ ssl_fc }".into()), with],
+                        443 => vec![(None, " { ssl_fc }".into()), with],
+                        _ => vec![with],
+                    }
+                }
+                (None, Some(_)) => vec![(None, String::new())],
+                (None, None) => vec![
+                    (None, " !{ ssl_fc } { var(txn.lport) -m int 80 }".into()),
+                    (None, " { ssl_fc } { var(txn.lport) -m int 443 }".into()),
+                    (Some(Piece::Expr(":%[var(txn.lport)]".into())), String::new()),
+                ],
+            };
+            let paths = match &r.path {
+                None => vec![(vec![Piece::Expr("%[pathq]".into())], String::new())],
+                Some(p) => rewritten_path(p),
+            };
+            for (port, pc) in &ports {
+                for (path, qc) in &paths {
+                    let mut pieces = vec![clone_piece(&scheme), clone_piece(&host)];
+                    pieces.extend(port.iter().map(clone_piece));
+                    pieces.extend(path.iter().map(clone_piece));
+                    request_lines.push(format!(
+                        "http-request redirect location {} code {} if {when}{pc}{qc}",
+                        fmt_word(&pieces)?,
+                        r.code
+                    ));
+                }
+            }
+            continue;
+        }
+        for (n, v) in &a.request_headers.set {
+            request_lines.push(format!("http-request set-header {} {} if {when}", config_arg(n)?, log_format_arg(v)?));
+        }
+        for (n, v) in &a.request_headers.add {
+            request_lines.push(format!("http-request add-header {} {} if {when}", config_arg(n)?, log_format_arg(v)?));
+        }
+        for n in &a.request_headers.remove {
+            request_lines.push(format!("http-request del-header {} if {when}", config_arg(n)?));
+        }
+        if let Some(h) = &a.host_rewrite {
+            request_lines.push(format!("http-request set-header host {} if {when}", log_format_arg(h)?));
+        }
+        if let Some(p) = &a.path_rewrite {
+            for (pieces, c) in rewritten_path(p) {
+                request_lines.push(format!("http-request set-path {} if {when}{c}", fmt_word(&pieces)?));
+            }
+        }
+        for (n, v) in &a.response_headers.set {
+            response_lines.push(format!(
+                "http-response set-header {} {} if {when}",
+                config_arg(n)?,
+                log_format_arg(v)?
+            ));
+        }
+        for (n, v) in &a.response_headers.add {
+            response_lines.push(format!(
+                "http-response add-header {} {} if {when}",
+                config_arg(n)?,
+                log_format_arg(v)?
+            ));
+        }
+        for n in &a.response_headers.remove {
+            response_lines.push(format!("http-response del-header {} if {when}", config_arg(n)?));
+        }
+    }
+    Ok(GatewayView { match_lines, request_lines, response_lines })
+}
+
+fn clone_piece(p: &Piece) -> Piece {
+    match p {
+        Piece::Lit(s) => Piece::Lit(s.clone()),
+        Piece::Expr(s) => Piece::Expr(s.clone()),
+    }
 }
 
 /// The config lines an Ingress's annotations add, as the built-in template writes them: the
