@@ -251,6 +251,20 @@ pub struct GatewayStatus {
     /// Conditions.
     #[serde(default)]
     pub conditions: Vec<Condition>,
+    /// Listeners' conditions.
+    #[serde(default)]
+    pub listeners: Vec<ListenerStatusView>,
+}
+
+/// `Gateway.status.listeners[]` as far as it is read here.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerStatusView {
+    /// The listener.
+    pub name: String,
+    /// Conditions.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
 }
 
 /// An HTTPRoute.
