@@ -47,6 +47,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRoute308RedirectStatusCode",
     "HTTPRouteBackendProtocolH2C",
     "HTTPRouteBackendProtocolWebSocket",
+    "HTTPRouteBackendTimeout",
     "HTTPRouteHostRewrite",
     "HTTPRouteMethodMatching",
     "HTTPRouteNamedRouteRule",
@@ -55,6 +56,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRoutePathRewrite",
     "HTTPRoutePortRedirect",
     "HTTPRouteQueryParamMatching",
+    "HTTPRouteRequestTimeout",
     "HTTPRouteResponseHeaderModification",
     "HTTPRouteSchemeRedirect",
     "ReferenceGrant",
@@ -751,13 +753,24 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
                     Err(e) => bad = Some(format!("{field}.matches[{mi}]: {e}")),
                 }
             }
-            let acts = match compile_filters(&rule.filters, prefix_len) {
+            let mut acts = match compile_filters(&rule.filters, prefix_len) {
                 Ok(a) => a,
                 Err(e) => {
                     bad = Some(format!("{field}.filters: {e}"));
                     RuleActions::default()
                 }
             };
+            if let Some(t) = &rule.timeouts {
+                let mut ms = Vec::new();
+                for (f, v) in [("request", &t.request), ("backendRequest", &t.backend_request)] {
+                    match v.as_deref().map(duration_ms) {
+                        None | Some(Ok(0)) => {}
+                        Some(Ok(n)) => ms.push(n),
+                        Some(Err(e)) => bad = Some(format!("{field}.timeouts.{f}: {e}")),
+                    }
+                }
+                acts.timeout_ms = ms.into_iter().min();
+            }
             // Backends.
             let mut res = Resolved { refs: vec![], invalid_weight: 0 };
             for (bi, br) in rule.backend_refs.iter().enumerate() {
@@ -1092,6 +1105,42 @@ fn rule_backend(
     let weights = eps_all.into_iter().map(|(a, (_, w))| (a, w)).collect();
     backends.insert(name.clone(), (eps, weights, protocol));
     name
+}
+
+/// A Gateway API duration (`1h`, `30s`, `500ms`, `1m30s`; at most four parts) in milliseconds.
+pub fn duration_ms(s: &str) -> Result<u64, String> {
+    let mut total: u64 = 0;
+    let mut rest = s;
+    let mut parts = 0;
+    if s.is_empty() {
+        return Err("an empty duration".into());
+    }
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 || digits > 5 {
+            return Err(format!("{s:?} is not a duration"));
+        }
+        let n: u64 = rest[..digits].parse().map_err(|_| format!("{s:?} is not a duration"))?;
+        rest = &rest[digits..];
+        let (unit, len) = if rest.starts_with("ms") {
+            (1, 2)
+        } else if rest.starts_with('h') {
+            (3_600_000, 1)
+        } else if rest.starts_with('m') {
+            (60_000, 1)
+        } else if rest.starts_with('s') {
+            (1000, 1)
+        } else {
+            return Err(format!("{s:?} is not a duration"));
+        };
+        rest = &rest[len..];
+        total += n * unit;
+        parts += 1;
+        if parts > 4 {
+            return Err(format!("{s:?} has more than four parts"));
+        }
+    }
+    Ok(total)
 }
 
 /// A match, checked and ordered by the API's precedence.
@@ -1514,6 +1563,7 @@ mod tests {
         let cfg = String::from_utf8(a.files["haproxy.cfg"].clone()).unwrap();
         assert!(cfg.contains("set-header 'X-Via' 'haptic %%[env(HOME)]'"), "{cfg}");
         assert!(cfg.contains("del-header 'X-Drop'"), "{cfg}");
+        assert!(cfg.contains("http-request set-timeout server 1500ms if"), "{cfg}");
         assert!(cfg.contains("://'new.example.com'%[pathq] code 301 if"), "{cfg}");
         assert!(cfg.contains("backend haptic_error_500\n    http-request return status 500"), "{cfg}");
         assert!(cfg.contains("crt 'certs/edge_site.pem'"), "{cfg}");
@@ -1551,6 +1601,16 @@ mod tests {
                 (t.first().cloned().unwrap_or_default(), t.len())
             })
             .collect()
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration_ms("500ms"), Ok(500));
+        assert_eq!(duration_ms("1h30m10s5ms"), Ok(5_410_005));
+        assert_eq!(duration_ms("0s"), Ok(0));
+        for bad in ["", "1", "1d", "ms", "1h1h1h1h1h", "123456s"] {
+            assert!(duration_ms(bad).is_err(), "{bad}");
+        }
     }
 
     proptest! {

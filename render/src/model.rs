@@ -128,6 +128,8 @@ pub struct RuleActions {
     pub host_rewrite: Option<String>,
     /// Path rewrite.
     pub path_rewrite: Option<PathRewrite>,
+    /// The server timeout of this rule's requests, in milliseconds.
+    pub timeout_ms: Option<u64>,
 }
 
 /// A frontend and its binds.

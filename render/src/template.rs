@@ -87,6 +87,8 @@ struct BackendView {
     server_params: String,
     /// A checked snippet from the Ingresses naming it.
     snippet: Option<String>,
+    /// `http-request` lines for the rules sending here (Gateway API timeouts).
+    lines: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -152,12 +154,24 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
             .filter_map(|(k, v)| v.map(|v| format!("timeout {k} {v}s")))
             .collect();
         let server_params = server_params(o.protocol).unwrap_or_default().to_string();
+        // A rule's timeout applies where its requests go (`set-timeout` is a backend action).
+        let mut lines = Vec::new();
+        for a in model.gateway.iter().flat_map(|g| g.actions.iter()) {
+            let Some(ms) = a.timeout_ms else { continue };
+            if model.rules.iter().any(|r| r.id == a.rule && r.backend == b.name) {
+                lines.push(format!(
+                    "http-request set-timeout server {ms}ms if {{ var(txn.rule) -m str {} }}",
+                    config_arg(&a.rule)?
+                ));
+            }
+        }
         backends.push(BackendView {
             name: b.name.clone(),
             servers,
             timeouts,
             server_params,
             snippet: o.snippet.clone(),
+            lines,
         });
     }
     let mut policy_lines = Vec::new();
