@@ -636,10 +636,16 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
         let static_addr = g.spec.addresses.iter().any(|a| a.value.as_deref().is_some_and(|v| !v.is_empty()));
         if static_addr {
             conds.push(cond("Accepted", false, "UnsupportedAddress", "static addresses are not supported", gen));
-        } else if statuses.iter().all(|l| l.conditions.iter().any(|c| c.type_ == "Accepted" && c.status)) {
-            conds.push(cond("Accepted", true, "Accepted", "accepted", gen));
         } else {
-            conds.push(cond("Accepted", true, "ListenersNotValid", "some listeners are not valid", gen));
+            let accepted = |l: &ListenerStatus| l.conditions.iter().any(|c| c.type_ == "Accepted" && c.status);
+            let n = statuses.iter().filter(|l| accepted(l)).count();
+            if n == statuses.len() {
+                conds.push(cond("Accepted", true, "Accepted", "accepted", gen));
+            } else if n > 0 {
+                conds.push(cond("Accepted", true, "ListenersNotValid", "some listeners are not valid", gen));
+            } else {
+                conds.push(cond("Accepted", false, "ListenersNotValid", "no listener is valid", gen));
+            }
         }
         if static_addr {
             conds.push(cond("Programmed", false, "AddressNotUsable", "static addresses are not supported", gen));
