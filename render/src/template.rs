@@ -225,10 +225,10 @@ fn rewritten_path(p: &PathRewrite) -> Vec<(Vec<Piece>, String)> {
             let trimmed = with.trim_end_matches('/').to_string();
             let exact = if trimmed.is_empty() { "/".to_string() } else { trimmed.clone() };
             vec![
-                (vec![Piece::Lit(exact)], format!(" {{ path -m len {matched} }}")),
+                (vec![Piece::Lit(exact)], format!(" {{ var(txn.path) -m len {matched} }}")),
                 (
-                    vec![Piece::Lit(trimmed), Piece::Expr(format!("%[path,bytes({matched})]"))],
-                    format!(" !{{ path -m len {matched} }}"),
+                    vec![Piece::Lit(trimmed), Piece::Expr(format!("%[var(txn.path),bytes({matched})]"))],
+                    format!(" !{{ var(txn.path) -m len {matched} }}"),
                 ),
             ]
         }

@@ -68,6 +68,42 @@ pub fn backend(name: &'static str) -> u16 {
     port
 }
 
+/// A backend answering every request with `name`, a newline and the request's head as it
+/// arrived (request line and header lines, names lowercased), so a test sees what HAProxy sent.
+#[allow(dead_code)]
+pub fn echo_backend(name: &'static str) -> u16 {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut s in l.incoming().flatten() {
+            let mut buf = vec![0u8; 16384];
+            let mut n = 0;
+            while n < buf.len() {
+                match s.read(&mut buf[n..]) {
+                    Ok(0) | Err(_) => break,
+                    Ok(k) => n += k,
+                }
+                if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+                    break;
+                }
+            }
+            let head = String::from_utf8_lossy(&buf[..n]).split("\r\n\r\n").next().unwrap_or_default().to_string();
+            let head: Vec<String> = head
+                .lines()
+                .enumerate()
+                .map(|(i, l)| match l.split_once(':') {
+                    Some((k, v)) if i > 0 => format!("{}:{v}", k.to_ascii_lowercase()),
+                    _ => l.to_string(),
+                })
+                .collect();
+            let body = format!("{name}\n{}", head.join("\n"));
+            let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+        }
+    });
+    port
+}
+
 /// Sends `req` and returns the whole response as text.
 #[allow(dead_code)]
 pub async fn raw(addr: std::net::SocketAddr, req: &str) -> String {
