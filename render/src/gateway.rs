@@ -47,6 +47,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRoute308RedirectStatusCode",
     "HTTPRouteBackendProtocolH2C",
     "HTTPRouteBackendProtocolWebSocket",
+    "HTTPRouteBackendRequestHeaderModification",
     "HTTPRouteBackendTimeout",
     "HTTPRouteHostRewrite",
     "HTTPRouteMethodMatching",
@@ -389,6 +390,9 @@ struct Resolved {
     refs: Vec<(String, u32, Vec<Endpoint>, Protocol)>,
     /// The weight of refs that are invalid or missing.
     invalid_weight: u32,
+    /// Every ref with a weight, in order: its backend (None: invalid or missing, answered
+    /// with 500), weight and own request header operations.
+    each: Vec<(Option<String>, u32, HeaderOps)>,
 }
 
 /// Translates.
@@ -716,6 +720,7 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
     let mut actions: Vec<RuleActions> = Vec::new();
     let mut backends: BTreeMap<String, PlannedBackend> = BTreeMap::new();
     let mut need_500 = false;
+    let mut splits: Vec<Split> = Vec::new();
     for (route_rank, r) in routes.into_iter().enumerate() {
         let me = obj("HTTPRoute", &r.metadata);
         let rns = me.namespace.clone();
@@ -778,11 +783,25 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
                 acts.timeout_ms = ms.into_iter().min();
             }
             // Backends.
-            let mut res = Resolved { refs: vec![], invalid_weight: 0 };
+            let mut res = Resolved { refs: vec![], invalid_weight: 0, each: vec![] };
             for (bi, br) in rule.backend_refs.iter().enumerate() {
                 let weight = u32::try_from(br.weight.unwrap_or(1)).unwrap_or(0);
-                if !br.filters.is_empty() {
-                    bad = Some(format!("{field}.backendRefs[{bi}].filters: per-backend filters are not supported"));
+                let mut ops = HeaderOps::default();
+                for f in &br.filters {
+                    match (f.type_.as_str(), &f.request_header_modifier) {
+                        ("RequestHeaderModifier", Some(m)) => match header_ops(m) {
+                            Ok(o) => ops = o,
+                            Err(e) => bad = Some(format!("{field}.backendRefs[{bi}].filters: {e}")),
+                        },
+                        (other, _) => {
+                            bad = Some(format!(
+                                "{field}.backendRefs[{bi}].filters: {other} is not supported on a backend"
+                            ))
+                        }
+                    }
+                }
+                if weight > 0 {
+                    res.each.push((None, weight, ops));
                 }
                 let bns = br.namespace.clone().unwrap_or_else(|| rns.clone());
                 let fail = |reason: &'static str,
@@ -869,6 +888,9 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
                 let sl = slices.get(&(bns.as_str(), br.name.as_str())).map_or(&[][..], Vec::as_slice);
                 let eps = endpoints(sl, sp.name.as_deref().unwrap_or(""));
                 if weight > 0 {
+                    if let Some(last) = res.each.last_mut() {
+                        last.0 = Some(name.clone());
+                    }
                     res.refs.push((name, weight, eps, protocol));
                 }
             }
@@ -966,11 +988,25 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
             out.gateways[*gi].listeners[*li].attached_routes += 1;
         }
         if attached_any {
-            for (ri, (cands, acts, res)) in compiled.into_iter().enumerate() {
-                let backend =
-                    rule_backend(&rns, &me.name, ri, res, &mut backends, &mut need_500, acts.redirect.is_some());
+            for (ri, (cands, acts, mut res)) in compiled.into_iter().enumerate() {
+                // Backends that differ in filters, or invalid ones beside valid ones: a split.
+                let split = acts.redirect.is_none()
+                    && res.each.len() > 1
+                    && (res.each.iter().any(|e| !e.2.is_empty()) || (res.invalid_weight > 0 && !res.refs.is_empty()));
+                let each = std::mem::take(&mut res.each);
+                let single_ops = match each.as_slice() {
+                    [(_, _, ops)] => ops.clone(),
+                    _ => HeaderOps::default(),
+                };
+                let backend = if split {
+                    for (name, _, eps, protocol) in std::mem::take(&mut res.refs) {
+                        backends.entry(name).or_insert((eps, BTreeMap::new(), protocol));
+                    }
+                    ERROR_500.to_string()
+                } else {
+                    rule_backend(&rns, &me.name, ri, res, &mut backends, &mut need_500, acts.redirect.is_some())
+                };
                 for c in &cands {
-                    rules.insert(c.rule.clone(), (backend.clone(), me.clone()));
                     let mut a = acts.clone();
                     a.rule = c.rule.clone();
                     // A prefix rewrite replaces this match's own prefix.
@@ -982,6 +1018,25 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
                     {
                         *matched = plen;
                     }
+                    if split {
+                        let mut picks = Vec::new();
+                        let mut upto = 0u32;
+                        for (bi, (be, w, ops)) in each.iter().enumerate() {
+                            let sub = format!("{}b{bi}", c.rule);
+                            upto = upto.saturating_add(*w);
+                            picks.push((sub.clone(), upto));
+                            rules.insert(sub.clone(), (be.clone().unwrap_or_else(|| ERROR_500.into()), me.clone()));
+                            let mut sa = a.clone();
+                            sa.rule = sub;
+                            sa.request_headers = merge_ops(&a.request_headers, ops);
+                            actions.push(sa);
+                        }
+                        splits.push(Split { rule: c.rule.clone(), picks, total: upto });
+                        rules.insert(c.rule.clone(), (backend.clone(), me.clone()));
+                        continue;
+                    }
+                    a.request_headers = merge_ops(&a.request_headers, &single_ops);
+                    rules.insert(c.rule.clone(), (backend.clone(), me.clone()));
                     if a != (RuleActions { rule: c.rule.clone(), ..Default::default() }) {
                         actions.push(a);
                     }
@@ -1007,7 +1062,8 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
 
     // Host tables, in a deterministic order: by bind port and host.
     let mut model = std::mem::take(&mut out.model);
-    let mut routing = GatewayRouting { ports: ports.into_iter().collect(), matches: vec![], actions };
+    splits.sort_by(|a, b| a.rule.cmp(&b.rule));
+    let mut routing = GatewayRouting { ports: ports.into_iter().collect(), matches: vec![], actions, splits };
     routing.actions.sort_by(|a, b| a.rule.cmp(&b.rule));
     routing.actions.dedup_by(|a, b| a.rule == b.rule);
     for ((port, host), mut cands) in tables {
@@ -1201,6 +1257,15 @@ fn compile_match(m: &HttpRouteMatch) -> Result<Candidate, String> {
         Reverse(query.len()),
     );
     Ok(Candidate { key, order: Default::default(), path: (kind, path), method, headers, query, rule: String::new() })
+}
+
+/// The rule's header operations, then a backend's own.
+fn merge_ops(rule: &HeaderOps, backend: &HeaderOps) -> HeaderOps {
+    let mut out = rule.clone();
+    out.set.extend(backend.set.iter().cloned());
+    out.add.extend(backend.add.iter().cloned());
+    out.remove.extend(backend.remove.iter().cloned());
+    out
 }
 
 fn header_ops(f: &HttpHeaderFilter) -> Result<HeaderOps, String> {

@@ -47,6 +47,20 @@ pub struct GatewayRouting {
     pub matches: Vec<MatchRule>,
     /// Filters by rule.
     pub actions: Vec<RuleActions>,
+    /// Rules whose backends differ in filters or validity: a random draw by weight picks one
+    /// sub-rule each (with its own backend and filters).
+    pub splits: Vec<Split>,
+}
+
+/// A rule split among sub-rules by weight.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Split {
+    /// The rule the matches select.
+    pub rule: RuleId,
+    /// Sub-rules with the upper bound (exclusive) of their share of `0..total`.
+    pub picks: Vec<(RuleId, u32)>,
+    /// The sum of the weights.
+    pub total: u32,
 }
 
 /// One match evaluated as a config rule.

@@ -63,6 +63,8 @@ struct View<'a> {
 struct GatewayView {
     /// `http-request set-var(txn.rule) …` lines of the matches that need more than a path.
     match_lines: Vec<String>,
+    /// `http-request …` lines drawing a split rule's sub-rule.
+    split_lines: Vec<String>,
     /// `http-request …` lines of the filters, by rule.
     request_lines: Vec<String>,
     /// `http-response …` lines of the filters, by rule.
@@ -259,6 +261,17 @@ fn gateway_view(g: &GatewayRouting) -> Result<GatewayView, RenderError> {
         }
         match_lines.push(format!("http-request set-var(txn.rule) str({}) if {c}", config_arg(&m.rule)?));
     }
+    let mut split_lines = Vec::new();
+    for sp in &g.splits {
+        let when = format!("{{ var(txn.rule) -m str {} }}", config_arg(&sp.rule)?);
+        split_lines.push(format!("http-request set-var(txn.pick) rand({}) if {when}", sp.total.max(1)));
+        for (sub, upto) in &sp.picks {
+            split_lines.push(format!(
+                "http-request set-var(txn.rule) str({}) if {when} {{ var(txn.pick) -m int lt {upto} }}",
+                config_arg(sub)?
+            ));
+        }
+    }
     let mut request_lines = Vec::new();
     let mut response_lines = Vec::new();
     for a in &g.actions {
@@ -346,7 +359,7 @@ fn gateway_view(g: &GatewayRouting) -> Result<GatewayView, RenderError> {
             response_lines.push(format!("http-response del-header {} if {when}", config_arg(n)?));
         }
     }
-    Ok(GatewayView { match_lines, request_lines, response_lines })
+    Ok(GatewayView { match_lines, split_lines, request_lines, response_lines })
 }
 
 fn clone_piece(p: &Piece) -> Piece {

@@ -1,7 +1,8 @@
 //! Real HAProxy on 127.0.0.1 serving a Gateway API render (HAProxy 2.6 and 3.0, one case each):
 //! precedence across exact, prefix, header, method and query matches, the filters as a backend
 //! and a client see them (rewritten path and host, request and response headers), a redirect
-//! with scheme, port and prefix replacement, and 500 for a rule without a usable backend.
+//! with scheme, port and prefix replacement, backends with their own filters, and 500 for a
+//! rule without a usable backend (and for a missing backend's share).
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -52,6 +53,12 @@ routes:
               requestRedirect: {scheme: https, port: 8443, statusCode: 307, path: {type: ReplacePrefixMatch, replacePrefixMatch: /to}}
         - matches: [{path: {type: PathPrefix, value: /none}}]
           backendRefs: [{name: missing, port: 80}]
+        - matches: [{path: {type: PathPrefix, value: /split}}]
+          backendRefs:
+            - {name: v1, port: 80, filters: [{type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: Backend, value: one}]}}]}
+            - {name: v2, port: 80, filters: [{type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: Backend, value: two}]}}]}
+        - matches: [{path: {type: PathPrefix, value: /half}}]
+          backendRefs: [{name: v1, port: 80}, {name: missing, port: 80}]
 services:
   - metadata: {name: v1, namespace: web}
     spec: {ports: [{port: 80}]}
@@ -124,6 +131,20 @@ async fn gateway_routes_match_filter_and_redirect(bin: haptic_e2e::HaproxyBin) {
             || r.contains("\r\nLocation: https://shop.test:8443/to/y\r\n"),
         "{r}"
     );
+    // Backends with their own filters, each request to one of them with its own header; a
+    // missing backend's share answers 500.
+    let (mut seen, mut codes) = (std::collections::BTreeSet::new(), std::collections::BTreeSet::new());
+    for _ in 0..40 {
+        let r = send("GET", "/split", "").await;
+        let body = body_of(&r);
+        let who = body.lines().next().unwrap_or_default().to_string();
+        let want = if who == "v1" { "backend: one" } else { "backend: two" };
+        assert!(body.contains(want), "{r}");
+        seen.insert(who);
+        codes.insert(send("GET", "/half", "").await[9..12].to_string());
+    }
+    assert_eq!(seen.len(), 2, "both backends drawn in 40 requests");
+    assert_eq!(codes.into_iter().collect::<Vec<_>>(), ["200", "500"]);
     // A rule whose only backend is missing answers 500; an unknown host 404.
     assert!(send("GET", "/none", "").await.starts_with("HTTP/1.1 500"));
     let other = common::raw(addr, "GET / HTTP/1.1\r\nHost: other.test\r\nConnection: close\r\n\r\n").await;
