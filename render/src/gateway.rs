@@ -49,6 +49,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRouteBackendProtocolWebSocket",
     "HTTPRouteBackendRequestHeaderModification",
     "HTTPRouteBackendTimeout",
+    "GatewayHTTPSListenerDetectMisdirectedRequests",
     "HTTPRouteHostRewrite",
     "HTTPRouteMethodMatching",
     "HTTPRouteNamedRouteRule",
@@ -694,6 +695,7 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
     let mut tables: BTreeMap<(u16, HostMatch), Vec<Candidate>> = BTreeMap::new();
     let mut ports: BTreeMap<u16, u16> = BTreeMap::new();
     let mut https_binds: BTreeMap<u16, Vec<String>> = BTreeMap::new();
+    let mut tls_listeners: Vec<(u16, Option<HostMatch>, String)> = Vec::new();
     let mut http_binds: BTreeSet<u16> = BTreeSet::new();
     for (gi, g) in gws.iter().enumerate() {
         for l in &glisteners[gi] {
@@ -706,6 +708,8 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
                 if !l.certs.is_empty() {
                     https_binds.entry(b).or_default().extend(l.certs.clone());
                 }
+                let gid = port_key(g, l.port);
+                tls_listeners.push((b, l.hostname.clone(), stable_id("l", &[&gid, &l.name])));
             } else {
                 http_binds.insert(b);
             }
@@ -1063,7 +1067,9 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
     // Host tables, in a deterministic order: by bind port and host.
     let mut model = std::mem::take(&mut out.model);
     splits.sort_by(|a, b| a.rule.cmp(&b.rule));
-    let mut routing = GatewayRouting { ports: ports.into_iter().collect(), matches: vec![], actions, splits };
+    tls_listeners.sort();
+    let mut routing =
+        GatewayRouting { ports: ports.into_iter().collect(), matches: vec![], actions, splits, tls_listeners };
     routing.actions.sort_by(|a, b| a.rule.cmp(&b.rule));
     routing.actions.dedup_by(|a, b| a.rule == b.rule);
     for ((port, host), mut cands) in tables {

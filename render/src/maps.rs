@@ -9,6 +9,9 @@
 //!   `maps/suffixes.map` holds `.suffix@<port>`, read with `map_end`, longest first, so
 //!   `*.example.com` matches any number of labels before `.example.com`.
 //! - `maps/ports.map`: bind port → Gateway listener port (for redirects).
+//! - `maps/listeners.map` (`<host>@<port>` and `@<port>`) and `maps/listener_suffixes.map`
+//!   (`.suffix@<port>`, `map_end`, longest first): which HTTPS listener a name selects, for the
+//!   SNI and the Host of a request.
 //! - `maps/paths_exact.map`: `<host id><path>` → rule id, for Exact paths and for a Prefix
 //!   path's own value (a segment-wise prefix matches itself).
 //! - `maps/paths_prefix.map`: `<host id><prefix>/` → rule id, read with `map_beg`, longest key
@@ -101,6 +104,17 @@ pub fn build(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, Inexpressible> 
         let ports: String =
             g.ports.iter().map(|(b, l)| map_line(&b.to_string(), &l.to_string())).collect::<Result<_, _>>()?;
         out.insert("maps/ports.map".to_string(), ports.into_bytes());
+        let (mut exact, mut suffix) = (String::new(), Vec::new());
+        for (port, host, id) in &g.tls_listeners {
+            match host {
+                Some(HostMatch::Exact(h)) => exact.push_str(&map_line(&format!("{h}@{port}"), id)?),
+                Some(HostMatch::Suffix(s)) => suffix.push((format!("{s}@{port}"), id.clone())),
+                _ => exact.push_str(&map_line(&format!("@{port}"), id)?),
+            }
+        }
+        suffix.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(&b.0)));
+        out.insert("maps/listeners.map".to_string(), exact.into_bytes());
+        out.insert("maps/listener_suffixes.map".to_string(), lines(&suffix)?.into_bytes());
     }
     Ok(out)
 }

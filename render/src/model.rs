@@ -47,6 +47,9 @@ pub struct GatewayRouting {
     pub matches: Vec<MatchRule>,
     /// Filters by rule.
     pub actions: Vec<RuleActions>,
+    /// HTTPS listeners by bind port and hostname (`None`: any host) with an id per listener:
+    /// a request whose Host selects another listener than its SNI is answered 421.
+    pub tls_listeners: Vec<(u16, Option<HostMatch>, String)>,
     /// Rules whose backends differ in filters or validity: a random draw by weight picks one
     /// sub-rule each (with its own backend and filters).
     pub splits: Vec<Split>,

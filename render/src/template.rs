@@ -63,6 +63,8 @@ struct View<'a> {
 struct GatewayView {
     /// `http-request set-var(txn.rule) …` lines of the matches that need more than a path.
     match_lines: Vec<String>,
+    /// Whether HTTPS listeners are told apart by SNI and Host (421 when they differ).
+    misdirected: bool,
     /// `http-request …` lines drawing a split rule's sub-rule.
     split_lines: Vec<String>,
     /// `http-request …` lines of the filters, by rule.
@@ -119,6 +121,8 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
                     let own: Vec<String> =
                         b.certs.iter().map(|p| config_arg(p).map(|p| format!("crt {p}"))).collect::<Result<_, _>>()?;
                     s.push_str(&own.join(" "));
+                    // Gateway API listeners speak HTTP/2 to clients that offer it.
+                    s.push_str(" alpn h2,http/1.1");
                 }
             }
             binds.push(s);
@@ -359,7 +363,13 @@ fn gateway_view(g: &GatewayRouting) -> Result<GatewayView, RenderError> {
             response_lines.push(format!("http-response del-header {} if {when}", config_arg(n)?));
         }
     }
-    Ok(GatewayView { match_lines, split_lines, request_lines, response_lines })
+    Ok(GatewayView {
+        match_lines,
+        misdirected: !g.tls_listeners.is_empty(),
+        split_lines,
+        request_lines,
+        response_lines,
+    })
 }
 
 fn clone_piece(p: &Piece) -> Piece {

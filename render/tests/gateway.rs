@@ -8,36 +8,11 @@ use std::net::IpAddr;
 
 use haptic_render::gateway::{GatewayObjects, GatewaySettings};
 
-fn tls_secret(dir: &std::path::Path) -> k8s_openapi::api::core::v1::Secret {
-    let (c, k) = (dir.join("c.pem"), dir.join("k.pem"));
-    let ok = std::process::Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=site.example.com", "-days", "1"])
-        .arg("-keyout")
-        .arg(&k)
-        .arg("-out")
-        .arg(&c)
-        .output()
-        .unwrap();
-    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
-    let mut s = k8s_openapi::api::core::v1::Secret::default();
-    s.metadata.name = Some("site".into());
-    s.metadata.namespace = Some("edge".into());
-    s.type_ = Some("kubernetes.io/tls".into());
-    s.data = Some(
-        [
-            ("tls.crt".to_string(), k8s_openapi::ByteString(std::fs::read(c).unwrap())),
-            ("tls.key".to_string(), k8s_openapi::ByteString(std::fs::read(k).unwrap())),
-        ]
-        .into(),
-    );
-    s
-}
-
 haptic_e2e::on_each_version!(sync haproxy_accepts_the_gateway_render);
 fn haproxy_accepts_the_gateway_render(bin: haptic_e2e::HaproxyBin) {
     let dir = tempfile::tempdir().unwrap();
     let mut objects: GatewayObjects = serde_saphyr::from_str(include_str!("fixtures/gateway.yaml")).unwrap();
-    objects.secrets = vec![tls_secret(dir.path())];
+    objects.secrets = vec![common::tls_secret(dir.path(), "edge", "site")];
     let settings = GatewaySettings {
         bind_address: IpAddr::from([127, 0, 0, 1]),
         first_bind_port: 40000,

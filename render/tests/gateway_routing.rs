@@ -150,3 +150,66 @@ async fn gateway_routes_match_filter_and_redirect(bin: haptic_e2e::HaproxyBin) {
     let other = common::raw(addr, "GET / HTTP/1.1\r\nHost: other.test\r\nConnection: close\r\n\r\n").await;
     assert!(other.starts_with("HTTP/1.1 404"), "{other}");
 }
+
+const TLS_OBJECTS: &str = r#"
+gateways:
+  - metadata: {name: gw, namespace: web}
+    spec:
+      gatewayClassName: haptic
+      listeners:
+        - {name: any, port: 443, protocol: HTTPS, tls: {certificateRefs: [{name: site}]}}
+        - {name: a, port: 443, protocol: HTTPS, hostname: a.site.example.com, tls: {certificateRefs: [{name: site}]}}
+        - {name: wild, port: 443, protocol: HTTPS, hostname: "*.w.site.example.com", tls: {certificateRefs: [{name: site}]}}
+routes:
+  - metadata: {name: all, namespace: web}
+    spec:
+      parentRefs: [{name: gw}]
+      rules: [{backendRefs: [{name: v1, port: 80}]}]
+services:
+  - metadata: {name: v1, namespace: web}
+    spec: {ports: [{port: 80}]}
+endpointSlices:
+  - metadata: {name: v1, namespace: web, labels: {kubernetes.io/service-name: v1}}
+    addressType: IPv4
+    ports: [{port: 1}]
+    endpoints: [{addresses: [127.0.0.1]}]
+"#;
+
+haptic_e2e::on_each_version!(https_listeners_answer_421_when_host_and_sni_differ);
+async fn https_listeners_answer_421_when_host_and_sni_differ(bin: haptic_e2e::HaproxyBin) {
+    let v1 = common::echo_backend("v1");
+    let dir = tempfile::tempdir().unwrap();
+    let mut objects: GatewayObjects = serde_saphyr::from_str(TLS_OBJECTS).unwrap();
+    objects.endpoint_slices[0].ports.as_mut().unwrap()[0].port = Some(v1.into());
+    objects.secrets = vec![common::tls_secret(dir.path(), "web", "site")];
+    let bind = free_port();
+    let settings = GatewaySettings {
+        bind_address: IpAddr::from([127, 0, 0, 1]),
+        first_bind_port: bind,
+        min_slots: 2,
+        ..Default::default()
+    };
+    let (render, _) = haptic_render::render_gateway(&objects.input("haptic", settings), &Default::default()).unwrap();
+    let tree = dir.path().join("tree");
+    common::write_tree(&render, &tree);
+    let _h = Haproxy::start(&bin, HaproxyOpts::new(&tree)).await.unwrap();
+    // curl: the SNI is the URL's host, the Host header the -H one; HTTP/2 where offered.
+    let status = |sni: &str, host: &str| {
+        let out = std::process::Command::new("curl")
+            .args(["-sk", "-o", "/dev/null", "-w", "%{http_code} %{http_version}", "--http2"])
+            .arg("--resolve")
+            .arg(format!("{sni}:{bind}:127.0.0.1"))
+            .arg("-H")
+            .arg(format!("Host: {host}"))
+            .arg(format!("https://{sni}:{bind}/"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(status("a.site.example.com", "a.site.example.com"), "200 2");
+    assert_eq!(status("other.site.example.com", "x.site.example.com"), "200 2", "both the any-host listener");
+    assert_eq!(status("a.site.example.com", "other.site.example.com"), "421 2");
+    assert_eq!(status("other.site.example.com", "a.site.example.com"), "421 2");
+    assert_eq!(status("x.w.site.example.com", "y.w.site.example.com"), "200 2", "one wildcard listener");
+    assert_eq!(status("x.w.site.example.com", "a.site.example.com"), "421 2");
+}

@@ -130,3 +130,32 @@ pub fn endpoints_on_loopback(input: &mut IngressInput, port_of: impl Fn(&str) ->
         }
     }
 }
+
+/// A `kubernetes.io/tls` Secret `ns/name` with a fresh self-signed certificate (openssl) for
+/// `site.example.com` and `*.site.example.com`.
+#[allow(dead_code)]
+pub fn tls_secret(dir: &std::path::Path, ns: &str, name: &str) -> k8s_openapi::api::core::v1::Secret {
+    let (c, k) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
+    let ok = std::process::Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=site.example.com", "-days", "1"])
+        .args(["-addext", "subjectAltName=DNS:site.example.com,DNS:*.site.example.com"])
+        .arg("-keyout")
+        .arg(&k)
+        .arg("-out")
+        .arg(&c)
+        .output()
+        .unwrap();
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    let mut s = k8s_openapi::api::core::v1::Secret::default();
+    s.metadata.name = Some(name.into());
+    s.metadata.namespace = Some(ns.into());
+    s.type_ = Some("kubernetes.io/tls".into());
+    s.data = Some(
+        [
+            ("tls.crt".to_string(), k8s_openapi::ByteString(std::fs::read(c).unwrap())),
+            ("tls.key".to_string(), k8s_openapi::ByteString(std::fs::read(k).unwrap())),
+        ]
+        .into(),
+    );
+    s
+}
