@@ -258,9 +258,26 @@ async fn gateways_get_addresses_statuses_and_runtime_routes(bin: HaproxyBin) {
                                    "backendRefs": [{"name": "empty", "port": 80}]}]}}),
     )
     .await;
-    runtime_change(&api, &pods, &plan, "a route added").await;
+    let plan = runtime_change(&api, &pods, &plan, "a route added").await;
     assert_eq!(codes(&pods, bind, "shop.example.com", "/more").await, [503, 503]);
     let p = our_parent(c, "more").await;
     assert_eq!(cond(&p["conditions"], "ResolvedRefs")["status"], "True", "{p}");
+
+    // A route haptic cannot express is refused in its own status; the others keep serving.
+    apply(
+        c,
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+               "metadata": {"name": "regex", "namespace": "shop"},
+               "spec": {"parentRefs": [{"name": "gw"}], "hostnames": ["shop.example.com"],
+                        "rules": [{"matches": [{"path": {"type": "RegularExpression", "value": "/r.*"}}],
+                                   "backendRefs": [{"name": "web", "port": 80}]}]}}),
+    )
+    .await;
+    let p = our_parent(c, "regex").await;
+    assert_eq!(cond(&p["conditions"], "Accepted")["status"], "False", "{p}");
+    assert_eq!(cond(&p["conditions"], "Accepted")["reason"], "UnsupportedValue", "{p}");
+    assert_eq!(codes(&pods, bind, "shop.example.com", "/more").await, [503, 503]);
+    assert_eq!(codes(&pods, bind, "shop.example.com", "/regex").await, [404, 404]);
+    assert_eq!(converged(&api, 2, None).await["planId"], plan.as_str(), "a refused route changes nothing");
     drop(ctl);
 }
