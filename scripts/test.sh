@@ -3,7 +3,8 @@
 # Kubernetes control plane (scripts/install-k8s.sh) and helm (scripts/install-helm.sh), then runs
 # formatting, clippy and the whole test suite against real HAProxy processes and a real
 # kube-apiserver on 127.0.0.1; then a real cluster on this machine (scripts/cluster.sh: up, our
-# images loaded, the e2e suite with the chart installed by helm, down; needs root or sudo).
+# images loaded, the e2e suite with the chart installed by helm, the Gateway API conformance
+# suite (scripts/conformance.sh), down; needs root or sudo).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -82,6 +83,14 @@ if [ "${HAPTIC_TEST_CLUSTER:-1}" = 1 ]; then
   $sudo env HAPTIC_IMAGES_PROFILE=debug ${CARGO_TARGET_DIR:+CARGO_TARGET_DIR="$CARGO_TARGET_DIR"} scripts/cluster.sh load
   HAPTIC_E2E_CLUSTER=real HAPTIC_E2E_VALUES="$PWD/target/cluster/values.yaml" \
     env "$kubeconfig" cargo test --locked -p haptic-e2e --test scenarios every_scenario_on_a_real_cluster -- --nocapture
+  # The upstream Gateway API conformance suite (v1.6.3, GATEWAY-HTTP) on the same cluster:
+  # scripts/conformance.sh builds it (cached), loads its images, installs the chart with
+  # gateway.enabled and writes conformance/report.yaml. HAPTIC_TEST_CONFORMANCE=0 skips it.
+  if [ "${HAPTIC_TEST_CONFORMANCE:-1}" = 1 ]; then
+    conformance_t0=$SECONDS
+    $sudo scripts/conformance.sh
+    echo "    the conformance suite took $((SECONDS - conformance_t0)) s"
+  fi
   $sudo scripts/cluster.sh down
   trap - EXIT
   echo "    the real-cluster step took $((SECONDS - cluster_t0)) s"

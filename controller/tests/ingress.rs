@@ -10,39 +10,19 @@
 //! `haptic-render`'s `tests/routing.rs` and the real-cluster scenario.
 
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
 
 use haptic_controller::kubernetes::crd::HAProxyConfig;
 use haptic_e2e::k8s::LocalPods;
-use haptic_e2e::net::http_request;
 use haptic_e2e::{free_port, on_each_version, HaproxyBin};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::networking::v1::Ingress;
-use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::Client;
+use kube::api::{Api, ListParams};
 use serde_json::json;
 
 mod common;
 
 use common::kube::*;
-
-async fn apply(client: &Client, v: serde_json::Value) {
-    let kind = v["kind"].as_str().unwrap().to_string();
-    let name = v["metadata"]["name"].as_str().unwrap().to_string();
-    let ns = v["metadata"]["namespace"].as_str().map(String::from);
-    let (group, version) = match v["apiVersion"].as_str().unwrap().split_once('/') {
-        Some((g, ver)) => (g.to_string(), ver.to_string()),
-        None => (String::new(), v["apiVersion"].as_str().unwrap().to_string()),
-    };
-    let gvk = kube::api::GroupVersionKind::gvk(&group, &version, &kind);
-    let (ar, _) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
-    let api: Api<kube::api::DynamicObject> = match &ns {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
-        None => Api::all_with(client.clone(), &ar),
-    };
-    api.patch(&name, &PatchParams::apply("haptic-test").force(), &Patch::Apply(&v)).await.unwrap();
-}
 
 fn service(name: &str) -> serde_json::Value {
     json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": "shop"},
@@ -65,25 +45,6 @@ fn ingress(name: &str, host: &str, paths: &[(&str, &str)], port: serde_json::Val
         .collect();
     json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": name, "namespace": "shop"},
            "spec": {"ingressClassName": "haptic", "rules": [{"host": host, "http": {"paths": paths}}]}})
-}
-
-/// The status of `GET path` with `Host: host` on every pod's frontend.
-async fn codes(pods: &LocalPods, fe: u16, host: &str, path: &str) -> Vec<u16> {
-    let mut out = Vec::new();
-    for n in pods.names() {
-        let addr = SocketAddr::from((pods.ip(&n).unwrap(), fe));
-        let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-        out.push(http_request(addr, &req).await.map_or(0, |(c, _)| c));
-    }
-    out
-}
-
-/// Waits until every pod answers `host` `path` with `code`.
-async fn answers(pods: &LocalPods, fe: u16, host: &str, path: &str, code: u16) {
-    eventually(&format!("{host}{path} → {code} on every pod"), || async {
-        codes(pods, fe, host, path).await.iter().all(|c| *c == code).then_some(())
-    })
-    .await;
 }
 
 /// The addresses of `backend`'s servers that are not in maintenance, per pod (HAProxy's own
@@ -138,18 +99,6 @@ async fn routed_to(pods: &LocalPods, key: &str) -> Vec<String> {
         out.push(find(&h.worker_cmd("show map maps/rules.map").await.unwrap(), &rule).unwrap_or_default());
     }
     out
-}
-
-/// Waits for the fleet to converge on a plan other than `plan`, every pod by `runtime` with
-/// its worker unchanged from `pids`; returns the new plan.
-async fn runtime_change(api: &Api<HAProxyConfig>, pods: &LocalPods, plan: &str, what: &str) -> String {
-    let before = worker_pids(pods).await;
-    let s = converged(api, 2, Some(plan)).await;
-    for p in s["deployedToPods"].as_array().unwrap() {
-        assert_eq!(p["mode"], "runtime", "{what}: {p}");
-    }
-    assert_eq!(worker_pids(pods).await, before, "{what} must not reload");
-    s["planId"].as_str().unwrap().to_string()
 }
 
 on_each_version!(ingresses_route_and_change_at_runtime);

@@ -854,6 +854,60 @@ fn ingress_mode_creates_the_class_renders_and_grows_rbac_by_the_watchers() {
 }
 
 #[test]
+fn gateway_mode_creates_the_class_renders_and_grows_rbac_by_the_watchers() {
+    assert!(!render_default().iter().any(|o| kind_of(o) == "GatewayClass"), "no GatewayClass without gateway.enabled");
+    let objs = render(&["--set", "gateway.enabled=true"]);
+    let class = one(&objs, "GatewayClass", "haptic");
+    assert_eq!(class["spec"]["controllerName"], "haptic.dev/gateway-controller");
+    let r = &one(&objs, "HAProxyConfig", "")["spec"]["render"];
+    assert_eq!(r["gatewayClassName"], "haptic");
+    assert!(r.get("ingressClassName").is_none());
+    let rules = one(&objs, "ClusterRole", "")["rules"].as_array().unwrap().clone();
+    let mut got: Vec<String> = Vec::new();
+    for rule in &rules {
+        for g in rule["apiGroups"].as_array().unwrap() {
+            for res in rule["resources"].as_array().unwrap() {
+                let verbs: Vec<&str> = rule["verbs"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+                got.push(format!("{}/{}: {}", g.as_str().unwrap(), res.as_str().unwrap(), verbs.join(",")));
+            }
+        }
+    }
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            "/namespaces: get,list,watch",
+            "/secrets: get,list,watch",
+            "/services: get,list,watch",
+            "discovery.k8s.io/endpointslices: get,list,watch",
+            "events.k8s.io/events: create,patch",
+            "gateway.networking.k8s.io/gatewayclasses/status: get,update,patch",
+            "gateway.networking.k8s.io/gatewayclasses: get,list,watch",
+            "gateway.networking.k8s.io/gateways/status: get,update,patch",
+            "gateway.networking.k8s.io/gateways: get,list,watch",
+            "gateway.networking.k8s.io/httproutes/status: get,update,patch",
+            "gateway.networking.k8s.io/httproutes: get,list,watch",
+            "gateway.networking.k8s.io/referencegrants: get,list,watch",
+        ]
+    );
+    // The Gateways' own Services, in the release's namespace only.
+    let role = one(&objs, "Role", "-controller");
+    assert!(
+        role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["resources"][0] == "services" && r["verbs"].as_array().unwrap().iter().any(|v| v == "delete")),
+        "{role}"
+    );
+    // One HAProxyConfig serves either Ingresses or a GatewayClass.
+    let chart = chart_dir().display().to_string();
+    let (ok, _, err) =
+        helm(&["template", "t", &chart, "--set", "gateway.enabled=true", "--set", "ingress.enabled=true"]);
+    assert!(!ok && err.contains("only one of"), "{err}");
+}
+
+#[test]
 fn hpa_mode_scales_the_haproxy_deployment() {
     let objs = render_ci("hpa");
     let hap = one(&objs, "Deployment", "-haproxy");

@@ -1158,7 +1158,7 @@ fn origins(v: &str) -> Result<Vec<Origin>, String> {
                 let lit = |s: &str| haptic_haproxy::quote::regex_literal(s).map_err(|_| err());
                 out.push(Origin::Pattern(format!("^{}://[^/]+{}{}$", lit(scheme)?, lit(&suffix)?, lit(&port)?)));
             }
-            crate::model::HostMatch::Any => return Err(err()),
+            crate::model::HostMatch::Suffix(_) | crate::model::HostMatch::Any => return Err(err()),
         }
     }
     if out.is_empty() {

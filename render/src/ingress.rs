@@ -231,7 +231,7 @@ pub(crate) fn parse_host(h: &str) -> Result<HostMatch, String> {
 }
 
 /// A validated, normalised path.
-fn parse_path(kind: PathKind, p: Option<&str>) -> Result<String, String> {
+pub(crate) fn parse_path(kind: PathKind, p: Option<&str>) -> Result<String, String> {
     let p = p.unwrap_or("/");
     if !p.starts_with('/') {
         return Err(format!("{p:?} does not start with '/'"));
@@ -446,7 +446,7 @@ impl Ctx<'_> {
 /// The endpoints of one Service port from its EndpointSlices (`slices`, the Service's own):
 /// ready ones, and serving terminating ones as draining. `port_name` is the Service port's name
 /// (`""` when unnamed).
-fn endpoints(slices: &[&EndpointSlice], port_name: &str) -> Vec<Endpoint> {
+pub(crate) fn endpoints(slices: &[&EndpointSlice], port_name: &str) -> Vec<Endpoint> {
     let mut out = BTreeMap::new();
     for s in slices {
         if !matches!(s.address_type.as_str(), "IPv4" | "IPv6") {
@@ -838,7 +838,7 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
         .collect();
     for (i, (host, mut paths)) in hosts.into_iter().enumerate() {
         paths.sort_by(|a, b| b.path.len().cmp(&a.path.len()).then(a.kind.cmp(&b.kind)).then(a.path.cmp(&b.path)));
-        model.hosts.push(HostTable { host, id: format!("h{}", i + 1), paths });
+        model.hosts.push(HostTable { host, id: format!("h{}", i + 1), paths, port: None });
     }
     let mut slot_map = SlotMap::default();
     let prev = &input.previous_slots;
@@ -872,6 +872,7 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
         retired: prev.retired.clone(),
+        bind_ports: prev.bind_ports.clone(),
     };
     slot_map.retired = slots::retired(&prev_main, &active, slots::RETIRED_KEPT);
     // Retired backends keep their section with every slot parked: their last route going (and
@@ -925,12 +926,12 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
     model.health = st.health_port.map(|p| SocketAddr::new(st.bind_address, p));
     model.frontends.push(Frontend {
         name: "http".into(),
-        binds: vec![Bind { address: st.bind_address, port: st.http_port, tls: false }],
+        binds: vec![Bind { address: st.bind_address, port: st.http_port, tls: false, certs: vec![] }],
     });
     if !model.certs.is_empty() || !model.passthrough.is_empty() {
         model.frontends.push(Frontend {
             name: "https".into(),
-            binds: vec![Bind { address: st.bind_address, port: st.https_port, tls: true }],
+            binds: vec![Bind { address: st.bind_address, port: st.https_port, tls: true, certs: vec![] }],
         });
     }
     (model, verdicts, slot_map)
@@ -1081,8 +1082,12 @@ fn tls_pem(input: &IngressInput, ns: &str, name: &str) -> Result<Vec<u8>, String
     {
         return Err(format!("Secret {ns}/{name} is left out: {why}"));
     }
-    let Some(s) = input
-        .secrets
+    secret_pem(&input.secrets, ns, name)
+}
+
+/// The PEM bundle (chain, then key) of the `kubernetes.io/tls` Secret `ns/name` among `secrets`, or why not.
+pub(crate) fn secret_pem(secrets: &[Secret], ns: &str, name: &str) -> Result<Vec<u8>, String> {
+    let Some(s) = secrets
         .iter()
         .find(|s| s.metadata.namespace.as_deref() == Some(ns) && s.metadata.name.as_deref() == Some(name))
     else {

@@ -1,14 +1,18 @@
 //! haptic-render: from cluster objects to HAProxy configuration.
 //!
 //! Owns the pure pipeline `objects + last slot map → Model → Render`: the [`model`] types, the
-//! Ingress translator ([`ingress`]) and its annotations ([`annotations`]), slot planning ([`slots`]), map building ([`maps`]) and the
-//! templates ([`template`]), and the gate-narrowing decision ([`narrow`]: which changed objects
-//! to leave out after the gate refuses a render). It must never talk to a cluster, spawn tasks or touch files: inputs
+//! Ingress translator ([`ingress`]) and its annotations ([`annotations`]), the Gateway API types
+//! ([`gateway_api`]) and translator ([`gateway`]), slot planning ([`slots`]), map building
+//! ([`maps`]), the templates ([`template`]), and the gate-narrowing decision ([`narrow`]: which
+//! changed objects to leave out after the gate refuses a render). It must never talk to a
+//! cluster, spawn tasks or touch files: inputs
 //! are plain typed objects, outputs are bytes by relative path plus per-object verdicts. Every
 //! value from an object reaches `haproxy.cfg` only through `haptic_haproxy::quote` or as a map
 //! entry; route semantics are decided in Rust here, never in template logic.
 
 pub mod annotations;
+pub mod gateway;
+pub mod gateway_api;
 pub mod ingress;
 pub mod maps;
 pub mod model;
@@ -49,6 +53,28 @@ pub struct Render {
 /// Translates the Ingress input and renders it: the one entry the controller calls.
 pub fn render(input: &IngressInput, templates: &Templates) -> Result<Render, RenderError> {
     let (model, verdicts, slots) = translate_ingress(input);
+    render_model(&model, verdicts, slots, templates)
+}
+
+/// Translates the Gateway API input and renders it; the statuses come back beside the render.
+pub fn render_gateway(
+    input: &gateway::GatewayInput,
+    templates: &Templates,
+) -> Result<(Render, gateway::GatewayOutput), RenderError> {
+    let mut out = gateway::translate_gateway(input);
+    let render = render_model(&out.model, std::mem::take(&mut out.verdicts), out.slots.clone(), templates)?;
+    out.verdicts = render.verdicts.clone();
+    Ok((render, out))
+}
+
+/// Renders a translated Model.
+pub fn render_model(
+    model: &Model,
+    verdicts: Vec<Verdict>,
+    slots: SlotMap,
+    templates: &Templates,
+) -> Result<Render, RenderError> {
+    let model = model.clone();
     let mut files = maps::build(&model)?;
     for cert in model.certs.iter().chain(&model.upstream_certs) {
         files.insert(cert.path.clone(), cert.pem.clone());

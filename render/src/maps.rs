@@ -4,6 +4,14 @@
 //! - `maps/hosts.map`: exact host → host id; `maps/wildcards.map`: `.suffix` → host id (the
 //!   request host less its first label is looked up, so `*.a.b` matches one label only);
 //!   a request whose host matches neither uses the host id `*` (rules without a host).
+//! - For Gateway API host tables (which serve one bind port each) the keys end in `@<port>`:
+//!   `maps/hosts.map` holds `<host>@<port>` and, for a table serving any host, `@<port>`;
+//!   `maps/suffixes.map` holds `.suffix@<port>`, read with `map_end`, longest first, so
+//!   `*.example.com` matches any number of labels before `.example.com`.
+//! - `maps/ports.map`: bind port → Gateway listener port (for redirects).
+//! - `maps/listeners.map` (`<host>@<port>` and `@<port>`) and `maps/listener_suffixes.map`
+//!   (`.suffix@<port>`, `map_end`, longest first): which HTTPS listener a name selects, for the
+//!   SNI and the Host of a request.
 //! - `maps/paths_exact.map`: `<host id><path>` → rule id, for Exact paths and for a Prefix
 //!   path's own value (a segment-wise prefix matches itself).
 //! - `maps/paths_prefix.map`: `<host id><prefix>/` → rule id, read with `map_beg`, longest key
@@ -33,19 +41,29 @@ use crate::model::{HostMatch, Model, PathKind};
 pub fn build(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, Inexpressible> {
     let mut hosts = String::new();
     let mut wild = String::new();
+    let mut suffixes: Vec<(String, String)> = Vec::new();
     let mut exact: Vec<(String, String)> = Vec::new();
     let mut prefix: Vec<(String, String)> = Vec::new();
     let mut regex: Vec<(String, String)> = Vec::new();
     // The keys in `exact`, for the "an Exact entry wins" check.
     let mut exact_keys: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     for t in &model.hosts {
+        let at = t.port.map(|p| format!("@{p}")).unwrap_or_default();
         let hid = match &t.host {
             HostMatch::Exact(h) => {
-                hosts.push_str(&map_line(h, &t.id)?);
+                hosts.push_str(&map_line(&format!("{h}{at}"), &t.id)?);
                 t.id.as_str()
             }
             HostMatch::Wildcard(suffix) => {
                 wild.push_str(&map_line(suffix, &t.id)?);
+                t.id.as_str()
+            }
+            HostMatch::Suffix(suffix) => {
+                suffixes.push((format!("{suffix}{at}"), t.id.clone()));
+                t.id.as_str()
+            }
+            HostMatch::Any if t.port.is_some() => {
+                hosts.push_str(&map_line(&at, &t.id)?);
                 t.id.as_str()
             }
             HostMatch::Any => "*",
@@ -74,6 +92,7 @@ pub fn build(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, Inexpressible> 
     prefix.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(&b.0)));
     regex.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(&b.0)));
     exact.sort();
+    suffixes.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(&b.0)));
     let mut out = BTreeMap::new();
     let lines =
         |v: &[(String, String)]| -> Result<String, Inexpressible> { v.iter().map(|(k, r)| map_line(k, r)).collect() };
@@ -113,5 +132,22 @@ pub fn build(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, Inexpressible> 
     out.insert("maps/canary_backends.map".to_string(), canary_be.into_bytes());
     out.insert("maps/main_backends.map".to_string(), main_be.into_bytes());
     out.insert("maps/policies.map".to_string(), policies.into_bytes());
+    if let Some(g) = &model.gateway {
+        out.insert("maps/suffixes.map".to_string(), lines(&suffixes)?.into_bytes());
+        let ports: String =
+            g.ports.iter().map(|(b, l)| map_line(&b.to_string(), &l.to_string())).collect::<Result<_, _>>()?;
+        out.insert("maps/ports.map".to_string(), ports.into_bytes());
+        let (mut exact, mut suffix) = (String::new(), Vec::new());
+        for (port, host, id) in &g.tls_listeners {
+            match host {
+                Some(HostMatch::Exact(h)) => exact.push_str(&map_line(&format!("{h}@{port}"), id)?),
+                Some(HostMatch::Suffix(s)) => suffix.push((format!("{s}@{port}"), id.clone())),
+                _ => exact.push_str(&map_line(&format!("@{port}"), id)?),
+            }
+        }
+        suffix.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(&b.0)));
+        out.insert("maps/listeners.map".to_string(), exact.into_bytes());
+        out.insert("maps/listener_suffixes.map".to_string(), lines(&suffix)?.into_bytes());
+    }
     Ok(out)
 }

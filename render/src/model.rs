@@ -44,6 +44,122 @@ pub struct Model {
     pub rewrites: Vec<RewriteEntry>,
     /// Where the `health` frontend (`/healthz`, `/ready`) listens, if anywhere.
     pub health: Option<std::net::SocketAddr>,
+    /// Gateway API routing beyond host/path maps (absent for Ingress renders).
+    pub gateway: Option<GatewayRouting>,
+}
+
+/// What Gateway API routing adds to the host/path maps: each bind port's listener port
+/// (`maps/ports.map`), the matches that need more than a path (config rules in precedence
+/// order, keyed by host id) and each rule's filters (config rules keyed by rule id).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct GatewayRouting {
+    /// Bind port → the Gateway listener port it serves.
+    pub ports: Vec<(u16, u16)>,
+    /// Matches with a method, header or query condition (and the path matches that outrank
+    /// them on their host), in the order HAProxy tries them.
+    pub matches: Vec<MatchRule>,
+    /// Filters by rule.
+    pub actions: Vec<RuleActions>,
+    /// HTTPS listeners by bind port and hostname (`None`: any host) with an id per listener:
+    /// a request whose Host selects another listener than its SNI is answered 421.
+    pub tls_listeners: Vec<(u16, Option<HostMatch>, String)>,
+    /// Rules whose backends differ in filters or validity: a random draw by weight picks one
+    /// sub-rule each (with its own backend and filters).
+    pub splits: Vec<Split>,
+}
+
+/// A rule split among sub-rules by weight.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Split {
+    /// The rule the matches select.
+    pub rule: RuleId,
+    /// Sub-rules with the upper bound (exclusive) of their share of `0..total`.
+    pub picks: Vec<(RuleId, u32)>,
+    /// The sum of the weights.
+    pub total: u32,
+}
+
+/// One match evaluated as a config rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MatchRule {
+    /// The host table's id.
+    pub host: String,
+    /// Path condition (none: any path).
+    pub path: Option<(PathKind, String)>,
+    /// Method (upper case, a token).
+    pub method: Option<String>,
+    /// Headers (name lowercased, a token; value exact).
+    pub headers: Vec<(String, String)>,
+    /// Query parameters (name a token; value exact).
+    pub query: Vec<(String, String)>,
+    /// The rule it selects.
+    pub rule: RuleId,
+}
+
+/// A header modifier's operations, in the order applied: set, add, remove.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct HeaderOps {
+    /// Replace (or add).
+    pub set: Vec<(String, String)>,
+    /// Append.
+    pub add: Vec<(String, String)>,
+    /// Remove.
+    pub remove: Vec<String>,
+}
+
+impl HeaderOps {
+    /// Nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty() && self.add.is_empty() && self.remove.is_empty()
+    }
+}
+
+/// A path replacement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum PathRewrite {
+    /// The whole path.
+    Full(String),
+    /// The matched prefix (its length in bytes) by this.
+    Prefix {
+        /// Bytes of the matched prefix.
+        matched: usize,
+        /// The replacement.
+        with: String,
+    },
+}
+
+/// A redirect.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GatewayRedirect {
+    /// `http` / `https`, or the request's.
+    pub scheme: Option<String>,
+    /// Host, or the request's.
+    pub hostname: Option<String>,
+    /// Port, or as the scheme or listener says.
+    pub port: Option<u16>,
+    /// Path, or the request's.
+    pub path: Option<PathRewrite>,
+    /// Status code.
+    pub code: u16,
+}
+
+/// What a rule does besides choosing a backend.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RuleActions {
+    /// The rule.
+    pub rule: RuleId,
+    /// Request headers.
+    pub request_headers: HeaderOps,
+    /// Response headers.
+    pub response_headers: HeaderOps,
+    /// Redirect instead of forwarding.
+    pub redirect: Option<GatewayRedirect>,
+    /// Host rewrite.
+    pub host_rewrite: Option<String>,
+    /// Path rewrite.
+    pub path_rewrite: Option<PathRewrite>,
+    /// The server timeout of this rule's requests, in milliseconds.
+    pub timeout_ms: Option<u64>,
 }
 
 /// A frontend and its binds.
@@ -62,8 +178,10 @@ pub struct Bind {
     pub address: std::net::IpAddr,
     /// Port.
     pub port: u16,
-    /// TLS with every [`Cert`] of the model.
+    /// TLS with every [`Cert`] of the model (or [`Bind::certs`] when not empty).
     pub tls: bool,
+    /// The certificate paths of this bind only (empty: every certificate).
+    pub certs: Vec<String>,
 }
 
 /// A PEM bundle (certificate chain and key) written under `certs/`.
@@ -87,6 +205,9 @@ pub enum HostMatch {
     Exact(String),
     /// `*.suffix`: exactly one label before `.suffix` (held without the `*`, as `.suffix`).
     Wildcard(String),
+    /// `*.suffix` as Gateway API reads it: one or more labels before `.suffix` (held as
+    /// `.suffix`), the longest suffix first.
+    Suffix(String),
     /// Any host (a rule without `host`).
     Any,
 }
@@ -98,6 +219,8 @@ pub struct HostTable {
     pub host: HostMatch,
     /// Our id for it (`h<n>`), a map value only.
     pub id: String,
+    /// For Gateway API: the bind port whose requests it serves (keys end in `@<port>`).
+    pub port: Option<u16>,
     /// Its paths, longest first.
     pub paths: Vec<PathEntry>,
 }
@@ -215,6 +338,8 @@ pub struct RewriteEntry {
 pub const UNAVAILABLE: &str = "haptic_unavailable";
 /// The backend answering 404 when nothing matches and there is no default backend.
 pub const NOT_FOUND: &str = "haptic_not_found";
+/// The backend answering 500: a Gateway API rule whose backends are all invalid or missing.
+pub const ERROR_500: &str = "haptic_error_500";
 
 /// A backend: one Service port.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

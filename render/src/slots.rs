@@ -23,6 +23,9 @@ pub struct SlotMap {
     /// The retired backends: no route names them; kept with every slot parked. Oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retired: Vec<String>,
+    /// Gateway API: `<namespace>/<gateway>:<listener port>` → the bind port serving it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub bind_ports: BTreeMap<String, u16>,
 }
 
 /// How many retired backends a render keeps. Dropping one removes its `backend` section, which
@@ -139,6 +142,7 @@ mod tests {
                 .map(|b| (b.to_string(), BackendSlots { count: 2, ..Default::default() }))
                 .collect(),
             retired: retired.iter().map(|r| r.to_string()).collect(),
+            ..Default::default()
         }
     }
 

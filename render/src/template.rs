@@ -8,11 +8,11 @@
 
 use std::collections::BTreeMap;
 
-use haptic_haproxy::quote::{config_arg, log_format_arg};
+use haptic_haproxy::quote::{config_arg, log_format_arg, regex_literal};
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::Serialize;
 
-use crate::model::{Model, Policy, Protocol, NOT_FOUND, UNAVAILABLE};
+use crate::model::{GatewayRouting, Model, PathKind, PathRewrite, Policy, Protocol, ERROR_500, NOT_FOUND, UNAVAILABLE};
 use crate::RenderError;
 
 /// The built-in template.
@@ -65,7 +65,24 @@ struct View<'a> {
     backends: Vec<BackendView>,
     not_found: &'static str,
     unavailable: &'static str,
+    error_500: &'static str,
     snippets: &'a Snippets,
+    /// Gateway API routing lines (absent for Ingress renders).
+    gateway: Option<GatewayView>,
+}
+
+#[derive(Serialize)]
+struct GatewayView {
+    /// `http-request set-var(txn.rule) …` lines of the matches that need more than a path.
+    match_lines: Vec<String>,
+    /// Whether HTTPS listeners are told apart by SNI and Host (421 when they differ).
+    misdirected: bool,
+    /// `http-request …` lines drawing a split rule's sub-rule.
+    split_lines: Vec<String>,
+    /// `http-request …` lines of the filters, by rule.
+    request_lines: Vec<String>,
+    /// `http-response …` lines of the filters, by rule.
+    response_lines: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -80,6 +97,8 @@ struct PassthroughView {
 struct FrontendView {
     name: String,
     binds: Vec<String>,
+    /// Routed by Gateway API rules (host keys by bind port).
+    gateway: bool,
 }
 
 #[derive(Serialize)]
@@ -96,6 +115,8 @@ struct BackendView {
     cookie: Option<String>,
     /// `mode tcp` (a passthrough backend).
     tcp: bool,
+    /// `http-request` lines for the rules sending here (Gateway API timeouts).
+    lines: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -136,12 +157,20 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
                     s = format!("{inner} accept-proxy");
                 }
                 s.push_str(" ssl ");
-                s.push_str(&certs.join(" "));
+                if b.certs.is_empty() {
+                    s.push_str(&certs.join(" "));
+                } else {
+                    let own: Vec<String> =
+                        b.certs.iter().map(|p| config_arg(p).map(|p| format!("crt {p}"))).collect::<Result<_, _>>()?;
+                    s.push_str(&own.join(" "));
+                    // Gateway API listeners speak HTTP/2 to clients that offer it.
+                    s.push_str(" alpn h2,http/1.1");
+                }
             }
             binds.push(s);
         }
         if !binds.is_empty() {
-            frontends.push(FrontendView { name: f.name.clone(), binds });
+            frontends.push(FrontendView { name: f.name.clone(), binds, gateway: model.gateway.is_some() });
         }
     }
     let mut backends = Vec::new();
@@ -174,6 +203,17 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
             .filter_map(|(k, v)| v.map(|v| format!("timeout {k} {v}s")))
             .collect();
         let server_params = server_params(o)?;
+        // A rule's timeout applies where its requests go (`set-timeout` is a backend action).
+        let mut lines = Vec::new();
+        for a in model.gateway.iter().flat_map(|g| g.actions.iter()) {
+            let Some(ms) = a.timeout_ms else { continue };
+            if model.rules.iter().any(|r| r.id == a.rule && r.backend == b.name) {
+                lines.push(format!(
+                    "http-request set-timeout server {ms}ms if {{ var(txn.rule) -m str {} }}",
+                    config_arg(&a.rule)?
+                ));
+            }
+        }
         backends.push(BackendView {
             name: b.name.clone(),
             servers,
@@ -182,6 +222,7 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
             snippet: o.snippet.clone(),
             cookie: o.affinity.as_ref().map(cookie_line).transpose()?,
             tcp: o.passthrough,
+            lines,
         });
     }
     let mut policy_lines = Vec::new();
@@ -220,6 +261,7 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
         canary_lines.extend(canary_lines_of(&c.id, &c.selector)?);
     }
     let health = model.health.map(|a| config_arg(&a.to_string())).transpose()?;
+    let gateway = model.gateway.as_ref().map(gateway_view).transpose()?;
     Ok(View {
         health,
         frontends,
@@ -233,8 +275,194 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
         backends,
         not_found: NOT_FOUND,
         unavailable: UNAVAILABLE,
+        error_500: ERROR_500,
         snippets,
+        gateway,
     })
+}
+
+/// One piece of a log-format string: literal text (escaped) or a sample expression of ours.
+enum Piece {
+    Lit(String),
+    Expr(String),
+}
+
+/// The pieces as one config word: literals quoted through `log_format_arg`, touching the
+/// expressions (quoted and unquoted parts that touch form one word).
+fn fmt_word(pieces: &[Piece]) -> Result<String, RenderError> {
+    let mut out = String::new();
+    for p in pieces {
+        match p {
+            Piece::Lit(s) if s.is_empty() => {}
+            Piece::Lit(s) => out.push_str(&log_format_arg(s)?),
+            Piece::Expr(e) => out.push_str(e),
+        }
+    }
+    if out.is_empty() {
+        return Err(RenderError::Template("an empty log-format word".into()));
+    }
+    Ok(out)
+}
+
+/// A path after a rewrite, as alternatives `(pieces, condition)` that together cover every
+/// request of the rule.
+fn rewritten_path(p: &PathRewrite) -> Vec<(Vec<Piece>, String)> {
+    match p {
+        PathRewrite::Full(f) => vec![(vec![Piece::Lit(f.clone())], String::new())],
+        PathRewrite::Prefix { matched, with } => {
+            let trimmed = with.trim_end_matches('/').to_string();
+            let exact = if trimmed.is_empty() { "/".to_string() } else { trimmed.clone() };
+            vec![
+                (vec![Piece::Lit(exact)], format!(" {{ var(txn.path) -m len {matched} }}")),
+                (
+                    vec![Piece::Lit(trimmed), Piece::Expr(format!("%[var(txn.path),bytes({matched})]"))],
+                    format!(" !{{ var(txn.path) -m len {matched} }}"),
+                ),
+            ]
+        }
+    }
+}
+
+/// The Gateway API lines: matches as config rules in order, then each rule's filters.
+fn gateway_view(g: &GatewayRouting) -> Result<GatewayView, RenderError> {
+    let mut match_lines = Vec::new();
+    for m in &g.matches {
+        let mut c = format!("!{{ var(txn.rule) -m found }} {{ var(txn.hostid) -m str {} }}", config_arg(&m.host)?);
+        match &m.path {
+            None => {}
+            Some((PathKind::Exact, p)) => c.push_str(&format!(" {{ var(txn.path) -m str -- {} }}", config_arg(p)?)),
+            Some((PathKind::Prefix, p)) => {
+                let re = format!("^{}(/|$)", regex_literal(p)?);
+                c.push_str(&format!(" {{ var(txn.path) -m reg -- {} }}", config_arg(&re)?));
+            }
+            // A regex the translator checked (`haptic_haproxy::regex::check`), anchored at the start.
+            Some((PathKind::Regex, p)) => {
+                c.push_str(&format!(" {{ var(txn.path) -m reg -- {} }}", config_arg(&format!("^(?:{p})"))?));
+            }
+        }
+        if let Some(method) = &m.method {
+            c.push_str(&format!(" {{ method -- {} }}", config_arg(method)?));
+        }
+        for (n, v) in &m.headers {
+            c.push_str(&format!(" {{ req.fhdr({n}) -m str -- {} }}", config_arg(v)?));
+        }
+        for (n, v) in &m.query {
+            c.push_str(&format!(" {{ urlp({n}) -m str -- {} }}", config_arg(v)?));
+        }
+        match_lines.push(format!("http-request set-var(txn.rule) str({}) if {c}", config_arg(&m.rule)?));
+    }
+    let mut split_lines = Vec::new();
+    for sp in &g.splits {
+        let when = format!("{{ var(txn.rule) -m str {} }}", config_arg(&sp.rule)?);
+        split_lines.push(format!("http-request set-var(txn.pick) rand({}) if {when}", sp.total.max(1)));
+        for (sub, upto) in &sp.picks {
+            split_lines.push(format!(
+                "http-request set-var(txn.rule) str({}) if {when} {{ var(txn.pick) -m int lt {upto} }}",
+                config_arg(sub)?
+            ));
+        }
+    }
+    let mut request_lines = Vec::new();
+    let mut response_lines = Vec::new();
+    for a in &g.actions {
+        let when = format!("{{ var(txn.rule) -m str {} }}", config_arg(&a.rule)?);
+        if let Some(r) = &a.redirect {
+            let scheme = match &r.scheme {
+                Some(s) => Piece::Lit(format!("{s}://")),
+                None => Piece::Expr("%[ssl_fc,iif(https,http)]://".into()),
+            };
+            let host = match &r.hostname {
+                Some(h) => Piece::Lit(h.clone()),
+                None => Piece::Expr("%[var(txn.host)]".into()),
+            };
+            // (port piece, condition), the unconditional one last.
+            let ports: Vec<(Option<Piece>, String)> = match (r.port, r.scheme.as_deref()) {
+                (Some(p), Some(s)) => {
+                    let default = (s == "http" && p == 80) || (s == "https" && p == 443);
+                    vec![(if default { None } else { Some(Piece::Lit(format!(":{p}"))) }, String::new())]
+                }
+                (Some(p), None) => {
+                    let with = (Some(Piece::Lit(format!(":{p}"))), String::new());
+                    match p {
+                        80 => vec![(None, " !{ ssl_fc }".into()), with],
+                        443 => vec![(None, " { ssl_fc }".into()), with],
+                        _ => vec![with],
+                    }
+                }
+                (None, Some(_)) => vec![(None, String::new())],
+                (None, None) => vec![
+                    (None, " !{ ssl_fc } { var(txn.lport) -m int 80 }".into()),
+                    (None, " { ssl_fc } { var(txn.lport) -m int 443 }".into()),
+                    (Some(Piece::Expr(":%[var(txn.lport)]".into())), String::new()),
+                ],
+            };
+            let paths = match &r.path {
+                None => vec![(vec![Piece::Expr("%[pathq]".into())], String::new())],
+                Some(p) => rewritten_path(p),
+            };
+            for (port, pc) in &ports {
+                for (path, qc) in &paths {
+                    let mut pieces = vec![clone_piece(&scheme), clone_piece(&host)];
+                    pieces.extend(port.iter().map(clone_piece));
+                    pieces.extend(path.iter().map(clone_piece));
+                    request_lines.push(format!(
+                        "http-request redirect location {} code {} if {when}{pc}{qc}",
+                        fmt_word(&pieces)?,
+                        r.code
+                    ));
+                }
+            }
+            continue;
+        }
+        for (n, v) in &a.request_headers.set {
+            request_lines.push(format!("http-request set-header {} {} if {when}", config_arg(n)?, log_format_arg(v)?));
+        }
+        for (n, v) in &a.request_headers.add {
+            request_lines.push(format!("http-request add-header {} {} if {when}", config_arg(n)?, log_format_arg(v)?));
+        }
+        for n in &a.request_headers.remove {
+            request_lines.push(format!("http-request del-header {} if {when}", config_arg(n)?));
+        }
+        if let Some(h) = &a.host_rewrite {
+            request_lines.push(format!("http-request set-header host {} if {when}", log_format_arg(h)?));
+        }
+        if let Some(p) = &a.path_rewrite {
+            for (pieces, c) in rewritten_path(p) {
+                request_lines.push(format!("http-request set-path {} if {when}{c}", fmt_word(&pieces)?));
+            }
+        }
+        for (n, v) in &a.response_headers.set {
+            response_lines.push(format!(
+                "http-response set-header {} {} if {when}",
+                config_arg(n)?,
+                log_format_arg(v)?
+            ));
+        }
+        for (n, v) in &a.response_headers.add {
+            response_lines.push(format!(
+                "http-response add-header {} {} if {when}",
+                config_arg(n)?,
+                log_format_arg(v)?
+            ));
+        }
+        for n in &a.response_headers.remove {
+            response_lines.push(format!("http-response del-header {} if {when}", config_arg(n)?));
+        }
+    }
+    Ok(GatewayView {
+        match_lines,
+        misdirected: !g.tls_listeners.is_empty(),
+        split_lines,
+        request_lines,
+        response_lines,
+    })
+}
+
+fn clone_piece(p: &Piece) -> Piece {
+    match p {
+        Piece::Lit(s) => Piece::Lit(s.clone()),
+        Piece::Expr(s) => Piece::Expr(s.clone()),
+    }
 }
 
 /// The config lines an Ingress's annotations add, as the built-in template writes them: the

@@ -1,6 +1,8 @@
 //! The cluster-wide reflectors of render mode: IngressClasses, Ingresses, Services and
-//! EndpointSlices of every namespace, and exactly the TLS Secrets that served Ingresses name
-//! (one watch per Secret, by name in its namespace).
+//! EndpointSlices of every namespace (or, serving a GatewayClass, GatewayClasses, Gateways,
+//! HTTPRoutes, ReferenceGrants and Namespaces instead of the Ingress kinds), and exactly the
+//! TLS Secrets that served Ingresses or listeners name (one watch per Secret, by name in its
+//! namespace).
 //!
 //! Owns starting them (only while the resource has `spec.render`, so a controller without it
 //! needs no cluster-wide permission), whether their first lists have arrived, and the
@@ -9,7 +11,8 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::{Secret, Service};
+use haptic_render::gateway_api::{Gateway, GatewayClass, HttpRoute, ReferenceGrant};
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use kube::runtime::reflector::Store;
@@ -23,13 +26,23 @@ use super::routes::Objects;
 /// The reflectors, stopped when dropped.
 pub struct ClusterWatch {
     client: Client,
-    classes: Store<IngressClass>,
-    ingresses: Store<Ingress>,
+    classes: Option<Store<IngressClass>>,
+    ingresses: Option<Store<Ingress>>,
+    gateway: Option<GatewayStores>,
     services: Store<Service>,
     slices: Store<EndpointSlice>,
     /// Keyed `namespace/name`.
     secrets: Named<Secret>,
     stop: CancellationToken,
+}
+
+/// The Gateway API reflectors.
+struct GatewayStores {
+    classes: Store<GatewayClass>,
+    gateways: Store<Gateway>,
+    routes: Store<HttpRoute>,
+    grants: Store<ReferenceGrant>,
+    namespaces: Store<Namespace>,
 }
 
 impl std::fmt::Debug for ClusterWatch {
@@ -54,17 +67,27 @@ where
 }
 
 impl ClusterWatch {
-    /// Starts the four cluster-wide reflectors; each event is sent on `changes`.
+    /// Starts the cluster-wide reflectors (the Gateway API ones when `gateway`, else the
+    /// Ingress ones); each event is sent on `changes`.
     pub fn start(
         client: &Client,
         changes: &futures::channel::mpsc::UnboundedSender<()>,
         parent: &CancellationToken,
+        gateway: bool,
     ) -> Self {
         let stop = parent.child_token();
+        let gw = gateway.then(|| GatewayStores {
+            classes: all(client, changes, &stop),
+            gateways: all(client, changes, &stop),
+            routes: all(client, changes, &stop),
+            grants: all(client, changes, &stop),
+            namespaces: all(client, changes, &stop),
+        });
         ClusterWatch {
             client: client.clone(),
-            classes: all(client, changes, &stop),
-            ingresses: all(client, changes, &stop),
+            classes: (!gateway).then(|| all(client, changes, &stop)),
+            ingresses: (!gateway).then(|| all(client, changes, &stop)),
+            gateway: gw,
             services: all(client, changes, &stop),
             slices: all(client, changes, &stop),
             secrets: Named::default(),
@@ -72,19 +95,37 @@ impl ClusterWatch {
         }
     }
 
-    /// Whether the four first lists have arrived.
+    /// Whether every first list has arrived.
     pub fn ready(&self) -> bool {
-        ready(&self.classes) && ready(&self.ingresses) && ready(&self.services) && ready(&self.slices)
+        let gw = self.gateway.as_ref().is_none_or(|g| {
+            ready(&g.classes) && ready(&g.gateways) && ready(&g.routes) && ready(&g.grants) && ready(&g.namespaces)
+        });
+        self.classes.as_ref().is_none_or(ready)
+            && self.ingresses.as_ref().is_none_or(ready)
+            && gw
+            && ready(&self.services)
+            && ready(&self.slices)
+    }
+
+    /// Whether this watch serves a GatewayClass.
+    pub fn is_gateway(&self) -> bool {
+        self.gateway.is_some()
     }
 
     /// The objects, without Secrets.
     pub fn objects(&self) -> Objects {
+        let g = self.gateway.as_ref();
         Objects {
-            classes: self.classes.state(),
-            ingresses: self.ingresses.state(),
+            classes: self.classes.as_ref().map(Store::state).unwrap_or_default(),
+            ingresses: self.ingresses.as_ref().map(Store::state).unwrap_or_default(),
             services: self.services.state(),
             endpoint_slices: self.slices.state(),
             secrets: Vec::new(),
+            gateway_classes: g.map(|g| g.classes.state()).unwrap_or_default(),
+            gateways: g.map(|g| g.gateways.state()).unwrap_or_default(),
+            routes: g.map(|g| g.routes.state()).unwrap_or_default(),
+            grants: g.map(|g| g.grants.state()).unwrap_or_default(),
+            namespaces: g.map(|g| g.namespaces.state()).unwrap_or_default(),
         }
     }
 

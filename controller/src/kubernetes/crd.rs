@@ -26,7 +26,7 @@ pub const MAX_INLINE: u32 = 1 << 20;
 pub const ONE_CONFIG_SOURCE: &str = "exactly one of spec.config, spec.configFrom and spec.render must be set";
 
 /// The message of the rule that `render` names what to render.
-pub const RENDER_NAMES_A_CLASS: &str = "spec.render needs ingressClassName";
+pub const RENDER_NAMES_A_CLASS: &str = "spec.render needs exactly one of ingressClassName and gatewayClassName";
 
 /// The message of the rule that a file entry names exactly one source.
 pub const ONE_FILE_SOURCE: &str = "each file needs exactly one of configMapKeyRef, secretRef and content";
@@ -146,13 +146,19 @@ pub struct ConfigFrom {
 /// What to render from the cluster's objects, and how.
 #[derive(Debug, Clone, Serialize, Deserialize, KubeSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("has(self.ingressClassName)").message(RENDER_NAMES_A_CLASS))]
+#[x_kube(validation = Rule::new("has(self.ingressClassName) != has(self.gatewayClassName)").message(RENDER_NAMES_A_CLASS))]
 pub struct RenderSpec {
     /// Serve the Ingresses (all namespaces) of this IngressClass; the class must name the
     /// controller `haptic.dev/ingress-controller`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub ingress_class_name: Option<String>,
+    /// Serve the Gateways (all namespaces) of this GatewayClass and the HTTPRoutes attached to
+    /// them; the class must name the controller `haptic.dev/gateway-controller`. Each Gateway
+    /// gets a Service of its own in this namespace, selecting the fleet's pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub gateway_class_name: Option<String>,
     /// The Service in front of the fleet (this namespace): its address goes into the
     /// `status.loadBalancer` of every served Ingress.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -12,6 +12,7 @@ pub mod crd;
 pub mod deployed;
 pub mod discovery;
 pub mod fence;
+pub mod gateway_status;
 pub mod ingress_status;
 pub mod lease;
 pub mod narrowing;

@@ -391,11 +391,18 @@ pub struct Snapshot {
     pub render: Option<Result<Arc<Render>, RenderError>>,
     /// In render mode, the served Ingresses' verdicts and the fleet's address.
     pub ingress: Option<Arc<IngressOutcome>>,
+    /// Serving a GatewayClass: every status decided (the Model left out).
+    pub gateway: Option<Arc<haptic_render::gateway::GatewayOutput>>,
 }
 
 /// What was last published: the resource's generation, the render's plan id or error, and the
 /// Ingress outcome.
-type PublishedKey = (Option<i64>, Option<Result<haptic_protocol::PlanId, RenderError>>, Option<Arc<IngressOutcome>>);
+type PublishedKey = (
+    Option<i64>,
+    Option<Result<haptic_protocol::PlanId, RenderError>>,
+    Option<Arc<IngressOutcome>>,
+    Option<Arc<haptic_render::gateway::GatewayOutput>>,
+);
 
 /// How many `settle` windows a burst of changes may hold a render back at most.
 pub const MAX_SETTLE_WINDOWS: u32 = 2;
@@ -486,12 +493,17 @@ pub async fn watch_renders(
         }
         // Render mode: the cluster-wide reflectors run while the spec has `render`.
         let render_spec = config.as_ref().and_then(|c| c.spec.render.clone());
+        let want_gateway = render_spec.as_ref().is_some_and(|r| r.gateway_class_name.is_some());
         match (&render_spec, &cluster) {
-            (Some(_), None) => cluster = Some(ClusterWatch::start(&ctx.client, &changes_tx, &shutdown)),
+            (Some(_), Some(cw)) if cw.is_gateway() != want_gateway => {
+                cluster = Some(ClusterWatch::start(&ctx.client, &changes_tx, &shutdown, want_gateway))
+            }
+            (Some(_), None) => cluster = Some(ClusterWatch::start(&ctx.client, &changes_tx, &shutdown, want_gateway)),
             (None, Some(_)) => cluster = None,
             _ => {}
         }
         let mut ingress = None;
+        let mut gateway = None;
         let render = match (config.as_ref(), render_spec.as_ref(), cluster.as_ref()) {
             (None, _, _) => None,
             (Some(c), Some(r), Some(cw)) => {
@@ -499,33 +511,51 @@ pub async fn watch_renders(
                     continue;
                 }
                 let mut objects = cw.objects();
-                let Some(secrets) = cw.secrets(&super::routes::secret_refs(r, &objects), &changes_tx) else {
+                let refs = if want_gateway {
+                    super::routes::gateway_secret_refs(r, &objects)
+                } else {
+                    super::routes::secret_refs(r, &objects)
+                };
+                let Some(secrets) = cw.secrets(&refs, &changes_tx) else {
                     continue;
                 };
                 objects.secrets = secrets;
                 let applied = ctx.board.snapshot().pods.iter().filter_map(|p| p.applied).collect();
                 let previous = slots.previous(&applied);
-                let checks = super::routes::snippet_checks(r, &objects);
-                let refused = snippets.refused(&ctx.haproxy_bin, &checks).await;
-                let versions = super::narrowing::object_versions(&objects);
-                let excluded = narrowing.excluded(&versions);
-                if !excluded.is_empty() {
-                    info!("leaving out of the render, after the gate refused one: {}", {
-                        let names: Vec<String> = excluded.keys().map(ToString::to_string).collect();
-                        names.join(", ")
-                    });
+                if want_gateway {
+                    Some(super::routes::render_gateway(&c.spec, &s, &objects, &previous, &ctx.namespace).and_then(
+                        |(out, mut status)| {
+                            status.model = Default::default();
+                            gateway = Some(Arc::new(status));
+                            let render = Render::new(out.files).map_err(|why| RenderError::invalid(why.to_string()))?;
+                            slots.record(render.plan_id(), out.slots);
+                            Ok(Arc::new(render))
+                        },
+                    ))
+                } else {
+                    let checks = super::routes::snippet_checks(r, &objects);
+                    let refused = snippets.refused(&ctx.haproxy_bin, &checks).await;
+                    let versions = super::narrowing::object_versions(&objects);
+                    let excluded = narrowing.excluded(&versions);
+                    if !excluded.is_empty() {
+                        info!("leaving out of the render, after the gate refused one: {}", {
+                            let names: Vec<String> = excluded.keys().map(ToString::to_string).collect();
+                            names.join(", ")
+                        });
+                    }
+                    let out =
+                        super::routes::render(&c.spec, &s, &objects, &previous, &refused, &excluded).and_then(|out| {
+                            ingress =
+                                Some(Arc::new(super::routes::outcome(r, &ctx.namespace, &objects, &out.verdicts)));
+                            let render = Render::new(out.files).map_err(|why| RenderError::invalid(why.to_string()))?;
+                            slots.record(render.plan_id(), out.slots);
+                            Ok(Arc::new(render))
+                        });
+                    if let Ok(r) = &out {
+                        again = narrowing.published(r.plan_id(), versions, &ctx.board.snapshot().gate);
+                    }
+                    Some(out)
                 }
-                let out =
-                    super::routes::render(&c.spec, &s, &objects, &previous, &refused, &excluded).and_then(|out| {
-                        ingress = Some(Arc::new(super::routes::outcome(r, &ctx.namespace, &objects, &out.verdicts)));
-                        let render = Render::new(out.files).map_err(|why| RenderError::invalid(why.to_string()))?;
-                        slots.record(render.plan_id(), out.slots);
-                        Ok(Arc::new(render))
-                    });
-                if let Ok(r) = &out {
-                    again = narrowing.published(r.plan_id(), versions, &ctx.board.snapshot().gate);
-                }
-                Some(out)
             }
             (Some(c), _, _) => Some(build(&c.spec, &s).and_then(|files| {
                 Render::new(files).map(Arc::new).map_err(|why| RenderError::invalid(why.to_string()))
@@ -535,6 +565,7 @@ pub async fn watch_renders(
             config.as_ref().and_then(|c| c.metadata.generation),
             render.as_ref().map(|r| r.as_ref().map(|r| r.plan_id()).map_err(Clone::clone)),
             ingress.clone(),
+            gateway.clone(),
         );
         if last.as_ref() != Some(&key) {
             match &render {
@@ -543,7 +574,7 @@ pub async fn watch_renders(
                 None => info!("HAProxyConfig {name} does not exist (yet)"),
             }
             last = Some(key);
-            let _ = tx.send(Snapshot { config, render, ingress });
+            let _ = tx.send(Snapshot { config, render, ingress, gateway });
         }
         // The published spec references only these now.
         s.config_maps.retain(&refs.config_maps);

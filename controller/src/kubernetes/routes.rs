@@ -12,9 +12,11 @@ use std::sync::Arc;
 
 use haptic_protocol::{PlanId, RelPath};
 use haptic_render::annotations::Allowed;
+use haptic_render::gateway::{GatewayInput, GatewayOutput, GatewaySettings, GATEWAY_CONTROLLER};
+use haptic_render::gateway_api::{Gateway, GatewayClass, HttpRoute, ReferenceGrant};
 use haptic_render::ingress::{IngressInput, Settings, INGRESS_CONTROLLER};
 use haptic_render::{SlotMap, Templates, Verdict};
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass, IngressLoadBalancerIngress};
 
@@ -32,8 +34,18 @@ pub struct Objects {
     pub services: Vec<Arc<Service>>,
     /// EndpointSlices.
     pub endpoint_slices: Vec<Arc<EndpointSlice>>,
-    /// The TLS Secrets that Ingresses name.
+    /// The TLS Secrets that Ingresses (or Gateway listeners) name.
     pub secrets: Vec<Arc<Secret>>,
+    /// GatewayClasses (serving a GatewayClass).
+    pub gateway_classes: Vec<Arc<GatewayClass>>,
+    /// Gateways.
+    pub gateways: Vec<Arc<Gateway>>,
+    /// HTTPRoutes.
+    pub routes: Vec<Arc<HttpRoute>>,
+    /// ReferenceGrants.
+    pub grants: Vec<Arc<ReferenceGrant>>,
+    /// Namespaces.
+    pub namespaces: Vec<Arc<Namespace>>,
 }
 
 /// A render-mode render: the files, one verdict per served Ingress, and the slots to keep.
@@ -163,6 +175,88 @@ pub fn render(
     }
     add_files(spec, l, &mut files)?;
     Ok(Rendered { files, verdicts: out.verdicts, slots: out.slots })
+}
+
+/// The first bind port a Gateway listener port gets (each (Gateway, port) its own, kept).
+pub const GATEWAY_FIRST_BIND_PORT: u16 = 20000;
+
+/// The GatewayClass `spec.render.gatewayClassName` names, checked to exist and be ours.
+pub fn gateway_class<'a>(r: &RenderSpec, objects: &'a Objects) -> Result<&'a GatewayClass, RenderError> {
+    let name = r
+        .gateway_class_name
+        .as_deref()
+        .ok_or_else(|| RenderError::invalid("spec.render needs gatewayClassName".into()))?;
+    let c =
+        objects.gateway_classes.iter().find(|c| c.metadata.name.as_deref() == Some(name)).ok_or_else(|| {
+            RenderError::missing(format!("spec.render.gatewayClassName: GatewayClass {name} not found"))
+        })?;
+    if c.spec.controller_name != GATEWAY_CONTROLLER {
+        return Err(RenderError::invalid(format!(
+            "spec.render.gatewayClassName: GatewayClass {name} names the controller {:?}, not {GATEWAY_CONTROLLER}",
+            c.spec.controller_name
+        )));
+    }
+    Ok(c)
+}
+
+/// The Secrets (namespace, name) that the listeners of the served class's Gateways name.
+pub fn gateway_secret_refs(r: &RenderSpec, objects: &Objects) -> BTreeSet<(String, String)> {
+    let Some(class) = r.gateway_class_name.as_deref() else { return BTreeSet::new() };
+    let mut out = BTreeSet::new();
+    for g in objects.gateways.iter().filter(|g| g.spec.gateway_class_name == class) {
+        let gns = g.metadata.namespace.clone().unwrap_or_default();
+        for l in &g.spec.listeners {
+            for c in l.tls.iter().flat_map(|t| t.certificate_refs.iter()) {
+                if c.group.as_deref().unwrap_or("").is_empty() && c.kind.as_deref().unwrap_or("Secret") == "Secret" {
+                    out.insert((c.namespace.clone().unwrap_or_else(|| gns.clone()), c.name.clone()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Renders a spec with `spec.render.gatewayClassName` (pure): the class, the translator and
+/// templates, the spec's extra `files`; the statuses come back beside the render. `namespace`
+/// is the fleet's (where each Gateway's Service lives).
+pub fn render_gateway(
+    spec: &HAProxyConfigSpec,
+    l: &dyn Lookup,
+    objects: &Objects,
+    previous: &SlotMap,
+    namespace: &str,
+) -> Result<(Rendered, GatewayOutput), RenderError> {
+    let r = spec.render.as_ref().ok_or_else(|| RenderError::invalid("spec.render is not set".into()))?;
+    let class = gateway_class(r, objects)?;
+    let s = settings(r)?;
+    let input = GatewayInput {
+        class_name: class.metadata.name.clone().unwrap_or_default(),
+        classes: objects.gateway_classes.iter().map(|o| (**o).clone()).collect(),
+        gateways: objects.gateways.iter().map(|o| (**o).clone()).collect(),
+        routes: objects.routes.iter().map(|o| (**o).clone()).collect(),
+        grants: objects.grants.iter().map(|o| (**o).clone()).collect(),
+        namespaces: objects.namespaces.iter().map(|o| (**o).clone()).collect(),
+        services: objects.services.iter().map(|o| (**o).clone()).collect(),
+        endpoint_slices: objects.endpoint_slices.iter().map(|o| (**o).clone()).collect(),
+        secrets: objects.secrets.iter().map(|o| (**o).clone()).collect(),
+        previous_slots: previous.clone(),
+        settings: GatewaySettings {
+            bind_address: s.bind_address,
+            first_bind_port: GATEWAY_FIRST_BIND_PORT,
+            min_slots: s.min_slots,
+            health_port: s.health_port,
+            namespace: namespace.to_string(),
+        },
+    };
+    let (out, status) = haptic_render::render_gateway(&input, &templates(r, l)?)
+        .map_err(|e| RenderError::invalid(format!("spec.render: {e}")))?;
+    let mut files = BTreeMap::new();
+    for (p, b) in out.files {
+        let path = RelPath::new(&p).map_err(|e| RenderError::invalid(format!("rendered path {p:?}: {e}")))?;
+        files.insert(path, b);
+    }
+    add_files(spec, l, &mut files)?;
+    Ok((Rendered { files, verdicts: out.verdicts, slots: out.slots }, status))
 }
 
 /// The slot maps of recent renders, newest last, so the next render keeps every endpoint in the

@@ -264,6 +264,7 @@ impl Terms {
             let term = CancellationToken::new();
             let writer = tokio::spawn(status::write_loop(ctx.clone(), self.shared.board.clone(), term.clone()));
             let ingress_writer = tokio::spawn(super::ingress_status::write_loop(ctx.clone(), term.clone()));
+            let gateway_writer = tokio::spawn(super::gateway_status::write_loop(ctx.clone(), term.clone()));
             // Run until the Lease is lost, or shutdown.
             let end = loop {
                 tokio::select! {
@@ -281,6 +282,7 @@ impl Terms {
             term.cancel();
             let _ = writer.await;
             let _ = ingress_writer.await;
+            let _ = gateway_writer.await;
             running.stop().await;
             match end {
                 TermEnd::Shutdown => return,

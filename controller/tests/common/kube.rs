@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use haptic_controller::kubernetes::crd::HAProxyConfig;
 use haptic_e2e::k8s::{ControlPlane, LocalPods, LocalPodsOpts};
+use haptic_e2e::net::http_request;
 use haptic_e2e::{free_port, http_get, HaproxyBin};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -195,4 +196,53 @@ pub fn assert_status_applied(meta: &k8s_openapi::apimachinery::pkg::apis::meta::
             && m.subresource.as_deref() == Some("status")),
         "{managed:?}"
     );
+}
+
+/// Applies `v` (any kind the apiserver knows) by server-side apply as `haptic-test`.
+pub async fn apply(client: &Client, v: serde_json::Value) {
+    let kind = v["kind"].as_str().unwrap().to_string();
+    let name = v["metadata"]["name"].as_str().unwrap().to_string();
+    let ns = v["metadata"]["namespace"].as_str().map(String::from);
+    let (group, version) = match v["apiVersion"].as_str().unwrap().split_once('/') {
+        Some((g, ver)) => (g.to_string(), ver.to_string()),
+        None => (String::new(), v["apiVersion"].as_str().unwrap().to_string()),
+    };
+    let gvk = kube::api::GroupVersionKind::gvk(&group, &version, &kind);
+    let (ar, _) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
+    let api: Api<kube::api::DynamicObject> = match &ns {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    };
+    api.patch(&name, &PatchParams::apply("haptic-test").force(), &Patch::Apply(&v)).await.unwrap();
+}
+
+/// The status of `GET path` with `Host: host` on every pod's frontend.
+pub async fn codes(pods: &LocalPods, fe: u16, host: &str, path: &str) -> Vec<u16> {
+    let mut out = Vec::new();
+    for n in pods.names() {
+        let addr = SocketAddr::from((pods.ip(&n).unwrap(), fe));
+        let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        out.push(http_request(addr, &req).await.map_or(0, |(c, _)| c));
+    }
+    out
+}
+
+/// Waits until every pod answers `host` `path` with `code`.
+pub async fn answers(pods: &LocalPods, fe: u16, host: &str, path: &str, code: u16) {
+    eventually(&format!("{host}{path} → {code} on every pod"), || async {
+        codes(pods, fe, host, path).await.iter().all(|c| *c == code).then_some(())
+    })
+    .await;
+}
+
+/// Waits for the fleet to converge on a plan other than `plan`, every pod by `runtime` with
+/// its worker unchanged from `pids`; returns the new plan.
+pub async fn runtime_change(api: &Api<HAProxyConfig>, pods: &LocalPods, plan: &str, what: &str) -> String {
+    let before = worker_pids(pods).await;
+    let s = converged(api, 2, Some(plan)).await;
+    for p in s["deployedToPods"].as_array().unwrap() {
+        assert_eq!(p["mode"], "runtime", "{what}: {p}");
+    }
+    assert_eq!(worker_pids(pods).await, before, "{what} must not reload");
+    s["planId"].as_str().unwrap().to_string()
 }

@@ -70,6 +70,42 @@ pub fn backend(name: &'static str) -> u16 {
     port
 }
 
+/// A backend answering every request with `name`, a newline and the request's head as it
+/// arrived (request line and header lines, names lowercased), so a test sees what HAProxy sent.
+#[allow(dead_code)]
+pub fn echo_backend(name: &'static str) -> u16 {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut s in l.incoming().flatten() {
+            let mut buf = vec![0u8; 16384];
+            let mut n = 0;
+            while n < buf.len() {
+                match s.read(&mut buf[n..]) {
+                    Ok(0) | Err(_) => break,
+                    Ok(k) => n += k,
+                }
+                if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+                    break;
+                }
+            }
+            let head = String::from_utf8_lossy(&buf[..n]).split("\r\n\r\n").next().unwrap_or_default().to_string();
+            let head: Vec<String> = head
+                .lines()
+                .enumerate()
+                .map(|(i, l)| match l.split_once(':') {
+                    Some((k, v)) if i > 0 => format!("{}:{v}", k.to_ascii_lowercase()),
+                    _ => l.to_string(),
+                })
+                .collect();
+            let body = format!("{name}\n{}", head.join("\n"));
+            let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+        }
+    });
+    port
+}
+
 /// Sends `req` and returns the whole response as text.
 #[allow(dead_code)]
 pub async fn raw(addr: std::net::SocketAddr, req: &str) -> String {
@@ -95,4 +131,33 @@ pub fn endpoints_on_loopback(input: &mut IngressInput, port_of: impl Fn(&str) ->
             e.addresses = vec!["127.0.0.1".into()];
         }
     }
+}
+
+/// A `kubernetes.io/tls` Secret `ns/name` with a fresh self-signed certificate (openssl) for
+/// `site.example.com` and `*.site.example.com`.
+#[allow(dead_code)]
+pub fn tls_secret(dir: &std::path::Path, ns: &str, name: &str) -> k8s_openapi::api::core::v1::Secret {
+    let (c, k) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
+    let ok = std::process::Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=site.example.com", "-days", "1"])
+        .args(["-addext", "subjectAltName=DNS:site.example.com,DNS:*.site.example.com"])
+        .arg("-keyout")
+        .arg(&k)
+        .arg("-out")
+        .arg(&c)
+        .output()
+        .unwrap();
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    let mut s = k8s_openapi::api::core::v1::Secret::default();
+    s.metadata.name = Some(name.into());
+    s.metadata.namespace = Some(ns.into());
+    s.type_ = Some("kubernetes.io/tls".into());
+    s.data = Some(
+        [
+            ("tls.crt".to_string(), k8s_openapi::ByteString(std::fs::read(c).unwrap())),
+            ("tls.key".to_string(), k8s_openapi::ByteString(std::fs::read(k).unwrap())),
+        ]
+        .into(),
+    );
+    s
 }

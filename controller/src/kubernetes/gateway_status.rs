@@ -1,0 +1,365 @@
+//! Serving a GatewayClass, the leader's writes besides the fleet's own status: each Gateway's
+//! Service in the fleet's namespace (selecting the fleet's pods, each listener port to its
+//! bind port; Services of Gateways that are gone are deleted), and the status of the
+//! GatewayClass, of every Gateway (addresses, conditions, listeners) and of every HTTPRoute
+//! with a parent among them (its `status.parents[]` entries with our controllerName).
+//!
+//! Owns turning the translator's decisions into API objects: the pure [`service`],
+//! [`class_status`], [`gateway_status`] and [`route_parents`] (conditions keep their
+//! `lastTransitionTime` while their status stays), and the loop that writes them with
+//! server-side apply as field manager `haptic-controller` (an HTTPRoute's `parents` is an
+//! atomic list, so it is read, the entries of other controllers kept, and written back). It
+//! must never change a spec, nor decide anything the translator decides.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use haptic_render::gateway::{ClassStatus, Cond, GatewayOutcome, GatewayOutput, RouteOutcome, GATEWAY_CONTROLLER};
+use haptic_render::gateway_api::{Gateway, GatewayClass, HttpRoute};
+use haptic_render::ObjectRef;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::Api;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use super::context::Context;
+use super::status::FIELD_MANAGER;
+
+/// The label on every Service made for a Gateway.
+pub const SERVICE_LABEL: &str = "haptic.dev/gateway-service";
+/// The annotation naming the Gateway (`namespace/name`) a Service is for.
+pub const GATEWAY_ANNOTATION: &str = "haptic.dev/gateway";
+
+fn now() -> String {
+    let f = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
+    time::OffsetDateTime::now_utc().format(&f).unwrap_or_else(|_| "1970-01-01T00:00:00Z".into())
+}
+
+/// Conditions as API JSON, keeping an old condition's `lastTransitionTime` while its status
+/// stays (`at` is the time of a transition).
+pub fn conditions(new: &[Cond], old: &[Condition], at: &str) -> Vec<Value> {
+    new.iter()
+        .map(|c| {
+            let status = if c.status { "True" } else { "False" };
+            let since = old
+                .iter()
+                .find(|o| o.type_ == c.type_ && o.status == status)
+                .and_then(|o| serde_json::to_value(&o.last_transition_time).ok())
+                .unwrap_or_else(|| Value::String(at.to_string()));
+            json!({
+                "type": c.type_,
+                "status": status,
+                "reason": c.reason,
+                "message": c.message.chars().take(1000).collect::<String>(),
+                "observedGeneration": c.observed_generation,
+                "lastTransitionTime": since,
+            })
+        })
+        .collect()
+}
+
+/// The Service of one Gateway (none while it has no usable listener port).
+pub fn service(g: &GatewayOutcome, namespace: &str, selector: &BTreeMap<String, String>) -> Option<Value> {
+    if g.service.ports.is_empty() {
+        return None;
+    }
+    let mut labels = g.service.labels.clone();
+    labels.insert(SERVICE_LABEL.into(), "true".into());
+    labels.insert("app.kubernetes.io/managed-by".into(), "haptic".into());
+    let mut annotations = g.service.annotations.clone();
+    annotations.insert(GATEWAY_ANNOTATION.into(), format!("{}/{}", g.object.namespace, g.object.name));
+    let ports: Vec<Value> = g
+        .service
+        .ports
+        .iter()
+        .map(|(port, bind)| json!({"name": format!("p{port}"), "port": port, "targetPort": bind, "protocol": "TCP"}))
+        .collect();
+    Some(json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": g.service.name, "namespace": namespace, "labels": labels, "annotations": annotations},
+        "spec": {"type": "ClusterIP", "selector": selector, "ports": ports},
+    }))
+}
+
+/// The GatewayClass's status patch.
+pub fn class_status(c: &ClassStatus, old: &[Condition], at: &str) -> Value {
+    let mut features: Vec<&str> = c.supported_features.clone();
+    features.sort();
+    json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "GatewayClass",
+        "metadata": {"name": c.name},
+        "status": {
+            "conditions": conditions(&c.conditions, old, at),
+            "supportedFeatures": features.iter().map(|f| json!({"name": f})).collect::<Vec<_>>(),
+        },
+    })
+}
+
+/// A Gateway's status patch, given its current status.
+pub fn gateway_status(g: &GatewayOutcome, old: Option<&Value>, at: &str) -> Value {
+    let old_conds = |v: Option<&Value>| -> Vec<Condition> {
+        v.and_then(|v| v.get("conditions")).and_then(|c| serde_json::from_value(c.clone()).ok()).unwrap_or_default()
+    };
+    let old_listener = |name: &str| {
+        old.and_then(|o| o.get("listeners"))
+            .and_then(Value::as_array)
+            .and_then(|ls| ls.iter().find(|l| l.get("name").and_then(Value::as_str) == Some(name)))
+    };
+    let listeners: Vec<Value> = g
+        .listeners
+        .iter()
+        .map(|l| {
+            json!({
+                "name": l.name,
+                "supportedKinds": l.supported_kinds,
+                "attachedRoutes": l.attached_routes,
+                "conditions": conditions(&l.conditions, &old_conds(old_listener(&l.name)), at),
+            })
+        })
+        .collect();
+    let addresses: Vec<Value> = g.addresses.iter().map(|a| json!({"type": "IPAddress", "value": a})).collect();
+    json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "Gateway",
+        "metadata": {"name": g.object.name, "namespace": g.object.namespace},
+        "status": {
+            "addresses": addresses,
+            "conditions": conditions(&g.conditions, &old_conds(old), at),
+            "listeners": listeners,
+        },
+    })
+}
+
+/// An HTTPRoute's `status.parents`: the entries of other controllers as they are, then ours.
+pub fn route_parents(r: &RouteOutcome, old: &[Value], at: &str) -> Vec<Value> {
+    let mut out: Vec<Value> = old
+        .iter()
+        .filter(|p| p.get("controllerName").and_then(Value::as_str) != Some(GATEWAY_CONTROLLER))
+        .cloned()
+        .collect();
+    for p in &r.parents {
+        let before: Vec<Condition> = old
+            .iter()
+            .find(|o| {
+                o.get("controllerName").and_then(Value::as_str) == Some(GATEWAY_CONTROLLER)
+                    && serde_json::from_value::<haptic_render::gateway_api::ParentReference>(
+                        o.get("parentRef").cloned().unwrap_or_default(),
+                    )
+                    .ok()
+                    .as_ref()
+                        == Some(&p.parent_ref)
+            })
+            .and_then(|o| serde_json::from_value(o.get("conditions").cloned().unwrap_or_default()).ok())
+            .unwrap_or_default();
+        out.push(json!({
+            "parentRef": p.parent_ref,
+            "controllerName": GATEWAY_CONTROLLER,
+            "conditions": conditions(&p.conditions, &before, at),
+        }));
+    }
+    out.truncate(32);
+    out
+}
+
+/// What was written last (the translator's decisions, without times), per object.
+#[derive(Debug, Default)]
+struct Done {
+    services: BTreeMap<String, Value>,
+    class: Option<ClassStatus>,
+    gateways: BTreeMap<ObjectRef, GatewayOutcome>,
+    routes: BTreeMap<ObjectRef, RouteOutcome>,
+}
+
+/// Writes Gateway Services and statuses while `token` is not cancelled, after each published
+/// render. A failed write is retried with the next published render.
+pub async fn write_loop(ctx: Context, token: CancellationToken) {
+    let mut snaps = ctx.snapshots.clone();
+    let mut done = Done::default();
+    loop {
+        let (outcome, config) = {
+            let s = snaps.borrow_and_update();
+            (s.gateway.clone(), s.config.clone())
+        };
+        if let (Some(now), Some(config)) = (outcome, config) {
+            let selector = config.spec.pod_selector.match_labels.clone().unwrap_or_default();
+            write(&ctx, &now, &selector, &mut done).await;
+        }
+        tokio::select! {
+            _ = token.cancelled() => return,
+            r = snaps.changed() => if r.is_err() { return },
+        }
+    }
+}
+
+async fn write(ctx: &Context, now: &GatewayOutput, selector: &BTreeMap<String, String>, done: &mut Done) {
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let at = now_string();
+    // Services first: their cluster IPs become the Gateways' addresses on the next render.
+    let services: Api<Service> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let mut wanted = BTreeSet::new();
+    for g in &now.gateways {
+        let Some(svc) = service(g, &ctx.namespace, selector) else { continue };
+        wanted.insert(g.service.name.clone());
+        if done.services.get(&g.service.name) == Some(&svc) {
+            continue;
+        }
+        match services.patch(&g.service.name, &params, &Patch::Apply(&svc)).await {
+            Ok(_) => {
+                done.services.insert(g.service.name.clone(), svc);
+            }
+            Err(e) => warn!("cannot apply Service {} for {}: {e}", g.service.name, g.object),
+        }
+    }
+    match services.list(&ListParams::default().labels(&format!("{SERVICE_LABEL}=true"))).await {
+        Ok(list) => {
+            for s in list.items {
+                let name = s.metadata.name.clone().unwrap_or_default();
+                if !wanted.contains(&name) {
+                    if let Err(e) = services.delete(&name, &DeleteParams::default()).await {
+                        warn!("cannot delete the Service {name} of a Gateway that is gone: {e}");
+                    }
+                    done.services.remove(&name);
+                }
+            }
+        }
+        Err(e) => warn!("cannot list the Gateways' Services: {e}"),
+    }
+    if let Some(c) = &now.class {
+        if done.class.as_ref() != Some(c) {
+            let api: Api<GatewayClass> = Api::all(ctx.client.clone());
+            let old =
+                api.get_status(&c.name).await.ok().and_then(|o| o.status).map(|s| s.conditions).unwrap_or_default();
+            match api.patch_status(&c.name, &params, &Patch::Apply(&class_status(c, &old, &at))).await {
+                Ok(_) => done.class = Some(c.clone()),
+                Err(e) => warn!("cannot write the status of GatewayClass {}: {e}", c.name),
+            }
+        }
+    }
+    for g in &now.gateways {
+        if done.gateways.get(&g.object) == Some(g) {
+            continue;
+        }
+        let api: Api<Gateway> = Api::namespaced(ctx.client.clone(), &g.object.namespace);
+        let raw = match api.get_status(&g.object.name).await {
+            Ok(o) => o.status.and_then(|s| serde_json::to_value(s).ok()),
+            Err(e) => {
+                warn!("cannot read {}: {e}", g.object);
+                continue;
+            }
+        };
+        match api.patch_status(&g.object.name, &params, &Patch::Apply(&gateway_status(g, raw.as_ref(), &at))).await {
+            Ok(_) => {
+                done.gateways.insert(g.object.clone(), g.clone());
+            }
+            Err(e) => warn!("cannot write the status of {}: {e}", g.object),
+        }
+    }
+    let current: BTreeSet<&ObjectRef> = now.routes.iter().map(|r| &r.object).collect();
+    // Routes that no longer have a parent of ours lose our entries.
+    let gone: Vec<ObjectRef> = done.routes.keys().filter(|o| !current.contains(o)).cloned().collect();
+    let empty: Vec<RouteOutcome> = gone.iter().map(|o| RouteOutcome { object: o.clone(), parents: vec![] }).collect();
+    for r in now.routes.iter().chain(empty.iter()) {
+        if done.routes.get(&r.object) == Some(r) {
+            continue;
+        }
+        let api: Api<HttpRoute> = Api::namespaced(ctx.client.clone(), &r.object.namespace);
+        let old: Vec<Value> = match api.get_status(&r.object.name).await {
+            Ok(o) => o.status.map(|s| s.parents.iter().filter_map(|p| serde_json::to_value(p).ok()).collect()),
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                done.routes.remove(&r.object);
+                continue;
+            }
+            Err(e) => {
+                warn!("cannot read {}: {e}", r.object);
+                continue;
+            }
+        }
+        .unwrap_or_default();
+        let patch = json!({"status": {"parents": route_parents(r, &old, &at)}});
+        match api.patch_status(&r.object.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) if r.parents.is_empty() => {
+                done.routes.remove(&r.object);
+            }
+            Ok(_) => {
+                done.routes.insert(r.object.clone(), r.clone());
+            }
+            Err(e) => warn!("cannot write the status of {}: {e}", r.object),
+        }
+    }
+}
+
+fn now_string() -> String {
+    now()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cond(type_: &'static str, status: bool) -> Cond {
+        Cond { type_, status, reason: "Accepted", message: "m".into(), observed_generation: 2 }
+    }
+
+    #[test]
+    fn a_condition_keeps_its_transition_time_while_its_status_stays() {
+        let old: Vec<Condition> = serde_json::from_value(json!([
+            {"type": "Accepted", "status": "True", "reason": "Accepted", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            {"type": "Programmed", "status": "True", "reason": "Programmed", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+        ]))
+        .unwrap();
+        let c = conditions(&[cond("Accepted", true), cond("Programmed", false)], &old, "2026-06-01T00:00:00Z");
+        assert_eq!(c[0]["lastTransitionTime"], "2026-01-01T00:00:00Z");
+        assert_eq!(c[1]["lastTransitionTime"], "2026-06-01T00:00:00Z");
+        assert_eq!(c[1]["status"], "False");
+        assert_eq!(c[0]["observedGeneration"], 2);
+    }
+
+    #[test]
+    fn route_parents_keep_other_controllers_entries() {
+        let old = vec![
+            json!({"parentRef": {"name": "theirs"}, "controllerName": "example.com/other", "conditions": []}),
+            json!({"parentRef": {"name": "gone"}, "controllerName": GATEWAY_CONTROLLER, "conditions": []}),
+        ];
+        let r = RouteOutcome {
+            object: ObjectRef { kind: "HTTPRoute".into(), namespace: "a".into(), name: "r".into() },
+            parents: vec![haptic_render::gateway::ParentStatus {
+                parent_ref: haptic_render::gateway_api::ParentReference { name: "gw".into(), ..Default::default() },
+                conditions: vec![cond("Accepted", true)],
+            }],
+        };
+        let p = route_parents(&r, &old, "2026-06-01T00:00:00Z");
+        assert_eq!(p.len(), 2);
+        assert_eq!(p[0]["controllerName"], "example.com/other");
+        assert_eq!(p[1]["parentRef"]["name"], "gw");
+        assert_eq!(p[1]["controllerName"], GATEWAY_CONTROLLER);
+    }
+
+    #[test]
+    fn the_service_selects_the_fleet_and_maps_listener_ports() {
+        let g = GatewayOutcome {
+            object: ObjectRef { kind: "Gateway".into(), namespace: "a".into(), name: "gw".into() },
+            uid: None,
+            conditions: vec![],
+            listeners: vec![],
+            addresses: vec![],
+            service: haptic_render::gateway::GatewayService {
+                name: "gw-a-gw-0123456789".into(),
+                ports: vec![(80, 20000), (443, 20001)],
+                labels: BTreeMap::from([("team".to_string(), "blue".to_string())]),
+                annotations: BTreeMap::new(),
+            },
+        };
+        let sel = BTreeMap::from([("app".to_string(), "haproxy".to_string())]);
+        let s = service(&g, "fleet", &sel).unwrap();
+        assert_eq!(s["spec"]["selector"]["app"], "haproxy");
+        assert_eq!(s["spec"]["ports"][1]["port"], 443);
+        assert_eq!(s["spec"]["ports"][1]["targetPort"], 20001);
+        assert_eq!(s["metadata"]["labels"]["team"], "blue");
+        assert_eq!(s["metadata"]["labels"][SERVICE_LABEL], "true");
+        assert_eq!(s["metadata"]["annotations"][GATEWAY_ANNOTATION], "a/gw");
+    }
+}

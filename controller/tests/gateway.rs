@@ -1,0 +1,283 @@
+//! Serving a GatewayClass end to end: a real kube-apiserver + etcd with the Gateway API v1.6.3
+//! standard CRDs (from the Go module conformance/tools pins), HAProxy pods run for real by the
+//! kubelet stand-in (`LocalPods`, HAProxy 2.6 and 3.0 as separate cases), the controller binary,
+//! and Gateways, HTTPRoutes, Services and EndpointSlices created by the test.
+//!
+//! As in `ingress.rs`, endpoints are TEST-NET-1 addresses no request is routed to: HTTP checks
+//! use answers that need no connection (503 from a backend without a usable server, 500 for a
+//! missing backend, 404 when nothing matches, redirects), and what the pods serve is read from
+//! their runtime API. Needs `scripts/install-k8s.sh` and Go (for the CRDs' module).
+
+use std::path::PathBuf;
+
+use haptic_controller::kubernetes::crd::HAProxyConfig;
+use haptic_e2e::k8s::LocalPods;
+use haptic_e2e::{on_each_version, HaproxyBin};
+use haptic_render::gateway::GATEWAY_CONTROLLER;
+use haptic_render::gateway_api::Gateway;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::Api;
+use kube::Client;
+use serde_json::{json, Value};
+
+mod common;
+
+use common::kube::*;
+
+/// The standard-channel CRDs of the gateway-api module conformance/tools pins.
+fn crd_dir() -> PathBuf {
+    let tools = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../conformance/tools");
+    let out = std::process::Command::new("go")
+        .args(["list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api"])
+        .current_dir(&tools)
+        .env("GOFLAGS", "-mod=mod")
+        .env("GOTOOLCHAIN", "local")
+        .output()
+        .expect("go runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()).join("config/crd/standard")
+}
+
+async fn gateway_crds(c: &Client) {
+    for f in std::fs::read_dir(crd_dir()).unwrap() {
+        let path = f.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        for v in serde_saphyr::from_str_multiple::<Value, Vec<Value>>(&text).unwrap() {
+            if v["kind"] == "CustomResourceDefinition" {
+                apply(c, v).await;
+            }
+        }
+    }
+    eventually("the Gateway API CRDs to be served", || async {
+        Api::<kube::api::DynamicObject>::all_with(
+            c.clone(),
+            &kube::api::ApiResource::erase::<haptic_render::gateway_api::HttpRoute>(&()),
+        )
+        .list(&Default::default())
+        .await
+        .ok()
+    })
+    .await;
+}
+
+fn service(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": "shop"},
+           "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}]}})
+}
+
+fn slice(service: &str, ips: &[&str]) -> Value {
+    let eps: Vec<_> = ips.iter().map(|ip| json!({"addresses": [ip], "conditions": {"ready": true}})).collect();
+    json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+           "metadata": {"name": format!("{service}-1"), "namespace": "shop",
+                        "labels": {"kubernetes.io/service-name": service}},
+           "addressType": "IPv4", "ports": [{"name": "http", "port": 8080}], "endpoints": eps})
+}
+
+fn route(name: &str, rules: Value) -> Value {
+    json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+           "metadata": {"name": name, "namespace": "shop"},
+           "spec": {"parentRefs": [{"name": "gw"}], "hostnames": ["shop.example.com"], "rules": rules}})
+}
+
+/// The `status.parents[]` entry of ours on route `name`, once it has one.
+async fn our_parent(c: &Client, name: &str) -> Value {
+    let api: Api<haptic_render::gateway_api::HttpRoute> = Api::namespaced(c.clone(), "shop");
+    eventually(&format!("our status on HTTPRoute {name}"), || async {
+        let r = api.get(name).await.ok()?;
+        let p = r.status?.parents.into_iter().find(|p| p.controller_name == GATEWAY_CONTROLLER)?;
+        let gen = r.metadata.generation?;
+        p.conditions.iter().all(|c| c.observed_generation == Some(gen)).then(|| serde_json::to_value(p).unwrap())
+    })
+    .await
+}
+
+fn cond<'a>(conds: &'a Value, type_: &str) -> &'a Value {
+    conds.as_array().unwrap().iter().find(|c| c["type"] == type_).unwrap_or(&Value::Null)
+}
+
+/// The weights of `backend`'s servers in use, per pod (`show servers state`: field 2 the
+/// backend, 5 the address, 8 the current weight).
+async fn weights(pods: &LocalPods, backend: &str) -> Vec<Vec<(String, u32)>> {
+    let mut out = Vec::new();
+    for n in pods.names() {
+        let text = pods.pod(&n).unwrap().haproxy().worker_cmd(&format!("show servers state {backend}")).await.unwrap();
+        let mut w: Vec<(String, u32)> = text
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.get(1) == Some(&backend) && f.get(4) != Some(&"127.0.0.1"))
+                    .then(|| Some((f[4].to_string(), f.get(7)?.parse().ok()?)))
+                    .flatten()
+            })
+            .collect();
+        w.sort();
+        out.push(w);
+    }
+    out
+}
+
+on_each_version!(gateways_get_addresses_statuses_and_runtime_routes);
+
+/// A Gateway with its own Service and address, routes with every status, 500 for a missing
+/// backend, a weight shift and a path added at runtime, on 2 local pods.
+async fn gateways_get_addresses_statuses_and_runtime_routes(bin: HaproxyBin) {
+    let e = env().await;
+    let c = &e.client;
+    gateway_crds(c).await;
+    namespace(c, "fleet").await;
+    namespace(c, "shop").await;
+    put_secret(c, "fleet", PASSWORD).await;
+    let mut pods = LocalPods::new(c.clone(), local_opts("fleet", &bin));
+    pods.create(2).await.unwrap();
+
+    // Each local pod binds its own IP: the template override binds `${POD_IP}` on the bind
+    // ports the translator hands out.
+    let builtin = haptic_render::template::BUILTIN;
+    let binds = "{% for b in f.binds %}    bind {{ b }}\n{% endfor %}";
+    assert!(builtin.contains(binds));
+    let own = "{% for b in f.binds %}    bind {{ b | replace(\"'0.0.0.0:\", \"\\\"${POD_IP}:\") | replace(\"'\", \"\\\"\") }}\n{% endfor %}";
+    apply(
+        c,
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "edge-template", "namespace": "fleet"},
+               "data": {"haproxy.cfg.j2": builtin.replace(binds, own)}}),
+    )
+    .await;
+    apply(
+        c,
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass", "metadata": {"name": "haptic"},
+               "spec": {"controllerName": GATEWAY_CONTROLLER}}),
+    )
+    .await;
+    apply(
+        c,
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+               "metadata": {"name": "gw", "namespace": "shop"},
+               "spec": {"gatewayClassName": "haptic", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
+    )
+    .await;
+    for s in ["web", "canary", "empty"] {
+        apply(c, service(s)).await;
+    }
+    apply(c, slice("web", &["192.0.2.1"])).await;
+    apply(c, slice("canary", &["192.0.2.9"])).await;
+    let split = |web: u32, canary: u32| {
+        route(
+            "shop",
+            json!([
+                {"matches": [{"path": {"type": "PathPrefix", "value": "/empty"}}],
+                 "backendRefs": [{"name": "empty", "port": 80}]},
+                {"matches": [{"path": {"type": "PathPrefix", "value": "/split"}}],
+                 "backendRefs": [{"name": "web", "port": 80, "weight": web}, {"name": "canary", "port": 80, "weight": canary}]},
+                {"matches": [{"path": {"type": "PathPrefix", "value": "/ghost"}}],
+                 "backendRefs": [{"name": "ghost", "port": 80}]},
+                {"matches": [{"path": {"type": "PathPrefix", "value": "/old"}}],
+                 "filters": [{"type": "RequestRedirect", "requestRedirect": {"hostname": "new.example.com", "statusCode": 301}}]},
+            ]),
+        )
+    };
+    apply(c, split(90, 10)).await;
+    apply(
+        c,
+        json!({"apiVersion": "haptic.dev/v1alpha1", "kind": "HAProxyConfig",
+        "metadata": {"name": "edge", "namespace": "fleet"},
+        "spec": {
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "haproxy"}},
+            "agent": {"port": pods.agent_port()},
+            "render": {"gatewayClassName": "haptic", "serverSlots": 4,
+                       "template": {"configMapKeyRef": {"name": "edge-template", "key": "haproxy.cfg.j2"}}},
+        }}),
+    )
+    .await;
+    let api: Api<HAProxyConfig> = Api::namespaced(c.clone(), "fleet");
+    let ctl = Controller::start(&e.cp, "fleet", &bin, "ctl-a", e.dir.path());
+
+    // The class is accepted, with its features.
+    let classes: Api<haptic_render::gateway_api::GatewayClass> = Api::all(c.clone());
+    let class = eventually("GatewayClass haptic Accepted", || async {
+        let g = classes.get("haptic").await.ok()?;
+        g.status.as_ref()?.conditions.iter().any(|c| c.type_ == "Accepted" && c.status == "True").then_some(g)
+    })
+    .await;
+    assert_status_applied(&class.metadata);
+
+    // The Gateway gets its own Service in the fleet's namespace, and its cluster IP as address.
+    let services: Api<Service> = Api::namespaced(c.clone(), "fleet");
+    let svc_name = haptic_render::gateway::service_name("shop", "gw");
+    let svc = eventually("the Gateway's Service", || async { services.get(&svc_name).await.ok() }).await;
+    let spec = svc.spec.clone().unwrap();
+    let port = &spec.ports.as_ref().unwrap()[0];
+    assert_eq!(port.port, 80);
+    let bind = match port.target_port.clone().unwrap() {
+        k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(p) => u16::try_from(p).unwrap(),
+        other => panic!("target port {other:?}"),
+    };
+    assert_eq!(spec.selector.unwrap()["app.kubernetes.io/name"], "haproxy");
+    let ip = spec.cluster_ip.unwrap();
+    let gws: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(c.clone(), "shop", &kube::api::ApiResource::erase::<Gateway>(&()));
+    let gw = eventually("Gateway gw Programmed with the Service's address", || async {
+        let g = gws.get("gw").await.ok()?;
+        let v = g.data;
+        let programmed = cond(&v["status"]["conditions"], "Programmed")["status"] == "True";
+        (programmed && v["status"]["addresses"][0]["value"] == ip.as_str()).then_some(v)
+    })
+    .await;
+    assert_eq!(gw["status"]["listeners"][0]["attachedRoutes"], 1, "{gw}");
+    assert_eq!(gw["status"]["listeners"][0]["supportedKinds"][0]["kind"], "HTTPRoute", "{gw}");
+
+    // The route: Accepted, and ResolvedRefs False for the missing Service.
+    let p = our_parent(c, "shop").await;
+    assert_eq!(cond(&p["conditions"], "Accepted")["status"], "True", "{p}");
+    assert_eq!(cond(&p["conditions"], "ResolvedRefs")["reason"], "BackendNotFound", "{p}");
+
+    // Traffic on every pod's bind port.
+    converged(&api, 2, None).await;
+    answers(&pods, bind, "shop.example.com", "/empty/x", 503).await;
+    assert_eq!(codes(&pods, bind, "shop.example.com", "/ghost").await, [500, 500], "a missing backend answers 500");
+    assert_eq!(codes(&pods, bind, "shop.example.com", "/nothing").await, [404, 404]);
+    assert_eq!(codes(&pods, bind, "shop.example.com", "/old/page").await, [301, 301]);
+
+    // A weight shift is a runtime change of server weights.
+    let s = converged(&api, 2, None).await;
+    let plan = s["planId"].as_str().unwrap().to_string();
+    let backend = "route_shop_shop_1";
+    let before = weights(&pods, backend).await;
+    assert_eq!(before[0], [("192.0.2.1".to_string(), 256), ("192.0.2.9".to_string(), 28)], "{before:?}");
+    apply(c, split(10, 90)).await;
+    let plan = runtime_change(&api, &pods, &plan, "a weight shift").await;
+    let after = weights(&pods, backend).await;
+    assert_eq!(after[0], [("192.0.2.1".to_string(), 28), ("192.0.2.9".to_string(), 256)], "{after:?}");
+
+    // A path-only route added on the same host: maps only.
+    apply(
+        c,
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+               "metadata": {"name": "more", "namespace": "shop"},
+               "spec": {"parentRefs": [{"name": "gw"}], "hostnames": ["shop.example.com"],
+                        "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/more"}}],
+                                   "backendRefs": [{"name": "empty", "port": 80}]}]}}),
+    )
+    .await;
+    let plan = runtime_change(&api, &pods, &plan, "a route added").await;
+    assert_eq!(codes(&pods, bind, "shop.example.com", "/more").await, [503, 503]);
+    let p = our_parent(c, "more").await;
+    assert_eq!(cond(&p["conditions"], "ResolvedRefs")["status"], "True", "{p}");
+
+    // A route haptic cannot express is refused in its own status; the others keep serving.
+    apply(
+        c,
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+               "metadata": {"name": "regex", "namespace": "shop"},
+               "spec": {"parentRefs": [{"name": "gw"}], "hostnames": ["shop.example.com"],
+                        "rules": [{"matches": [{"path": {"type": "RegularExpression", "value": "/r.*"}}],
+                                   "backendRefs": [{"name": "web", "port": 80}]}]}}),
+    )
+    .await;
+    let p = our_parent(c, "regex").await;
+    assert_eq!(cond(&p["conditions"], "Accepted")["status"], "False", "{p}");
+    assert_eq!(cond(&p["conditions"], "Accepted")["reason"], "UnsupportedValue", "{p}");
+    assert_eq!(codes(&pods, bind, "shop.example.com", "/more").await, [503, 503]);
+    assert_eq!(codes(&pods, bind, "shop.example.com", "/regex").await, [404, 404]);
+    assert_eq!(converged(&api, 2, None).await["planId"], plan.as_str(), "a refused route changes nothing");
+    drop(ctl);
+}

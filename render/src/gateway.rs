@@ -1,0 +1,1721 @@
+//! The Gateway API translator: the GatewayClass a fleet serves, its Gateways and the HTTPRoutes
+//! attached to them (with ReferenceGrants, Namespaces, Services, EndpointSlices and the TLS
+//! Secrets listeners name) to the [`Model`] and to every status the API defines.
+//!
+//! Owns the Gateway API semantics: listeners (HTTP, HTTPS terminating TLS from Secrets,
+//! hostnames, `allowedRoutes` by namespace `Same` / `All` / `Selector` and by kind), conflicts
+//! between listeners of one port, attachment by `parentRefs` (name, `sectionName`, `port`),
+//! hostname intersection (the more specific of listener and route hostname; a request goes to
+//! the most specific listener of its port only), match precedence (Exact path, then the longest
+//! prefix, then method, then most headers, then most query parameters, then the oldest route,
+//! then `namespace/name`, then rule and match order), path / header / query / method matches,
+//! the filters RequestHeaderModifier, ResponseHeaderModifier, RequestRedirect and URLRewrite,
+//! ReferenceGrants for cross-namespace backends and certificates, weighted backends (server
+//! weights of one backend per rule, so a weight shift is a runtime change), 500 for a rule
+//! whose backends are all invalid or missing, the stable bind port of each (Gateway, listener
+//! port), the Service each Gateway gets, and the conditions with their reasons. Host/path
+//! routing stays in maps: a route added, removed or retargeted changes maps only unless it
+//! brings method, header or query matches or filters. It must never let one bad object
+//! block the others, nor put a value into the Model that the map builder or the template
+//! cannot quote.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
+
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use serde::Serialize;
+
+use crate::gateway_api::*;
+use crate::ingress::{endpoints, parse_host, parse_path, secret_pem, SERVICE_NAME_LABEL};
+use crate::model::*;
+use crate::slots::{self, Endpoint, SlotMap};
+
+/// The controller name a GatewayClass must have for haptic to serve it.
+pub const GATEWAY_CONTROLLER: &str = "haptic.dev/gateway-controller";
+/// The extended features the translator implements (the GatewayClass's `supportedFeatures`,
+/// with the core ones the suite expects listed too).
+pub const SUPPORTED_FEATURES: &[&str] = &[
+    "Gateway",
+    "GatewayAddressEmpty",
+    "GatewayHTTPListenerIsolation",
+    "GatewayPort8080",
+    "HTTPRoute",
+    "HTTPRoute303RedirectStatusCode",
+    "HTTPRoute307RedirectStatusCode",
+    "HTTPRoute308RedirectStatusCode",
+    "HTTPRouteBackendProtocolH2C",
+    "HTTPRouteBackendProtocolWebSocket",
+    "HTTPRouteBackendRequestHeaderModification",
+    "HTTPRouteBackendTimeout",
+    "GatewayHTTPSListenerDetectMisdirectedRequests",
+    "HTTPRouteHostRewrite",
+    "HTTPRouteMethodMatching",
+    "HTTPRouteNamedRouteRule",
+    "HTTPRouteParentRefPort",
+    "HTTPRoutePathRedirect",
+    "HTTPRoutePathRewrite",
+    "HTTPRoutePortRedirect",
+    "HTTPRouteQueryParamMatching",
+    "HTTPRouteRequestTimeout",
+    "HTTPRouteResponseHeaderModification",
+    "HTTPRouteSchemeRedirect",
+    "ReferenceGrant",
+];
+
+/// Everything the Gateway translator reads.
+#[derive(Debug, Clone, Default)]
+pub struct GatewayInput {
+    /// The class this fleet serves.
+    pub class_name: String,
+    /// GatewayClasses.
+    pub classes: Vec<GatewayClass>,
+    /// Gateways (those of other classes are ignored).
+    pub gateways: Vec<Gateway>,
+    /// HTTPRoutes (those attached to no Gateway of the class get no status).
+    pub routes: Vec<HttpRoute>,
+    /// ReferenceGrants.
+    pub grants: Vec<ReferenceGrant>,
+    /// Namespaces (for `allowedRoutes.namespaces.selector`).
+    pub namespaces: Vec<Namespace>,
+    /// Services (backends, and the Gateways' own Services in the fleet's namespace).
+    pub services: Vec<Service>,
+    /// EndpointSlices.
+    pub endpoint_slices: Vec<EndpointSlice>,
+    /// The Secrets listeners name.
+    pub secrets: Vec<Secret>,
+    /// The last ACKed render's slot map (server slots and bind ports).
+    pub previous_slots: SlotMap,
+    /// Listening and slot settings.
+    pub settings: GatewaySettings,
+}
+
+/// Listening and slot settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewaySettings {
+    /// Address to bind.
+    pub bind_address: IpAddr,
+    /// The first bind port handed to a (Gateway, listener port).
+    pub first_bind_port: u16,
+    /// Minimum server slots per backend.
+    pub min_slots: usize,
+    /// The `health` frontend's port.
+    pub health_port: Option<u16>,
+    /// The fleet's namespace (where each Gateway's Service lives).
+    pub namespace: String,
+}
+
+impl Default for GatewaySettings {
+    fn default() -> Self {
+        GatewaySettings {
+            bind_address: IpAddr::from([0, 0, 0, 0]),
+            first_bind_port: 20000,
+            min_slots: 8,
+            health_port: None,
+            namespace: "default".into(),
+        }
+    }
+}
+
+/// One condition as the API writes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Cond {
+    /// Type.
+    pub type_: &'static str,
+    /// True or False.
+    pub status: bool,
+    /// Reason.
+    pub reason: &'static str,
+    /// Message.
+    pub message: String,
+    /// The object's generation this was decided for.
+    pub observed_generation: i64,
+}
+
+/// The status of the served GatewayClass.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ClassStatus {
+    /// Its name.
+    pub name: String,
+    /// Conditions.
+    pub conditions: Vec<Cond>,
+    /// `status.supportedFeatures`.
+    pub supported_features: Vec<&'static str>,
+}
+
+/// One listener's status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ListenerStatus {
+    /// Its name.
+    pub name: String,
+    /// The route kinds it takes.
+    pub supported_kinds: Vec<RouteGroupKind>,
+    /// How many routes are attached.
+    pub attached_routes: i32,
+    /// Conditions.
+    pub conditions: Vec<Cond>,
+}
+
+/// The Service a Gateway gets in the fleet's namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GatewayService {
+    /// Its name.
+    pub name: String,
+    /// Listener port → bind port.
+    pub ports: Vec<(u16, u16)>,
+    /// Labels from `spec.infrastructure`.
+    pub labels: BTreeMap<String, String>,
+    /// Annotations from `spec.infrastructure`.
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// One Gateway's status and Service.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GatewayOutcome {
+    /// The Gateway.
+    pub object: ObjectRef,
+    /// Its UID (owner of nothing: the Service lives in another namespace; for Events).
+    pub uid: Option<String>,
+    /// Conditions.
+    pub conditions: Vec<Cond>,
+    /// Listeners, in spec order.
+    pub listeners: Vec<ListenerStatus>,
+    /// `status.addresses` values (IP addresses).
+    pub addresses: Vec<String>,
+    /// Its Service.
+    pub service: GatewayService,
+}
+
+/// One parent's entry in a route's status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ParentStatus {
+    /// The parentRef as written.
+    pub parent_ref: ParentReference,
+    /// Conditions.
+    pub conditions: Vec<Cond>,
+}
+
+/// One HTTPRoute's status entries (only for parents that are Gateways of the served class).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RouteOutcome {
+    /// The route.
+    pub object: ObjectRef,
+    /// Its entries.
+    pub parents: Vec<ParentStatus>,
+}
+
+/// Everything a Gateway render decides.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GatewayOutput {
+    /// What HAProxy serves.
+    pub model: Model,
+    /// Slots (and bind ports) to keep.
+    pub slots: SlotMap,
+    /// The served class's status (none when the class is missing or not ours).
+    pub class: Option<ClassStatus>,
+    /// One per Gateway of the class.
+    pub gateways: Vec<GatewayOutcome>,
+    /// One per HTTPRoute with a parent among them.
+    pub routes: Vec<RouteOutcome>,
+    /// One verdict per route and Gateway (for logs and Events).
+    pub verdicts: Vec<Verdict>,
+}
+
+fn obj(kind: &str, meta: &ObjectMeta) -> ObjectRef {
+    ObjectRef {
+        kind: kind.to_string(),
+        namespace: meta.namespace.clone().unwrap_or_default(),
+        name: meta.name.clone().unwrap_or_default(),
+    }
+}
+
+fn cond(type_: &'static str, status: bool, reason: &'static str, message: impl Into<String>, gen: i64) -> Cond {
+    Cond { type_, status, reason, message: message.into(), observed_generation: gen }
+}
+
+/// A stable short id from parts (FNV-1a, 48 bits, hex).
+fn stable_id(prefix: &str, parts: &[&str]) -> String {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for p in parts {
+        for b in p.bytes().chain(std::iter::once(0xff)) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x100000001b3);
+        }
+    }
+    format!("{prefix}{:012x}", h & 0xffff_ffff_ffff)
+}
+
+/// The name of the Service of Gateway `ns/name` (a DNS label, at most 63 characters).
+pub fn service_name(ns: &str, name: &str) -> String {
+    let mut base: String = format!("{ns}-{name}")
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+        .take(36)
+        .collect();
+    while base.ends_with('-') {
+        base.pop();
+    }
+    format!("gw-{base}-{}", &stable_id("", &[ns, name])[..10])
+}
+
+/// Whether a token (a header or query parameter name, a method) can be written bare in a
+/// sample fetch argument.
+fn is_token(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 256 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+}
+
+/// Whether a header value, path or host can go into config as a quoted word (no NUL, CR, LF;
+/// not empty; not `}` alone, which closes an anonymous ACL).
+fn is_word(s: &str) -> bool {
+    !s.is_empty() && s != "}" && haptic_haproxy::quote::config_arg(s).is_ok()
+}
+
+fn labels_match(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    for (k, v) in sel.match_labels.iter().flatten() {
+        if labels.get(k) != Some(v) {
+            return false;
+        }
+    }
+    for e in sel.match_expressions.iter().flatten() {
+        let vals = e.values.clone().unwrap_or_default();
+        let ok = match e.operator.as_str() {
+            "In" => labels.get(&e.key).is_some_and(|v| vals.contains(v)),
+            "NotIn" => labels.get(&e.key).is_none_or(|v| !vals.contains(v)),
+            "Exists" => labels.contains_key(&e.key),
+            "DoesNotExist" => !labels.contains_key(&e.key),
+            _ => false,
+        };
+        if !ok {
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether a ReferenceGrant in `to_ns` lets a `from_kind` in `from_ns` refer to the
+/// `to_kind` (core group) named `to_name`.
+fn granted(
+    grants: &[ReferenceGrant],
+    from_kind: &str,
+    from_ns: &str,
+    to_kind: &str,
+    to_ns: &str,
+    to_name: &str,
+) -> bool {
+    grants.iter().filter(|g| g.metadata.namespace.as_deref() == Some(to_ns)).any(|g| {
+        g.spec.from.iter().any(|f| f.group == GROUP && f.kind == from_kind && f.namespace == from_ns)
+            && g.spec
+                .to
+                .iter()
+                .any(|t| t.group.is_empty() && t.kind == to_kind && t.name.as_deref().is_none_or(|n| n == to_name))
+    })
+}
+
+/// A listener after validation.
+#[derive(Debug, Clone)]
+struct Lst {
+    name: String,
+    port: u16,
+    https: bool,
+    hostname: Option<HostMatch>,
+    /// Protocol supported and not conflicted: routes may attach.
+    usable: bool,
+    allows_http_route: bool,
+    from: String,
+    selector: Option<LabelSelector>,
+    certs: Vec<String>,
+}
+
+/// The intersection of a listener hostname and a route hostname, if any.
+fn intersect(listener: &Option<HostMatch>, route: &HostMatch) -> Option<HostMatch> {
+    use HostMatch::*;
+    let Some(l) = listener else { return Some(route.clone()) };
+    let under = |h: &str, suffix: &str| h.ends_with(suffix) && h.len() > suffix.len();
+    match (l, route) {
+        (Exact(a), Exact(b)) => (a == b).then(|| l.clone()),
+        (Exact(a), Suffix(s)) => under(a, s).then(|| l.clone()),
+        (Suffix(s), Exact(b)) => under(b, s).then(|| route.clone()),
+        (Suffix(s), Suffix(t)) => {
+            if t == s || under(t, s) {
+                Some(route.clone())
+            } else if under(s, t) {
+                Some(l.clone())
+            } else {
+                None
+            }
+        }
+        (_, Any) => Some(l.clone()),
+        _ => None,
+    }
+}
+
+fn gateway_host(h: &str) -> Result<HostMatch, String> {
+    Ok(match parse_host(h)? {
+        HostMatch::Wildcard(s) => HostMatch::Suffix(s),
+        other => other,
+    })
+}
+
+/// Whether a request for a host matching `h` would rather go to a listener with hostname `l`
+/// (more specific than the listener `own`).
+fn claimed_by(h: &HostMatch, l: &Option<HostMatch>, own: &Option<HostMatch>) -> bool {
+    let more_specific = match (l, own) {
+        (Some(HostMatch::Exact(_)), Some(HostMatch::Exact(_))) | (None, _) => false,
+        (Some(HostMatch::Exact(_)), _) => true,
+        (Some(HostMatch::Suffix(a)), Some(HostMatch::Suffix(b))) => a.len() > b.len(),
+        (Some(HostMatch::Suffix(_)), None) => true,
+        _ => false,
+    };
+    more_specific && intersect(l, h).as_ref() == Some(h)
+}
+
+/// One (route, rule, match) ready to order.
+#[derive(Debug, Clone)]
+struct Candidate {
+    key: (u8, std::cmp::Reverse<usize>, u8, std::cmp::Reverse<usize>, std::cmp::Reverse<usize>),
+    order: (usize, usize, usize),
+    path: (PathKind, String),
+    method: Option<String>,
+    headers: Vec<(String, String)>,
+    query: Vec<(String, String)>,
+    rule: RuleId,
+}
+
+/// A backend to plan: its endpoints, each endpoint's weight (when weighted) and protocol.
+type PlannedBackend = (Vec<Endpoint>, BTreeMap<SocketAddr, u32>, Protocol);
+
+/// A rule's backends once resolved.
+struct Resolved {
+    /// (backend name, weight, endpoints, protocol)
+    refs: Vec<(String, u32, Vec<Endpoint>, Protocol)>,
+    /// The weight of refs that are invalid or missing.
+    invalid_weight: u32,
+    /// Every ref with a weight, in order: its backend (None: invalid or missing, answered
+    /// with 500), weight and own request header operations.
+    each: Vec<(Option<String>, u32, HeaderOps)>,
+}
+
+/// Translates.
+pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
+    let mut out = GatewayOutput::default();
+    let class = input.classes.iter().find(|c| {
+        c.metadata.name.as_deref() == Some(input.class_name.as_str()) && c.spec.controller_name == GATEWAY_CONTROLLER
+    });
+    let st = &input.settings;
+    out.model.health = st.health_port.map(|p| SocketAddr::new(st.bind_address, p));
+    let Some(class) = class else {
+        out.model.gateway = Some(GatewayRouting::default());
+        return out;
+    };
+    let cgen = class.metadata.generation.unwrap_or(0);
+    out.class = Some(ClassStatus {
+        name: input.class_name.clone(),
+        conditions: vec![cond("Accepted", true, "Accepted", "served by haptic", cgen)],
+        supported_features: SUPPORTED_FEATURES.to_vec(),
+    });
+
+    let ns_labels: BTreeMap<&str, BTreeMap<String, String>> = input
+        .namespaces
+        .iter()
+        .filter_map(|n| Some((n.metadata.name.as_deref()?, n.metadata.labels.clone().unwrap_or_default())))
+        .collect();
+
+    let mut gws: Vec<&Gateway> =
+        input.gateways.iter().filter(|g| g.spec.gateway_class_name == input.class_name).collect();
+    gws.sort_by_key(|g| (g.metadata.creation_timestamp.as_ref().map(|t| t.0), obj("Gateway", &g.metadata)));
+
+    // Bind ports: kept from the previous render, else the Gateway Service's target port, else
+    // the lowest free one.
+    let prev_ports = &input.previous_slots.bind_ports;
+    let mut used: BTreeSet<u16> = BTreeSet::new();
+    let mut bind_ports: BTreeMap<String, u16> = BTreeMap::new();
+    let port_key = |g: &Gateway, p: u16| {
+        format!("{}/{}:{p}", g.metadata.namespace.as_deref().unwrap_or(""), g.metadata.name.as_deref().unwrap_or(""))
+    };
+    let wanted: Vec<(String, &Gateway, u16)> = gws
+        .iter()
+        .flat_map(|g| {
+            let ports: BTreeSet<u16> = g.spec.listeners.iter().filter_map(|l| u16::try_from(l.port).ok()).collect();
+            ports.into_iter().map(move |p| (port_key(g, p), *g, p))
+        })
+        .collect();
+    for (key, g, p) in &wanted {
+        let from_svc = || {
+            let name =
+                service_name(g.metadata.namespace.as_deref().unwrap_or(""), g.metadata.name.as_deref().unwrap_or(""));
+            let svc = input.services.iter().find(|s| {
+                s.metadata.namespace.as_deref() == Some(st.namespace.as_str())
+                    && s.metadata.name.as_deref() == Some(&name)
+            })?;
+            svc.spec.as_ref()?.ports.as_ref()?.iter().find(|sp| sp.port == i32::from(*p)).and_then(|sp| {
+                match &sp.target_port {
+                    Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(t)) => u16::try_from(*t).ok(),
+                    _ => None,
+                }
+            })
+        };
+        if let Some(b) = prev_ports.get(key).copied().or_else(from_svc) {
+            if b >= st.first_bind_port && used.insert(b) {
+                bind_ports.insert(key.clone(), b);
+            }
+        }
+    }
+    let mut next = st.first_bind_port;
+    for (key, _, _) in &wanted {
+        if bind_ports.contains_key(key) {
+            continue;
+        }
+        while used.contains(&next) || Some(next) == st.health_port {
+            next = next.saturating_add(1);
+        }
+        used.insert(next);
+        bind_ports.insert(key.clone(), next);
+    }
+    out.slots.bind_ports = bind_ports.clone();
+
+    // Listeners of every Gateway, validated.
+    let mut certs: BTreeMap<String, Cert> = BTreeMap::new();
+    let mut glisteners: Vec<Vec<Lst>> = Vec::new();
+    for g in &gws {
+        let gns = g.metadata.namespace.clone().unwrap_or_default();
+        let gen = g.metadata.generation.unwrap_or(0);
+        let mut ls = Vec::new();
+        let mut statuses = Vec::new();
+        // Port → protocols, and (port, hostname) counts, for conflicts.
+        let mut protos: BTreeMap<i32, BTreeSet<&str>> = BTreeMap::new();
+        let mut hosts: BTreeMap<(i32, Option<&str>), usize> = BTreeMap::new();
+        for l in &g.spec.listeners {
+            protos.entry(l.port).or_default().insert(l.protocol.as_str());
+            *hosts.entry((l.port, l.hostname.as_deref())).or_default() += 1;
+        }
+        for l in &g.spec.listeners {
+            let mut conds = Vec::new();
+            let supported = matches!(l.protocol.as_str(), "HTTP" | "HTTPS");
+            let port = u16::try_from(l.port).unwrap_or(0);
+            let hostname = match l.hostname.as_deref() {
+                None | Some("") => Ok(None),
+                Some(h) => gateway_host(h).map(Some),
+            };
+            // Kinds.
+            let mut kinds = Vec::new();
+            let mut bad_kind = false;
+            match l.allowed_routes.as_ref().and_then(|a| a.kinds.as_ref()) {
+                Some(ks) => {
+                    for k in ks {
+                        if k.group.as_deref().unwrap_or(GROUP) == GROUP && k.kind == "HTTPRoute" {
+                            kinds.push(RouteGroupKind { group: Some(GROUP.into()), kind: "HTTPRoute".into() });
+                        } else {
+                            bad_kind = true;
+                        }
+                    }
+                }
+                None if supported => kinds.push(RouteGroupKind { group: Some(GROUP.into()), kind: "HTTPRoute".into() }),
+                None => {}
+            }
+            kinds.dedup();
+            let conflict = if protos[&l.port].len() > 1 {
+                Some("ProtocolConflict")
+            } else if hosts[&(l.port, l.hostname.as_deref())] > 1 {
+                Some("HostnameConflict")
+            } else {
+                None
+            };
+            // TLS.
+            let mut resolved: Result<(), (&'static str, String)> = Ok(());
+            let mut lcerts = Vec::new();
+            if l.protocol == "HTTPS" {
+                let tls = l.tls.clone().unwrap_or_default();
+                if tls.mode.as_deref().unwrap_or("Terminate") != "Terminate" {
+                    resolved = Err(("InvalidCertificateRef", "only TLS mode Terminate is supported on HTTPS".into()));
+                } else if tls.certificate_refs.is_empty() {
+                    resolved = Err(("InvalidCertificateRef", "no certificateRefs".into()));
+                }
+                for r in &tls.certificate_refs {
+                    if resolved.is_err() {
+                        break;
+                    }
+                    let rns = r.namespace.clone().unwrap_or_else(|| gns.clone());
+                    if !r.group.as_deref().unwrap_or("").is_empty() || r.kind.as_deref().unwrap_or("Secret") != "Secret"
+                    {
+                        resolved = Err(("InvalidCertificateRef", format!("{:?} is not a Secret", r.kind)));
+                    } else if rns != gns && !granted(&input.grants, "Gateway", &gns, "Secret", &rns, &r.name) {
+                        resolved = Err((
+                            "RefNotPermitted",
+                            format!("no ReferenceGrant in {rns} lets Gateways of {gns} use Secret {}", r.name),
+                        ));
+                    } else if !crate::template::is_section_name(&r.name) || !crate::template::is_section_name(&rns) {
+                        resolved = Err(("InvalidCertificateRef", "not a Secret name".into()));
+                    } else {
+                        match secret_pem(&input.secrets, &rns, &r.name) {
+                            Ok(pem) => {
+                                let path = format!("certs/{rns}_{}.pem", r.name);
+                                certs.entry(path.clone()).or_insert_with(|| Cert {
+                                    path: path.clone(),
+                                    hosts: vec![],
+                                    source: ObjectRef {
+                                        kind: "Secret".into(),
+                                        namespace: rns.clone(),
+                                        name: r.name.clone(),
+                                    },
+                                    pem,
+                                });
+                                lcerts.push(path);
+                            }
+                            Err(why) => resolved = Err(("InvalidCertificateRef", why)),
+                        }
+                    }
+                }
+            }
+            if bad_kind && resolved.is_ok() {
+                resolved = Err(("InvalidRouteKinds", "only HTTPRoute (gateway.networking.k8s.io) is supported".into()));
+            }
+            let accepted = supported && hostname.is_ok() && port != 0;
+            let (areason, amsg) = if !supported {
+                ("UnsupportedProtocol", format!("protocol {} is not supported", l.protocol))
+            } else if let Err(e) = &hostname {
+                ("UnsupportedValue", e.clone())
+            } else {
+                ("Accepted", "accepted".to_string())
+            };
+            conds.push(cond("Accepted", accepted, areason, amsg, gen));
+            match conflict {
+                Some(r) => conds.push(cond("Conflicted", true, r, "another listener shares this port", gen)),
+                None => conds.push(cond("Conflicted", false, "NoConflicts", "no conflicts", gen)),
+            }
+            match &resolved {
+                Ok(()) => conds.push(cond("ResolvedRefs", true, "ResolvedRefs", "resolved", gen)),
+                Err((r, m)) => conds.push(cond("ResolvedRefs", false, r, m.clone(), gen)),
+            }
+            let programmed = accepted && conflict.is_none() && resolved.is_ok();
+            conds.push(if programmed {
+                cond("Programmed", true, "Programmed", "programmed", gen)
+            } else {
+                cond("Programmed", false, "Invalid", "not programmed", gen)
+            });
+            let sel = l.allowed_routes.as_ref().and_then(|a| a.namespaces.clone()).unwrap_or_default();
+            ls.push(Lst {
+                name: l.name.clone(),
+                port,
+                https: l.protocol == "HTTPS",
+                hostname: hostname.clone().ok().flatten(),
+                usable: accepted && conflict.is_none(),
+                allows_http_route: !kinds.is_empty(),
+                from: sel.from.unwrap_or_else(|| "Same".into()),
+                selector: sel.selector,
+                certs: if programmed { lcerts } else { vec![] },
+            });
+            statuses.push(ListenerStatus {
+                name: l.name.clone(),
+                supported_kinds: kinds,
+                attached_routes: 0,
+                conditions: conds,
+            });
+        }
+        let name = g.metadata.name.clone().unwrap_or_default();
+        let mut svc_ports = Vec::new();
+        let mut seen = BTreeSet::new();
+        for l in ls.iter().filter(|l| l.usable) {
+            if seen.insert(l.port) {
+                svc_ports.push((l.port, bind_ports[&port_key(g, l.port)]));
+            }
+        }
+        let service = GatewayService {
+            name: service_name(&gns, &name),
+            ports: svc_ports,
+            labels: g.spec.infrastructure.clone().unwrap_or_default().labels,
+            annotations: g.spec.infrastructure.clone().unwrap_or_default().annotations,
+        };
+        let addresses: Vec<String> = input
+            .services
+            .iter()
+            .find(|s| {
+                s.metadata.namespace.as_deref() == Some(st.namespace.as_str())
+                    && s.metadata.name.as_deref() == Some(service.name.as_str())
+            })
+            .and_then(|s| s.spec.as_ref()?.cluster_ip.clone())
+            .filter(|ip| !ip.is_empty() && ip != "None")
+            .into_iter()
+            .collect();
+        let mut conds = Vec::new();
+        let static_addr = g.spec.addresses.iter().any(|a| a.value.as_deref().is_some_and(|v| !v.is_empty()));
+        if static_addr {
+            conds.push(cond("Accepted", false, "UnsupportedAddress", "static addresses are not supported", gen));
+        } else {
+            let accepted = |l: &ListenerStatus| l.conditions.iter().any(|c| c.type_ == "Accepted" && c.status);
+            let n = statuses.iter().filter(|l| accepted(l)).count();
+            if n == statuses.len() {
+                conds.push(cond("Accepted", true, "Accepted", "accepted", gen));
+            } else if n > 0 {
+                conds.push(cond("Accepted", true, "ListenersNotValid", "some listeners are not valid", gen));
+            } else {
+                conds.push(cond("Accepted", false, "ListenersNotValid", "no listener is valid", gen));
+            }
+        }
+        if static_addr {
+            conds.push(cond("Programmed", false, "AddressNotUsable", "static addresses are not supported", gen));
+        } else if addresses.is_empty() {
+            conds.push(cond(
+                "Programmed",
+                false,
+                "AddressNotAssigned",
+                format!("Service {} has no cluster IP yet", service.name),
+                gen,
+            ));
+        } else {
+            conds.push(cond("Programmed", true, "Programmed", "programmed", gen));
+        }
+        out.gateways.push(GatewayOutcome {
+            object: obj("Gateway", &g.metadata),
+            uid: g.metadata.uid.clone(),
+            conditions: conds,
+            listeners: statuses,
+            addresses,
+            service,
+        });
+        glisteners.push(ls);
+    }
+
+    // Routes.
+    let mut routes: Vec<&HttpRoute> = input.routes.iter().collect();
+    routes.sort_by_key(|r| (r.metadata.creation_timestamp.as_ref().map(|t| t.0), obj("HTTPRoute", &r.metadata)));
+    let services: BTreeMap<(&str, &str), &Service> = input
+        .services
+        .iter()
+        .filter_map(|s| Some(((s.metadata.namespace.as_deref()?, s.metadata.name.as_deref()?), s)))
+        .collect();
+    let mut slices: BTreeMap<(&str, &str), Vec<&EndpointSlice>> = BTreeMap::new();
+    for sl in &input.endpoint_slices {
+        let svc = sl.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)).map(String::as_str);
+        if let (Some(ns), Some(svc)) = (sl.metadata.namespace.as_deref(), svc) {
+            slices.entry((ns, svc)).or_default().push(sl);
+        }
+    }
+    // (bind port, host) → candidates; bind port → listener port.
+    let mut tables: BTreeMap<(u16, HostMatch), Vec<Candidate>> = BTreeMap::new();
+    let mut ports: BTreeMap<u16, u16> = BTreeMap::new();
+    let mut https_binds: BTreeMap<u16, Vec<String>> = BTreeMap::new();
+    let mut tls_listeners: Vec<(u16, Option<HostMatch>, String)> = Vec::new();
+    let mut http_binds: BTreeSet<u16> = BTreeSet::new();
+    for (gi, g) in gws.iter().enumerate() {
+        for l in &glisteners[gi] {
+            if !l.usable {
+                continue;
+            }
+            let b = bind_ports[&port_key(g, l.port)];
+            ports.insert(b, l.port);
+            if l.https {
+                if !l.certs.is_empty() {
+                    https_binds.entry(b).or_default().extend(l.certs.clone());
+                }
+                let gid = port_key(g, l.port);
+                tls_listeners.push((b, l.hostname.clone(), stable_id("l", &[&gid, &l.name])));
+            } else {
+                http_binds.insert(b);
+            }
+            // Every listener hostname has a table, so its requests never reach a less
+            // specific listener's routes.
+            if let Some(h) = &l.hostname {
+                tables.entry((b, h.clone())).or_default();
+            }
+        }
+    }
+    let mut rules: BTreeMap<RuleId, (String, ObjectRef)> = BTreeMap::new();
+    let mut actions: Vec<RuleActions> = Vec::new();
+    let mut backends: BTreeMap<String, PlannedBackend> = BTreeMap::new();
+    let mut need_500 = false;
+    let mut splits: Vec<Split> = Vec::new();
+    for (route_rank, r) in routes.into_iter().enumerate() {
+        let me = obj("HTTPRoute", &r.metadata);
+        let rns = me.namespace.clone();
+        let gen = r.metadata.generation.unwrap_or(0);
+        let mut v = Verdict { object: me.clone(), refusals: vec![], warnings: vec![] };
+        let mut parents = Vec::new();
+        // Validate the route's own content once.
+        let mut hostnames = Vec::new();
+        let mut bad: Option<String> = None;
+        for (i, h) in r.spec.hostnames.iter().enumerate() {
+            match gateway_host(h) {
+                Ok(h) => hostnames.push(h),
+                Err(e) => bad = Some(format!("spec.hostnames[{i}]: {e}")),
+            }
+        }
+        if hostnames.is_empty() {
+            hostnames.push(HostMatch::Any);
+        }
+        let default_rule = [HttpRouteRule::default()];
+        let rules_in: &[HttpRouteRule] = if r.spec.rules.is_empty() { &default_rule } else { &r.spec.rules };
+        // Per rule: matches, actions, backends.
+        let mut compiled: Vec<(Vec<Candidate>, RuleActions, Resolved)> = Vec::new();
+        let mut resolved_refs: Result<(), (&'static str, String)> = Ok(());
+        for (ri, rule) in rules_in.iter().enumerate() {
+            let field = format!("spec.rules[{ri}]");
+            let default_match = [HttpRouteMatch::default()];
+            let ms: &[HttpRouteMatch] = if rule.matches.is_empty() { &default_match } else { &rule.matches };
+            let mut cands = Vec::new();
+            let mut prefix_len = None;
+            for (mi, m) in ms.iter().enumerate() {
+                let id = stable_id("g", &[&rns, &me.name, &ri.to_string(), &mi.to_string()]);
+                match compile_match(m) {
+                    Ok(mut c) => {
+                        if c.path.0 == PathKind::Prefix {
+                            prefix_len = Some(if c.path.1 == "/" { 0 } else { c.path.1.len() });
+                        }
+                        c.order = (route_rank, ri, mi);
+                        c.rule = id;
+                        cands.push(c);
+                    }
+                    Err(e) => bad = Some(format!("{field}.matches[{mi}]: {e}")),
+                }
+            }
+            let mut acts = match compile_filters(&rule.filters, prefix_len) {
+                Ok(a) => a,
+                Err(e) => {
+                    bad = Some(format!("{field}.filters: {e}"));
+                    RuleActions::default()
+                }
+            };
+            if let Some(t) = &rule.timeouts {
+                let mut ms = Vec::new();
+                for (f, v) in [("request", &t.request), ("backendRequest", &t.backend_request)] {
+                    match v.as_deref().map(duration_ms) {
+                        None | Some(Ok(0)) => {}
+                        Some(Ok(n)) => ms.push(n),
+                        Some(Err(e)) => bad = Some(format!("{field}.timeouts.{f}: {e}")),
+                    }
+                }
+                acts.timeout_ms = ms.into_iter().min();
+            }
+            // Backends.
+            let mut res = Resolved { refs: vec![], invalid_weight: 0, each: vec![] };
+            for (bi, br) in rule.backend_refs.iter().enumerate() {
+                let weight = u32::try_from(br.weight.unwrap_or(1)).unwrap_or(0);
+                let mut ops = HeaderOps::default();
+                for f in &br.filters {
+                    match (f.type_.as_str(), &f.request_header_modifier) {
+                        ("RequestHeaderModifier", Some(m)) => match header_ops(m) {
+                            Ok(o) => ops = o,
+                            Err(e) => bad = Some(format!("{field}.backendRefs[{bi}].filters: {e}")),
+                        },
+                        (other, _) => {
+                            bad = Some(format!(
+                                "{field}.backendRefs[{bi}].filters: {other} is not supported on a backend"
+                            ))
+                        }
+                    }
+                }
+                if weight > 0 {
+                    res.each.push((None, weight, ops));
+                }
+                let bns = br.namespace.clone().unwrap_or_else(|| rns.clone());
+                let fail = |reason: &'static str,
+                            msg: String,
+                            res: &mut Resolved,
+                            rr: &mut Result<(), (&'static str, String)>| {
+                    res.invalid_weight += weight;
+                    if rr.is_ok() {
+                        *rr = Err((reason, msg));
+                    }
+                };
+                if !br.group.as_deref().unwrap_or("").is_empty() || br.kind.as_deref().unwrap_or("Service") != "Service"
+                {
+                    fail(
+                        "InvalidKind",
+                        format!("{field}.backendRefs[{bi}]: only Services are supported"),
+                        &mut res,
+                        &mut resolved_refs,
+                    );
+                    continue;
+                }
+                if bns != rns && !granted(&input.grants, "HTTPRoute", &rns, "Service", &bns, &br.name) {
+                    fail(
+                        "RefNotPermitted",
+                        format!("{field}.backendRefs[{bi}]: no ReferenceGrant in {bns} lets HTTPRoutes of {rns} use Service {}", br.name),
+                        &mut res,
+                        &mut resolved_refs,
+                    );
+                    continue;
+                }
+                let Some(svc) = services.get(&(bns.as_str(), br.name.as_str())) else {
+                    fail(
+                        "BackendNotFound",
+                        format!("{field}.backendRefs[{bi}]: Service {bns}/{} not found", br.name),
+                        &mut res,
+                        &mut resolved_refs,
+                    );
+                    continue;
+                };
+                let Some(port) = br.port else {
+                    fail(
+                        "BackendNotFound",
+                        format!("{field}.backendRefs[{bi}]: no port"),
+                        &mut res,
+                        &mut resolved_refs,
+                    );
+                    continue;
+                };
+                let sp =
+                    svc.spec.as_ref().and_then(|s| s.ports.as_ref()).and_then(|ps| ps.iter().find(|p| p.port == port));
+                let Some(sp) = sp else {
+                    fail(
+                        "BackendNotFound",
+                        format!("{field}.backendRefs[{bi}]: Service {bns}/{} has no port {port}", br.name),
+                        &mut res,
+                        &mut resolved_refs,
+                    );
+                    continue;
+                };
+                let protocol = match sp.app_protocol.as_deref() {
+                    None | Some("http") | Some("kubernetes.io/ws") | Some("kubernetes.io/http") => Protocol::Http,
+                    Some("kubernetes.io/h2c") => Protocol::H2c,
+                    Some(other) => {
+                        fail(
+                            "UnsupportedProtocol",
+                            format!("{field}.backendRefs[{bi}]: appProtocol {other} is not supported"),
+                            &mut res,
+                            &mut resolved_refs,
+                        );
+                        continue;
+                    }
+                };
+                let canonical = sp.name.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| sp.port.to_string());
+                let name = format!("{bns}_{}_{canonical}", br.name);
+                if !crate::template::is_section_name(&name) {
+                    fail(
+                        "BackendNotFound",
+                        format!("{field}.backendRefs[{bi}]: {name:?} is not a backend name"),
+                        &mut res,
+                        &mut resolved_refs,
+                    );
+                    continue;
+                }
+                let sl = slices.get(&(bns.as_str(), br.name.as_str())).map_or(&[][..], Vec::as_slice);
+                let eps = endpoints(sl, sp.name.as_deref().unwrap_or(""));
+                if weight > 0 {
+                    if let Some(last) = res.each.last_mut() {
+                        last.0 = Some(name.clone());
+                    }
+                    res.refs.push((name, weight, eps, protocol));
+                }
+            }
+            compiled.push((cands, acts, res));
+        }
+        // Parents.
+        let mut attached_any = false;
+        let mut attachments: Vec<(usize, usize)> = Vec::new(); // (gateway index, listener index)
+        for pr in &r.spec.parent_refs {
+            if pr.group.as_deref().unwrap_or(GROUP) != GROUP || pr.kind.as_deref().unwrap_or("Gateway") != "Gateway" {
+                continue;
+            }
+            let pns = pr.namespace.clone().unwrap_or_else(|| rns.clone());
+            let Some(gi) = gws.iter().position(|g| {
+                g.metadata.namespace.as_deref() == Some(pns.as_str())
+                    && g.metadata.name.as_deref() == Some(pr.name.as_str())
+            }) else {
+                continue;
+            };
+            let g = gws[gi];
+            let gns = g.metadata.namespace.clone().unwrap_or_default();
+            let ls = &glisteners[gi];
+            let named: Vec<usize> = (0..ls.len())
+                .filter(|i| pr.section_name.as_deref().is_none_or(|s| s == ls[*i].name))
+                .filter(|i| pr.port.is_none_or(|p| i32::from(ls[*i].port) == p))
+                .collect();
+            let mut conds = Vec::new();
+            let accepted: Result<Vec<usize>, (&'static str, String)> = if named.is_empty() {
+                Err(("NoMatchingParent", "no listener matches the sectionName and port".into()))
+            } else if let Some(b) = &bad {
+                Err(("UnsupportedValue", b.clone()))
+            } else {
+                let allowed: Vec<usize> = named
+                    .iter()
+                    .copied()
+                    .filter(|i| {
+                        let l = &ls[*i];
+                        l.usable
+                            && l.allows_http_route
+                            && match l.from.as_str() {
+                                "All" => true,
+                                "Selector" => l.selector.as_ref().is_some_and(|s| {
+                                    ns_labels.get(rns.as_str()).is_some_and(|labels| labels_match(s, labels))
+                                }),
+                                _ => rns == gns,
+                            }
+                    })
+                    .collect();
+                if allowed.is_empty() {
+                    Err(("NotAllowedByListeners", "no listener allows this route".into()))
+                } else {
+                    let hosted: Vec<usize> = allowed
+                        .into_iter()
+                        .filter(|i| hostnames.iter().any(|h| intersect(&ls[*i].hostname, h).is_some()))
+                        .collect();
+                    if hosted.is_empty() {
+                        Err((
+                            "NoMatchingListenerHostname",
+                            "no listener hostname intersects the route's hostnames".into(),
+                        ))
+                    } else {
+                        Ok(hosted)
+                    }
+                }
+            };
+            match &accepted {
+                Ok(idx) => {
+                    conds.push(cond("Accepted", true, "Accepted", "accepted", gen));
+                    attached_any = true;
+                    for i in idx {
+                        if !attachments.contains(&(gi, *i)) {
+                            attachments.push((gi, *i));
+                        }
+                    }
+                }
+                Err((reason, msg)) => {
+                    conds.push(cond("Accepted", false, reason, msg.clone(), gen));
+                    v.refusals.push(Refusal { field: "spec.parentRefs".into(), reason: format!("{}: {msg}", pr.name) });
+                }
+            }
+            match &resolved_refs {
+                Ok(()) => conds.push(cond("ResolvedRefs", true, "ResolvedRefs", "resolved", gen)),
+                Err((reason, msg)) => conds.push(cond("ResolvedRefs", false, reason, msg.clone(), gen)),
+            }
+            parents.push(ParentStatus { parent_ref: pr.clone(), conditions: conds });
+        }
+        if parents.is_empty() {
+            continue;
+        }
+        if let Err((_, msg)) = &resolved_refs {
+            v.warnings.push(Refusal { field: "spec.rules".into(), reason: msg.clone() });
+        }
+        // Attached routes per listener (once per route).
+        for (gi, li) in &attachments {
+            out.gateways[*gi].listeners[*li].attached_routes += 1;
+        }
+        if attached_any {
+            for (ri, (cands, acts, mut res)) in compiled.into_iter().enumerate() {
+                // Backends that differ in filters, or invalid ones beside valid ones: a split.
+                let split = acts.redirect.is_none()
+                    && res.each.len() > 1
+                    && (res.each.iter().any(|e| !e.2.is_empty()) || (res.invalid_weight > 0 && !res.refs.is_empty()));
+                let each = std::mem::take(&mut res.each);
+                let single_ops = match each.as_slice() {
+                    [(_, _, ops)] => ops.clone(),
+                    _ => HeaderOps::default(),
+                };
+                let backend = if split {
+                    for (name, _, eps, protocol) in std::mem::take(&mut res.refs) {
+                        backends.entry(name).or_insert((eps, BTreeMap::new(), protocol));
+                    }
+                    ERROR_500.to_string()
+                } else {
+                    rule_backend(&rns, &me.name, ri, res, &mut backends, &mut need_500, acts.redirect.is_some())
+                };
+                for c in &cands {
+                    let mut a = acts.clone();
+                    a.rule = c.rule.clone();
+                    // A prefix rewrite replaces this match's own prefix.
+                    let plen = if c.path.0 == PathKind::Prefix && c.path.1 != "/" { c.path.1.len() } else { 0 };
+                    if let Some(PathRewrite::Prefix { matched, .. }) = &mut a.path_rewrite {
+                        *matched = plen;
+                    }
+                    if let Some(PathRewrite::Prefix { matched, .. }) = a.redirect.as_mut().and_then(|r| r.path.as_mut())
+                    {
+                        *matched = plen;
+                    }
+                    if split {
+                        let mut picks = Vec::new();
+                        let mut upto = 0u32;
+                        for (bi, (be, w, ops)) in each.iter().enumerate() {
+                            let sub = format!("{}b{bi}", c.rule);
+                            upto = upto.saturating_add(*w);
+                            picks.push((sub.clone(), upto));
+                            rules.insert(sub.clone(), (be.clone().unwrap_or_else(|| ERROR_500.into()), me.clone()));
+                            let mut sa = a.clone();
+                            sa.rule = sub;
+                            sa.request_headers = merge_ops(&a.request_headers, ops);
+                            actions.push(sa);
+                        }
+                        splits.push(Split { rule: c.rule.clone(), picks, total: upto });
+                        rules.insert(c.rule.clone(), (backend.clone(), me.clone()));
+                        continue;
+                    }
+                    a.request_headers = merge_ops(&a.request_headers, &single_ops);
+                    rules.insert(c.rule.clone(), (backend.clone(), me.clone()));
+                    if a != (RuleActions { rule: c.rule.clone(), ..Default::default() }) {
+                        actions.push(a);
+                    }
+                }
+                for (gi, li) in &attachments {
+                    let l = &glisteners[*gi][*li];
+                    let b = bind_ports[&port_key(gws[*gi], l.port)];
+                    let others: Vec<&Option<HostMatch>> =
+                        glisteners[*gi].iter().filter(|o| o.usable && o.port == l.port).map(|o| &o.hostname).collect();
+                    for h in &hostnames {
+                        let Some(eff) = intersect(&l.hostname, h) else { continue };
+                        if others.iter().any(|o| claimed_by(&eff, o, &l.hostname)) {
+                            continue;
+                        }
+                        tables.entry((b, eff)).or_default().extend(cands.iter().cloned());
+                    }
+                }
+            }
+        }
+        out.routes.push(RouteOutcome { object: me, parents });
+        out.verdicts.push(v);
+    }
+
+    // Host tables, in a deterministic order: by bind port and host.
+    let mut model = std::mem::take(&mut out.model);
+    splits.sort_by(|a, b| a.rule.cmp(&b.rule));
+    tls_listeners.sort();
+    let mut routing =
+        GatewayRouting { ports: ports.into_iter().collect(), matches: vec![], actions, splits, tls_listeners };
+    routing.actions.sort_by(|a, b| a.rule.cmp(&b.rule));
+    routing.actions.dedup_by(|a, b| a.rule == b.rule);
+    for ((port, host), mut cands) in tables {
+        // By content, so a host table added or removed never renames another (the config's
+        // match rules name host ids).
+        let id = stable_id("h", &[&port.to_string(), &format!("{host:?}")]);
+        cands.sort_by(|a, b| a.key.cmp(&b.key).then_with(|| a.order.cmp(&b.order)));
+        let last_conditional =
+            cands.iter().rposition(|c| c.method.is_some() || !c.headers.is_empty() || !c.query.is_empty());
+        if let Some(last) = last_conditional {
+            for c in &cands[..=last] {
+                routing.matches.push(MatchRule {
+                    host: id.clone(),
+                    path: Some(c.path.clone()).filter(|p| !(p.0 == PathKind::Prefix && p.1 == "/")),
+                    method: c.method.clone(),
+                    headers: c.headers.clone(),
+                    query: c.query.clone(),
+                    rule: c.rule.clone(),
+                });
+            }
+        }
+        let mut paths: Vec<PathEntry> = Vec::new();
+        let mut seen = BTreeSet::new();
+        for c in cands.iter().filter(|c| c.method.is_none() && c.headers.is_empty() && c.query.is_empty()) {
+            if seen.insert(c.path.clone()) {
+                paths.push(PathEntry { kind: c.path.0, path: c.path.1.clone(), rule: c.rule.clone() });
+            }
+        }
+        paths.sort_by(|a, b| b.path.len().cmp(&a.path.len()).then(a.kind.cmp(&b.kind)).then(a.path.cmp(&b.path)));
+        model.hosts.push(HostTable { host, id, paths, port: Some(port) });
+    }
+    model.rules = rules
+        .into_iter()
+        .map(|(id, (backend, source))| Rule { id, backend, policy: None, rewrite: None, canary: None, source })
+        .collect();
+    // Backends: slots planned per backend, kept across renders; retired ones parked.
+    let prev = &input.previous_slots;
+    let active: BTreeSet<String> = backends.keys().cloned().collect();
+    out.slots.retired = slots::retired(prev, &active, slots::RETIRED_KEPT);
+    let retired = out.slots.retired.iter().map(|n| (n.clone(), (Vec::new(), BTreeMap::new(), Protocol::Http)));
+    let all: BTreeMap<_, _> = backends.into_iter().chain(retired).collect();
+    for (name, (eps, weights, protocol)) in all {
+        let (mut servers, s) = slots::plan(&eps, prev.backends.get(&name), st.min_slots);
+        for srv in &mut servers {
+            srv.weight = srv.endpoint.and_then(|a| weights.get(&a).map(|w| u16::try_from(*w).unwrap_or(256)));
+        }
+        out.slots.backends.insert(name.clone(), s);
+        model.backends.push(Backend { name, servers, options: BackendOptions { protocol, ..Default::default() } });
+    }
+    let _ = need_500;
+    model.certs = certs.into_values().collect();
+    let mut binds: Vec<Bind> =
+        http_binds.iter().map(|p| Bind { address: st.bind_address, port: *p, tls: false, certs: vec![] }).collect();
+    for (p, mut c) in https_binds {
+        c.sort();
+        c.dedup();
+        binds.push(Bind { address: st.bind_address, port: p, tls: true, certs: c });
+    }
+    if !binds.is_empty() {
+        model.frontends.push(Frontend { name: "gateway".into(), binds });
+    }
+    model.gateway = Some(routing);
+    out.model = model;
+    out.verdicts.sort_by(|a, b| a.object.cmp(&b.object));
+    out
+}
+
+/// The backend a rule sends to: the one Service port's backend, a weighted backend of the
+/// rule's own holding every endpoint of its backends, or the 500 backend.
+fn rule_backend(
+    ns: &str,
+    route: &str,
+    ri: usize,
+    res: Resolved,
+    backends: &mut BTreeMap<String, PlannedBackend>,
+    need_500: &mut bool,
+    redirect: bool,
+) -> String {
+    if res.refs.is_empty() {
+        *need_500 = !redirect;
+        return ERROR_500.to_string();
+    }
+    if res.refs.len() == 1 && res.invalid_weight == 0 {
+        let (name, _, eps, protocol) = res.refs.into_iter().next().unwrap_or_default();
+        backends.entry(name.clone()).or_insert((eps, BTreeMap::new(), protocol));
+        return name;
+    }
+    // One backend for the rule: each endpoint weighted by its Service's share over its count.
+    let name = format!("route_{ns}_{route}_{ri}");
+    let name =
+        if crate::template::is_section_name(&name) { name } else { stable_id("route_", &[ns, route, &ri.to_string()]) };
+    let shares: Vec<f64> = res.refs.iter().map(|(_, w, eps, _)| f64::from(*w) / eps.len().max(1) as f64).collect();
+    let top = shares.iter().cloned().fold(0.0f64, f64::max).max(f64::MIN_POSITIVE);
+    let mut eps_all: BTreeMap<SocketAddr, (bool, u32)> = BTreeMap::new();
+    for ((_, _, eps, _), share) in res.refs.iter().zip(&shares) {
+        let w = ((share / top) * 256.0).round().clamp(1.0, 256.0) as u32;
+        for e in eps {
+            let entry = eps_all.entry(e.addr).or_insert((e.draining, 0));
+            entry.1 = (entry.1 + w).min(256);
+        }
+    }
+    let protocol = res.refs[0].3;
+    let eps = eps_all.iter().map(|(a, (d, _))| Endpoint { addr: *a, draining: *d }).collect();
+    let weights = eps_all.into_iter().map(|(a, (_, w))| (a, w)).collect();
+    backends.insert(name.clone(), (eps, weights, protocol));
+    name
+}
+
+/// A Gateway API duration (`1h`, `30s`, `500ms`, `1m30s`; at most four parts) in milliseconds.
+pub fn duration_ms(s: &str) -> Result<u64, String> {
+    let mut total: u64 = 0;
+    let mut rest = s;
+    let mut parts = 0;
+    if s.is_empty() {
+        return Err("an empty duration".into());
+    }
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 || digits > 5 {
+            return Err(format!("{s:?} is not a duration"));
+        }
+        let n: u64 = rest[..digits].parse().map_err(|_| format!("{s:?} is not a duration"))?;
+        rest = &rest[digits..];
+        let (unit, len) = if rest.starts_with("ms") {
+            (1, 2)
+        } else if rest.starts_with('h') {
+            (3_600_000, 1)
+        } else if rest.starts_with('m') {
+            (60_000, 1)
+        } else if rest.starts_with('s') {
+            (1000, 1)
+        } else {
+            return Err(format!("{s:?} is not a duration"));
+        };
+        rest = &rest[len..];
+        total += n * unit;
+        parts += 1;
+        if parts > 4 {
+            return Err(format!("{s:?} has more than four parts"));
+        }
+    }
+    Ok(total)
+}
+
+/// A match, checked and ordered by the API's precedence.
+fn compile_match(m: &HttpRouteMatch) -> Result<Candidate, String> {
+    let p = m.path.clone().unwrap_or_default();
+    let kind = match p.type_.as_deref().unwrap_or("PathPrefix") {
+        "Exact" => PathKind::Exact,
+        "PathPrefix" => PathKind::Prefix,
+        other => return Err(format!("path type {other} is not supported")),
+    };
+    let path = parse_path(kind, Some(p.value.as_deref().unwrap_or("/")))?;
+    if !is_word(&path) {
+        return Err(format!("path {path:?} cannot be written"));
+    }
+    let method = match &m.method {
+        Some(mm) if is_token(mm) => Some(mm.to_ascii_uppercase()),
+        Some(mm) => return Err(format!("method {mm:?} is not a token")),
+        None => None,
+    };
+    let mut headers = Vec::new();
+    for h in &m.headers {
+        if h.type_.as_deref().unwrap_or("Exact") != "Exact" {
+            return Err("only Exact header matches are supported".into());
+        }
+        if !is_token(&h.name) || !is_word(&h.value) {
+            return Err(format!("header {:?} cannot be matched", h.name));
+        }
+        let name = h.name.to_ascii_lowercase();
+        // The first of two entries with one name counts (the API says so).
+        if !headers.iter().any(|(n, _): &(String, String)| *n == name) {
+            headers.push((name, h.value.clone()));
+        }
+    }
+    let mut query = Vec::new();
+    for q in &m.query_params {
+        if q.type_.as_deref().unwrap_or("Exact") != "Exact" {
+            return Err("only Exact query parameter matches are supported".into());
+        }
+        if !is_token(&q.name) || !is_word(&q.value) {
+            return Err(format!("query parameter {:?} cannot be matched", q.name));
+        }
+        if !query.iter().any(|(n, _): &(String, String)| *n == q.name) {
+            query.push((q.name.clone(), q.value.clone()));
+        }
+    }
+    use std::cmp::Reverse;
+    let key = (
+        u8::from(kind != PathKind::Exact),
+        Reverse(path.len()),
+        u8::from(method.is_none()),
+        Reverse(headers.len()),
+        Reverse(query.len()),
+    );
+    Ok(Candidate { key, order: Default::default(), path: (kind, path), method, headers, query, rule: String::new() })
+}
+
+/// The rule's header operations, then a backend's own.
+fn merge_ops(rule: &HeaderOps, backend: &HeaderOps) -> HeaderOps {
+    let mut out = rule.clone();
+    out.set.extend(backend.set.iter().cloned());
+    out.add.extend(backend.add.iter().cloned());
+    out.remove.extend(backend.remove.iter().cloned());
+    out
+}
+
+fn header_ops(f: &HttpHeaderFilter) -> Result<HeaderOps, String> {
+    let pair = |h: &HttpHeader| -> Result<(String, String), String> {
+        if !is_token(&h.name) || !is_word(&h.value) {
+            return Err(format!("header {:?} cannot be written", h.name));
+        }
+        Ok((h.name.clone(), h.value.clone()))
+    };
+    let mut ops = HeaderOps {
+        set: f.set.iter().map(pair).collect::<Result<_, _>>()?,
+        add: f.add.iter().map(pair).collect::<Result<_, _>>()?,
+        remove: vec![],
+    };
+    for r in &f.remove {
+        if !is_token(r) {
+            return Err(format!("header {r:?} cannot be removed"));
+        }
+        ops.remove.push(r.clone());
+    }
+    Ok(ops)
+}
+
+fn path_modifier(p: &HttpPathModifier, prefix: Option<usize>) -> Result<PathRewrite, String> {
+    match p.type_.as_str() {
+        "ReplaceFullPath" => {
+            let v = p.replace_full_path.clone().unwrap_or_else(|| "/".into());
+            if !v.starts_with('/') || !is_word(&v) {
+                return Err(format!("path {v:?} cannot be written"));
+            }
+            Ok(PathRewrite::Full(v))
+        }
+        "ReplacePrefixMatch" => {
+            let v = p.replace_prefix_match.clone().unwrap_or_else(|| "/".into());
+            if !v.starts_with('/') || !is_word(&v) {
+                return Err(format!("path {v:?} cannot be written"));
+            }
+            let Some(matched) = prefix else {
+                return Err("ReplacePrefixMatch needs a PathPrefix match".into());
+            };
+            Ok(PathRewrite::Prefix { matched, with: v })
+        }
+        other => Err(format!("path modifier {other} is not supported")),
+    }
+}
+
+fn compile_filters(filters: &[HttpRouteFilter], prefix: Option<usize>) -> Result<RuleActions, String> {
+    let mut a = RuleActions::default();
+    for f in filters {
+        match f.type_.as_str() {
+            "RequestHeaderModifier" => {
+                a.request_headers = header_ops(&f.request_header_modifier.clone().unwrap_or_default())?
+            }
+            "ResponseHeaderModifier" => {
+                a.response_headers = header_ops(&f.response_header_modifier.clone().unwrap_or_default())?
+            }
+            "RequestRedirect" => {
+                let r = f.request_redirect.clone().unwrap_or_default();
+                let scheme = match r.scheme.as_deref() {
+                    None => None,
+                    Some(s @ ("http" | "https")) => Some(s.to_string()),
+                    Some(s) => return Err(format!("scheme {s:?} is not supported")),
+                };
+                let hostname = match &r.hostname {
+                    Some(h) => match parse_host(h)? {
+                        HostMatch::Exact(h) => Some(h),
+                        _ => return Err("a redirect hostname cannot be a wildcard".into()),
+                    },
+                    None => None,
+                };
+                let code = match r.status_code.unwrap_or(302) {
+                    c @ (301 | 302 | 303 | 307 | 308) => c as u16,
+                    c => return Err(format!("status code {c} is not supported")),
+                };
+                let port = r.port.map(|p| u16::try_from(p).map_err(|_| format!("port {p}"))).transpose()?;
+                let path = r.path.as_ref().map(|p| path_modifier(p, prefix)).transpose()?;
+                a.redirect = Some(GatewayRedirect { scheme, hostname, port, path, code });
+            }
+            "URLRewrite" => {
+                let u = f.url_rewrite.clone().unwrap_or_default();
+                if let Some(h) = &u.hostname {
+                    match parse_host(h)? {
+                        HostMatch::Exact(h) => a.host_rewrite = Some(h),
+                        _ => return Err("a rewritten hostname cannot be a wildcard".into()),
+                    }
+                }
+                a.path_rewrite = u.path.as_ref().map(|p| path_modifier(p, prefix)).transpose()?;
+            }
+            other => return Err(format!("filter {other} is not supported")),
+        }
+    }
+    Ok(a)
+}
+
+/// A set of objects as one YAML or JSON document lists them (`gateways`, `routes`, `grants`,
+/// `namespaces`, `services`, `endpointSlices`, `secrets`): test fixtures and offline renders.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GatewayObjects {
+    /// Gateways.
+    pub gateways: Vec<Gateway>,
+    /// HTTPRoutes.
+    pub routes: Vec<HttpRoute>,
+    /// ReferenceGrants.
+    pub grants: Vec<ReferenceGrant>,
+    /// Namespaces.
+    pub namespaces: Vec<Namespace>,
+    /// Services.
+    pub services: Vec<Service>,
+    /// EndpointSlices.
+    pub endpoint_slices: Vec<EndpointSlice>,
+    /// Secrets.
+    pub secrets: Vec<Secret>,
+}
+
+impl GatewayObjects {
+    /// The translator input serving these objects under the class `class` (which names our
+    /// controller), with `settings`.
+    pub fn input(self, class: &str, settings: GatewaySettings) -> GatewayInput {
+        let mut c = GatewayClass::default();
+        c.metadata.name = Some(class.into());
+        c.metadata.generation = Some(1);
+        c.spec.controller_name = GATEWAY_CONTROLLER.into();
+        GatewayInput {
+            class_name: class.into(),
+            classes: vec![c],
+            gateways: self.gateways,
+            routes: self.routes,
+            grants: self.grants,
+            namespaces: self.namespaces,
+            services: self.services,
+            endpoint_slices: self.endpoint_slices,
+            secrets: self.secrets,
+            previous_slots: SlotMap::default(),
+            settings,
+        }
+    }
+}
+
+/// Fixture loading for the tests.
+#[cfg(test)]
+pub(crate) mod fixture {
+    use super::*;
+
+    pub(crate) fn input(yaml: &str) -> GatewayInput {
+        let f: GatewayObjects = serde_saphyr::from_str(yaml).unwrap();
+        f.input("haptic", GatewaySettings { min_slots: 2, namespace: "fleet".into(), ..Default::default() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixture::input;
+    use super::*;
+    use proptest::prelude::*;
+
+    const FIXTURE: &str = include_str!("../tests/fixtures/gateway.yaml");
+
+    fn gw<'a>(o: &'a GatewayOutput, name: &str) -> &'a GatewayOutcome {
+        o.gateways.iter().find(|g| g.object.name == name).unwrap()
+    }
+
+    fn listener<'a>(g: &'a GatewayOutcome, name: &str) -> &'a ListenerStatus {
+        g.listeners.iter().find(|l| l.name == name).unwrap()
+    }
+
+    fn has(conds: &[Cond], type_: &str, status: bool, reason: &str) -> bool {
+        conds.iter().any(|c| c.type_ == type_ && c.status == status && c.reason == reason)
+    }
+
+    fn parent<'a>(o: &'a GatewayOutput, route: &str, section: Option<&str>) -> &'a ParentStatus {
+        let r = o.routes.iter().find(|r| r.object.name == route).unwrap_or_else(|| panic!("no status for {route}"));
+        r.parents.iter().find(|p| p.parent_ref.section_name.as_deref() == section).unwrap()
+    }
+
+    #[test]
+    fn the_class_is_accepted_with_its_features_and_other_classes_are_left_alone() {
+        let o = translate_gateway(&input(FIXTURE));
+        let c = o.class.as_ref().unwrap();
+        assert!(has(&c.conditions, "Accepted", true, "Accepted"));
+        assert_eq!(c.conditions[0].observed_generation, 1);
+        assert!(c.supported_features.contains(&"HTTPRouteQueryParamMatching"));
+        assert_eq!(o.gateways.len(), 1, "the Gateway of class `other` is not ours");
+        assert!(!o.routes.iter().any(|r| r.object.name == "not-ours"));
+        // A class naming another controller is not served.
+        let mut i = input(FIXTURE);
+        i.classes[0].spec.controller_name = "example.com/other".into();
+        let o = translate_gateway(&i);
+        assert!(o.class.is_none() && o.gateways.is_empty() && o.routes.is_empty());
+    }
+
+    #[test]
+    fn listeners_report_kinds_refs_and_attached_routes() {
+        let o = translate_gateway(&input(FIXTURE));
+        let g = gw(&o, "front");
+        assert!(g.conditions.iter().all(|c| c.observed_generation == 3));
+        let http = listener(g, "http");
+        assert_eq!(http.supported_kinds.len(), 1);
+        assert!(has(&http.conditions, "Programmed", true, "Programmed"));
+        // main (sectionName http) and exact-host (no sectionName, any host) attach.
+        assert_eq!(http.attached_routes, 2);
+        // exact-host attaches to `exact`; no-host does not (its hostname does not intersect).
+        assert_eq!(listener(g, "exact").attached_routes, 1);
+        // Only blue's route passes the selector.
+        assert_eq!(listener(g, "wild").attached_routes, 1);
+        let odd = listener(g, "odd-kind");
+        assert!(odd.supported_kinds.is_empty());
+        assert!(has(&odd.conditions, "ResolvedRefs", false, "InvalidRouteKinds"));
+        assert_eq!(odd.attached_routes, 0);
+        let broken = listener(g, "broken-tls");
+        assert!(has(&broken.conditions, "ResolvedRefs", false, "InvalidCertificateRef"));
+        assert!(has(&broken.conditions, "Programmed", false, "Invalid"));
+        assert_eq!(broken.attached_routes, 1, "routes attach to a listener with unresolved refs");
+        let https = listener(g, "https");
+        assert!(has(&https.conditions, "ResolvedRefs", true, "ResolvedRefs"));
+        // No Service address yet: not Programmed.
+        assert!(has(&g.conditions, "Programmed", false, "AddressNotAssigned"));
+        assert!(has(&g.conditions, "Accepted", true, "Accepted"));
+    }
+
+    #[test]
+    fn the_gateway_service_names_every_usable_port_and_the_address_programs_it() {
+        let mut i = input(FIXTURE);
+        let o = translate_gateway(&i);
+        let svc = gw(&o, "front").service.clone();
+        assert!(svc.name.len() <= 63 && svc.name.starts_with("gw-edge-front-"), "{}", svc.name);
+        let ports: Vec<u16> = svc.ports.iter().map(|p| p.0).collect();
+        assert_eq!(ports, [80, 443, 8443, 8080]);
+        let binds: BTreeSet<u16> = svc.ports.iter().map(|p| p.1).collect();
+        assert_eq!(binds.len(), 4, "one bind port per listener port");
+        let mut s = Service::default();
+        s.metadata.name = Some(svc.name.clone());
+        s.metadata.namespace = Some("fleet".into());
+        s.spec = Some(k8s_openapi::api::core::v1::ServiceSpec {
+            cluster_ip: Some("10.0.0.42".into()),
+            ..Default::default()
+        });
+        i.services.push(s);
+        let o = translate_gateway(&i);
+        let g = gw(&o, "front");
+        assert_eq!(g.addresses, ["10.0.0.42"]);
+        assert!(has(&g.conditions, "Programmed", true, "Programmed"));
+    }
+
+    #[test]
+    fn bind_ports_stay_when_gateways_come_and_go() {
+        let mut i = input(FIXTURE);
+        let first = translate_gateway(&i);
+        let mut g2 = i.gateways[0].clone();
+        g2.metadata.name = Some("aaa-first".into());
+        g2.metadata.creation_timestamp = None;
+        i.gateways.push(g2);
+        i.previous_slots = first.slots.clone();
+        let second = translate_gateway(&i);
+        for (k, p) in &first.slots.bind_ports {
+            assert_eq!(second.slots.bind_ports[k], *p, "{k}");
+        }
+        assert_eq!(second.slots.bind_ports.len(), 8);
+        let all: BTreeSet<u16> = second.slots.bind_ports.values().copied().collect();
+        assert_eq!(all.len(), 8, "two Gateways on port 80 never share a bind port");
+    }
+
+    #[test]
+    fn routes_report_attachment_reasons() {
+        let o = translate_gateway(&input(FIXTURE));
+        let main = parent(&o, "main", Some("http"));
+        assert!(has(&main.conditions, "Accepted", true, "Accepted"));
+        assert!(has(&main.conditions, "ResolvedRefs", true, "ResolvedRefs"));
+        assert!(main.conditions.iter().all(|c| c.observed_generation == 2));
+        assert!(has(&parent(&o, "blue-route", Some("wild")).conditions, "Accepted", true, "Accepted"));
+        let red = parent(&o, "red-route", Some("wild"));
+        assert!(has(&red.conditions, "Accepted", false, "NotAllowedByListeners"));
+        assert_eq!(red.conditions[0].observed_generation, 4);
+        assert!(has(&parent(&o, "red-route", Some("nope")).conditions, "Accepted", false, "NoMatchingParent"));
+        assert!(has(&parent(&o, "no-host", Some("exact")).conditions, "Accepted", false, "NoMatchingListenerHostname"));
+        let cross = parent(&o, "cross", Some("https"));
+        assert!(has(&cross.conditions, "Accepted", true, "Accepted"));
+        assert!(has(&cross.conditions, "ResolvedRefs", false, "RefNotPermitted"));
+        let bad = parent(&o, "bad-backends", Some("https"));
+        assert!(has(&bad.conditions, "ResolvedRefs", false, "InvalidKind"));
+    }
+
+    fn rule_of<'a>(m: &'a Model, port_of: u16, host: &HostMatch, path: &str) -> &'a Rule {
+        let t = m.hosts.iter().find(|t| t.port == Some(port_of) && &t.host == host).unwrap();
+        let id = &t.paths.iter().find(|p| p.path == path).unwrap().rule;
+        m.rules.iter().find(|r| &r.id == id).unwrap()
+    }
+
+    #[test]
+    fn backends_grants_weights_and_500() {
+        let o = translate_gateway(&input(FIXTURE));
+        let b443 = o.slots.bind_ports["edge/front:443"];
+        let b80 = o.slots.bind_ports["edge/front:80"];
+        let m = &o.model;
+        assert_eq!(rule_of(m, b443, &HostMatch::Any, "/granted").backend, "edge_web_80");
+        assert_eq!(rule_of(m, b443, &HostMatch::Any, "/ungranted").backend, ERROR_500);
+        let bad = HostMatch::Exact("bad.example.com".into());
+        assert_eq!(rule_of(m, b443, &bad, "/kind").backend, ERROR_500);
+        assert_eq!(rule_of(m, b443, &bad, "/missing").backend, ERROR_500);
+        let split = rule_of(m, b80, &HostMatch::Any, "/split");
+        let be = m.backends.iter().find(|b| b.name == split.backend).unwrap();
+        let w: Vec<(String, Option<u16>)> =
+            be.servers.iter().filter_map(|s| Some((s.endpoint?.to_string(), s.weight))).collect();
+        // web: 90 over two endpoints (45 each, the top share: 256); api: 10 over one (57).
+        assert_eq!(
+            w,
+            [
+                ("10.0.0.1:8080".into(), Some(256)),
+                ("10.0.0.2:8080".into(), Some(256)),
+                ("10.0.1.1:9090".into(), Some(57))
+            ]
+        );
+    }
+
+    #[test]
+    fn hostnames_intersect_and_listeners_stay_isolated() {
+        let o = translate_gateway(&input(FIXTURE));
+        let b80 = o.slots.bind_ports["edge/front:80"];
+        let hosts: Vec<&HostMatch> = o.model.hosts.iter().filter(|t| t.port == Some(b80)).map(|t| &t.host).collect();
+        // exact-host's hostnames: exact.example.com (its listener's and the any-host one's),
+        // *.wild.example.com on the any-host listener is claimed by the wild listener, whose
+        // own table exists; nowhere.other.com only through the any-host listener.
+        assert!(hosts.contains(&&HostMatch::Exact("exact.example.com".into())));
+        assert!(hosts.contains(&&HostMatch::Exact("nowhere.other.com".into())));
+        assert!(hosts.contains(&&HostMatch::Suffix(".wild.example.com".into())));
+        let wild = o.model.hosts.iter().find(|t| t.host == HostMatch::Suffix(".wild.example.com".into())).unwrap();
+        assert!(wild.paths.is_empty(), "exact-host is not allowed on the wild listener: {wild:?}");
+        let a = o.model.hosts.iter().find(|t| t.host == HostMatch::Exact("a.wild.example.com".into())).unwrap();
+        assert_eq!(o.model.rules.iter().find(|r| r.id == a.paths[0].rule).unwrap().backend, "blue_svc_80");
+        // Intersections.
+        let ex = |s: &str| HostMatch::Exact(s.into());
+        let sx = |s: &str| HostMatch::Suffix(s.into());
+        assert_eq!(intersect(&Some(sx(".a.com")), &ex("x.y.a.com")), Some(ex("x.y.a.com")));
+        assert_eq!(intersect(&Some(sx(".a.com")), &ex("a.com")), None);
+        assert_eq!(intersect(&Some(ex("x.a.com")), &sx(".a.com")), Some(ex("x.a.com")));
+        assert_eq!(intersect(&Some(sx(".a.com")), &sx(".b.a.com")), Some(sx(".b.a.com")));
+        assert_eq!(intersect(&Some(sx(".b.a.com")), &sx(".a.com")), Some(sx(".b.a.com")));
+        assert_eq!(intersect(&None, &HostMatch::Any), Some(HostMatch::Any));
+    }
+
+    #[test]
+    fn precedence_puts_conditional_matches_in_config_in_order() {
+        let o = translate_gateway(&input(FIXTURE));
+        let g = o.model.gateway.as_ref().unwrap();
+        let b80 = o.slots.bind_ports["edge/front:80"];
+        let any = o.model.hosts.iter().find(|t| t.port == Some(b80) && t.host == HostMatch::Any).unwrap();
+        let ms: Vec<(Option<&str>, usize)> = g
+            .matches
+            .iter()
+            .filter(|m| m.host == any.id)
+            .map(|m| (m.path.as_ref().map(|p| p.1.as_str()), m.headers.len()))
+            .collect();
+        // Exact /exact, then the longer prefixes /split and /moved (in rule order), then /v2;
+        // `/` stays in the maps only.
+        assert_eq!(ms, [(Some("/exact"), 0), (Some("/split"), 0), (Some("/moved"), 0), (Some("/v2"), 1)]);
+        let paths: Vec<&str> = any.paths.iter().map(|p| p.path.as_str()).collect();
+        assert_eq!(paths, ["/exact", "/moved", "/split", "/"]);
+    }
+
+    #[test]
+    fn render_is_deterministic_escapes_values_and_route_churn_is_maps_only() {
+        let t = crate::Templates::default();
+        let (a, _) = crate::render_gateway(&input(FIXTURE), &t).unwrap();
+        let (b, _) = crate::render_gateway(&input(FIXTURE), &t).unwrap();
+        assert_eq!(a, b);
+        let cfg = String::from_utf8(a.files["haproxy.cfg"].clone()).unwrap();
+        assert!(cfg.contains("set-header 'X-Via' 'haptic %%[env(HOME)]'"), "{cfg}");
+        assert!(cfg.contains("del-header 'X-Drop'"), "{cfg}");
+        assert!(cfg.contains("http-request set-timeout server 1500ms if"), "{cfg}");
+        assert!(cfg.contains("://'new.example.com'%[pathq] code 301 if"), "{cfg}");
+        assert!(cfg.contains("backend haptic_error_500\n    http-request return status 500"), "{cfg}");
+        assert!(cfg.contains("crt 'certs/edge_site.pem'"), "{cfg}");
+        // Another path-only route on a host without conditional matches: maps only.
+        let mut i = input(FIXTURE);
+        let mut extra = i.routes.iter().find(|r| r.metadata.name.as_deref() == Some("blue-route")).unwrap().clone();
+        extra.metadata.name = Some("blue-2".into());
+        extra.spec.hostnames = vec!["b.wild.example.com".into()];
+        i.routes.push(extra);
+        let (c, _) = crate::render_gateway(&i, &t).unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&a.files["haproxy.cfg"]),
+            String::from_utf8_lossy(&c.files["haproxy.cfg"]),
+            "a path-only route changes maps only"
+        );
+        assert_ne!(a.files["maps/hosts.map"], c.files["maps/hosts.map"]);
+    }
+
+    fn one_route(host: &str, path: &str, header: &str) -> GatewayInput {
+        let mut i = input(FIXTURE);
+        let r = i.routes.iter_mut().find(|r| r.metadata.name.as_deref() == Some("main")).unwrap();
+        r.spec.hostnames = vec![host.to_string()];
+        r.spec.rules[2].matches[0].path.as_mut().unwrap().value = Some(path.to_string());
+        r.spec.rules[2].matches[0].headers[0].value = header.to_string();
+        r.spec.rules[2].filters[0].request_header_modifier.as_mut().unwrap().set[0].value = header.to_string();
+        i
+    }
+
+    /// Each section's header words and each line's first word.
+    fn structure(cfg: &str) -> Vec<(String, usize)> {
+        cfg.lines()
+            .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+            .map(|l| {
+                let t = haptic_haproxy::cfg::tokenize(l);
+                (t.first().cloned().unwrap_or_default(), t.len())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration_ms("500ms"), Ok(500));
+        assert_eq!(duration_ms("1h30m10s5ms"), Ok(5_410_005));
+        assert_eq!(duration_ms("0s"), Ok(0));
+        for bad in ["", "1", "1d", "ms", "1h1h1h1h1h", "123456s"] {
+            assert!(duration_ms(bad).is_err(), "{bad}");
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+        /// Hostile hostnames, paths and header values never change the config's structure:
+        /// the route is refused (and absent) or its values are single quoted words.
+        #[test]
+        fn hostile_values_never_change_the_structure(
+            host in "[a-z.*%{}#'\" \\\\\n\r-]{0,20}",
+            path in "/[ -~\n\r]{0,30}",
+            header in "[ -~\n\r\t]{0,30}",
+        ) {
+            let t = crate::Templates::default();
+            let (plain, _) = crate::render_gateway(&one_route("plain.example.com", "/plain", "plain"), &t).unwrap();
+            let (render, out) = crate::render_gateway(&one_route(&host, &path, &header), &t).unwrap();
+            let cfg = String::from_utf8(render.files["haproxy.cfg"].clone()).unwrap();
+            let base = String::from_utf8(plain.files["haproxy.cfg"].clone()).unwrap();
+            let accepted = parent(&out, "main", Some("http")).conditions[0].status;
+            if accepted {
+                prop_assert_eq!(structure(&cfg), structure(&base));
+            } else {
+                prop_assert!(structure(&cfg).len() < structure(&base).len());
+            }
+            let (again, _) = crate::render_gateway(&one_route(&host, &path, &header), &t).unwrap();
+            prop_assert_eq!(render, again);
+        }
+    }
+}

@@ -1,0 +1,603 @@
+//! Gateway API types (`gateway.networking.k8s.io/v1`, standard channel, v1.6.3): GatewayClass,
+//! Gateway, HTTPRoute and ReferenceGrant, written by hand for the fields haptic reads and writes.
+//!
+//! Owns the serde shapes of those kinds and their `k8s_openapi::Resource` / `Metadata` impls
+//! (which give them kube's `Resource` in the controller, so a kube client can list, watch and
+//! patch them without this crate depending on kube). Fields not listed here are ignored when
+//! read; status is written by the controller as JSON, so the status types here are read-only
+//! views. It must never hold logic: [`crate::gateway`] decides what the objects mean.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, ObjectMeta};
+use serde::{Deserialize, Serialize};
+
+/// The API group.
+pub const GROUP: &str = "gateway.networking.k8s.io";
+
+macro_rules! resource {
+    ($ty:ident, $kind:literal, $version:literal, $plural:literal, $scope:ty) => {
+        impl k8s_openapi::Resource for $ty {
+            const API_VERSION: &'static str = concat!("gateway.networking.k8s.io/", $version);
+            const GROUP: &'static str = GROUP;
+            const KIND: &'static str = $kind;
+            const VERSION: &'static str = $version;
+            const URL_PATH_SEGMENT: &'static str = $plural;
+            type Scope = $scope;
+        }
+        impl k8s_openapi::ListableResource for $ty {
+            const LIST_KIND: &'static str = concat!($kind, "List");
+        }
+        impl k8s_openapi::Metadata for $ty {
+            type Ty = ObjectMeta;
+            fn metadata(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+            fn metadata_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+
+resource!(GatewayClass, "GatewayClass", "v1", "gatewayclasses", k8s_openapi::ClusterResourceScope);
+resource!(Gateway, "Gateway", "v1", "gateways", k8s_openapi::NamespaceResourceScope);
+resource!(HttpRoute, "HTTPRoute", "v1", "httproutes", k8s_openapi::NamespaceResourceScope);
+resource!(ReferenceGrant, "ReferenceGrant", "v1", "referencegrants", k8s_openapi::NamespaceResourceScope);
+
+/// A GatewayClass.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayClass {
+    /// Metadata.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// Spec.
+    #[serde(default)]
+    pub spec: GatewayClassSpec,
+    /// Status (read only here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<GatewayClassStatus>,
+}
+
+/// `GatewayClass.spec`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayClassSpec {
+    /// The controller that manages Gateways of this class.
+    #[serde(default)]
+    pub controller_name: String,
+    /// Implementation-specific parameters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters_ref: Option<ParametersReference>,
+    /// Free text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// `GatewayClass.spec.parametersRef`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ParametersReference {
+    /// Group.
+    #[serde(default)]
+    pub group: String,
+    /// Kind.
+    #[serde(default)]
+    pub kind: String,
+    /// Name.
+    #[serde(default)]
+    pub name: String,
+    /// Namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// `GatewayClass.status`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayClassStatus {
+    /// Conditions.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}
+
+/// A Gateway.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Gateway {
+    /// Metadata.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// Spec.
+    #[serde(default)]
+    pub spec: GatewaySpec,
+    /// Status (read only here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<GatewayStatus>,
+}
+
+/// `Gateway.spec`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewaySpec {
+    /// The class.
+    #[serde(default)]
+    pub gateway_class_name: String,
+    /// Listeners.
+    #[serde(default)]
+    pub listeners: Vec<Listener>,
+    /// Requested addresses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<GatewaySpecAddress>,
+    /// Labels and annotations for the infrastructure (the Gateway's Service).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub infrastructure: Option<GatewayInfrastructure>,
+}
+
+/// `Gateway.spec.addresses[]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewaySpecAddress {
+    /// `IPAddress`, `Hostname` or an implementation type.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<String>,
+    /// The address (may be empty: "assign one").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+}
+
+/// `Gateway.spec.infrastructure`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayInfrastructure {
+    /// Labels for the generated resources.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Annotations for the generated resources.
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// `Gateway.spec.listeners[]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Listener {
+    /// Unique within the Gateway.
+    pub name: String,
+    /// Host the listener serves (exact or `*.` wildcard).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    /// Port.
+    pub port: i32,
+    /// `HTTP`, `HTTPS`, `TLS`, `TCP`, `UDP` or a domain-prefixed protocol.
+    pub protocol: String,
+    /// TLS settings (HTTPS, TLS).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ListenerTls>,
+    /// Which routes may attach.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_routes: Option<AllowedRoutes>,
+}
+
+/// `listeners[].tls`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerTls {
+    /// `Terminate` (default) or `Passthrough`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// Certificates (Secrets).
+    #[serde(default)]
+    pub certificate_refs: Vec<SecretObjectReference>,
+}
+
+/// A reference to a Secret (or another kind named by group and kind).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretObjectReference {
+    /// Group (`""`: core).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// Kind (default `Secret`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Name.
+    pub name: String,
+    /// Namespace (default: the Gateway's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// `listeners[].allowedRoutes`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AllowedRoutes {
+    /// Which namespaces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespaces: Option<RouteNamespaces>,
+    /// Which kinds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kinds: Option<Vec<RouteGroupKind>>,
+}
+
+/// `allowedRoutes.namespaces`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteNamespaces {
+    /// `Same` (default), `All` or `Selector`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// The namespaces' label selector for `Selector`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+}
+
+/// A route kind.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteGroupKind {
+    /// Group (default `gateway.networking.k8s.io`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// Kind.
+    pub kind: String,
+}
+
+/// `Gateway.status` (read only here).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayStatus {
+    /// Conditions.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// Listeners' conditions.
+    #[serde(default)]
+    pub listeners: Vec<ListenerStatusView>,
+}
+
+/// `Gateway.status.listeners[]` as far as it is read here.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerStatusView {
+    /// The listener.
+    pub name: String,
+    /// Conditions.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}
+
+/// An HTTPRoute.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRoute {
+    /// Metadata.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// Spec.
+    #[serde(default)]
+    pub spec: HttpRouteSpec,
+    /// Status (read only here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<HttpRouteStatus>,
+}
+
+/// `HTTPRoute.spec`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRouteSpec {
+    /// Where it attaches.
+    #[serde(default)]
+    pub parent_refs: Vec<ParentReference>,
+    /// Hosts it serves.
+    #[serde(default)]
+    pub hostnames: Vec<String>,
+    /// Rules (the API defaults one rule matching `/` when none is given).
+    #[serde(default)]
+    pub rules: Vec<HttpRouteRule>,
+}
+
+/// `parentRefs[]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ParentReference {
+    /// Group (default `gateway.networking.k8s.io`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// Kind (default `Gateway`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Namespace (default: the route's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+    /// A listener name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub section_name: Option<String>,
+    /// A listener port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<i32>,
+}
+
+/// `rules[]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRouteRule {
+    /// Optional rule name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Matches (the API defaults one: PathPrefix `/`).
+    #[serde(default)]
+    pub matches: Vec<HttpRouteMatch>,
+    /// Filters applied to every request the rule takes.
+    #[serde(default)]
+    pub filters: Vec<HttpRouteFilter>,
+    /// Backends.
+    #[serde(default)]
+    pub backend_refs: Vec<HttpBackendRef>,
+    /// Timeouts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeouts: Option<HttpRouteTimeouts>,
+}
+
+/// `rules[].timeouts`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRouteTimeouts {
+    /// The whole request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
+    /// One request to a backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_request: Option<String>,
+}
+
+/// `matches[]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRouteMatch {
+    /// Path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<HttpPathMatch>,
+    /// Headers (all must match).
+    #[serde(default)]
+    pub headers: Vec<HttpHeaderMatch>,
+    /// Query parameters (all must match).
+    #[serde(default)]
+    pub query_params: Vec<HttpQueryParamMatch>,
+    /// Method.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+}
+
+/// `matches[].path`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpPathMatch {
+    /// `Exact`, `PathPrefix` (default) or `RegularExpression`.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<String>,
+    /// The value (default `/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+}
+
+/// `matches[].headers[]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpHeaderMatch {
+    /// `Exact` (default) or `RegularExpression`.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<String>,
+    /// Header name (case-insensitive).
+    pub name: String,
+    /// Value.
+    pub value: String,
+}
+
+/// `matches[].queryParams[]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpQueryParamMatch {
+    /// `Exact` (default) or `RegularExpression`.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<String>,
+    /// Parameter name (case-sensitive).
+    pub name: String,
+    /// Value.
+    pub value: String,
+}
+
+/// A filter.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRouteFilter {
+    /// Which one.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `RequestHeaderModifier`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_header_modifier: Option<HttpHeaderFilter>,
+    /// `ResponseHeaderModifier`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_header_modifier: Option<HttpHeaderFilter>,
+    /// `RequestRedirect`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_redirect: Option<HttpRequestRedirectFilter>,
+    /// `URLRewrite`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url_rewrite: Option<HttpUrlRewriteFilter>,
+}
+
+/// A header modifier.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpHeaderFilter {
+    /// Replace (or add) these.
+    #[serde(default)]
+    pub set: Vec<HttpHeader>,
+    /// Append these.
+    #[serde(default)]
+    pub add: Vec<HttpHeader>,
+    /// Remove these names.
+    #[serde(default)]
+    pub remove: Vec<String>,
+}
+
+/// A header name and value.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpHeader {
+    /// Name.
+    pub name: String,
+    /// Value.
+    pub value: String,
+}
+
+/// `RequestRedirect`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRequestRedirectFilter {
+    /// `http` or `https`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheme: Option<String>,
+    /// Host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    /// Path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<HttpPathModifier>,
+    /// Port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<i32>,
+    /// 301 (default), 302, 303, 307 or 308.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_code: Option<i32>,
+}
+
+/// `URLRewrite`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpUrlRewriteFilter {
+    /// Host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    /// Path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<HttpPathModifier>,
+}
+
+/// A path modifier.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpPathModifier {
+    /// `ReplaceFullPath` or `ReplacePrefixMatch`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// For `ReplaceFullPath`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replace_full_path: Option<String>,
+    /// For `ReplacePrefixMatch`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replace_prefix_match: Option<String>,
+}
+
+/// `backendRefs[]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpBackendRef {
+    /// Group (`""`: core).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// Kind (default `Service`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Name.
+    pub name: String,
+    /// Namespace (default: the route's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Service port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<i32>,
+    /// Weight (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<i32>,
+    /// Filters for this backend only.
+    #[serde(default)]
+    pub filters: Vec<HttpRouteFilter>,
+}
+
+/// `HTTPRoute.status` (read only here).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRouteStatus {
+    /// One entry per parent and controller.
+    #[serde(default)]
+    pub parents: Vec<RouteParentStatus>,
+}
+
+/// `status.parents[]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteParentStatus {
+    /// The parent.
+    pub parent_ref: ParentReference,
+    /// Who wrote this entry.
+    pub controller_name: String,
+    /// Conditions.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}
+
+/// A ReferenceGrant.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReferenceGrant {
+    /// Metadata.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// Spec.
+    #[serde(default)]
+    pub spec: ReferenceGrantSpec,
+}
+
+/// `ReferenceGrant.spec`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReferenceGrantSpec {
+    /// Who may refer.
+    #[serde(default)]
+    pub from: Vec<ReferenceGrantFrom>,
+    /// To what (in the grant's namespace).
+    #[serde(default)]
+    pub to: Vec<ReferenceGrantTo>,
+}
+
+/// `spec.from[]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReferenceGrantFrom {
+    /// Group.
+    #[serde(default)]
+    pub group: String,
+    /// Kind.
+    pub kind: String,
+    /// Namespace.
+    pub namespace: String,
+}
+
+/// `spec.to[]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReferenceGrantTo {
+    /// Group.
+    #[serde(default)]
+    pub group: String,
+    /// Kind.
+    pub kind: String,
+    /// One name, or every object of the kind when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}

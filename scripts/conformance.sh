@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# The upstream Gateway API conformance suite (sigs.k8s.io/gateway-api/conformance v1.6.3, profile
+# GATEWAY-HTTP) against haptic on the real cluster of scripts/cluster.sh.
+#
+#   scripts/conformance.sh              run it (a cluster must be up and our images loaded:
+#                                       scripts/cluster.sh up && scripts/cluster.sh load)
+#   scripts/conformance.sh --build      only build what it needs (no cluster)
+#
+# What it does, each step cached or idempotent:
+#  1. builds, with the machine's Go through the Go module proxy, from the tools module
+#     conformance/tools (go.mod + go.sum pin sigs.k8s.io/gateway-api and .../conformance v1.6.3):
+#     the suite's own test binary (`go test -c` of the conformance package), its echo backend
+#     (echo-basic), and coredns v1.12.2 (the suite's base manifests run it and wait for every
+#     pod to be Ready), into target/conformance/;
+#  2. makes `FROM scratch` images of echo-basic and coredns (buildah) and imports them into every
+#     node under the names the suite's manifests use (they pull IfNotPresent);
+#  3. applies the v1.6.3 standard-channel CRDs from the pinned module (server-side);
+#  4. installs our chart with gateway.enabled (GatewayClass `haptic`);
+#  5. runs GATEWAY-HTTP with the features haptic claims and writes the suite's report to
+#     conformance/report.yaml (its log to target/conformance/v1.6.3/run.log);
+#  6. uninstalls the chart (the CRDs stay: the cluster is thrown away by `cluster.sh down`).
+# Exit status: the suite's. Needs root (images, nodes), like scripts/cluster.sh.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+V=v1.6.3
+COREDNS=v1.12.2
+tools="$root/conformance/tools"
+out="$root/target/conformance/$V"
+S="$root/target/cluster"
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
+# The extended features haptic claims (README "Gateway API conformance" says why not the rest).
+FEATURES=${HAPTIC_CONFORMANCE_FEATURES:-Gateway,HTTPRoute,ReferenceGrant,GatewayPort8080,GatewayAddressEmpty,GatewayHTTPListenerIsolation,HTTPRouteQueryParamMatching,HTTPRouteMethodMatching,HTTPRouteResponseHeaderModification,HTTPRoutePortRedirect,HTTPRouteSchemeRedirect,HTTPRoutePathRedirect,HTTPRouteHostRewrite,HTTPRoutePathRewrite,HTTPRoute303RedirectStatusCode,HTTPRoute307RedirectStatusCode,HTTPRoute308RedirectStatusCode,HTTPRouteParentRefPort,HTTPRouteNamedRouteRule,HTTPRouteBackendProtocolH2C,HTTPRouteBackendProtocolWebSocket,HTTPRouteRequestTimeout,HTTPRouteBackendTimeout,HTTPRouteBackendRequestHeaderModification,GatewayHTTPSListenerDetectMisdirectedRequests}
+
+log() { echo "conformance: [$(date +%T)] $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+build() {
+  command -v go >/dev/null || die "go is not installed"
+  mkdir -p "$out"
+  if [ ! -x "$out/conformance.test" ]; then
+    log "building the suite's test binary ($V; about 4 min cold on 2 cores)"
+    (cd "$tools" && go test -c -trimpath -o "$out/conformance.test.tmp" sigs.k8s.io/gateway-api/conformance)
+    mv "$out/conformance.test.tmp" "$out/conformance.test"
+  fi
+  if [ ! -x "$out/echo-basic" ]; then
+    log "building echo-basic ($V)"
+    (cd "$tools" && go build -trimpath -o "$out/echo-basic.tmp" sigs.k8s.io/gateway-api/conformance/echo-basic)
+    mv "$out/echo-basic.tmp" "$out/echo-basic"
+  fi
+  local cd="$root/target/conformance/coredns-$COREDNS"
+  if [ ! -x "$cd/coredns" ]; then
+    log "building coredns $COREDNS (about 10 min cold on 2 cores)"
+    mkdir -p "$cd.tmp"
+    GOFLAGS="" GOBIN="$cd.tmp" go install "github.com/coredns/coredns@$COREDNS"
+    rm -rf "$cd" && mv "$cd.tmp" "$cd"
+  fi
+}
+
+if [ "${1:-}" = "--build" ]; then
+  build
+  exit 0
+fi
+
+if [ ! -f "$S/kubeconfig" ] || [ ! -f "$S/values.yaml" ]; then
+  die "no cluster with our images (scripts/cluster.sh up && scripts/cluster.sh load)"
+fi
+export KUBECONFIG="$S/kubeconfig"
+kubectl=$(dirname "$(sed -n 1p <<<"$("$root/scripts/install-k8s.sh" --cluster)")")/kubectl
+helm=$("$root/scripts/install-helm.sh")
+build
+
+# 2. Images: scratch images of the two binaries, imported into every node under every name.
+B=(buildah --storage-driver vfs)
+image() { # NAME BINARY ARCHIVE: a FROM scratch image running BINARY, pushed to ARCHIVE once
+  local name=$1 bin=$2 archive=$3 c
+  [ -f "$archive" ] && [ "$archive" -nt "$bin" ] && return 0
+  c=$("${B[@]}" from scratch)
+  "${B[@]}" copy "$c" "$bin" "/$(basename "$bin")" >/dev/null
+  "${B[@]}" config --entrypoint "[\"/$(basename "$bin")\"]" "$c"
+  "${B[@]}" commit -q "$c" "$name" >/dev/null
+  "${B[@]}" rm "$c" >/dev/null
+  rm -f "$archive.tmp"
+  "${B[@]}" push -q "$name" "oci-archive:$archive.tmp:$name"
+  mv "$archive.tmp" "$archive"
+}
+image localhost/haptic-conformance-echo:$V "$out/echo-basic" "$out/echo.tar"
+image localhost/haptic-conformance-coredns:$COREDNS "$root/target/conformance/coredns-$COREDNS/coredns" "$out/coredns.tar"
+nodes=$(cat "$S/run/nodes" 2>/dev/null || echo 1)
+# The names the suite's manifests use, read from the pinned module (never typed here).
+mod=$(cd "$tools" && go list -m -f '{{.Dir}}' sigs.k8s.io/gateway-api/conformance)
+echo_names=$(grep -rhoE 'registry\.k8s\.io/gateway-api/echo-basic:[^" ]+' "$mod/base" "$mod/tests" | sort -u)
+coredns_names=$(grep -rhoE 'registry\.k8s\.io/coredns/coredns:[^" ]+' "$mod/base" "$mod/tests" | sort -u)
+for ((n = 0; n < nodes; n++)); do
+  "$root/scripts/cluster.sh" ctr "$n" images import "$out/echo.tar" >/dev/null
+  "$root/scripts/cluster.sh" ctr "$n" images import "$out/coredns.tar" >/dev/null
+  for name in $echo_names; do
+    "$root/scripts/cluster.sh" ctr "$n" images rm "$name" >/dev/null 2>&1 || true
+    "$root/scripts/cluster.sh" ctr "$n" images tag "localhost/haptic-conformance-echo:$V" "$name" >/dev/null
+  done
+  for name in $coredns_names; do
+    "$root/scripts/cluster.sh" ctr "$n" images rm "$name" >/dev/null 2>&1 || true
+    "$root/scripts/cluster.sh" ctr "$n" images tag "localhost/haptic-conformance-coredns:$COREDNS" "$name" >/dev/null
+  done
+done
+log "echo-basic and coredns imported into $nodes node(s) as: $(echo "$echo_names" "$coredns_names" | tr '\n' ' ')"
+
+# 3. The standard-channel CRDs of the pinned module.
+crds=$(cd "$tools" && go list -m -f '{{.Dir}}' sigs.k8s.io/gateway-api)/config/crd/standard
+"$kubectl" apply --server-side --force-conflicts -f "$crds" >/dev/null
+"$kubectl" wait --for condition=Established --timeout 60s crd/gateways.gateway.networking.k8s.io \
+  crd/httproutes.gateway.networking.k8s.io crd/gatewayclasses.gateway.networking.k8s.io \
+  crd/referencegrants.gateway.networking.k8s.io >/dev/null
+log "Gateway API $V standard CRDs applied"
+
+# 4. Our chart, serving the GatewayClass haptic.
+# shellcheck disable=SC2317 # run by the EXIT trap
+uninstall() {
+  "$helm" uninstall haptic --namespace haptic --wait --timeout 2m >/dev/null 2>&1 || true
+}
+trap uninstall EXIT
+"$root/scripts/cluster.sh" install --set gateway.enabled=true
+
+# 5. The suite.
+mkdir -p "$root/conformance"
+report="$root/conformance/report.yaml"
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$root/Cargo.toml" | head -1)
+log "running GATEWAY-HTTP ($FEATURES); log: $out/run.log"
+t0=$SECONDS
+read -ra extra <<<"${HAPTIC_CONFORMANCE_ARGS:-}"
+set +e
+"$out/conformance.test" -test.run TestConformance -test.v -test.timeout 90m \
+  --gateway-class=haptic --conformance-profiles=GATEWAY-HTTP --supported-features="$FEATURES" \
+  --report-output="$report.tmp" --organization=haptic --project=haptic \
+  --url=https://example.invalid/haptic --version="v$version" --contact=haptic-maintainers \
+  --mode=default --cleanup-base-resources=true \
+  --timeout-config-overrides="${HAPTIC_CONFORMANCE_TIMEOUTS:-MaxTimeToConsistency:60}" \
+  "${extra[@]}" >"$out/run.log" 2>&1
+rc=$?
+set -e
+log "the suite ended with status $rc after $((SECONDS - t0)) s"
+grep -E '^(--- |=== RUN|FAIL|ok|PASS)' "$out/run.log" | grep -E '^--- (FAIL|SKIP)|^(FAIL|ok|PASS)' | head -80 >&2 || true
+if [ -s "$report.tmp" ]; then
+  mv "$report.tmp" "$report"
+  log "report: $report"
+  grep -E '^(  - name|    (result|summary)|      (Passed|Failed|Skipped)):' "$report" >&2 || true
+fi
+exit "$rc"
