@@ -228,6 +228,15 @@ async fn write(ctx: &Context, now: &GatewayOutput, selector: &BTreeMap<String, S
         }
         Err(e) => warn!("cannot list the Gateways' Services: {e}"),
     }
+    for c in &now.unserved {
+        let api: Api<GatewayClass> = Api::all(ctx.client.clone());
+        let old = api.get_status(&c.name).await.ok().and_then(|o| o.status).map(|s| s.conditions).unwrap_or_default();
+        let mut patch = class_status(c, &old, &at);
+        patch["status"].as_object_mut().map(|o| o.remove("supportedFeatures"));
+        if let Err(e) = api.patch_status(&c.name, &params, &Patch::Apply(&patch)).await {
+            warn!("cannot write the status of GatewayClass {}: {e}", c.name);
+        }
+    }
     if let Some(c) = &now.class {
         if done.class.as_ref() != Some(c) {
             let api: Api<GatewayClass> = Api::all(ctx.client.clone());
