@@ -138,6 +138,8 @@ pub struct Cond {
 pub struct ClassStatus {
     /// Its name.
     pub name: String,
+    /// Its UID (a class deleted and created again under its name is another object).
+    pub uid: Option<String>,
     /// Conditions.
     pub conditions: Vec<Cond>,
     /// `status.supportedFeatures`.
@@ -201,6 +203,8 @@ pub struct ParentStatus {
 pub struct RouteOutcome {
     /// The route.
     pub object: ObjectRef,
+    /// Its UID (a route deleted and created again under its name is another object).
+    pub uid: Option<String>,
     /// Its entries.
     pub parents: Vec<ParentStatus>,
 }
@@ -420,6 +424,7 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
         if !decided {
             out.unserved.push(ClassStatus {
                 name,
+                uid: c.metadata.uid.clone(),
                 conditions: vec![cond("Accepted", false, "Pending", "no HAProxyConfig serves this class", gen)],
                 supported_features: vec![],
             });
@@ -432,6 +437,7 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
     let cgen = class.metadata.generation.unwrap_or(0);
     out.class = Some(ClassStatus {
         name: input.class_name.clone(),
+        uid: class.metadata.uid.clone(),
         conditions: vec![cond("Accepted", true, "Accepted", "served by haptic", cgen)],
         supported_features: SUPPORTED_FEATURES.to_vec(),
     });
@@ -1081,7 +1087,7 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
                 }
             }
         }
-        out.routes.push(RouteOutcome { object: me, parents });
+        out.routes.push(RouteOutcome { object: me, uid: r.metadata.uid.clone(), parents });
         out.verdicts.push(v);
     }
 

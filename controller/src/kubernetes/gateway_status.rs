@@ -270,7 +270,8 @@ async fn write(ctx: &Context, now: &GatewayOutput, selector: &BTreeMap<String, S
     let current: BTreeSet<&ObjectRef> = now.routes.iter().map(|r| &r.object).collect();
     // Routes that no longer have a parent of ours lose our entries.
     let gone: Vec<ObjectRef> = done.routes.keys().filter(|o| !current.contains(o)).cloned().collect();
-    let empty: Vec<RouteOutcome> = gone.iter().map(|o| RouteOutcome { object: o.clone(), parents: vec![] }).collect();
+    let empty: Vec<RouteOutcome> =
+        gone.iter().map(|o| RouteOutcome { object: o.clone(), uid: None, parents: vec![] }).collect();
     for r in now.routes.iter().chain(empty.iter()) {
         if done.routes.get(&r.object) == Some(r) {
             continue;
@@ -335,6 +336,7 @@ mod tests {
         ];
         let r = RouteOutcome {
             object: ObjectRef { kind: "HTTPRoute".into(), namespace: "a".into(), name: "r".into() },
+            uid: None,
             parents: vec![haptic_render::gateway::ParentStatus {
                 parent_ref: haptic_render::gateway_api::ParentReference { name: "gw".into(), ..Default::default() },
                 conditions: vec![cond("Accepted", true)],
