@@ -129,7 +129,7 @@ log "running GATEWAY-HTTP ($FEATURES); log: $out/run.log"
 t0=$SECONDS
 read -ra extra <<<"${HAPTIC_CONFORMANCE_ARGS:-}"
 set +e
-"$out/conformance.test" -test.run TestConformance -test.v -test.timeout 90m \
+"$out/conformance.test" -test.run '^TestConformance$' -test.v -test.timeout 90m \
   --gateway-class=haptic --conformance-profiles=GATEWAY-HTTP --supported-features="$FEATURES" \
   --report-output="$report.tmp" --organization=haptic --project=haptic \
   --url=https://example.invalid/haptic --version="v$version" --contact=haptic-maintainers \

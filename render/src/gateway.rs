@@ -138,6 +138,8 @@ pub struct Cond {
 pub struct ClassStatus {
     /// Its name.
     pub name: String,
+    /// Its UID (a class deleted and created again under its name is another object).
+    pub uid: Option<String>,
     /// Conditions.
     pub conditions: Vec<Cond>,
     /// `status.supportedFeatures`.
@@ -201,6 +203,8 @@ pub struct ParentStatus {
 pub struct RouteOutcome {
     /// The route.
     pub object: ObjectRef,
+    /// Its UID (a route deleted and created again under its name is another object).
+    pub uid: Option<String>,
     /// Its entries.
     pub parents: Vec<ParentStatus>,
 }
@@ -214,6 +218,9 @@ pub struct GatewayOutput {
     pub slots: SlotMap,
     /// The served class's status (none when the class is missing or not ours).
     pub class: Option<ClassStatus>,
+    /// Other classes naming our controller whose status nobody has decided for their current
+    /// generation: no fleet of this controller serves them (Accepted False, Pending).
+    pub unserved: Vec<ClassStatus>,
     /// One per Gateway of the class.
     pub gateways: Vec<GatewayOutcome>,
     /// One per HTTPRoute with a parent among them.
@@ -404,6 +411,25 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
     });
     let st = &input.settings;
     out.model.health = st.health_port.map(|p| SocketAddr::new(st.bind_address, p));
+    for c in &input.classes {
+        let name = c.metadata.name.clone().unwrap_or_default();
+        if c.spec.controller_name != GATEWAY_CONTROLLER || name == input.class_name {
+            continue;
+        }
+        let gen = c.metadata.generation.unwrap_or(0);
+        let decided = c
+            .status
+            .as_ref()
+            .is_some_and(|s| s.conditions.iter().any(|k| k.type_ == "Accepted" && k.observed_generation == Some(gen)));
+        if !decided {
+            out.unserved.push(ClassStatus {
+                name,
+                uid: c.metadata.uid.clone(),
+                conditions: vec![cond("Accepted", false, "Pending", "no HAProxyConfig serves this class", gen)],
+                supported_features: vec![],
+            });
+        }
+    }
     let Some(class) = class else {
         out.model.gateway = Some(GatewayRouting::default());
         return out;
@@ -411,6 +437,7 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
     let cgen = class.metadata.generation.unwrap_or(0);
     out.class = Some(ClassStatus {
         name: input.class_name.clone(),
+        uid: class.metadata.uid.clone(),
         conditions: vec![cond("Accepted", true, "Accepted", "served by haptic", cgen)],
         supported_features: SUPPORTED_FEATURES.to_vec(),
     });
@@ -1060,7 +1087,7 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
                 }
             }
         }
-        out.routes.push(RouteOutcome { object: me, parents });
+        out.routes.push(RouteOutcome { object: me, uid: r.metadata.uid.clone(), parents });
         out.verdicts.push(v);
     }
 
@@ -1459,6 +1486,17 @@ mod tests {
         assert!(c.supported_features.contains(&"HTTPRouteQueryParamMatching"));
         assert_eq!(o.gateways.len(), 1, "the Gateway of class `other` is not ours");
         assert!(!o.routes.iter().any(|r| r.object.name == "not-ours"));
+        assert!(o.unserved.is_empty());
+        // Another class naming our controller, which no fleet has decided on: Pending.
+        let mut i = input(FIXTURE);
+        let mut other = i.classes[0].clone();
+        other.metadata.name = Some("spare".into());
+        other.metadata.generation = Some(4);
+        i.classes.push(other);
+        let o = translate_gateway(&i);
+        assert_eq!(o.unserved.len(), 1);
+        assert_eq!((o.unserved[0].name.as_str(), o.unserved[0].conditions[0].observed_generation), ("spare", 4));
+        assert!(has(&o.unserved[0].conditions, "Accepted", false, "Pending"));
         // A class naming another controller is not served.
         let mut i = input(FIXTURE);
         i.classes[0].spec.controller_name = "example.com/other".into();

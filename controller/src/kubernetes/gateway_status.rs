@@ -228,6 +228,15 @@ async fn write(ctx: &Context, now: &GatewayOutput, selector: &BTreeMap<String, S
         }
         Err(e) => warn!("cannot list the Gateways' Services: {e}"),
     }
+    for c in &now.unserved {
+        let api: Api<GatewayClass> = Api::all(ctx.client.clone());
+        let old = api.get_status(&c.name).await.ok().and_then(|o| o.status).map(|s| s.conditions).unwrap_or_default();
+        let mut patch = class_status(c, &old, &at);
+        patch["status"].as_object_mut().map(|o| o.remove("supportedFeatures"));
+        if let Err(e) = api.patch_status(&c.name, &params, &Patch::Apply(&patch)).await {
+            warn!("cannot write the status of GatewayClass {}: {e}", c.name);
+        }
+    }
     if let Some(c) = &now.class {
         if done.class.as_ref() != Some(c) {
             let api: Api<GatewayClass> = Api::all(ctx.client.clone());
@@ -261,7 +270,8 @@ async fn write(ctx: &Context, now: &GatewayOutput, selector: &BTreeMap<String, S
     let current: BTreeSet<&ObjectRef> = now.routes.iter().map(|r| &r.object).collect();
     // Routes that no longer have a parent of ours lose our entries.
     let gone: Vec<ObjectRef> = done.routes.keys().filter(|o| !current.contains(o)).cloned().collect();
-    let empty: Vec<RouteOutcome> = gone.iter().map(|o| RouteOutcome { object: o.clone(), parents: vec![] }).collect();
+    let empty: Vec<RouteOutcome> =
+        gone.iter().map(|o| RouteOutcome { object: o.clone(), uid: None, parents: vec![] }).collect();
     for r in now.routes.iter().chain(empty.iter()) {
         if done.routes.get(&r.object) == Some(r) {
             continue;
@@ -326,6 +336,7 @@ mod tests {
         ];
         let r = RouteOutcome {
             object: ObjectRef { kind: "HTTPRoute".into(), namespace: "a".into(), name: "r".into() },
+            uid: None,
             parents: vec![haptic_render::gateway::ParentStatus {
                 parent_ref: haptic_render::gateway_api::ParentReference { name: "gw".into(), ..Default::default() },
                 conditions: vec![cond("Accepted", true)],
