@@ -224,10 +224,12 @@ impl StatusBoard {
         self.version()
     }
 
-    /// Sets the endpoint list: new pods appear as unknown, removed pods disappear.
+    /// Sets the endpoint list: new pods appear as unknown, removed pods disappear, and a pod
+    /// whose agent URL changed (a pod replaced under the same name) is unknown again: nothing
+    /// the old pod ran says anything about the new one.
     pub fn set_endpoints(&self, eps: &[(String, String)]) {
         self.edit(|b| {
-            b.pods.retain(|name, _| eps.iter().any(|(n, _)| n == name));
+            b.pods.retain(|name, p| eps.iter().any(|(n, u)| n == name && *u == p.url));
             for (name, url) in eps {
                 b.pods.entry(name.clone()).or_insert_with(|| PodStatus {
                     pod: name.clone(),
@@ -471,5 +473,11 @@ mod tests {
         assert_eq!(back, s);
         b.set_endpoints(&[("p2".into(), "http://p2".into())]);
         assert_eq!(b.snapshot().total, 1);
+        // p2 comes back at another address: a new pod under the old name, unknown until applied.
+        b.pod("p2", |p| p.phase = Phase::Converged);
+        b.set_endpoints(&[("p2".into(), "http://p2-new".into())]);
+        let s = b.snapshot();
+        assert_eq!((s.total, s.converged), (1, 0));
+        assert_eq!((s.pods[0].url.as_str(), s.pods[0].phase), ("http://p2-new", Phase::Unknown));
     }
 }

@@ -238,6 +238,37 @@ pub async fn wait_converged(client: &Client, ns: &str, n: usize, not: Option<&Va
     crate::wait::poll(&format!("{n} pods converged"), Duration::from_secs(90), check).await.map_err(ClusterError)
 }
 
+/// Waits until every one of `n` pods is converged and the status lists exactly pods that exist
+/// now (each entry's `uid` is its pod's, and no pod is being deleted): after pods are replaced
+/// under the same names, a status written before the replacement lists the old ones as
+/// converged. Returns the status.
+pub async fn wait_converged_on_current_pods(client: &Client, ns: &str, n: usize) -> Result<Value> {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), ns);
+    let check = || {
+        let pods = pods.clone();
+        async move {
+            let s = status(client, ns).await.map_err(|e| e.to_string())?;
+            if !converged_on(&s, n, None) {
+                return Err(format!("status:\n{}", status_table(&s)));
+            }
+            for entry in s["deployedToPods"].as_array().into_iter().flatten() {
+                let name = entry["pod"].as_str().unwrap_or_default();
+                let live = pods.get_opt(name).await.map_err(|e| e.to_string())?;
+                let current = live.as_ref().is_some_and(|p| {
+                    p.metadata.uid.as_deref() == entry["uid"].as_str() && p.metadata.deletion_timestamp.is_none()
+                });
+                if !current {
+                    return Err(format!("the status still lists pod {name} uid {} (gone or replaced)", entry["uid"]));
+                }
+            }
+            Ok(s)
+        }
+    };
+    crate::wait::poll(&format!("{n} current pods converged"), Duration::from_secs(90), check)
+        .await
+        .map_err(ClusterError)
+}
+
 /// Worker pid per pod from the agents' state.
 pub async fn worker_pids<C: Cluster>(c: &C) -> Result<BTreeMap<String, u64>> {
     let mut out = BTreeMap::new();

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::{
     condition, converged_on, eventually, put_config_map, put_haproxy_config, status, status_table, wait_converged,
-    worker_pids, Cluster, ClusterError, Result,
+    wait_converged_on_current_pods, worker_pids, Cluster, ClusterError, Result,
 };
 
 /// The scenarios' configuration: a body, server slots and a map.
@@ -451,7 +451,8 @@ impl<C: Cluster> Run<'_, C> {
     /// Every HAProxy pod replaced (a rolling update).
     async fn replace_pods(&mut self) -> Result<()> {
         self.c.replace_all_haproxy().await?;
-        self.converged(self.n, None).await?;
+        // The replacements keep the pods' names: wait for a status that lists the new pods.
+        wait_converged_on_current_pods(&self.c.client(), self.c.namespace(), self.n).await?;
         self.serves(&self.want.body).await?;
         self.step("every HAProxy pod replaced: the new ones converged").await
     }
