@@ -61,18 +61,34 @@ pub struct Rendered {
 
 /// The IngressClass `spec.render.ingressClassName` names, checked to be ours.
 pub fn class<'a>(r: &RenderSpec, objects: &'a Objects) -> Result<&'a IngressClass, RenderError> {
-    let name = r
-        .ingress_class_name
-        .as_deref()
-        .ok_or_else(|| RenderError::invalid("spec.render needs ingressClassName".into()))?;
-    let c =
-        objects.classes.iter().find(|c| c.metadata.name.as_deref() == Some(name)).ok_or_else(|| {
-            RenderError::missing(format!("spec.render.ingressClassName: IngressClass {name} not found"))
-        })?;
-    let controller = c.spec.as_ref().and_then(|s| s.controller.as_deref()).unwrap_or_default();
-    if controller != INGRESS_CONTROLLER {
+    named_class(
+        ("ingressClassName", "IngressClass", INGRESS_CONTROLLER),
+        r.ingress_class_name.as_deref(),
+        &objects.classes,
+        |c: &IngressClass| c.metadata.name.as_deref(),
+        |c| c.spec.as_ref().and_then(|s| s.controller.as_deref()).unwrap_or_default(),
+    )
+}
+
+/// The class `name` (from `spec.render.<field>`) among `classes`, checked to exist and to name
+/// `ours` as its controller: the one rule for IngressClasses and GatewayClasses.
+fn named_class<'a, T>(
+    (field, kind, ours): (&str, &str, &str),
+    name: Option<&str>,
+    classes: &'a [Arc<T>],
+    name_of: impl Fn(&T) -> Option<&str>,
+    controller_of: impl Fn(&T) -> &str,
+) -> Result<&'a T, RenderError> {
+    let name = name.ok_or_else(|| RenderError::invalid(format!("spec.render needs {field}")))?;
+    let c = classes
+        .iter()
+        .find(|c| name_of(c) == Some(name))
+        .map(|c| &**c)
+        .ok_or_else(|| RenderError::missing(format!("spec.render.{field}: {kind} {name} not found")))?;
+    let controller = controller_of(c);
+    if controller != ours {
         return Err(RenderError::invalid(format!(
-            "spec.render.ingressClassName: IngressClass {name} names the controller {controller:?}, not {INGRESS_CONTROLLER}"
+            "spec.render.{field}: {kind} {name} names the controller {controller:?}, not {ours}"
         )));
     }
     Ok(c)
@@ -182,21 +198,13 @@ pub const GATEWAY_FIRST_BIND_PORT: u16 = 20000;
 
 /// The GatewayClass `spec.render.gatewayClassName` names, checked to exist and be ours.
 pub fn gateway_class<'a>(r: &RenderSpec, objects: &'a Objects) -> Result<&'a GatewayClass, RenderError> {
-    let name = r
-        .gateway_class_name
-        .as_deref()
-        .ok_or_else(|| RenderError::invalid("spec.render needs gatewayClassName".into()))?;
-    let c =
-        objects.gateway_classes.iter().find(|c| c.metadata.name.as_deref() == Some(name)).ok_or_else(|| {
-            RenderError::missing(format!("spec.render.gatewayClassName: GatewayClass {name} not found"))
-        })?;
-    if c.spec.controller_name != GATEWAY_CONTROLLER {
-        return Err(RenderError::invalid(format!(
-            "spec.render.gatewayClassName: GatewayClass {name} names the controller {:?}, not {GATEWAY_CONTROLLER}",
-            c.spec.controller_name
-        )));
-    }
-    Ok(c)
+    named_class(
+        ("gatewayClassName", "GatewayClass", GATEWAY_CONTROLLER),
+        r.gateway_class_name.as_deref(),
+        &objects.gateway_classes,
+        |c: &GatewayClass| c.metadata.name.as_deref(),
+        |c| c.spec.controller_name.as_str(),
+    )
 }
 
 /// The Secrets (namespace, name) that the listeners of the served class's Gateways name.
