@@ -161,6 +161,16 @@ struct RunArgs {
     /// Quiet window before a change is read (a half-written edit never deploys).
     #[arg(long, env = "HAPTIC_CONTROLLER_SETTLE", default_value = "300ms", value_parser = humantime::parse_duration)]
     settle: Duration,
+    /// Quiet window before a burst of EndpointSlice changes only is rendered (render mode; at
+    /// most `--settle`): short, so a new endpoint serves soon after it turns ready.
+    #[arg(
+        long,
+        env = "HAPTIC_CONTROLLER_ENDPOINT_SETTLE",
+        help_heading = "Kubernetes mode",
+        default_value = "50ms",
+        value_parser = humantime::parse_duration
+    )]
+    endpoint_settle: Duration,
     /// The namespace of the HAProxyConfig, its ConfigMaps, Secrets, pods and Lease.
     #[arg(long, env = "POD_NAMESPACE", help_heading = "Kubernetes mode", required_if_eq("kubernetes", "true"))]
     namespace: Option<String>,
@@ -312,7 +322,7 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
                 renew_deadline: a.renew_deadline,
                 retry_period: a.retry_period,
             },
-            settle: a.settle,
+            settle: haptic_controller::kubernetes::render::Settle { objects: a.settle, endpoints: a.endpoint_settle },
             agent_tls: a.agent_tls_secret.clone().map(|secret| AgentTlsSettings { secret, issue: a.agent_tls_issue }),
         };
         tracing::info!(namespace = %settings.namespace, config = %settings.config, lease = %settings.lease_name,

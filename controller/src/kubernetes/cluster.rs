@@ -20,7 +20,7 @@ use kube::runtime::watcher;
 use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 
-use super::render::{ready, watch_into, Named};
+use super::render::{ready, watch_into, Change, Changes, Named};
 use super::routes::Objects;
 
 /// The reflectors, stopped when dropped.
@@ -57,39 +57,35 @@ impl Drop for ClusterWatch {
     }
 }
 
-fn all<K>(client: &Client, changes: &futures::channel::mpsc::UnboundedSender<()>, stop: &CancellationToken) -> Store<K>
+fn all<K>(client: &Client, kind: Change, changes: &Changes, stop: &CancellationToken) -> Store<K>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: std::hash::Hash + Eq + Clone + Default,
 {
     let what = format!("{} (all namespaces)", K::kind(&K::DynamicType::default()));
-    watch_into(Api::all(client.clone()), watcher::Config::default(), what, changes.clone(), stop.clone())
+    watch_into(Api::all(client.clone()), watcher::Config::default(), what, kind, changes.clone(), stop.clone())
 }
 
 impl ClusterWatch {
     /// Starts the cluster-wide reflectors (the Gateway API ones when `gateway`, else the
-    /// Ingress ones); each event is sent on `changes`.
-    pub fn start(
-        client: &Client,
-        changes: &futures::channel::mpsc::UnboundedSender<()>,
-        parent: &CancellationToken,
-        gateway: bool,
-    ) -> Self {
+    /// Ingress ones); each event is sent on `changes` (an EndpointSlice's as
+    /// [`Change::Endpoints`]).
+    pub fn start(client: &Client, changes: &Changes, parent: &CancellationToken, gateway: bool) -> Self {
         let stop = parent.child_token();
         let gw = gateway.then(|| GatewayStores {
-            classes: all(client, changes, &stop),
-            gateways: all(client, changes, &stop),
-            routes: all(client, changes, &stop),
-            grants: all(client, changes, &stop),
-            namespaces: all(client, changes, &stop),
+            classes: all(client, Change::Objects, changes, &stop),
+            gateways: all(client, Change::Objects, changes, &stop),
+            routes: all(client, Change::Objects, changes, &stop),
+            grants: all(client, Change::Objects, changes, &stop),
+            namespaces: all(client, Change::Objects, changes, &stop),
         });
         ClusterWatch {
             client: client.clone(),
-            classes: (!gateway).then(|| all(client, changes, &stop)),
-            ingresses: (!gateway).then(|| all(client, changes, &stop)),
+            classes: (!gateway).then(|| all(client, Change::Objects, changes, &stop)),
+            ingresses: (!gateway).then(|| all(client, Change::Objects, changes, &stop)),
             gateway: gw,
-            services: all(client, changes, &stop),
-            slices: all(client, changes, &stop),
+            services: all(client, Change::Objects, changes, &stop),
+            slices: all(client, Change::Endpoints, changes, &stop),
             secrets: Named::default(),
             stop,
         }
@@ -131,11 +127,7 @@ impl ClusterWatch {
 
     /// Watches exactly the Secrets `refs` (namespace, name) and stops the others; returns those
     /// that exist once every watch has its first list, `None` before.
-    pub fn secrets(
-        &self,
-        refs: &BTreeSet<(String, String)>,
-        changes: &futures::channel::mpsc::UnboundedSender<()>,
-    ) -> Option<Vec<std::sync::Arc<Secret>>> {
+    pub fn secrets(&self, refs: &BTreeSet<(String, String)>, changes: &Changes) -> Option<Vec<std::sync::Arc<Secret>>> {
         let key = |ns: &str, name: &str| format!("{ns}/{name}");
         let keys: BTreeSet<String> = refs.iter().map(|(ns, n)| key(ns, n)).collect();
         self.secrets.retain(&keys);

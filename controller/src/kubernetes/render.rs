@@ -250,13 +250,7 @@ where
 
     /// Starts a watch for each of `names` not watched yet; each of its events is sent on
     /// `changes`; all stop with `stop`.
-    fn ensure(
-        &self,
-        api: &Api<K>,
-        names: &BTreeSet<String>,
-        changes: &futures::channel::mpsc::UnboundedSender<()>,
-        stop: &CancellationToken,
-    ) {
+    fn ensure(&self, api: &Api<K>, names: &BTreeSet<String>, changes: &Changes, stop: &CancellationToken) {
         self.ensure_each(names.iter().map(|n| (n.clone(), api.clone(), n.clone())), changes, stop);
     }
 
@@ -264,7 +258,7 @@ where
     pub(crate) fn ensure_each(
         &self,
         wanted: impl Iterator<Item = (String, Api<K>, String)>,
-        changes: &futures::channel::mpsc::UnboundedSender<()>,
+        changes: &Changes,
         stop: &CancellationToken,
     ) {
         let mut w = lock(&self.watches);
@@ -297,27 +291,24 @@ where
 }
 
 /// One object's watch (by `metadata.name`, backing off on errors) into a store of its own.
-fn watch_one<K>(
-    api: Api<K>,
-    name: &str,
-    changes: futures::channel::mpsc::UnboundedSender<()>,
-    stop: CancellationToken,
-) -> Store<K>
+fn watch_one<K>(api: Api<K>, name: &str, changes: Changes, stop: CancellationToken) -> Store<K>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: std::hash::Hash + Eq + Clone + Default,
 {
     let what = format!("{} {name}", K::kind(&K::DynamicType::default()));
-    watch_into(api, watcher::Config::default().fields(&format!("metadata.name={name}")), what, changes, stop)
+    let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    watch_into(api, cfg, what, Change::Objects, changes, stop)
 }
 
 /// A watch (`cfg`, backing off on errors, managed fields dropped) into a store of its own;
-/// each event is sent on `changes`; it stops with `stop`.
+/// each event is sent on `changes` as `kind`; it stops with `stop`.
 pub(crate) fn watch_into<K>(
     api: Api<K>,
     cfg: watcher::Config,
     what: String,
-    changes: futures::channel::mpsc::UnboundedSender<()>,
+    kind: Change,
+    changes: Changes,
     stop: CancellationToken,
 ) -> Store<K>
 where
@@ -334,7 +325,7 @@ where
                 ev = stream.next() => match ev {
                     None => return,
                     Some(Err(e)) => warn!("watching {what}: {e}"),
-                    Some(Ok(_)) => if changes.unbounded_send(()).is_err() { return },
+                    Some(Ok(_)) => if changes.unbounded_send(kind).is_err() { return },
                 },
             }
         }
@@ -404,34 +395,79 @@ type PublishedKey = (
     Option<Arc<haptic_render::gateway::GatewayOutput>>,
 );
 
-/// How many `settle` windows a burst of changes may hold a render back at most.
+/// What one watch event changed: only endpoints (an EndpointSlice), or any other object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// An EndpointSlice: a render of it is at most runtime server changes.
+    Endpoints,
+    /// The resource, an object it names, or a cluster object other than an EndpointSlice.
+    Objects,
+}
+
+/// Where the watches send their events.
+pub type Changes = futures::channel::mpsc::UnboundedSender<Change>;
+
+/// The quiet windows before a burst of changes is rendered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settle {
+    /// After a change to the resource or any object but an EndpointSlice (`--settle`): long
+    /// enough that a ConfigMap and the resource edited together land in one render.
+    pub objects: Duration,
+    /// After a burst of EndpointSlice changes only (`--endpoint-settle`, never longer than
+    /// `objects`): short, so a new endpoint serves soon after it turns ready.
+    pub endpoints: Duration,
+}
+
+/// How many windows a burst of changes may hold a render back at most.
 pub const MAX_SETTLE_WINDOWS: u32 = 2;
 
-/// When a burst of changes that began at `first` and last changed at `last` is rendered:
-/// `settle` after its last change, and never later than [`MAX_SETTLE_WINDOWS`] × `settle` after
-/// its first, so changes that never pause still render.
-pub fn settled_at(first: tokio::time::Instant, last: tokio::time::Instant, settle: Duration) -> tokio::time::Instant {
-    (last + settle).min(first + settle * MAX_SETTLE_WINDOWS)
+/// A burst of changes being settled: pure timekeeping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Burst {
+    first: tokio::time::Instant,
+    last: tokio::time::Instant,
+    endpoints_only: bool,
+}
+
+impl Burst {
+    /// A burst that began with `change` at `at`.
+    pub fn new(at: tokio::time::Instant, change: Change) -> Self {
+        Burst { first: at, last: at, endpoints_only: change == Change::Endpoints }
+    }
+
+    /// `change` joined the burst at `at`.
+    pub fn add(&mut self, at: tokio::time::Instant, change: Change) {
+        self.last = at;
+        self.endpoints_only &= change == Change::Endpoints;
+    }
+
+    /// When the burst is rendered: a window after its last change, and never later than
+    /// [`MAX_SETTLE_WINDOWS`] windows after its first, so changes that never pause still render.
+    /// The window is `settle.endpoints` while the burst holds EndpointSlice changes only.
+    pub fn due(&self, settle: Settle) -> tokio::time::Instant {
+        let window = if self.endpoints_only { settle.endpoints.min(settle.objects) } else { settle.objects };
+        (self.last + window).min(self.first + window * MAX_SETTLE_WINDOWS)
+    }
 }
 
 /// Watches the resource (by name) and what its spec references, and publishes on `tx`: every
-/// change settles for `settle` (a stream of changes for at most [`MAX_SETTLE_WINDOWS`] of it), then the resource is rendered and published (only when the
+/// burst of changes settles (see [`Burst`]), then the resource is rendered and published (only when the
 /// render, its error or the resource's generation changed). A changed reference starts the
 /// new object's watch; the old one stops once a render of the new spec is published.
 pub async fn watch_renders(
     ctx: Context,
     writer: Writer<HAProxyConfig>,
     tx: watch::Sender<Snapshot>,
-    settle: Duration,
+    settle: Settle,
     shutdown: CancellationToken,
 ) {
     let name = ctx.names.config.clone();
     let s = ctx.stores.clone();
-    let (changes_tx, changes_rx) = futures::channel::mpsc::unbounded::<()>();
+    let (changes_tx, changes_rx) = futures::channel::mpsc::unbounded::<Change>();
     let cfgs = watcher(ctx.configs(), watcher::Config::default().fields(&format!("metadata.name={name}")))
         .default_backoff()
         .reflect(writer)
-        .map(|r| r.map(|_| ()).map_err(|e| e.to_string()))
+        .map(|r| r.map(|_| Change::Objects).map_err(|e| e.to_string()))
         .boxed();
     let mut events = futures::stream::select(cfgs, changes_rx.map(Ok));
     let (cm_api, secret_api) = (ctx.api::<ConfigMap>(), ctx.api::<Secret>());
@@ -445,6 +481,7 @@ pub async fn watch_renders(
     loop {
         // Render again at once when a narrowing moved on; else wait for a change, or for the
         // gate's verdict a narrowing waits on.
+        let mut change = Change::Objects;
         if !std::mem::take(&mut again) {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -460,14 +497,14 @@ pub async fn watch_renders(
                 ev = events.next() => match ev {
                     None => return,
                     Some(Err(e)) => { warn!("watching HAProxyConfig {name}: {e}"); continue; }
-                    Some(Ok(())) => {}
+                    Some(Ok(c)) => change = c,
                 },
             }
         }
         // Settle: let a burst of changes (a ConfigMap and the resource together) land, but
         // never wait out a stream of them (EndpointSlices while a Deployment scales).
-        let first = tokio::time::Instant::now();
-        let quiet = tokio::time::sleep(settle);
+        let mut burst = Burst::new(tokio::time::Instant::now(), change);
+        let quiet = tokio::time::sleep_until(burst.due(settle));
         tokio::pin!(quiet);
         loop {
             tokio::select! {
@@ -475,7 +512,10 @@ pub async fn watch_renders(
                 _ = &mut quiet => break,
                 ev = events.next() => match ev {
                     None => return,
-                    Some(_) => quiet.as_mut().reset(settled_at(first, tokio::time::Instant::now(), settle)),
+                    Some(ev) => {
+                        burst.add(tokio::time::Instant::now(), ev.unwrap_or(Change::Objects));
+                        quiet.as_mut().reset(burst.due(settle));
+                    }
                 },
             }
         }
@@ -708,16 +748,34 @@ mod tests {
 
     #[test]
     fn a_burst_settles_after_its_last_change_but_a_stream_within_two_windows() {
-        let settle = Duration::from_millis(300);
-        let t0 = tokio::time::Instant::now();
         let ms = |n: u64| Duration::from_millis(n);
+        let settle = Settle { objects: ms(300), endpoints: ms(50) };
+        let t0 = tokio::time::Instant::now();
+        let burst = |changes: &[(u64, Change)]| {
+            let mut b = Burst::new(t0 + ms(changes[0].0), changes[0].1);
+            for (at, c) in &changes[1..] {
+                b.add(t0 + ms(*at), *c);
+            }
+            b.due(settle)
+        };
+        use Change::{Endpoints as E, Objects as O};
         // One change: a window after it.
-        assert_eq!(settled_at(t0, t0, settle), t0 + ms(300));
+        assert_eq!(burst(&[(0, O)]), t0 + ms(300));
         // A second change 100 ms later: a window after that one.
-        assert_eq!(settled_at(t0, t0 + ms(100), settle), t0 + ms(400));
+        assert_eq!(burst(&[(0, O), (100, O)]), t0 + ms(400));
         // Changes that never pause: at most two windows after the first.
-        assert_eq!(settled_at(t0, t0 + ms(550), settle), t0 + ms(600));
-        assert_eq!(settled_at(t0, t0 + ms(5000), settle), t0 + ms(600));
+        assert_eq!(burst(&[(0, O), (550, O)]), t0 + ms(600));
+        assert_eq!(burst(&[(0, O), (5000, O)]), t0 + ms(600));
+        // EndpointSlices only: the short window, also for a stream of them.
+        assert_eq!(burst(&[(0, E)]), t0 + ms(50));
+        assert_eq!(burst(&[(0, E), (30, E)]), t0 + ms(80));
+        assert_eq!(burst(&[(0, E), (90, E)]), t0 + ms(100));
+        // Any other change in the burst: the long window again, from the burst's start.
+        assert_eq!(burst(&[(0, E), (30, O)]), t0 + ms(330));
+        assert_eq!(burst(&[(0, O), (30, E)]), t0 + ms(330));
+        // The endpoint window never exceeds the other.
+        let slow = Settle { objects: ms(20), endpoints: ms(50) };
+        assert_eq!(Burst::new(t0, E).due(slow), t0 + ms(20));
     }
 
     #[derive(Default)]

@@ -48,8 +48,8 @@ pub struct KubernetesSettings {
     pub identity: String,
     /// Lease timing.
     pub timing: LeaseTiming,
-    /// Quiet window after a change before rendering.
-    pub settle: Duration,
+    /// Quiet windows after a change before rendering.
+    pub settle: super::render::Settle,
     /// TLS towards the agents (`None`: plain HTTP).
     pub agent_tls: Option<AgentTlsSettings>,
 }
