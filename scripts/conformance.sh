@@ -121,8 +121,24 @@ uninstall() {
 trap uninstall EXIT
 "$root/scripts/cluster.sh" install --set gateway.enabled=true
 
+# What the fleet did: the controllers' counters (only the Lease holder deploys; summed over both
+# replicas), read before and after the suite. `haptic_applies` counts one per HAProxy pod and
+# plan, by the mode it landed in; `haptic_deployments` one per render deployed to the fleet.
+counters() {
+  local ips ip
+  ips=$("$kubectl" -n haptic get pods -l app.kubernetes.io/component=controller \
+    -o jsonpath='{.items[*].status.podIP}')
+  for ip in $ips; do curl -s --max-time 5 "http://$ip:9180/metrics" || true; done |
+    awk '/^haptic_deployments_total[{ ]/ {d += $NF}
+         /^haptic_applies_total\{/ && /result="ack"/ {
+           m = $0; sub(/.*mode="/, "", m); sub(/".*/, "", m); a[m] += $NF }
+         END { printf "%d %d %d\n", d, a["runtime"], a["reload"] }'
+}
+
 # 5. The suite.
 mkdir -p "$root/conformance"
+read -r d0 rt0 rl0 <<<"$(counters)"
+pods=$("$kubectl" -n haptic get pods -l app.kubernetes.io/component=haproxy --no-headers | wc -l)
 report="$root/conformance/report.yaml"
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$root/Cargo.toml" | head -1)
 log "running GATEWAY-HTTP ($FEATURES); log: $out/run.log"
@@ -139,6 +155,8 @@ set +e
 rc=$?
 set -e
 log "the suite ended with status $rc after $((SECONDS - t0)) s"
+read -r d1 rt1 rl1 <<<"$(counters)"
+log "the fleet during the suite: $((d1 - d0)) renders deployed to $pods HAProxy pod(s); applies landed at runtime: $((rt1 - rt0)), with a reload: $((rl1 - rl0)) (summed over the pods)"
 grep -E '^(--- |=== RUN|FAIL|ok|PASS)' "$out/run.log" | grep -E '^--- (FAIL|SKIP)|^(FAIL|ok|PASS)' | head -80 >&2 || true
 if [ -s "$report.tmp" ]; then
   mv "$report.tmp" "$report"

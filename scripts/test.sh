@@ -87,12 +87,16 @@ if [ "${HAPTIC_TEST_CLUSTER:-1}" = 1 ]; then
   # The upstream Gateway API conformance suite (v1.6.3, GATEWAY-HTTP) on a fresh one-node cluster
   # (the e2e suite above stops a node on purpose): scripts/conformance.sh builds it (cached),
   # loads its images, installs the chart with gateway.enabled and writes
-  # conformance/report.yaml. HAPTIC_TEST_CONFORMANCE=0 skips it.
+  # conformance/report.yaml; then our own Gateway steps. HAPTIC_TEST_CONFORMANCE=0 skips both.
   if [ "${HAPTIC_TEST_CONFORMANCE:-1}" = 1 ]; then
     conformance_t0=$SECONDS
-    $sudo scripts/cluster.sh up 1 >/dev/null
+    kubeconfig=$($sudo scripts/cluster.sh up 1 | tail -1)
     $sudo env HAPTIC_IMAGES_PROFILE=debug ${CARGO_TARGET_DIR:+CARGO_TARGET_DIR="$CARGO_TARGET_DIR"} scripts/cluster.sh load
     $sudo scripts/conformance.sh
+    # Our own Gateway API steps on the same cluster (its CRDs are there now): scale under load
+    # behind an HTTPRoute, a weight shift, a refused route, routes timed to their first 200.
+    HAPTIC_E2E_CLUSTER=real HAPTIC_E2E_VALUES="$PWD/target/cluster/values.yaml" \
+      env "$kubeconfig" cargo test --locked -p haptic-e2e --test gateway_cluster -- --nocapture
     $sudo scripts/cluster.sh down
     echo "    the conformance suite took $((SECONDS - conformance_t0)) s (cluster up, images, suite, down)"
   fi

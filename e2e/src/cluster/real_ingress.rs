@@ -46,7 +46,7 @@ const HTTPS_PORT: u16 = 443;
 /// How many server slots a backend has (the chart's `ingress.serverSlots`).
 const SLOTS: usize = 8;
 
-fn ensure(ok: bool, what: impl FnOnce() -> String) -> Result<()> {
+pub(super) fn ensure(ok: bool, what: impl FnOnce() -> String) -> Result<()> {
     if ok {
         Ok(())
     } else {
@@ -58,7 +58,7 @@ fn ok(step: &str) {
     println!("ok real ingress: {step}");
 }
 
-fn apply_params() -> PatchParams {
+pub(super) fn apply_params() -> PatchParams {
     PatchParams::apply("haptic-e2e").force()
 }
 
@@ -145,12 +145,20 @@ async fn delete_ingress(c: &RealCluster, name: &str) -> Result<()> {
 /// The echo Deployment with `replicas` pods, and the Services [`ECHO`] and [`ECHO2`] over it;
 /// waits until every pod is Ready.
 async fn echo_backend(c: &RealCluster, replicas: usize) -> Result<()> {
+    web(c, ECHO, replicas, &[ECHO, ECHO2]).await
+}
+
+/// A Deployment `app` of `replicas` busybox httpd pods (labelled `app.kubernetes.io/name=app`)
+/// answering their pod name on `/`, `a <pod>` on `/a/`, `b <pod>` on `/b/`, sleeping in preStop
+/// so a stopping pod serves until the endpoints drop it; the Services `services` over them (port
+/// 80); waits until every pod is Ready.
+pub(super) async fn web(c: &RealCluster, app: &str, replicas: usize, services: &[&str]) -> Result<()> {
     let client = c.client();
-    let labels = json!({"app.kubernetes.io/name": ECHO});
+    let labels = json!({"app.kubernetes.io/name": app});
     let script = "h=$(hostname); mkdir -p /www/a /www/b; echo \"$h\" > /www/index.html; \
                   echo \"a $h\" > /www/a/index.html; echo \"b $h\" > /www/b/index.html; exec httpd -f -p 8000 -h /www";
     let dep = json!({
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": ECHO, "labels": labels},
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": app, "labels": labels},
         "spec": {"replicas": replicas, "selector": {"matchLabels": labels}, "template": {
             "metadata": {"labels": labels},
             "spec": {"terminationGracePeriodSeconds": 30, "containers": [{
@@ -161,10 +169,10 @@ async fn echo_backend(c: &RealCluster, replicas: usize) -> Result<()> {
                 "readinessProbe": {"tcpSocket": {"port": 8000}, "periodSeconds": 1}}]}}}
     });
     Api::<Deployment>::namespaced(client.clone(), NAMESPACE)
-        .patch(ECHO, &apply_params(), &Patch::Apply(&dep))
+        .patch(app, &apply_params(), &Patch::Apply(&dep))
         .await
-        .map_err(|e| ClusterError::of("apply the echo Deployment", e))?;
-    for name in [ECHO, ECHO2] {
+        .map_err(|e| ClusterError::of(&format!("apply the Deployment {app}"), e))?;
+    for name in services {
         let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
                          "spec": {"selector": labels, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}});
         Api::<Service>::namespaced(client.clone(), NAMESPACE)
@@ -172,24 +180,24 @@ async fn echo_backend(c: &RealCluster, replicas: usize) -> Result<()> {
             .await
             .map_err(|e| ClusterError::of(&format!("apply the Service {name}"), e))?;
     }
-    echo_settled(c, replicas, &BTreeSet::new()).await.map(|_| ())
+    settled(c, app, replicas, &BTreeSet::new()).await.map(|_| ())
 }
 
-/// Every echo pod, terminating ones included.
-async fn all_echo_pods(c: &RealCluster) -> Result<Vec<Pod>> {
-    let lp = ListParams::default().labels(&format!("app.kubernetes.io/name={ECHO}"));
+/// Every pod of `app`, terminating ones included.
+async fn app_pods(c: &RealCluster, app: &str) -> Result<Vec<Pod>> {
+    let lp = ListParams::default().labels(&format!("app.kubernetes.io/name={app}"));
     Ok(Api::<Pod>::namespaced(c.client(), NAMESPACE)
         .list(&lp)
         .await
-        .map_err(|e| ClusterError::of("list the echo pods", e))?
+        .map_err(|e| ClusterError::of(&format!("list the pods of {app}"), e))?
         .items)
 }
 
-/// Waits until exactly `n` echo pods exist (none terminating, none of `gone`), all Ready;
+/// Waits until exactly `n` pods of `app` exist (none terminating, none of `gone`), all Ready;
 /// returns their names.
-async fn echo_settled(c: &RealCluster, n: usize, gone: &BTreeSet<String>) -> Result<BTreeSet<String>> {
-    eventually(&format!("{n} echo pods Ready and none terminating"), Duration::from_secs(240), || async {
-        let pods = all_echo_pods(c).await.ok()?;
+async fn settled(c: &RealCluster, app: &str, n: usize, gone: &BTreeSet<String>) -> Result<BTreeSet<String>> {
+    eventually(&format!("{n} {app} pods Ready and none terminating"), Duration::from_secs(240), || async {
+        let pods = app_pods(c, app).await.ok()?;
         let settled = pods.len() == n
             && pods.iter().all(|p| {
                 p.metadata.deletion_timestamp.is_none()
@@ -203,7 +211,13 @@ async fn echo_settled(c: &RealCluster, n: usize, gone: &BTreeSet<String>) -> Res
 
 /// Waits until `GET path` with `Host: host` through the Service answers 200 with a body `want`
 /// accepts; returns the body.
-async fn answered(c: &RealCluster, svc: &str, host: &str, path: &str, want: impl Fn(&str) -> bool) -> Result<String> {
+pub(super) async fn answered(
+    c: &RealCluster,
+    svc: &str,
+    host: &str,
+    path: &str,
+    want: impl Fn(&str) -> bool,
+) -> Result<String> {
     let what = format!("200 for {host}{path} through the HAProxy Service");
     eventually(&what, Duration::from_secs(90), || async {
         match c.service_get(svc, host, path).await {
@@ -295,7 +309,7 @@ pub fn samples_by(text: &str, metric: &str, label: &str) -> BTreeMap<String, f64
 
 /// The counters of every HAProxy pod's agent, read while the fleet is at rest: converged, every
 /// agent running the status's plan, none with a reload pending.
-async fn counters(c: &RealCluster) -> Result<BTreeMap<String, AgentCounters>> {
+pub(super) async fn counters(c: &RealCluster) -> Result<BTreeMap<String, AgentCounters>> {
     let client = c.client();
     eventually("every agent's counters with the fleet at rest", Duration::from_secs(90), || async {
         let s = status(&client, NAMESPACE).await.ok()?;
@@ -331,7 +345,7 @@ async fn counters(c: &RealCluster) -> Result<BTreeMap<String, AgentCounters>> {
 
 /// What a scenario cost, per HAProxy pod: reloads, worker changes, applies by mode, ops by kind.
 #[derive(Debug, Clone, Default)]
-struct Cost {
+pub(super) struct Cost {
     /// Pod → reloads during the scenario.
     reloads: BTreeMap<String, f64>,
     /// Pods whose worker pid changed.
@@ -339,13 +353,16 @@ struct Cost {
     /// Applies by mode, the most any one pod took.
     applies: BTreeMap<String, f64>,
     /// Runtime ops by kind, summed over the pods.
-    ops: BTreeMap<String, f64>,
+    pub(super) ops: BTreeMap<String, f64>,
     /// Scheduled reloads a newer plan replaced, summed over the pods.
     coalesced: f64,
 }
 
 impl Cost {
-    fn of(before: &BTreeMap<String, AgentCounters>, after: &BTreeMap<String, AgentCounters>) -> Result<Self> {
+    pub(super) fn of(
+        before: &BTreeMap<String, AgentCounters>,
+        after: &BTreeMap<String, AgentCounters>,
+    ) -> Result<Self> {
         ensure(before.keys().eq(after.keys()), || {
             format!("the HAProxy pods changed during the scenario: {:?} -> {:?}", before.keys(), after.keys())
         })?;
@@ -369,7 +386,7 @@ impl Cost {
         Ok(cost)
     }
 
-    fn line(&self) -> String {
+    pub(super) fn line(&self) -> String {
         let fmt = |m: &BTreeMap<String, f64>| {
             m.iter().filter(|(_, v)| **v != 0.0).map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")
         };
@@ -384,7 +401,7 @@ impl Cost {
     }
 
     /// Fails unless every pod took exactly `n` reloads (and a new worker exactly when `n > 0`).
-    fn expect_reloads(&self, what: &str, n: f64) -> Result<()> {
+    pub(super) fn expect_reloads(&self, what: &str, n: f64) -> Result<()> {
         let all = self.reloads.values().all(|r| *r == n);
         let workers = if n == 0.0 { self.new_workers.is_empty() } else { self.new_workers.len() == self.reloads.len() };
         ensure(all && workers, || {
@@ -402,11 +419,12 @@ struct Seen {
     failed: Vec<String>,
 }
 
-/// Sequential requests for [`ECHO_HOST`] through the Service until `stop`, at most 400 000 or
-/// 600 s; `Seen::failed` gets every answer that was not a 200.
+/// Sequential requests for `host` to `ip` (port 80) until `stop`, at most 400 000 or 600 s;
+/// `Seen::failed` gets every answer that was not a 200.
 fn start_load(
     c: &RealCluster,
-    svc: String,
+    ip: String,
+    host: &'static str,
     stop: Arc<AtomicBool>,
     seen: Arc<Mutex<Seen>>,
 ) -> tokio::task::JoinHandle<bool> {
@@ -419,7 +437,7 @@ fn start_load(
                 return false;
             }
             n += 1;
-            let got = c.service_get(&svc, ECHO_HOST, "/").await;
+            let got = c.service_get(&ip, host, "/").await;
             let now = Instant::now();
             let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
             match got {
@@ -435,37 +453,43 @@ fn start_load(
     })
 }
 
-async fn scale_echo(c: &RealCluster, n: usize) -> Result<()> {
+async fn scale(c: &RealCluster, app: &str, n: usize) -> Result<()> {
     Api::<Deployment>::namespaced(c.client(), NAMESPACE)
-        .patch_scale(ECHO, &PatchParams::default(), &Patch::Merge(&json!({"spec": {"replicas": n}})))
+        .patch_scale(app, &PatchParams::default(), &Patch::Merge(&json!({"spec": {"replicas": n}})))
         .await
-        .map_err(|e| ClusterError::of("scale the echo Deployment", e))?;
+        .map_err(|e| ClusterError::of(&format!("scale the Deployment {app}"), e))?;
     Ok(())
 }
 
 /// What `kubectl rollout restart` does: a changed pod-template annotation.
-async fn restart_echo(c: &RealCluster) -> Result<()> {
+async fn restart(c: &RealCluster, app: &str) -> Result<()> {
     let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     let patch = json!({"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": at.to_string()}}}}});
     Api::<Deployment>::namespaced(c.client(), NAMESPACE)
-        .patch(ECHO, &PatchParams::default(), &Patch::Merge(&patch))
+        .patch(app, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .map_err(|e| ClusterError::of("restart the echo Deployment", e))?;
+        .map_err(|e| ClusterError::of(&format!("restart the Deployment {app}"), e))?;
     Ok(())
 }
 
 /// The changes [`scale_under_load`] makes, in order: a name and the echo pods after it.
-const SCALE_CHANGES: [(&str, usize); 3] = [("scale 2 -> 16", 16), ("scale 16 -> 1", 1), ("rollout restart", 1)];
+const SCALE_CHANGES: [(&str, usize); 3] = [("scale 2 -> 16", 16), ("scale 16 -> 1", 1), (RESTART, 1)];
 
-/// When each echo pod was first seen ready in an EndpointSlice of the echo Service: the host's
-/// clock, by a watch that runs until the returned task is aborted.
-fn watch_ready_endpoints(c: &RealCluster) -> (tokio::task::JoinHandle<()>, Arc<Mutex<BTreeMap<String, Instant>>>) {
+/// The change that is a rollout restart, not a scale.
+pub(super) const RESTART: &str = "rollout restart";
+
+/// When each pod of Service `service` was first seen ready in one of its EndpointSlices: the
+/// host's clock, by a watch that runs until the returned task is aborted.
+fn watch_ready_endpoints(
+    c: &RealCluster,
+    service: &str,
+) -> (tokio::task::JoinHandle<()>, Arc<Mutex<BTreeMap<String, Instant>>>) {
     use futures::StreamExt;
     use k8s_openapi::api::discovery::v1::EndpointSlice;
     use kube::runtime::{watcher, WatchStreamExt};
     let seen = Arc::new(Mutex::new(BTreeMap::new()));
     let api = Api::<EndpointSlice>::namespaced(c.client(), NAMESPACE);
-    let cfg = watcher::Config::default().labels(&format!("kubernetes.io/service-name={ECHO}"));
+    let cfg = watcher::Config::default().labels(&format!("kubernetes.io/service-name={service}"));
     let into = seen.clone();
     let task = tokio::spawn(async move {
         let mut slices = watcher(api, cfg).default_backoff().applied_objects().boxed();
@@ -484,43 +508,60 @@ fn watch_ready_endpoints(c: &RealCluster) -> (tokio::task::JoinHandle<()>, Arc<M
     (task, seen)
 }
 
-/// Scale 2 → 16 → 1 and a rollout restart under load: every change settles (the pods as asked,
-/// each current pod answered after the change, the fleet converged), 0 failed requests, 0
-/// reloads; the growth past [`SLOTS`] is `server.add`.
-async fn scale_under_load(c: &mut RealCluster, svc: &str) -> Result<()> {
+/// What [`changes_under_load`] saw (it prints a line per change): the requests answered, and the
+/// cost of all the changes together.
+pub(super) struct UnderLoad {
+    pub(super) ok: u64,
+    pub(super) cost: Cost,
+}
+
+/// Makes each of `changes` (a scale of Deployment `app` to the count, or [`RESTART`]) under a
+/// sequential load for `host` through `ip`, each once the last has settled (the pods as asked,
+/// each current pod answered after the change, the fleet converged). Fails on any failed
+/// request. Each change's line says how many new pods it brought, when the first and last
+/// answered, and how long after its endpoint turned ready in the EndpointSlice of Service `app`
+/// each new pod answered.
+pub(super) async fn changes_under_load(
+    c: &RealCluster,
+    ip: &str,
+    host: &'static str,
+    app: &str,
+    changes: &[(&str, usize)],
+) -> Result<UnderLoad> {
     let client = c.client();
     let before = counters(c).await?;
     let stop = Arc::new(AtomicBool::new(false));
     let seen = Arc::new(Mutex::new(Seen::default()));
-    let load = start_load(c, svc.to_string(), stop.clone(), seen.clone());
-    let (endpoints_watch, ready_at) = watch_ready_endpoints(c);
-    let changes = async {
+    let load = start_load(c, ip.to_string(), host, stop.clone(), seen.clone());
+    let (endpoints_watch, ready_at) = watch_ready_endpoints(c, app);
+    let pods = c.haproxy_pods().await?.len();
+    let made = async {
         let mut lines = Vec::new();
-        for (change, n) in SCALE_CHANGES {
+        for (change, n) in changes.iter().copied() {
             let at_start = counters(c).await?;
             let old: BTreeSet<String> = c
-                .pods(&format!("app.kubernetes.io/name={ECHO}"))
+                .pods(&format!("app.kubernetes.io/name={app}"))
                 .await?
                 .into_iter()
                 .filter_map(|p| p.metadata.name)
                 .collect();
             let plan = current_plan(c).await?;
             let t0 = Instant::now();
-            if change == "rollout restart" {
-                restart_echo(c).await?;
+            if change == RESTART {
+                restart(c, app).await?;
             } else {
-                scale_echo(c, n).await?;
+                scale(c, app, n).await?;
             }
             // A rollout replaces every pod; a scale keeps the pods that stay.
-            let keep = if change == "rollout restart" { BTreeSet::new() } else { old.clone() };
-            let now = echo_settled(c, n, &old.difference(&keep).cloned().collect()).await?;
+            let keep = if change == RESTART { BTreeSet::new() } else { old.clone() };
+            let now = settled(c, app, n, &old.difference(&keep).cloned().collect()).await?;
             // Each current pod answered after the change, and the fleet runs the render of it.
-            eventually(&format!("every echo pod to answer after `{change}`"), Duration::from_secs(120), || async {
+            eventually(&format!("every {app} pod to answer after `{change}`"), Duration::from_secs(120), || async {
                 let s = seen.lock().unwrap_or_else(|e| e.into_inner());
                 now.iter().all(|p| s.by.get(p).is_some_and(|(_, last)| *last > t0)).then_some(())
             })
             .await?;
-            wait_converged(&client, NAMESPACE, 2, Some(&plan)).await?;
+            wait_converged(&client, NAMESPACE, pods, Some(&plan)).await?;
             let cost = Cost::of(&at_start, &counters(c).await?)?;
             let fresh: BTreeSet<String> = now.difference(&old).cloned().collect();
             let firsts: BTreeMap<String, Instant> = {
@@ -557,7 +598,7 @@ async fn scale_under_load(c: &mut RealCluster, svc: &str) -> Result<()> {
     stop.store(true, Ordering::Relaxed);
     endpoints_watch.abort();
     let finished = load.await.map_err(|e| ClusterError::of("the load task", e))?;
-    let lines = changes?;
+    let lines = made?;
     ensure(finished, || "the load hit its bound (400 000 requests or 600 s) before the changes settled".into())?;
     let (ok_n, failed) = {
         let s = seen.lock().unwrap_or_else(|e| e.into_inner());
@@ -571,6 +612,13 @@ async fn scale_under_load(c: &mut RealCluster, svc: &str) -> Result<()> {
         println!("   {l}");
     }
     println!("   in all: {}", cost.line());
+    Ok(UnderLoad { ok: ok_n, cost })
+}
+
+/// Scale 2 → 16 → 1 and a rollout restart under load: 0 failed requests, 0 reloads; the growth
+/// past [`SLOTS`] is `server.add`.
+async fn scale_under_load(c: &mut RealCluster, svc: &str) -> Result<()> {
+    let UnderLoad { ok: ok_n, cost, .. } = changes_under_load(c, svc, ECHO_HOST, ECHO, &SCALE_CHANGES).await?;
     cost.expect_reloads("scale 2 -> 16 -> 1 and a rollout restart", 0.0)?;
     ensure(cost.ops.get("server.add").copied().unwrap_or(0.0) > 0.0, || {
         format!("16 endpoints in {SLOTS} slots grew without server.add: {}", cost.line())
@@ -625,7 +673,7 @@ async fn two_on_one_host(c: &mut RealCluster, svc: &str) -> Result<()> {
 }
 
 /// The plan the status names now (changes wait until the fleet converged on another one).
-async fn current_plan(c: &RealCluster) -> Result<Value> {
+pub(super) async fn current_plan(c: &RealCluster) -> Result<Value> {
     Ok(status(&c.client(), NAMESPACE).await?["planId"].clone())
 }
 

@@ -24,15 +24,15 @@ use crate::floor::parse_server_addr;
 use crate::report::Row;
 use crate::stats::Samples;
 
-const NS: &str = "bench";
-const USER: &str = "bench";
-const PASSWORD: &str = "bench-k8s-secret";
+pub(super) const NS: &str = "bench";
+pub(super) const USER: &str = "bench";
+pub(super) const PASSWORD: &str = "bench-k8s-secret";
 /// Servers of `be_app` the changes move.
 const SERVERS: usize = 10;
 /// Backends in the config (the same size as the standalone fleet's).
 const BACKENDS: usize = 20;
 
-fn kerr(what: &str) -> impl FnOnce(kube::Error) -> BenchError + '_ {
+pub(super) fn kerr(what: &str) -> impl FnOnce(kube::Error) -> BenchError + '_ {
     move |e| BenchError::Kubernetes(format!("{what}: {e}"))
 }
 
@@ -64,7 +64,8 @@ async fn put_cfg(client: &Client, text: String) -> Result<String> {
     Ok(got.metadata.resource_version.unwrap_or_default())
 }
 
-async fn setup(client: &Client) -> Result<()> {
+/// The HAProxyConfig CRD, the namespace [`NS`] and the agents' credentials Secret.
+pub(super) async fn setup(client: &Client) -> Result<()> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/haptic/crds/haproxyconfig.yaml");
     let text = std::fs::read_to_string(path).map_err(BenchError::io(format!("read {path}")))?;
     let crd: CustomResourceDefinition =

@@ -6,6 +6,7 @@
 pub mod agent_cases;
 pub mod fleet;
 pub mod k8s;
+pub mod k8s_endpoints;
 pub mod plan_diff;
 pub mod real_cluster;
 pub mod render_scale;
@@ -38,6 +39,7 @@ pub const ALL: &[&str] = &[
     "traffic_under_churn",
     "fleet_scale",
     "k8s_runtime",
+    "endpoint_churn",
     // Only when named (`--only real_cluster`): needs root and takes the machine's cluster.
     "real_cluster",
 ];

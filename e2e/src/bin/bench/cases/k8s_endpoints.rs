@@ -1,0 +1,292 @@
+//! `endpoint_churn`: render mode on the local control plane (`haptic_e2e::k8s`: etcd +
+//! kube-apiserver on loopback, pods run by the kubelet stand-in) with an IngressClass, an
+//! Ingress, a Service and its EndpointSlice; a real `haptic-controller run --kubernetes`
+//! renders them. Two figures, each against the same change made directly on every pod's master
+//! socket in the same run:
+//! - one endpoint moved (EndpointSlice patch) → every pod serving the new address, against one
+//!   `set server … addr` per pod plus one watch event's delay (the bench's own watch on the slice);
+//! - a burst of endpoint moves sent back to back → every pod serving the last state, against
+//!   sending the same patches plus the same number of `set server … addr` on every pod.
+//!
+//! Endpoints are TEST-NET addresses no request is sent to: what a pod serves is read from
+//! HAProxy's `show servers state`. Every change must land without a reload (the worker pid of
+//! every pod is checked). It must never talk to anything but 127.0.0.1, and it spawns the
+//! controller binary (never links it).
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use haptic_e2e::free_port;
+use haptic_e2e::k8s::{ControlPlane, LocalPods, LocalPodsOpts};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, WatchEvent, WatchParams};
+use kube::Client;
+use serde_json::{json, Value};
+
+use super::k8s::{kerr, setup, NS, PASSWORD, USER};
+use super::Ctx;
+use crate::error::{BenchError, Result};
+use crate::fleet_kit::{sibling_bin, Controller, SETTLE};
+use crate::report::Row;
+use crate::stats::Samples;
+
+/// Endpoints of the Service.
+const ENDPOINTS: usize = 10;
+/// The backend the render names for Service `web`, port `http`, in [`NS`].
+const BACKEND: &str = "bench_web_http";
+
+/// Endpoint `k`'s address in one of two places: TEST-NET-1 or TEST-NET-2.
+fn addr(k: usize, moved: bool) -> String {
+    if moved {
+        format!("198.51.100.{}", k + 1)
+    } else {
+        format!("192.0.2.{}", k + 1)
+    }
+}
+
+fn slice(moved: &[bool]) -> Value {
+    let eps: Vec<Value> = moved
+        .iter()
+        .enumerate()
+        .map(|(k, m)| json!({"addresses": [addr(k, *m)], "conditions": {"ready": true}}))
+        .collect();
+    json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+           "metadata": {"name": "web-1", "namespace": NS, "labels": {"kubernetes.io/service-name": "web"}},
+           "addressType": "IPv4", "ports": [{"name": "http", "port": 8080}], "endpoints": eps})
+}
+
+async fn apply(client: &Client, obj: Value) -> Result<String> {
+    let ar = kube::api::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+        obj["apiVersion"].as_str().unwrap_or_default().split_once('/').map_or("", |(g, _)| g),
+        obj["apiVersion"].as_str().unwrap_or_default().rsplit('/').next().unwrap_or_default(),
+        obj["kind"].as_str().unwrap_or_default(),
+    ));
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let ns = obj["metadata"]["namespace"].as_str();
+    let api: Api<DynamicObject> = match ns {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    };
+    let got = api
+        .patch(&name, &PatchParams::apply("haptic-bench").force(), &Patch::Apply(&obj))
+        .await
+        .map_err(kerr("apply"))?;
+    Ok(got.metadata.resource_version.unwrap_or_default())
+}
+
+/// The render-mode objects: the IngressClass, Service `web`, its slice, an Ingress for it, and
+/// the HAProxyConfig rendering them with the built-in template bound on each pod's `${POD_IP}`.
+async fn objects(client: &Client, fe: u16, agent_port: u16) -> Result<()> {
+    let builtin = haptic_render::template::BUILTIN;
+    let binds = "{% for b in f.binds %}    bind {{ b }}\n{% endfor %}";
+    if !builtin.contains(binds) {
+        return Err(BenchError::Unexpected("the built-in template has no bind loop to replace".into()));
+    }
+    let template = builtin.replace(binds, &format!("    bind \"${{POD_IP}}:{fe}\"\n"));
+    for obj in [
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "edge-template", "namespace": NS},
+               "data": {"haproxy.cfg.j2": template}}),
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass", "metadata": {"name": "haptic"},
+               "spec": {"controller": haptic_render::ingress::INGRESS_CONTROLLER}}),
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": NS},
+               "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}),
+        slice(&[false; ENDPOINTS]),
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "web", "namespace": NS},
+               "spec": {"ingressClassName": "haptic", "rules": [{"host": "bench.example", "http": {"paths": [
+                   {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": "web", "port": {"name": "http"}}}}]}}]}}),
+        json!({"apiVersion": "haptic.dev/v1alpha1", "kind": "HAProxyConfig", "metadata": {"name": "edge", "namespace": NS},
+               "spec": {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "haproxy"}},
+                        "agent": {"port": agent_port}, "controller": {"maxParallel": 16},
+                        "render": {"ingressClassName": "haptic", "serverSlots": 16,
+                                   "template": {"configMapKeyRef": {"name": "edge-template", "key": "haproxy.cfg.j2"}}}}}),
+    ] {
+        apply(client, obj).await?;
+    }
+    Ok(())
+}
+
+/// The addresses `BACKEND` serves (servers not in maintenance) and the worker pid, per pod.
+async fn serving(pods: &LocalPods) -> Result<Vec<(BTreeSet<String>, Option<u32>)>> {
+    let mut out = Vec::new();
+    for n in pods.names() {
+        let Some(pod) = pods.pod(&n) else { continue };
+        let h = pod.haproxy();
+        let text = h.worker_cmd(&format!("show servers state {BACKEND}")).await?;
+        // Field 5 is the address, 7 the admin state (maintenance bits 0x01, 0x02, 0x20).
+        let live = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                let admin: u32 = f.get(6)?.parse().ok()?;
+                (f.get(1) == Some(&BACKEND) && admin & 0x23 == 0).then(|| f[4].to_string())
+            })
+            .collect();
+        out.push((live, h.show_info().await?.pid()));
+    }
+    Ok(out)
+}
+
+fn want(moved: &[bool]) -> BTreeSet<String> {
+    moved.iter().enumerate().map(|(k, m)| addr(k, *m)).collect()
+}
+
+/// Waits (polling every 2 ms, at most 60 s) until every pod serves exactly `moved`'s addresses;
+/// returns when, and the pods' worker pids.
+async fn wait_serving(pods: &LocalPods, moved: &[bool]) -> Result<(Instant, Vec<Option<u32>>)> {
+    let want = want(moved);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        // Before the first plan, a pod has no HAProxy to ask.
+        let now = serving(pods).await.map_err(|e| e.to_string());
+        if let Ok(now) = &now {
+            if now.iter().all(|(s, _)| *s == want) {
+                return Ok((Instant::now(), now.iter().map(|(_, p)| *p).collect()));
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(BenchError::Timeout(format!("{BACKEND} serving {want:?}: {now:?}")));
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// The floor of `n` endpoint moves: `n` `set server … addr` on every pod's master socket, each
+/// setting a server's address to the one it has (the same work, and nothing changes).
+async fn direct(pods: &LocalPods, n: usize) -> Result<Duration> {
+    let mut servers = Vec::new();
+    for name in pods.names() {
+        let Some(pod) = pods.pod(&name) else { continue };
+        let text = pod.haproxy().worker_cmd(&format!("show servers state {BACKEND}")).await?;
+        let first = text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(1) == Some(&BACKEND)).then(|| Some((f.get(3)?.to_string(), f.get(4)?.to_string())))?
+        });
+        let (srv, a) = first.ok_or_else(|| BenchError::Unexpected(format!("no server in {BACKEND}: {text:.300}")))?;
+        servers.push((name, srv, a));
+    }
+    let t = Instant::now();
+    for (name, srv, a) in &servers {
+        let Some(pod) = pods.pod(name) else { continue };
+        for _ in 0..n {
+            let reply = pod.haproxy().worker_cmd(&format!("set server {BACKEND}/{srv} addr {a} port 8080")).await?;
+            // 2.6: "no need to change the addr…"; 3.0: "nothing changed"; a change: "… changed from …".
+            if !reply.contains("change") {
+                return Err(BenchError::Unexpected(format!("set server: {reply}")));
+            }
+        }
+    }
+    Ok(t.elapsed())
+}
+
+/// Runs `endpoint_churn`.
+pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
+    let cp = ControlPlane::start().await.map_err(|e| BenchError::Kubernetes(format!("control plane: {e}")))?;
+    let client = cp.client().await.map_err(|e| BenchError::Kubernetes(e.to_string()))?;
+    setup(&client).await?;
+    let mut opts = LocalPodsOpts::new(NS, ctx.bin.clone(), USER, PASSWORD);
+    opts.pod.agent_bin = Some(sibling_bin("haptic-agent", "HAPTIC_AGENT_BIN")?);
+    opts.pod.min_reload_interval = "2s".into();
+    let mut pods = LocalPods::new(client.clone(), opts);
+    let n = ctx.pods;
+    pods.create(n).await.map_err(|e| BenchError::Kubernetes(format!("local pods: {e}")))?;
+    objects(&client, free_port(), pods.agent_port()).await?;
+    let tmp = tempfile::Builder::new().prefix("haptic-bench-ep-").tempdir().map_err(BenchError::io("tempdir"))?;
+    let ctl = Controller::start_kubernetes(&ctx.bin, tmp.path(), cp.kubeconfig(), NS, "edge")?;
+    let mut moved = vec![false; ENDPOINTS];
+    let (_, workers) = wait_serving(&pods, &moved).await?;
+
+    // The bench's own watch on the slice: when each new resourceVersion arrives.
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), NS);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
+    let current = slices.get("web-1").await.map_err(kerr("get the slice"))?.metadata.resource_version;
+    let wp = WatchParams::default().fields("metadata.name=web-1").timeout(290);
+    let stream = slices.watch(&wp, &current.unwrap_or_default()).await.map_err(kerr("watch the slice"))?;
+    let watcher = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(ev) = stream.next().await {
+            if let Ok(WatchEvent::Modified(s)) = ev {
+                let _ = tx.send((s.metadata.resource_version.unwrap_or_default(), Instant::now()));
+            }
+        }
+    });
+
+    let mut wrong = Vec::new();
+    let (mut one, mut watch, mut floor) = (Samples::new(), Samples::new(), Samples::new());
+    for i in 0..ctx.warmup() + ctx.reps() {
+        let k = i % ENDPOINTS;
+        moved[k] = !moved[k];
+        let t = Instant::now();
+        let rv = apply(&client, slice(&moved)).await?;
+        let (done, pids) = wait_serving(&pods, &moved).await?;
+        if pids != workers {
+            wrong.push(format!("move {i}: worker pids {workers:?} -> {pids:?} (a reload)"));
+        }
+        let mut seen = None;
+        while let Ok(Some((v, at))) = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await {
+            if v == rv {
+                seen = Some(at);
+                break;
+            }
+        }
+        let direct_one = direct(&pods, 1).await?;
+        if i >= ctx.warmup() {
+            one.push_ms(done - t);
+            floor.push_ms(direct_one);
+            match seen {
+                Some(at) => watch.push_ms(at.saturating_duration_since(t)),
+                None => wrong.push(format!("move {i}: the bench's watch never saw resourceVersion {rv}")),
+            }
+        }
+    }
+    watcher.abort();
+
+    // A burst: endpoint moves sent back to back, then every pod serving the last state.
+    let burst = if ctx.quick { 50 } else { 200 };
+    let t = Instant::now();
+    for i in 0..burst {
+        let k = (i * 3) % ENDPOINTS;
+        moved[k] = !moved[k];
+        apply(&client, slice(&moved)).await?;
+    }
+    let sent = t.elapsed();
+    let (done, pids) = wait_serving(&pods, &moved).await?;
+    let took = done - t;
+    if pids != workers {
+        wrong.push(format!("burst: worker pids {workers:?} -> {pids:?} (a reload)"));
+    }
+    let direct_burst = direct(&pods, burst).await?;
+    drop(ctl);
+    drop(pods);
+    drop(cp);
+
+    let mut rows = Vec::new();
+    let floor_one = floor.p50().unwrap_or(0.0) + watch.p50().unwrap_or(0.0);
+    let mut r = Row::repeated("endpoint_churn", &format!("one move, {n} pods"), &ctx.label, &one, None, "ms")
+        .verified(&wrong)
+        .with_floor(floor_one);
+    r.add_note(format!(
+        "EndpointSlice patch -> every pod serving the new address (controller --settle {SETTLE}, which also caps --endpoint-settle); floor: `set server addr` on every pod p50 {:.2} ms + watch delay p50 {:.2} ms",
+        floor.p50().unwrap_or(0.0),
+        watch.p50().unwrap_or(0.0)
+    ));
+    rows.push(r);
+    let mut r = Row::single(
+        "endpoint_churn",
+        &format!("burst of {burst} moves, {n} pods"),
+        &ctx.label,
+        took.as_secs_f64() * 1000.0,
+        Some((sent + direct_burst).as_secs_f64() * 1000.0),
+        "ms",
+    )
+    .verified(&wrong);
+    r.add_note(format!(
+        "{burst} EndpointSlice patches back to back (sent in {:.0} ms) -> every pod serving the last state: {:.0} endpoints/s, 0 reloads; floor: sending the patches + {burst} `set server addr` on every pod ({:.0} ms)",
+        sent.as_secs_f64() * 1000.0,
+        burst as f64 / took.as_secs_f64().max(1e-9),
+        direct_burst.as_secs_f64() * 1000.0
+    ));
+    rows.push(r);
+    Ok(rows)
+}
