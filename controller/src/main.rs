@@ -74,10 +74,11 @@ enum Command {
         #[arg(long, env = "HAPTIC_CONTROLLER_HAPROXY_BIN", default_value = "haproxy")]
         haproxy_bin: PathBuf,
     },
-    /// Renders a directory of YAML manifests (Ingresses, IngressClasses, Services,
-    /// EndpointSlices, Secrets, ConfigMaps and one HAProxyConfig) as the controller would, and
-    /// prints one verdict per served Ingress; exits 1 when an Ingress is refused in part (the
-    /// render is still written), 2 when nothing can be rendered.
+    /// Renders a directory of YAML manifests (Ingresses and IngressClasses, or GatewayClasses,
+    /// Gateways, HTTPRoutes, ReferenceGrants and Namespaces; Services, EndpointSlices, Secrets,
+    /// ConfigMaps and one HAProxyConfig) as the controller would, and prints one verdict per
+    /// served Ingress, Gateway or HTTPRoute; exits 1 when one is refused in part (the render is
+    /// still written), 2 when nothing can be rendered.
     Render {
         /// The manifest directory (every `*.yaml` / `*.yml` below it).
         #[arg(long)]
@@ -428,6 +429,23 @@ fn render_cmd(dir: PathBuf, out: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         anyhow::anyhow!("HAProxyConfig {name}: {}: {}", e.reason, e.message)
     };
     let (files, verdicts) = match &spec.render {
+        Some(r) if r.gateway_class_name.is_some() => {
+            let class = r.gateway_class_name.clone().unwrap_or_default();
+            if !m.objects.gateway_classes.iter().any(|c| c.metadata.name.as_deref() == Some(class.as_str())) {
+                eprintln!(
+                    "note: no GatewayClass {class} in {}: using the chart's (controller {})",
+                    dir.display(),
+                    haptic_render::gateway::GATEWAY_CONTROLLER
+                );
+                m.objects
+                    .gateway_classes
+                    .push(std::sync::Arc::new(haptic_controller::manifests::chart_gateway_class(&class)));
+            }
+            let namespace = m.config.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+            let (r, _) =
+                routes::render_gateway(&spec, &m, &m.objects, &Default::default(), &namespace).map_err(fail)?;
+            (r.files, r.verdicts)
+        }
         Some(r) => {
             let class = r.ingress_class_name.clone().unwrap_or_default();
             if !m.objects.classes.iter().any(|c| c.metadata.name.as_deref() == Some(class.as_str())) {

@@ -2,8 +2,9 @@
 //! into the objects render mode reads, for `haptic-controller render` and `migrate`.
 //!
 //! Owns reading `*.yaml` / `*.yml` files (several documents each, `kind: List` unwrapped),
-//! sorting the documents by `kind` (Ingress, IngressClass, Service, EndpointSlice, Secret,
-//! ConfigMap, exactly one HAProxyConfig; other kinds are skipped and named) and the lookup of
+//! sorting the documents by `kind` (Ingress, IngressClass, GatewayClass, Gateway, HTTPRoute,
+//! ReferenceGrant, Namespace, Service, EndpointSlice, Secret, ConfigMap, exactly one
+//! HAProxyConfig; other kinds are skipped and named) and the lookup of
 //! ConfigMaps and Secrets a render names. It must never talk to a cluster or write files.
 
 use std::path::{Path, PathBuf};
@@ -168,6 +169,11 @@ fn read_docs(dir: &Path) -> Result<Docs, ManifestError> {
             match kind.as_str() {
                 "Ingress" => objects.ingresses.push(Arc::new(serde_json::from_value(with_ns(d)).map_err(parse)?)),
                 "IngressClass" => objects.classes.push(Arc::new(serde_json::from_value(d).map_err(parse)?)),
+                "GatewayClass" => objects.gateway_classes.push(Arc::new(serde_json::from_value(d).map_err(parse)?)),
+                "Gateway" => objects.gateways.push(Arc::new(serde_json::from_value(with_ns(d)).map_err(parse)?)),
+                "HTTPRoute" => objects.routes.push(Arc::new(serde_json::from_value(with_ns(d)).map_err(parse)?)),
+                "ReferenceGrant" => objects.grants.push(Arc::new(serde_json::from_value(with_ns(d)).map_err(parse)?)),
+                "Namespace" => objects.namespaces.push(Arc::new(serde_json::from_value(d).map_err(parse)?)),
                 "Service" => objects.services.push(Arc::new(serde_json::from_value(with_ns(d)).map_err(parse)?)),
                 "EndpointSlice" => {
                     objects.endpoint_slices.push(Arc::new(serde_json::from_value(with_ns(d)).map_err(parse)?))
@@ -183,6 +189,15 @@ fn read_docs(dir: &Path) -> Result<Docs, ManifestError> {
         }
     }
     Ok(Docs { objects, configs, config_maps, skipped })
+}
+
+/// The GatewayClass the chart creates (`gateway.enabled`), for a directory that holds none of
+/// that name: `name`, our controller.
+pub fn chart_gateway_class(name: &str) -> haptic_render::gateway_api::GatewayClass {
+    let mut c = haptic_render::gateway_api::GatewayClass::default();
+    c.metadata.name = Some(name.into());
+    c.spec.controller_name = haptic_render::gateway::GATEWAY_CONTROLLER.into();
+    c
 }
 
 /// The IngressClass the chart creates (`ingress.enabled`), for a directory that holds none of

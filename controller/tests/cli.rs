@@ -331,6 +331,26 @@ fn render_prints_the_files_and_one_verdict_per_ingress() {
     assert!(stderr.contains("no IngressClass haptic"), "{stderr}");
 }
 
+/// The Gateway API fixture (`tests/fixtures/render-gateway`): a Gateway, a weighted HTTPRoute
+/// and one the translator refuses.
+const GATEWAY_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/render-gateway");
+
+#[test]
+fn render_serves_a_gateway_class_offline() {
+    let out = bin().args(["render", "--dir", GATEWAY_FIXTURE]).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "an HTTPRoute is refused: {stdout}{stderr}");
+    assert!(stdout.contains("frontend gateway\n    bind '0.0.0.0:20000'\n"), "the listener's bind port: {stdout}");
+    assert!(stdout.contains("==> maps/ports.map <==\n20000 80\n"), "{stdout}");
+    // 90/10 over two endpoints and one: server weights in that proportion.
+    assert!(stdout.contains("    server SRV_1 10.1.0.1:8080 weight 256\n"), "{stdout}");
+    assert!(stdout.contains("    server SRV_3 10.1.1.1:8080 weight 57\n"), "{stdout}");
+    assert!(stdout.contains("accepted HTTPRoute shop/split\n"), "{stdout}");
+    assert!(stdout.contains("refused HTTPRoute shop/regex: "), "{stdout}");
+    assert!(!stdout.contains("regex.example.com"), "a refused route is not rendered: {stdout}");
+    assert!(stderr.contains("no GatewayClass haptic"), "{stderr}");
+}
+
 #[test]
 fn render_refuses_what_it_cannot_render_and_changes_nothing() {
     let empty = tempfile::tempdir().unwrap();
@@ -370,6 +390,12 @@ fn render_output_passes_validate(b: HaproxyBin) {
     let v = bin().arg("validate").arg(&target).arg("--haproxy-bin").arg(&b.path).output().unwrap();
     assert!(v.status.success(), "{}: {}", b.label(), String::from_utf8_lossy(&v.stderr));
     assert!(String::from_utf8_lossy(&v.stdout).contains("valid"));
+    // The same for a Gateway class.
+    let target = out_dir.path().join("gateway");
+    let out = bin().args(["render", "--dir", GATEWAY_FIXTURE]).arg("--out").arg(&target).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = bin().arg("validate").arg(&target).arg("--haproxy-bin").arg(&b.path).output().unwrap();
+    assert!(v.status.success(), "{}: {}", b.label(), String::from_utf8_lossy(&v.stderr));
 }
 
 #[test]
