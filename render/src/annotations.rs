@@ -65,6 +65,8 @@ pub const SUPPORTED: &[(&str, &str)] = &[
     ("session-cookie-expires", "seconds: the affinity cookie's `Max-Age`"),
     ("session-cookie-max-age", "seconds: the affinity cookie's `Max-Age` (wins over `session-cookie-expires`)"),
     ("session-cookie-path", "the affinity cookie's `Path`"),
+    ("session-cookie-secure", "`true`: the affinity cookie is `Secure`"),
+    ("session-cookie-samesite", "`Strict`, `Lax` or `None`: the affinity cookie's `SameSite`"),
     (
         "enable-cors",
         "`true`: preflight `OPTIONS` requests from an allowed origin answer 204 with the CORS headers; other responses to it get them",
@@ -81,6 +83,8 @@ pub const SUPPORTED: &[(&str, &str)] = &[
     ),
     ("limit-burst-multiplier", "the window of `limit-rps` in seconds, so its burst (default 5)"),
     ("limit-connections", "concurrent requests per client address; over it, 503"),
+    ("limit-rpm", "requests per minute per client address, over 60 seconds (a second stick table); over it, 503"),
+    ("limit-whitelist", "comma-separated CIDRs the `limit-*` annotations do not count or refuse"),
     ("auth-type", "`basic`: HTTP basic authentication against `auth-secret` (401 without valid credentials)"),
     (
         "auth-secret",
@@ -234,6 +238,10 @@ pub struct Limit {
     pub window: u32,
     /// Concurrent requests (`limit-connections`).
     pub connections: Option<u32>,
+    /// Requests per minute (`limit-rpm`), measured over 60 seconds.
+    pub rpm: Option<u32>,
+    /// Sources neither counted nor refused (`limit-whitelist`).
+    pub exempt: Vec<Cidr>,
 }
 
 /// HTTP basic authentication.
@@ -326,6 +334,10 @@ pub struct Affinity {
     pub max_age: Option<u32>,
     /// Its `Path` (printable ASCII, no blanks, `;` or `,`).
     pub path: Option<String>,
+    /// `Secure` (`session-cookie-secure`).
+    pub secure: bool,
+    /// Its `SameSite`: `Strict`, `Lax` or `None`.
+    pub same_site: Option<&'static str>,
 }
 
 /// How an Ingress's paths are read and rewritten.
@@ -563,7 +575,13 @@ pub fn read(
                     bad(key, format!("{v:?} is not `cookie`"));
                     continue;
                 }
-                let mut a = Affinity { name: "INGRESSCOOKIE".into(), max_age: None, path: None };
+                let mut a = Affinity {
+                    name: "INGRESSCOOKIE".into(),
+                    max_age: None,
+                    path: None,
+                    secure: false,
+                    same_site: None,
+                };
                 let get = |k: &str| keys.get(k).map(|(full, v)| (*full, v.trim()));
                 if let Some((full, n)) = get("session-cookie-name") {
                     match token(n) {
@@ -588,6 +606,18 @@ pub fn read(
                         a.path = Some(p.to_string());
                     } else {
                         bad(full, format!("{p:?} is not a cookie path (printable ASCII from '/', no ';' or ',')"));
+                    }
+                }
+                if let Some((full, v)) = get("session-cookie-secure") {
+                    match bool_of(v) {
+                        Ok(b) => a.secure = b,
+                        Err(e) => bad(full, e),
+                    }
+                }
+                if let Some((full, v)) = get("session-cookie-samesite") {
+                    match ["Strict", "Lax", "None"].into_iter().find(|s| s.eq_ignore_ascii_case(v)) {
+                        Some(s) => a.same_site = Some(s),
+                        None => bad(full, format!("{v:?} is not `Strict`, `Lax` or `None`")),
                     }
                 }
                 m.backend.affinity = Some(a);
@@ -710,22 +740,41 @@ pub fn read(
                     warnings.push(Refusal { field: field(key), reason: "ignored: enable-cors is not `true`".into() });
                 }
             }
-            "limit-rps" | "limit-connections" => match v.parse::<u32>().ok().filter(|n| (1..=1_000_000).contains(n)) {
-                Some(n) => {
-                    let l = m.policy.limit.get_or_insert(Limit { rps: None, window: 5, connections: None });
-                    if *short == "limit-connections" {
-                        l.connections = Some(n);
-                    } else {
-                        l.rps = Some(n);
-                        if let Some((full, w)) = keys.get("limit-burst-multiplier") {
-                            match w.trim().parse::<u32>().ok().filter(|w| (1..=3600).contains(w)) {
-                                Some(w) => l.window = w,
-                                None => bad(full, format!("{w:?} is not a number from 1 to 3600")),
+            "limit-rps" | "limit-rpm" | "limit-connections" => {
+                match v.parse::<u32>().ok().filter(|n| (1..=1_000_000).contains(n)) {
+                    Some(n) => {
+                        let l = m.policy.limit.get_or_insert(Limit {
+                            rps: None,
+                            window: 5,
+                            connections: None,
+                            rpm: None,
+                            exempt: Vec::new(),
+                        });
+                        if *short == "limit-connections" {
+                            l.connections = Some(n);
+                        } else if *short == "limit-rpm" {
+                            l.rpm = Some(n);
+                        } else {
+                            l.rps = Some(n);
+                            if let Some((full, w)) = keys.get("limit-burst-multiplier") {
+                                match w.trim().parse::<u32>().ok().filter(|w| (1..=3600).contains(w)) {
+                                    Some(w) => l.window = w,
+                                    None => bad(full, format!("{w:?} is not a number from 1 to 3600")),
+                                }
                             }
                         }
                     }
+                    None => bad(key, format!("{v:?} is not a number from 1 to 1000000")),
                 }
-                None => bad(key, format!("{v:?} is not a number from 1 to 1000000")),
+            }
+            // Keys are read in order: the limits ("limit-c…", "limit-r…") come before it.
+            "limit-whitelist" => match (cidrs(v), m.policy.limit.as_mut()) {
+                (Ok(c), Some(l)) => l.exempt = c,
+                (Ok(_), None) => warnings.push(Refusal {
+                    field: field(key),
+                    reason: "ignored: none of limit-rps, limit-rpm, limit-connections is set".into(),
+                }),
+                (Err(e), _) => bad(key, e),
             },
             "limit-burst-multiplier" => {
                 if !keys.contains_key("limit-rps") {
@@ -1432,7 +1481,9 @@ mod tests {
     #[test]
     fn cookie_affinity() {
         let a = ok(&[("affinity", "cookie")]).backend.affinity.unwrap();
-        assert_eq!(a, Affinity { name: "INGRESSCOOKIE".into(), max_age: None, path: None });
+        let plain =
+            Affinity { name: "INGRESSCOOKIE".into(), max_age: None, path: None, secure: false, same_site: None };
+        assert_eq!(a, plain);
         let a = ok(&[
             ("affinity", "cookie"),
             ("affinity-mode", "persistent"),
@@ -1440,11 +1491,22 @@ mod tests {
             ("session-cookie-expires", "172800"),
             ("session-cookie-max-age", "3600"),
             ("session-cookie-path", "/app"),
+            ("session-cookie-secure", "true"),
+            ("session-cookie-samesite", "lax"),
         ])
         .backend
         .affinity
         .unwrap();
-        assert_eq!(a, Affinity { name: "route".into(), max_age: Some(3600), path: Some("/app".into()) });
+        assert_eq!(
+            a,
+            Affinity {
+                name: "route".into(),
+                max_age: Some(3600),
+                path: Some("/app".into()),
+                secure: true,
+                same_site: Some("Lax")
+            }
+        );
         assert_eq!(
             ok(&[("affinity", "cookie"), ("session-cookie-expires", "60")]).backend.affinity.unwrap().max_age,
             Some(60)
@@ -1458,6 +1520,11 @@ mod tests {
             (vec![("affinity", "cookie"), ("session-cookie-name", "a;b")], "not a token"),
             (vec![("affinity", "cookie"), ("session-cookie-expires", "1h")], "not a number of seconds"),
             (vec![("affinity", "cookie"), ("session-cookie-path", "/a;Domain=x")], "not a cookie path"),
+            (vec![("affinity", "cookie"), ("session-cookie-secure", "yes")], "not true or false"),
+            (
+                vec![("affinity", "cookie"), ("session-cookie-samesite", "Lax; Domain=x")],
+                "not `Strict`, `Lax` or `None`",
+            ),
             (vec![("affinity-mode", "sticky")], "not `balanced` or `persistent`"),
         ] {
             let got = refused(&pairs);
@@ -1491,7 +1558,12 @@ mod tests {
         assert_eq!((c.methods.as_str(), c.headers.as_str()), ("GET, POST", "X-A, x-b"));
         assert_eq!((c.expose.as_deref(), c.credentials, c.max_age), (Some("X-Total"), false, 60));
         let l = ok(&[("limit-rps", "10"), ("limit-burst-multiplier", "3"), ("limit-connections", "4")]).policy.limit;
-        assert_eq!(l, Some(Limit { rps: Some(10), window: 3, connections: Some(4) }));
+        assert_eq!(l, Some(Limit { rps: Some(10), window: 3, connections: Some(4), rpm: None, exempt: vec![] }));
+        let l = ok(&[("limit-rpm", "120"), ("limit-whitelist", "10.0.0.0/8, ::1")]).policy.limit.unwrap();
+        assert_eq!((l.rps, l.rpm), (None, Some(120)));
+        assert_eq!(l.exempt.iter().map(ToString::to_string).collect::<Vec<_>>(), ["10.0.0.0/8", "::1/128"]);
+        let (_, w) = read(&ann(&[("limit-whitelist", "10.0.0.0/8")]), false, Allowed::default()).unwrap();
+        assert!(w[0].reason.contains("none of limit-rps"), "{w:?}");
         assert_eq!(ok(&[("limit-connections", "2")]).policy.limit.unwrap().rps, None);
         let a = ok(&[("auth-type", "basic"), ("auth-secret", "users"), ("auth-realm", "Shop only")]).auth.unwrap();
         assert_eq!((a.secret.as_str(), a.realm.as_str(), a.map), ("users", "Shop only", false));
@@ -1504,6 +1576,8 @@ mod tests {
             (vec![("enable-cors", "true"), ("cors-allow-methods", "GET;rm")], "not a token"),
             (vec![("enable-cors", "true"), ("cors-max-age", "-1")], "not a number"),
             (vec![("limit-rps", "0")], "not a number from 1"),
+            (vec![("limit-rpm", "1m")], "not a number from 1"),
+            (vec![("limit-rps", "1"), ("limit-whitelist", "everyone")], "not an IP address"),
             (vec![("limit-rps", "1"), ("limit-burst-multiplier", "0")], "not a number from 1 to 3600"),
             (vec![("auth-type", "digest")], "not `basic`"),
             (vec![("auth-type", "basic")], "auth-secret is not set"),

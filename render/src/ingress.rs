@@ -1310,7 +1310,7 @@ mod tests {
         assert!(file("maps/wildcards.map").contains(".alias.example.org h"));
         // Cookie affinity: the cookie line and each server's cookie, its name.
         assert!(
-            cfg.contains("    cookie 'route' insert indirect nocache httponly attr 'Max-Age=60' attr 'Path=/'\n"),
+            cfg.contains("    cookie 'route' insert indirect nocache httponly attr 'Max-Age=60' attr 'Path=/' attr 'SameSite=Strict' secure\n"),
             "{cfg}"
         );
         assert!(cfg.contains("server SRV_1 10.0.1.1:8080 cookie SRV_1\n"), "{cfg}");
@@ -1546,7 +1546,13 @@ services:
     #[test]
     fn an_affinity_backend_grows_by_doubling() {
         let aff = BackendOptions {
-            affinity: Some(crate::annotations::Affinity { name: "c".into(), max_age: None, path: None }),
+            affinity: Some(crate::annotations::Affinity {
+                name: "c".into(),
+                max_age: None,
+                path: None,
+                secure: false,
+                same_site: None,
+            }),
             ..Default::default()
         };
         assert_eq!(slots_for(&aff, 3, 0, 8), 8);

@@ -233,6 +233,9 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
         response_lines.extend(response_lines_of(&p.id, &p.policy)?);
         if let Some(l) = &p.policy.limit {
             tables.push((table_of(&p.id), table_line(l)));
+            if l.rpm.is_some() {
+                tables.push((minute_table_of(&p.id), MINUTE_TABLE.to_string()));
+            }
         }
     }
     let mut userlists = Vec::new();
@@ -481,6 +484,9 @@ pub fn annotation_lines(id: &str, m: &crate::annotations::Meaning) -> Result<Vec
     out.extend(response_lines_of(id, &m.policy)?);
     if let Some(l) = &m.policy.limit {
         out.push(format!("{} (in backend {})", table_line(l), table_of(&our_id(id)?)));
+        if l.rpm.is_some() {
+            out.push(format!("{MINUTE_TABLE} (in backend {})", minute_table_of(&our_id(id)?)));
+        }
     }
     let o = &m.backend;
     out.extend(o.connect_timeout.map(|s| format!("timeout connect {s}s (backend)")));
@@ -511,6 +517,12 @@ fn cookie_line(a: &crate::annotations::Affinity) -> Result<String, RenderError> 
     }
     if let Some(p) = &a.path {
         l.push_str(&format!(" attr {}", config_arg(&format!("Path={p}"))?));
+    }
+    if let Some(s) = a.same_site {
+        l.push_str(&format!(" attr {}", config_arg(&format!("SameSite={s}"))?));
+    }
+    if a.secure {
+        l.push_str(" secure");
     }
     Ok(l)
 }
@@ -571,6 +583,8 @@ fn policy_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, RenderError> {
     }
     if let Some(l) = &p.limit {
         let t = table_of(&id);
+        // Exempt sources are neither tracked nor refused.
+        let when = if l.exempt.is_empty() { when.clone() } else { format!("{when} !{{ src {} }}", list(&l.exempt)) };
         out.push(format!("http-request track-sc1 src table {t} if {when}"));
         if let Some(rps) = l.rps {
             let n = u64::from(rps) * u64::from(l.window);
@@ -578,6 +592,11 @@ fn policy_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, RenderError> {
         }
         if let Some(c) = l.connections {
             out.push(format!("http-request deny deny_status 503 if {when} {{ sc_conn_cur(1,{t}) gt {c} }}"));
+        }
+        if let Some(rpm) = l.rpm {
+            let m = minute_table_of(&id);
+            out.push(format!("http-request track-sc2 src table {m} if {when}"));
+            out.push(format!("http-request deny deny_status 503 if {when} {{ sc_http_req_rate(2,{m}) gt {rpm} }}"));
         }
     }
     if p.https_redirect {
@@ -664,6 +683,15 @@ fn cors_headers(c: &crate::annotations::Cors) -> Result<Vec<(&'static str, Strin
 fn table_of(id: &str) -> String {
     format!("haptic_limit_{id}")
 }
+
+/// The stick table of policy `id`'s requests per minute (`limit-rpm`).
+fn minute_table_of(id: &str) -> String {
+    format!("haptic_limit_{id}_rpm")
+}
+
+/// The `stick-table` line of a [`minute_table_of`] table: client addresses and their request
+/// rate over 60 seconds.
+const MINUTE_TABLE: &str = "stick-table type ipv6 size 100k expire 60s store http_req_rate(60s)";
 
 /// The `stick-table` line for `l`: client addresses (IPv4 as mapped IPv6), their request rate
 /// over the window and their concurrent requests.

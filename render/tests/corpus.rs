@@ -99,6 +99,8 @@ const FIELDS: &[Field] = &[
     Field::Annotation("session-cookie-max-age"),
     Field::Annotation("session-cookie-expires"),
     Field::Annotation("affinity-mode"),
+    Field::Annotation("session-cookie-secure"),
+    Field::Annotation("session-cookie-samesite"),
     Field::Annotation("canary"),
     Field::Annotation("canary-weight-total"),
     Field::Annotation("canary-weight"),
@@ -116,6 +118,8 @@ const FIELDS: &[Field] = &[
     Field::Annotation("limit-rps"),
     Field::Annotation("limit-burst-multiplier"),
     Field::Annotation("limit-connections"),
+    Field::Annotation("limit-rpm"),
+    Field::Annotation("limit-whitelist"),
     Field::Annotation("auth-type"),
     Field::Annotation("auth-secret"),
     Field::Annotation("auth-realm"),
@@ -232,7 +236,7 @@ fn set(input: &mut IngressInput, field: Field, value: &str) {
             if key.starts_with("cors-") {
                 with.push(("enable-cors", "true".into()));
             }
-            if key == "limit-burst-multiplier" {
+            if key == "limit-burst-multiplier" || key == "limit-whitelist" {
                 with.push(("limit-rps", "5".into()));
             }
             if key.starts_with("auth-") {

@@ -1,6 +1,7 @@
 //! Real HAProxy on 127.0.0.1 serving the ingress-nginx annotations that answer or refuse
 //! requests themselves: CORS preflights and response headers (any origin; a list with a
 //! wildcard, a foreign origin getting none), `limit-rps` (503 once a client is over its rate),
+//! `limit-rpm` (the same over a minute), `limit-whitelist` (an exempt client is never refused),
 //! `limit-connections` (503 while a client's one allowed request is in flight), basic
 //! authentication (401 without or with a wrong password, 200 with the right one) and an Ingress
 //! whose auth Secret is missing (refused whole: its host is not served).
@@ -111,6 +112,20 @@ async fn cors_limits_and_basic_auth(bin: HaproxyBin) {
     }
     assert!(codes[..60].iter().all(|c| *c == 200), "{codes:?}");
     assert!(codes[60..].iter().all(|c| *c == 503), "{codes:?}");
+
+    // limit-rpm 5 (limit-whitelist 10.0.0.0/8, not this client): 5 requests pass, the next
+    // ones (well within 60 s) get 503.
+    let mut codes = Vec::new();
+    for _ in 0..8 {
+        codes.push(status(&common::raw(addr, &req("GET", "rpm.example.com", "")).await));
+    }
+    assert_eq!(codes, [200, 200, 200, 200, 200, 503, 503, 503]);
+    // limit-rpm 2 and limit-rps 1 over 1 s, with limit-whitelist 127.0.0.0/8: this client is
+    // neither counted nor refused.
+    for i in 0..10 {
+        let r = common::raw(addr, &req("GET", "exempt.example.com", "")).await;
+        assert_eq!(status(&r), 200, "request {i}: {r}");
+    }
 
     // limit-connections 1: while one request is in flight, the next gets 503.
     let held_req = req("GET", "conn.example.com", "");

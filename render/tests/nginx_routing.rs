@@ -124,6 +124,7 @@ async fn regex_rewrite_vhost_alias_and_affinity(bin: HaproxyBin) {
             .unwrap_or_else(|| panic!("no Set-Cookie: {r}"))
             .to_string();
         assert!(set.contains("Max-Age=60") && set.contains("Path=/") && set.contains("HttpOnly"), "{set}");
+        assert!(set.contains("SameSite=Strict") && set.contains("Secure"), "{set}");
         let cookie = set.split(';').next().unwrap().to_string();
         let server = body(&r)[0].clone();
         seen.insert(server.clone());
