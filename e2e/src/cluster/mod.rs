@@ -17,6 +17,7 @@
 pub mod local;
 pub mod real;
 pub mod real_gateway;
+pub mod real_hostile;
 pub mod real_ingress;
 pub mod real_scenarios;
 pub mod real_tls;

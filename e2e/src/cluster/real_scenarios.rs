@@ -87,7 +87,12 @@ pub const REAL_STEPS: [&str; 8] = [
 /// Every step name a real-cluster run knows: the shared steps', then [`REAL_STEPS`] and the
 /// Ingress steps (which run before `two-nodes`).
 pub fn real_step_names() -> Vec<&'static str> {
-    step_names().into_iter().chain(REAL_STEPS).chain(super::real_ingress::INGRESS_STEPS).collect()
+    step_names()
+        .into_iter()
+        .chain(REAL_STEPS)
+        .chain(super::real_ingress::INGRESS_STEPS)
+        .chain(super::real_hostile::HOSTILE_STEPS)
+        .collect()
 }
 
 /// Runs the scenarios `selection` wants on `c` (images loaded, no release installed yet, or one
@@ -145,6 +150,7 @@ pub async fn run_real(c: &mut RealCluster, selection: &Selection) -> Result<()> 
     super::real_tls::run_tls_steps(c, selection).await?;
     // 9. Render mode: the Ingress steps.
     super::real_ingress::run_ingress(c, selection).await?;
+    super::real_hostile::run_hostile(c, selection).await?;
 
     // 10. Two nodes.
     if selection.wants("two-nodes") {
