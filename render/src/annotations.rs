@@ -882,7 +882,16 @@ pub fn read(
             }
             s if NGINX_ONLY_SNIPPETS.contains(&s) => bad(key, "this snippet has no meaning in HAProxy".into()),
             s if SUPPORTED.iter().any(|(k, _)| *k == s) => {}
-            _ => warnings.push(Refusal { field: field(key), reason: "not supported by haptic: ignored".into() }),
+            s => {
+                let why = match s {
+                    "custom-http-errors" => {
+                        " (HAProxy cannot hand a backend's response over to another backend, the default backend)"
+                    }
+                    s if s.starts_with("auth-tls-") => " (client certificates are not read)",
+                    _ => "",
+                };
+                warnings.push(Refusal { field: field(key), reason: format!("not supported by haptic: ignored{why}") })
+            }
         }
     }
     if m.backend.passthrough {
@@ -1359,6 +1368,19 @@ mod tests {
             w.iter().any(|w| w.contains("nginx.ingress.kubernetes.io/proxy-body-size]: ignored: haptic.dev/")),
             "{w:?}"
         );
+        // The reasons of two that people ask for.
+        let (_, w) = read(
+            &ann(&[("custom-http-errors", "404,503"), ("default-backend", "errors"), ("auth-tls-secret", "ns/ca")]),
+            false,
+            Allowed::default(),
+        )
+        .unwrap();
+        let w: Vec<String> = w.iter().map(|w| format!("{}: {}", w.field, w.reason)).collect();
+        assert!(
+            w.iter().any(|w| w.contains("custom-http-errors]: not supported by haptic: ignored (HAProxy cannot")),
+            "{w:?}"
+        );
+        assert!(w.iter().any(|w| w.contains("auth-tls-secret]: not supported by haptic: ignored (client")), "{w:?}");
     }
 
     #[test]
