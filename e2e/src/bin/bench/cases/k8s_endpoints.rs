@@ -8,7 +8,10 @@
 //! - a burst of endpoint moves sent back to back → every pod serving the last state, against
 //!   sending the same patches plus the same number of `set server … addr` on every pod.
 //!
-//! Endpoints are TEST-NET addresses no request is sent to: what a pod serves is read from
+//! Then the controller's resident memory with 100, 1,000 and 10,000 Ingress paths over up to
+//! 1,000 Services of ten endpoints each, every pod serving them.
+//!
+//! Endpoints are TEST-NET and private addresses no request is sent to: what a pod serves is read from
 //! HAProxy's `show servers state`. Every change must land without a reload (the worker pid of
 //! every pod is checked). It must never talk to anything but 127.0.0.1, and it spawns the
 //! controller binary (never links it).
@@ -257,6 +260,7 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
         wrong.push(format!("burst: worker pids {workers:?} -> {pids:?} (a reload)"));
     }
     let direct_burst = direct(&pods, burst).await?;
+    let scale = scale_rows(ctx, &client, &pods, &ctl).await?;
     drop(ctl);
     drop(pods);
     drop(cp);
@@ -288,5 +292,95 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
         direct_burst.as_secs_f64() * 1000.0
     ));
     rows.push(r);
+    rows.extend(scale);
+    Ok(rows)
+}
+
+/// Paths per Ingress (one host each) in the scale phase.
+const PATHS_PER_INGRESS: usize = 10;
+
+/// The scale phase: Ingress paths over Services with [`ENDPOINTS`] endpoints each, grown to 100,
+/// 1,000 and 10,000 paths (1,000 Services at most; 100 and 1,000 in quick mode), every pod
+/// serving each size before the controller's resident memory is read.
+async fn scale_rows(ctx: &Ctx, client: &Client, pods: &LocalPods, ctl: &Controller) -> Result<Vec<Row>> {
+    let sizes: &[usize] = if ctx.quick { &[100, 1_000] } else { &[100, 1_000, 10_000] };
+    let (mut have_services, mut have_ingresses) = (0, 0);
+    let mut rows = Vec::new();
+    for &paths in sizes {
+        let services = paths.min(1_000);
+        let t = Instant::now();
+        for s in have_services..services {
+            let name = format!("svc-{s}");
+            apply(
+                client,
+                json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": NS},
+                                 "spec": {"clusterIP": "None", "ports": [{"port": 80, "targetPort": 8080}]}}),
+            )
+            .await?;
+            let eps: Vec<Value> = (0..ENDPOINTS)
+                .map(|e| json!({"addresses": [format!("10.{}.{}.{}", s / 250, s % 250, e + 1)], "conditions": {"ready": true}}))
+                .collect();
+            apply(
+                client,
+                json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                                 "metadata": {"name": format!("{name}-1"), "namespace": NS,
+                                              "labels": {"kubernetes.io/service-name": name}},
+                                 "addressType": "IPv4", "ports": [{"port": 8080}], "endpoints": eps}),
+            )
+            .await?;
+        }
+        have_services = services;
+        let ingresses = paths.div_ceil(PATHS_PER_INGRESS);
+        for i in have_ingresses..ingresses {
+            let paths: Vec<Value> = (0..PATHS_PER_INGRESS)
+                .map(|p| i * PATHS_PER_INGRESS + p)
+                .map(|n| json!({"path": format!("/p{n}"), "pathType": "Prefix",
+                                "backend": {"service": {"name": format!("svc-{}", n % services), "port": {"number": 80}}}}))
+                .collect();
+            apply(
+                client,
+                json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                                 "metadata": {"name": format!("ing-{i}"), "namespace": NS},
+                                 "spec": {"ingressClassName": "haptic",
+                                          "rules": [{"host": format!("h{i}.example.com"), "http": {"paths": paths}}]}}),
+            )
+            .await?;
+        }
+        have_ingresses = ingresses;
+        let sent = t.elapsed();
+        // Every pod serves the last Ingress's host and the last Service's endpoints.
+        let last_host = format!("h{}.example.com", ingresses - 1);
+        let last_backend = format!("{NS}_svc-{}_80", services - 1);
+        let deadline = Instant::now() + Duration::from_secs(600);
+        loop {
+            let mut all = true;
+            for name in pods.names() {
+                let Some(pod) = pods.pod(&name) else { continue };
+                let h = pod.haproxy();
+                let hosts = h.worker_cmd("show map maps/hosts.map").await.unwrap_or_default();
+                let servers = h.worker_cmd(&format!("show servers state {last_backend}")).await.unwrap_or_default();
+                all &= hosts.contains(&last_host) && servers.contains("10.");
+            }
+            if all {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(BenchError::Timeout(format!("{paths} paths: the pods never served {last_host}")));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let served = t.elapsed();
+        let pid = ctl.pid();
+        let (rss, peak) = (crate::proc_mem::rss(pid).unwrap_or(0), crate::proc_mem::peak(pid).unwrap_or(0));
+        let metric = format!("controller RSS, {paths} paths / {services} svc / {} ep", services * ENDPOINTS);
+        let mut r = Row::single("endpoint_churn", &metric, &ctx.label, crate::proc_mem::mib(rss), None, "MiB");
+        r.add_note(format!(
+            "peak {:.1} MiB; objects sent in {:.1} s, every pod serving them {:.1} s after the first was sent",
+            crate::proc_mem::mib(peak),
+            sent.as_secs_f64(),
+            served.as_secs_f64()
+        ));
+        rows.push(r);
+    }
     Ok(rows)
 }
