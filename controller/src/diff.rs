@@ -9,14 +9,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use haptic_haproxy::cfg::{parse_acl_file, parse_map_file};
-use haptic_haproxy::claim::diff_cfg;
 use haptic_haproxy::paths::{classify, loaded_paths, LoadKind};
 use haptic_protocol::{
     changed_paths, ApiVersion, Capabilities, FileEntry, Mode, Op, OpKind, PlanId, RelPath, API_VERSION,
 };
 use serde::Serialize;
 
-use crate::render::Render;
+use crate::render::{diff_cfg_cached, CfgIndex, Render};
 
 /// What the controller knows about a plan a pod holds: enough to diff a new render against it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,12 +26,19 @@ pub struct Baseline {
     pub manifest: Vec<FileEntry>,
     /// The plan's `haproxy.cfg` text, when known (needed only if the config changed).
     pub cfg_text: Option<Arc<str>>,
+    /// The parsed form of `cfg_text`, filled when first needed.
+    pub cfg_index: CfgIndex,
 }
 
 impl Baseline {
     /// The baseline of a render the controller holds in full.
     pub fn of_render(r: &Render) -> Self {
-        Baseline { plan_id: r.plan_id(), manifest: r.manifest().to_vec(), cfg_text: Some(Arc::from(r.cfg_text())) }
+        Baseline {
+            plan_id: r.plan_id(),
+            manifest: r.manifest().to_vec(),
+            cfg_text: Some(Arc::from(r.cfg_text())),
+            cfg_index: r.cfg_index().clone(),
+        }
     }
 
     fn entry(&self, path: &RelPath) -> Option<&FileEntry> {
@@ -132,7 +138,7 @@ pub fn diff(base: &Baseline, desired: &Render) -> Diff {
         };
     };
     if !cfg_unchanged {
-        let cd = diff_cfg(old_cfg, new_cfg);
+        let cd = diff_cfg_cached(old_cfg, &base.cfg_index, new_cfg, desired.cfg_index());
         reload.extend(cd.reload_reasons.iter().cloned());
         runtime.extend(cd.runtime_reasons());
         server_ops.extend(cd.server_ops());

@@ -315,8 +315,9 @@ impl Agent {
         let staged = self.stage(p, req, parts).await?;
         let ops: Vec<Op> = req.ops().cloned().collect();
         let mut reasons = req.reasons.clone();
-        let parsed = (req.mode == haptic_protocol::Mode::Runtime)
-            .then(|| self.cache.parsed_pair(&staged.live_files, &staged.old_cfg, &req.files, &staged.new_cfg));
+        let claim = |changed: &[haptic_haproxy::claim::ChangedFile<'_>], ops: &[Op]| {
+            self.cache.runtime_claim(&staged.live_files, &staged.old_cfg, &req.files, &staged.new_cfg, changed, ops)
+        };
         let caps = self.capabilities();
         let read = |p: &RelPath| std::fs::read(staged.dir.join(p.as_str())).ok();
         let (mode, why) = decide_mode(&ModeInputs {
@@ -328,7 +329,7 @@ impl Agent {
             ops: &ops,
             caps: &caps,
             version_known: self.haproxy.version().is_some(),
-            parsed: parsed.as_ref().map(|(o, n)| (&**o, &**n)),
+            claim: (req.mode == haptic_protocol::Mode::Runtime).then_some(&claim as &mode::RuntimeClaim<'_>),
             read: &read,
         });
         reasons.extend(why);
