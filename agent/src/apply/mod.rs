@@ -234,6 +234,11 @@ impl Agent {
         *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = next;
     }
 
+    /// The fence `/v1/state` shows (the last one written).
+    fn shown_fence(&self) -> Option<haptic_protocol::Fence> {
+        self.snapshot.read().unwrap_or_else(|e| e.into_inner()).fence.clone()
+    }
+
     fn save(&self, p: &Persisted) -> Result<(), AgentError> {
         blocking(|| self.store.save(p))?;
         self.publish(p);
@@ -270,8 +275,9 @@ impl Agent {
                 if res.is_err() {
                     // Staging linked (and removing the staged tree unlinked) live files.
                     blocking(|| me.refresh_stamps());
-                    // A raised fence is on disk before the refusal is answered.
-                    if blocking(|| me.store.flush()).is_err() {
+                    // A raised fence is on disk before the refusal is answered (a runtime
+                    // apply's is not written before its intent record).
+                    if blocking(|| me.store.flush()).is_err() || me.shown_fence() != p.fence {
                         if let Err(e) = me.save(p) {
                             warn!("cannot persist the fence before answering a refusal: {e}");
                         }
