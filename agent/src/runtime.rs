@@ -127,6 +127,7 @@ pub async fn run_ops(cli: &MasterCli, version: (u32, u32, u32), tree: &Path, ops
             Op::ServerAdd(a) => runner.server_add(a).await,
             Op::ServerDel(d) => runner.server_del(d).await,
             Op::MapReplace { path, entries } => runner.map_replace(path.as_str(), entries).await,
+            Op::MapLoad { path } => runner.map_load(path.as_str(), tree).await,
             Op::AclReplace { path, patterns } => runner.acl_replace(path.as_str(), patterns).await,
             Op::CertSet { path } => runner.cert_set(path.as_str(), tree).await,
             Op::Unknown { .. } => unreachable!("unknown kinds are refused above"),
@@ -295,6 +296,17 @@ impl Runner<'_> {
             self.exec(&self.line.several(line), &format!("{add} ({n} patterns)"), Expect::Empty).await?;
         }
         self.commit_and_verify(PatternFile::Acl, name, ver, patterns.len()).await
+    }
+
+    /// `map.load`: the entries of the map file `name` in `tree`, replaced as `map.replace` does.
+    async fn map_load(&self, name: &str, tree: &Path) -> Result<(), Failure> {
+        let file = tree.join(name);
+        let text = tokio::fs::read_to_string(&file)
+            .await
+            .map_err(|e| Failure::local(format!("cannot read {}: {e}", file.display())))?;
+        let entries = haptic_haproxy::cfg::parse_map_file(&text);
+        drop(text);
+        self.map_replace(name, &entries).await
     }
 
     async fn cert_set(&self, name: &str, tree: &Path) -> Result<(), Failure> {

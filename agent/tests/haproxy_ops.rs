@@ -143,7 +143,7 @@ async fn verified_reload_success_refusal_and_port_conflict(bin: HaproxyBin) {
             "server.set" => &["set server"],
             "server.add" => &["add server", "enable health"],
             "server.del" => &["del server"],
-            "map.replace" => &["prepare map", "add map", "commit map"],
+            "map.replace" | "map.load" => &["prepare map", "add map", "commit map"],
             "acl.replace" => &["prepare acl", "add acl", "commit acl"],
             "cert.set" => &["set ssl cert", "commit ssl cert"],
             other => panic!("{label}: no command list for advertised op {other}"),
@@ -464,6 +464,17 @@ async fn map_and_acl_replace_swap_atomically_without_reload(bin: HaproxyBin) {
     let rows: Vec<String> = listing.lines().filter_map(|l| l.split_once(' ').map(|(_, kv)| kv.to_string())).collect();
     assert_eq!(rows, ["/a 1", "/a 2", "/b x y"], "{label}");
     let (s, b) = http_get(addr(http), "/b").await.unwrap();
+    assert_eq!((s, b.as_str()), (200, "x y"), "{label}");
+
+    // map.load: the entries are the map file's in the tree (the op carries none).
+    std::fs::write(rig.path().join("maps/hosts.map"), "/c 3\n/c 4\n# note\n/d  x y\n").unwrap();
+    let op = Op::MapLoad { path: rel("maps/hosts.map") };
+    let report = run_ops(&rig.cli, rig.version, rig.path(), &[op]).await.unwrap();
+    assert_eq!(report.counts.get(&OpKind::MapLoad), Some(&1));
+    let listing = rig.worker("show map maps/hosts.map").await;
+    let rows: Vec<String> = listing.lines().filter_map(|l| l.split_once(' ').map(|(_, kv)| kv.to_string())).collect();
+    assert_eq!(rows, ["/c 3", "/c 4", "/d x y"], "{label}");
+    let (s, b) = http_get(addr(http), "/d").await.unwrap();
     assert_eq!((s, b.as_str()), (200, "x y"), "{label}");
 
     // ACL: the duplicates of the old version vanish; tricky characters survive the CLI.

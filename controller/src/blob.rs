@@ -88,7 +88,7 @@ pub fn decode(blob: &serde_json::Value, applied: PlanId) -> Result<Baseline, Blo
             return Err(BlobError::CfgText);
         }
     }
-    Ok(Baseline { plan_id: applied, manifest: b.files, cfg_text: b.cfg.map(Arc::from) })
+    Ok(Baseline { plan_id: applied, manifest: b.files, cfg_text: b.cfg.map(Arc::from), cfg_index: Default::default() })
 }
 
 #[cfg(test)]

@@ -9,14 +9,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use haptic_haproxy::cfg::{parse_acl_file, parse_map_file};
-use haptic_haproxy::claim::diff_cfg;
 use haptic_haproxy::paths::{classify, loaded_paths, LoadKind};
 use haptic_protocol::{
     changed_paths, ApiVersion, Capabilities, FileEntry, Mode, Op, OpKind, PlanId, RelPath, API_VERSION,
 };
 use serde::Serialize;
 
-use crate::render::Render;
+use crate::render::{diff_cfg_cached, CfgIndex, Render};
 
 /// What the controller knows about a plan a pod holds: enough to diff a new render against it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,12 +26,19 @@ pub struct Baseline {
     pub manifest: Vec<FileEntry>,
     /// The plan's `haproxy.cfg` text, when known (needed only if the config changed).
     pub cfg_text: Option<Arc<str>>,
+    /// The parsed form of `cfg_text`, filled when first needed.
+    pub cfg_index: CfgIndex,
 }
 
 impl Baseline {
     /// The baseline of a render the controller holds in full.
     pub fn of_render(r: &Render) -> Self {
-        Baseline { plan_id: r.plan_id(), manifest: r.manifest().to_vec(), cfg_text: Some(Arc::from(r.cfg_text())) }
+        Baseline {
+            plan_id: r.plan_id(),
+            manifest: r.manifest().to_vec(),
+            cfg_text: Some(Arc::from(r.cfg_text())),
+            cfg_index: r.cfg_index().clone(),
+        }
     }
 
     fn entry(&self, path: &RelPath) -> Option<&FileEntry> {
@@ -98,13 +104,27 @@ pub fn plan(baseline: Option<&Baseline>, desired: &Render, api: ApiVersion, caps
         );
         return PlanDiff { skew: Some(why.clone()), ..complete_state(why) };
     }
-    let d = diff(base, desired);
+    let mut d = diff(base, desired);
+    if !caps.supports(OpKind::MapLoad) {
+        map_loads_as_entries(&mut d, desired);
+    }
     let missing: Vec<&str> = d.op_kinds().into_iter().filter(|k| !caps.supports(*k)).map(OpKind::as_str).collect();
     if !missing.is_empty() {
         let why = format!("agent cannot run {}: complete state and a reload", missing.join(", "));
         return PlanDiff { skew: Some(why.clone()), ..complete_state(why) };
     }
     PlanDiff { mode: d.mode, reasons: d.reasons, batches: d.batches, baseline: Some(base.plan_id), skew: None }
+}
+
+/// Turns every `map.load` into the `map.replace` an agent before API 1.1 runs: the same map,
+/// with its entries read from the render.
+fn map_loads_as_entries(d: &mut Diff, desired: &Render) {
+    for op in d.batches.iter_mut().flatten() {
+        if let Op::MapLoad { path } = op {
+            let text = desired.bytes(path).and_then(|b| std::str::from_utf8(b).ok()).unwrap_or_default();
+            *op = Op::MapReplace { path: path.clone(), entries: parse_map_file(text) };
+        }
+    }
 }
 
 /// Diffs a desired render against a baseline (capability-independent).
@@ -132,7 +152,7 @@ pub fn diff(base: &Baseline, desired: &Render) -> Diff {
         };
     };
     if !cfg_unchanged {
-        let cd = diff_cfg(old_cfg, new_cfg);
+        let cd = diff_cfg_cached(old_cfg, &base.cfg_index, new_cfg, desired.cfg_index());
         reload.extend(cd.reload_reasons.iter().cloned());
         runtime.extend(cd.runtime_reasons());
         server_ops.extend(cd.server_ops());
@@ -181,10 +201,9 @@ pub fn diff(base: &Baseline, desired: &Render) -> Diff {
         }
         let bytes = desired.bytes(path).unwrap_or_default();
         match (classify(old_cfg, path), std::str::from_utf8(bytes)) {
-            (LoadKind::Map, Ok(text)) => {
-                let entries = parse_map_file(text);
-                runtime.push(format!("{path}: map replaced at runtime ({} entries)", entries.len()));
-                file_ops.push(Op::MapReplace { path: path.clone(), entries });
+            (LoadKind::Map, Ok(_)) => {
+                runtime.push(format!("{path}: map replaced at runtime from its file"));
+                file_ops.push(Op::MapLoad { path: path.clone() });
             }
             (LoadKind::Acl, Ok(text)) => {
                 let patterns = parse_acl_file(text);
@@ -310,7 +329,7 @@ mod tests {
         let new = render(&grown, &with("maps/hosts.map", "a.example be_app\nb.example be_app\n"));
         let d = diff(&Baseline::of_render(&old), &new);
         assert_eq!(d.mode, Some(Mode::Runtime), "{:?}", d.reasons);
-        assert_eq!(d.op_kinds().into_iter().collect::<Vec<_>>(), vec![OpKind::ServerAdd, OpKind::MapReplace]);
+        assert_eq!(d.op_kinds().into_iter().collect::<Vec<_>>(), vec![OpKind::ServerAdd, OpKind::MapLoad]);
         assert!(
             d.reasons.iter().any(|r| r == "backend be_app: server SRV_4 added (127.0.0.1:9004)"),
             "{:?}",
@@ -340,7 +359,7 @@ mod tests {
     fn map_acl_and_cert_contents_are_runtime() {
         let old = render(CFG, &base_files());
         for (path, body, kind) in [
-            ("maps/hosts.map", "a.example be_app\nb.example be_app\n", OpKind::MapReplace),
+            ("maps/hosts.map", "a.example be_app\nb.example be_app\n", OpKind::MapLoad),
             ("acls/blocked.acl", "10.0.0.0/8\n192.168.0.0/16\n", OpKind::AclReplace),
             ("certs/site.pem", "PEM-2\n", OpKind::CertSet),
         ] {
@@ -350,12 +369,22 @@ mod tests {
             assert_eq!(d.op_kinds().into_iter().collect::<Vec<_>>(), vec![kind]);
             agent_agrees(&old, &new, &d);
         }
+        // The map travels once, as its file; an agent before API 1.1 gets the entries in the op.
         let new = render(CFG, &with("maps/hosts.map", "x y\n"));
         let d = diff(&Baseline::of_render(&old), &new);
-        assert_eq!(
-            d.batches[0][0],
-            Op::MapReplace { path: RelPath::new("maps/hosts.map").unwrap(), entries: vec![("x".into(), "y".into())] }
-        );
+        assert_eq!(d.batches[0][0], Op::MapLoad { path: RelPath::new("maps/hosts.map").unwrap() });
+        let old_agent = Capabilities {
+            runtime_batches: true,
+            ops: ["server.set", "server.add", "server.del", "map.replace", "acl.replace", "cert.set"]
+                .map(String::from)
+                .to_vec(),
+        };
+        let old_api = haptic_protocol::ApiVersion { major: 1, minor: 0 };
+        let p = plan(Some(&Baseline::of_render(&old)), &new, old_api, &old_agent);
+        assert_eq!((p.mode, p.skew.as_deref()), (Some(Mode::Runtime), None));
+        let entries = vec![("x".into(), "y".into())];
+        assert_eq!(p.batches[0][0], Op::MapReplace { path: RelPath::new("maps/hosts.map").unwrap(), entries });
+        agent_agrees(&old, &new, &Diff { mode: p.mode, reasons: p.reasons, batches: p.batches });
     }
 
     #[test]

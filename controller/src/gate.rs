@@ -107,7 +107,8 @@ pub fn runtime_equivalent(passed: &Render, new: &Render) -> bool {
         r.manifest().iter().filter(|e| !e.path.is_haproxy_cfg()).map(|e| (e.path.clone(), e.digest)).collect()
     };
     others(passed) == others(new)
-        && haptic_haproxy::claim::diff_cfg(passed.cfg_text(), new.cfg_text()).runtime_eligible()
+        && crate::render::diff_cfg_cached(passed.cfg_text(), passed.cfg_index(), new.cfg_text(), new.cfg_index())
+            .runtime_eligible()
 }
 
 /// Runs `haproxy -c` over renders. Clones share the last render that passed, so a render that

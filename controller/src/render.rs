@@ -1,14 +1,16 @@
 //! Renders: one complete desired file set (`haproxy.cfg` plus aux files) with its plan id.
 //!
-//! Owns the [`Render`] value and reading a render from a directory (dotfiles, `.tmp`, `~` and
-//! swap files are not part of a render). It must never watch, debounce or decide when a render
+//! Owns the [`Render`] value, reading a render from a directory (dotfiles, `.tmp`, `~` and
+//! swap files are not part of a render), and the parsed form of a render's config that the
+//! gate and the plan diff share ([`CfgIndex`], [`diff_cfg_cached`]). It must never watch, debounce or decide when a render
 //! is complete — that is [`crate::source`]'s job — and never write into the directory.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
+use haptic_haproxy::claim::{diff_indexed, CfgDiff, IndexedCfg, NewCfg};
 use haptic_protocol::{plan_id, Digest, FileEntry, PlanId, RelPath};
 
 use crate::error::Error;
@@ -22,6 +24,53 @@ pub struct Render {
     files: BTreeMap<RelPath, Arc<Vec<u8>>>,
     manifest: Vec<FileEntry>,
     plan_id: PlanId,
+    cfg_index: CfgIndex,
+}
+
+/// The parsed form of one `haproxy.cfg` text, computed once when first needed and shared by
+/// clones. A cache, no part of the value that holds it: any two compare equal.
+#[derive(Clone, Default)]
+pub struct CfgIndex(Arc<OnceLock<Arc<IndexedCfg>>>);
+
+impl CfgIndex {
+    /// The parsed form of `text` (which must be the text this index belongs to).
+    pub fn get_or_parse(&self, text: &str) -> Arc<IndexedCfg> {
+        self.0.get_or_init(|| Arc::new(IndexedCfg::parse(text))).clone()
+    }
+}
+
+impl PartialEq for CfgIndex {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for CfgIndex {}
+
+impl fmt::Debug for CfgIndex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.get().is_some() { "CfgIndex(parsed)" } else { "CfgIndex(empty)" })
+    }
+}
+
+/// The structural diff of `old_text` (indexed by `old`) and `new_text` (indexed by `new`), as
+/// `haptic_haproxy::claim::diff_cfg` gives it, comparing only the changed lines when it can;
+/// `new` is filled on the way, so the next diff from this config parses nothing.
+pub fn diff_cfg_cached(old_text: &str, old: &CfgIndex, new_text: &str, new: &CfgIndex) -> CfgDiff {
+    let parsed = old.get_or_parse(old_text);
+    let (diff, next) = diff_indexed(&parsed, old_text, new_text);
+    if new.0.get().is_none() {
+        let next = match next {
+            NewCfg::Parsed(p) => p,
+            edits => {
+                let mut p = IndexedCfg::clone(&parsed);
+                p.update(edits);
+                p
+            }
+        };
+        let _ = new.0.set(Arc::new(next));
+    }
+    diff
 }
 
 impl fmt::Debug for Render {
@@ -42,7 +91,8 @@ impl Render {
             .map(|(p, b)| FileEntry { path: p.clone(), digest: Digest::of(b), size: b.len() as u64 })
             .collect();
         let plan_id = plan_id(&manifest).map_err(|e| e.to_string())?;
-        Ok(Render { files: files.into_iter().map(|(p, b)| (p, Arc::new(b))).collect(), manifest, plan_id })
+        let files = files.into_iter().map(|(p, b)| (p, Arc::new(b))).collect();
+        Ok(Render { files, manifest, plan_id, cfg_index: CfgIndex::default() })
     }
 
     /// Builds a render from `(path, text)` pairs; for tests and tools.
@@ -68,6 +118,11 @@ impl Render {
     pub fn cfg_text(&self) -> &str {
         // Checked to be present and UTF-8 in `new`.
         self.files.get(&RelPath::haproxy_cfg()).and_then(|b| std::str::from_utf8(b).ok()).unwrap_or_default()
+    }
+
+    /// The parsed form of the config, filled when first needed.
+    pub fn cfg_index(&self) -> &CfgIndex {
+        &self.cfg_index
     }
 
     /// The bytes of one file.

@@ -77,7 +77,7 @@ fn diff_shows_mode_reasons_and_batches() {
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.starts_with("mode: runtime"), "{text}");
-    assert!(text.contains("server.set") && text.contains("map.replace") && text.contains("s1"), "{text}");
+    assert!(text.contains("server.set") && text.contains("map.load") && text.contains("s1"), "{text}");
     let reload = dir_with(&[("haproxy.cfg", &cfg.replace("8080", "8081")), ("maps/h.map", "a be\n")]);
     let out = bin().args(["diff", "--output", "json"]).arg(old.path()).arg(reload.path()).output().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -20,10 +20,11 @@ use haptic_protocol::{ApplyRequest, Fence, Mode};
 
 const MAP: &str = "a.example be_app\n";
 
-/// An agent that cannot run `map.replace` (an older agent, as far as the controller can tell).
+/// An agent that cannot run `map.replace` nor `map.load` (an older agent, as far as the
+/// controller can tell).
 fn without_map_replace(v: &mut serde_json::Value) {
     if let Some(ops) = v["capabilities"]["ops"].as_array_mut() {
-        ops.retain(|o| o != "map.replace");
+        ops.retain(|o| o != "map.replace" && o != "map.load");
     }
 }
 

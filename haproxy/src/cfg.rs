@@ -123,22 +123,50 @@ fn tokenize_quoted(line: &str) -> Vec<String> {
 
 /// Parses config text into a preamble and sections.
 pub fn parse(text: &str) -> Config {
+    parse_with_slots(text, |_| {})
+}
+
+/// Where one line of config text went in its [`Config`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineSlot {
+    /// A blank or comment-only line.
+    Blank,
+    /// A line before the first section.
+    Preamble,
+    /// The header of the section with this index.
+    Header(u32),
+    /// Body line `line` of section `section`.
+    Body {
+        /// The section's index.
+        section: u32,
+        /// The line's index in the section's body.
+        line: u32,
+    },
+}
+
+/// [`parse`], calling `slot` once per line of `text` (in the order of `str::lines`) with where
+/// that line went.
+pub fn parse_with_slots(text: &str, mut slot: impl FnMut(LineSlot)) -> Config {
     let mut cfg = Config::default();
     for line in text.lines() {
         let tokens = tokenize(line);
         if tokens.is_empty() {
+            slot(LineSlot::Blank);
             continue;
         }
         if SECTION_KEYWORDS.contains(&tokens[0].as_str()) {
+            slot(LineSlot::Header(cfg.sections.len() as u32));
             cfg.sections.push(Section {
                 kind: tokens[0].clone(),
                 name: tokens.get(1).cloned(),
                 header: tokens.join(" "),
                 lines: Vec::new(),
             });
-        } else if let Some(s) = cfg.sections.last_mut() {
+        } else if let Some((i, s)) = cfg.sections.iter_mut().enumerate().next_back() {
+            slot(LineSlot::Body { section: i as u32, line: s.lines.len() as u32 });
             s.lines.push(tokens);
         } else {
+            slot(LineSlot::Preamble);
             cfg.preamble.push(tokens);
         }
     }

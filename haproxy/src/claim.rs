@@ -15,6 +15,9 @@ use crate::cli::command::check_add_server_params;
 use haptic_protocol::ops::{valid_name, Op, ServerAdd, ServerDel, ServerSet, ServerState, MAX_WEIGHT};
 use haptic_protocol::RelPath;
 
+mod incremental;
+pub use incremental::{diff_indexed, verify_runtime_claim_indexed, IndexedCfg, LineEdit, NewCfg};
+
 /// The most reload reasons listed per section before they are summarised.
 const MAX_REASONS_PER_SECTION: usize = 3;
 
@@ -156,14 +159,19 @@ pub fn diff_parsed(old: &cfg::Config, new: &cfg::Config) -> CfgDiff {
             }
             None => added_and_removed(o, n, &mut reasons),
         }
-        if reasons.len() > MAX_REASONS_PER_SECTION {
-            let more = reasons.len() - MAX_REASONS_PER_SECTION;
-            reasons.truncate(MAX_REASONS_PER_SECTION);
-            reasons.push(format!("{}: and {more} more changed lines", o.label()));
-        }
-        out.reload_reasons.extend(reasons);
+        push_section_reasons(o, reasons, &mut out);
     }
     out
+}
+
+/// Adds one section's reload reasons to `out`, at most [`MAX_REASONS_PER_SECTION`] of them.
+fn push_section_reasons(section: &cfg::Section, mut reasons: Vec<String>, out: &mut CfgDiff) {
+    if reasons.len() > MAX_REASONS_PER_SECTION {
+        let more = reasons.len() - MAX_REASONS_PER_SECTION;
+        reasons.truncate(MAX_REASONS_PER_SECTION);
+        reasons.push(format!("{}: and {more} more changed lines", section.label()));
+    }
+    out.reload_reasons.extend(reasons);
 }
 
 /// The lines of two versions of one section, matched: `server` lines by name (those only in
@@ -436,35 +444,69 @@ pub fn verify_runtime_claim_parsed(
     changed: &[ChangedFile<'_>],
     ops: &[Op],
 ) -> Result<(), ClaimError> {
-    let mut reasons = Vec::new();
     let diff = diff_parsed(old_parsed, new_parsed);
-    reasons.extend(diff.reload_reasons.iter().cloned());
+    let by = OpsByTarget::of(ops);
+    let new_servers = if by.server.is_empty() { BTreeMap::new() } else { servers_by_name(new_parsed) };
+    check_claim(&diff, &by, &new_servers, changed, |reasons| {
+        membership_ops_match(old_parsed, new_parsed, &diff, &by.add, &by.del, reasons)
+    })
+}
 
-    let mut server_ops: BTreeMap<(&str, &str), Vec<&ServerSet>> = BTreeMap::new();
-    let mut add_ops: BTreeMap<(&str, &str), Vec<&ServerAdd>> = BTreeMap::new();
-    let mut del_ops: BTreeMap<(&str, &str), usize> = BTreeMap::new();
-    let mut file_ops: BTreeMap<&RelPath, Vec<&Op>> = BTreeMap::new();
-    for op in ops {
-        match op {
-            Op::ServerSet(s) => server_ops.entry((&s.backend, &s.server)).or_default().push(s),
-            Op::ServerAdd(a) => add_ops.entry((&a.backend, &a.server)).or_default().push(a),
-            Op::ServerDel(d) => *del_ops.entry((&d.backend, &d.server)).or_default() += 1,
-            Op::Unknown { op, .. } => reasons.push(format!("unknown op kind {op:?}")),
-            other => {
-                if let Some(p) = other.path() {
-                    file_ops.entry(p).or_default().push(other);
+/// An apply's ops, grouped by what they target.
+pub(crate) struct OpsByTarget<'a> {
+    pub(crate) server: BTreeMap<(&'a str, &'a str), Vec<&'a ServerSet>>,
+    pub(crate) add: BTreeMap<(&'a str, &'a str), Vec<&'a ServerAdd>>,
+    pub(crate) del: BTreeMap<(&'a str, &'a str), usize>,
+    pub(crate) file: BTreeMap<&'a RelPath, Vec<&'a Op>>,
+    /// A reason per op of a kind this crate does not know.
+    pub(crate) unknown: Vec<String>,
+}
+
+impl<'a> OpsByTarget<'a> {
+    pub(crate) fn of(ops: &'a [Op]) -> Self {
+        let mut by = OpsByTarget {
+            server: BTreeMap::new(),
+            add: BTreeMap::new(),
+            del: BTreeMap::new(),
+            file: BTreeMap::new(),
+            unknown: Vec::new(),
+        };
+        for op in ops {
+            match op {
+                Op::ServerSet(s) => by.server.entry((&s.backend, &s.server)).or_default().push(s),
+                Op::ServerAdd(a) => by.add.entry((&a.backend, &a.server)).or_default().push(a),
+                Op::ServerDel(d) => *by.del.entry((&d.backend, &d.server)).or_default() += 1,
+                Op::Unknown { op, .. } => by.unknown.push(format!("unknown op kind {op:?}")),
+                other => {
+                    if let Some(p) = other.path() {
+                        by.file.entry(p).or_default().push(other);
+                    }
                 }
             }
         }
+        by
     }
+}
 
-    let new_servers = if server_ops.is_empty() { BTreeMap::new() } else { servers_by_name(new_parsed) };
+/// The checks of a runtime claim after the configs' diff: every server change has its
+/// `server.set`, every `server.set` matches the new config's line (from `new_servers`, which
+/// holds at least every server a `server.set` names that the new config has), and the file ops
+/// cover exactly the changed files; `membership` checks the `server.add` and `server.del` ops.
+pub(crate) fn check_claim(
+    diff: &CfgDiff,
+    by: &OpsByTarget<'_>,
+    new_servers: &BTreeMap<(String, String), ServerLine>,
+    changed: &[ChangedFile<'_>],
+    membership: impl FnOnce(&mut Vec<String>),
+) -> Result<(), ClaimError> {
+    let mut reasons = diff.reload_reasons.clone();
+    reasons.extend(by.unknown.iter().cloned());
     for ch in &diff.servers {
-        if !server_ops.contains_key(&(ch.backend.as_str(), ch.server.as_str())) {
+        if !by.server.contains_key(&(ch.backend.as_str(), ch.server.as_str())) {
             reasons.push(format!("{} has no server.set op", ch.reason()));
         }
     }
-    for ((backend, server), sets) in &server_ops {
+    for ((backend, server), sets) in &by.server {
         let Some(line) = new_servers.get(&(backend.to_string(), server.to_string())) else {
             reasons.push(format!("server.set {backend}/{server}: no such server in the new config"));
             continue;
@@ -475,12 +517,11 @@ pub fn verify_runtime_claim_parsed(
             }
         }
     }
-
-    membership_ops_match(old_parsed, new_parsed, &diff, &add_ops, &del_ops, &mut reasons);
+    membership(&mut reasons);
 
     let changed_paths: BTreeSet<&RelPath> = changed.iter().map(|c| c.path).collect();
     for c in changed {
-        match (file_ops.get(c.path), c.new) {
+        match (by.file.get(c.path), c.new) {
             (None, _) => reasons.push(format!("{} changed with no op covering it", c.path)),
             (Some(_), None) => reasons.push(format!("{} removed", c.path)),
             (Some(list), Some(bytes)) => {
@@ -492,7 +533,7 @@ pub fn verify_runtime_claim_parsed(
             }
         }
     }
-    for (path, list) in &file_ops {
+    for (path, list) in &by.file {
         if !changed_paths.contains(path) {
             for op in list {
                 reasons.push(format!("{} targets a file that did not change", op.describe()));
@@ -617,6 +658,10 @@ fn file_op_matches(op: &Op, bytes: &[u8]) -> Result<(), String> {
             if cfg::parse_acl_file(text()?) != *patterns {
                 return Err("patterns differ from the file in the tree".into());
             }
+        }
+        // The entries are the file's, read from the new tree when the op runs.
+        Op::MapLoad { .. } => {
+            text()?;
         }
         Op::CertSet { .. } => {}
         Op::ServerSet(_) | Op::ServerAdd(_) | Op::ServerDel(_) | Op::Unknown { .. } => {

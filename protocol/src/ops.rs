@@ -1,6 +1,6 @@
 //! Runtime-API op kinds carried in `/v1/apply` batches.
 //!
-//! Owns the op vocabulary (`server.set`, `server.add`, `server.del`, `map.replace`,
+//! Owns the op vocabulary (`server.set`, `server.add`, `server.del`, `map.replace`, `map.load`,
 //! `acl.replace`, `cert.set`), its JSON form and the checks every decoded op passes (names a CLI
 //! line can carry, IP literals, ports). Later kinds extend it without breaking old peers: an
 //! unknown kind decodes to [`Op::Unknown`], which an agent refuses cleanly. It must never run an
@@ -24,6 +24,9 @@ pub enum OpKind {
     ServerDel,
     /// `map.replace`: atomically replace a map file's entries.
     MapReplace,
+    /// `map.load`: atomically replace a map's entries with those of its file in the new tree
+    /// (API 1.1: the entries travel once, as the file).
+    MapLoad,
     /// `acl.replace`: atomically replace an ACL file's patterns.
     AclReplace,
     /// `cert.set`: replace a loaded certificate from the tree.
@@ -32,11 +35,12 @@ pub enum OpKind {
 
 impl OpKind {
     /// Every kind this protocol version knows.
-    pub const ALL: [OpKind; 6] = [
+    pub const ALL: [OpKind; 7] = [
         OpKind::ServerSet,
         OpKind::ServerAdd,
         OpKind::ServerDel,
         OpKind::MapReplace,
+        OpKind::MapLoad,
         OpKind::AclReplace,
         OpKind::CertSet,
     ];
@@ -48,6 +52,7 @@ impl OpKind {
             OpKind::ServerAdd => "server.add",
             OpKind::ServerDel => "server.del",
             OpKind::MapReplace => "map.replace",
+            OpKind::MapLoad => "map.load",
             OpKind::AclReplace => "acl.replace",
             OpKind::CertSet => "cert.set",
         }
@@ -225,6 +230,11 @@ pub enum Op {
         /// The complete new entries.
         entries: Vec<(String, String)>,
     },
+    /// Replace a map's entries with exactly those of the map file at `path` in the new tree.
+    MapLoad {
+        /// The map file's path in the tree.
+        path: RelPath,
+    },
     /// Replace an ACL file's patterns with exactly `patterns`.
     AclReplace {
         /// The ACL file's path in the tree.
@@ -254,6 +264,7 @@ impl Op {
             Op::ServerAdd(_) => Some(OpKind::ServerAdd),
             Op::ServerDel(_) => Some(OpKind::ServerDel),
             Op::MapReplace { .. } => Some(OpKind::MapReplace),
+            Op::MapLoad { .. } => Some(OpKind::MapLoad),
             Op::AclReplace { .. } => Some(OpKind::AclReplace),
             Op::CertSet { .. } => Some(OpKind::CertSet),
             Op::Unknown { .. } => None,
@@ -271,7 +282,9 @@ impl Op {
     /// The tree file this op covers, for file-backed kinds.
     pub fn path(&self) -> Option<&RelPath> {
         match self {
-            Op::MapReplace { path, .. } | Op::AclReplace { path, .. } | Op::CertSet { path } => Some(path),
+            Op::MapReplace { path, .. } | Op::MapLoad { path } | Op::AclReplace { path, .. } | Op::CertSet { path } => {
+                Some(path)
+            }
             _ => None,
         }
     }
@@ -283,6 +296,7 @@ impl Op {
             Op::ServerAdd(s) => format!("server.add {}/{} {}", s.backend, s.server, s.socket_addr()),
             Op::ServerDel(s) => format!("server.del {}/{}", s.backend, s.server),
             Op::MapReplace { path, entries } => format!("map.replace {path} ({} entries)", entries.len()),
+            Op::MapLoad { path } => format!("map.load {path}"),
             Op::AclReplace { path, patterns } => format!("acl.replace {path} ({} patterns)", patterns.len()),
             Op::CertSet { path } => format!("cert.set {path}"),
             Op::Unknown { op, .. } => format!("unknown op {op:?}"),
@@ -306,7 +320,7 @@ struct AclReplaceWire {
 
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct CertSetWire {
+struct PathWire {
     path: RelPath,
 }
 
@@ -334,7 +348,8 @@ impl Serialize for Op {
             Op::AclReplace { path, patterns } => {
                 with_tag("acl.replace", &AclReplaceWire { path: path.clone(), patterns: patterns.clone() })
             }
-            Op::CertSet { path } => with_tag("cert.set", &CertSetWire { path: path.clone() }),
+            Op::MapLoad { path } => with_tag("map.load", &PathWire { path: path.clone() }),
+            Op::CertSet { path } => with_tag("cert.set", &PathWire { path: path.clone() }),
             Op::Unknown { raw, .. } => Ok(raw.clone()),
         }
         .map_err(S::Error::custom)?;
@@ -374,8 +389,12 @@ impl<'de> Deserialize<'de> for Op {
                 let w: AclReplaceWire = serde_json::from_value(body).map_err(err)?;
                 Op::AclReplace { path: w.path, patterns: w.patterns }
             }
+            "map.load" => {
+                let w: PathWire = serde_json::from_value(body).map_err(err)?;
+                Op::MapLoad { path: w.path }
+            }
             "cert.set" => {
-                let w: CertSetWire = serde_json::from_value(body).map_err(err)?;
+                let w: PathWire = serde_json::from_value(body).map_err(err)?;
                 Op::CertSet { path: w.path }
             }
             _ => Op::Unknown { op: kind, raw },
@@ -401,7 +420,17 @@ mod tests {
     fn known_kind_with_bad_fields_is_an_error() {
         assert!(serde_json::from_str::<Op>(r#"{"op":"server.set","backend":"b"}"#).is_err());
         assert!(serde_json::from_str::<Op>(r#"{"op":"map.replace","path":"../x","entries":[]}"#).is_err());
+        assert!(serde_json::from_str::<Op>(r#"{"op":"map.load","path":"maps/a.map","entries":[]}"#).is_err());
         assert!(serde_json::from_str::<Op>(r#"{"op":"server.set","backend":"b","server":"s","bogus":1}"#).is_err());
+    }
+
+    #[test]
+    fn map_load_names_the_file_only() {
+        let j = r#"{"op":"map.load","path":"maps/hosts.map"}"#;
+        let op: Op = serde_json::from_str(j).unwrap();
+        assert_eq!(op, Op::MapLoad { path: RelPath::new("maps/hosts.map").unwrap() });
+        assert_eq!((op.kind(), op.describe()), (Some(OpKind::MapLoad), "map.load maps/hosts.map".into()));
+        assert_eq!(serde_json::to_value(&op).unwrap(), serde_json::from_str::<serde_json::Value>(j).unwrap());
     }
 
     #[test]

@@ -48,8 +48,9 @@ fn fence(seq: u64) -> Fence {
 
 #[test]
 fn state() {
+    // The state of an API 1.0 agent (before `map.load`): still read as it was.
     let expected = StateResponse {
-        api: API_VERSION,
+        api: ApiVersion { major: 1, minor: 0 },
         agent: AgentInfo { version: "0.1.0".into() },
         haproxy: HaproxyInfo {
             version: "3.0.11".into(),

@@ -38,6 +38,7 @@ impl Agent {
         };
         // The intent is on disk before `current` moves: after the swap, recovery trusts `current`
         // plus this intent, so the applied record is persisted with the ACK (before it is answered).
+        // The same write carries a runtime apply's raised fence (see `admit`).
         p.intent = Some(record.clone());
         let saved = blocking(|| self.store.save(p));
         let synced = (&mut staged.syncing)

@@ -234,6 +234,11 @@ impl Agent {
         *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = next;
     }
 
+    /// The fence `/v1/state` shows (the last one written).
+    fn shown_fence(&self) -> Option<haptic_protocol::Fence> {
+        self.snapshot.read().unwrap_or_else(|e| e.into_inner()).fence.clone()
+    }
+
     fn save(&self, p: &Persisted) -> Result<(), AgentError> {
         blocking(|| self.store.save(p))?;
         self.publish(p);
@@ -270,8 +275,9 @@ impl Agent {
                 if res.is_err() {
                     // Staging linked (and removing the staged tree unlinked) live files.
                     blocking(|| me.refresh_stamps());
-                    // A raised fence is on disk before the refusal is answered.
-                    if blocking(|| me.store.flush()).is_err() {
+                    // A raised fence is on disk before the refusal is answered (a runtime
+                    // apply's is not written before its intent record).
+                    if blocking(|| me.store.flush()).is_err() || me.shown_fence() != p.fence {
                         if let Err(e) = me.save(p) {
                             warn!("cannot persist the fence before answering a refusal: {e}");
                         }
@@ -315,8 +321,9 @@ impl Agent {
         let staged = self.stage(p, req, parts).await?;
         let ops: Vec<Op> = req.ops().cloned().collect();
         let mut reasons = req.reasons.clone();
-        let parsed = (req.mode == haptic_protocol::Mode::Runtime)
-            .then(|| self.cache.parsed_pair(&staged.live_files, &staged.old_cfg, &req.files, &staged.new_cfg));
+        let claim = |changed: &[haptic_haproxy::claim::ChangedFile<'_>], ops: &[Op]| {
+            self.cache.runtime_claim(&staged.live_files, &staged.old_cfg, &req.files, &staged.new_cfg, changed, ops)
+        };
         let caps = self.capabilities();
         let read = |p: &RelPath| std::fs::read(staged.dir.join(p.as_str())).ok();
         let (mode, why) = decide_mode(&ModeInputs {
@@ -328,7 +335,7 @@ impl Agent {
             ops: &ops,
             caps: &caps,
             version_known: self.haproxy.version().is_some(),
-            parsed: parsed.as_ref().map(|(o, n)| (&**o, &**n)),
+            claim: (req.mode == haptic_protocol::Mode::Runtime).then_some(&claim as &mode::RuntimeClaim<'_>),
             read: &read,
         });
         reasons.extend(why);

@@ -3,13 +3,16 @@
 //! Owns [`decide_mode`], a pure function: it checks a `file_only` or `runtime` claim against the
 //! staged tree's files (the runtime claim through [`haptic_haproxy::claim`]); every downgrade to
 //! `reload` adds a human reason. It must never read the disk, write the tree nor talk to
-//! HAProxy: the caller hands it the staged bytes through a reader and the parsed configs.
+//! HAProxy: the caller hands it the staged bytes through a reader and the runtime claim's
+//! comparison of the configs as a function.
 
 use std::collections::BTreeSet;
 
-use haptic_haproxy::cfg::Config;
-use haptic_haproxy::claim::{verify_runtime_claim_parsed, ChangedFile};
+use haptic_haproxy::claim::{ChangedFile, ClaimError};
 use haptic_protocol::{Capabilities, FileEntry, Mode, Op, RelPath};
+
+/// The runtime claim of an apply: the changed files (besides `haproxy.cfg`) and the ops.
+pub(super) type RuntimeClaim<'a> = dyn Fn(&[ChangedFile<'_>], &[Op]) -> Result<(), ClaimError> + 'a;
 
 /// Everything [`decide_mode`] looks at.
 pub(super) struct ModeInputs<'a> {
@@ -29,8 +32,9 @@ pub(super) struct ModeInputs<'a> {
     pub caps: &'a Capabilities,
     /// Whether HAProxy's version is known.
     pub version_known: bool,
-    /// The parsed live and staged configs; needed (and only given) for a `runtime` claim.
-    pub parsed: Option<(&'a Config, &'a Config)>,
+    /// The runtime claim from the live to the staged config, given the changed files other
+    /// than `haproxy.cfg` and the ops; needed (and only given) for a `runtime` claim.
+    pub claim: Option<&'a RuntimeClaim<'a>>,
     /// The bytes of a staged file.
     pub read: &'a dyn Fn(&RelPath) -> Option<Vec<u8>>,
 }
@@ -79,13 +83,13 @@ pub(super) fn decide_mode(i: &ModeInputs<'_>) -> (Mode, Vec<String>) {
                 changed_paths.iter().map(|p| (*p, if new.contains(p) { (i.read)(p) } else { None })).collect();
             let changed: Vec<ChangedFile<'_>> =
                 bytes.iter().map(|(p, b)| ChangedFile { path: p, new: b.as_deref() }).collect();
-            match i.parsed {
-                Some((old, new)) => {
-                    if let Err(e) = verify_runtime_claim_parsed(old, new, &changed, i.ops) {
+            match i.claim {
+                Some(claim) => {
+                    if let Err(e) = claim(&changed, i.ops) {
                         why.extend(e.reasons);
                     }
                 }
-                None => why.push("the configs were not parsed".into()),
+                None => why.push("the configs were not compared".into()),
             }
             if why.is_empty() {
                 (Mode::Runtime, Vec::new())
@@ -128,7 +132,9 @@ mod tests {
 
     fn decide(c: &Case, asked: Mode, ops: &[Op], version_known: bool) -> (Mode, Vec<String>) {
         let caps = Capabilities { runtime_batches: true, ops: OpKind::ALL.iter().map(|k| k.as_str().into()).collect() };
-        let (old, new) = (haptic_haproxy::cfg::parse(&c.old_cfg), haptic_haproxy::cfg::parse(&c.new_cfg));
+        let claim = |changed: &[ChangedFile<'_>], ops: &[Op]| {
+            haptic_haproxy::claim::verify_runtime_claim(&c.old_cfg, &c.new_cfg, changed, ops)
+        };
         let read = |p: &RelPath| c.bytes.get(p).cloned();
         decide_mode(&ModeInputs {
             asked,
@@ -139,7 +145,7 @@ mod tests {
             ops,
             caps: &caps,
             version_known,
-            parsed: (asked == Mode::Runtime).then_some((&old, &new)),
+            claim: (asked == Mode::Runtime).then_some(&claim as &RuntimeClaim<'_>),
             read: &read,
         })
     }

@@ -7,11 +7,11 @@
 //! record (that is the apply lock's, in [`super::Agent`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
-use haptic_haproxy::cfg::Config;
-use haptic_protocol::{Capabilities, Digest, FileEntry, PlanId};
+use haptic_haproxy::claim::{verify_runtime_claim_indexed, ChangedFile, ClaimError, IndexedCfg};
+use haptic_protocol::{Capabilities, Digest, FileEntry, Op, PlanId};
 
 use crate::pacer::{PaceDecision, Pacer};
 use crate::reload::Probe;
@@ -176,7 +176,7 @@ pub(super) struct TreeCache {
     stamps: Mutex<(String, Stamps)>,
     /// The last parsed `haproxy.cfg`, by digest: the next runtime apply's old config is usually
     /// this one, so only the new one is parsed.
-    parsed_cfg: Mutex<Option<(Digest, Arc<Config>)>>,
+    parsed_cfg: Mutex<Option<(Digest, IndexedCfg)>>,
 }
 
 impl TreeCache {
@@ -208,27 +208,31 @@ impl TreeCache {
         }
     }
 
-    /// The parsed old and new `haproxy.cfg`: the old one from the cache when its digest (as the
-    /// applied record holds it) is the one parsed last, the new one parsed and cached.
-    pub(super) fn parsed_pair(
+    /// The runtime claim of an apply from the live `haproxy.cfg` to the staged one, compared
+    /// through the parsed live config kept from the last claim when its digest (as the applied
+    /// record holds it) is the live one, else parsed now; the staged config's parsed form is
+    /// kept for the next claim.
+    pub(super) fn runtime_claim(
         &self,
         live_files: &[FileEntry],
         old_cfg: &str,
         new_files: &[FileEntry],
         new_cfg: &str,
-    ) -> (Arc<Config>, Arc<Config>) {
+        changed: &[ChangedFile<'_>],
+        ops: &[Op],
+    ) -> Result<(), ClaimError> {
         let digest_of = |files: &[FileEntry]| files.iter().find(|f| f.path.is_haproxy_cfg()).map(|f| f.digest);
         let (old_d, new_d) = (digest_of(live_files), digest_of(new_files));
-        let cached = lock(&self.parsed_cfg).clone();
-        let hit = |d: Option<Digest>| match (&cached, d) {
-            (Some((cd, c)), Some(d)) if *cd == d => Some(c.clone()),
-            _ => None,
+        let cached = lock(&self.parsed_cfg).take();
+        let mut parsed = match cached {
+            Some((d, c)) if Some(d) == old_d => c,
+            _ => IndexedCfg::parse(old_cfg),
         };
-        let old = hit(old_d).unwrap_or_else(|| Arc::new(haptic_haproxy::cfg::parse(old_cfg)));
-        let new = hit(new_d).unwrap_or_else(|| Arc::new(haptic_haproxy::cfg::parse(new_cfg)));
+        let (res, new) = verify_runtime_claim_indexed(&parsed, old_cfg, new_cfg, changed, ops);
+        parsed.update(new);
         if let Some(d) = new_d {
-            *lock(&self.parsed_cfg) = Some((d, new.clone()));
+            *lock(&self.parsed_cfg) = Some((d, parsed));
         }
-        (old, new)
+        res
     }
 }

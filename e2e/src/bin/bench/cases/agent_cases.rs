@@ -155,7 +155,7 @@ fn map_mismatch(mut got: Vec<(String, String)>, want: &[(String, String)]) -> Op
     Some(format!("show map has {} entries (wanted {}), first difference {first:?}", got.len(), want.len()))
 }
 
-/// `map_replace`: `map.replace` of 100,000 entries against the same chunked `prepare` / `add map
+/// `map_replace`: `map.load` of a 100,000-entry map file against the same chunked `prepare` / `add map
 /// @ver` / `commit map` sent straight to the socket.
 pub async fn map_replace(ctx: &Ctx) -> Result<Vec<Row>> {
     let n = if ctx.quick { 10_000 } else { 100_000 };
@@ -170,7 +170,8 @@ pub async fn map_replace(ctx: &Ctx) -> Result<Vec<Row>> {
         let text = map_text(n, &format!("v{}_", i + 1));
         let entries = haptic_haproxy::cfg::parse_map_file(&text);
         d.set(name, text.clone());
-        let op = Op::MapReplace { path: rel(name), entries: entries.clone() };
+        // The map travels once, as its file (API 1.1).
+        let op = Op::MapLoad { path: rel(name) };
         let body = pod.body(&d, Mode::Runtime, false, |p| p == name, vec![vec![op]]);
         let (ack, took) = pod.timed_apply(body, &d).await?;
         if ack.mode != Mode::Runtime {
