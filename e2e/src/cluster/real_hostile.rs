@@ -18,12 +18,12 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PostParams};
 use kube::Client;
 use serde_json::{json, Value};
 
 use super::real::{pod_ready, RealCluster, NAMESPACE};
-use super::real_ingress::samples_by;
+use super::real_ingress::{apply_params, ensure, samples_by};
 use super::real_scenarios::install_reading_config_map;
 use super::scenarios::Selection;
 use super::{converged_on, eventually, status, wait_converged, Cluster, ClusterError, Result};
@@ -40,18 +40,6 @@ const CLASS: &str = "haptic";
 /// The tenant's backend: busybox httpd answering `tenant` on `/`.
 const WEB: &str = "tenant-web";
 const ANNOTATION: &str = "nginx.ingress.kubernetes.io/";
-
-fn ensure(ok: bool, what: impl FnOnce() -> String) -> Result<()> {
-    if ok {
-        Ok(())
-    } else {
-        Err(ClusterError(what()))
-    }
-}
-
-fn apply_params() -> PatchParams {
-    PatchParams::apply("haptic-e2e").force()
-}
 
 /// Runs the step if `selection` wants it (the release installed and converged), then puts the
 /// release back on the scenarios' ConfigMap.
