@@ -8,6 +8,7 @@ use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use axum::body::Bytes;
 use haptic_protocol::{Ack, ApplyRequest, Conflict, Nack, StateResponse};
 
 use crate::agent_tls::AgentTrust;
@@ -94,6 +95,14 @@ pub enum CallError {
         status: reqwest::StatusCode,
         /// The agent's `error` (or the start of its body).
         error: String,
+    },
+    /// The request could not be encoded (nothing was sent).
+    #[error("{request}: encoding the request: {cause}")]
+    Encode {
+        /// The request.
+        request: String,
+        /// The encoder's words.
+        cause: String,
     },
     /// An answer whose body does not decode.
     #[error("{request}: {}: {cause}", match .status { Some(s) => format!("{s} with undecodable body"), None => "undecodable state".to_string() })]
@@ -248,10 +257,23 @@ impl AgentClient {
 
     /// `POST /v1/apply`.
     pub async fn apply(&self, ep: &Endpoint, req: &ApplyRequest) -> Result<ApplyAnswer, CallError> {
+        let body = serde_json::to_vec(req)
+            .map_err(|e| CallError::Encode { request: format!("POST {}/v1/apply", ep.url), cause: e.to_string() })?;
+        self.apply_body(ep, Bytes::from(body)).await
+    }
+
+    /// `POST /v1/apply` with a request already encoded (see [`haptic_protocol::api::EncodedApply`]).
+    pub async fn apply_body(&self, ep: &Endpoint, body: Bytes) -> Result<ApplyAnswer, CallError> {
         let url = format!("{}/v1/apply", ep.url);
         let request = format!("POST {url}");
         let resp = self
-            .send(ep, |c| self.http.post(&url).basic_auth(&c.user, Some(&c.password)).json(req))
+            .send(ep, |c| {
+                self.http
+                    .post(&url)
+                    .basic_auth(&c.user, Some(&c.password))
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(body.clone())
+            })
             .await
             .map_err(|e| CallError::transport(request.clone(), e))?;
         let status = resp.status().as_u16();

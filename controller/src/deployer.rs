@@ -20,9 +20,12 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use axum::body::Bytes;
 use futures::StreamExt;
-use haptic_protocol::api::Part;
-use haptic_protocol::{Ack, ApiVersion, ApplyRequest, Capabilities, FileEntry, Mode, PlanId, RelPath, StateResponse};
+use haptic_protocol::api::{EncodedApply, Part};
+use haptic_protocol::{
+    Ack, ApiVersion, ApplyRequest, Capabilities, Fence, FileEntry, Mode, PlanId, RelPath, StateResponse,
+};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
@@ -172,7 +175,7 @@ pub struct FollowUpEnd {
 #[derive(Debug, Clone)]
 struct Known {
     applied: Option<PlanId>,
-    blob: serde_json::Value,
+    blob: Arc<serde_json::Value>,
     files: Vec<FileEntry>,
     api: ApiVersion,
     caps: Capabilities,
@@ -182,7 +185,7 @@ impl Known {
     fn of(s: &StateResponse) -> Self {
         Known {
             applied: s.applied.as_ref().map(|a| a.plan_id),
-            blob: s.applied.as_ref().map(|a| a.blob.clone()).unwrap_or_default(),
+            blob: Arc::new(s.applied.as_ref().map(|a| a.blob.clone()).unwrap_or_default()),
             files: s.files.clone(),
             api: s.api,
             caps: s.capabilities.clone(),
@@ -226,9 +229,65 @@ struct DiffKey {
     ops: Vec<String>,
 }
 
-/// Diffs shared by pods with the same baseline and capabilities, within one deployment.
+/// What the pods of one deployment share: one diff per [`DiffKey`], one encoded request per
+/// [`RequestKey`], and the render's blob, each computed by the first pod that needs it.
 #[derive(Debug, Default)]
-struct SharedDiffs(Mutex<HashMap<DiffKey, Arc<OnceLock<PlanDiff>>>>);
+struct Shared {
+    diffs: Mutex<HashMap<DiffKey, Arc<OnceLock<Arc<PlanDiff>>>>>,
+    requests: Mutex<HashMap<RequestKey, Arc<OnceLock<Composed>>>>,
+    blob: OnceLock<Arc<serde_json::Value>>,
+}
+
+/// A request composed for the pods that share it, or why it could not be encoded.
+type Composed = Result<Arc<SharedRequest>, String>;
+
+/// What a request without its fence depends on within a deployment: the shared diff it carries
+/// and the files sent whole.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct RequestKey {
+    diff: DiffKey,
+    parts: Vec<RelPath>,
+}
+
+/// A pod's diff, and its key when pods with the same key share it (a drift repair or a complete
+/// state after a refusal is the pod's own).
+#[derive(Debug, Clone)]
+struct PodDiff {
+    diff: Arc<PlanDiff>,
+    key: Option<DiffKey>,
+}
+
+impl PodDiff {
+    fn own(diff: PlanDiff) -> Self {
+        Self { diff: Arc::new(diff), key: None }
+    }
+}
+
+/// An apply request without its fence: the fields the deployer reads back after the answer, and
+/// its JSON encoded once for every pod that sends it.
+#[derive(Debug)]
+struct SharedRequest {
+    mode: Mode,
+    files: Vec<FileEntry>,
+    blob: Arc<serde_json::Value>,
+    encoded: EncodedApply,
+}
+
+/// One pod's apply: its own fence and the body with that fence.
+#[derive(Debug)]
+struct PodRequest {
+    fence: Fence,
+    shared: Arc<SharedRequest>,
+    body: Bytes,
+}
+
+/// Why no request could be made for a pod.
+enum NoRequest {
+    /// The fence holder gives no fence: this controller stood down.
+    StoodDown,
+    /// The request did not encode.
+    Encode(String),
+}
 
 /// Settings of the deployer.
 #[derive(Debug, Clone)]
@@ -258,6 +317,25 @@ impl std::fmt::Debug for Deployer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Deployer").field("cfg", &self.config()).finish()
     }
+}
+
+/// The request a diff makes of a render, without its fence, encoded once; `parts` are sent whole.
+fn compose(render: &Render, pd: &PlanDiff, parts: &[RelPath], shared: &Shared) -> Composed {
+    let blob = shared.blob.get_or_init(|| Arc::new(blob::encode(render))).clone();
+    let req = ApplyRequest {
+        // Every pod's copy gets its own fence; this one is left out of the encoding.
+        fence: Fence { epoch: 0, seq: 0, holder: String::new() },
+        baseline: pd.baseline,
+        plan_id: render.plan_id(),
+        mode: pd.mode.unwrap_or(Mode::FileOnly),
+        reasons: pd.reasons.clone(),
+        files: render.manifest().to_vec(),
+        parts: parts.iter().map(|p| (p.clone(), Part::from_bytes(render.bytes(p).unwrap_or_default()))).collect(),
+        batches: pd.batches.clone(),
+        blob: (*blob).clone(),
+    };
+    let encoded = EncodedApply::new(&req).map_err(|e| format!("encoding the apply: {e}"))?;
+    Ok(Arc::new(SharedRequest { mode: req.mode, files: req.files, blob, encoded }))
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -347,7 +425,7 @@ impl Deployer {
         let started = Instant::now();
         let cfg = self.config();
         self.remember(&render);
-        let shared = Arc::new(SharedDiffs::default());
+        let shared = Arc::new(Shared::default());
         let pods: Vec<(String, PodOutcome, Option<Instant>)> = futures::stream::iter(endpoints)
             .map(|ep| {
                 let me = self.clone();
@@ -443,7 +521,7 @@ impl Deployer {
         }
     }
 
-    fn diff_for(&self, pod: &str, k: &Known, render: &Render, shared: &SharedDiffs) -> PlanDiff {
+    fn diff_for(&self, pod: &str, k: &Known, render: &Render, shared: &Shared) -> PodDiff {
         let base = self.baseline(pod, k);
         let mut ops = k.caps.ops.clone();
         ops.sort();
@@ -454,36 +532,49 @@ impl Deployer {
             runtime_batches: k.caps.runtime_batches,
             ops,
         };
-        let cell = lock(&shared.0).entry(key).or_default().clone();
-        cell.get_or_init(|| plan(base.as_deref(), render, k.api, &k.caps)).clone()
+        let cell = lock(&shared.diffs).entry(key.clone()).or_default().clone();
+        let diff = cell.get_or_init(|| Arc::new(plan(base.as_deref(), render, k.api, &k.caps))).clone();
+        PodDiff { diff, key: Some(key) }
     }
 
+    /// The pod's request: a new fence on the request it shares with the pods of the deployment
+    /// that have the same diff and lack the same files.
     fn request(
         &self,
         render: &Render,
-        pd: &PlanDiff,
+        pd: &PodDiff,
         pod_files: &[FileEntry],
         extra: &BTreeSet<RelPath>,
-    ) -> Option<ApplyRequest> {
-        let fence = self.fence.next_fence()?;
-        let mut parts = std::collections::BTreeMap::new();
-        for e in render.manifest() {
-            let has = pod_files.iter().any(|p| p.path == e.path && p.digest == e.digest);
-            if e.path.is_haproxy_cfg() || !has || extra.contains(&e.path) {
-                parts.insert(e.path.clone(), Part::from_bytes(render.bytes(&e.path).unwrap_or_default()));
+        shared: &Shared,
+    ) -> Result<PodRequest, NoRequest> {
+        let fence = self.fence.next_fence().ok_or(NoRequest::StoodDown)?;
+        let parts: Vec<RelPath> = render
+            .manifest()
+            .iter()
+            .filter(|e| {
+                let has = pod_files.iter().any(|p| p.path == e.path && p.digest == e.digest);
+                e.path.is_haproxy_cfg() || !has || extra.contains(&e.path)
+            })
+            .map(|e| e.path.clone())
+            .collect();
+        let req = match &pd.key {
+            Some(diff) => {
+                let key = RequestKey { diff: diff.clone(), parts };
+                let cell = lock(&shared.requests).entry(key.clone()).or_default().clone();
+                cell.get_or_init(|| compose(render, &pd.diff, &key.parts, shared)).clone()
             }
+            None => compose(render, &pd.diff, &parts, shared),
         }
-        Some(ApplyRequest {
-            fence,
-            baseline: pd.baseline,
-            plan_id: render.plan_id(),
-            mode: pd.mode.unwrap_or(Mode::FileOnly),
-            reasons: pd.reasons.clone(),
-            files: render.manifest().to_vec(),
-            parts,
-            batches: pd.batches.clone(),
-            blob: blob::encode(render),
-        })
+        .map_err(NoRequest::Encode)?;
+        let body = req.encoded.with_fence(&fence).map_err(|e| NoRequest::Encode(format!("encoding the apply: {e}")))?;
+        Ok(PodRequest { fence, shared: req, body: Bytes::from(body) })
+    }
+
+    fn no_request(&self, ep: &Endpoint, why: NoRequest) -> PodOutcome {
+        match why {
+            NoRequest::StoodDown => self.stand_down(ep, self.fence.stood_down().unwrap_or_else(|| "stood down".into())),
+            NoRequest::Encode(e) => self.fail(ep, e),
+        }
     }
 
     async fn deploy_pod(
@@ -491,7 +582,7 @@ impl Deployer {
         ep: &Endpoint,
         render: &Arc<Render>,
         kind: DeployKind,
-        shared: &SharedDiffs,
+        shared: &Shared,
     ) -> PodOutcome {
         let started = Instant::now();
         let target = render.plan_id();
@@ -513,25 +604,25 @@ impl Deployer {
         self.board.pod(&ep.name, |p| p.phase = Phase::Deploying);
         let mut pd = if known.applied == Some(target) && !drifted.is_empty() {
             let list: Vec<String> = drifted.iter().map(|p| p.to_string()).collect();
-            PlanDiff {
+            PodDiff::own(PlanDiff {
                 mode: Some(Mode::FileOnly),
                 reasons: vec![format!("drift: {} changed behind the controller's back; rewritten", list.join(", "))],
                 batches: Vec::new(),
                 baseline: Some(target),
                 skew: None,
-            }
+            })
         } else {
             self.diff_for(&ep.name, &known, render, shared)
         };
         let mut pod_files = known.files.clone();
         let mut attempts = Attempts::with_extra(drifted.clone());
         let mut skew_counted = false;
-        let mut req = match self.request(render, &pd, &pod_files, attempts.extra()) {
-            Some(req) => req,
-            None => return self.stand_down(ep, self.fence.stood_down().unwrap_or_else(|| "stood down".into())),
+        let mut req = match self.request(render, &pd, &pod_files, attempts.extra(), shared) {
+            Ok(req) => req,
+            Err(why) => return self.no_request(ep, why),
         };
         loop {
-            if pd.skew.is_some() && !skew_counted {
+            if pd.diff.skew.is_some() && !skew_counted {
                 skew_counted = true;
                 self.metrics.version_skew.inc();
             }
@@ -540,26 +631,26 @@ impl Deployer {
                 pod = %ep.name,
                 plan = %target.short(),
                 fence = %req.fence,
-                mode = %req.mode,
+                mode = %req.shared.mode,
             );
-            let answer = self.client.apply(ep, &req).instrument(span.clone()).await;
+            let answer = self.client.apply_body(ep, req.body.clone()).instrument(span.clone()).await;
             // The span is entered only around code that does not await.
             let judged = span.in_scope(|| match &answer {
                 Ok(ApplyAnswer::Ack(_)) => Answer::Ack,
                 Ok(ApplyAnswer::Nack(_)) => Answer::Nack,
                 Ok(ApplyAnswer::Conflict(c)) => {
-                    self.metrics.apply(req.mode.as_str(), "conflict");
+                    self.metrics.apply(req.shared.mode.as_str(), "conflict");
                     self.metrics.conflicts.get_or_create(&ConflictLabel { conflict: c.conflict.as_str().into() }).inc();
                     info!(conflict = c.conflict.as_str(), "409: {}", c.error);
                     Answer::Conflict { kind: c.conflict, fence: c.fence.clone(), missing: c.missing.clone() }
                 }
                 Ok(ApplyAnswer::HaproxyDown(why)) => {
                     // HAProxy down on the pod is a real answer: the pod fails at once.
-                    self.metrics.apply(req.mode.as_str(), "error");
+                    self.metrics.apply(req.shared.mode.as_str(), "error");
                     Answer::Refused(why.clone())
                 }
                 Ok(ApplyAnswer::Refused { status, error }) => {
-                    self.metrics.apply(req.mode.as_str(), "error");
+                    self.metrics.apply(req.shared.mode.as_str(), "error");
                     if *status >= 500 {
                         // No real answer (a proxy, an overloaded agent): retry the same apply.
                         Answer::Transport(error.clone())
@@ -568,7 +659,7 @@ impl Deployer {
                     }
                 }
                 Err(e) => {
-                    self.metrics.apply(req.mode.as_str(), "error");
+                    self.metrics.apply(req.shared.mode.as_str(), "error");
                     Answer::Transport(e.to_string())
                 }
             });
@@ -578,11 +669,11 @@ impl Deployer {
                 Next::Acked => {
                     let Ok(ApplyAnswer::Ack(ack)) = answer else { unreachable!("judged as an ACK") };
                     let repaired = !drifted.is_empty();
-                    return span.in_scope(|| self.acked(ep, render, &req, ack, started, repaired));
+                    return span.in_scope(|| self.acked(ep, render, &req.shared, ack, started, repaired));
                 }
                 Next::Rejected => {
                     let Ok(ApplyAnswer::Nack(n)) = answer else { unreachable!("judged as a NACK") };
-                    return span.in_scope(|| self.rejected(ep, &req, n));
+                    return span.in_scope(|| self.rejected(ep, &req.shared, n));
                 }
                 Next::Fail(why) => {
                     lock(&self.known).remove(&ep.name);
@@ -616,22 +707,22 @@ impl Deployer {
                     pd = self.diff_for(&ep.name, &k, render, shared);
                     pod_files = k.files;
                 }
-                Next::CompleteState(why) => pd = complete_state(why),
+                Next::CompleteState(why) => pd = PodDiff::own(complete_state(why)),
                 Next::Resend { forget_pod_files, .. } => {
                     if forget_pod_files {
                         pod_files.clear();
                     }
                 }
             }
-            req = match self.request(render, &pd, &pod_files, attempts.extra()) {
-                Some(req) => req,
-                None => return self.stand_down(ep, self.fence.stood_down().unwrap_or_else(|| "stood down".into())),
+            req = match self.request(render, &pd, &pod_files, attempts.extra(), shared) {
+                Ok(req) => req,
+                Err(why) => return self.no_request(ep, why),
             };
         }
     }
 
     /// A NACK: HAProxy's words into the pod's status; nothing stayed changed on the pod.
-    fn rejected(&self, ep: &Endpoint, req: &ApplyRequest, n: haptic_protocol::Nack) -> PodOutcome {
+    fn rejected(&self, ep: &Endpoint, req: &SharedRequest, n: haptic_protocol::Nack) -> PodOutcome {
         self.metrics.apply(req.mode.as_str(), "nack");
         self.metrics.pod_apply_rejected(&ep.name);
         // Drop the pod's baseline: what the controller believed it holds. The next deployment
@@ -670,7 +761,7 @@ impl Deployer {
         &self,
         ep: &Endpoint,
         render: &Arc<Render>,
-        req: &ApplyRequest,
+        req: &SharedRequest,
         ack: Ack,
         started: Instant,
         repaired: bool,

@@ -198,6 +198,12 @@ impl ServerLine {
         self.weight.unwrap_or(1)
     }
 
+    /// Whether the server takes new traffic: not `disabled`, and a weight above 0. A `backup`
+    /// server counts: it takes traffic when the others are gone.
+    pub fn takes_traffic(&self) -> bool {
+        !self.disabled && self.effective_weight() > 0
+    }
+
     /// Whether the address is something the runtime API can set (an IP and an optional plain port).
     pub fn addr_is_runtime_settable(&self) -> bool {
         self.ip.is_some()

@@ -97,19 +97,28 @@ impl CfgDiff {
         self.servers.is_empty() && self.added.is_empty() && self.removed.is_empty() && self.reload_reasons.is_empty()
     }
 
-    /// The ops that make every runtime change: `server.add` first (new capacity before old goes),
-    /// then `server.set`, then `server.del`.
+    /// The ops that make every runtime change, new capacity before old goes: `server.add` first,
+    /// then the `server.set`s of servers that take traffic afterwards, then those of servers that
+    /// stop (maint or weight 0), then `server.del`. A backend whose only endpoint is replaced (a
+    /// one-replica rollout: the new one ready, the old one draining) so never has a moment with no
+    /// server, whatever order the servers have in the config.
     pub fn server_ops(&self) -> Vec<Op> {
         let adds = self.added.iter().cloned().map(Op::ServerAdd);
-        let sets = self.servers.iter().map(|c| Op::ServerSet(c.op()));
+        let sets = self.sets_in_order().map(|c| Op::ServerSet(c.op()));
         adds.chain(sets).chain(self.removed.iter().cloned().map(Op::ServerDel)).collect()
     }
 
     /// A human reason per runtime change, in [`CfgDiff::server_ops`] order.
     pub fn runtime_reasons(&self) -> Vec<String> {
         let adds = self.added.iter().map(added_reason);
-        let sets = self.servers.iter().map(ServerChange::reason);
+        let sets = self.sets_in_order().map(ServerChange::reason);
         adds.chain(sets).chain(self.removed.iter().map(removed_reason)).collect()
+    }
+
+    /// The server changes, those that leave a server taking traffic first.
+    fn sets_in_order(&self) -> impl Iterator<Item = &ServerChange> {
+        let up = self.servers.iter().filter(|c| c.new.takes_traffic());
+        up.chain(self.servers.iter().filter(|c| !c.new.takes_traffic()))
     }
 
     /// Whether every change can be made at runtime.
@@ -697,6 +706,32 @@ mod tests {
         let ops: Vec<Op> = d.servers.iter().map(|c| Op::ServerSet(c.op())).collect();
         assert_eq!(verify_runtime_claim(BASE, &new, &[], &ops), Ok(()));
         assert!(verify_runtime_claim(BASE, &new, &[], &ops[..1]).is_err());
+    }
+
+    #[test]
+    fn a_server_taking_over_is_set_before_the_one_it_replaces_stops() {
+        // SRV_1 (first in the config) goes to maint, SRV_2 comes up in its place: a one-replica
+        // rollout. Run in config order, the backend would have no server between the two ops.
+        let new = BASE
+            .replace("10.0.0.1:8080 weight 10 check", "10.0.0.1:8080 weight 10 check disabled")
+            .replace("10.0.0.2:8080 disabled", "10.0.0.2:8080");
+        let d = diff_cfg(BASE, &new);
+        let names: Vec<(String, Option<ServerState>)> = d
+            .server_ops()
+            .iter()
+            .map(|op| match op {
+                Op::ServerSet(s) => (s.server.clone(), s.state),
+                other => panic!("only server.set expected: {other:?}"),
+            })
+            .collect();
+        assert_eq!(names, vec![("SRV_2".into(), Some(ServerState::Ready)), ("SRV_1".into(), Some(ServerState::Maint))]);
+        assert!(d.runtime_reasons()[0].contains("SRV_2"), "{:?}", d.runtime_reasons());
+        assert_eq!(verify_runtime_claim(BASE, &new, &[], &d.server_ops()), Ok(()));
+        // Draining to weight 0 also waits for the server taking over.
+        let drain =
+            BASE.replace("weight 10 check", "weight 0 check").replace("10.0.0.2:8080 disabled", "10.0.0.2:8080");
+        let ops = diff_cfg(BASE, &drain).server_ops();
+        assert!(matches!(&ops[0], Op::ServerSet(s) if s.server == "SRV_2"), "{ops:?}");
     }
 
     #[test]

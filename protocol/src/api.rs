@@ -325,6 +325,44 @@ impl ApplyRequest {
     }
 }
 
+/// An [`ApplyRequest`] encoded once for every agent a writer sends it to: the JSON of every member
+/// but the fence, to which [`Self::with_fence`] adds each copy's own fence. A copy decodes to the
+/// request with that fence; only the order of the object's members differs from encoding it whole.
+#[derive(Debug, Clone)]
+pub struct EncodedApply {
+    /// The request's JSON after its fence member: `"baseline":…}`.
+    rest: std::sync::Arc<[u8]>,
+}
+
+impl EncodedApply {
+    /// Encodes `req` without its fence.
+    pub fn new(req: &ApplyRequest) -> Result<Self, serde_json::Error> {
+        let whole = serde_json::to_vec(req)?;
+        let head = [&b"{\"fence\":"[..], &serde_json::to_vec(&req.fence)?, b","].concat();
+        // serde writes a struct's members in declaration order, the fence first.
+        let rest = whole.strip_prefix(head.as_slice()).ok_or_else(|| {
+            <serde_json::Error as serde::ser::Error>::custom("an apply request's JSON does not start with its fence")
+        })?;
+        Ok(Self { rest: rest.into() })
+    }
+
+    /// The body of one copy: `fence` first, then the shared members.
+    pub fn with_fence(&self, fence: &Fence) -> Result<Vec<u8>, serde_json::Error> {
+        let fence = serde_json::to_vec(fence)?;
+        let mut body = Vec::with_capacity(11 + fence.len() + self.rest.len());
+        body.extend_from_slice(b"{\"fence\":");
+        body.extend_from_slice(&fence);
+        body.push(b',');
+        body.extend_from_slice(&self.rest);
+        Ok(body)
+    }
+
+    /// The size of a copy without its fence, in bytes.
+    pub fn shared_len(&self) -> usize {
+        self.rest.len()
+    }
+}
+
 fn checked_part(
     index: &BTreeMap<&RelPath, &FileEntry>,
     path: &RelPath,

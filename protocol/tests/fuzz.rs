@@ -218,3 +218,23 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// A request encoded once without its fence, then given any fence, decodes to exactly the
+    /// request with that fence: what a writer sends many agents is what each would get alone.
+    #[test]
+    fn an_encoded_apply_with_any_fence_is_the_request_with_that_fence(
+        req in valid_request(),
+        fences in prop::collection::vec((any::<u64>(), any::<u64>(), any::<String>()), 1..4),
+    ) {
+        let encoded = haptic_protocol::api::EncodedApply::new(&req).unwrap();
+        for (epoch, seq, holder) in fences {
+            let fence = haptic_protocol::Fence { epoch, seq, holder };
+            let body = encoded.with_fence(&fence).unwrap();
+            let back: ApplyRequest = serde_json::from_slice(&body).unwrap();
+            prop_assert_eq!(&back, &ApplyRequest { fence, ..req.clone() });
+        }
+    }
+}
