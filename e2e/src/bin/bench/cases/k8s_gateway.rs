@@ -205,6 +205,9 @@ async fn wait_answering(ips: &[Ipv4Addr], port: u16, host: &str, path: &str) -> 
     }
 }
 
+/// One map entry: (file, key, value).
+type Entry = (String, String, String);
+
 /// Every map the first pod has loaded: file → its (key, value) entries.
 type Maps = BTreeMap<String, BTreeSet<(String, String)>>;
 
@@ -238,7 +241,7 @@ async fn maps(pods: &LocalPods) -> Result<Maps> {
 }
 
 /// The entries `after` has and `before` has not, and how many `before` had that `after` lost.
-fn added(before: &Maps, after: &Maps) -> (Vec<(String, String, String)>, usize) {
+fn added(before: &Maps, after: &Maps) -> (Vec<Entry>, usize) {
     let empty = BTreeSet::new();
     let mut out = Vec::new();
     let mut lost = 0;
@@ -253,7 +256,7 @@ fn added(before: &Maps, after: &Maps) -> (Vec<(String, String, String)>, usize) 
 /// Route `i`'s map additions renamed for the floor: its host to `f<i>.gw.bench`, its host id
 /// and rule id (read from the additions) to new ones; entries nothing renames are left out
 /// (adding them again would duplicate a live key). Returns the entries and the floor's host.
-fn renamed(i: usize, adds: &[(String, String, String)]) -> Result<(Vec<(String, String, String)>, String)> {
+fn renamed(i: usize, adds: &[Entry]) -> Result<(Vec<Entry>, String)> {
     let (host, fhost) = (route_host(i), format!("f{i}.gw.bench"));
     let hid = adds
         .iter()
@@ -286,7 +289,7 @@ async fn direct_route(
     pods: &LocalPods,
     ips: &[Ipv4Addr],
     port: u16,
-    entries: &[(String, String, String)],
+    entries: &[Entry],
     host: &str,
     path: &str,
 ) -> Result<Duration> {
