@@ -648,3 +648,52 @@ async fn scale(ctx: &Ctx, fleet: &Fleet<'_>, port: u16, ups: &[Upstream], wrong:
     ));
     Ok(r)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e(f: &str, k: &str, v: &str) -> Entry {
+        (f.into(), k.into(), v.into())
+    }
+
+    #[test]
+    fn added_entries_and_renamed_floor() {
+        let mut before = Maps::new();
+        before.insert("maps/hosts.map".into(), [("base.gw.bench@20000".into(), "h1".into())].into());
+        let mut after = before.clone();
+        after.get_mut("maps/hosts.map").unwrap().insert(("r7.gw.bench@20000".into(), "habc".into()));
+        after.insert(
+            "maps/paths_exact.map".into(),
+            [("habc/r7".into(), "rxyz".into())].into_iter().collect::<BTreeSet<(String, String)>>(),
+        );
+        after.insert(
+            "maps/rules.map".into(),
+            [("rxyz".into(), "bench_web_http".into())].into_iter().collect::<BTreeSet<(String, String)>>(),
+        );
+        let (adds, lost) = added(&before, &after);
+        assert_eq!(lost, 0);
+        assert_eq!(adds.len(), 3);
+        let (floor, host) = renamed(7, &adds).unwrap();
+        assert_eq!(host, "f7.gw.bench");
+        assert_eq!(
+            floor,
+            [
+                e("maps/hosts.map", "f7.gw.bench@20000", "habcf"),
+                e("maps/paths_exact.map", "habcf/r7", "rxyzf"),
+                e("maps/rules.map", "rxyzf", "bench_web_http"),
+            ]
+        );
+        // Without the route's host among the additions there is nothing to repeat.
+        assert!(renamed(8, &adds).is_err());
+    }
+
+    #[test]
+    fn endpoints_are_published_on_test_net() {
+        assert_eq!(scale_addr(0), Ipv4Addr::new(127, 0, 0, 3));
+        assert_eq!(published(scale_addr(2)), Ipv4Addr::new(192, 0, 2, 5));
+        let t = template().unwrap();
+        assert!(t.contains("replace(\"192.0.2.\", \"127.0.0.\")"), "{t}");
+        assert!(t.contains("${POD_IP}"), "{t}");
+    }
+}
