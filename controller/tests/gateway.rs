@@ -8,8 +8,6 @@
 //! missing backend, 404 when nothing matches, redirects), and what the pods serve is read from
 //! their runtime API. Needs `scripts/install-k8s.sh` and Go (for the CRDs' module).
 
-use std::path::PathBuf;
-
 use haptic_controller::kubernetes::crd::HAProxyConfig;
 use haptic_e2e::k8s::LocalPods;
 use haptic_e2e::{on_each_version, HaproxyBin};
@@ -24,40 +22,8 @@ mod common;
 
 use common::kube::*;
 
-/// The standard-channel CRDs of the gateway-api module conformance/tools pins.
-fn crd_dir() -> PathBuf {
-    let tools = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../conformance/tools");
-    let out = std::process::Command::new("go")
-        .args(["list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api"])
-        .current_dir(&tools)
-        .env("GOFLAGS", "-mod=mod")
-        .env("GOTOOLCHAIN", "local")
-        .output()
-        .expect("go runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()).join("config/crd/standard")
-}
-
 async fn gateway_crds(c: &Client) {
-    for f in std::fs::read_dir(crd_dir()).unwrap() {
-        let path = f.unwrap().path();
-        let text = std::fs::read_to_string(&path).unwrap();
-        for v in serde_saphyr::from_str_multiple::<Value, Vec<Value>>(&text).unwrap() {
-            if v["kind"] == "CustomResourceDefinition" {
-                apply(c, v).await;
-            }
-        }
-    }
-    eventually("the Gateway API CRDs to be served", || async {
-        Api::<kube::api::DynamicObject>::all_with(
-            c.clone(),
-            &kube::api::ApiResource::erase::<haptic_render::gateway_api::HttpRoute>(&()),
-        )
-        .list(&Default::default())
-        .await
-        .ok()
-    })
-    .await;
+    haptic_e2e::k8s::install_gateway_crds(c).await.unwrap_or_else(|e| panic!("{e}"));
 }
 
 fn service(name: &str) -> Value {
@@ -135,7 +101,7 @@ async fn gateways_get_addresses_statuses_and_runtime_routes(bin: HaproxyBin) {
     let builtin = haptic_render::template::BUILTIN;
     let binds = "{% for b in f.binds %}    bind {{ b }}\n{% endfor %}";
     assert!(builtin.contains(binds));
-    let own = "{% for b in f.binds %}    bind {{ b | replace(\"'0.0.0.0:\", \"\\\"${POD_IP}:\") | replace(\"'\", \"\\\"\") }}\n{% endfor %}";
+    let own = haptic_e2e::k8s::gateway_api::POD_IP_BINDS;
     apply(
         c,
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "edge-template", "namespace": "fleet"},

@@ -1,7 +1,7 @@
 //! A local fleet for the controller cases: pods (`haptic_e2e::pod::Pod`s sharing one set of
 //! credentials, each HAProxy given its own frontend port through its environment so one render
 //! serves every pod), a standalone `haptic-controller` over a config directory, and tiny HTTP
-//! upstreams. Everything runs in its own process group and is killed on drop; the controller logs
+//! upstreams on loopback addresses. Everything runs in its own process group and is killed on drop; the controller logs
 //! to a file in the fleet's temp dir. It must never link the agent or controller crates: it spawns their
 //! binaries.
 
@@ -360,21 +360,34 @@ impl Controller {
     }
 }
 
-/// A tiny HTTP upstream on 127.0.0.1 answering `200 ok` to every request (`Connection: close`).
+/// A tiny HTTP upstream on a loopback address answering `200 ok` to every request
+/// (`Connection: close`), counting the requests it answered.
 #[derive(Debug)]
 pub struct Upstream {
     /// Its port.
     pub port: u16,
+    hits: std::sync::Arc<std::sync::atomic::AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Upstream {
-    /// Binds and serves.
+    /// Binds a free port on 127.0.0.1 and serves.
     pub async fn start() -> Result<Self> {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(BenchError::io("bind upstream"))?;
+        Self::start_on(std::net::SocketAddr::from(([127, 0, 0, 1], 0))).await
+    }
+
+    /// Binds `addr`, which must be a loopback address, and serves.
+    pub async fn start_on(addr: std::net::SocketAddr) -> Result<Self> {
+        if !addr.ip().is_loopback() {
+            return Err(BenchError::Unexpected(format!("an upstream on {addr}: only loopback addresses")));
+        }
+        let l = tokio::net::TcpListener::bind(addr).await.map_err(BenchError::io(format!("bind upstream {addr}")))?;
         let port = l.local_addr().map_err(BenchError::io("upstream addr"))?.port();
+        let hits = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counter = hits.clone();
         let task = tokio::spawn(async move {
             while let Ok((mut s, _)) = l.accept().await {
+                let counter = counter.clone();
                 tokio::spawn(async move {
                     let mut buf = vec![0u8; 4096];
                     let mut got = Vec::new();
@@ -392,6 +405,7 @@ impl Upstream {
                         Ok::<_, std::io::Error>(())
                     };
                     if tokio::time::timeout(Duration::from_secs(10), read).await.is_ok() {
+                        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let _ = s
                             .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
                             .await;
@@ -400,7 +414,12 @@ impl Upstream {
                 });
             }
         });
-        Ok(Self { port, task })
+        Ok(Self { port, hits, task })
+    }
+
+    /// How many requests it has answered.
+    pub fn hits(&self) -> u64 {
+        self.hits.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 

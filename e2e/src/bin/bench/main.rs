@@ -40,7 +40,7 @@ struct Args {
     quick: bool,
     /// Run only this case (repeatable): plan_diff, render_scale, runtime_apply, reload_apply,
     /// map_replace, verify_state, delta_transfer, fleet_runtime, runtime_while_reload_pending,
-    /// fleet_reload, burst, traffic_under_churn, fleet_scale, k8s_runtime, endpoint_churn, footprint; real_cluster only when
+    /// fleet_reload, burst, traffic_under_churn, fleet_scale, k8s_runtime, endpoint_churn, gateway_route, footprint; real_cluster only when
     /// named (root; brings scripts/cluster.sh's cluster up and down).
     #[arg(long = "only", value_name = "NAME")]
     only: Vec<String>,
@@ -149,6 +149,12 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             let res = cases::k8s_endpoints::run(&ctx).await;
             eprintln!("#   endpoint_churn: {:.1} s", t.elapsed().as_secs_f64());
             record("endpoint_churn", &ctx.label, res, &mut rows, &mut failed);
+        }
+        if ctx.wants("gateway_route") {
+            let t = Instant::now();
+            let res = cases::k8s_gateway::run(&ctx).await;
+            eprintln!("#   gateway_route: {:.1} s", t.elapsed().as_secs_f64());
+            record("gateway_route", &ctx.label, res, &mut rows, &mut failed);
         }
     }
     // The real cluster (scripts/cluster.sh) runs HAProxy 3.0 from the image: once, its

@@ -102,6 +102,70 @@ pub(super) async fn setup(client: &Client) -> Result<()> {
     Ok(())
 }
 
+/// The local control plane with [`setup`] done and `ctx.pods` pods run by the kubelet stand-in
+/// (agents built from this checkout, a 2 s minimum reload interval). Dropped in reverse order
+/// (pods before the control plane), everything stops.
+pub(super) async fn local_fleet(ctx: &Ctx) -> Result<(ControlPlane, Client, LocalPods)> {
+    let cp = ControlPlane::start().await.map_err(|e| BenchError::Kubernetes(format!("control plane: {e}")))?;
+    let client = cp.client().await.map_err(|e| BenchError::Kubernetes(e.to_string()))?;
+    setup(&client).await?;
+    let mut opts = LocalPodsOpts::new(NS, ctx.bin.clone(), USER, PASSWORD);
+    opts.pod.agent_bin = Some(sibling_bin("haptic-agent", "HAPTIC_AGENT_BIN")?);
+    opts.pod.min_reload_interval = "2s".into();
+    let mut pods = LocalPods::new(client.clone(), opts);
+    pods.create(ctx.pods).await.map_err(|e| BenchError::Kubernetes(format!("local pods: {e}")))?;
+    Ok((cp, client, pods))
+}
+
+/// The bench's own watch on some objects: when each new resourceVersion (an object added or
+/// modified) arrived. The watching task ends when this is dropped.
+pub(super) struct VersionWatch {
+    rx: tokio::sync::mpsc::UnboundedReceiver<(String, Instant)>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl VersionWatch {
+    /// Watches the objects of `api` matching the field selector `fields` (none when empty)
+    /// from resourceVersion `from`.
+    pub(super) async fn start<K>(api: &Api<K>, fields: &str, from: &str) -> Result<Self>
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    {
+        let mut wp = WatchParams::default().timeout(290);
+        if !fields.is_empty() {
+            wp = wp.fields(fields);
+        }
+        let stream = api.watch(&wp, from).await.map_err(kerr("watch"))?;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let task = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(ev) = stream.next().await {
+                if let Ok(WatchEvent::Added(o) | WatchEvent::Modified(o)) = ev {
+                    let _ = tx.send((o.meta().resource_version.clone().unwrap_or_default(), Instant::now()));
+                }
+            }
+        });
+        Ok(Self { rx, task })
+    }
+
+    /// When resourceVersion `rv` arrived (events before it are passed over); `None` when no
+    /// event brings it within 5 s.
+    pub(super) async fn seen(&mut self, rv: &str) -> Option<Instant> {
+        while let Ok(Some((v, at))) = tokio::time::timeout(Duration::from_secs(5), self.rx.recv()).await {
+            if v == rv {
+                return Some(at);
+            }
+        }
+        None
+    }
+}
+
+impl Drop for VersionWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 async fn create_config(client: &Client, agent_port: u16) -> Result<()> {
     let gvk = GroupVersionKind::gvk("haptic.dev", "v1alpha1", "HAProxyConfig");
     let ar = ApiResource::from_gvk_with_plural(&gvk, "haproxyconfigs");
@@ -123,15 +187,8 @@ async fn create_config(client: &Client, agent_port: u16) -> Result<()> {
 
 /// Runs `k8s_runtime` with `standalone` (the same run's `fleet_runtime` p50 in ms) as the base.
 pub async fn run(ctx: &Ctx, standalone: Option<f64>) -> Result<Vec<Row>> {
-    let cp = ControlPlane::start().await.map_err(|e| BenchError::Kubernetes(format!("control plane: {e}")))?;
-    let client = cp.client().await.map_err(|e| BenchError::Kubernetes(e.to_string()))?;
-    setup(&client).await?;
-    let mut opts = LocalPodsOpts::new(NS, ctx.bin.clone(), USER, PASSWORD);
-    opts.pod.agent_bin = Some(sibling_bin("haptic-agent", "HAPTIC_AGENT_BIN")?);
-    opts.pod.min_reload_interval = "2s".into();
-    let mut pods = LocalPods::new(client.clone(), opts);
+    let (cp, client, pods) = local_fleet(ctx).await?;
     let n = ctx.pods;
-    pods.create(n).await.map_err(|e| BenchError::Kubernetes(format!("local pods: {e}")))?;
     let fe = free_port();
     let (up_a, up_b) = (free_port(), free_port());
     let mut ports = vec![up_a; SERVERS];
@@ -143,19 +200,9 @@ pub async fn run(ctx: &Ctx, standalone: Option<f64>) -> Result<Vec<Row>> {
 
     // The bench's own watch on the ConfigMap: when each new resourceVersion arrives.
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
     let current =
         cms.get("edge-cfg").await.map_err(kerr("get ConfigMap"))?.metadata.resource_version.unwrap_or_default();
-    let wp = WatchParams::default().fields("metadata.name=edge-cfg").timeout(290);
-    let stream = cms.watch(&wp, &current).await.map_err(kerr("watch ConfigMap"))?;
-    let watcher = tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(ev) = stream.next().await {
-            if let Ok(WatchEvent::Modified(cm)) = ev {
-                let _ = tx.send((cm.metadata.resource_version.unwrap_or_default(), Instant::now()));
-            }
-        }
-    });
+    let mut watcher = VersionWatch::start(&cms, "metadata.name=edge-cfg", &current).await?;
 
     let (mut h, mut watch, mut wrong) = (Samples::new(), Samples::new(), Vec::new());
     for i in 0..ctx.warmup() + ctx.reps() {
@@ -167,13 +214,7 @@ pub async fn run(ctx: &Ctx, standalone: Option<f64>) -> Result<Vec<Row>> {
         let took = done - t;
         target = new_target;
         // The watch event for this version (it has arrived: the controller saw it too).
-        let mut seen = None;
-        while let Ok(Some((v, at))) = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await {
-            if v == rv {
-                seen = Some(at);
-                break;
-            }
-        }
+        let seen = watcher.seen(&rv).await;
         for name in pods.names() {
             let Some(pod) = pods.pod(&name) else { continue };
             match pod.haproxy().worker_cmd("show servers state be_0").await {
@@ -190,7 +231,7 @@ pub async fn run(ctx: &Ctx, standalone: Option<f64>) -> Result<Vec<Row>> {
             }
         }
     }
-    watcher.abort();
+    drop(watcher);
     drop(ctl);
     let mut rows = Vec::new();
     let base = standalone.map(|s| s + watch.p50().unwrap_or(0.0));

@@ -19,18 +19,17 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use haptic_e2e::free_port;
-use haptic_e2e::k8s::{ControlPlane, LocalPods, LocalPodsOpts};
+use haptic_e2e::k8s::LocalPods;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, WatchEvent, WatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::Client;
 use serde_json::{json, Value};
 
-use super::k8s::{kerr, setup, NS, PASSWORD, USER};
+use super::k8s::{kerr, local_fleet, VersionWatch, NS};
 use super::Ctx;
 use crate::error::{BenchError, Result};
-use crate::fleet_kit::{sibling_bin, Controller, SETTLE};
+use crate::fleet_kit::{Controller, SETTLE};
 use crate::report::Row;
 use crate::stats::Samples;
 
@@ -59,7 +58,9 @@ fn slice(moved: &[bool]) -> Value {
            "addressType": "IPv4", "ports": [{"name": "http", "port": 8080}], "endpoints": eps})
 }
 
-async fn apply(client: &Client, obj: Value) -> Result<String> {
+/// Applies `obj` (any kind, its plural as kube derives it from the kind) by server-side apply as
+/// `haptic-bench`; returns the resourceVersion it got.
+pub(super) async fn apply(client: &Client, obj: Value) -> Result<String> {
     let ar = kube::api::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
         obj["apiVersion"].as_str().unwrap_or_default().split_once('/').map_or("", |(g, _)| g),
         obj["apiVersion"].as_str().unwrap_or_default().rsplit('/').next().unwrap_or_default(),
@@ -81,12 +82,7 @@ async fn apply(client: &Client, obj: Value) -> Result<String> {
 /// The render-mode objects: the IngressClass, Service `web`, its slice, an Ingress for it, and
 /// the HAProxyConfig rendering them with the built-in template bound on each pod's `${POD_IP}`.
 async fn objects(client: &Client, fe: u16, agent_port: u16) -> Result<()> {
-    let builtin = haptic_render::template::BUILTIN;
-    let binds = "{% for b in f.binds %}    bind {{ b }}\n{% endfor %}";
-    if !builtin.contains(binds) {
-        return Err(BenchError::Unexpected("the built-in template has no bind loop to replace".into()));
-    }
-    let template = builtin.replace(binds, &format!("    bind \"${{POD_IP}}:{fe}\"\n"));
+    let template = pod_template(&format!("    bind \"${{POD_IP}}:{fe}\"\n"))?;
     for obj in [
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "edge-template", "namespace": NS},
                "data": {"haproxy.cfg.j2": template}}),
@@ -109,13 +105,24 @@ async fn objects(client: &Client, fe: u16, agent_port: u16) -> Result<()> {
     Ok(())
 }
 
-/// The addresses `BACKEND` serves (servers not in maintenance) and the worker pid, per pod.
-async fn serving(pods: &LocalPods) -> Result<Vec<(BTreeSet<String>, Option<u32>)>> {
+/// The built-in template with its frontend bind loop replaced by `binds`, so that each local
+/// pod binds its own `${POD_IP}` (local pods share one host).
+pub(super) fn pod_template(binds: &str) -> Result<String> {
+    let builtin = haptic_render::template::BUILTIN;
+    let pattern = "{% for b in f.binds %}    bind {{ b }}\n{% endfor %}";
+    if !builtin.contains(pattern) {
+        return Err(BenchError::Unexpected("the built-in template has no bind loop to replace".into()));
+    }
+    Ok(builtin.replace(pattern, binds))
+}
+
+/// The addresses `backend` serves (servers not in maintenance) and the worker pid, per pod.
+pub(super) async fn serving(pods: &LocalPods, backend: &str) -> Result<Vec<(BTreeSet<String>, Option<u32>)>> {
     let mut out = Vec::new();
     for n in pods.names() {
         let Some(pod) = pods.pod(&n) else { continue };
         let h = pod.haproxy();
-        let text = h.worker_cmd(&format!("show servers state {BACKEND}")).await?;
+        let text = h.worker_cmd(&format!("show servers state {backend}")).await?;
         // Field 5 is the address, 7 the admin state (maintenance bits 0x01, 0x02, 0x20).
         let live = text
             .lines()
@@ -123,7 +130,7 @@ async fn serving(pods: &LocalPods) -> Result<Vec<(BTreeSet<String>, Option<u32>)
             .filter_map(|l| {
                 let f: Vec<&str> = l.split_whitespace().collect();
                 let admin: u32 = f.get(6)?.parse().ok()?;
-                (f.get(1) == Some(&BACKEND) && admin & 0x23 == 0).then(|| f[4].to_string())
+                (f.get(1) == Some(&backend) && admin & 0x23 == 0).then(|| f[4].to_string())
             })
             .collect();
         out.push((live, h.show_info().await?.pid()));
@@ -135,21 +142,24 @@ fn want(moved: &[bool]) -> BTreeSet<String> {
     moved.iter().enumerate().map(|(k, m)| addr(k, *m)).collect()
 }
 
-/// Waits (polling every 2 ms, at most 60 s) until every pod serves exactly `moved`'s addresses;
-/// returns when, and the pods' worker pids.
-async fn wait_serving(pods: &LocalPods, moved: &[bool]) -> Result<(Instant, Vec<Option<u32>>)> {
-    let want = want(moved);
+/// Waits (polling every 2 ms, at most 60 s) until every pod's `backend` serves exactly the
+/// addresses `want`; returns when, and the pods' worker pids.
+pub(super) async fn wait_serving(
+    pods: &LocalPods,
+    backend: &str,
+    want: &BTreeSet<String>,
+) -> Result<(Instant, Vec<Option<u32>>)> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         // Before the first plan, a pod has no HAProxy to ask.
-        let now = serving(pods).await.map_err(|e| e.to_string());
+        let now = serving(pods, backend).await.map_err(|e| e.to_string());
         if let Ok(now) = &now {
-            if now.iter().all(|(s, _)| *s == want) {
+            if now.iter().all(|(s, _)| s == want) {
                 return Ok((Instant::now(), now.iter().map(|(_, p)| *p).collect()));
             }
         }
         if Instant::now() > deadline {
-            return Err(BenchError::Timeout(format!("{BACKEND} serving {want:?}: {now:?}")));
+            return Err(BenchError::Timeout(format!("{backend} serving {want:?}: {now:?}")));
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
@@ -185,35 +195,18 @@ async fn direct(pods: &LocalPods, n: usize) -> Result<Duration> {
 
 /// Runs `endpoint_churn`.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
-    let cp = ControlPlane::start().await.map_err(|e| BenchError::Kubernetes(format!("control plane: {e}")))?;
-    let client = cp.client().await.map_err(|e| BenchError::Kubernetes(e.to_string()))?;
-    setup(&client).await?;
-    let mut opts = LocalPodsOpts::new(NS, ctx.bin.clone(), USER, PASSWORD);
-    opts.pod.agent_bin = Some(sibling_bin("haptic-agent", "HAPTIC_AGENT_BIN")?);
-    opts.pod.min_reload_interval = "2s".into();
-    let mut pods = LocalPods::new(client.clone(), opts);
+    let (cp, client, pods) = local_fleet(ctx).await?;
     let n = ctx.pods;
-    pods.create(n).await.map_err(|e| BenchError::Kubernetes(format!("local pods: {e}")))?;
     objects(&client, free_port(), pods.agent_port()).await?;
     let tmp = tempfile::Builder::new().prefix("haptic-bench-ep-").tempdir().map_err(BenchError::io("tempdir"))?;
     let ctl = Controller::start_kubernetes(&ctx.bin, tmp.path(), cp.kubeconfig(), NS, "edge")?;
     let mut moved = vec![false; ENDPOINTS];
-    let (_, workers) = wait_serving(&pods, &moved).await?;
+    let (_, workers) = wait_serving(&pods, BACKEND, &want(&moved)).await?;
 
     // The bench's own watch on the slice: when each new resourceVersion arrives.
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), NS);
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
     let current = slices.get("web-1").await.map_err(kerr("get the slice"))?.metadata.resource_version;
-    let wp = WatchParams::default().fields("metadata.name=web-1").timeout(290);
-    let stream = slices.watch(&wp, &current.unwrap_or_default()).await.map_err(kerr("watch the slice"))?;
-    let watcher = tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(ev) = stream.next().await {
-            if let Ok(WatchEvent::Modified(s)) = ev {
-                let _ = tx.send((s.metadata.resource_version.unwrap_or_default(), Instant::now()));
-            }
-        }
-    });
+    let mut watcher = VersionWatch::start(&slices, "metadata.name=web-1", &current.unwrap_or_default()).await?;
 
     let mut wrong = Vec::new();
     let (mut one, mut watch, mut floor) = (Samples::new(), Samples::new(), Samples::new());
@@ -222,17 +215,11 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
         moved[k] = !moved[k];
         let t = Instant::now();
         let rv = apply(&client, slice(&moved)).await?;
-        let (done, pids) = wait_serving(&pods, &moved).await?;
+        let (done, pids) = wait_serving(&pods, BACKEND, &want(&moved)).await?;
         if pids != workers {
             wrong.push(format!("move {i}: worker pids {workers:?} -> {pids:?} (a reload)"));
         }
-        let mut seen = None;
-        while let Ok(Some((v, at))) = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await {
-            if v == rv {
-                seen = Some(at);
-                break;
-            }
-        }
+        let seen = watcher.seen(&rv).await;
         let direct_one = direct(&pods, 1).await?;
         if i >= ctx.warmup() {
             one.push_ms(done - t);
@@ -243,7 +230,7 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
             }
         }
     }
-    watcher.abort();
+    drop(watcher);
 
     // A burst: endpoint moves sent back to back, then every pod serving the last state.
     let burst = if ctx.quick { 50 } else { 200 };
@@ -254,7 +241,7 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
         apply(&client, slice(&moved)).await?;
     }
     let sent = t.elapsed();
-    let (done, pids) = wait_serving(&pods, &moved).await?;
+    let (done, pids) = wait_serving(&pods, BACKEND, &want(&moved)).await?;
     let took = done - t;
     if pids != workers {
         wrong.push(format!("burst: worker pids {workers:?} -> {pids:?} (a reload)"));

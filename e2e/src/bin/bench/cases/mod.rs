@@ -7,6 +7,7 @@ pub mod agent_cases;
 pub mod fleet;
 pub mod k8s;
 pub mod k8s_endpoints;
+pub mod k8s_gateway;
 pub mod plan_diff;
 pub mod real_cluster;
 pub mod render_scale;
@@ -40,6 +41,7 @@ pub const ALL: &[&str] = &[
     "fleet_scale",
     "k8s_runtime",
     "endpoint_churn",
+    "gateway_route",
     // Only when named (`--only real_cluster`): needs root and takes the machine's cluster.
     "real_cluster",
 ];
