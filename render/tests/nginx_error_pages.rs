@@ -124,6 +124,12 @@ async fn listed_statuses_get_haproxy_pages(bin: HaproxyBin) {
     assert_eq!(fallback.warnings.len(), 1, "{fallback:?}");
     assert_eq!(fallback.warnings[0].field, "metadata.annotations[haptic.dev/custom-http-errors]");
     assert!(fallback.warnings[0].reason.contains("not the default-backend Service's"), "{fallback:?}");
+    // Only integers of ours in the rules; the policy variable is set though no request rule needs it.
+    let cfg = String::from_utf8_lossy(&render.files["haproxy.cfg"]);
+    assert!(cfg.contains("    http-request set-var(txn.policy) var(txn.rule),map_str(maps/policies.map)\n"), "{cfg}");
+    for l in [" 418 if { var(txn.policy) -m str p", " 503 default-errorfiles if { var(txn.policy) -m str p"] {
+        assert!(cfg.contains(&format!("    http-response return status{l}")), "{l}: {cfg}");
+    }
     let dir = tempfile::tempdir().unwrap();
     common::write_tree(&render, dir.path());
     let _h = Haproxy::start(&bin, HaproxyOpts::new(dir.path())).await.unwrap();
