@@ -2,7 +2,8 @@
 //! the same keys under haptic's own prefix `haptic.dev/*`, read into typed, validated meanings.
 //!
 //! Owns which keys are supported ([`SUPPORTED`]), what each value may be, and what the Ingress
-//! gets from them: a [`Policy`] for its routes (redirects, source ranges, body size), and
+//! gets from them: a [`Policy`] for its routes (redirects, source ranges, body size, error
+//! pages), and
 //! [`BackendOptions`] for the backends it names (timeouts, protocol, a checked snippet). A value
 //! that does not parse refuses the Ingress (serving it without, say, its source range would open
 //! what its author closed); a key with either prefix that is not supported is a warning naming
@@ -187,8 +188,8 @@ pub struct Redirect {
     pub code: u16,
 }
 
-/// What a rule does to a request before it reaches its backend. Rules with equal policies share
-/// one; the default (empty) policy adds nothing.
+/// What a rule does to a request before it reaches its backend, and to the backend's response.
+/// Rules with equal policies share one; the default (empty) policy adds nothing.
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct Policy {
     /// When set, only these sources pass (403 otherwise).
