@@ -3,13 +3,13 @@
 //!
 //! Owns which keys are supported ([`SUPPORTED`]), what each value may be, and what the Ingress
 //! gets from them: a [`Policy`] for its routes (redirects, source ranges, body size, error
-//! pages), and
-//! [`BackendOptions`] for the backends it names (timeouts, protocol, a checked snippet). A value
-//! that does not parse refuses the Ingress (serving it without, say, its source range would open
-//! what its author closed); a key with either prefix that is not supported is a warning naming
-//! it, never silently dropped. Snippet keys are refused unless the admin allowed them, and then
-//! pass [`haptic_haproxy::snippet::check`]. It must never hand on object text unchecked: every
-//! value leaves here parsed (numbers, addresses, codes) or as text the template quotes.
+//! pages), and [`BackendOptions`] for the backends it names (timeouts, protocol, a checked
+//! snippet). A value that does not parse refuses the Ingress (serving it without, say, its
+//! source range would open what its author closed); a key with either prefix that is not
+//! supported is a warning naming it, never silently dropped. Snippet keys are refused unless the
+//! admin allowed them, and then pass [`haptic_haproxy::snippet::check`]. It must never hand on
+//! object text unchecked: every value leaves here parsed (numbers, addresses, codes) or as text
+//! the template quotes.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
