@@ -2,13 +2,14 @@
 //! the same keys under haptic's own prefix `haptic.dev/*`, read into typed, validated meanings.
 //!
 //! Owns which keys are supported ([`SUPPORTED`]), what each value may be, and what the Ingress
-//! gets from them: a [`Policy`] for its routes (redirects, source ranges, body size), and
-//! [`BackendOptions`] for the backends it names (timeouts, protocol, a checked snippet). A value
-//! that does not parse refuses the Ingress (serving it without, say, its source range would open
-//! what its author closed); a key with either prefix that is not supported is a warning naming
-//! it, never silently dropped. Snippet keys are refused unless the admin allowed them, and then
-//! pass [`haptic_haproxy::snippet::check`]. It must never hand on object text unchecked: every
-//! value leaves here parsed (numbers, addresses, codes) or as text the template quotes.
+//! gets from them: a [`Policy`] for its routes (redirects, source ranges, body size, error
+//! pages), and [`BackendOptions`] for the backends it names (timeouts, protocol, a checked
+//! snippet). A value that does not parse refuses the Ingress (serving it without, say, its
+//! source range would open what its author closed); a key with either prefix that is not
+//! supported is a warning naming it, never silently dropped. Snippet keys are refused unless the
+//! admin allowed them, and then pass [`haptic_haproxy::snippet::check`]. It must never hand on
+//! object text unchecked: every value leaves here parsed (numbers, addresses, codes) or as text
+//! the template quotes.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -121,7 +122,20 @@ pub const SUPPORTED: &[(&str, &str)] = &[
     ),
     ("canary-by-cookie", "a request with this cookie `always` goes to the canary, `never` to the main backend"),
     ("server-alias", "comma-separated extra hosts with the same paths as this Ingress's hosts"),
+    (
+        "custom-http-errors",
+        "comma-separated statuses 400–599: a backend response with one of them is replaced by HAProxy's own response for that status (its error page; an empty body for a status HAProxy has no page for), not by the default backend's",
+    ),
 ];
+
+/// The statuses HAProxy (2.6 and 3.0 alike) has an error page for: `http-response return
+/// status <code> default-errorfiles` is refused by `haproxy -c` for any other code ("status
+/// code '418' not handled by default with 'default-errorfiles' argument").
+pub const HAPROXY_PAGES: &[u16] =
+    &[400, 401, 403, 404, 405, 407, 408, 410, 413, 421, 422, 425, 429, 500, 501, 502, 503, 504];
+
+/// The most distinct statuses `custom-http-errors` may list.
+pub const MAX_ERROR_PAGES: usize = 50;
 
 /// Snippet keys ingress-nginx has that have no HAProxy meaning: always refused.
 const NGINX_ONLY_SNIPPETS: &[&str] = &["stream-snippet", "auth-snippet", "modsecurity-snippet"];
@@ -174,8 +188,8 @@ pub struct Redirect {
     pub code: u16,
 }
 
-/// What a rule does to a request before it reaches its backend. Rules with equal policies share
-/// one; the default (empty) policy adds nothing.
+/// What a rule does to a request before it reaches its backend, and to the backend's response.
+/// Rules with equal policies share one; the default (empty) policy adds nothing.
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct Policy {
     /// When set, only these sources pass (403 otherwise).
@@ -198,6 +212,9 @@ pub struct Policy {
     pub limit: Option<Limit>,
     /// HTTP basic authentication against a userlist.
     pub auth: Option<BasicAuth>,
+    /// Backend responses with these statuses (400–599, sorted, distinct) are replaced by
+    /// HAProxy's own response with the same status (`custom-http-errors`).
+    pub error_pages: Vec<u16>,
 }
 
 /// An origin CORS allows.
@@ -856,6 +873,29 @@ pub fn read(
                     bad(key, format!("{v:?} is not the name of a Service in this Ingress's namespace"));
                 }
             }
+            "custom-http-errors" => match statuses(v) {
+                Ok(codes) => {
+                    let mut notes = Vec::new();
+                    let bare: Vec<String> =
+                        codes.iter().filter(|c| !HAPROXY_PAGES.contains(c)).map(ToString::to_string).collect();
+                    if !bare.is_empty() {
+                        notes.push(format!(
+                            "HAProxy has no error page for {}: such a response is replaced by one with the same status and an empty body",
+                            bare.join(", ")
+                        ));
+                    }
+                    if keys.contains_key("default-backend") {
+                        notes.push(
+                            "the error pages are HAProxy's, not the default-backend Service's (HAProxy cannot hand a backend's response over to another backend); default-backend still serves as backup servers".into(),
+                        );
+                    }
+                    if !notes.is_empty() {
+                        warnings.push(Refusal { field: field(key), reason: notes.join("; ") });
+                    }
+                    m.policy.error_pages = codes;
+                }
+                Err(e) => bad(key, e),
+            },
             "ssl-passthrough" => match bool_of(v) {
                 Ok(b) => m.backend.passthrough = b,
                 Err(e) => bad(key, e),
@@ -884,9 +924,6 @@ pub fn read(
             s if SUPPORTED.iter().any(|(k, _)| *k == s) => {}
             s => {
                 let why = match s {
-                    "custom-http-errors" => {
-                        " (HAProxy cannot hand a backend's response over to another backend, the default backend)"
-                    }
                     s if s.starts_with("auth-tls-") => " (client certificates are not read)",
                     _ => "",
                 };
@@ -966,7 +1003,9 @@ pub fn explain(annotations: &BTreeMap<String, String>, has_tls: bool, allowed: A
         let status = match (refused.iter().find(|r| r.field == f), warnings.iter().find(|w| w.field == f)) {
             (Some(r), _) => Status::Refused(r.reason.clone()),
             (None, Some(w)) if w.reason.starts_with("not supported") => Status::NotSupported,
-            (None, Some(w)) => Status::Ignored(w.reason.clone()),
+            (None, Some(w)) if w.reason.starts_with("ignored") => Status::Ignored(w.reason.clone()),
+            // Applied, with a remark (a Warning Event) on what differs from ingress-nginx.
+            (None, Some(w)) => Status::Honoured(format!("{}; {}", meaning_of(short), w.reason)),
             (None, None) => Status::Honoured(meaning_of(short)),
         };
         let status = match status {
@@ -1278,6 +1317,32 @@ fn size(v: &str) -> Result<u64, String> {
     num.parse::<u64>().ok().and_then(|n| n.checked_mul(mult)).ok_or_else(err)
 }
 
+/// `custom-http-errors`: comma-separated HTTP statuses 400–599 (blanks around commas allowed),
+/// sorted and distinct, at most [`MAX_ERROR_PAGES`] of them.
+fn statuses(v: &str) -> Result<Vec<u16>, String> {
+    if v.is_empty() {
+        return Err("no status given (comma-separated HTTP statuses 400–599)".into());
+    }
+    if v.len() > 1024 {
+        return Err(format!("{} bytes is not a list of statuses (at most {MAX_ERROR_PAGES} of 400–599)", v.len()));
+    }
+    let mut out = Vec::new();
+    for s in v.split(',').map(str::trim) {
+        let code = (s.len() == 3 && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse::<u16>().ok())
+            .flatten()
+            .filter(|c| (400..=599).contains(c))
+            .ok_or_else(|| format!("{s:?} is not an HTTP status from 400 to 599"))?;
+        out.push(code);
+    }
+    out.sort_unstable();
+    out.dedup();
+    if out.len() > MAX_ERROR_PAGES {
+        return Err(format!("{} statuses: at most {MAX_ERROR_PAGES}", out.len()));
+    }
+    Ok(out)
+}
+
 /// Whole seconds, 1 to a day (ingress-nginx takes plain numbers of seconds).
 fn seconds(v: &str) -> Result<u32, String> {
     v.parse::<u32>()
@@ -1368,18 +1433,9 @@ mod tests {
             w.iter().any(|w| w.contains("nginx.ingress.kubernetes.io/proxy-body-size]: ignored: haptic.dev/")),
             "{w:?}"
         );
-        // The reasons of two that people ask for.
-        let (_, w) = read(
-            &ann(&[("custom-http-errors", "404,503"), ("default-backend", "errors"), ("auth-tls-secret", "ns/ca")]),
-            false,
-            Allowed::default(),
-        )
-        .unwrap();
+        // The reason of one that people ask for.
+        let (_, w) = read(&ann(&[("auth-tls-secret", "ns/ca")]), false, Allowed::default()).unwrap();
         let w: Vec<String> = w.iter().map(|w| format!("{}: {}", w.field, w.reason)).collect();
-        assert!(
-            w.iter().any(|w| w.contains("custom-http-errors]: not supported by haptic: ignored (HAProxy cannot")),
-            "{w:?}"
-        );
         assert!(w.iter().any(|w| w.contains("auth-tls-secret]: not supported by haptic: ignored (client")), "{w:?}");
     }
 
@@ -1703,6 +1759,81 @@ mod tests {
             assert!(refused(&pairs).contains("ssl-passthrough]: ssl-passthrough passes TLS on"), "{pairs:?}");
         }
         assert!(refused(&[("ssl-passthrough", "on")]).contains("not true or false"));
+    }
+
+    #[test]
+    fn custom_http_errors_are_statuses_from_400_to_599() {
+        let (m, w) = read(&ann(&[("custom-http-errors", "503, 404 ,503,500")]), false, Allowed::default()).unwrap();
+        assert_eq!(m.policy.error_pages, [404, 500, 503]);
+        assert!(w.is_empty(), "every one has a HAProxy page: {w:?}");
+        assert_eq!(ok(&[("custom-http-errors", "599")]).policy.error_pages, [599]);
+        let mut a = BTreeMap::new();
+        a.insert(format!("{HAPTIC_PREFIX}custom-http-errors"), "502".to_string());
+        assert_eq!(read(&a, false, Allowed::default()).unwrap().0.policy.error_pages, [502]);
+        let fifty: Vec<String> = (400..450).map(|c: u16| c.to_string()).collect();
+        assert_eq!(ok(&[("custom-http-errors", &fifty.join(","))]).policy.error_pages.len(), 50);
+        let many: Vec<String> = (400..451).map(|c: u16| c.to_string()).collect();
+        for (v, want) in [
+            ("399", "\"399\" is not an HTTP status from 400 to 599"),
+            ("600", "\"600\" is not an HTTP status from 400 to 599"),
+            ("200", "not an HTTP status from 400 to 599"),
+            ("abc", "\"abc\" is not an HTTP status"),
+            ("404,abc", "\"abc\" is not an HTTP status"),
+            ("+404", "not an HTTP status"),
+            ("0404", "not an HTTP status"),
+            ("404;503", "not an HTTP status"),
+            ("404,,503", "\"\" is not an HTTP status"),
+            ("404,", "\"\" is not an HTTP status"),
+            ("", "no status given"),
+            ("  ", "no status given"),
+            (&many.join(","), "51 statuses: at most 50"),
+        ] {
+            let got = refused(&[("custom-http-errors", v)]);
+            assert!(got.contains("metadata.annotations[nginx.ingress.kubernetes.io/custom-http-errors]: "), "{got}");
+            assert!(got.contains(want), "{v:?}: {got}");
+        }
+    }
+
+    #[test]
+    fn custom_http_errors_warn_where_they_differ_from_ingress_nginx() {
+        // With default-backend: both apply, and the Ingress is told the pages are HAProxy's.
+        let (m, w) =
+            read(&ann(&[("custom-http-errors", "404,503"), ("default-backend", "errors")]), false, Allowed::default())
+                .unwrap();
+        assert_eq!((m.policy.error_pages.as_slice(), m.backend.fallback.as_deref()), (&[404, 503][..], Some("errors")));
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert_eq!(w[0].field, "metadata.annotations[nginx.ingress.kubernetes.io/custom-http-errors]");
+        assert!(w[0].reason.contains("the error pages are HAProxy's, not the default-backend Service's"), "{w:?}");
+        assert!(w[0].reason.contains("default-backend still serves as backup servers"), "{w:?}");
+        // A status HAProxy has no page for: an empty body, said so.
+        let (m, w) = read(&ann(&[("custom-http-errors", "418,503,451")]), false, Allowed::default()).unwrap();
+        assert_eq!(m.policy.error_pages, [418, 451, 503]);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].reason.contains("no error page for 418, 451: "), "{w:?}");
+        // migrate: honoured, with the remark.
+        let rows =
+            explain(&ann(&[("custom-http-errors", "503"), ("default-backend", "errors")]), false, Allowed::default());
+        let row = rows.iter().find(|r| r.key.ends_with("custom-http-errors")).unwrap();
+        assert!(
+            matches!(&row.status, Status::Honoured(m) if m.contains("not the default-backend Service's")),
+            "{row:?}"
+        );
+        let row = rows.iter().find(|r| r.key.ends_with("default-backend")).unwrap();
+        assert!(matches!(&row.status, Status::Honoured(_)), "{row:?}");
+    }
+
+    #[test]
+    fn custom_http_errors_render_as_returns_of_the_policy() {
+        let m = ok(&[("custom-http-errors", "503,404,418")]);
+        let lines = crate::template::annotation_lines("p1", &m).unwrap();
+        assert_eq!(
+            lines,
+            [
+                "http-response return status 404 default-errorfiles if { var(txn.policy) -m str p1 } { status 404 }",
+                "http-response return status 418 if { var(txn.policy) -m str p1 } { status 418 }",
+                "http-response return status 503 default-errorfiles if { var(txn.policy) -m str p1 } { status 503 }",
+            ]
+        );
     }
 
     #[test]

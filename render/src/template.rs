@@ -12,6 +12,7 @@ use haptic_haproxy::quote::{config_arg, log_format_arg, regex_literal};
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::Serialize;
 
+use crate::annotations::HAPROXY_PAGES;
 use crate::model::{GatewayRouting, Model, PathKind, PathRewrite, Policy, Protocol, ERROR_500, NOT_FOUND, UNAVAILABLE};
 use crate::RenderError;
 
@@ -645,17 +646,30 @@ fn policy_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, RenderError> {
     Ok(out)
 }
 
-/// A policy's `http-response` rules: the CORS headers for an allowed origin.
+/// A policy's `http-response` rules: the CORS headers for an allowed origin, then the error
+/// pages: a backend response with a listed status is replaced by HAProxy's own response with
+/// that status (`return` ends the `http-response` rules). `default-errorfiles` takes the proxy's
+/// `errorfile` for it, else HAProxy's built-in page; HAProxy refuses `default-errorfiles` for a
+/// status without a built-in page ([`HAPROXY_PAGES`]), which is then answered with an empty
+/// body. The statuses are Rust integers.
 fn response_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, RenderError> {
     let when = format!("{{ var(txn.policy) -m str {} }}", our_id(id)?);
-    let Some(c) = &p.cors else { return Ok(vec![]) };
     let mut out = Vec::new();
-    let mut hdrs = cors_headers(c)?;
-    if let Some(e) = &c.expose {
-        hdrs.push(("access-control-expose-headers", log_format_arg(e)?));
+    if let Some(c) = &p.cors {
+        let mut hdrs = cors_headers(c)?;
+        if let Some(e) = &c.expose {
+            hdrs.push(("access-control-expose-headers", log_format_arg(e)?));
+        }
+        for (k, v) in hdrs {
+            out.push(format!("http-response set-header {k} {v} if {when} {{ var(txn.cors) -m found }}"));
+        }
     }
-    for (k, v) in hdrs {
-        out.push(format!("http-response set-header {k} {v} if {when} {{ var(txn.cors) -m found }}"));
+    for &code in &p.error_pages {
+        if !(400..=599).contains(&code) {
+            return Err(RenderError::Template(format!("{code} is not an error status")));
+        }
+        let page = if HAPROXY_PAGES.contains(&code) { " default-errorfiles" } else { "" };
+        out.push(format!("http-response return status {code}{page} if {when} {{ status {code} }}"));
     }
     Ok(out)
 }

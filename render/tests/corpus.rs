@@ -130,6 +130,7 @@ const FIELDS: &[Field] = &[
     Field::Annotation("proxy-ssl-server-name"),
     Field::Annotation("ssl-passthrough"),
     Field::Annotation("default-backend"),
+    Field::Annotation("custom-http-errors"),
 ];
 
 const YAML: &str = r#"
