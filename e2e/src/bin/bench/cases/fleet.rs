@@ -290,7 +290,7 @@ pub async fn scale(ctx: &Ctx) -> Result<Vec<Row>> {
                 setup.as_secs_f64()
             ));
             if n == largest {
-                r = r.goal_ratio(6.0);
+                r = r.goal_ratio(4.0);
             }
         }
         rows.push(r);
@@ -339,7 +339,7 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
         let fl = floor_runtime(&mut f, ctx.warmup(), ctx.reps()).await?;
         let (h, wrong) = runtime_round(&mut f, ctx.warmup(), ctx.reps()).await?;
         let mut r =
-            Row::repeated("fleet_runtime", &metric, &label, &h, Some(&fl), "ms").verified(&wrong).goal_ratio(2.0);
+            Row::repeated("fleet_runtime", &metric, &label, &h, Some(&fl), "ms").verified(&wrong).goal_ratio(1.5);
         r.add_note(format!(
             "floor: one pod's direct runtime apply of the same change, measured while the fleet is idle; controller --settle {SETTLE}"
         ));
