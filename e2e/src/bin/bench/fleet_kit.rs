@@ -163,6 +163,11 @@ impl FleetPod {
         self.pod.agent_pid()
     }
 
+    /// The pod's processes: the agent, HAProxy's master and every worker seen so far.
+    pub fn pids(&self) -> Vec<u32> {
+        self.agent_pid().into_iter().chain(self.pod.haproxy().known_pids()).collect()
+    }
+
     /// A worker command through the master CLI (`@1 cmd`).
     pub async fn worker_cmd(&self, cmd: &str) -> Result<String> {
         Ok(self.pod.haproxy().worker_cmd(cmd).await?)

@@ -276,9 +276,11 @@ pub async fn scale(ctx: &Ctx) -> Result<Vec<Row>> {
             None => floor_runtime(&mut f, warmup, reps).await?,
         };
         let pid = f.ctl.pid();
-        let cpu0 = cpu_seconds(pid);
+        let pod_pids: Vec<u32> = f.pods.iter().flat_map(FleetPod::pids).collect();
+        let pods_cpu = || pod_pids.iter().filter_map(|p| cpu_seconds(*p)).sum::<f64>();
+        let (cpu0, pods0) = (cpu_seconds(pid), pods_cpu());
         let (h, wrong) = runtime_round(&mut f, warmup, reps).await?;
-        let cpu1 = cpu_seconds(pid);
+        let (cpu1, pods1) = (cpu_seconds(pid), pods_cpu());
         let metric = format!("{n} pods");
         let mut r = Row::repeated("fleet_scale", &metric, &ctx.label, &h, Some(&floor), "ms").verified(&wrong);
         if base.is_none() {
@@ -307,6 +309,24 @@ pub async fn scale(ctx: &Ctx) -> Result<Vec<Row>> {
             r.add_note(format!(
                 "controller user+system CPU over {} runtime changes to {n} pods (its gate's haproxy -c children not included), / {applies} pod-applies",
                 warmup + reps
+            ));
+            rows.push(r);
+            // What the pods themselves spend: on this machine's cores, the least wall time one
+            // change to every pod can take, whatever the controller does.
+            let per_apply = (pods1 - pods0) * 1e3 / applies;
+            let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+            let mut r = Row::single(
+                "fleet_scale",
+                &format!("agents + HAProxy CPU per pod-apply, {n} pods"),
+                &ctx.label,
+                per_apply,
+                None,
+                "ms",
+            );
+            r.add_note(format!(
+                "agent and HAProxy (master + worker) user+system CPU over the same changes, / {applies} pod-applies; \
+                 {n} pods x {per_apply:.2} ms on {cores} core(s): one change to every pod needs at least {:.1} ms",
+                n as f64 * per_apply / cores as f64
             ));
             rows.push(r);
         }
