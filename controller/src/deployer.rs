@@ -2,8 +2,9 @@
 //!
 //! Owns, per pod (≤ `max_parallel` at once, each bounded by the sync timeout): knowing the pod
 //! (its last state read or ACK), resolving its baseline (plan cache first, else the pod's blob),
-//! the shared diff, the apply and carrying out what [`crate::attempt::next`] decides after each
-//! answer (an exact retry after a transport error; `prev_mismatch` re-reads and re-diffs once,
+//! the diff and the encoded request (each made once for the pods that need the same), the apply
+//! and carrying out what [`crate::attempt::next`] decides after each answer (an exact retry after
+//! a transport error; `prev_mismatch` re-reads and re-diffs once,
 //! `unknown_baseline` sends the complete state, `missing_parts` resends exactly those,
 //! `stale_epoch` asks the fence holder to reclaim or stands down), NACK handling (HAProxy's
 //! words into status; the pod's baseline — what the controller believed it holds — is dropped,
