@@ -240,6 +240,28 @@ pub async fn wait_converged(client: &Client, ns: &str, n: usize, not: Option<&Va
     crate::wait::poll(&format!("{n} pods converged"), Duration::from_secs(90), check).await.map_err(ClusterError)
 }
 
+/// [`wait_converged`], and the status written for the spec as it is now (`observedGeneration`
+/// is the object's `generation`): after a change of the spec (another config source), a status
+/// the controller wrote for the previous spec, on a render of the previous source, never passes.
+pub async fn wait_converged_on_spec(client: &Client, ns: &str, n: usize, not: Option<&Value>) -> Result<Value> {
+    let check = || async move {
+        let obj = hapc_api(client, ns).get(CONFIG).await.map_err(|e| format!("get the HAProxyConfig: {e}"))?;
+        let s = obj.data.get("status").cloned().unwrap_or(Value::Null);
+        let (generation, observed) = (obj.metadata.generation, s["observedGeneration"].as_i64());
+        if generation.is_none() || observed != generation {
+            return Err(format!("status for generation {observed:?}, the spec is at {generation:?}"));
+        }
+        if converged_on(&s, n, not) {
+            Ok(s)
+        } else {
+            Err(format!("status:\n{}", status_table(&s)))
+        }
+    };
+    crate::wait::poll(&format!("{n} pods converged on the current spec"), Duration::from_secs(90), check)
+        .await
+        .map_err(ClusterError)
+}
+
 /// Waits until every one of `n` pods is converged and the status lists exactly pods that exist
 /// now (each entry's `uid` is its pod's, and no pod is being deleted): after pods are replaced
 /// under the same names, a status written before the replacement lists the old ones as

@@ -26,7 +26,7 @@ use super::real::{pod_ready, RealCluster, NAMESPACE};
 use super::real_ingress::{apply_params, ensure, samples_by};
 use super::real_scenarios::install_reading_config_map;
 use super::scenarios::Selection;
-use super::{converged_on, eventually, status, wait_converged, Cluster, ClusterError, Result};
+use super::{converged_on, eventually, status, wait_converged, wait_converged_on_spec, Cluster, ClusterError, Result};
 
 /// The step's name for `HAPTIC_E2E_STEPS`.
 pub const HOSTILE_STEPS: [&str; 1] = ["ingress-hostile"];
@@ -48,16 +48,16 @@ pub async fn run_hostile(c: &mut RealCluster, selection: &Selection) -> Result<(
         return Ok(());
     }
     let client = c.client();
-    let before = status(&client, NAMESPACE).await?["planId"].clone();
     c.install(&["ingress.enabled=true"])?;
-    wait_converged(&client, NAMESPACE, 2, Some(&before)).await?;
+    // The render of the IngressClass (the steps below wait on what it serves).
+    wait_converged_on_spec(&client, NAMESPACE, 2, None).await?;
     let result = hostile_next_to_good(c).await;
     let cleaned = clean_up(c).await;
     result?;
     cleaned?;
     let rendered = status(&client, NAMESPACE).await?["planId"].clone();
     install_reading_config_map(c).await?;
-    wait_converged(&client, NAMESPACE, 2, Some(&rendered)).await?;
+    wait_converged_on_spec(&client, NAMESPACE, 2, Some(&rendered)).await?;
     println!("ok real ingress: the tenant's namespace deleted; the release is back on the scenarios' ConfigMap");
     Ok(())
 }

@@ -26,7 +26,7 @@ use serde_json::{json, Value};
 use super::real::{pod_ready, RealCluster, NAMESPACE};
 use super::real_scenarios::install_reading_config_map;
 use super::scenarios::Selection;
-use super::{eventually, status, status_table, wait_converged, Cluster, ClusterError, Result};
+use super::{eventually, status, status_table, wait_converged, wait_converged_on_spec, Cluster, ClusterError, Result};
 use crate::pod::base64;
 
 /// The Ingress steps' names for `HAPTIC_E2E_STEPS`, in run order.
@@ -69,9 +69,9 @@ pub async fn run_ingress(c: &mut RealCluster, selection: &Selection) -> Result<(
         return Ok(());
     }
     let client = c.client();
-    let before = status(&client, NAMESPACE).await?["planId"].clone();
     c.install(&["ingress.enabled=true", &format!("ingress.serverSlots={SLOTS}")])?;
-    wait_converged(&client, NAMESPACE, 2, Some(&before)).await?;
+    // The render of the IngressClass (the steps below wait on what it serves).
+    wait_converged_on_spec(&client, NAMESPACE, 2, None).await?;
     let svc = c.service_ip().await?;
     echo_backend(c, 2).await?;
     let plan = current_plan(c).await?;
@@ -107,7 +107,8 @@ pub async fn run_ingress(c: &mut RealCluster, selection: &Selection) -> Result<(
     clean_up(c).await?;
     let rendered = status(&client, NAMESPACE).await?["planId"].clone();
     install_reading_config_map(c).await?;
-    wait_converged(&client, NAMESPACE, 2, Some(&rendered)).await?;
+    // Renders of the deletions made before the switch are written for the previous spec.
+    wait_converged_on_spec(&client, NAMESPACE, 2, Some(&rendered)).await?;
     ok("objects deleted; the release is back on the scenarios' ConfigMap");
     Ok(())
 }
