@@ -356,11 +356,6 @@ impl EncodedApply {
         body.extend_from_slice(&self.rest);
         Ok(body)
     }
-
-    /// The size of a copy without its fence, in bytes.
-    pub fn shared_len(&self) -> usize {
-        self.rest.len()
-    }
 }
 
 fn checked_part(

@@ -12,10 +12,6 @@ use haptic_render::ingress::Settings;
 
 mod common;
 
-fn status(resp: &str) -> u16 {
-    resp.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("no status in {resp:?}"))
-}
-
 fn header<'a>(resp: &'a str, name: &str) -> Option<&'a str> {
     let head = resp.split("\r\n\r\n").next().unwrap_or_default();
     head.lines().skip(1).find_map(|l| {
@@ -57,7 +53,7 @@ async fn each_annotation_behaves(bin: HaproxyBin) {
 
     // guarded: the source range lets 127.0.0.1 in; `/` goes to app-root; a body over 1k is 413.
     let r = common::raw(addr, &get("guarded.example.com", "/")).await;
-    assert_eq!((status(&r), header(&r, "location")), (302, Some("/app")), "{r}");
+    assert_eq!((common::status(&r), header(&r, "location")), (302, Some("/app")), "{r}");
     assert!(common::raw(addr, &get("guarded.example.com", "/app")).await.ends_with("web"));
     let body = "x".repeat(2000);
     let post = |len: usize| {
@@ -66,19 +62,19 @@ async fn each_annotation_behaves(bin: HaproxyBin) {
             &body[..len]
         )
     };
-    assert_eq!(status(&common::raw(addr, &post(2000)).await), 413);
+    assert_eq!(common::status(&common::raw(addr, &post(2000)).await), 413);
     assert!(common::raw(addr, &post(100)).await.ends_with("web"));
     // open: 127.0.0.1 is denied.
-    assert_eq!(status(&common::raw(addr, &get("open.example.com", "/")).await), 403);
+    assert_eq!(common::status(&common::raw(addr, &get("open.example.com", "/")).await), 403);
     // moved-ok: 308 to a location with a sample-fetch lookalike, arriving literally.
     let r = common::raw(addr, &get("older.example.com", "/x")).await;
-    assert_eq!(status(&r), 308, "{r}");
+    assert_eq!(common::status(&r), 308, "{r}");
     assert_eq!(header(&r, "location"), Some("https://new.example.com/?q=%[env(HOME)]"), "{r}");
     // moved was refused (a blank in its target): its host is not routed (404).
-    assert_eq!(status(&common::raw(addr, &get("old.example.com", "/")).await), 404);
+    assert_eq!(common::status(&common::raw(addr, &get("old.example.com", "/")).await), 404);
     // secure: plain HTTP is redirected to HTTPS, the path kept.
     let r = common::raw(addr, &get("secure.example.com", "/p?q=1")).await;
-    assert_eq!((status(&r), header(&r, "location")), (308, Some("https://secure.example.com/p?q=1")), "{r}");
+    assert_eq!((common::status(&r), header(&r, "location")), (308, Some("https://secure.example.com/p?q=1")), "{r}");
     // The allowed snippet's header, from its own backend only.
     let r = common::raw(addr, &get("snippet.example.com", "/")).await;
     assert_eq!((header(&r, "x-snippet"), r.ends_with("snip")), (Some("yes"), true), "{r}");

@@ -78,29 +78,10 @@ endpointSlices:
 /// A backend answering `/<status>` with that status and the body `backend <status>` (200 for
 /// any other path).
 fn status_backend() -> u16 {
-    use std::io::{Read, Write};
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for mut s in l.incoming().flatten() {
-            let mut buf = [0u8; 8192];
-            let n = s.read(&mut buf).unwrap_or(0);
-            let req = String::from_utf8_lossy(&buf[..n]);
-            let path = req.split(' ').nth(1).unwrap_or("/");
-            let code: u16 = path.trim_start_matches('/').parse().unwrap_or(200);
-            let body = format!("backend {code}");
-            let _ = write!(
-                s,
-                "HTTP/1.1 {code} X\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
-    port
-}
-
-fn status(resp: &str) -> u16 {
-    resp.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("no status in {resp:?}"))
+    common::backend_by_path(|path| {
+        let code: u16 = path.trim_start_matches('/').parse().unwrap_or(200);
+        (code, format!("backend {code}"))
+    })
 }
 
 fn body(resp: &str) -> &str {
@@ -141,29 +122,29 @@ async fn listed_statuses_get_haproxy_pages(bin: HaproxyBin) {
 
     // Listed, with a HAProxy page: HAProxy's page, the status kept.
     let r = get("pages.example.com", "/503").await;
-    assert_eq!(status(&r), 503, "{r}");
+    assert_eq!(common::status(&r), 503, "{r}");
     assert!(body(&r).contains("<h1>503 Service Unavailable</h1>"), "{r}");
     assert!(!r.contains("backend"), "the backend's body is gone: {r}");
     // Listed, without a HAProxy page: the status kept, an empty body.
     let r = get("pages.example.com", "/418").await;
-    assert_eq!(status(&r), 418, "{r}");
+    assert_eq!(common::status(&r), 418, "{r}");
     assert_eq!(body(&r), "", "{r}");
     // Not listed: the backend's response as it is.
     let r = get("pages.example.com", "/404").await;
-    assert_eq!((status(&r), body(&r)), (404, "backend 404"), "{r}");
+    assert_eq!((common::status(&r), body(&r)), (404, "backend 404"), "{r}");
     let r = get("pages.example.com", "/").await;
-    assert_eq!((status(&r), body(&r)), (200, "backend 200"), "{r}");
+    assert_eq!((common::status(&r), body(&r)), (200, "backend 200"), "{r}");
 
     // Another Ingress routing to the same Service, without the annotation: untouched.
     let r = get("plain.example.com", "/503").await;
-    assert_eq!((status(&r), body(&r)), (503, "backend 503"), "{r}");
+    assert_eq!((common::status(&r), body(&r)), (503, "backend 503"), "{r}");
 
     // With default-backend (a backend of its own: it is a backend option): the page is
     // HAProxy's, never the default backend's (the routed Service has endpoints and answers).
     let r = get("fallback.example.com", "/404").await;
-    assert_eq!(status(&r), 404, "{r}");
+    assert_eq!(common::status(&r), 404, "{r}");
     assert!(body(&r).contains("<h1>404 Not Found</h1>"), "{r}");
     assert!(!r.contains("errors") && !r.contains("backend"), "{r}");
     let r = get("fallback.example.com", "/503").await;
-    assert_eq!((status(&r), body(&r)), (503, "backend 503"), "{r}");
+    assert_eq!((common::status(&r), body(&r)), (503, "backend 503"), "{r}");
 }

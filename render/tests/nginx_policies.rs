@@ -21,10 +21,6 @@ mod common;
 const HASH: &str =
     "$6$hapticsalt$yr1hq82rX5T7SaQ8ljUbtW9xkO1rW4pBKrgsbzwxTkC7JbuId/IoZnrE3QGYwD3OD1jTBEJoQ6wOhpOqAYzof/";
 
-fn status(resp: &str) -> u16 {
-    resp.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("no status in {resp:?}"))
-}
-
 fn header<'a>(resp: &'a str, name: &str) -> Option<&'a str> {
     let head = resp.split("\r\n\r\n").next().unwrap_or_default();
     head.lines().skip(1).find_map(|l| {
@@ -81,17 +77,17 @@ async fn cors_limits_and_basic_auth(bin: HaproxyBin) {
 
     // CORS, any origin: a preflight answers 204 with the headers; a GET carries them.
     let r = common::raw(addr, &req("OPTIONS", "cors.example.com", "Origin: https://x.example\r\n")).await;
-    assert_eq!(status(&r), 204, "{r}");
+    assert_eq!(common::status(&r), 204, "{r}");
     assert_eq!(header(&r, "access-control-allow-origin"), Some("*"), "{r}");
     assert_eq!(header(&r, "access-control-allow-methods"), Some("GET, PUT, POST, DELETE, PATCH, OPTIONS"), "{r}");
     assert_eq!(header(&r, "access-control-max-age"), Some("1728000"), "{r}");
     assert_eq!(header(&r, "access-control-allow-credentials"), Some("true"), "{r}");
     let r = common::raw(addr, &req("GET", "cors.example.com", "Origin: https://x.example\r\n")).await;
-    assert_eq!((status(&r), header(&r, "access-control-allow-origin")), (200, Some("*")), "{r}");
+    assert_eq!((common::status(&r), header(&r, "access-control-allow-origin")), (200, Some("*")), "{r}");
     assert!(r.ends_with("web"), "{r}");
     // Without an Origin, no CORS at all (an OPTIONS goes to the backend).
     let r = common::raw(addr, &req("OPTIONS", "cors.example.com", "")).await;
-    assert_eq!((status(&r), header(&r, "access-control-allow-origin")), (200, None), "{r}");
+    assert_eq!((common::status(&r), header(&r, "access-control-allow-origin")), (200, None), "{r}");
 
     // CORS, a list: the request's own origin echoed when it matches, nothing otherwise.
     for origin in ["https://a.example", "https://x.b.example", "https://y.x.b.example"] {
@@ -102,13 +98,13 @@ async fn cors_limits_and_basic_auth(bin: HaproxyBin) {
     }
     for origin in ["https://evil.example", "http://a.example", "https://b.example", "https://a.example.evil"] {
         let r = common::raw(addr, &req("OPTIONS", "cors2.example.com", &format!("Origin: {origin}\r\n"))).await;
-        assert_eq!((status(&r), header(&r, "access-control-allow-origin")), (200, None), "{origin}: {r}");
+        assert_eq!((common::status(&r), header(&r, "access-control-allow-origin")), (200, None), "{origin}: {r}");
     }
 
     // limit-rps 1 over 60 s: 60 requests pass, the next ones (well within 60 s) get 503.
     let mut codes = Vec::new();
     for _ in 0..65 {
-        codes.push(status(&common::raw(addr, &req("GET", "rps.example.com", "")).await));
+        codes.push(common::status(&common::raw(addr, &req("GET", "rps.example.com", "")).await));
     }
     assert!(codes[..60].iter().all(|c| *c == 200), "{codes:?}");
     assert!(codes[60..].iter().all(|c| *c == 503), "{codes:?}");
@@ -117,14 +113,14 @@ async fn cors_limits_and_basic_auth(bin: HaproxyBin) {
     // ones (well within 60 s) get 503.
     let mut codes = Vec::new();
     for _ in 0..8 {
-        codes.push(status(&common::raw(addr, &req("GET", "rpm.example.com", "")).await));
+        codes.push(common::status(&common::raw(addr, &req("GET", "rpm.example.com", "")).await));
     }
     assert_eq!(codes, [200, 200, 200, 200, 200, 503, 503, 503]);
     // limit-rpm 2 and limit-rps 1 over 1 s, with limit-whitelist 127.0.0.0/8: this client is
     // neither counted nor refused.
     for i in 0..10 {
         let r = common::raw(addr, &req("GET", "exempt.example.com", "")).await;
-        assert_eq!(status(&r), 200, "request {i}: {r}");
+        assert_eq!(common::status(&r), 200, "request {i}: {r}");
     }
 
     // limit-connections 1: while one request is in flight, the next gets 503.
@@ -135,25 +131,25 @@ async fn cors_limits_and_basic_auth(bin: HaproxyBin) {
         .unwrap()
         .expect("the held request never reached its backend");
     let r = common::raw(addr, &req("GET", "conn.example.com", "")).await;
-    assert_eq!(status(&r), 503, "{r}");
+    assert_eq!(common::status(&r), 503, "{r}");
     release.send(()).unwrap();
     let r = first.await.unwrap();
-    assert_eq!(status(&r), 200, "{r}");
+    assert_eq!(common::status(&r), 200, "{r}");
 
     // Basic auth: none or a wrong password 401 with the realm; the right one 200.
     let r = common::raw(addr, &req("GET", "auth.example.com", "")).await;
-    assert_eq!(status(&r), 401, "{r}");
+    assert_eq!(common::status(&r), 401, "{r}");
     assert_eq!(header(&r, "www-authenticate"), Some("Basic realm=\"Shop staff\""), "{r}");
     let basic = |b64: &str| format!("Authorization: Basic {b64}\r\n");
     // alice:wrong, bob:s3cret, alice: (base64).
     for b64 in ["YWxpY2U6d3Jvbmc=", "Ym9iOnMzY3JldA==", "YWxpY2U6"] {
         let r = common::raw(addr, &req("GET", "auth.example.com", &basic(b64))).await;
-        assert_eq!(status(&r), 401, "{b64}: {r}");
+        assert_eq!(common::status(&r), 401, "{b64}: {r}");
     }
     // alice:s3cret.
     let r = common::raw(addr, &req("GET", "auth.example.com", &basic("YWxpY2U6czNjcmV0"))).await;
-    assert_eq!(status(&r), 200, "{r}");
+    assert_eq!(common::status(&r), 200, "{r}");
     assert!(r.ends_with("web"), "{r}");
     // The Ingress whose Secret is missing is not served at all (never open).
-    assert_eq!(status(&common::raw(addr, &req("GET", "open.example.com", "")).await), 404);
+    assert_eq!(common::status(&common::raw(addr, &req("GET", "open.example.com", "")).await), 404);
 }

@@ -37,10 +37,6 @@ fn echo(name: &'static str) -> u16 {
     port
 }
 
-fn status(resp: &str) -> u16 {
-    resp.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("no status in {resp:?}"))
-}
-
 /// The body's lines: the backend's name, then the request line it got, then its headers.
 fn body(resp: &str) -> Vec<String> {
     let b = resp.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or_default();
@@ -85,32 +81,32 @@ async fn regex_rewrite_vhost_alias_and_affinity(bin: HaproxyBin) {
         ("/foo", "GET / HTTP/1.1"),
     ] {
         let r = common::raw(addr, &get("rw.example.com", path, "")).await;
-        assert_eq!((status(&r), request_line(&r)), (200, want.to_string()), "{path}: {r}");
+        assert_eq!((common::status(&r), request_line(&r)), (200, want.to_string()), "{path}: {r}");
     }
     // No regex matches: nothing else is routed on that host.
-    assert_eq!(status(&common::raw(addr, &get("rw.example.com", "/foobar", "")).await), 404);
+    assert_eq!(common::status(&common::raw(addr, &get("rw.example.com", "/foobar", "")).await), 404);
     // The Exact path is rewritten too, by its literal self.
     let r = common::raw(addr, &get("rw.example.com", "/exact", "")).await;
     assert_eq!(request_line(&r), "GET / HTTP/1.1", "{r}");
 
     // A regex path's `\.` is a dot, `$` the end.
     let r = common::raw(addr, &get("re.example.com", "/static/a/b.css", "")).await;
-    assert_eq!((status(&r), request_line(&r)), (200, "GET /static/a/b.css HTTP/1.1".to_string()), "{r}");
-    assert_eq!(status(&common::raw(addr, &get("re.example.com", "/static/bxcss", "")).await), 404);
-    assert_eq!(status(&common::raw(addr, &get("re.example.com", "/static/b.css.map", "")).await), 404);
+    assert_eq!((common::status(&r), request_line(&r)), (200, "GET /static/a/b.css HTTP/1.1".to_string()), "{r}");
+    assert_eq!(common::status(&common::raw(addr, &get("re.example.com", "/static/bxcss", "")).await), 404);
+    assert_eq!(common::status(&common::raw(addr, &get("re.example.com", "/static/b.css.map", "")).await), 404);
 
     // The refused regex is not routed; its Ingress's other path is.
-    assert_eq!(status(&common::raw(addr, &get("bad.example.com", "/aaaa", "")).await), 404);
-    assert_eq!(status(&common::raw(addr, &get("bad.example.com", "/ok", "")).await), 200);
+    assert_eq!(common::status(&common::raw(addr, &get("bad.example.com", "/aaaa", "")).await), 404);
+    assert_eq!(common::status(&common::raw(addr, &get("bad.example.com", "/ok", "")).await), 200);
 
     // upstream-vhost: the backend sees the Host asked for; the aliases route the same way.
     for host in ["vhost.example.com", "alias.example.com", "x.alias.example.org"] {
         let r = common::raw(addr, &get(host, "/p", "")).await;
         let b = body(&r);
-        assert_eq!(status(&r), 200, "{host}: {r}");
+        assert_eq!(common::status(&r), 200, "{host}: {r}");
         assert!(b.iter().any(|l| l.eq_ignore_ascii_case("host: internal.example")), "{host}: {b:?}");
     }
-    assert_eq!(status(&common::raw(addr, &get("y.x.alias.example.org", "/p", "")).await), 404);
+    assert_eq!(common::status(&common::raw(addr, &get("y.x.alias.example.org", "/p", "")).await), 404);
 
     // Cookie affinity: the first answer sets `route`, with its attributes; sent back, it keeps
     // the client on that server (both servers take new clients).
@@ -154,7 +150,7 @@ async fn a_canary_takes_its_share_and_its_selected_requests(bin: HaproxyBin) {
     let addr = SocketAddr::from(([127, 0, 0, 1], http_port));
     let who = |host: &'static str, extra: &'static str| async move {
         let r = common::raw(addr, &format!("GET / HTTP/1.1\r\nHost: {host}\r\n{extra}Connection: close\r\n\r\n")).await;
-        assert_eq!(status(&r), 200, "{r}");
+        assert_eq!(common::status(&r), 200, "{r}");
         body(&r)[0].clone()
     };
 
@@ -184,5 +180,5 @@ async fn a_canary_takes_its_share_and_its_selected_requests(bin: HaproxyBin) {
     }
     // The refused canary's host is not routed.
     let r = common::raw(addr, "GET / HTTP/1.1\r\nHost: nowhere.example.com\r\nConnection: close\r\n\r\n").await;
-    assert_eq!(status(&r), 404, "{r}");
+    assert_eq!(common::status(&r), 404, "{r}");
 }

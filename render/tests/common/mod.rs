@@ -57,17 +57,37 @@ pub fn write_tree(render: &Render, dir: &Path) {
 /// process).
 #[allow(dead_code)]
 pub fn backend(name: &'static str) -> u16 {
+    backend_by_path(move |_| (200, name.to_string()))
+}
+
+/// A backend answering each request with the status and body `answer` gives for its path (a
+/// thread per listener, ended with the test process).
+#[allow(dead_code)]
+pub fn backend_by_path(answer: impl Fn(&str) -> (u16, String) + Send + 'static) -> u16 {
     use std::io::{Read, Write};
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     std::thread::spawn(move || {
         for mut s in l.incoming().flatten() {
             let mut buf = [0u8; 8192];
-            let _ = s.read(&mut buf);
-            let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{name}", name.len());
+            let n = s.read(&mut buf).unwrap_or(0);
+            let req = String::from_utf8_lossy(&buf[..n]);
+            let (code, body) = answer(req.split(' ').nth(1).unwrap_or("/"));
+            let reason = if code == 200 { "OK" } else { "Answer" };
+            let _ = write!(
+                s,
+                "HTTP/1.1 {code} {reason}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
         }
     });
     port
+}
+
+/// The status code of a raw response.
+#[allow(dead_code)]
+pub fn status(resp: &str) -> u16 {
+    resp.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("no status in {resp:?}"))
 }
 
 /// A backend answering every request with `name`, a newline and the request's head as it

@@ -463,6 +463,41 @@ fn p99_note(n: usize) -> String {
     }
 }
 
+/// One timed change per iteration and its floor: haptic's time, the same change made directly on
+/// the pods, the bench's own watch delay for the change, and the floor (direct + delay).
+#[derive(Default)]
+struct Paired {
+    haptic: Samples,
+    direct: Samples,
+    delay: Samples,
+    floor: Samples,
+}
+
+impl Paired {
+    /// Records one measured iteration: the change sent at `sent`, seen by the bench's watch at
+    /// `seen` (never: `what` goes into `wrong`, no floor sample).
+    fn push(
+        &mut self,
+        took: Duration,
+        direct: Duration,
+        sent: Instant,
+        seen: Option<Instant>,
+        what: String,
+        wrong: &mut Vec<String>,
+    ) {
+        self.haptic.push_ms(took);
+        self.direct.push_ms(direct);
+        match seen {
+            Some(at) => {
+                let w = at.saturating_duration_since(sent);
+                self.delay.push_ms(w);
+                self.floor.push_ms(direct + w);
+            }
+            None => wrong.push(format!("{what}: the bench's watch never saw it")),
+        }
+    }
+}
+
 /// The route phase: routes created one by one, each timed to every pod's first 200 and its floor
 /// measured right after; then every route's status and answers checked.
 async fn routes(ctx: &Ctx, fleet: &Fleet<'_>, wrong: &mut Vec<String>) -> Result<Row> {
@@ -472,7 +507,7 @@ async fn routes(ctx: &Ctx, fleet: &Fleet<'_>, wrong: &mut Vec<String>) -> Result
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &ApiResource::erase::<HttpRoute>(&()));
     let from = api.list(&ListParams::default().limit(1)).await.map_err(kerr("list HTTPRoutes"))?;
     let mut watch = VersionWatch::start(&api, "", &from.metadata.resource_version.unwrap_or_default()).await?;
-    let (mut h, mut floor, mut direct, mut delay) = (Samples::new(), Samples::new(), Samples::new(), Samples::new());
+    let mut p = Paired::default();
     let (mut entries, mut lost, mut reloads) = (0, 0, 0);
     for i in 0..ctx.warmup() + count {
         let (host, path) = (route_host(i), format!("/r{i}"));
@@ -491,18 +526,9 @@ async fn routes(ctx: &Ctx, fleet: &Fleet<'_>, wrong: &mut Vec<String>) -> Result
         let (floor_entries, fhost) = renamed(i, &adds)?;
         let d = direct_route(pods, ips, bind, &floor_entries, &fhost, &path).await?;
         if i >= ctx.warmup() {
-            h.push_ms(took);
-            direct.push_ms(d);
             entries = adds.len();
             lost += gone;
-            match seen {
-                Some(at) => {
-                    let w = at.saturating_duration_since(t);
-                    delay.push_ms(w);
-                    floor.push_ms(d + w);
-                }
-                None => wrong.push(format!("route {i}: the bench's watch never saw resourceVersion {rv}")),
-            }
+            p.push(took, d, t, seen, format!("route {i}: resourceVersion {rv}"), wrong);
         }
     }
     drop(watch);
@@ -543,7 +569,7 @@ async fn routes(ctx: &Ctx, fleet: &Fleet<'_>, wrong: &mut Vec<String>) -> Result
         wrong.push(format!("routes: worker pids {start_pids:?} -> {pids:?} (a reload)"));
     }
     let n = pods.names().len();
-    let mut r = Row::repeated(CASE, &format!("new route, {n} pods"), &ctx.label, &h, Some(&floor), "ms");
+    let mut r = Row::repeated(CASE, &format!("new route, {n} pods"), &ctx.label, &p.haptic, Some(&p.floor), "ms");
     r.add_note(format!(
         "{count} HTTPRoutes created one by one (after {} warm-up), each a new hostname and prefix to Service web (1 endpoint, \
          a 127.0.0.2 upstream) -> every pod answering it with the upstream's 200; {reloads} routes with a reload (worker pids of every pod \
@@ -551,10 +577,10 @@ async fn routes(ctx: &Ctx, fleet: &Fleet<'_>, wrong: &mut Vec<String>) -> Result
          floor per route: its {entries} map additions (host, host id and rule renamed) by `add map` on every pod + one 200 from \
          every pod (p50 {:.2} ms) + the bench's watch delay (create sent -> Added event, p50 {:.2} ms){}; {}",
         ctx.warmup(),
-        direct.p50().unwrap_or(f64::NAN),
-        delay.p50().unwrap_or(f64::NAN),
+        p.direct.p50().unwrap_or(f64::NAN),
+        p.delay.p50().unwrap_or(f64::NAN),
         if lost > 0 { format!("; {lost} map entries went away during the routes") } else { String::new() },
-        p99_note(h.len()),
+        p99_note(p.haptic.len()),
     ));
     Ok(r)
 }
@@ -572,7 +598,7 @@ async fn scale(ctx: &Ctx, fleet: &Fleet<'_>, port: u16, ups: &[Upstream], wrong:
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), NS);
     let current = slices.get("scale-1").await.map_err(kerr("get the slice"))?.metadata.resource_version;
     let mut watch = VersionWatch::start(&slices, "metadata.name=scale-1", &current.unwrap_or_default()).await?;
-    let (mut h, mut floor, mut direct, mut delay) = (Samples::new(), Samples::new(), Samples::new(), Samples::new());
+    let mut p = Paired::default();
     let (mut reloads, mut most) = (0, 0);
     for i in 0..ctx.warmup() + ctx.reps() {
         let t = Instant::now();
@@ -616,21 +642,13 @@ async fn scale(ctx: &Ctx, fleet: &Fleet<'_>, port: u16, ups: &[Upstream], wrong:
             wrong.push(format!("scale {i} back: worker pids {start_pids:?} -> {pids:?} (a reload)"));
         }
         if i >= ctx.warmup() {
-            h.push_ms(took);
-            direct.push_ms(d);
-            match seen {
-                Some(at) => {
-                    let w = at.saturating_duration_since(t);
-                    delay.push_ms(w);
-                    floor.push_ms(d + w);
-                }
-                None => wrong.push(format!("scale {i}: the bench's watch never saw resourceVersion {rv}")),
-            }
+            p.push(took, d, t, seen, format!("scale {i}: resourceVersion {rv}"), wrong);
         }
     }
     drop(watch);
     let n = pods.names().len();
-    let mut r = Row::repeated(CASE, &format!("scale +{GROW} ep, {n} pods"), &ctx.label, &h, Some(&floor), "ms");
+    let mut r =
+        Row::repeated(CASE, &format!("scale +{GROW} ep, {n} pods"), &ctx.label, &p.haptic, Some(&p.floor), "ms");
     r.add_note(format!(
         "{} scale events (after {} warm-up): Service scale's EndpointSlice grown {BASE_EPS} -> {} ready endpoints (upstreams on \
          127.0.0.x) -> every pod serving them (show servers state), then requests one by one through every pod until each new endpoint \
@@ -642,9 +660,9 @@ async fn scale(ctx: &Ctx, fleet: &Fleet<'_>, port: u16, ups: &[Upstream], wrong:
         ctx.warmup(),
         BASE_EPS + GROW,
         TRAFFIC_ROUNDS * all.len(),
-        direct.p50().unwrap_or(f64::NAN),
-        delay.p50().unwrap_or(f64::NAN),
-        p99_note(h.len()),
+        p.direct.p50().unwrap_or(f64::NAN),
+        p.delay.p50().unwrap_or(f64::NAN),
+        p99_note(p.haptic.len()),
     ));
     Ok(r)
 }
