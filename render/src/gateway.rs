@@ -104,6 +104,8 @@ pub struct GatewaySettings {
     pub health_port: Option<u16>,
     /// The fleet's namespace (where each Gateway's Service lives).
     pub namespace: String,
+    /// What is done to request paths before routing.
+    pub paths: crate::model::PathNormalization,
 }
 
 impl Default for GatewaySettings {
@@ -114,6 +116,7 @@ impl Default for GatewaySettings {
             min_slots: 8,
             health_port: None,
             namespace: "default".into(),
+            paths: crate::model::PathNormalization::Normalize,
         }
     }
 }
@@ -411,6 +414,7 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
     });
     let st = &input.settings;
     out.model.health = st.health_port.map(|p| SocketAddr::new(st.bind_address, p));
+    out.model.paths = st.paths;
     for c in &input.classes {
         let name = c.metadata.name.clone().unwrap_or_default();
         if c.spec.controller_name != GATEWAY_CONTROLLER || name == input.class_name {

@@ -147,6 +147,8 @@ pub struct Settings {
     /// A `health` frontend on this port answering `/healthz` and `/ready` with 200 (the pods'
     /// probes), when set.
     pub health_port: Option<u16>,
+    /// What is done to request paths before routing.
+    pub paths: crate::model::PathNormalization,
 }
 
 impl Default for Settings {
@@ -157,6 +159,7 @@ impl Default for Settings {
             https_port: 8443,
             min_slots: 8,
             health_port: None,
+            paths: crate::model::PathNormalization::Normalize,
         }
     }
 }
@@ -924,6 +927,7 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
         model.policies.iter().filter_map(|p| p.policy.auth.as_ref()).map(|a| a.userlist.as_str()).collect();
     model.userlists = userlists.into_values().filter(|u| named.contains(u.name.as_str())).collect();
     model.health = st.health_port.map(|p| SocketAddr::new(st.bind_address, p));
+    model.paths = st.paths;
     model.frontends.push(Frontend {
         name: "http".into(),
         binds: vec![Bind { address: st.bind_address, port: st.http_port, tls: false, certs: vec![] }],

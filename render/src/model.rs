@@ -46,6 +46,21 @@ pub struct Model {
     pub health: Option<std::net::SocketAddr>,
     /// Gateway API routing beyond host/path maps (absent for Ingress renders).
     pub gateway: Option<GatewayRouting>,
+    /// Whether request paths are normalised before routing.
+    pub paths: PathNormalization,
+}
+
+/// What HAProxy does to a request's path before it is routed (and before the backend sees it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+pub enum PathNormalization {
+    /// Decode percent-escapes of unreserved characters, upper-case the others, merge repeated
+    /// slashes and resolve `.` and `..` segments (`http-request normalize-uri`), so `//admin`,
+    /// `/%61dmin`, `/./admin` and `/x/../admin` are all routed, and served, as `/admin`. As
+    /// ingress-nginx routes them.
+    #[default]
+    Normalize,
+    /// Route the path exactly as the client sent it.
+    Off,
 }
 
 /// What Gateway API routing adds to the host/path maps: each bind port's listener port

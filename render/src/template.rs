@@ -48,6 +48,9 @@ pub struct Snippets {
 #[derive(Serialize)]
 struct View<'a> {
     health: Option<String>,
+    /// Whether each frontend normalises the request path before routing (`normalize-uri`,
+    /// which HAProxy 2.6 and 3.0 expose only with `expose-experimental-directives`).
+    normalize_paths: bool,
     frontends: Vec<FrontendView>,
     /// The `http-request` lines of every policy, each ending with its condition.
     policy_lines: Vec<String>,
@@ -268,6 +271,7 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
     let gateway = model.gateway.as_ref().map(gateway_view).transpose()?;
     Ok(View {
         health,
+        normalize_paths: model.paths == crate::model::PathNormalization::Normalize,
         frontends,
         policy_lines,
         rewrite_lines,

@@ -197,6 +197,32 @@ pub struct RenderSpec {
     #[serde(default = "default_server_slots")]
     #[schemars(range(min = 1, max = 4096))]
     pub server_slots: u16,
+    /// What HAProxy does to a request's path before routing it: `Normalize` (the default, as
+    /// ingress-nginx) decodes percent-escapes of unreserved characters, merges repeated slashes
+    /// and resolves `.` and `..` segments, so `//admin`, `/%61dmin` and `/./admin` are routed and
+    /// served as `/admin` and cannot miss a protected `/admin` route; `Off` routes the path as
+    /// the client sent it.
+    #[serde(default)]
+    pub path_normalization: PathNormalizationSpec,
+}
+
+/// `spec.render.pathNormalization`.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+pub enum PathNormalizationSpec {
+    /// Normalise the path before routing.
+    #[default]
+    Normalize,
+    /// Route the path as sent.
+    Off,
+}
+
+impl From<PathNormalizationSpec> for haptic_render::model::PathNormalization {
+    fn from(s: PathNormalizationSpec) -> Self {
+        match s {
+            PathNormalizationSpec::Normalize => Self::Normalize,
+            PathNormalizationSpec::Off => Self::Off,
+        }
+    }
 }
 
 fn default_bind_address() -> String {

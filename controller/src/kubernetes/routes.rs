@@ -105,6 +105,7 @@ pub fn settings(r: &RenderSpec) -> Result<Settings, RenderError> {
         https_port: r.https_port,
         min_slots: usize::from(r.server_slots),
         health_port: r.health_port,
+        paths: r.path_normalization.into(),
     })
 }
 
@@ -254,6 +255,7 @@ pub fn render_gateway(
             min_slots: s.min_slots,
             health_port: s.health_port,
             namespace: namespace.to_string(),
+            paths: s.paths,
         },
     };
     let (out, status) = haptic_render::render_gateway(&input, &templates(r, l)?)
