@@ -137,17 +137,56 @@ pub fn allowed_actions(directive: &str) -> &'static [&'static str] {
     const HEADERS: [&str; 5] = ["set-header", "add-header", "del-header", "replace-header", "replace-value"];
     match directive {
         "http-request" => &[
-            "set-header", "add-header", "del-header", "replace-header", "replace-value", "set-path", "set-pathq",
-            "set-query", "replace-path", "replace-pathq", "set-method", "deny", "allow", "return", "redirect", "auth",
-            "tarpit", "set-log-level", "set-var", "set-var-fmt", "unset-var",
+            "set-header",
+            "add-header",
+            "del-header",
+            "replace-header",
+            "replace-value",
+            "set-path",
+            "set-pathq",
+            "set-query",
+            "replace-path",
+            "replace-pathq",
+            "set-method",
+            "deny",
+            "allow",
+            "return",
+            "redirect",
+            "auth",
+            "tarpit",
+            "set-log-level",
+            "set-var",
+            "set-var-fmt",
+            "unset-var",
         ],
         "http-response" => &[
-            HEADERS[0], HEADERS[1], HEADERS[2], HEADERS[3], HEADERS[4], "set-status", "deny", "allow", "return",
-            "redirect", "set-log-level", "set-var", "set-var-fmt", "unset-var",
+            HEADERS[0],
+            HEADERS[1],
+            HEADERS[2],
+            HEADERS[3],
+            HEADERS[4],
+            "set-status",
+            "deny",
+            "allow",
+            "return",
+            "redirect",
+            "set-log-level",
+            "set-var",
+            "set-var-fmt",
+            "unset-var",
         ],
         "http-after-response" => &[
-            HEADERS[0], HEADERS[1], HEADERS[2], HEADERS[3], HEADERS[4], "set-status", "allow", "set-log-level",
-            "set-var", "set-var-fmt", "unset-var",
+            HEADERS[0],
+            HEADERS[1],
+            HEADERS[2],
+            HEADERS[3],
+            HEADERS[4],
+            "set-status",
+            "allow",
+            "set-log-level",
+            "set-var",
+            "set-var-fmt",
+            "unset-var",
         ],
         _ => &[],
     }
@@ -185,7 +224,9 @@ pub enum SnippetError {
         word: String,
     },
     /// A directive not on the allow-list of the section.
-    #[error("line {line}: {word:?} is not a directive a snippet may use in a {section} (see the allow-list in the docs)")]
+    #[error(
+        "line {line}: {word:?} is not a directive a snippet may use in a {section} (see the allow-list in the docs)"
+    )]
     Directive {
         /// The line.
         line: usize,
@@ -282,7 +323,9 @@ fn arguments(words: &[String], n: usize) -> Result<(), SnippetError> {
             true
         }
         "retries" => words.len() == 2 && !second.is_empty() && second.bytes().all(|b| b.is_ascii_digit()),
-        "retry-on" => words.len() >= 2 && words[1..].iter().all(|w| w.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')),
+        "retry-on" => {
+            words.len() >= 2 && words[1..].iter().all(|w| w.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+        }
         "acl" => words.len() >= 3,
         _ => false,
     };

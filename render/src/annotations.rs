@@ -548,7 +548,8 @@ pub fn read(
             "configuration-snippet" | "server-snippet" => {
                 if !allowed.snippets {
                     bad(key, "snippet annotations are off; the HAProxyConfig's admin can allow them".into());
-                } else if let Err(e) = haptic_haproxy::snippet::check(value, haptic_haproxy::snippet::Section::Backend) {
+                } else if let Err(e) = haptic_haproxy::snippet::check(value, haptic_haproxy::snippet::Section::Backend)
+                {
                     bad(key, format!("refused: {e}"));
                 } else {
                     // Only the blanks HAProxy skips are trimmed (the check refused every other

@@ -50,7 +50,9 @@ fn yaml() -> String {
     }
     s.push_str("services:\n");
     for (ns, n) in [("evil", "attacker"), ("shop", "victim"), ("shop", "filler")] {
-        s.push_str(&format!("  - metadata: {{name: {n}, namespace: {ns}}}\n    spec: {{ports: [{{port: 80, targetPort: 8080}}]}}\n"));
+        s.push_str(&format!(
+            "  - metadata: {{name: {n}, namespace: {ns}}}\n    spec: {{ports: [{{port: 80, targetPort: 8080}}]}}\n"
+        ));
     }
     s.push_str("endpointSlices:\n");
     for (ns, n) in [("evil", "attacker"), ("shop", "victim"), ("shop", "filler")] {
@@ -68,7 +70,8 @@ async fn a_regex_path_never_takes_another_hosts_requests(bin: HaproxyBin) {
         &yaml(),
         Settings { bind_address: [127, 0, 0, 1].into(), http_port, min_slots: 2, ..Settings::default() },
     );
-    let (attacker, victim, filler) = (common::backend("attacker"), common::backend("victim"), common::backend("filler"));
+    let (attacker, victim, filler) =
+        (common::backend("attacker"), common::backend("victim"), common::backend("filler"));
     common::endpoints_on_loopback(&mut input, |svc| match svc {
         "attacker" => attacker,
         "victim" => victim,

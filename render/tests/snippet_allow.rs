@@ -27,7 +27,9 @@ fn yaml(hosts: &[(&str, &str)]) -> String {
         ing.push_str(&format!(
             "  - metadata: {{name: {name}, namespace: shop}}\n    spec:\n      ingressClassName: haptic\n      rules:\n        - host: {host}\n          http:\n            paths:\n              - {{path: /, pathType: Prefix, backend: {{service: {{name: {name}, port: {{number: 80}}}}}}}}\n"
         ));
-        svc.push_str(&format!("  - metadata: {{name: {name}, namespace: shop}}\n    spec: {{ports: [{{port: 80, targetPort: 8080}}]}}\n"));
+        svc.push_str(&format!(
+            "  - metadata: {{name: {name}, namespace: shop}}\n    spec: {{ports: [{{port: 80, targetPort: 8080}}]}}\n"
+        ));
         eps.push_str(&format!(
             "  - metadata: {{name: {name}-1, namespace: shop, labels: {{kubernetes.io/service-name: {name}}}}}\n    addressType: IPv4\n    ports: [{{port: 8080}}]\n    endpoints:\n      - {{addresses: [127.0.0.1]}}\n"
         ));
@@ -62,14 +64,44 @@ fn snippet() -> impl Strategy<Value = String> {
         "option forwardfor",
     ]);
     let frag = prop::sample::select(vec![
-        "", " ", "\t", "\u{b}", "\u{c}", "\r", "\0", "'", "\"", "\\", "\\x2f", "\\n", "\\ ", "#", "$", "${X}",
-        " global", " 'backend' b", "\nbackend b", "\nprogram p", "\n.if defined(X)", "\n.endif", " lua-load", " -f",
-        " /etc/passwd", " set-map(x)", " %[env(X)]", " 'x\ny'", " \"a # b\"", " '#'", "\nfrontend f", "\u{a0}",
-        "\nlisten l", "\n\u{b}global", " \\'global\\'",
+        "",
+        " ",
+        "\t",
+        "\u{b}",
+        "\u{c}",
+        "\r",
+        "\0",
+        "'",
+        "\"",
+        "\\",
+        "\\x2f",
+        "\\n",
+        "\\ ",
+        "#",
+        "$",
+        "${X}",
+        " global",
+        " 'backend' b",
+        "\nbackend b",
+        "\nprogram p",
+        "\n.if defined(X)",
+        "\n.endif",
+        " lua-load",
+        " -f",
+        " /etc/passwd",
+        " set-map(x)",
+        " %[env(X)]",
+        " 'x\ny'",
+        " \"a # b\"",
+        " '#'",
+        "\nfrontend f",
+        "\u{a0}",
+        "\nlisten l",
+        "\n\u{b}global",
+        " \\'global\\'",
     ]);
-    prop::collection::vec((line, frag), 1..5).prop_map(|v| {
-        v.into_iter().map(|(l, f)| format!("{l}{f}")).collect::<Vec<_>>().join("\n")
-    })
+    prop::collection::vec((line, frag), 1..5)
+        .prop_map(|v| v.into_iter().map(|(l, f)| format!("{l}{f}")).collect::<Vec<_>>().join("\n"))
 }
 
 /// The tokens of the lines a snippet adds to its backend, as `cfg::parse` reads them.
@@ -166,7 +198,8 @@ async fn an_allowed_snippet_serves_and_attacks_never_reach_the_config(bin: Hapro
 
     let dir = tempfile::tempdir().unwrap();
     common::write_tree(&render, dir.path());
-    let c = std::process::Command::new(&bin.path).arg("-c").arg("-f").arg(dir.path().join("haproxy.cfg")).output().unwrap();
+    let c =
+        std::process::Command::new(&bin.path).arg("-c").arg("-f").arg(dir.path().join("haproxy.cfg")).output().unwrap();
     assert!(c.status.success(), "{}{}", String::from_utf8_lossy(&c.stdout), String::from_utf8_lossy(&c.stderr));
     let _h = Haproxy::start(&bin, HaproxyOpts::new(dir.path())).await.unwrap();
     let addr = SocketAddr::from(([127, 0, 0, 1], http_port));

@@ -17,11 +17,17 @@ fn denied(text: &str) -> Why {
 fn each_reported_attack_is_refused_and_its_twin_accepted() {
     for ws in ['\u{b}', '\u{c}', '\r'] {
         let t = format!("{ws}global\n    stats socket ipv4@0.0.0.0:9999 level admin");
-        assert!(matches!(backend(&t), Err(SnippetError::Words { line: 1, error: WordsError::Control { .. } })), "{t:?}");
+        assert!(
+            matches!(backend(&t), Err(SnippetError::Words { line: 1, error: WordsError::Control { .. } })),
+            "{t:?}"
+        );
         let t = format!("http-request deny{ws}");
         assert!(matches!(backend(&t), Err(SnippetError::Words { line: 1, .. })), "{t:?}");
     }
-    assert!(matches!(backend("master-worker\nprogram x\n  command /bin/sh -c id"), Err(SnippetError::Directive { line: 1, .. })));
+    assert!(matches!(
+        backend("master-worker\nprogram x\n  command /bin/sh -c id"),
+        Err(SnippetError::Directive { line: 1, .. })
+    ));
     assert!(matches!(backend("'program' x"), Err(SnippetError::Directive { line: 1, .. })));
     assert_eq!(denied("http-request set-map(maps/hosts.map) a.example.com h9"), Why::ChangesSharedState);
     assert!(matches!(
@@ -212,9 +218,39 @@ fn piece() -> impl Strategy<Value = String> {
         "http-response set-header X-B c",
         "timeout server 5s",
         "acl a src 10.0.0.0/8",
-        " ", "\t", "\n", "\u{b}", "\u{c}", "\r", "\0", "'", "\"", "\\", "\\x2f", "\\n", "\\ ", "#", "$", "${X}",
-        "global", "backend b", "program p", ".if", ".endif", "lua-load", "-f", "/etc/passwd", "set-map(x)", "env(",
-        "%[", "]", "(", ")", "file", "setenv", "\u{a0}",
+        " ",
+        "\t",
+        "\n",
+        "\u{b}",
+        "\u{c}",
+        "\r",
+        "\0",
+        "'",
+        "\"",
+        "\\",
+        "\\x2f",
+        "\\n",
+        "\\ ",
+        "#",
+        "$",
+        "${X}",
+        "global",
+        "backend b",
+        "program p",
+        ".if",
+        ".endif",
+        "lua-load",
+        "-f",
+        "/etc/passwd",
+        "set-map(x)",
+        "env(",
+        "%[",
+        "]",
+        "(",
+        ")",
+        "file",
+        "setenv",
+        "\u{a0}",
     ])
     .prop_map(str::to_string)
 }
