@@ -132,7 +132,9 @@ fn alternatives(b: &[u8], i: &mut usize) -> Vec<Vec<Item>> {
             }
         };
         let (min, max) = quantifier(b, i);
-        alts.last_mut().map(|seq| seq.push(Item { atom, min, max, at }));
+        if let Some(seq) = alts.last_mut() {
+            seq.push(Item { atom, min, max, at });
+        }
     }
     alts
 }
