@@ -5,7 +5,8 @@
 //! (`claim`), the master CLI and runtime API commands and the parsers of their replies (`cli`),
 //! the quoting that turns any string into config, log-format, map and regex text (`quote`), which
 //! regular expressions from objects are accepted (`regex`), and
-//! what a snippet from an object may contain (`snippet`). It is pure: it must never do I/O, spawn
+//! what a snippet from an object may contain (`snippet`), and how HAProxy splits a config line into
+//! words (`words`). It is pure: it must never do I/O, spawn
 //! processes or depend on an async runtime. The wire contract itself lives in `haptic-protocol`.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -18,3 +19,4 @@ pub mod paths;
 pub mod quote;
 pub mod regex;
 pub mod snippet;
+pub mod words;

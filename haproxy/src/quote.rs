@@ -54,6 +54,9 @@ pub enum Inexpressible {
     /// A map key holding whitespace (the key ends at the first space or tab).
     #[error("map key {0:?}: holds whitespace, where a map line ends its key")]
     KeyWhitespace(String),
+    /// A host id holding the character that ends host ids in regex map keys.
+    #[error("host id {0:?}: holds the delimiter that ends a host id in a regex map key")]
+    HostIdDelimiter(String),
     /// A map key starting with `#` (the line would be a comment).
     #[error("map key {0:?}: starts with '#', which makes the map line a comment")]
     KeyComment(String),

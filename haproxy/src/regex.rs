@@ -6,12 +6,18 @@
 //! `(?:`, every metacharacter meant literally escaped), so its groups and alternations are exactly
 //! the ones seen here and wrapping it in `(?:…)` can never be escaped from. Patterns that can
 //! backtrack exponentially are refused: a quantifier may apply only to one character, class,
-//! escape or `.`, or to a group of such without alternation or quantifiers inside; the number of
-//! unbounded quantifiers, bounded repeat counts and the length are capped as well (PCRE2's own
-//! match limit bounds whatever is left). It must never rewrite a pattern: one that fails a rule
+//! escape or `.`, or to a group of such without alternation or quantifiers inside. Patterns that
+//! can backtrack polynomially are refused too: no repeat whose count varies (`*`, `+`, `?`,
+//! `{n,m}`) may match a character that an earlier such repeat can still take, unless a mandatory
+//! item the earlier one cannot match stands between them (the rule, precisely, in the `overlap` module);
+//! so `/a*a*[0-9]` and `/.*/.*` are refused and `/[^/]*/.*` passes. The number of unbounded
+//! quantifiers, bounded repeat counts and the length are capped as well (PCRE2's own match limit
+//! bounds whatever is left). It must never rewrite a pattern: one that fails a rule
 //! is refused as a whole. Pure: no I/O. The accepted text is still pattern text: a caller writes
 //! it as a config word through [`crate::quote::config_arg`] or as a map key through
 //! [`crate::quote::map_key`].
+
+mod overlap;
 
 /// The longest pattern accepted, in bytes.
 pub const MAX_LEN: usize = 1024;
@@ -58,6 +64,15 @@ pub enum RegexError {
     #[error("byte {at}: a quantifier over a group that repeats or alternates can backtrack without bound")]
     Nested {
         /// Where.
+        at: usize,
+    },
+    /// A repeat that can take a character an earlier repeat can still take (the `overlap` rule):
+    /// polynomial backtracking on some inputs.
+    #[error(
+        "byte {at}: this repeat can match what an earlier repeat matches, with nothing between them that the earlier cannot match, so it can backtrack without bound (write the earlier one as a class that excludes what follows it, e.g. [^/]* before /)"
+    )]
+    Overlap {
+        /// Where the later repeat's atom starts.
         at: usize,
     },
     /// Too many unbounded quantifiers.
@@ -222,6 +237,9 @@ pub fn check(pattern: &str) -> Result<Checked, RegexError> {
     if groups > MAX_GROUPS {
         return Err(RegexError::TooManyGroups);
     }
+    if let Some(at) = overlap::first_overlap(b) {
+        return Err(RegexError::Overlap { at });
+    }
     Ok(Checked { groups })
 }
 
@@ -306,6 +324,13 @@ fn class(b: &[u8], start: usize) -> Result<usize, RegexError> {
 /// Parses `{n}`, `{n,}` or `{n,m}` at `b[i] == '{'`: (index after it, unbounded, repeats more
 /// than once).
 fn repeat(b: &[u8], i: usize) -> Result<(usize, bool, bool), RegexError> {
+    let (end, _, hi) = counts(b, i)?;
+    Ok((end, hi.is_none(), hi.is_none_or(|h| h > 1)))
+}
+
+/// Parses `{n}`, `{n,}` or `{n,m}` at `b[i] == '{'`: (index after it, n, m or `None` for no
+/// upper bound).
+fn counts(b: &[u8], i: usize) -> Result<(usize, u32, Option<u32>), RegexError> {
     let Some(len) = b[i..].iter().position(|c| *c == b'}') else {
         return Err(RegexError::Unsupported { at: i, what: "a bare '{' (escape it: \\{)" });
     };
@@ -327,7 +352,7 @@ fn repeat(b: &[u8], i: usize) -> Result<(usize, bool, bool), RegexError> {
     if hi.is_some_and(|h| h < lo) {
         return Err(RegexError::Repeat { at: i });
     }
-    Ok((i + len + 1, hi.is_none(), hi.is_none_or(|h| h > 1)))
+    Ok((i + len + 1, lo, hi))
 }
 
 #[cfg(test)]
@@ -381,11 +406,132 @@ mod tests {
             ("/\\Q", "an escape other than"),
             ("/a\\", "ending in"),
             ("/.*.*.*.*.*", "unbounded"),
+            ("/a\\w+\\w+\\w+\\w+\\w+", "unbounded"),
             ("/(a)(a)(a)(a)(a)(a)(a)(a)(a)(a)", "capture groups"),
         ] {
             let e = check(p).expect_err(p).to_string();
             assert!(e.contains(want), "{p}: {e}");
         }
         assert!(matches!(check(&"a".repeat(MAX_LEN + 1)), Err(RegexError::TooLong { .. })));
+    }
+
+    #[test]
+    fn overlapping_repeats_are_refused() {
+        for (p, at) in [
+            ("/a*a*a*a*[0-9]", 3),
+            ("/.*/.*", 4),
+            ("/a*b?a*", 5),
+            ("/a*A*", 3),
+            ("/[a-z]*[A-Z]+", 7),
+            ("/(ab)*a*", 6),
+            ("/x*(y|x)x*", 8),
+            ("/a?a?a?aaa", 3),
+            ("/\\d+[0-9]?", 4),
+            ("/\\w*_+", 4),
+            ("/[^/]*[^a]*", 6),
+            ("/(a*)(a*)", 6),
+            ("/(/.*)?.*", 7),
+            ("/a{1,9}a{1,9}", 7),
+            ("/something/(.*)/(.*)", 17),
+            ("/api/?.*", 6),
+            ("/[a-z]+[0-9a-z]*", 7),
+        ] {
+            assert_eq!(check(p), Err(RegexError::Overlap { at }), "{p}");
+        }
+    }
+
+    #[test]
+    fn repeats_separated_or_disjoint_pass() {
+        for p in [
+            "/api/.*",
+            "/.*",
+            "/v[0-9]+/users",
+            "/(foo|bar)/.*",
+            "/foo(/|$)(.*)",
+            "/[^/]+/edit/[^/]*",
+            "/a*b*c*[0-9]",
+            "/a*ba*",
+            "/([^/]*)/(.*)",
+            "/static/.*\\.(js|css)$",
+            "/users/\\d+/posts/\\d+",
+            "/[a-z\\-]+-[0-9]+",
+            "/x{2}x{3}",
+            "/a+a",
+            "/api(/.*)?$",
+            "/[a-z][0-9a-z]*",
+            "/\\d{1,3}\\.\\d{1,3}",
+        ] {
+            assert!(check(p).is_ok(), "{p}: {:?}", check(p));
+        }
+        // `\-` in a class is a literal, not a range: `[\-a]` holds `-` and `a` only.
+        assert!(check("/[b\\-a]*c*").is_ok());
+        assert!(check("/[b\\-a]*A*").is_err());
+    }
+
+    /// Items of the property tests' grammar (each a valid item on its own).
+    fn item() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let atom =
+            prop::sample::select(vec!["a", "B", "/", "\\d", "\\w", "[^/]", "[a-c]", ".", "(ab)", "(a|/)", "\\.", "$"]);
+        let q = prop::sample::select(vec!["", "", "*", "+", "?", "{2}", "{1,3}"]);
+        (atom, q).prop_map(|(a, q)| format!("{a}{q}"))
+    }
+
+    proptest::proptest! {
+        /// Two repeats of one atom in a row are refused after any prefix; a refused pattern
+        /// stays refused whatever follows (the rule reads left to right).
+        #[test]
+        fn the_rule_holds_after_any_prefix(
+            pre in proptest::collection::vec(item(), 0..5),
+            post in proptest::collection::vec(item(), 0..5),
+            x in proptest::sample::select(vec!["a", "\\d", "[^/]", ".", "(ab)"]),
+            q1 in proptest::sample::select(vec!["*", "+", "?", "{1,4}"]),
+            q2 in proptest::sample::select(vec!["*", "+", "?", "{0,2}"]),
+        ) {
+            let pre = format!("/{}", pre.concat());
+            let p = format!("{pre}{x}{q1}{x}{q2}");
+            if let Err(e) = check(&p) {
+                proptest::prop_assert!(!matches!(e, RegexError::TooLong { .. }), "{}", p);
+            }
+            if check(&pre).is_ok() || matches!(check(&pre), Err(RegexError::Overlap { .. })) {
+                proptest::prop_assert!(check(&p).is_err(), "{p}");
+            }
+            if matches!(check(&pre), Err(RegexError::Overlap { .. })) {
+                let longer = format!("{pre}{}", post.concat());
+                proptest::prop_assert!(check(&longer).is_err(), "{longer}");
+            }
+        }
+
+        /// An accepted pattern never holds two variable repeats of overlapping single-character
+        /// atoms side by side (checked here by a direct scan of the generated items).
+        #[test]
+        fn accepted_patterns_hold_no_adjacent_overlapping_repeats(items in proptest::collection::vec(item(), 1..8)) {
+            let p = format!("/{}", items.concat());
+            let variable = |s: &str| s.ends_with(['*', '+', '?', '}']) && !s.ends_with("{2}");
+            let chars = |s: &str| -> Vec<u8> {
+                let a = s.trim_end_matches(['*', '+', '?']).split('{').next().unwrap_or("");
+                match a {
+                    "a" | "(ab)" => b"aA".to_vec(),
+                    "B" => b"bB".to_vec(),
+                    "[a-c]" => b"abcABC".to_vec(),
+                    "(a|/)" => b"aA/".to_vec(),
+                    "/" => b"/".to_vec(),
+                    "\\." => b".".to_vec(),
+                    "\\d" => b"0".to_vec(),
+                    "\\w" => b"aAbB0".to_vec(),
+                    "[^/]" => b"aAbB0.".to_vec(),
+                    "." => b"aAbB0/.".to_vec(),
+                    _ => Vec::new(),
+                }
+            };
+            if check(&p).is_ok() {
+                for w in items.windows(2) {
+                    if variable(&w[0]) && variable(&w[1]) {
+                        let (x, y) = (chars(&w[0]), chars(&w[1]));
+                        proptest::prop_assert!(!x.iter().any(|c| y.contains(c)), "{p}: {} {}", w[0], w[1]);
+                    }
+                }
+            }
+        }
     }
 }

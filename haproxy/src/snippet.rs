@@ -1,141 +1,248 @@
 //! Config snippets written by namespace users (an Ingress annotation such as
-//! `configuration-snippet`): what such text may contain before it joins a rendered backend.
+//! `configuration-snippet`): what such text may contain before it joins a rendered section.
 //!
-//! Owns the deny list ([`DENIED`]) of what would give the author of an object more than its own
-//! section: directives and actions that run a program, load code, read the environment or files,
-//! change state shared with other objects (maps and ACLs at runtime, process-wide variables, the
-//! stats page and its admin mode), or leave
-//! the section (a section keyword, a preprocessor line). Every word is checked as HAProxy reads
-//! it (quotes removed, `\` escapes decoded), so quoting a keyword does not hide it. It also builds
-//! the one-section config that `haproxy -c` checks a snippet in ([`check_config`]). It must never
-//! judge the admin's own template or snippets (an admin resource, unrestricted), and never
-//! rewrite a snippet: text that fails a rule is refused as a whole. Pure: no I/O.
+//! Owns the allow-list ([`allowed_directives`], [`allowed_actions`]) of what a snippet may say
+//! in the section it lands in (today only a backend, [`Section::Backend`]), and the words refused
+//! even inside an allowed line ([`DENIED`]). Each line is read into words by
+//! [`crate::words::split`] exactly as HAProxy reads it (every `isspace` byte, quotes, escapes), and
+//! that refuses every control byte but `\t`, every `$`, every line continuation and any escape
+//! whose reading is not certain. Then a line is refused when its first word starts with `.` (a
+//! preprocessor line), when its directive or action is not on the allow-list, when any word is
+//! on the deny list (file references, maps, Lua, the environment, other objects' state), or when
+//! it holds a regular expression anywhere but the pattern of a `replace-*` action, which must
+//! pass [`crate::regex::check`]. So a snippet can never leave its section, name a file, run or
+//! load code, or change what other objects share. It also builds the one-section config that
+//! `haproxy -c` checks a snippet in ([`check_config`]). It must never judge the admin's own
+//! template or snippets (an admin resource, unrestricted), and never rewrite a snippet: text
+//! that fails a rule is refused as a whole. Pure: no I/O.
 
 use std::fmt;
+
+use crate::regex::RegexError;
+use crate::words::WordsError;
+
+/// The section a snippet lands in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Section {
+    /// One backend (the Service port's), where `configuration-snippet` and `server-snippet` go.
+    Backend,
+}
+
+impl fmt::Display for Section {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Section::Backend => "backend",
+        })
+    }
+}
 
 /// Why a denied word is denied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Why {
-    /// It runs a program.
-    RunsAProgram,
-    /// It loads code into HAProxy.
+    /// It loads or runs code in HAProxy.
     LoadsCode,
-    /// It reads or changes the environment.
+    /// It reads the environment.
     ReadsTheEnvironment,
     /// It reads a file from the pod's disk.
     ReadsAFile,
-    /// It changes state every object shares (maps, ACLs, `proc.` variables, other backends' servers).
+    /// It changes state every object shares (maps, ACLs, `proc.` variables, stick counters).
     ChangesSharedState,
-    /// It leaves the snippet's section.
-    LeavesTheSection,
+    /// It reads what another object owns (a userlist, another backend's stick table).
+    ReadsOtherObjects,
+    /// It matches a regular expression where the snippet's regexes are not checked.
+    UncheckedRegex,
 }
 
 impl fmt::Display for Why {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Why::RunsAProgram => "runs a program",
-            Why::LoadsCode => "loads code",
+            Why::LoadsCode => "loads or runs code",
             Why::ReadsTheEnvironment => "reads the environment",
             Why::ReadsAFile => "reads a file from the pod",
             Why::ChangesSharedState => "changes state other objects share",
-            Why::LeavesTheSection => "leaves the snippet's section",
+            Why::ReadsOtherObjects => "reads what other objects own",
+            Why::UncheckedRegex => {
+                "matches a regular expression outside a replace-* pattern (the only place a snippet's regexes are checked)"
+            }
         })
     }
 }
 
-/// How a [`DENIED`] entry matches a word (after unquoting, compared in ASCII lowercase).
+/// How a [`DENIED`] entry matches a word (compared in ASCII lowercase, after unquoting).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Match {
-    /// The line's first word is exactly this (a directive or section keyword).
-    Directive(&'static str),
-    /// Any word is exactly this (an option name, an action argument).
+    /// The word is exactly this.
     Word(&'static str),
-    /// Any word starts with this (an action with an argument, `set-map(…)`).
-    WordPrefix(&'static str),
-    /// A sample fetch or action family used anywhere in a word: this name at the word's start or
-    /// right after a character that cannot be part of a name (`%[env(HOME)]`, `,lua.f`).
+    /// The word is exactly this, compared with case (`-M` and `-m` differ).
+    CaseWord(&'static str),
+    /// A sample fetch, converter or action name used anywhere in a word: this text at the
+    /// word's start or right after a character that cannot be part of a name (`%[env(HOME)]`,
+    /// `,lua.f`, `path,map_str(x)`).
     Name(&'static str),
+    /// This text anywhere in the word.
+    Inside(&'static str),
 }
 
-/// The deny list: each entry, and why.
+/// The words refused anywhere in a snippet line, even an allowed one, and why.
 pub const DENIED: &[(Match, Why)] = &[
-    (Match::Directive("external-check"), Why::RunsAProgram),
-    (Match::Word("external-check"), Why::RunsAProgram),
-    (Match::Directive("command"), Why::RunsAProgram),
-    (Match::Directive("insecure-fork-wanted"), Why::RunsAProgram),
-    (Match::Directive("insecure-setuid-wanted"), Why::RunsAProgram),
-    (Match::Directive("lua-load"), Why::LoadsCode),
-    (Match::Directive("lua-load-per-thread"), Why::LoadsCode),
-    (Match::Directive("lua-prepend-path"), Why::LoadsCode),
-    (Match::Name("lua."), Why::LoadsCode),
-    (Match::Name("tune.lua."), Why::LoadsCode),
-    (Match::Directive("ssl-engine"), Why::LoadsCode),
-    (Match::Directive("ssl-provider"), Why::LoadsCode),
-    (Match::Directive("ssl-provider-path"), Why::LoadsCode),
-    (Match::Directive("filter"), Why::LoadsCode),
-    (Match::Directive("setenv"), Why::ReadsTheEnvironment),
-    (Match::Directive("presetenv"), Why::ReadsTheEnvironment),
-    (Match::Directive("resetenv"), Why::ReadsTheEnvironment),
-    (Match::Directive("unsetenv"), Why::ReadsTheEnvironment),
-    (Match::Name("env("), Why::ReadsTheEnvironment),
-    (Match::Directive("load-server-state-from-file"), Why::ReadsAFile),
-    (Match::Directive("server-state-file"), Why::ReadsAFile),
-    (Match::Directive("server-state-base"), Why::ReadsAFile),
-    (Match::Directive("errorfile"), Why::ReadsAFile),
-    (Match::Directive("errorfiles"), Why::ReadsAFile),
+    (Match::CaseWord("-f"), Why::ReadsAFile),
+    (Match::CaseWord("-M"), Why::ReadsAFile),
     (Match::Word("file"), Why::ReadsAFile),
     (Match::Word("lf-file"), Why::ReadsAFile),
     (Match::Word("errorfile"), Why::ReadsAFile),
     (Match::Word("errorfiles"), Why::ReadsAFile),
-    (Match::Directive("stats"), Why::ChangesSharedState),
-    (Match::WordPrefix("set-map("), Why::ChangesSharedState),
-    (Match::WordPrefix("del-map("), Why::ChangesSharedState),
-    (Match::WordPrefix("add-acl("), Why::ChangesSharedState),
-    (Match::WordPrefix("del-acl("), Why::ChangesSharedState),
-    (Match::WordPrefix("set-var(proc."), Why::ChangesSharedState),
-    (Match::WordPrefix("set-var-fmt(proc."), Why::ChangesSharedState),
-    (Match::WordPrefix("unset-var(proc."), Why::ChangesSharedState),
+    (Match::Word("default-errorfiles"), Why::ReadsAFile),
+    (Match::Name("map("), Why::ReadsAFile),
+    (Match::Name("map_"), Why::ReadsAFile),
+    (Match::Name("lua."), Why::LoadsCode),
+    (Match::Name("use-service"), Why::LoadsCode),
+    (Match::Name("env("), Why::ReadsTheEnvironment),
+    (Match::Name("set-map("), Why::ChangesSharedState),
+    (Match::Name("del-map("), Why::ChangesSharedState),
+    (Match::Name("add-acl("), Why::ChangesSharedState),
+    (Match::Name("del-acl("), Why::ChangesSharedState),
+    (Match::Name("proc."), Why::ChangesSharedState),
+    (Match::Inside("inc_gpc"), Why::ChangesSharedState),
+    (Match::Inside("clr_gpc"), Why::ChangesSharedState),
+    (Match::Name("track-sc"), Why::ChangesSharedState),
+    (Match::Name("table_"), Why::ReadsOtherObjects),
+    (Match::Name("http_auth"), Why::ReadsOtherObjects),
+    (Match::Word("reg"), Why::UncheckedRegex),
+    (Match::Inside("_reg"), Why::UncheckedRegex),
+    (Match::Name("regsub("), Why::UncheckedRegex),
 ];
+
+/// The directives a snippet may use in `section`.
+pub fn allowed_directives(section: Section) -> &'static [&'static str] {
+    match section {
+        Section::Backend => &[
+            "http-request",
+            "http-response",
+            "http-after-response",
+            "timeout",
+            "acl",
+            "retries",
+            "retry-on",
+            "option",
+            "balance",
+            "hash-type",
+        ],
+    }
+}
+
+/// The actions a snippet may use after `directive` (`http-request`, `http-response`,
+/// `http-after-response`). `set-var`, `set-var-fmt` and `unset-var` only on the `txn.`,
+/// `req.`, `res.` and `sess.` scopes.
+pub fn allowed_actions(directive: &str) -> &'static [&'static str] {
+    const HEADERS: [&str; 5] = ["set-header", "add-header", "del-header", "replace-header", "replace-value"];
+    match directive {
+        "http-request" => &[
+            "set-header",
+            "add-header",
+            "del-header",
+            "replace-header",
+            "replace-value",
+            "set-path",
+            "set-pathq",
+            "set-query",
+            "replace-path",
+            "replace-pathq",
+            "set-method",
+            "deny",
+            "allow",
+            "return",
+            "redirect",
+            "auth",
+            "tarpit",
+            "set-log-level",
+            "set-var",
+            "set-var-fmt",
+            "unset-var",
+        ],
+        "http-response" => &[
+            HEADERS[0],
+            HEADERS[1],
+            HEADERS[2],
+            HEADERS[3],
+            HEADERS[4],
+            "set-status",
+            "deny",
+            "allow",
+            "return",
+            "redirect",
+            "set-log-level",
+            "set-var",
+            "set-var-fmt",
+            "unset-var",
+        ],
+        "http-after-response" => &[
+            HEADERS[0],
+            HEADERS[1],
+            HEADERS[2],
+            HEADERS[3],
+            HEADERS[4],
+            "set-status",
+            "allow",
+            "set-log-level",
+            "set-var",
+            "set-var-fmt",
+            "unset-var",
+        ],
+        _ => &[],
+    }
+}
+
+/// The `timeout` kinds a snippet may set.
+pub const TIMEOUTS: &[&str] = &["server", "connect", "queue", "tunnel", "http-request", "http-keep-alive", "check"];
+/// The `option`s a snippet may set.
+pub const OPTIONS: &[&str] = &["forwardfor", "http-server-close", "http-keep-alive", "redispatch"];
+/// The `balance` algorithms a snippet may pick (and `hdr(<name>)`).
+pub const BALANCE: &[&str] = &["roundrobin", "static-rr", "leastconn", "first", "source", "random", "uri", "url_param"];
+/// The words of a `hash-type` line.
+pub const HASH_TYPE: &[&str] = &["map-based", "consistent", "sdbm", "djb2", "wt6", "crc32", "none", "avalanche"];
+/// The variable scopes `set-var`, `set-var-fmt` and `unset-var` may write.
+pub const VAR_SCOPES: &[&str] = &["txn", "req", "res", "sess"];
 
 /// Why a snippet is refused. Lines count from 1.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SnippetError {
-    /// NUL or CR, which no config line carries.
-    #[error("line {line}: holds {byte:?}, which a config line cannot carry")]
-    ControlChar {
+    /// A line that cannot be read into words with certainty (a control byte, `$`, an unclosed
+    /// quote, a continuation, an uncertain escape).
+    #[error("line {line}: {error}")]
+    Words {
         /// The line.
         line: usize,
-        /// The character.
-        byte: char,
+        /// What in it.
+        error: WordsError,
     },
-    /// A quote that is never closed.
-    #[error("line {line}: a {quote} quote is never closed")]
-    Unterminated {
-        /// The line.
-        line: usize,
-        /// `'` or `"`.
-        quote: char,
-    },
-    /// A line HAProxy's preprocessor reads (`.if`, `.diag`, …): it can test environment variables.
-    #[error("line {line}: {word:?} is a preprocessor directive, which can read the environment")]
+    /// A line HAProxy's preprocessor reads (`.if`, `.diag`, …).
+    #[error("line {line}: {word:?} is a preprocessor directive, which a snippet may not use")]
     Preprocessor {
         /// The line.
         line: usize,
         /// The directive.
         word: String,
     },
-    /// `$` inside double quotes, which HAProxy replaces with an environment variable.
-    #[error("line {line}: '$' inside double quotes reads an environment variable")]
-    Expansion {
+    /// A directive not on the allow-list of the section.
+    #[error(
+        "line {line}: {word:?} is not a directive a snippet may use in a {section} (see the allow-list in the docs)"
+    )]
+    Directive {
         /// The line.
         line: usize,
+        /// The directive, as HAProxy reads it.
+        word: String,
+        /// The section.
+        section: Section,
     },
-    /// A section keyword.
-    #[error("line {line}: {word:?} opens a new section; a snippet stays in its own")]
-    OpensSection {
+    /// An allowed directive with an argument or action not on its allow-list.
+    #[error("line {line}: {word:?} is not allowed after {directive:?} in a snippet")]
+    Argument {
         /// The line.
         line: usize,
-        /// The keyword.
+        /// The directive.
+        directive: String,
+        /// The word refused.
         word: String,
     },
     /// A word of the deny list.
@@ -148,35 +255,118 @@ pub enum SnippetError {
         /// Why.
         why: Why,
     },
+    /// A `replace-*` pattern outside the accepted regex subset.
+    #[error("line {line}: the pattern {word:?} is not an accepted regular expression: {error}")]
+    Regex {
+        /// The line.
+        line: usize,
+        /// The pattern.
+        word: String,
+        /// Why.
+        error: RegexError,
+    },
 }
 
-/// Checks a snippet from an object against every rule here: `Ok` when HAProxy would read each of
-/// its lines as directives of the section it is placed in, none of them denied.
-pub fn check(text: &str) -> Result<(), SnippetError> {
+/// Checks a snippet from an object that lands in `section`: `Ok` when every line reads with
+/// certainty and uses only what the allow-list of `section` holds, and no denied word.
+pub fn check(text: &str, section: Section) -> Result<(), SnippetError> {
     for (i, line) in text.split('\n').enumerate() {
         let n = i + 1;
-        if let Some(byte) = line.chars().find(|c| matches!(c, '\0' | '\r')) {
-            return Err(SnippetError::ControlChar { line: n, byte });
-        }
-        let words = words(line, n)?;
+        let words = crate::words::split(line).map_err(|error| SnippetError::Words { line: n, error })?;
         let Some(first) = words.first() else { continue };
         if first.starts_with('.') {
             return Err(SnippetError::Preprocessor { line: n, word: first.clone() });
         }
-        if crate::cfg::SECTION_KEYWORDS.contains(&first.as_str()) {
-            return Err(SnippetError::OpensSection { line: n, word: first.clone() });
+        if !allowed_directives(section).contains(&first.as_str()) {
+            return Err(SnippetError::Directive { line: n, word: first.clone(), section });
         }
-        for (m, why) in DENIED {
-            let hit = match m {
-                Match::Directive(d) => (first == d).then(|| first.clone()),
-                Match::Word(w) => words.iter().find(|x| x == w).cloned(),
-                Match::WordPrefix(p) => words.iter().find(|x| x.starts_with(p)).cloned(),
-                Match::Name(name) => words.iter().find(|x| uses_name(x, name)).cloned(),
-            };
-            if let Some(word) = hit {
-                return Err(SnippetError::Denied { line: n, word, why: *why });
+        for w in &words[1..] {
+            if let Some(why) = denied(w) {
+                return Err(SnippetError::Denied { line: n, word: w.clone(), why });
             }
         }
+        arguments(&words, n)?;
+    }
+    Ok(())
+}
+
+/// Why `word` is denied, if it is.
+fn denied(word: &str) -> Option<Why> {
+    let lower = word.to_ascii_lowercase();
+    DENIED.iter().find_map(|(m, why)| {
+        let hit = match m {
+            Match::Word(w) => lower == *w,
+            Match::CaseWord(w) => word == *w,
+            Match::Name(name) => uses_name(&lower, name),
+            Match::Inside(s) => lower.contains(s),
+        };
+        hit.then_some(*why)
+    })
+}
+
+/// Checks the arguments of an allowed directive's line `words`.
+fn arguments(words: &[String], n: usize) -> Result<(), SnippetError> {
+    let directive = words[0].as_str();
+    let refuse = |w: &str| SnippetError::Argument { line: n, directive: directive.to_string(), word: w.to_string() };
+    let second = words.get(1).map(String::as_str).unwrap_or_default();
+    let ok = match directive {
+        "http-request" | "http-response" | "http-after-response" => return action(words, n),
+        "timeout" => words.len() == 3 && TIMEOUTS.contains(&second),
+        "option" => OPTIONS.contains(&second),
+        "balance" => {
+            BALANCE.contains(&second) || (second.starts_with("hdr(") && second.ends_with(')') && words.len() == 2)
+        }
+        "hash-type" => {
+            if let Some(w) = words[1..].iter().find(|w| !HASH_TYPE.contains(&w.as_str())) {
+                return Err(refuse(w));
+            }
+            true
+        }
+        "retries" => words.len() == 2 && !second.is_empty() && second.bytes().all(|b| b.is_ascii_digit()),
+        "retry-on" => {
+            words.len() >= 2 && words[1..].iter().all(|w| w.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+        }
+        "acl" => words.len() >= 3,
+        _ => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(refuse(words.get(1).map(String::as_str).unwrap_or(directive)))
+    }
+}
+
+/// Checks an `http-request`/`http-response`/`http-after-response` line's action, its variable
+/// scope and its `replace-*` pattern.
+fn action(words: &[String], n: usize) -> Result<(), SnippetError> {
+    let directive = words[0].as_str();
+    let word = words.get(1).map(String::as_str).unwrap_or_default();
+    let refuse = || SnippetError::Argument { line: n, directive: directive.to_string(), word: word.to_string() };
+    let (name, args) = match word.split_once('(') {
+        Some((name, rest)) => (name, Some(rest.strip_suffix(')').ok_or_else(refuse)?)),
+        None => (word, None),
+    };
+    if !allowed_actions(directive).contains(&name) {
+        return Err(refuse());
+    }
+    match (name, args) {
+        ("set-var" | "set-var-fmt" | "unset-var", Some(args)) => {
+            let scope = args.split('.').next().unwrap_or_default();
+            if !VAR_SCOPES.contains(&scope) || !args.contains('.') {
+                return Err(refuse());
+            }
+        }
+        ("set-var" | "set-var-fmt" | "unset-var", None) | (_, Some(_)) => return Err(refuse()),
+        _ => {}
+    }
+    // The pattern's place: replace-path <re> <fmt>; replace-header <name> <re> <fmt>.
+    let pattern = match name {
+        "replace-path" | "replace-pathq" => words.get(2),
+        "replace-header" | "replace-value" => words.get(3),
+        _ => None,
+    };
+    if let Some(p) = pattern {
+        crate::regex::check(p).map_err(|error| SnippetError::Regex { line: n, word: p.clone(), error })?;
     }
     Ok(())
 }
@@ -186,63 +376,6 @@ fn uses_name(word: &str, name: &str) -> bool {
     word.match_indices(name).any(|(at, _)| {
         word[..at].chars().next_back().is_none_or(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
     })
-}
-
-/// One line's words as HAProxy reads them (quotes removed, escapes decoded), ASCII-lowercased
-/// for matching. A `#` outside quotes ends the line.
-fn words(line: &str, n: usize) -> Result<Vec<String>, SnippetError> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut in_word = false;
-    let mut quote: Option<char> = None;
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        match (quote, c) {
-            (Some('\''), '\'') | (Some('"'), '"') => quote = None,
-            (Some('\''), c) => cur.push(c),
-            (Some('"'), '$') => return Err(SnippetError::Expansion { line: n }),
-            (_, '\\') => {
-                in_word = true;
-                match chars.next() {
-                    Some('x') => {
-                        let hex: String = [chars.next(), chars.next()].into_iter().flatten().collect();
-                        match u8::from_str_radix(&hex, 16) {
-                            Ok(b) => cur.push(char::from(b)),
-                            Err(_) => cur.push_str(&format!("\\x{hex}")),
-                        }
-                    }
-                    Some('r') => cur.push('\r'),
-                    Some('n') => cur.push('\n'),
-                    Some('t') => cur.push('\t'),
-                    Some(other) => cur.push(other),
-                    None => cur.push('\\'),
-                }
-            }
-            (Some(_), c) => cur.push(c),
-            (None, '\'' | '"') => {
-                quote = Some(c);
-                in_word = true;
-            }
-            (None, '#') => break,
-            (None, c) if c == ' ' || c == '\t' => {
-                if in_word {
-                    out.push(std::mem::take(&mut cur).to_ascii_lowercase());
-                    in_word = false;
-                }
-            }
-            (None, c) => {
-                cur.push(c);
-                in_word = true;
-            }
-        }
-    }
-    if let Some(q) = quote {
-        return Err(SnippetError::Unterminated { line: n, quote: q });
-    }
-    if in_word {
-        out.push(cur.to_ascii_lowercase());
-    }
-    Ok(out)
 }
 
 /// The config `haproxy -c` checks a snippet in: the snippet alone in one backend (where an
@@ -262,124 +395,4 @@ pub fn check_passed(exit_code: Option<i32>) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn denied(text: &str) -> Why {
-        match check(text) {
-            Err(SnippetError::Denied { why, .. }) => why,
-            other => panic!("{text:?} must be denied, got {other:?}"),
-        }
-    }
-
-    /// One snippet per [`DENIED`] entry, each refused for that entry's reason.
-    #[test]
-    fn every_entry_of_the_deny_list_is_refused() {
-        let example = |m: &Match| -> String {
-            match m {
-                Match::Directive(d) => format!("{d} x"),
-                Match::Word(w) => format!("http-request return status 200 {w} /etc/passwd"),
-                Match::WordPrefix(p) => format!("http-request {p}x) y"),
-                Match::Name(n) if n.ends_with('(') => format!("http-request set-header X %[{n}HOME)]"),
-                Match::Name(n) => format!("http-request {n}f"),
-            }
-        };
-        for (m, why) in DENIED {
-            let text = example(m);
-            assert_eq!(denied(&text), *why, "{text:?}");
-        }
-        assert_eq!(DENIED.len(), 36, "a new entry needs its own example above");
-    }
-
-    #[test]
-    fn named_dangers_each_refused() {
-        for (text, why) in [
-            ("option external-check", Why::RunsAProgram),
-            ("external-check command /bin/sh", Why::RunsAProgram),
-            ("lua-load /tmp/x.lua", Why::LoadsCode),
-            ("http-request lua.hello", Why::LoadsCode),
-            ("http-request use-service lua.svc", Why::LoadsCode),
-            ("http-request set-header X %[lua.f]", Why::LoadsCode),
-            ("http-request set-header X %[str(a),lua.conv]", Why::LoadsCode),
-            ("filter spoe engine e config /etc/spoe.conf", Why::LoadsCode),
-            ("setenv HOME /", Why::ReadsTheEnvironment),
-            ("http-request set-header X %[env(HAPTIC_PASSWORD)]", Why::ReadsTheEnvironment),
-            ("http-request set-header X %[ENV(PATH)]", Why::ReadsTheEnvironment),
-            ("http-request return status 200 lf-file /etc/shadow", Why::ReadsAFile),
-            ("errorfile 503 /etc/passwd", Why::ReadsAFile),
-            ("http-error status 503 errorfile /etc/passwd", Why::ReadsAFile),
-            ("load-server-state-from-file global", Why::ReadsAFile),
-            ("stats enable", Why::ChangesSharedState),
-            ("http-request set-map(maps/hosts.map) a b", Why::ChangesSharedState),
-            ("http-request del-acl(x) y", Why::ChangesSharedState),
-            ("http-request set-var(proc.limit) int(0)", Why::ChangesSharedState),
-            ("http-request set-var-fmt(proc.who) %[src]", Why::ChangesSharedState),
-        ] {
-            assert_eq!(denied(text), why, "{text:?}");
-        }
-    }
-
-    #[test]
-    fn quoting_or_escaping_a_word_does_not_hide_it() {
-        for text in [
-            "'lua-load' /tmp/x.lua",
-            "\"lua-load\" /tmp/x.lua",
-            "lua\\x2dload /tmp/x.lua",
-            "lu'a-lo'ad /tmp/x.lua",
-            "LUA-LOAD /tmp/x.lua",
-            "http-request set-header X '%[env(HOME)]'",
-            "http-request set-header X %[e\\nv(HOME)]".replace("\\n", "\\x6e").as_str(),
-        ] {
-            assert!(matches!(check(text), Err(SnippetError::Denied { .. })), "{text:?} -> {:?}", check(text));
-        }
-    }
-
-    #[test]
-    fn leaving_the_section_or_reading_the_environment_otherwise_is_refused() {
-        assert!(matches!(
-            check("backend other\n    server s 1.2.3.4:80"),
-            Err(SnippetError::OpensSection { line: 1, .. })
-        ));
-        assert!(matches!(check("acl a always_true\n'program' x"), Err(SnippetError::OpensSection { line: 2, .. })));
-        assert!(matches!(check(".if defined(HOME)"), Err(SnippetError::Preprocessor { .. })));
-        assert!(matches!(check("http-request set-header X \"${HOME}\""), Err(SnippetError::Expansion { .. })));
-        assert!(matches!(check("http-request set-header X \"$HOME\""), Err(SnippetError::Expansion { .. })));
-        assert!(matches!(check("http-request deny\r"), Err(SnippetError::ControlChar { byte: '\r', .. })));
-        assert!(matches!(check("a\0b"), Err(SnippetError::ControlChar { byte: '\0', .. })));
-        assert!(matches!(
-            check("http-request set-header X 'open"),
-            Err(SnippetError::Unterminated { quote: '\'', .. })
-        ));
-    }
-
-    #[test]
-    fn ordinary_snippets_pass() {
-        for text in [
-            "http-request set-header X-Env production",
-            "http-response set-header Cache-Control no-store\nhttp-request deny if { src 10.0.0.0/8 }",
-            "# a comment with lua-load in it\ntimeout server 5s",
-            "http-request set-header X-Price '$5'",
-            "http-request set-header X-Host %[req.hdr(host),lower]",
-            "http-request set-header X-Koala value.lua.example",
-            "http-request set-var(txn.user) req.hdr(x-user)",
-            "",
-        ] {
-            assert_eq!(check(text), Ok(()), "{text:?}");
-        }
-        // `lua.` inside a longer name is not a Lua call.
-        assert!(!uses_name("tualua.com", "lua."));
-        assert!(uses_name("%[lua.f]", "lua."));
-    }
-
-    #[test]
-    fn a_check_without_listener_passes() {
-        assert!(check_passed(Some(0)) && check_passed(Some(2)));
-        assert!(!check_passed(Some(1)) && !check_passed(None));
-    }
-
-    #[test]
-    fn check_config_holds_the_snippet_in_one_backend() {
-        let c = check_config("    timeout server 5s");
-        assert!(c.ends_with("backend snippet_check\n    timeout server 5s\n"), "{c}");
-    }
-}
+mod tests;

@@ -548,13 +548,16 @@ pub fn read(
             "configuration-snippet" | "server-snippet" => {
                 if !allowed.snippets {
                     bad(key, "snippet annotations are off; the HAProxyConfig's admin can allow them".into());
-                } else if let Err(e) = haptic_haproxy::snippet::check(value) {
+                } else if let Err(e) = haptic_haproxy::snippet::check(value, haptic_haproxy::snippet::Section::Backend)
+                {
                     bad(key, format!("refused: {e}"));
                 } else {
+                    // Only the blanks HAProxy skips are trimmed (the check refused every other
+                    // control byte), so the lines rendered are the lines checked.
                     let s = m.backend.snippet.get_or_insert_with(String::new);
-                    for line in value.lines().filter(|l| !l.trim().is_empty()) {
+                    for line in value.split('\n').map(|l| l.trim_matches([' ', '\t'])).filter(|l| !l.is_empty()) {
                         s.push_str("    ");
-                        s.push_str(line.trim());
+                        s.push_str(line);
                         s.push('\n');
                     }
                 }

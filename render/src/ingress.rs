@@ -1294,9 +1294,9 @@ mod tests {
         let lines: Vec<&str> = regex.lines().collect();
         // Longest first; each under its host id, case-insensitive, anchored at the start.
         assert_eq!(lines.len(), 3, "{regex}");
-        assert!(lines[0].starts_with("^h3(?i:/static/.*\\.css$) r"), "{regex}");
-        assert!(lines[1].starts_with("^h4(?i:/foo(/|$)(.*)) r"), "{regex}");
-        assert!(lines[2].starts_with("^h2(?i:/ok) r"), "{regex}");
+        assert!(lines[0].starts_with("^h3~(?i:/static/.*\\.css$) r"), "{regex}");
+        assert!(lines[1].starts_with("^h4~(?i:/foo(/|$)(.*)) r"), "{regex}");
+        assert!(lines[2].starts_with("^h2~(?i:/ok) r"), "{regex}");
         // The Exact path stays exact, and rewrites by its literal self.
         assert!(file("maps/paths_exact.map").contains("/exact r"));
         let cfg = file("haproxy.cfg");

@@ -17,9 +17,12 @@
 //! - `maps/paths_prefix.map`: `<host id><prefix>/` → rule id, read with `map_beg`, longest key
 //!   first (HAProxy takes the first matching line of a `beg` map), so `/foo` matches `/foo/…`
 //!   and never `/foobar`.
-//! - `maps/paths_regex.map`: `^<host id>(?i:<regex>)` → rule id, read with `map_reg` after the
-//!   exact map and before the prefix map (as nginx checks regex locations before prefixes),
-//!   longest pattern first.
+//! - `maps/paths_regex.map`: `^<host id>~(?i:<regex>)` → rule id ([`regex_key`]), read with
+//!   `map_reg` after the exact map and before the prefix map (as nginx checks regex locations
+//!   before prefixes), longest pattern first. The template looks it up with `<host id>~<path>`
+//!   ([`REGEX_LOOKUP`]): no host id holds [`REGEX_DELIM`], so a key's literal part `^<id>~`
+//!   matches the lookup string of its own host id only, whatever the regex after it consumes
+//!   (without the delimiter `^h1(?i:/?\d*/.*)` matched `h11/account`).
 //! - `maps/rules.map`: rule id → backend name (`default` → the default backend).
 //! - `maps/policies.map`: rule id → policy id, for the rules that have a policy.
 //! - `maps/rewrites.map`: rule id → rewrite id, for the rules that rewrite their path.
@@ -36,6 +39,23 @@ use std::collections::BTreeMap;
 use haptic_haproxy::quote::{map_line, regex_literal, Inexpressible};
 
 use crate::model::{HostMatch, Model, PathKind};
+
+/// What ends a host id in the regex map's keys and lookup strings; no host id holds it.
+pub const REGEX_DELIM: char = '~';
+
+/// The sample expression the template's regex lookup reads: the host id, [`REGEX_DELIM`], the
+/// path.
+pub const REGEX_LOOKUP: &str = "var(txn.hostid),concat(~,txn.path,)";
+
+/// The `maps/paths_regex.map` key of `regex` (checked by `haptic_haproxy::regex::check`) under
+/// host id `hid`: `^<hid>~(?i:<regex>)`. Refuses a host id holding [`REGEX_DELIM`], whose key
+/// could match another host's lookup string.
+pub fn regex_key(hid: &str, regex: &str) -> Result<String, Inexpressible> {
+    if hid.contains(REGEX_DELIM) {
+        return Err(Inexpressible::HostIdDelimiter(hid.to_string()));
+    }
+    Ok(format!("^{}{REGEX_DELIM}(?i:{regex})", regex_literal(hid)?))
+}
 
 /// The map files (relative path → bytes), every one present even when empty.
 pub fn build(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, Inexpressible> {
@@ -71,7 +91,7 @@ pub fn build(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, Inexpressible> 
         for p in &t.paths {
             let full = format!("{hid}{}", p.path);
             match p.kind {
-                PathKind::Regex => regex.push((format!("^{}(?i:{})", regex_literal(hid)?, p.path), p.rule.clone())),
+                PathKind::Regex => regex.push((regex_key(hid, &p.path)?, p.rule.clone())),
                 PathKind::Exact => {
                     exact_keys.insert(full.clone());
                     exact.push((full, p.rule.clone()));
@@ -150,4 +170,67 @@ pub fn build(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, Inexpressible> 
         out.insert("maps/listener_suffixes.map".to_string(), lines(&suffix)?.into_bytes());
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// An accepted regex path (each passes `haptic_haproxy::regex::check`), including forms that
+    /// consume digits and slashes at their start, as an attacker's would.
+    fn accepted_regex() -> impl Strategy<Value = String> {
+        let atom = prop::sample::select(vec![
+            "/", "/?", "\\d*", "\\d+", "[0-9]*", ".*", "[^/]*", "1", "h", "a", "(/|$)", "\\w*", "~", "[~]", ".",
+        ]);
+        prop::collection::vec(atom, 1..6)
+            .prop_map(|v| format!("/{}", v.concat()))
+            .prop_filter("accepted", |p| haptic_haproxy::regex::check(p).is_ok())
+    }
+
+    /// A host id as the translators make them: `h<n>`, `h<12 hex>`, or `*`.
+    fn host_id() -> impl Strategy<Value = String> {
+        prop_oneof![
+            (0u32..200_000).prop_map(|n| format!("h{n}")),
+            "[0-9a-f]{12}".prop_map(|x| format!("h{x}")),
+            Just("*".to_string()),
+        ]
+    }
+
+    /// The lookup string the template builds (see [`REGEX_LOOKUP`]).
+    fn lookup(hid: &str, path: &str) -> String {
+        format!("{hid}{REGEX_DELIM}{path}")
+    }
+
+    proptest! {
+        /// A key built for host id A never matches a lookup string of host id B ≠ A, whatever
+        /// the path; and it matches its own host's lookup of a path its regex matches. PCRE and
+        /// the `regex` crate agree on the accepted subset's literal prefix and on these atoms.
+        #[test]
+        fn a_regex_key_never_matches_another_hosts_lookup(
+            a in host_id(), b in host_id(), re in accepted_regex(), path in "/[a-z0-9/~h]{0,12}",
+        ) {
+            prop_assume!(a != b);
+            let key = regex_key(&a, &re).unwrap();
+            let m = regex::Regex::new(&key).unwrap();
+            prop_assert!(!m.is_match(&lookup(&b, &path)), "{key} matched {}", lookup(&b, &path));
+            let own = regex::Regex::new(&format!("^(?i:{re})")).unwrap();
+            prop_assert_eq!(m.is_match(&lookup(&a, &path)), own.is_match(&path));
+        }
+    }
+
+    #[test]
+    fn the_reported_cross_host_regex_stays_on_its_host() {
+        let key = regex_key("h1", "/?\\d*/.*").unwrap();
+        let m = regex::Regex::new(&key).unwrap();
+        assert!(!m.is_match(&lookup("h11", "/account")));
+        assert!(m.is_match(&lookup("h1", "/account")));
+        assert!(matches!(regex_key("h~1", "/a"), Err(Inexpressible::HostIdDelimiter(_))));
+    }
+
+    #[test]
+    fn the_template_looks_the_regex_map_up_with_the_delimited_string() {
+        assert!(REGEX_LOOKUP.contains(&format!("concat({REGEX_DELIM},")));
+        assert!(crate::template::BUILTIN.contains(&format!("{REGEX_LOOKUP},map_reg(maps/paths_regex.map)")));
+    }
 }

@@ -25,6 +25,7 @@ pub fn basic_input(settings: Settings) -> IngressInput {
 }
 
 /// A fixture's objects under the class `haptic` (ours), with `settings`.
+#[allow(dead_code)]
 pub fn input(yaml: &str, settings: Settings) -> IngressInput {
     let f: Fixture = serde_saphyr::from_str(yaml).unwrap();
     let mut class = IngressClass::default();
@@ -45,6 +46,7 @@ pub fn input(yaml: &str, settings: Settings) -> IngressInput {
 }
 
 /// Writes every file of `render` under `dir`.
+#[allow(dead_code)]
 pub fn write_tree(render: &Render, dir: &Path) {
     for (path, bytes) in &render.files {
         let p = dir.join(path);

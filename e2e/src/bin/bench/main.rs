@@ -39,7 +39,7 @@ struct Args {
     #[arg(long)]
     quick: bool,
     /// Run only this case (repeatable): plan_diff, render_scale, runtime_apply, reload_apply,
-    /// map_replace, verify_state, delta_transfer, fleet_runtime, runtime_while_reload_pending,
+    /// map_replace, regex_path, verify_state, delta_transfer, fleet_runtime, runtime_while_reload_pending,
     /// fleet_reload, burst, traffic_under_churn, fleet_scale, k8s_runtime, endpoint_churn, gateway_route, footprint; real_cluster only when
     /// named (root; brings scripts/cluster.sh's cluster up and down).
     #[arg(long = "only", value_name = "NAME")]
@@ -105,6 +105,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             ("runtime_apply", &["runtime_apply"], Box::pin(cases::agent_cases::runtime_apply(&ctx))),
             ("reload_apply", &["reload_apply"], Box::pin(cases::agent_cases::reload_apply(&ctx))),
             ("map_replace", &["map_replace"], Box::pin(cases::agent_cases::map_replace(&ctx))),
+            ("regex_path", &["regex_path"], Box::pin(cases::regex_path::run(&ctx))),
             (
                 "tree (footprint/verify_state/delta_transfer)",
                 &["footprint", "verify_state", "delta_transfer"],

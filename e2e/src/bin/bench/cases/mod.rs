@@ -10,6 +10,7 @@ pub mod k8s_endpoints;
 pub mod k8s_gateway;
 pub mod plan_diff;
 pub mod real_cluster;
+pub mod regex_path;
 pub mod render_scale;
 pub mod tree50;
 
@@ -30,6 +31,7 @@ pub const ALL: &[&str] = &[
     "runtime_apply",
     "reload_apply",
     "map_replace",
+    "regex_path",
     "verify_state",
     "delta_transfer",
     "footprint",
