@@ -171,9 +171,10 @@ pub struct RenderSpec {
     pub snippets: SnippetsSpec,
     /// Let Ingresses bring HAProxy directives for their backends through the
     /// `configuration-snippet` / `server-snippet` annotations. Off by default: anyone who may
-    /// create an Ingress could then add config. Even when on, a snippet that runs a program,
-    /// loads code, reads the environment or files, changes shared state or leaves its backend is
-    /// refused in that Ingress's Events.
+    /// create an Ingress could then add config. Even when on, only lines of an allow-list pass
+    /// (header, path, status, deny/allow/return/redirect and variable actions, timeouts, a few
+    /// options), read word by word as HAProxy reads them; anything else is refused in that
+    /// Ingress's Events.
     #[serde(default)]
     pub allow_snippet_annotations: bool,
     /// The IP address the frontends bind.
