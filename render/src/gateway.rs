@@ -104,6 +104,9 @@ pub struct GatewaySettings {
     pub health_port: Option<u16>,
     /// The fleet's namespace (where each Gateway's Service lives).
     pub namespace: String,
+    /// The `spec.infrastructure` label and annotation keys that pass to a Gateway's Service:
+    /// exact keys, or prefixes written with a trailing `*` ([`infrastructure_key_allowed`]).
+    pub infrastructure_keys: Vec<String>,
 }
 
 impl Default for GatewaySettings {
@@ -114,6 +117,7 @@ impl Default for GatewaySettings {
             min_slots: 8,
             health_port: None,
             namespace: "default".into(),
+            infrastructure_keys: Vec::new(),
         }
     }
 }
@@ -251,6 +255,34 @@ fn stable_id(prefix: &str, parts: &[&str]) -> String {
         }
     }
     format!("{prefix}{:012x}", h & 0xffff_ffff_ffff)
+}
+
+/// Whether the admin's `patterns` (exact keys, or prefixes ending in `*`) let `key` pass.
+pub fn infrastructure_key_allowed(patterns: &[String], key: &str) -> bool {
+    patterns.iter().any(|p| match p.strip_suffix('*') {
+        Some(prefix) => key.starts_with(prefix),
+        None => p == key,
+    })
+}
+
+/// The labels and annotations of `spec.infrastructure` the `patterns` let pass, and the
+/// fields of those they refuse (`spec.infrastructure.labels[<key>]`, sorted).
+pub fn infrastructure(
+    infra: Option<&GatewayInfrastructure>,
+    patterns: &[String],
+) -> (BTreeMap<String, String>, BTreeMap<String, String>, Vec<String>) {
+    let (mut labels, mut annotations, mut refused) = (BTreeMap::new(), BTreeMap::new(), Vec::new());
+    let Some(infra) = infra else { return (labels, annotations, refused) };
+    for (field, from, to) in [("labels", &infra.labels, &mut labels), ("annotations", &infra.annotations, &mut annotations)] {
+        for (k, v) in from {
+            if infrastructure_key_allowed(patterns, k) {
+                to.insert(k.clone(), v.clone());
+            } else {
+                refused.push(format!("spec.infrastructure.{field}[{k}]"));
+            }
+        }
+    }
+    (labels, annotations, refused)
 }
 
 /// The name of the Service of Gateway `ns/name` (a DNS label, at most 63 characters).
@@ -647,12 +679,9 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
                 svc_ports.push((l.port, bind_ports[&port_key(g, l.port)]));
             }
         }
-        let service = GatewayService {
-            name: service_name(&gns, &name),
-            ports: svc_ports,
-            labels: g.spec.infrastructure.clone().unwrap_or_default().labels,
-            annotations: g.spec.infrastructure.clone().unwrap_or_default().annotations,
-        };
+        let (labels, annotations, refused_keys) =
+            infrastructure(g.spec.infrastructure.as_ref(), &st.infrastructure_keys);
+        let service = GatewayService { name: service_name(&gns, &name), ports: svc_ports, labels, annotations };
         let addresses: Vec<String> = input
             .services
             .iter()
@@ -671,12 +700,28 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
         } else {
             let accepted = |l: &ListenerStatus| l.conditions.iter().any(|c| c.type_ == "Accepted" && c.status);
             let n = statuses.iter().filter(|l| accepted(l)).count();
-            if n == statuses.len() {
-                conds.push(cond("Accepted", true, "Accepted", "accepted", gen));
-            } else if n > 0 {
-                conds.push(cond("Accepted", true, "ListenersNotValid", "some listeners are not valid", gen));
+            // Keys the HAProxyConfig does not allow are left off the Service; the Gateway
+            // serves, and says so.
+            let left_out = if refused_keys.is_empty() {
+                String::new()
             } else {
-                conds.push(cond("Accepted", false, "ListenersNotValid", "no listener is valid", gen));
+                format!(
+                    "; left off its Service, as the HAProxyConfig's spec.render.gateway.infrastructureKeys does not allow them: {}",
+                    refused_keys.join(", ")
+                )
+            };
+            if n == statuses.len() {
+                conds.push(cond("Accepted", true, "Accepted", format!("accepted{left_out}"), gen));
+            } else if n > 0 {
+                conds.push(cond(
+                    "Accepted",
+                    true,
+                    "ListenersNotValid",
+                    format!("some listeners are not valid{left_out}"),
+                    gen,
+                ));
+            } else {
+                conds.push(cond("Accepted", false, "ListenersNotValid", format!("no listener is valid{left_out}"), gen));
             }
         }
         if static_addr {
@@ -1126,7 +1171,7 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
             }
         }
         paths.sort_by(|a, b| b.path.len().cmp(&a.path.len()).then(a.kind.cmp(&b.kind)).then(a.path.cmp(&b.path)));
-        model.hosts.push(HostTable { host, id, paths, port: Some(port) });
+        model.hosts.push(HostTable { host, id, paths, port: Some(port), unmatched_not_found: false });
     }
     model.rules = rules
         .into_iter()

@@ -197,6 +197,59 @@ pub struct RenderSpec {
     #[serde(default = "default_server_slots")]
     #[schemars(range(min = 1, max = 4096))]
     pub server_slots: u16,
+    /// What namespaces may do to each other's Ingress hosts.
+    #[serde(default)]
+    pub ingress: IngressRenderSpec,
+    /// What Gateways may bring to the objects the controller creates for them.
+    #[serde(default)]
+    pub gateway: GatewayRenderSpec,
+}
+
+/// Ingress rendering across namespaces.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct IngressRenderSpec {
+    /// `Namespace` (the default): a host (and the catch-all of rules without host and
+    /// `defaultBackend`) belongs to the namespace of the oldest Ingress claiming it
+    /// (creationTimestamp, then namespace/name); an Ingress of another namespace claiming any
+    /// path on it is refused in its own Events. `Shared`: every namespace may route any host and
+    /// each host/path goes to its oldest Ingress, as ingress-nginx merges. In both, a canary
+    /// joins only a route of its own namespace and `ssl-passthrough` needs a host its namespace
+    /// owns.
+    #[serde(default)]
+    pub host_sharing: HostSharing,
+}
+
+/// Whether namespaces may share an Ingress host.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+pub enum HostSharing {
+    /// A host belongs to the namespace of its oldest Ingress.
+    #[default]
+    Namespace,
+    /// Every namespace may route any host; the oldest Ingress wins each host/path.
+    Shared,
+}
+
+impl From<HostSharing> for haptic_render::ownership::HostSharing {
+    fn from(s: HostSharing) -> Self {
+        match s {
+            HostSharing::Namespace => haptic_render::ownership::HostSharing::Namespace,
+            HostSharing::Shared => haptic_render::ownership::HostSharing::Shared,
+        }
+    }
+}
+
+/// Gateway rendering: what passes from a Gateway to its Service.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayRenderSpec {
+    /// The `spec.infrastructure` label and annotation keys a Gateway may put on the Service
+    /// the controller creates for it in this namespace: exact keys (`team`) or prefixes ending
+    /// in `*` (`example.com/*`). Empty (the default): none pass. A Gateway bringing other keys
+    /// keeps its listeners; its `Accepted` condition says which keys were left out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256), inner(length(min = 1, max = 317)))]
+    pub infrastructure_keys: Vec<String>,
 }
 
 fn default_bind_address() -> String {

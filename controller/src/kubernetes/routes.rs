@@ -181,6 +181,7 @@ pub fn render(
         allowed: Allowed { snippets: r.allow_snippet_annotations },
         refused_snippets: refused_snippets.clone(),
         excluded: excluded.clone(),
+        sharing: r.ingress.host_sharing.into(),
     };
     let out = haptic_render::render(&input, &templates(r, l)?)
         .map_err(|e| RenderError::invalid(format!("spec.render: {e}")))?;
@@ -254,6 +255,7 @@ pub fn render_gateway(
             min_slots: s.min_slots,
             health_port: s.health_port,
             namespace: namespace.to_string(),
+            infrastructure_keys: r.gateway.infrastructure_keys.clone(),
         },
     };
     let (out, status) = haptic_render::render_gateway(&input, &templates(r, l)?)

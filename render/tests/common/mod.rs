@@ -41,6 +41,7 @@ pub fn input(yaml: &str, settings: Settings) -> IngressInput {
         allowed: Default::default(),
         refused_snippets: Default::default(),
         excluded: Default::default(),
+        sharing: Default::default(),
     }
 }
 
