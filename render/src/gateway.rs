@@ -1767,6 +1767,55 @@ mod tests {
     }
 
     #[test]
+    fn infrastructure_keys_pass_only_as_the_admin_allows() {
+        let allow = vec!["team".to_string(), "example.com/*".to_string()];
+        assert!(infrastructure_key_allowed(&allow, "team"));
+        assert!(infrastructure_key_allowed(&allow, "example.com/owner"));
+        assert!(!infrastructure_key_allowed(&allow, "teams"), "an exact key is exact");
+        assert!(!infrastructure_key_allowed(&allow, "external-dns.alpha.kubernetes.io/hostname"));
+        assert!(!infrastructure_key_allowed(&allow, "sub.example.com/x"), "a prefix is a prefix");
+        assert!(!infrastructure_key_allowed(&[], "team"), "nothing passes by default");
+        let mut i = input(FIXTURE);
+        let g = &mut i.gateways[0];
+        g.spec.infrastructure = Some(GatewayInfrastructure {
+            labels: [("team".into(), "a".into()), ("app.kubernetes.io/name".into(), "x".into())].into(),
+            annotations: [
+                ("example.com/owner".into(), "a".into()),
+                ("service.beta.kubernetes.io/aws-load-balancer-internal".into(), "false".into()),
+                ("external-dns.alpha.kubernetes.io/hostname".into(), "victim.example.com".into()),
+            ]
+            .into(),
+        });
+        let name = g.metadata.name.clone().unwrap();
+        // Empty by default: nothing reaches the Service, the Gateway serves and says why.
+        let o = translate_gateway(&i);
+        let out = gw(&o, &name);
+        assert!(out.service.labels.is_empty() && out.service.annotations.is_empty(), "{:?}", out.service);
+        let accepted = out.conditions.iter().find(|c| c.type_ == "Accepted").unwrap();
+        assert!(accepted.status, "{accepted:?}");
+        for field in [
+            "spec.infrastructure.labels[team]",
+            "spec.infrastructure.annotations[external-dns.alpha.kubernetes.io/hostname]",
+        ] {
+            assert!(accepted.message.contains(field), "{field}: {accepted:?}");
+        }
+        // Allowed keys pass; the others are still named.
+        i.settings.infrastructure_keys = allow;
+        let o = translate_gateway(&i);
+        let out = gw(&o, &name);
+        assert_eq!(out.service.labels, [("team".to_string(), "a".to_string())].into());
+        assert_eq!(out.service.annotations, [("example.com/owner".to_string(), "a".to_string())].into());
+        let accepted = out.conditions.iter().find(|c| c.type_ == "Accepted").unwrap();
+        assert!(accepted.message.contains("spec.infrastructure.labels[app.kubernetes.io/name]"), "{accepted:?}");
+        assert!(!accepted.message.contains("[team]"), "{accepted:?}");
+        // Without spec.infrastructure, the message is the plain one.
+        i.gateways[0].spec.infrastructure = None;
+        let o = translate_gateway(&i);
+        let accepted = gw(&o, &name).conditions.iter().find(|c| c.type_ == "Accepted").unwrap().clone();
+        assert!(!accepted.message.contains("infrastructure"), "{accepted:?}");
+    }
+
+    #[test]
     fn durations() {
         assert_eq!(duration_ms("500ms"), Ok(500));
         assert_eq!(duration_ms("1h30m10s5ms"), Ok(5_410_005));

@@ -248,7 +248,7 @@ pub struct GatewayRenderSpec {
     /// in `*` (`example.com/*`). Empty (the default): none pass. A Gateway bringing other keys
     /// keeps its listeners; its `Accepted` condition says which keys were left out.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 256), inner(length(min = 1, max = 317)))]
+    #[schemars(length(max = 256), inner(length(min = 1, max = 317), regex(pattern = r"^[^*]*\*?$")))]
     pub infrastructure_keys: Vec<String>,
 }
 
@@ -587,6 +587,28 @@ mod tests {
         assert_eq!(r.message, "Validated: GateRefused words");
         let r = ready_condition(&c("Validated", true, "GatePassed"), &c("Converged", false, "NoPods"));
         assert_eq!((r.status.as_str(), r.reason.as_str()), ("False", "NoPods"));
+    }
+
+    #[test]
+    fn hosts_belong_to_namespaces_and_no_infrastructure_key_passes_by_default() {
+        let r: RenderSpec = serde_json::from_value(serde_json::json!({"ingressClassName": "haptic"})).unwrap();
+        assert_eq!(r.ingress.host_sharing, HostSharing::Namespace);
+        assert!(r.gateway.infrastructure_keys.is_empty());
+        let r: RenderSpec = serde_json::from_value(serde_json::json!({
+            "gatewayClassName": "haptic",
+            "ingress": {"hostSharing": "Shared"},
+            "gateway": {"infrastructureKeys": ["team", "example.com/*"]},
+        }))
+        .unwrap();
+        assert_eq!(
+            haptic_render::ownership::HostSharing::from(r.ingress.host_sharing),
+            haptic_render::ownership::HostSharing::Shared
+        );
+        assert_eq!(r.gateway.infrastructure_keys, ["team", "example.com/*"]);
+        let bad = serde_json::from_value::<RenderSpec>(serde_json::json!({"ingress": {"hostSharing": "Everyone"}}));
+        assert!(bad.is_err());
+        let y = crd_yaml();
+        assert!(y.contains("hostSharing") && y.contains("infrastructureKeys"), "{y}");
     }
 
     #[test]
