@@ -273,7 +273,9 @@ pub fn infrastructure(
 ) -> (BTreeMap<String, String>, BTreeMap<String, String>, Vec<String>) {
     let (mut labels, mut annotations, mut refused) = (BTreeMap::new(), BTreeMap::new(), Vec::new());
     let Some(infra) = infra else { return (labels, annotations, refused) };
-    for (field, from, to) in [("labels", &infra.labels, &mut labels), ("annotations", &infra.annotations, &mut annotations)] {
+    for (field, from, to) in
+        [("labels", &infra.labels, &mut labels), ("annotations", &infra.annotations, &mut annotations)]
+    {
         for (k, v) in from {
             if infrastructure_key_allowed(patterns, k) {
                 to.insert(k.clone(), v.clone());
@@ -721,7 +723,13 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
                     gen,
                 ));
             } else {
-                conds.push(cond("Accepted", false, "ListenersNotValid", format!("no listener is valid{left_out}"), gen));
+                conds.push(cond(
+                    "Accepted",
+                    false,
+                    "ListenersNotValid",
+                    format!("no listener is valid{left_out}"),
+                    gen,
+                ));
             }
         }
         if static_addr {

@@ -813,7 +813,10 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
         }
         for alias in &meaning.paths.aliases {
             if let Err(e) = owners.admits(alias, &ns) {
-                v.refusals.push(Refusal { field: annotations::field_of(&ing.metadata, "server-alias"), reason: e.to_string() });
+                v.refusals.push(Refusal {
+                    field: annotations::field_of(&ing.metadata, "server-alias"),
+                    reason: e.to_string(),
+                });
                 continue;
             }
             for (path, kind, route) in &own {

@@ -126,7 +126,9 @@ impl Owners {
     pub fn namespaces(&self, host: &HostMatch) -> BTreeSet<&str> {
         match self.hosts.get(host) {
             None => BTreeSet::new(),
-            Some((_, all, pt)) if self.sharing == HostSharing::Shared && !pt => all.iter().map(String::as_str).collect(),
+            Some((_, all, pt)) if self.sharing == HostSharing::Shared && !pt => {
+                all.iter().map(String::as_str).collect()
+            }
             Some((o, _, _)) => [o.namespace.as_str()].into(),
         }
     }
@@ -173,7 +175,10 @@ mod tests {
 
     #[test]
     fn the_oldest_object_owns_then_namespace_and_name() {
-        let o = Owners::new([claim("a.test", 20, "a"), claim("a.test", 10, "b"), claim("b.test", 10, "b")], Default::default());
+        let o = Owners::new(
+            [claim("a.test", 20, "a"), claim("a.test", 10, "b"), claim("b.test", 10, "b")],
+            Default::default(),
+        );
         let a = HostMatch::Exact("a.test".into());
         assert_eq!(o.owner(&a).unwrap().namespace, "b");
         assert!(o.admits(&a, "b").is_ok());

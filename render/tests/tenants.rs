@@ -112,8 +112,11 @@ fn a_wildcard_never_takes_a_host_whose_routes_are_all_refused() {
 
 #[test]
 fn benign_twins_are_served() {
-    let (model, v, _) =
-        translate_ingress(&case(&["v-shop", "v-shop-more", "v-canary", "v-pt"], HostSharing::Namespace, Settings::default()));
+    let (model, v, _) = translate_ingress(&case(
+        &["v-shop", "v-shop-more", "v-canary", "v-pt"],
+        HostSharing::Namespace,
+        Settings::default(),
+    ));
     assert!(v.iter().all(|v| v.accepted()), "{v:?}");
     assert_eq!(model.passthrough[0].host, "pt.test");
     assert_eq!(model.rules.iter().filter(|r| r.canary.is_some()).count(), 1);
@@ -162,8 +165,11 @@ fn yaml_of(i: usize, (ns, age, host, path, svc, default): Gen) -> String {
     let path = ["/", "/p", "/p/q"][path];
     let svc = ["s1", "s2"][svc];
     let host = if host.is_empty() { String::new() } else { format!("host: {host}, ") };
-    let default =
-        if default { format!("defaultBackend: {{service: {{name: {svc}, port: {{number: 80}}}}}}, ") } else { String::new() };
+    let default = if default {
+        format!("defaultBackend: {{service: {{name: {svc}, port: {{number: 80}}}}}}, ")
+    } else {
+        String::new()
+    };
     format!(
         "  - metadata: {{name: i{i}, namespace: {ns}, creationTimestamp: \"2024-01-01T00:00:{age:02}Z\"}}\n    spec: {{ingressClassName: haptic, {default}rules: [{{{host}http: {{paths: [{{path: {path}, pathType: Prefix, backend: {{service: {{name: {svc}, port: {{number: 80}}}}}}}}]}}}}]}}\n"
     )
