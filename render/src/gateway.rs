@@ -13,7 +13,10 @@
 //! ReferenceGrants for cross-namespace backends and certificates, weighted backends (server
 //! weights of one backend per rule, so a weight shift is a runtime change), 500 for a rule
 //! whose backends are all invalid or missing, the stable bind port of each (Gateway, listener
-//! port), the Service each Gateway gets, and the conditions with their reasons. Host/path
+//! port), the Service each Gateway gets (with the `spec.infrastructure` keys the admin allows;
+//! the others are named in the Gateway's Accepted message), hostnames owned by namespace per
+//! listener port when the admin asks ([`crate::ownership`]; off by default, attachment then
+//! stays as the spec says), and the conditions with their reasons. Host/path
 //! routing stays in maps: a route added, removed or retargeted changes maps only unless it
 //! brings method, header or query matches or filters. It must never let one bad object
 //! block the others, nor put a value into the Model that the map builder or the template
@@ -30,6 +33,7 @@ use serde::Serialize;
 use crate::gateway_api::*;
 use crate::ingress::{endpoints, parse_host, parse_path, secret_pem, SERVICE_NAME_LABEL};
 use crate::model::*;
+use crate::ownership::{claim_in_age_order, shown, Claimant, HostSharing};
 use crate::slots::{self, Endpoint, SlotMap};
 
 /// The controller name a GatewayClass must have for haptic to serve it.
@@ -107,6 +111,10 @@ pub struct GatewaySettings {
     /// The `spec.infrastructure` label and annotation keys that pass to a Gateway's Service:
     /// exact keys, or prefixes written with a trailing `*` ([`infrastructure_key_allowed`]).
     pub infrastructure_keys: Vec<String>,
+    /// `Shared` (the default): attachment as the spec says. `Namespace`: on each listener port,
+    /// a hostname belongs to the namespace of the oldest HTTPRoute attached with it; routes of
+    /// other namespaces are refused that hostname there ([`crate::ownership`]).
+    pub host_sharing: HostSharing,
 }
 
 impl Default for GatewaySettings {
@@ -118,6 +126,7 @@ impl Default for GatewaySettings {
             health_port: None,
             namespace: "default".into(),
             infrastructure_keys: Vec::new(),
+            host_sharing: HostSharing::Shared,
         }
     }
 }
@@ -805,6 +814,8 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
     let mut backends: BTreeMap<String, PlannedBackend> = BTreeMap::new();
     let mut need_500 = false;
     let mut splits: Vec<Split> = Vec::new();
+    // (bind port, hostname) → its owner, when hostnames belong to namespaces.
+    let mut owned: BTreeMap<(u16, HostMatch), Claimant> = BTreeMap::new();
     for (route_rank, r) in routes.into_iter().enumerate() {
         let me = obj("HTTPRoute", &r.metadata);
         let rns = me.namespace.clone();
@@ -1134,6 +1145,28 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
                         let Some(eff) = intersect(&l.hostname, h) else { continue };
                         if others.iter().any(|o| claimed_by(&eff, o, &l.hostname)) {
                             continue;
+                        }
+                        if st.host_sharing == HostSharing::Namespace {
+                            let by = Claimant {
+                                created: r.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                                namespace: rns.clone(),
+                                name: me.name.clone(),
+                            };
+                            if let Err(owner) = claim_in_age_order(&mut owned, (b, eff.clone()), &by) {
+                                v.refusals.push(Refusal {
+                                    field: "spec.hostnames".into(),
+                                    reason: format!(
+                                        "{} on listener {} of Gateway {} belongs to namespace {} (HTTPRoute {}/{})",
+                                        shown(&eff),
+                                        l.name,
+                                        gws[*gi].metadata.name.as_deref().unwrap_or_default(),
+                                        owner.namespace,
+                                        owner.namespace,
+                                        owner.name
+                                    ),
+                                });
+                                continue;
+                            }
                         }
                         tables.entry((b, eff)).or_default().extend(cands.iter().cloned());
                     }
@@ -1772,6 +1805,61 @@ mod tests {
                 (t.first().cloned().unwrap_or_default(), t.len())
             })
             .collect()
+    }
+
+    #[test]
+    fn hostnames_belong_to_namespaces_only_when_the_admin_says_so() {
+        let mut i = input(FIXTURE);
+        // `bad-backends` (edge, no creationTimestamp: the oldest) has bad.example.com on the
+        // https listener, which allows every namespace. A younger route of red and one of edge
+        // claim a path there too.
+        let extra: Vec<HttpRoute> = serde_saphyr::from_str(
+            r#"
+- metadata: {name: intruder, namespace: red, creationTimestamp: "2026-02-01T00:00:00Z"}
+  spec:
+    parentRefs: [{name: front, namespace: edge, sectionName: https}]
+    hostnames: [bad.example.com]
+    rules: [{matches: [{path: {type: PathPrefix, value: /steal}}], backendRefs: [{name: svc, port: 80}]}]
+- metadata: {name: sibling, namespace: edge, creationTimestamp: "2026-02-01T00:00:00Z"}
+  spec:
+    parentRefs: [{name: front, sectionName: https}]
+    hostnames: [bad.example.com]
+    rules: [{matches: [{path: {type: PathPrefix, value: /more}}], backendRefs: [{name: web, port: 80}]}]
+"#,
+        )
+        .unwrap();
+        i.routes.extend(extra);
+        // The routes some host table's path or match selects.
+        let sources = |o: &GatewayOutput| -> BTreeSet<String> {
+            let m = &o.model;
+            let matched = m.gateway.iter().flat_map(|g| g.matches.iter().map(|x| &x.rule));
+            let ids: BTreeSet<&RuleId> =
+                m.hosts.iter().flat_map(|t| t.paths.iter().map(|p| &p.rule)).chain(matched).collect();
+            m.rules
+                .iter()
+                .filter(|r| ids.contains(&r.id))
+                .map(|r| format!("{}/{}", r.source.namespace, r.source.name))
+                .collect()
+        };
+        let v = |o: &GatewayOutput, n: &str| o.verdicts.iter().find(|v| v.object.name == n).unwrap().clone();
+        // Off by default: attachment as the spec says, both serve.
+        let o = translate_gateway(&i);
+        assert!(sources(&o).contains("red/intruder") && sources(&o).contains("edge/sibling"), "{:?}", sources(&o));
+        assert!(v(&o, "intruder").accepted(), "{:?}", v(&o, "intruder"));
+        // On: the younger route of another namespace is refused the hostname; its sibling serves.
+        i.settings.host_sharing = HostSharing::Namespace;
+        let o = translate_gateway(&i);
+        assert!(!sources(&o).contains("red/intruder"), "{:?}", sources(&o));
+        assert!(sources(&o).contains("edge/sibling"));
+        let r = v(&o, "intruder");
+        assert_eq!(r.refusals[0].field, "spec.hostnames");
+        assert!(
+            r.refusals[0]
+                .reason
+                .starts_with("bad.example.com on listener https of Gateway front belongs to namespace edge"),
+            "{r:?}"
+        );
+        assert!(v(&o, "sibling").accepted());
     }
 
     #[test]

@@ -84,7 +84,7 @@ pub fn shown(h: &HostMatch) -> String {
     match h {
         HostMatch::Exact(h) => h.clone(),
         HostMatch::Wildcard(s) | HostMatch::Suffix(s) => format!("*{s}"),
-        HostMatch::Any => "the catch-all (rules without host, defaultBackend)".into(),
+        HostMatch::Any => "the catch-all (no host)".into(),
     }
 }
 
@@ -156,6 +156,17 @@ impl Owners {
             }
             _ => Ok(()),
         }
+    }
+}
+
+/// The same rule for claims that arrive oldest first (a translator walking its objects in age
+/// order): the first claimant of `key` owns it. Whether `by` may route `key`, else its owner.
+pub fn claim_in_age_order<K: Ord>(owned: &mut BTreeMap<K, Claimant>, key: K, by: &Claimant) -> Result<(), Claimant> {
+    let owner = owned.entry(key).or_insert_with(|| by.clone());
+    if owner.namespace == by.namespace {
+        Ok(())
+    } else {
+        Err(owner.clone())
     }
 }
 
@@ -252,6 +263,21 @@ mod tests {
             rev.rotate_left((shuffle as usize) % n);
             rev.reverse();
             prop_assert_eq!(Owners::new(rev, HostSharing::Namespace), o);
+        }
+
+        #[test]
+        fn claims_in_age_order_find_the_same_owners(cs in claims()) {
+            let o = Owners::new(cs.clone(), HostSharing::Namespace);
+            let mut sorted = cs.clone();
+            sorted.sort_by(|a, b| a.by.cmp(&b.by));
+            let mut owned = BTreeMap::new();
+            for c in &sorted {
+                let r = claim_in_age_order(&mut owned, c.host.clone(), &c.by);
+                prop_assert_eq!(r.is_ok(), o.admits(&c.host, &c.by.namespace).is_ok());
+            }
+            for (h, owner) in o.hosts() {
+                prop_assert_eq!(&owned[h].namespace, &owner.namespace);
+            }
         }
 
         #[test]

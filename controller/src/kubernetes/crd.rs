@@ -240,7 +240,7 @@ impl From<HostSharing> for haptic_render::ownership::HostSharing {
 }
 
 /// Gateway rendering: what passes from a Gateway to its Service.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct GatewayRenderSpec {
     /// The `spec.infrastructure` label and annotation keys a Gateway may put on the Service
@@ -250,6 +250,23 @@ pub struct GatewayRenderSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 256), inner(length(min = 1, max = 317), regex(pattern = r"^[^*]*\*?$")))]
     pub infrastructure_keys: Vec<String>,
+    /// `Shared` (the default): HTTPRoutes attach as the Gateway API says (`allowedRoutes`,
+    /// ReferenceGrants, its precedence between routes). `Namespace`: on each listener port, a
+    /// hostname belongs to the namespace of the oldest HTTPRoute attached with it
+    /// (creationTimestamp, then namespace/name); a route of another namespace is refused that
+    /// hostname there (its Events say whose it is).
+    #[serde(default = "shared")]
+    pub host_sharing: HostSharing,
+}
+
+fn shared() -> HostSharing {
+    HostSharing::Shared
+}
+
+impl Default for GatewayRenderSpec {
+    fn default() -> Self {
+        GatewayRenderSpec { infrastructure_keys: Vec::new(), host_sharing: HostSharing::Shared }
+    }
 }
 
 fn default_bind_address() -> String {
@@ -594,6 +611,7 @@ mod tests {
         let r: RenderSpec = serde_json::from_value(serde_json::json!({"ingressClassName": "haptic"})).unwrap();
         assert_eq!(r.ingress.host_sharing, HostSharing::Namespace);
         assert!(r.gateway.infrastructure_keys.is_empty());
+        assert_eq!(r.gateway.host_sharing, HostSharing::Shared, "Gateway attachment as the spec says");
         let r: RenderSpec = serde_json::from_value(serde_json::json!({
             "gatewayClassName": "haptic",
             "ingress": {"hostSharing": "Shared"},

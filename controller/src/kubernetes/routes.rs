@@ -256,6 +256,7 @@ pub fn render_gateway(
             health_port: s.health_port,
             namespace: namespace.to_string(),
             infrastructure_keys: r.gateway.infrastructure_keys.clone(),
+            host_sharing: r.gateway.host_sharing.into(),
         },
     };
     let (out, status) = haptic_render::render_gateway(&input, &templates(r, l)?)
