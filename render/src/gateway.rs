@@ -13,7 +13,10 @@
 //! ReferenceGrants for cross-namespace backends and certificates, weighted backends (server
 //! weights of one backend per rule, so a weight shift is a runtime change), 500 for a rule
 //! whose backends are all invalid or missing, the stable bind port of each (Gateway, listener
-//! port), the Service each Gateway gets, and the conditions with their reasons. Host/path
+//! port), the Service each Gateway gets (with the `spec.infrastructure` keys the admin allows;
+//! the others are named in the Gateway's Accepted message), hostnames owned by namespace per
+//! listener port when the admin asks ([`crate::ownership`]; off by default, attachment then
+//! stays as the spec says), and the conditions with their reasons. Host/path
 //! routing stays in maps: a route added, removed or retargeted changes maps only unless it
 //! brings method, header or query matches or filters. It must never let one bad object
 //! block the others, nor put a value into the Model that the map builder or the template
@@ -30,6 +33,7 @@ use serde::Serialize;
 use crate::gateway_api::*;
 use crate::ingress::{endpoints, parse_host, parse_path, secret_pem, SERVICE_NAME_LABEL};
 use crate::model::*;
+use crate::ownership::{claim_in_age_order, shown, Claimant, HostSharing};
 use crate::slots::{self, Endpoint, SlotMap};
 
 /// The controller name a GatewayClass must have for haptic to serve it.
@@ -106,6 +110,13 @@ pub struct GatewaySettings {
     pub namespace: String,
     /// What is done to request paths before routing.
     pub paths: crate::model::PathNormalization,
+    /// The `spec.infrastructure` label and annotation keys that pass to a Gateway's Service:
+    /// exact keys, or prefixes written with a trailing `*` ([`infrastructure_key_allowed`]).
+    pub infrastructure_keys: Vec<String>,
+    /// `Shared` (the default): attachment as the spec says. `Namespace`: on each listener port,
+    /// a hostname belongs to the namespace of the oldest HTTPRoute attached with it; routes of
+    /// other namespaces are refused that hostname there ([`crate::ownership`]).
+    pub host_sharing: HostSharing,
 }
 
 impl Default for GatewaySettings {
@@ -117,6 +128,8 @@ impl Default for GatewaySettings {
             health_port: None,
             namespace: "default".into(),
             paths: crate::model::PathNormalization::Normalize,
+            infrastructure_keys: Vec::new(),
+            host_sharing: HostSharing::Shared,
         }
     }
 }
@@ -254,6 +267,36 @@ fn stable_id(prefix: &str, parts: &[&str]) -> String {
         }
     }
     format!("{prefix}{:012x}", h & 0xffff_ffff_ffff)
+}
+
+/// Whether the admin's `patterns` (exact keys, or prefixes ending in `*`) let `key` pass.
+pub fn infrastructure_key_allowed(patterns: &[String], key: &str) -> bool {
+    patterns.iter().any(|p| match p.strip_suffix('*') {
+        Some(prefix) => key.starts_with(prefix),
+        None => p == key,
+    })
+}
+
+/// The labels and annotations of `spec.infrastructure` the `patterns` let pass, and the
+/// fields of those they refuse (`spec.infrastructure.labels[<key>]`, sorted).
+pub fn infrastructure(
+    infra: Option<&GatewayInfrastructure>,
+    patterns: &[String],
+) -> (BTreeMap<String, String>, BTreeMap<String, String>, Vec<String>) {
+    let (mut labels, mut annotations, mut refused) = (BTreeMap::new(), BTreeMap::new(), Vec::new());
+    let Some(infra) = infra else { return (labels, annotations, refused) };
+    for (field, from, to) in
+        [("labels", &infra.labels, &mut labels), ("annotations", &infra.annotations, &mut annotations)]
+    {
+        for (k, v) in from {
+            if infrastructure_key_allowed(patterns, k) {
+                to.insert(k.clone(), v.clone());
+            } else {
+                refused.push(format!("spec.infrastructure.{field}[{k}]"));
+            }
+        }
+    }
+    (labels, annotations, refused)
 }
 
 /// The name of the Service of Gateway `ns/name` (a DNS label, at most 63 characters).
@@ -651,12 +694,9 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
                 svc_ports.push((l.port, bind_ports[&port_key(g, l.port)]));
             }
         }
-        let service = GatewayService {
-            name: service_name(&gns, &name),
-            ports: svc_ports,
-            labels: g.spec.infrastructure.clone().unwrap_or_default().labels,
-            annotations: g.spec.infrastructure.clone().unwrap_or_default().annotations,
-        };
+        let (labels, annotations, refused_keys) =
+            infrastructure(g.spec.infrastructure.as_ref(), &st.infrastructure_keys);
+        let service = GatewayService { name: service_name(&gns, &name), ports: svc_ports, labels, annotations };
         let addresses: Vec<String> = input
             .services
             .iter()
@@ -675,12 +715,34 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
         } else {
             let accepted = |l: &ListenerStatus| l.conditions.iter().any(|c| c.type_ == "Accepted" && c.status);
             let n = statuses.iter().filter(|l| accepted(l)).count();
-            if n == statuses.len() {
-                conds.push(cond("Accepted", true, "Accepted", "accepted", gen));
-            } else if n > 0 {
-                conds.push(cond("Accepted", true, "ListenersNotValid", "some listeners are not valid", gen));
+            // Keys the HAProxyConfig does not allow are left off the Service; the Gateway
+            // serves, and says so.
+            let left_out = if refused_keys.is_empty() {
+                String::new()
             } else {
-                conds.push(cond("Accepted", false, "ListenersNotValid", "no listener is valid", gen));
+                format!(
+                    "; left off its Service, as the HAProxyConfig's spec.render.gateway.infrastructureKeys does not allow them: {}",
+                    refused_keys.join(", ")
+                )
+            };
+            if n == statuses.len() {
+                conds.push(cond("Accepted", true, "Accepted", format!("accepted{left_out}"), gen));
+            } else if n > 0 {
+                conds.push(cond(
+                    "Accepted",
+                    true,
+                    "ListenersNotValid",
+                    format!("some listeners are not valid{left_out}"),
+                    gen,
+                ));
+            } else {
+                conds.push(cond(
+                    "Accepted",
+                    false,
+                    "ListenersNotValid",
+                    format!("no listener is valid{left_out}"),
+                    gen,
+                ));
             }
         }
         if static_addr {
@@ -756,6 +818,8 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
     let mut backends: BTreeMap<String, PlannedBackend> = BTreeMap::new();
     let mut need_500 = false;
     let mut splits: Vec<Split> = Vec::new();
+    // (bind port, hostname) → its owner, when hostnames belong to namespaces.
+    let mut owned: BTreeMap<(u16, HostMatch), Claimant> = BTreeMap::new();
     for (route_rank, r) in routes.into_iter().enumerate() {
         let me = obj("HTTPRoute", &r.metadata);
         let rns = me.namespace.clone();
@@ -1086,6 +1150,28 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
                         if others.iter().any(|o| claimed_by(&eff, o, &l.hostname)) {
                             continue;
                         }
+                        if st.host_sharing == HostSharing::Namespace {
+                            let by = Claimant {
+                                created: r.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                                namespace: rns.clone(),
+                                name: me.name.clone(),
+                            };
+                            if let Err(owner) = claim_in_age_order(&mut owned, (b, eff.clone()), &by) {
+                                v.refusals.push(Refusal {
+                                    field: "spec.hostnames".into(),
+                                    reason: format!(
+                                        "{} on listener {} of Gateway {} belongs to namespace {} (HTTPRoute {}/{})",
+                                        shown(&eff),
+                                        l.name,
+                                        gws[*gi].metadata.name.as_deref().unwrap_or_default(),
+                                        owner.namespace,
+                                        owner.namespace,
+                                        owner.name
+                                    ),
+                                });
+                                continue;
+                            }
+                        }
                         tables.entry((b, eff)).or_default().extend(cands.iter().cloned());
                     }
                 }
@@ -1130,7 +1216,7 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
             }
         }
         paths.sort_by(|a, b| b.path.len().cmp(&a.path.len()).then(a.kind.cmp(&b.kind)).then(a.path.cmp(&b.path)));
-        model.hosts.push(HostTable { host, id, paths, port: Some(port) });
+        model.hosts.push(HostTable { host, id, paths, port: Some(port), unmatched_not_found: false });
     }
     model.rules = rules
         .into_iter()
@@ -1723,6 +1809,110 @@ mod tests {
                 (t.first().cloned().unwrap_or_default(), t.len())
             })
             .collect()
+    }
+
+    #[test]
+    fn hostnames_belong_to_namespaces_only_when_the_admin_says_so() {
+        let mut i = input(FIXTURE);
+        // `bad-backends` (edge, no creationTimestamp: the oldest) has bad.example.com on the
+        // https listener, which allows every namespace. A younger route of red and one of edge
+        // claim a path there too.
+        let extra: Vec<HttpRoute> = serde_saphyr::from_str(
+            r#"
+- metadata: {name: intruder, namespace: red, creationTimestamp: "2026-02-01T00:00:00Z"}
+  spec:
+    parentRefs: [{name: front, namespace: edge, sectionName: https}]
+    hostnames: [bad.example.com]
+    rules: [{matches: [{path: {type: PathPrefix, value: /steal}}], backendRefs: [{name: svc, port: 80}]}]
+- metadata: {name: sibling, namespace: edge, creationTimestamp: "2026-02-01T00:00:00Z"}
+  spec:
+    parentRefs: [{name: front, sectionName: https}]
+    hostnames: [bad.example.com]
+    rules: [{matches: [{path: {type: PathPrefix, value: /more}}], backendRefs: [{name: web, port: 80}]}]
+"#,
+        )
+        .unwrap();
+        i.routes.extend(extra);
+        // The routes some host table's path or match selects.
+        let sources = |o: &GatewayOutput| -> BTreeSet<String> {
+            let m = &o.model;
+            let matched = m.gateway.iter().flat_map(|g| g.matches.iter().map(|x| &x.rule));
+            let ids: BTreeSet<&RuleId> =
+                m.hosts.iter().flat_map(|t| t.paths.iter().map(|p| &p.rule)).chain(matched).collect();
+            m.rules
+                .iter()
+                .filter(|r| ids.contains(&r.id))
+                .map(|r| format!("{}/{}", r.source.namespace, r.source.name))
+                .collect()
+        };
+        let v = |o: &GatewayOutput, n: &str| o.verdicts.iter().find(|v| v.object.name == n).unwrap().clone();
+        // Off by default: attachment as the spec says, both serve.
+        let o = translate_gateway(&i);
+        assert!(sources(&o).contains("red/intruder") && sources(&o).contains("edge/sibling"), "{:?}", sources(&o));
+        assert!(v(&o, "intruder").accepted(), "{:?}", v(&o, "intruder"));
+        // On: the younger route of another namespace is refused the hostname; its sibling serves.
+        i.settings.host_sharing = HostSharing::Namespace;
+        let o = translate_gateway(&i);
+        assert!(!sources(&o).contains("red/intruder"), "{:?}", sources(&o));
+        assert!(sources(&o).contains("edge/sibling"));
+        let r = v(&o, "intruder");
+        assert_eq!(r.refusals[0].field, "spec.hostnames");
+        assert!(
+            r.refusals[0]
+                .reason
+                .starts_with("bad.example.com on listener https of Gateway front belongs to namespace edge"),
+            "{r:?}"
+        );
+        assert!(v(&o, "sibling").accepted());
+    }
+
+    #[test]
+    fn infrastructure_keys_pass_only_as_the_admin_allows() {
+        let allow = vec!["team".to_string(), "example.com/*".to_string()];
+        assert!(infrastructure_key_allowed(&allow, "team"));
+        assert!(infrastructure_key_allowed(&allow, "example.com/owner"));
+        assert!(!infrastructure_key_allowed(&allow, "teams"), "an exact key is exact");
+        assert!(!infrastructure_key_allowed(&allow, "external-dns.alpha.kubernetes.io/hostname"));
+        assert!(!infrastructure_key_allowed(&allow, "sub.example.com/x"), "a prefix is a prefix");
+        assert!(!infrastructure_key_allowed(&[], "team"), "nothing passes by default");
+        let mut i = input(FIXTURE);
+        let g = &mut i.gateways[0];
+        g.spec.infrastructure = Some(GatewayInfrastructure {
+            labels: [("team".into(), "a".into()), ("app.kubernetes.io/name".into(), "x".into())].into(),
+            annotations: [
+                ("example.com/owner".into(), "a".into()),
+                ("service.beta.kubernetes.io/aws-load-balancer-internal".into(), "false".into()),
+                ("external-dns.alpha.kubernetes.io/hostname".into(), "victim.example.com".into()),
+            ]
+            .into(),
+        });
+        let name = g.metadata.name.clone().unwrap();
+        // Empty by default: nothing reaches the Service, the Gateway serves and says why.
+        let o = translate_gateway(&i);
+        let out = gw(&o, &name);
+        assert!(out.service.labels.is_empty() && out.service.annotations.is_empty(), "{:?}", out.service);
+        let accepted = out.conditions.iter().find(|c| c.type_ == "Accepted").unwrap();
+        assert!(accepted.status, "{accepted:?}");
+        for field in [
+            "spec.infrastructure.labels[team]",
+            "spec.infrastructure.annotations[external-dns.alpha.kubernetes.io/hostname]",
+        ] {
+            assert!(accepted.message.contains(field), "{field}: {accepted:?}");
+        }
+        // Allowed keys pass; the others are still named.
+        i.settings.infrastructure_keys = allow;
+        let o = translate_gateway(&i);
+        let out = gw(&o, &name);
+        assert_eq!(out.service.labels, [("team".to_string(), "a".to_string())].into());
+        assert_eq!(out.service.annotations, [("example.com/owner".to_string(), "a".to_string())].into());
+        let accepted = out.conditions.iter().find(|c| c.type_ == "Accepted").unwrap();
+        assert!(accepted.message.contains("spec.infrastructure.labels[app.kubernetes.io/name]"), "{accepted:?}");
+        assert!(!accepted.message.contains("[team]"), "{accepted:?}");
+        // Without spec.infrastructure, the message is the plain one.
+        i.gateways[0].spec.infrastructure = None;
+        let o = translate_gateway(&i);
+        let accepted = gw(&o, &name).conditions.iter().find(|c| c.type_ == "Accepted").unwrap().clone();
+        assert!(!accepted.message.contains("infrastructure"), "{accepted:?}");
     }
 
     #[test]

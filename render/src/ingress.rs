@@ -5,8 +5,14 @@
 //! none and the class is the default), hosts (exact, lowercased; `*.suffix` matches exactly one
 //! label), `pathType` Exact, Prefix (segment-wise: `/foo` matches `/foo` and `/foo/…`, never
 //! `/foobar`; a trailing `/` is ignored) and ImplementationSpecific (here: the same as Prefix),
-//! longest match first and Exact before Prefix on equal paths, several Ingresses on one host
-//! merged (a host/path claimed twice goes to the oldest Ingress by creationTimestamp, then
+//! longest match first and Exact before Prefix on equal paths, host ownership (by
+//! [`crate::ownership`]: a host, the catch-all of rules without host and `defaultBackend`
+//! included, is routed only by its owner's namespace unless hosts are shared; a canary joins
+//! only a route of its own namespace; `ssl-passthrough` only on a host its namespace owns; a
+//! host whose namespace does not own the default backend answers its unmatched paths 404, and
+//! a host nobody of its namespace routes any more keeps an empty table rather than fall to
+//! another namespace's wildcard or catch-all), several Ingresses on one host merged (a
+//! host/path claimed twice goes to the oldest Ingress by creationTimestamp, then
 //! namespace/name; the other's path is refused in its own verdict), `defaultBackend` (the same
 //! rule), TLS from `kubernetes.io/tls` Secrets, Service ports by number and by name (the
 //! target port comes from the EndpointSlice port of the same name), and endpoints from
@@ -29,6 +35,7 @@ use crate::model::{
     Backend, Bind, Cert, Frontend, HostMatch, HostTable, Model, ObjectRef, PathEntry, PathKind, PolicyEntry, Refusal,
     RewriteEntry, Rule, Verdict, UNAVAILABLE,
 };
+use crate::ownership::{Claim, Claimant, HostSharing, Owners};
 use crate::slots::{self, Endpoint, SlotMap};
 
 /// The controller name an IngressClass must have for haptic to serve it.
@@ -63,6 +70,8 @@ pub struct IngressInput {
     /// Objects (Ingresses, Secrets) left out of this render, each with why: an Ingress is
     /// refused whole, a Secret is read as missing ([`crate::narrow`] decides which).
     pub excluded: BTreeMap<ObjectRef, String>,
+    /// Whether namespaces may share a host ([`crate::ownership`]).
+    pub sharing: HostSharing,
 }
 
 /// An allowed snippet an Ingress brings, and the config `haproxy -c` checks it in on its own
@@ -486,6 +495,77 @@ pub(crate) fn endpoints(slices: &[&EndpointSlice], port_name: &str) -> Vec<Endpo
     out.into_iter().map(|(addr, draining)| Endpoint { addr, draining }).collect()
 }
 
+/// Who an Ingress is, by age.
+fn claimant(ing: &Ingress) -> Claimant {
+    Claimant {
+        created: ing.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        namespace: ing.metadata.namespace.clone().unwrap_or_default(),
+        name: ing.metadata.name.clone().unwrap_or_default(),
+    }
+}
+
+/// The hosts `ing` claims, valid or not otherwise (an Ingress refused for another reason, or
+/// left out, keeps its hosts): its rules' hosts (the catch-all for a rule without host), the
+/// catch-all for `defaultBackend`, and its `server-alias` hosts. A canary claims nothing: it
+/// joins routes of its own namespace.
+fn claims(ing: &Ingress, allowed: Allowed) -> Vec<Claim> {
+    if is_canary(ing) {
+        return Vec::new();
+    }
+    let spec = ing.spec.clone().unwrap_or_default();
+    let has_tls = !spec.tls.as_deref().unwrap_or_default().is_empty();
+    let empty = BTreeMap::new();
+    let meaning = annotations::read(ing.metadata.annotations.as_ref().unwrap_or(&empty), has_tls, allowed).ok();
+    let exclusive = meaning.as_ref().is_some_and(|(m, _)| m.backend.passthrough);
+    let by = claimant(ing);
+    let claim = |host: HostMatch, exclusive: bool| Claim { host, by: by.clone(), exclusive };
+    let mut out = Vec::new();
+    for rule in spec.rules.as_deref().unwrap_or_default().iter().filter(|r| r.http.is_some()) {
+        match rule.host.as_deref() {
+            None | Some("") => out.push(claim(HostMatch::Any, false)),
+            Some(h) => out.extend(parse_host(h).ok().map(|h| claim(h, exclusive))),
+        }
+    }
+    if spec.default_backend.is_some() {
+        out.push(claim(HostMatch::Any, false));
+    }
+    for alias in meaning.iter().flat_map(|(m, _)| &m.paths.aliases) {
+        out.push(claim(alias.clone(), false));
+    }
+    out
+}
+
+/// Where a request for `host` goes when `host` has no table: a wildcard table matching it,
+/// else the catch-all.
+fn fallthrough(host: &HostMatch) -> Vec<HostMatch> {
+    match host {
+        HostMatch::Exact(h) => {
+            let wild = h.split_once('.').map(|(_, rest)| HostMatch::Wildcard(format!(".{rest}")));
+            wild.into_iter().chain([HostMatch::Any]).collect()
+        }
+        HostMatch::Wildcard(_) | HostMatch::Suffix(_) => vec![HostMatch::Any],
+        HostMatch::Any => vec![],
+    }
+}
+
+/// The host tables that must exist though no route of theirs was accepted: a claimed host
+/// whose requests would otherwise reach a wildcard or catch-all routed by a namespace that may
+/// not route the host. Passthrough-only hosts have no HTTP table.
+fn kept_hosts(owners: &Owners, claims: &[Claim], routed: &BTreeSet<HostMatch>) -> BTreeSet<HostMatch> {
+    let http: BTreeSet<&HostMatch> = claims.iter().filter(|c| !c.exclusive).map(|c| &c.host).collect();
+    let mut out = BTreeSet::new();
+    for (host, _) in owners.hosts().filter(|(h, _)| **h != HostMatch::Any && http.contains(h)) {
+        let mine = owners.namespaces(host);
+        let taken = fallthrough(host).into_iter().find(|f| routed.contains(f));
+        if let Some(f) = taken {
+            if owners.namespaces(&f).iter().any(|ns| !mine.contains(ns)) {
+                out.insert(host.clone());
+            }
+        }
+    }
+    out
+}
+
 /// Translates: the Model, one verdict per served Ingress (and per Secret problem, inside the
 /// Ingress's verdict), and the slot map of this render.
 pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap) {
@@ -494,6 +574,8 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
     ings.sort_by_key(|i| {
         (is_canary(i), i.metadata.creation_timestamp.as_ref().map(|t| t.0), obj("Ingress", &i.metadata))
     });
+    let all_claims: Vec<Claim> = ings.iter().flat_map(|i| claims(i, input.allowed)).collect();
+    let owners = Owners::new(all_claims.clone(), input.sharing);
     let mut ctx = Ctx::new(input);
     let mut routes: BTreeMap<(HostMatch, String, PathKind), Route> = BTreeMap::new();
     let mut default: Option<Route> = None;
@@ -590,6 +672,8 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
                 field: "spec.defaultBackend".into(),
                 reason: "ignored: a canary Ingress joins the paths of others, not the default backend".into(),
             });
+        } else if let (Some(_), Err(e)) = (&spec.default_backend, owners.admits(&HostMatch::Any, &ns)) {
+            v.refusals.push(Refusal { field: "spec.defaultBackend".into(), reason: e.to_string() });
         } else if let Some(b) = &spec.default_backend {
             match ctx.backend(&ns, b, "spec.defaultBackend", opts, &mut v) {
                 Ok(be) => match &default {
@@ -624,6 +708,16 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
                 },
             };
             let Some(http) = &rule.http else { continue };
+            let admitted = match (&meaning.canary, meaning.backend.passthrough) {
+                // A canary joins a route of its own namespace only (see `join_canary`).
+                (Some(_), _) => Ok(()),
+                (None, true) => owners.admits_passthrough(&host, &ns),
+                (None, false) => owners.admits(&host, &ns),
+            };
+            if let Err(e) = admitted {
+                v.refusals.push(Refusal { field: format!("spec.rules[{ri}].host"), reason: e.to_string() });
+                continue;
+            }
             if meaning.backend.passthrough {
                 let field = format!("spec.rules[{ri}]");
                 let HostMatch::Exact(h) = &host else {
@@ -721,6 +815,13 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
             }
         }
         for alias in &meaning.paths.aliases {
+            if let Err(e) = owners.admits(alias, &ns) {
+                v.refusals.push(Refusal {
+                    field: annotations::field_of(&ing.metadata, "server-alias"),
+                    reason: e.to_string(),
+                });
+                continue;
+            }
             for (path, kind, route) in &own {
                 let key = (alias.clone(), path.clone(), *kind);
                 match routes.get(&key) {
@@ -839,9 +940,21 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
         .iter()
         .map(|((regex, target), id)| RewriteEntry { id: id.clone(), regex: regex.clone(), target: target.clone() })
         .collect();
+    let mut routed: BTreeSet<HostMatch> = hosts.keys().cloned().collect();
+    if default.is_some() {
+        routed.insert(HostMatch::Any);
+    }
+    for h in kept_hosts(&owners, &all_claims, &routed) {
+        hosts.entry(h).or_default();
+    }
+    let default_ns = default.as_ref().map(|r| r.source.namespace.as_str());
     for (i, (host, mut paths)) in hosts.into_iter().enumerate() {
         paths.sort_by(|a, b| b.path.len().cmp(&a.path.len()).then(a.kind.cmp(&b.kind)).then(a.path.cmp(&b.path)));
-        model.hosts.push(HostTable { host, id: format!("h{}", i + 1), paths, port: None });
+        // The default backend answers a host's unmatched paths only for its own namespace's hosts.
+        let unmatched_not_found = host != HostMatch::Any
+            && default_ns.is_some_and(|d| !owners.namespaces(&host).contains(d))
+            && owners.owner(&host).is_some();
+        model.hosts.push(HostTable { host, id: format!("h{}", i + 1), paths, port: None, unmatched_not_found });
     }
     let mut slot_map = SlotMap::default();
     let prev = &input.previous_slots;
@@ -957,6 +1070,12 @@ fn join_canary(
     let Some(route) = routes.get(key) else {
         return Err(refuse(format!("no other Ingress routes {kind:?} {path} on this host: a canary needs one")));
     };
+    if route.source.namespace != ns {
+        return Err(refuse(format!(
+            "{kind:?} {path} on this host is routed by {}: a canary joins only a route of its own namespace",
+            route.source
+        )));
+    }
     if let Some(other) = &route.canary {
         return Err(refuse(format!("{kind:?} {path} on this host already has a canary ({})", other.weighted)));
     }
@@ -1150,6 +1269,7 @@ pub(crate) mod fixture {
             allowed: Allowed::default(),
             refused_snippets: BTreeMap::new(),
             excluded: BTreeMap::new(),
+            sharing: HostSharing::Namespace,
         }
     }
 }

@@ -4,7 +4,8 @@
 //! Ingress translator ([`ingress`]) and its annotations ([`annotations`]), the Gateway API types
 //! ([`gateway_api`]) and translator ([`gateway`]), slot planning ([`slots`]), map building
 //! ([`maps`]), the templates ([`template`]), and the gate-narrowing decision ([`narrow`]: which
-//! changed objects to leave out after the gate refuses a render). It must never talk to a
+//! changed objects to leave out after the gate refuses a render), and host ownership
+//! ([`ownership`]: which namespace may route a host). It must never talk to a
 //! cluster, spawn tasks or touch files: inputs
 //! are plain typed objects, outputs are bytes by relative path plus per-object verdicts. Every
 //! value from an object reaches `haproxy.cfg` only through `haptic_haproxy::quote` or as a map
@@ -17,6 +18,7 @@ pub mod ingress;
 pub mod maps;
 pub mod model;
 pub mod narrow;
+pub mod ownership;
 pub mod slots;
 pub mod template;
 

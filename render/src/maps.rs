@@ -16,7 +16,8 @@
 //!   path's own value (a segment-wise prefix matches itself).
 //! - `maps/paths_prefix.map`: `<host id><prefix>/` → rule id, read with `map_beg`, longest key
 //!   first (HAProxy takes the first matching line of a `beg` map), so `/foo` matches `/foo/…`
-//!   and never `/foobar`.
+//!   and never `/foobar`; a host whose unmatched requests answer 404 gets `<host id>/` →
+//!   `not_found` (no rule: `rules.map` gives the 404 backend) as its shortest key.
 //! - `maps/paths_regex.map`: `^<host id>~(?i:<regex>)` → rule id ([`regex_key`]), read with
 //!   `map_reg` after the exact map and before the prefix map (as nginx checks regex locations
 //!   before prefixes), longest pattern first. The template looks it up with `<host id>~<path>`
@@ -38,7 +39,7 @@ use std::collections::BTreeMap;
 
 use haptic_haproxy::quote::{map_line, regex_literal, Inexpressible};
 
-use crate::model::{HostMatch, Model, PathKind};
+use crate::model::{HostMatch, Model, PathKind, NOT_FOUND_RULE};
 
 /// What ends a host id in the regex map's keys and lookup strings; no host id holds it.
 pub const REGEX_DELIM: char = '~';
@@ -106,6 +107,10 @@ pub fn build(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, Inexpressible> 
                     prefix.push((beg, p.rule.clone()));
                 }
             }
+        }
+        // The shortest key of the host: only what no path of it matches.
+        if t.unmatched_not_found && !t.paths.iter().any(|p| p.kind == PathKind::Prefix && p.path == "/") {
+            prefix.push((format!("{hid}/"), NOT_FOUND_RULE.to_string()));
         }
     }
     // Longest first; ties by key so the bytes are deterministic.

@@ -238,6 +238,9 @@ pub struct HostTable {
     pub port: Option<u16>,
     /// Its paths, longest first.
     pub paths: Vec<PathEntry>,
+    /// A request on it that no path matches answers 404 ([`NOT_FOUND_RULE`]) instead of going
+    /// to [`Model::default_rule`] (which then belongs to another namespace).
+    pub unmatched_not_found: bool,
 }
 
 /// How a path is matched.
@@ -353,6 +356,9 @@ pub struct RewriteEntry {
 pub const UNAVAILABLE: &str = "haptic_unavailable";
 /// The backend answering 404 when nothing matches and there is no default backend.
 pub const NOT_FOUND: &str = "haptic_not_found";
+/// The rule id of a request answered 404: no rule has it, so `maps/rules.map` gives
+/// [`NOT_FOUND`].
+pub const NOT_FOUND_RULE: &str = "not_found";
 /// The backend answering 500: a Gateway API rule whose backends are all invalid or missing.
 pub const ERROR_500: &str = "haptic_error_500";
 

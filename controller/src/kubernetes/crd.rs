@@ -205,6 +205,12 @@ pub struct RenderSpec {
     /// the client sent it.
     #[serde(default)]
     pub path_normalization: PathNormalizationSpec,
+    /// What namespaces may do to each other's Ingress hosts.
+    #[serde(default)]
+    pub ingress: IngressRenderSpec,
+    /// What Gateways may bring to the objects the controller creates for them.
+    #[serde(default)]
+    pub gateway: GatewayRenderSpec,
 }
 
 /// `spec.render.pathNormalization`.
@@ -223,6 +229,70 @@ impl From<PathNormalizationSpec> for haptic_render::model::PathNormalization {
             PathNormalizationSpec::Normalize => Self::Normalize,
             PathNormalizationSpec::Off => Self::Off,
         }
+    }
+}
+
+/// Ingress rendering across namespaces.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct IngressRenderSpec {
+    /// `Namespace` (the default): a host (and the catch-all of rules without host and
+    /// `defaultBackend`) belongs to the namespace of the oldest Ingress claiming it
+    /// (creationTimestamp, then namespace/name); an Ingress of another namespace claiming any
+    /// path on it is refused in its own Events. `Shared`: every namespace may route any host and
+    /// each host/path goes to its oldest Ingress, as ingress-nginx merges. In both, a canary
+    /// joins only a route of its own namespace and `ssl-passthrough` needs a host its namespace
+    /// owns.
+    #[serde(default)]
+    pub host_sharing: HostSharing,
+}
+
+/// Whether namespaces may share an Ingress host.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+pub enum HostSharing {
+    /// A host belongs to the namespace of its oldest Ingress.
+    #[default]
+    Namespace,
+    /// Every namespace may route any host; the oldest Ingress wins each host/path.
+    Shared,
+}
+
+impl From<HostSharing> for haptic_render::ownership::HostSharing {
+    fn from(s: HostSharing) -> Self {
+        match s {
+            HostSharing::Namespace => haptic_render::ownership::HostSharing::Namespace,
+            HostSharing::Shared => haptic_render::ownership::HostSharing::Shared,
+        }
+    }
+}
+
+/// Gateway rendering: what passes from a Gateway to its Service.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayRenderSpec {
+    /// The `spec.infrastructure` label and annotation keys a Gateway may put on the Service
+    /// the controller creates for it in this namespace: exact keys (`team`) or prefixes ending
+    /// in `*` (`example.com/*`). Empty (the default): none pass. A Gateway bringing other keys
+    /// keeps its listeners; its `Accepted` condition says which keys were left out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256), inner(length(min = 1, max = 317), regex(pattern = r"^[^*]*\*?$")))]
+    pub infrastructure_keys: Vec<String>,
+    /// `Shared` (the default): HTTPRoutes attach as the Gateway API says (`allowedRoutes`,
+    /// ReferenceGrants, its precedence between routes). `Namespace`: on each listener port, a
+    /// hostname belongs to the namespace of the oldest HTTPRoute attached with it
+    /// (creationTimestamp, then namespace/name); a route of another namespace is refused that
+    /// hostname there (its Events say whose it is).
+    #[serde(default = "shared")]
+    pub host_sharing: HostSharing,
+}
+
+fn shared() -> HostSharing {
+    HostSharing::Shared
+}
+
+impl Default for GatewayRenderSpec {
+    fn default() -> Self {
+        GatewayRenderSpec { infrastructure_keys: Vec::new(), host_sharing: HostSharing::Shared }
     }
 }
 
@@ -561,6 +631,29 @@ mod tests {
         assert_eq!(r.message, "Validated: GateRefused words");
         let r = ready_condition(&c("Validated", true, "GatePassed"), &c("Converged", false, "NoPods"));
         assert_eq!((r.status.as_str(), r.reason.as_str()), ("False", "NoPods"));
+    }
+
+    #[test]
+    fn hosts_belong_to_namespaces_and_no_infrastructure_key_passes_by_default() {
+        let r: RenderSpec = serde_json::from_value(serde_json::json!({"ingressClassName": "haptic"})).unwrap();
+        assert_eq!(r.ingress.host_sharing, HostSharing::Namespace);
+        assert!(r.gateway.infrastructure_keys.is_empty());
+        assert_eq!(r.gateway.host_sharing, HostSharing::Shared, "Gateway attachment as the spec says");
+        let r: RenderSpec = serde_json::from_value(serde_json::json!({
+            "gatewayClassName": "haptic",
+            "ingress": {"hostSharing": "Shared"},
+            "gateway": {"infrastructureKeys": ["team", "example.com/*"]},
+        }))
+        .unwrap();
+        assert_eq!(
+            haptic_render::ownership::HostSharing::from(r.ingress.host_sharing),
+            haptic_render::ownership::HostSharing::Shared
+        );
+        assert_eq!(r.gateway.infrastructure_keys, ["team", "example.com/*"]);
+        let bad = serde_json::from_value::<RenderSpec>(serde_json::json!({"ingress": {"hostSharing": "Everyone"}}));
+        assert!(bad.is_err());
+        let y = crd_yaml();
+        assert!(y.contains("hostSharing") && y.contains("infrastructureKeys"), "{y}");
     }
 
     #[test]

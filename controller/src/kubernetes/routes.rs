@@ -182,6 +182,7 @@ pub fn render(
         allowed: Allowed { snippets: r.allow_snippet_annotations },
         refused_snippets: refused_snippets.clone(),
         excluded: excluded.clone(),
+        sharing: r.ingress.host_sharing.into(),
     };
     let out = haptic_render::render(&input, &templates(r, l)?)
         .map_err(|e| RenderError::invalid(format!("spec.render: {e}")))?;
@@ -256,6 +257,8 @@ pub fn render_gateway(
             health_port: s.health_port,
             namespace: namespace.to_string(),
             paths: s.paths,
+            infrastructure_keys: r.gateway.infrastructure_keys.clone(),
+            host_sharing: r.gateway.host_sharing.into(),
         },
     };
     let (out, status) = haptic_render::render_gateway(&input, &templates(r, l)?)

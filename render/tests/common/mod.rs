@@ -42,6 +42,7 @@ pub fn input(yaml: &str, settings: Settings) -> IngressInput {
         allowed: Default::default(),
         refused_snippets: Default::default(),
         excluded: Default::default(),
+        sharing: Default::default(),
     }
 }
 
