@@ -89,6 +89,10 @@ pub struct GatewayInput {
     pub previous_slots: SlotMap,
     /// Listening and slot settings.
     pub settings: GatewaySettings,
+    /// Objects (HTTPRoutes, Secrets) left out of this render, each with why: a route is not
+    /// accepted by any parent, a Secret is an unresolved certificate reference
+    /// ([`crate::narrow`] decides which).
+    pub excluded: BTreeMap<ObjectRef, String>,
 }
 
 /// Listening and slot settings.
@@ -578,8 +582,13 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
                     } else if !crate::template::is_section_name(&r.name) || !crate::template::is_section_name(&rns) {
                         resolved = Err(("InvalidCertificateRef", "not a Secret name".into()));
                     } else {
-                        match secret_pem(&input.secrets, &rns, &r.name) {
-                            Ok(pem) => {
+                        let sref = ObjectRef { kind: "Secret".into(), namespace: rns.clone(), name: r.name.clone() };
+                        let file = match input.excluded.get(&sref) {
+                            Some(why) => Err(format!("Secret {rns}/{} is left out: {why}", r.name)),
+                            None => secret_pem(&input.secrets, &rns, &r.name),
+                        };
+                        match file {
+                            Ok(file) => {
                                 let path = format!("certs/{rns}_{}.pem", r.name);
                                 certs.entry(path.clone()).or_insert_with(|| Cert {
                                     path: path.clone(),
@@ -589,7 +598,8 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
                                         namespace: rns.clone(),
                                         name: r.name.clone(),
                                     },
-                                    pem,
+                                    pem: file.pem,
+                                    not_after: file.not_after,
                                 });
                                 lcerts.push(path);
                             }
@@ -955,6 +965,8 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
             let mut conds = Vec::new();
             let accepted: Result<Vec<usize>, (&'static str, String)> = if named.is_empty() {
                 Err(("NoMatchingParent", "no listener matches the sectionName and port".into()))
+            } else if let Some(why) = input.excluded.get(&me) {
+                Err(("UnsupportedValue", why.clone()))
             } else if let Some(b) = &bad {
                 Err(("UnsupportedValue", b.clone()))
             } else {
@@ -1441,6 +1453,7 @@ impl GatewayObjects {
             secrets: self.secrets,
             previous_slots: SlotMap::default(),
             settings,
+            excluded: BTreeMap::new(),
         }
     }
 }

@@ -17,6 +17,7 @@ pub mod ingress;
 pub mod maps;
 pub mod model;
 pub mod narrow;
+pub mod pem;
 pub mod slots;
 pub mod template;
 

@@ -562,8 +562,16 @@ pub async fn watch_renders(
                 objects.secrets = secrets;
                 let applied = ctx.board.snapshot().pods.iter().filter_map(|p| p.applied).collect();
                 let previous = slots.previous(&applied);
-                if want_gateway {
-                    Some(super::routes::render_gateway(&c.spec, &s, &objects, &previous, &ctx.namespace).and_then(
+                let versions = super::narrowing::object_versions(&objects);
+                let excluded = narrowing.excluded(&versions);
+                if !excluded.is_empty() {
+                    info!("leaving out of the render, after the gate refused one: {}", {
+                        let names: Vec<String> = excluded.keys().map(ToString::to_string).collect();
+                        names.join(", ")
+                    });
+                }
+                let out = if want_gateway {
+                    super::routes::render_gateway(&c.spec, &s, &objects, &previous, &ctx.namespace, &excluded).and_then(
                         |(out, mut status)| {
                             status.model = Default::default();
                             gateway = Some(Arc::new(status));
@@ -571,31 +579,21 @@ pub async fn watch_renders(
                             slots.record(render.plan_id(), out.slots);
                             Ok(Arc::new(render))
                         },
-                    ))
+                    )
                 } else {
                     let checks = super::routes::snippet_checks(r, &objects);
                     let refused = snippets.refused(&ctx.haproxy_bin, &checks).await;
-                    let versions = super::narrowing::object_versions(&objects);
-                    let excluded = narrowing.excluded(&versions);
-                    if !excluded.is_empty() {
-                        info!("leaving out of the render, after the gate refused one: {}", {
-                            let names: Vec<String> = excluded.keys().map(ToString::to_string).collect();
-                            names.join(", ")
-                        });
-                    }
-                    let out =
-                        super::routes::render(&c.spec, &s, &objects, &previous, &refused, &excluded).and_then(|out| {
-                            ingress =
-                                Some(Arc::new(super::routes::outcome(r, &ctx.namespace, &objects, &out.verdicts)));
-                            let render = Render::new(out.files).map_err(|why| RenderError::invalid(why.to_string()))?;
-                            slots.record(render.plan_id(), out.slots);
-                            Ok(Arc::new(render))
-                        });
-                    if let Ok(r) = &out {
-                        again = narrowing.published(r.plan_id(), versions, &ctx.board.snapshot().gate);
-                    }
-                    Some(out)
+                    super::routes::render(&c.spec, &s, &objects, &previous, &refused, &excluded).and_then(|out| {
+                        ingress = Some(Arc::new(super::routes::outcome(r, &ctx.namespace, &objects, &out.verdicts)));
+                        let render = Render::new(out.files).map_err(|why| RenderError::invalid(why.to_string()))?;
+                        slots.record(render.plan_id(), out.slots);
+                        Ok(Arc::new(render))
+                    })
+                };
+                if let Ok(r) = &out {
+                    again = narrowing.published(r.plan_id(), versions, &excluded, &ctx.board.snapshot().gate);
                 }
+                Some(out)
             }
             (Some(c), _, _) => Some(build(&c.spec, &s).and_then(|files| {
                 Render::new(files).map(Arc::new).map_err(|why| RenderError::invalid(why.to_string()))

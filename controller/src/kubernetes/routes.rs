@@ -234,6 +234,7 @@ pub fn render_gateway(
     objects: &Objects,
     previous: &SlotMap,
     namespace: &str,
+    excluded: &BTreeMap<haptic_render::ObjectRef, String>,
 ) -> Result<(Rendered, GatewayOutput), RenderError> {
     let r = spec.render.as_ref().ok_or_else(|| RenderError::invalid("spec.render is not set".into()))?;
     let class = gateway_class(r, objects)?;
@@ -257,6 +258,7 @@ pub fn render_gateway(
             namespace: namespace.to_string(),
             paths: s.paths,
         },
+        excluded: excluded.clone(),
     };
     let (out, status) = haptic_render::render_gateway(&input, &templates(r, l)?)
         .map_err(|e| RenderError::invalid(format!("spec.render: {e}")))?;
