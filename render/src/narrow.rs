@@ -181,6 +181,29 @@ mod tests {
         assert_eq!(*Narrower::start(BTreeSet::new()).step(), Step::Stuck);
     }
 
+    proptest::proptest! {
+        /// Whatever the gate answers, a narrowing ends (Done or Stuck) within 2·n renders and
+        /// never leaves out an object that did not change.
+        #[test]
+        fn any_verdicts_end_within_a_bound_and_leave_out_only_changed_objects(
+            n in 0..12usize,
+            verdicts in proptest::collection::vec(proptest::prelude::any::<bool>(), 0..64),
+        ) {
+            let changed: BTreeSet<ObjectRef> = (0..n).map(|i| ing(&format!("i{i}"))).collect();
+            let mut nar = Narrower::start(changed.clone());
+            let mut renders = 0;
+            let mut answers = verdicts.into_iter().chain(std::iter::repeat(true));
+            while *nar.step() == Step::Trying {
+                proptest::prop_assert!(nar.excluded().keys().all(|o| changed.contains(o)));
+                renders += 1;
+                proptest::prop_assert!(renders <= 2 * n, "{renders} renders for {n}");
+                let pass = answers.next().unwrap_or(true);
+                nar.on_verdict(if pass { Ok(()) } else { Err("refused") });
+            }
+            proptest::prop_assert!(nar.culprits().keys().all(|o| changed.contains(o)));
+        }
+    }
+
     #[test]
     fn excluded_says_why() {
         let mut n = Narrower::start(BTreeSet::from([ing("a"), ing("b")]));

@@ -59,7 +59,10 @@ pub fn object_versions(o: &super::routes::Objects) -> Versions {
 /// See the module documentation.
 #[derive(Debug, Default)]
 pub struct GateNarrowing {
+    /// By plan: the objects it let in.
     versions: VecDeque<(PlanId, Versions)>,
+    /// The newest plan and every object it was rendered from (also those it left out).
+    newest: Option<(PlanId, Versions)>,
     running: Option<Running>,
     culprits: BTreeMap<ObjectRef, (String, String)>,
     /// The refused plan the last narrowing started from.
@@ -93,6 +96,7 @@ impl GateNarrowing {
         excluded: &BTreeMap<ObjectRef, String>,
         gate: &GateStatus,
     ) -> bool {
+        self.newest = Some((plan, now.clone()));
         now.retain(|o, _| !excluded.contains_key(o));
         self.versions.retain(|(p, _)| *p != plan);
         self.versions.push_back((plan, now));
@@ -135,7 +139,7 @@ impl GateNarrowing {
         }
         // A refusal of the newest render starts a narrowing, once.
         let Some(refused) = gate.last_refused.as_ref().filter(|_| gate.pinned) else { return false };
-        let Some((newest, now)) = self.versions.back() else { return false };
+        let Some((newest, now)) = self.newest.as_ref() else { return false };
         if *newest != refused.plan_id || self.handled == Some(refused.plan_id) {
             return false;
         }
