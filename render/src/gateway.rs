@@ -1551,6 +1551,41 @@ mod tests {
     }
 
     #[test]
+    fn left_out_routes_and_secrets_are_refused_in_their_own_statuses() {
+        let mut i = input(FIXTURE);
+        let o = translate_gateway(&i);
+        assert!(has(&parent(&o, "main", Some("http")).conditions, "Accepted", true, "Accepted"));
+        let why = "left out while the controller narrows down which change the gate refuses".to_string();
+        let r = |kind: &str, name: &str| ObjectRef { kind: kind.into(), namespace: "edge".into(), name: name.into() };
+        i.excluded.insert(r("HTTPRoute", "main"), why.clone());
+        i.excluded.insert(r("Secret", "site"), why.clone());
+        let o = translate_gateway(&i);
+        let main = parent(&o, "main", Some("http"));
+        assert!(has(&main.conditions, "Accepted", false, "UnsupportedValue"), "{main:?}");
+        assert!(main.conditions.iter().any(|c| c.message == why));
+        let v = o.verdicts.iter().find(|v| v.object.name == "main").unwrap();
+        assert!(!v.accepted() && v.refusals[0].reason.contains("narrows down"), "{v:?}");
+        let https = listener(gw(&o, "front"), "https");
+        assert!(has(&https.conditions, "ResolvedRefs", false, "InvalidCertificateRef"), "{https:?}");
+        assert!(!o.model.certs.iter().any(|c| c.path == "certs/edge_site.pem"));
+        // The other routes still attach.
+        assert!(has(&parent(&o, "exact-host", None).conditions, "Accepted", true, "Accepted"));
+    }
+
+    #[test]
+    fn a_secret_whose_key_does_not_match_is_an_invalid_certificate_ref() {
+        let mut i = input(FIXTURE);
+        let other = rcgen::generate_simple_self_signed(vec!["x.example".into()]).unwrap();
+        let data = i.secrets[0].data.as_mut().unwrap();
+        data.insert("tls.key".into(), k8s_openapi::ByteString(other.signing_key.serialize_pem().into_bytes()));
+        let o = translate_gateway(&i);
+        let https = listener(gw(&o, "front"), "https");
+        let c = https.conditions.iter().find(|c| c.type_ == "ResolvedRefs").unwrap();
+        assert!(!c.status && c.reason == "InvalidCertificateRef" && c.message.contains("does not match"), "{c:?}");
+        assert!(o.model.certs.is_empty());
+    }
+
+    #[test]
     fn the_gateway_service_names_every_usable_port_and_the_address_programs_it() {
         let mut i = input(FIXTURE);
         let o = translate_gateway(&i);
