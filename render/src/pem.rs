@@ -159,8 +159,8 @@ pub fn private_key(bytes: &[u8]) -> Result<PrivateKeyDer<'static>, PemError> {
 /// SubjectPublicKeyInfo: no signature is made and no hand-written ASN.1 is needed. A key whose
 /// public half cannot be derived is refused (not compared is not matched).
 fn check_pair(leaf: &[u8], key: &PrivateKeyDer<'static>) -> Result<(), PemError> {
-    let signer = rustls::crypto::aws_lc_rs::sign::any_supported_type(key)
-        .map_err(|e| PemError::BadKey(e.to_string()))?;
+    let signer =
+        rustls::crypto::aws_lc_rs::sign::any_supported_type(key).map_err(|e| PemError::BadKey(e.to_string()))?;
     let certified = CertifiedKey::new(vec![CertificateDer::from(leaf.to_vec())], Arc::clone(&signer));
     certified.keys_match().map_err(|_| PemError::KeyMismatch)
 }
@@ -265,7 +265,9 @@ mod tests {
         assert!(!text.contains("core") && !text.contains("--[[") && !text.contains("]]"), "{text}");
         let clean = certified(format!("{crt}{ca}").as_bytes(), key.as_bytes()).unwrap();
         assert_eq!(text.as_bytes(), clean.pem, "only the re-encoded blocks");
-        assert!(text.lines().all(|l| l.starts_with("-----") || l.bytes().all(|b| b.is_ascii_alphanumeric() || b"+/=".contains(&b))));
+        assert!(text
+            .lines()
+            .all(|l| l.starts_with("-----") || l.bytes().all(|b| b.is_ascii_alphanumeric() || b"+/=".contains(&b))));
     }
 
     #[test]

@@ -51,7 +51,8 @@ fn tls(ns: &str, crt: Vec<u8>, key: Vec<u8>) -> Secret {
     s.metadata.name = Some("site".into());
     s.metadata.namespace = Some(ns.into());
     s.type_ = Some("kubernetes.io/tls".into());
-    s.data = Some([("tls.crt", crt), ("tls.key", key)].map(|(k, v)| (k.to_string(), k8s_openapi::ByteString(v))).into());
+    s.data =
+        Some([("tls.crt", crt), ("tls.key", key)].map(|(k, v)| (k.to_string(), k8s_openapi::ByteString(v))).into());
     s
 }
 

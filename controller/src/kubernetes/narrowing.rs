@@ -214,7 +214,8 @@ mod tests {
             for o in out.keys() {
                 assert_ne!(self.last_good_in.get(o), now.get(o), "{o} is left out but unchanged");
             }
-            let rendered: Versions = now.iter().filter(|(o, _)| !out.contains_key(*o)).map(|(o, v)| (o.clone(), v.clone())).collect();
+            let rendered: Versions =
+                now.iter().filter(|(o, _)| !out.contains_key(*o)).map(|(o, v)| (o.clone(), v.clone())).collect();
             if rendered.iter().any(|(o, v)| self.bad.contains(&(o.clone(), v.clone()))) {
                 self.refused = Some(self.renders);
             } else {
