@@ -56,6 +56,37 @@ pub fn object_versions(o: &super::routes::Objects) -> Versions {
         .collect()
 }
 
+/// The largest render (all files) the render loop publishes; a larger one leaves out its
+/// largest contributors ([`haptic_render::narrow::to_fit`]). The largest file the controller
+/// reads from a directory, and far below the agents' default request body limit (256 MiB), so a
+/// render that fits is one every agent with default settings accepts.
+pub const MAX_RENDER_BYTES: u64 = crate::render::MAX_FILE_BYTES;
+
+/// The bytes each object adds to a render, by what it brings: a Secret its data (certificates,
+/// keys, users), an Ingress or an HTTPRoute its spec (its hosts, paths and rules become map
+/// lines and config in proportion).
+pub fn object_sizes(o: &super::routes::Objects) -> BTreeMap<ObjectRef, u64> {
+    let r = |kind: &str, m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| ObjectRef {
+        kind: kind.into(),
+        namespace: m.namespace.clone().unwrap_or_default(),
+        name: m.name.clone().unwrap_or_default(),
+    };
+    o.ingresses
+        .iter()
+        .map(|i| (r("Ingress", &i.metadata), json_len(&i.spec)))
+        .chain(o.routes.iter().map(|h| (r("HTTPRoute", &h.metadata), json_len(&h.spec))))
+        .chain(o.secrets.iter().map(|s| {
+            let data = s.data.as_ref().map(|d| d.values().map(|b| b.0.len() as u64).sum()).unwrap_or(0);
+            (r("Secret", &s.metadata), data)
+        }))
+        .collect()
+}
+
+/// The length of `v`'s JSON form (0 when it does not serialize).
+fn json_len<T: serde::Serialize>(v: &T) -> u64 {
+    serde_json::to_vec(v).map(|v| v.len() as u64).unwrap_or(0)
+}
+
 /// See the module documentation.
 #[derive(Debug, Default)]
 pub struct GateNarrowing {
@@ -307,6 +338,27 @@ mod tests {
         assert!(!sim.pinned(), "the gate is not pinned: the change deploys");
         assert_eq!(sim.left_out(&later), ["bad"]);
         assert_eq!(sim.last_good_in, versions(&[("a", "1"), ("web", "1")]));
+    }
+
+    #[test]
+    fn an_object_adds_its_data_or_its_spec_and_the_largest_is_left_out_first() {
+        let mut objects = super::super::routes::Objects::default();
+        let mut big = k8s_openapi::api::core::v1::Secret::default();
+        big.metadata.namespace = Some("shop".into());
+        big.metadata.name = Some("big".into());
+        big.data = Some([("tls.crt".to_string(), k8s_openapi::ByteString(vec![b'x'; 4096]))].into());
+        let mut small = k8s_openapi::api::networking::v1::Ingress::default();
+        small.metadata.namespace = Some("shop".into());
+        small.metadata.name = Some("small".into());
+        objects.secrets.push(std::sync::Arc::new(big));
+        objects.ingresses.push(std::sync::Arc::new(small));
+        let sizes = object_sizes(&objects);
+        let secret = ObjectRef { kind: "Secret".into(), namespace: "shop".into(), name: "big".into() };
+        assert_eq!(sizes[&secret], 4096);
+        assert!(sizes[&ing("small")] < 64, "{sizes:?}");
+        let limit = MAX_RENDER_BYTES;
+        assert_eq!(haptic_render::narrow::to_fit(&sizes, limit + 100, limit), [secret]);
+        assert!(haptic_render::narrow::to_fit(&sizes, limit, limit).is_empty());
     }
 
     #[derive(Debug, Clone)]

@@ -563,33 +563,67 @@ pub async fn watch_renders(
                 let applied = ctx.board.snapshot().pods.iter().filter_map(|p| p.applied).collect();
                 let previous = slots.previous(&applied);
                 let versions = super::narrowing::object_versions(&objects);
-                let excluded = narrowing.excluded(&versions);
-                if !excluded.is_empty() {
-                    info!("leaving out of the render, after the gate refused one: {}", {
-                        let names: Vec<String> = excluded.keys().map(ToString::to_string).collect();
-                        names.join(", ")
-                    });
-                }
-                let out = if want_gateway {
-                    super::routes::render_gateway(&c.spec, &s, &objects, &previous, &ctx.namespace, &excluded).and_then(
-                        |(out, mut status)| {
-                            status.model = Default::default();
-                            gateway = Some(Arc::new(status));
-                            let render = Render::new(out.files).map_err(|why| RenderError::invalid(why.to_string()))?;
-                            slots.record(render.plan_id(), out.slots);
-                            Ok(Arc::new(render))
-                        },
-                    )
+                let mut excluded = narrowing.excluded(&versions);
+                let refused = if want_gateway {
+                    BTreeMap::new()
                 } else {
-                    let checks = super::routes::snippet_checks(r, &objects);
-                    let refused = snippets.refused(&ctx.haproxy_bin, &checks).await;
-                    super::routes::render(&c.spec, &s, &objects, &previous, &refused, &excluded).and_then(|out| {
-                        ingress = Some(Arc::new(super::routes::outcome(r, &ctx.namespace, &objects, &out.verdicts)));
-                        let render = Render::new(out.files).map_err(|why| RenderError::invalid(why.to_string()))?;
-                        slots.record(render.plan_id(), out.slots);
-                        Ok(Arc::new(render))
-                    })
+                    snippets.refused(&ctx.haproxy_bin, &super::routes::snippet_checks(r, &objects)).await
                 };
+                let sizes = super::narrowing::object_sizes(&objects);
+                // A render over the size limit leaves out its largest contributors; to_fit leaves
+                // out every remaining one when none fits: at most three renders.
+                let mut rounds = 0;
+                let out = loop {
+                    if !excluded.is_empty() {
+                        info!("leaving out of the render: {}", {
+                            let names: Vec<String> = excluded.keys().map(ToString::to_string).collect();
+                            names.join(", ")
+                        });
+                    }
+                    let out = if want_gateway {
+                        super::routes::render_gateway(&c.spec, &s, &objects, &previous, &ctx.namespace, &excluded)
+                            .and_then(|(out, mut status)| {
+                                status.model = Default::default();
+                                gateway = Some(Arc::new(status));
+                                let render =
+                                    Render::new(out.files).map_err(|why| RenderError::invalid(why.to_string()))?;
+                                Ok((Arc::new(render), out.slots))
+                            })
+                    } else {
+                        super::routes::render(&c.spec, &s, &objects, &previous, &refused, &excluded).and_then(|out| {
+                            ingress =
+                                Some(Arc::new(super::routes::outcome(r, &ctx.namespace, &objects, &out.verdicts)));
+                            let render = Render::new(out.files).map_err(|why| RenderError::invalid(why.to_string()))?;
+                            Ok((Arc::new(render), out.slots))
+                        })
+                    };
+                    let total: u64 = match &out {
+                        Ok((render, _)) => render.manifest().iter().map(|f| f.size).sum(),
+                        Err(_) => 0,
+                    };
+                    let limit = super::narrowing::MAX_RENDER_BYTES;
+                    let left: BTreeMap<_, _> = sizes
+                        .iter()
+                        .filter(|(o, _)| !excluded.contains_key(*o))
+                        .map(|(o, b)| (o.clone(), *b))
+                        .collect();
+                    let more = haptic_render::narrow::to_fit(&left, total, limit);
+                    rounds += 1;
+                    if more.is_empty() || rounds > 2 {
+                        break out;
+                    }
+                    warn!(
+                        bytes = total,
+                        limit, "the render is over its size limit: leaving out its largest contributors"
+                    );
+                    for o in more {
+                        excluded.insert(o, format!("{} of {limit} bytes", haptic_render::narrow::TOO_LARGE));
+                    }
+                };
+                let out = out.map(|(render, slot_map)| {
+                    slots.record(render.plan_id(), slot_map);
+                    render
+                });
                 if let Ok(r) = &out {
                     again = narrowing.published(r.plan_id(), versions, &excluded, &ctx.board.snapshot().gate);
                 }
