@@ -134,8 +134,10 @@ pub fn add_files(
     Ok(())
 }
 
-/// A Secret as one file: the `key`'s bytes, or for a `kubernetes.io/tls` Secret without a key
-/// the certificate followed by the private key (one PEM, as HAProxy's `crt` wants it).
+/// A Secret as one file: the `key`'s bytes (the fleet admin's choice of file), or for a
+/// `kubernetes.io/tls` Secret without a key the certificate chain followed by the private key
+/// (one PEM, as HAProxy's `crt` wants it), parsed, checked and re-encoded by
+/// [`haptic_render::pem`].
 pub fn secret_file(s: &Secret, key: Option<&str>) -> Result<Vec<u8>, String> {
     let name = s.metadata.name.clone().unwrap_or_default();
     let data = s.data.clone().unwrap_or_default();
@@ -147,12 +149,7 @@ pub fn secret_file(s: &Secret, key: Option<&str>) -> Result<Vec<u8>, String> {
     }
     let crt = data.get("tls.crt").ok_or_else(|| format!("Secret {name} has no tls.crt"))?;
     let key = data.get("tls.key").ok_or_else(|| format!("Secret {name} has no tls.key"))?;
-    let mut pem = crt.0.clone();
-    if !pem.ends_with(b"\n") {
-        pem.push(b'\n');
-    }
-    pem.extend_from_slice(&key.0);
-    Ok(pem)
+    haptic_render::pem::certified(&crt.0, &key.0).map(|f| f.pem).map_err(|e| format!("Secret {name}: {e}"))
 }
 
 /// The names of the objects a spec references: every ConfigMap and Secret a render reads, and
@@ -841,9 +838,11 @@ mod tests {
         let mut tls = Secret::default();
         tls.metadata.name = Some("site".into());
         tls.type_ = Some("kubernetes.io/tls".into());
+        let pair = rcgen::generate_simple_self_signed(vec!["site.example.com".into()]).unwrap();
+        let (crt, key) = (pair.cert.pem(), pair.signing_key.serialize_pem());
         tls.data = Some(BTreeMap::from([
-            ("tls.crt".to_string(), ByteString(b"CERT".to_vec())),
-            ("tls.key".to_string(), ByteString(b"KEY\n".to_vec())),
+            ("tls.crt".to_string(), ByteString(format!("# text around\n{crt}").into_bytes())),
+            ("tls.key".to_string(), ByteString(key.clone().into_bytes())),
         ]));
         f.secrets.insert("site".into(), Arc::new(tls));
         let s = spec(json!({
@@ -858,7 +857,7 @@ mod tests {
         let get = |p: &str| String::from_utf8(files[&RelPath::new(p).unwrap()].clone()).unwrap();
         assert_eq!(get("haproxy.cfg"), "global\n");
         assert_eq!(get("maps/hosts.map"), "a b\n");
-        assert_eq!(get("certs/site.pem"), "CERT\nKEY\n");
+        assert_eq!(get("certs/site.pem"), format!("{crt}{key}").replace("\r\n", "\n"), "re-encoded, text dropped");
         assert_eq!(get("errors/503.http"), "HTTP/1.0 503\r\n\r\n");
 
         let missing = spec(json!({"config": "global\n",
