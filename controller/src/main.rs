@@ -443,7 +443,8 @@ fn render_cmd(dir: PathBuf, out: Option<PathBuf>) -> anyhow::Result<ExitCode> {
             }
             let namespace = m.config.metadata.namespace.clone().unwrap_or_else(|| "default".into());
             let (r, _) =
-                routes::render_gateway(&spec, &m, &m.objects, &Default::default(), &namespace).map_err(fail)?;
+                routes::render_gateway(&spec, &m, &m.objects, &Default::default(), &namespace, &Default::default())
+                    .map_err(fail)?;
             (r.files, r.verdicts)
         }
         Some(r) => {

@@ -50,11 +50,11 @@ fn ingress(name: &str, host: &str, paths: &[(&str, &str)], port: serde_json::Val
 /// The addresses of `backend`'s servers that are not in maintenance, per pod (HAProxy's own
 /// `show servers state`: field 2 is the backend, 5 the address, 7 the admin state, whose
 /// maintenance bits are 0x01 forced, 0x02 inherited and 0x20 resolution; 0x04 only remembers
-/// `disabled` in the config).
-async fn live_servers(pods: &LocalPods, backend: &str) -> Vec<BTreeSet<String>> {
+/// `disabled` in the config). `None` while a pod's runtime API does not answer (a reload).
+async fn live_servers(pods: &LocalPods, backend: &str) -> Option<Vec<BTreeSet<String>>> {
     let mut out = Vec::new();
     for n in pods.names() {
-        let text = pods.pod(&n).unwrap().haproxy().worker_cmd(&format!("show servers state {backend}")).await.unwrap();
+        let text = pods.pod(&n).unwrap().haproxy().worker_cmd(&format!("show servers state {backend}")).await.ok()?;
         let live = text
             .lines()
             .filter_map(|l| {
@@ -65,7 +65,7 @@ async fn live_servers(pods: &LocalPods, backend: &str) -> Vec<BTreeSet<String>> 
             .collect();
         out.push(live);
     }
-    out
+    Some(out)
 }
 
 /// Waits until every pod serves exactly `addrs` (`ip:port`) in `backend`.
@@ -73,7 +73,7 @@ async fn serving(pods: &LocalPods, backend: &str, addrs: &[&str]) {
     let want: BTreeSet<String> = addrs.iter().map(|a| a.split(':').next().unwrap().to_string()).collect();
     let what = format!("{backend} serving {addrs:?} on every pod");
     let r = haptic_e2e::cluster::eventually(&what, DEADLINE, || async {
-        live_servers(pods, backend).await.iter().all(|s| *s == want).then_some(())
+        live_servers(pods, backend).await?.iter().all(|s| *s == want).then_some(())
     })
     .await;
     if let Err(e) = r {
@@ -103,8 +103,8 @@ async fn routed_to(pods: &LocalPods, key: &str) -> Vec<String> {
 
 on_each_version!(ingresses_route_and_change_at_runtime);
 
-/// Routes, endpoint churn, path churn, status, a refused Ingress and a gate refusal narrowed to
-/// its culprit on 2 local pods.
+/// Routes, endpoint churn, path churn, status, a refused Ingress, and a mismatched certificate
+/// refused in its Ingress's status while a concurrent endpoint change deploys, on 2 local pods.
 async fn ingresses_route_and_change_at_runtime(bin: HaproxyBin) {
     let e = env().await;
     let c = &e.client;
@@ -229,36 +229,39 @@ async fn ingresses_route_and_change_at_runtime(bin: HaproxyBin) {
     answers(&pods, fe, "other.example.com", "/", 503).await;
     answers(&pods, fe, "bad.example.com", "/", 404).await;
 
-    // What only the gate sees (a CA bundle HAProxy cannot load): the objects changed since the
-    // last good render are left out, narrowed down to the culprit, whose Ingress an Event tells
-    // why; the other new Ingress deploys.
+    // One tenant's certificate whose key is another certificate's, arriving together with an
+    // endpoint change: the pair is refused before the render reaches the gate, in its own
+    // Ingress's Event, and the endpoint change and another new Ingress deploy.
     apply(c, service("secure")).await;
     apply(c, slice("secure", &["192.0.2.3"])).await;
+    let (site, other) = (
+        rcgen::generate_simple_self_signed(vec!["secure.example.com".into()]).unwrap(),
+        rcgen::generate_simple_self_signed(vec!["other.example.com".into()]).unwrap(),
+    );
     apply(
         c,
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "bad-ca", "namespace": "shop"},
-               "stringData": {"ca.crt": "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"}}),
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+               "metadata": {"name": "mismatched", "namespace": "shop"},
+               "stringData": {"tls.crt": site.cert.pem(), "tls.key": other.signing_key.serialize_pem()}}),
     )
     .await;
-    let mut tls_backend = ingress("tls-backend", "secure.example.com", &[("/", "secure")], json!({"name": "http"}));
-    tls_backend["metadata"]["annotations"] = json!({
-        "nginx.ingress.kubernetes.io/backend-protocol": "HTTPS",
-        "nginx.ingress.kubernetes.io/proxy-ssl-secret": "bad-ca",
-        "nginx.ingress.kubernetes.io/proxy-ssl-verify": "on"});
-    apply(c, tls_backend).await;
+    let mut tls_site = ingress("tls-site", "secure.example.com", &[("/", "secure")], json!({"name": "http"}));
+    tls_site["spec"]["tls"] = json!([{"hosts": ["secure.example.com"], "secretName": "mismatched"}]);
+    apply(c, tls_site).await;
+    apply(c, slice("web", &["192.0.2.2", "192.0.2.4"])).await;
     apply(c, ingress("after", "after.example.com", &[("/", "empty")], json!({"name": "http"}))).await;
+    serving(&pods, "shop_web_http", &["192.0.2.2:8080", "192.0.2.4:8080"]).await;
     answers(&pods, fe, "after.example.com", "/", 503).await;
-    let ev = eventually("an Event on Ingress tls-backend saying the gate refuses its Secret", || async {
+    let ev = eventually("an Event on Ingress tls-site saying its Secret's key does not match", || async {
         let list = events.list(&ListParams::default()).await.ok()?;
         list.items.into_iter().find(|e| {
-            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("tls-backend")
-                && e.reason.as_deref() == Some("IngressLeftOut")
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("tls-site")
+                && e.reason.as_deref() == Some("IngressRefused")
         })
     })
     .await;
     let note = ev.note.unwrap_or_default();
-    assert!(note.contains("Secret shop/bad-ca is left out") && note.contains("ca-file"), "{note}");
-    answers(&pods, fe, "secure.example.com", "/", 404).await;
+    assert!(note.contains("spec.tls[0].secretName") && note.contains("does not match"), "{note}");
     converged(&api, 2, None).await;
     drop(ctl);
 }

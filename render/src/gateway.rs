@@ -93,6 +93,10 @@ pub struct GatewayInput {
     pub previous_slots: SlotMap,
     /// Listening and slot settings.
     pub settings: GatewaySettings,
+    /// Objects (HTTPRoutes, Secrets) left out of this render, each with why: a route is not
+    /// accepted by any parent, a Secret is an unresolved certificate reference
+    /// ([`crate::narrow`] decides which).
+    pub excluded: BTreeMap<ObjectRef, String>,
 }
 
 /// Listening and slot settings.
@@ -621,8 +625,13 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
                     } else if !crate::template::is_section_name(&r.name) || !crate::template::is_section_name(&rns) {
                         resolved = Err(("InvalidCertificateRef", "not a Secret name".into()));
                     } else {
-                        match secret_pem(&input.secrets, &rns, &r.name) {
-                            Ok(pem) => {
+                        let sref = ObjectRef { kind: "Secret".into(), namespace: rns.clone(), name: r.name.clone() };
+                        let file = match input.excluded.get(&sref) {
+                            Some(why) => Err(format!("Secret {rns}/{} is left out: {why}", r.name)),
+                            None => secret_pem(&input.secrets, &rns, &r.name),
+                        };
+                        match file {
+                            Ok(file) => {
                                 let path = format!("certs/{rns}_{}.pem", r.name);
                                 certs.entry(path.clone()).or_insert_with(|| Cert {
                                     path: path.clone(),
@@ -632,7 +641,8 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
                                         namespace: rns.clone(),
                                         name: r.name.clone(),
                                     },
-                                    pem,
+                                    pem: file.pem,
+                                    not_after: file.not_after,
                                 });
                                 lcerts.push(path);
                             }
@@ -1019,6 +1029,8 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
             let mut conds = Vec::new();
             let accepted: Result<Vec<usize>, (&'static str, String)> = if named.is_empty() {
                 Err(("NoMatchingParent", "no listener matches the sectionName and port".into()))
+            } else if let Some(why) = input.excluded.get(&me) {
+                Err(("UnsupportedValue", why.clone()))
             } else if let Some(b) = &bad {
                 Err(("UnsupportedValue", b.clone()))
             } else {
@@ -1527,6 +1539,7 @@ impl GatewayObjects {
             secrets: self.secrets,
             previous_slots: SlotMap::default(),
             settings,
+            excluded: BTreeMap::new(),
         }
     }
 }
@@ -1621,6 +1634,41 @@ mod tests {
         // No Service address yet: not Programmed.
         assert!(has(&g.conditions, "Programmed", false, "AddressNotAssigned"));
         assert!(has(&g.conditions, "Accepted", true, "Accepted"));
+    }
+
+    #[test]
+    fn left_out_routes_and_secrets_are_refused_in_their_own_statuses() {
+        let mut i = input(FIXTURE);
+        let o = translate_gateway(&i);
+        assert!(has(&parent(&o, "main", Some("http")).conditions, "Accepted", true, "Accepted"));
+        let why = "left out while the controller narrows down which change the gate refuses".to_string();
+        let r = |kind: &str, name: &str| ObjectRef { kind: kind.into(), namespace: "edge".into(), name: name.into() };
+        i.excluded.insert(r("HTTPRoute", "main"), why.clone());
+        i.excluded.insert(r("Secret", "site"), why.clone());
+        let o = translate_gateway(&i);
+        let main = parent(&o, "main", Some("http"));
+        assert!(has(&main.conditions, "Accepted", false, "UnsupportedValue"), "{main:?}");
+        assert!(main.conditions.iter().any(|c| c.message == why));
+        let v = o.verdicts.iter().find(|v| v.object.name == "main").unwrap();
+        assert!(!v.accepted() && v.refusals[0].reason.contains("narrows down"), "{v:?}");
+        let https = listener(gw(&o, "front"), "https");
+        assert!(has(&https.conditions, "ResolvedRefs", false, "InvalidCertificateRef"), "{https:?}");
+        assert!(!o.model.certs.iter().any(|c| c.path == "certs/edge_site.pem"));
+        // The other routes still attach.
+        assert!(has(&parent(&o, "exact-host", None).conditions, "Accepted", true, "Accepted"));
+    }
+
+    #[test]
+    fn a_secret_whose_key_does_not_match_is_an_invalid_certificate_ref() {
+        let mut i = input(FIXTURE);
+        let other = rcgen::generate_simple_self_signed(vec!["x.example".into()]).unwrap();
+        let data = i.secrets[0].data.as_mut().unwrap();
+        data.insert("tls.key".into(), k8s_openapi::ByteString(other.signing_key.serialize_pem().into_bytes()));
+        let o = translate_gateway(&i);
+        let https = listener(gw(&o, "front"), "https");
+        let c = https.conditions.iter().find(|c| c.type_ == "ResolvedRefs").unwrap();
+        assert!(!c.status && c.reason == "InvalidCertificateRef" && c.message.contains("does not match"), "{c:?}");
+        assert!(o.model.certs.is_empty());
     }
 
     #[test]

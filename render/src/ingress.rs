@@ -846,13 +846,14 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
                 continue;
             }
             match tls_pem(input, &ns, name) {
-                Ok(pem) => {
+                Ok(file) => {
                     let path = format!("certs/{ns}_{name}.pem");
                     let c = certs.entry(path.clone()).or_insert_with(|| Cert {
                         path,
                         hosts: vec![],
                         source: ObjectRef { kind: "Secret".into(), namespace: ns.clone(), name: name.into() },
-                        pem,
+                        pem: file.pem,
+                        not_after: file.not_after,
                     });
                     c.hosts.extend(tls.hosts.clone().unwrap_or_default());
                     c.hosts.sort();
@@ -1134,34 +1135,27 @@ fn upstream_files(input: &IngressInput, ns: &str, t: &mut annotations::UpstreamT
         return Err(format!("Secret {ns}/{name} does not exist"));
     };
     let data = s.data.clone().unwrap_or_default();
-    let pem = |k: &str| -> Result<Option<Vec<u8>>, String> {
-        match data.get(k) {
-            None => Ok(None),
-            Some(b) if String::from_utf8_lossy(&b.0).contains("-----BEGIN ") => {
-                let mut v = b.0.clone();
-                if !v.ends_with(b"\n") {
-                    v.push(b'\n');
-                }
-                Ok(Some(v))
-            }
-            Some(_) => Err(format!("Secret {ns}/{name}: {k} is not PEM")),
-        }
-    };
+    let why = |e: crate::pem::PemError| format!("Secret {ns}/{name}: {e}");
     let mut out = Vec::new();
-    let cert = |path: String, pem: Vec<u8>| Cert { path, hosts: vec![], source: me.clone(), pem };
-    if let Some(ca) = pem("ca.crt")? {
+    let cert = |path: String, f: crate::pem::CertFile| Cert {
+        path,
+        hosts: vec![],
+        source: me.clone(),
+        pem: f.pem,
+        not_after: f.not_after,
+    };
+    if let Some(ca) = data.get("ca.crt") {
         let path = format!("certs/upstream_{ns}_{name}_ca.pem");
         t.ca_file = Some(path.clone());
-        out.push(cert(path, ca));
+        out.push(cert(path, crate::pem::ca_bundle("ca.crt", &ca.0).map_err(why)?));
     } else if t.verify {
         return Err(format!("Secret {ns}/{name} has no ca.crt to verify the backends with"));
     }
-    match (pem("tls.crt")?, pem("tls.key")?) {
-        (Some(mut c), Some(k)) => {
-            c.extend(k);
+    match (data.get("tls.crt"), data.get("tls.key")) {
+        (Some(c), Some(k)) => {
             let path = format!("certs/upstream_{ns}_{name}_client.pem");
             t.client_cert = Some(path.clone());
-            out.push(cert(path, c));
+            out.push(cert(path, crate::pem::certified(&c.0, &k.0).map_err(why)?));
         }
         (None, None) => {}
         _ => return Err(format!("Secret {ns}/{name}: tls.crt and tls.key go together")),
@@ -1199,8 +1193,8 @@ fn auth_users(input: &IngressInput, ns: &str, a: &annotations::AuthRequest) -> R
     })
 }
 
-/// The PEM bundle (chain, then key) of a `kubernetes.io/tls` Secret, or why not.
-fn tls_pem(input: &IngressInput, ns: &str, name: &str) -> Result<Vec<u8>, String> {
+/// The certificate file (chain, then key) of a `kubernetes.io/tls` Secret, or why not.
+fn tls_pem(input: &IngressInput, ns: &str, name: &str) -> Result<crate::pem::CertFile, String> {
     if let Some(why) = input.excluded.get(&ObjectRef { kind: "Secret".into(), namespace: ns.into(), name: name.into() })
     {
         return Err(format!("Secret {ns}/{name} is left out: {why}"));
@@ -1208,8 +1202,9 @@ fn tls_pem(input: &IngressInput, ns: &str, name: &str) -> Result<Vec<u8>, String
     secret_pem(&input.secrets, ns, name)
 }
 
-/// The PEM bundle (chain, then key) of the `kubernetes.io/tls` Secret `ns/name` among `secrets`, or why not.
-pub(crate) fn secret_pem(secrets: &[Secret], ns: &str, name: &str) -> Result<Vec<u8>, String> {
+/// The certificate file (chain, then key, parsed, checked and re-encoded by [`crate::pem`]) of
+/// the `kubernetes.io/tls` Secret `ns/name` among `secrets`, or why not.
+pub(crate) fn secret_pem(secrets: &[Secret], ns: &str, name: &str) -> Result<crate::pem::CertFile, String> {
     let Some(s) = secrets
         .iter()
         .find(|s| s.metadata.namespace.as_deref() == Some(ns) && s.metadata.name.as_deref() == Some(name))
@@ -1217,19 +1212,8 @@ pub(crate) fn secret_pem(secrets: &[Secret], ns: &str, name: &str) -> Result<Vec
         return Err(format!("Secret {ns}/{name} does not exist"));
     };
     let data = s.data.clone().unwrap_or_default();
-    let get = |k: &str| -> Result<Vec<u8>, String> {
-        let v = data.get(k).map(|b| b.0.clone()).ok_or_else(|| format!("Secret {ns}/{name} has no {k}"))?;
-        if !String::from_utf8_lossy(&v).contains("-----BEGIN ") {
-            return Err(format!("Secret {ns}/{name}: {k} is not PEM"));
-        }
-        Ok(v)
-    };
-    let mut pem = get("tls.crt")?;
-    if !pem.ends_with(b"\n") {
-        pem.push(b'\n');
-    }
-    pem.extend(get("tls.key")?);
-    Ok(pem)
+    let get = |k: &str| data.get(k).map(|b| b.0.as_slice()).ok_or_else(|| format!("Secret {ns}/{name} has no {k}"));
+    crate::pem::certified(get("tls.crt")?, get("tls.key")?).map_err(|e| format!("Secret {ns}/{name}: {e}"))
 }
 
 /// Fixture loading shared by the unit tests and the integration tests' copies.

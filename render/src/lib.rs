@@ -19,6 +19,7 @@ pub mod maps;
 pub mod model;
 pub mod narrow;
 pub mod ownership;
+pub mod pem;
 pub mod slots;
 pub mod template;
 

@@ -208,9 +208,12 @@ pub struct Cert {
     pub hosts: Vec<String>,
     /// Where it came from.
     pub source: ObjectRef,
-    /// The bytes.
+    /// The bytes: certificates (and key) re-encoded by [`crate::pem`], nothing else.
     #[serde(skip)]
     pub pem: Vec<u8>,
+    /// The earliest notAfter of its certificates, in seconds since the Unix epoch.
+    #[serde(skip)]
+    pub not_after: i64,
 }
 
 /// How a host is matched.

@@ -7,7 +7,8 @@
 //! should pass, and deploys); then groups of them are let back in, half by half: a group whose
 //! render passes stays in, a refused group of one is a culprit and stays out with the gate's
 //! words; a refused larger group is split. Culprits go into [`crate::IngressInput::excluded`]
-//! and so into their own verdicts (status and Events). It must never run the gate nor read the
+//! and so into their own verdicts (status and Events). [`to_fit`] picks the objects a render
+//! over its size limit leaves out: its largest contributors. It must never run the gate nor read the
 //! clock: a shell renders with [`Narrower::excluded`], runs the gate, and calls
 //! [`Narrower::on_verdict`]. Pure.
 
@@ -37,6 +38,28 @@ pub enum Step {
     /// Even with every changed object left out the gate refuses: the cause is not among them
     /// (the template, the admin's snippets), so narrowing cannot help and the gate stays pinned.
     Stuck,
+}
+
+/// How the reason of an object left out because the render is over its size limit begins.
+pub const TOO_LARGE: &str = "left out: with it the render is over its size limit";
+
+/// The objects to leave out of a render of `total` bytes so it fits in `limit`: the largest
+/// contributors first (`adds`: the bytes each object adds to the render; ties by kind,
+/// namespace and name), until what stays fits; every contributor when even that does not fit.
+/// Empty when the render fits.
+pub fn to_fit(adds: &BTreeMap<ObjectRef, u64>, total: u64, limit: u64) -> Vec<ObjectRef> {
+    let mut by_size: Vec<(&ObjectRef, u64)> = adds.iter().map(|(o, b)| (o, *b)).collect();
+    by_size.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+    let mut left = total;
+    let mut out = Vec::new();
+    for (o, bytes) in by_size {
+        if left <= limit {
+            break;
+        }
+        left = left.saturating_sub(bytes);
+        out.push(o.clone());
+    }
+    out
 }
 
 /// A bisection over the changed objects of a refused render.
@@ -179,6 +202,41 @@ mod tests {
         let (culprits, renders, step) = run(&["a", "b"], &["zz-not-changed"]);
         assert_eq!((culprits.len(), renders, step), (0, 1, Step::Stuck));
         assert_eq!(*Narrower::start(BTreeSet::new()).step(), Step::Stuck);
+    }
+
+    proptest::proptest! {
+        /// Whatever the gate answers, a narrowing ends (Done or Stuck) within 2·n renders and
+        /// never leaves out an object that did not change.
+        #[test]
+        fn any_verdicts_end_within_a_bound_and_leave_out_only_changed_objects(
+            n in 0..12usize,
+            verdicts in proptest::collection::vec(proptest::prelude::any::<bool>(), 0..64),
+        ) {
+            let changed: BTreeSet<ObjectRef> = (0..n).map(|i| ing(&format!("i{i}"))).collect();
+            let mut nar = Narrower::start(changed.clone());
+            let mut renders = 0;
+            let mut answers = verdicts.into_iter().chain(std::iter::repeat(true));
+            while *nar.step() == Step::Trying {
+                proptest::prop_assert!(nar.excluded().keys().all(|o| changed.contains(o)));
+                renders += 1;
+                proptest::prop_assert!(renders <= 2 * n, "{renders} renders for {n}");
+                let pass = answers.next().unwrap_or(true);
+                nar.on_verdict(if pass { Ok(()) } else { Err("refused") });
+            }
+            proptest::prop_assert!(nar.culprits().keys().all(|o| changed.contains(o)));
+        }
+    }
+
+    #[test]
+    fn a_render_over_its_limit_leaves_out_its_largest_contributors() {
+        let adds = BTreeMap::from([(ing("small"), 10), (ing("big"), 500), (ing("mid"), 100), (ing("mid2"), 100)]);
+        assert!(to_fit(&adds, 900, 1000).is_empty(), "it fits");
+        assert_eq!(to_fit(&adds, 1200, 1000), [ing("big")]);
+        // Ties by name; only as many as needed.
+        assert_eq!(to_fit(&adds, 1550, 1000), [ing("big"), ing("mid")]);
+        // Nothing fits: every contributor is left out, largest first.
+        assert_eq!(to_fit(&adds, 5000, 1000), [ing("big"), ing("mid"), ing("mid2"), ing("small")]);
+        assert!(to_fit(&BTreeMap::new(), 5000, 1000).is_empty());
     }
 
     #[test]

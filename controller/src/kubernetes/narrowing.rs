@@ -7,8 +7,12 @@
 //! bisection and the plan of its pending render, and the culprits found (out while their
 //! version stays; a new version is judged again). Pure: the render loop gives it the objects'
 //! versions, each published plan and the gate's status, and renders with
-//! [`GateNarrowing::excluded`]. It must never run the gate nor leave out an object that did not
-//! change since the last render the gate passed.
+//! [`GateNarrowing::excluded`]. A render's recorded versions hold only the objects it let in:
+//! an object it left out is, against that render, new, so a later narrowing can still find it
+//! (recording it would make it look judged, and a narrowing started after a concurrent change
+//! could then never leave it out: the gate stays pinned). Ingress and Gateway renders alike:
+//! the objects are Ingresses, HTTPRoutes and the Secrets they name. It must never run the gate
+//! nor leave out an object that did not change since the last render the gate passed.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -34,7 +38,7 @@ struct Running {
 }
 
 /// The versions of the objects a render reads that a gate refusal can be narrowed to: the
-/// Ingresses and the Secrets they name.
+/// Ingresses, the HTTPRoutes and the Secrets they name.
 pub fn object_versions(o: &super::routes::Objects) -> Versions {
     let v = |kind: &str, m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
         let r = ObjectRef {
@@ -47,14 +51,49 @@ pub fn object_versions(o: &super::routes::Objects) -> Versions {
     o.ingresses
         .iter()
         .map(|i| v("Ingress", &i.metadata))
+        .chain(o.routes.iter().map(|r| v("HTTPRoute", &r.metadata)))
         .chain(o.secrets.iter().map(|s| v("Secret", &s.metadata)))
         .collect()
+}
+
+/// The largest render (all files) the render loop publishes; a larger one leaves out its
+/// largest contributors ([`haptic_render::narrow::to_fit`]). The largest file the controller
+/// reads from a directory, and far below the agents' default request body limit (256 MiB), so a
+/// render that fits is one every agent with default settings accepts.
+pub const MAX_RENDER_BYTES: u64 = crate::render::MAX_FILE_BYTES;
+
+/// The bytes each object adds to a render, by what it brings: a Secret its data (certificates,
+/// keys, users), an Ingress or an HTTPRoute its spec (its hosts, paths and rules become map
+/// lines and config in proportion).
+pub fn object_sizes(o: &super::routes::Objects) -> BTreeMap<ObjectRef, u64> {
+    let r = |kind: &str, m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| ObjectRef {
+        kind: kind.into(),
+        namespace: m.namespace.clone().unwrap_or_default(),
+        name: m.name.clone().unwrap_or_default(),
+    };
+    o.ingresses
+        .iter()
+        .map(|i| (r("Ingress", &i.metadata), json_len(&i.spec)))
+        .chain(o.routes.iter().map(|h| (r("HTTPRoute", &h.metadata), json_len(&h.spec))))
+        .chain(o.secrets.iter().map(|s| {
+            let data = s.data.as_ref().map(|d| d.values().map(|b| b.0.len() as u64).sum()).unwrap_or(0);
+            (r("Secret", &s.metadata), data)
+        }))
+        .collect()
+}
+
+/// The length of `v`'s JSON form (0 when it does not serialize).
+fn json_len<T: serde::Serialize>(v: &T) -> u64 {
+    serde_json::to_vec(v).map(|v| v.len() as u64).unwrap_or(0)
 }
 
 /// See the module documentation.
 #[derive(Debug, Default)]
 pub struct GateNarrowing {
+    /// By plan: the objects it let in.
     versions: VecDeque<(PlanId, Versions)>,
+    /// The newest plan and every object it was rendered from (also those it left out).
+    newest: Option<(PlanId, Versions)>,
     running: Option<Running>,
     culprits: BTreeMap<ObjectRef, (String, String)>,
     /// The refused plan the last narrowing started from.
@@ -78,9 +117,18 @@ impl GateNarrowing {
         out
     }
 
-    /// Records a render made from `now` as `plan`; `true` when the gate has judged it already
-    /// (a render equal to an earlier one) and the narrowing moved on: render again.
-    pub fn published(&mut self, plan: PlanId, now: Versions, gate: &GateStatus) -> bool {
+    /// Records a render made from `now` leaving out `excluded` as `plan`; `true` when the gate
+    /// has judged it already (a render equal to an earlier one) and the narrowing moved on:
+    /// render again. Only the objects it let in are recorded (see the module documentation).
+    pub fn published(
+        &mut self,
+        plan: PlanId,
+        mut now: Versions,
+        excluded: &BTreeMap<ObjectRef, String>,
+        gate: &GateStatus,
+    ) -> bool {
+        self.newest = Some((plan, now.clone()));
+        now.retain(|o, _| !excluded.contains_key(o));
         self.versions.retain(|(p, _)| *p != plan);
         self.versions.push_back((plan, now));
         while self.versions.len() > VERSIONS_KEPT {
@@ -122,7 +170,7 @@ impl GateNarrowing {
         }
         // A refusal of the newest render starts a narrowing, once.
         let Some(refused) = gate.last_refused.as_ref().filter(|_| gate.pinned) else { return false };
-        let Some((newest, now)) = self.versions.back() else { return false };
+        let Some((newest, now)) = self.newest.as_ref() else { return false };
         if *newest != refused.plan_id || self.handled == Some(refused.plan_id) {
             return false;
         }
@@ -145,6 +193,10 @@ impl GateNarrowing {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
+    use proptest::prelude::*;
+
     use super::*;
     use crate::gate::{GateMode, Refusal};
 
@@ -152,11 +204,11 @@ mod tests {
         ObjectRef { kind: "Ingress".into(), namespace: "shop".into(), name: n.into() }
     }
 
-    fn plan(n: u8) -> PlanId {
-        PlanId(haptic_protocol::Digest::of(&[n]))
+    fn plan(n: u32) -> PlanId {
+        PlanId(haptic_protocol::Digest::of(&n.to_be_bytes()))
     }
 
-    fn gate(good: Option<u8>, refused: Option<u8>) -> GateStatus {
+    fn gate(good: Option<u32>, refused: Option<u32>) -> GateStatus {
         GateStatus {
             mode: GateMode::Optimistic,
             pinned: refused.is_some() && refused > good,
@@ -167,54 +219,86 @@ mod tests {
         }
     }
 
-    /// A render loop against a gate that refuses any render with `bad` in it; plans are
-    /// numbered by render. Returns what is finally left out and how many renders it took.
-    fn drive(n: &mut GateNarrowing, now: &Versions, bad: &str, start: u8) -> (Vec<String>, u8) {
-        let mut p = start;
-        let (mut good, mut refused) = (Some(1u8), Some(start));
-        // The refused render `start` was published from `now`.
-        assert!(!n.published(plan(p), now.clone(), &gate(good, None)));
-        let mut again = n.on_gate(&gate(good, refused));
-        while again {
-            assert!(p < 60, "bounded");
-            p += 1;
-            let out = n.excluded(now);
-            let in_render = !out.contains_key(&ing(bad));
-            if in_render {
-                refused = Some(p);
-            } else {
-                good = Some(p);
+    fn versions(v: &[(&str, &str)]) -> Versions {
+        v.iter().map(|(n, v)| (ing(n), v.to_string())).collect()
+    }
+
+    /// A render loop against a gate that refuses any render letting in an object at a version
+    /// in `bad`; plans are numbered by render.
+    #[derive(Default)]
+    struct Sim {
+        n: GateNarrowing,
+        renders: u32,
+        good: Option<u32>,
+        refused: Option<u32>,
+        bad: BTreeSet<(ObjectRef, String)>,
+        /// The objects the last render the gate passed let in.
+        last_good_in: Versions,
+    }
+
+    impl Sim {
+        /// One render of `now`; `true` when the loop renders again at once. Checks that no
+        /// object left out is at the version the last passing render let in.
+        fn render(&mut self, now: &Versions) -> bool {
+            self.renders += 1;
+            let out = self.n.excluded(now);
+            for o in out.keys() {
+                assert_ne!(self.last_good_in.get(o), now.get(o), "{o} is left out but unchanged");
             }
-            again = n.published(plan(p), now.clone(), &gate(good, refused));
+            let rendered: Versions =
+                now.iter().filter(|(o, _)| !out.contains_key(*o)).map(|(o, v)| (o.clone(), v.clone())).collect();
+            if rendered.iter().any(|(o, v)| self.bad.contains(&(o.clone(), v.clone()))) {
+                self.refused = Some(self.renders);
+            } else {
+                self.good = Some(self.renders);
+                self.last_good_in = rendered;
+            }
+            self.n.published(plan(self.renders), now.clone(), &out, &gate(self.good, self.refused))
         }
-        (n.excluded(now).keys().map(|o| o.name.clone()).collect(), p - start)
+
+        /// Renders until the loop waits for a change; how many renders that took.
+        fn settle(&mut self, now: &Versions) -> u32 {
+            let start = self.renders;
+            while self.render(now) {
+                assert!(self.renders - start < 200, "bounded");
+            }
+            self.renders - start
+        }
+
+        fn pinned(&self) -> bool {
+            self.refused > self.good
+        }
+
+        fn left_out(&mut self, now: &Versions) -> Vec<String> {
+            self.n.excluded(now).keys().map(|o| o.name.clone()).collect()
+        }
     }
 
     #[test]
     fn a_refused_render_is_narrowed_to_its_culprit() {
-        let mut n = GateNarrowing::default();
-        let before: Versions = [(ing("a"), "1".into()), (ing("b"), "1".into())].into();
-        n.published(plan(1), before.clone(), &gate(Some(1), None));
-        let now: Versions =
-            [(ing("a"), "2".into()), (ing("b"), "1".into()), (ing("c"), "1".into()), (ing("d"), "1".into())].into();
-        let (out, renders) = drive(&mut n, &now, "c", 10);
-        assert_eq!(out, ["c"], "only the culprit stays out");
+        let mut sim = Sim::default();
+        sim.settle(&versions(&[("a", "1"), ("b", "1")]));
+        let now = versions(&[("a", "2"), ("b", "1"), ("c", "1"), ("d", "1")]);
+        sim.bad.insert((ing("c"), "1".into()));
+        let renders = sim.settle(&now);
+        assert_eq!((sim.left_out(&now), sim.pinned()), (vec!["c".to_string()], false), "only the culprit stays out");
         assert!(renders <= 8, "{renders}");
-        let why = n.excluded(&now)[&ing("c")].clone();
+        let why = sim.n.excluded(&now)[&ing("c")].clone();
         assert!(why.contains("fails haproxy -c: parsing [haproxy.cfg:9]: bad cert"), "{why}");
         // A new version of the culprit is judged again.
         let mut fixed = now.clone();
         fixed.insert(ing("c"), "2".into());
-        assert!(n.excluded(&fixed).is_empty());
+        assert!(sim.n.excluded(&fixed).is_empty());
     }
 
     #[test]
     fn an_unchanged_object_is_never_left_out() {
         let mut n = GateNarrowing::default();
-        let v: Versions = [(ing("a"), "1".into())].into();
-        n.published(plan(1), v.clone(), &gate(Some(1), None));
+        let v = versions(&[("a", "1")]);
+        let none = BTreeMap::new();
+        n.published(plan(1), v.clone(), &none, &gate(Some(1), None));
         // The same objects, refused (the template changed, say): nothing to narrow.
-        n.published(plan(2), v.clone(), &gate(Some(1), None));
+        n.published(plan(2), v.clone(), &none, &gate(Some(1), None));
         assert!(!n.on_gate(&gate(Some(1), Some(2))));
         assert!(n.excluded(&v).is_empty());
     }
@@ -222,10 +306,10 @@ mod tests {
     #[test]
     fn a_change_while_narrowing_abandons_it() {
         let mut n = GateNarrowing::default();
-        let before: Versions = [(ing("a"), "1".into())].into();
-        n.published(plan(1), before, &gate(Some(1), None));
-        let now: Versions = [(ing("a"), "2".into()), (ing("b"), "1".into())].into();
-        n.published(plan(2), now.clone(), &gate(Some(1), None));
+        let none = BTreeMap::new();
+        n.published(plan(1), versions(&[("a", "1")]), &none, &gate(Some(1), None));
+        let now = versions(&[("a", "2"), ("b", "1")]);
+        n.published(plan(2), now.clone(), &none, &gate(Some(1), None));
         assert!(n.on_gate(&gate(Some(1), Some(2))));
         assert_eq!(n.excluded(&now).len(), 2);
         let mut later = now.clone();
@@ -233,5 +317,97 @@ mod tests {
         assert!(n.excluded(&later).is_empty(), "a new change starts over from the whole");
         // The same refusal does not start a second narrowing.
         assert!(!n.on_gate(&gate(Some(1), Some(2))));
+    }
+
+    /// The render that left a culprit out passed; then another object changed before the
+    /// narrowing let the culprit back in. The next narrowing must still suspect the culprit
+    /// (it was never in a passing render), else it is stuck and nothing deploys again.
+    #[test]
+    fn a_concurrent_change_during_narrowing_never_pins_the_gate() {
+        let mut sim = Sim::default();
+        sim.settle(&versions(&[("a", "1")]));
+        let with_bad = versions(&[("a", "1"), ("bad", "1")]);
+        sim.bad.insert((ing("bad"), "1".into()));
+        // Refused, then everything changed left out: that render passes.
+        assert!(sim.render(&with_bad));
+        assert!(sim.render(&with_bad));
+        assert!(!sim.pinned());
+        // An endpoint-carrying object changes before the culprit is tried alone.
+        let later = versions(&[("a", "1"), ("bad", "1"), ("web", "1")]);
+        sim.settle(&later);
+        assert!(!sim.pinned(), "the gate is not pinned: the change deploys");
+        assert_eq!(sim.left_out(&later), ["bad"]);
+        assert_eq!(sim.last_good_in, versions(&[("a", "1"), ("web", "1")]));
+    }
+
+    #[test]
+    fn an_object_adds_its_data_or_its_spec_and_the_largest_is_left_out_first() {
+        let mut objects = super::super::routes::Objects::default();
+        let mut big = k8s_openapi::api::core::v1::Secret::default();
+        big.metadata.namespace = Some("shop".into());
+        big.metadata.name = Some("big".into());
+        big.data = Some([("tls.crt".to_string(), k8s_openapi::ByteString(vec![b'x'; 4096]))].into());
+        let mut small = k8s_openapi::api::networking::v1::Ingress::default();
+        small.metadata.namespace = Some("shop".into());
+        small.metadata.name = Some("small".into());
+        objects.secrets.push(std::sync::Arc::new(big));
+        objects.ingresses.push(std::sync::Arc::new(small));
+        let sizes = object_sizes(&objects);
+        let secret = ObjectRef { kind: "Secret".into(), namespace: "shop".into(), name: "big".into() };
+        assert_eq!(sizes[&secret], 4096);
+        assert!(sizes[&ing("small")] < 64, "{sizes:?}");
+        let limit = MAX_RENDER_BYTES;
+        assert_eq!(haptic_render::narrow::to_fit(&sizes, limit + 100, limit), [secret]);
+        assert!(haptic_render::narrow::to_fit(&sizes, limit, limit).is_empty());
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// A new version of object `i`, bad or good.
+        Change { i: usize, bad: bool },
+        /// One render (a narrowing may be in the middle).
+        Render,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![(0..6usize, any::<bool>()).prop_map(|(i, bad)| Op::Change { i, bad }), Just(Op::Render)]
+    }
+
+    proptest! {
+        /// Whatever changes arrive between renders, once they stop the loop rests within a
+        /// bounded number of renders with the gate not pinned, leaving out exactly the objects
+        /// at a bad version; no render ever leaves out an object the last passing render let
+        /// in at the same version.
+        #[test]
+        fn a_left_out_object_never_pins_the_gate(ops in proptest::collection::vec(op(), 0..40)) {
+            let names = ["a", "b", "c", "d", "e", "f"];
+            let mut sim = Sim::default();
+            let mut now: Versions = names.iter().map(|n| (ing(n), "0".to_string())).collect();
+            sim.settle(&now);
+            let mut next = 1;
+            for op in ops {
+                match op {
+                    Op::Change { i, bad } => {
+                        next += 1;
+                        now.insert(ing(names[i]), next.to_string());
+                        if bad {
+                            sim.bad.insert((ing(names[i]), next.to_string()));
+                        }
+                    }
+                    Op::Render => {
+                        sim.render(&now);
+                    }
+                }
+            }
+            let renders = sim.settle(&now);
+            prop_assert!(renders <= 3 * names.len() as u32 + 4, "{renders}");
+            prop_assert!(!sim.pinned());
+            let bad: Vec<String> = now
+                .iter()
+                .filter(|(o, v)| sim.bad.contains(&((*o).clone(), (*v).clone())))
+                .map(|(o, _)| o.name.clone())
+                .collect();
+            prop_assert_eq!(sim.left_out(&now), bad);
+        }
     }
 }

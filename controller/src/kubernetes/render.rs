@@ -134,8 +134,10 @@ pub fn add_files(
     Ok(())
 }
 
-/// A Secret as one file: the `key`'s bytes, or for a `kubernetes.io/tls` Secret without a key
-/// the certificate followed by the private key (one PEM, as HAProxy's `crt` wants it).
+/// A Secret as one file: the `key`'s bytes (the fleet admin's choice of file), or for a
+/// `kubernetes.io/tls` Secret without a key the certificate chain followed by the private key
+/// (one PEM, as HAProxy's `crt` wants it), parsed, checked and re-encoded by
+/// [`haptic_render::pem`].
 pub fn secret_file(s: &Secret, key: Option<&str>) -> Result<Vec<u8>, String> {
     let name = s.metadata.name.clone().unwrap_or_default();
     let data = s.data.clone().unwrap_or_default();
@@ -147,12 +149,7 @@ pub fn secret_file(s: &Secret, key: Option<&str>) -> Result<Vec<u8>, String> {
     }
     let crt = data.get("tls.crt").ok_or_else(|| format!("Secret {name} has no tls.crt"))?;
     let key = data.get("tls.key").ok_or_else(|| format!("Secret {name} has no tls.key"))?;
-    let mut pem = crt.0.clone();
-    if !pem.ends_with(b"\n") {
-        pem.push(b'\n');
-    }
-    pem.extend_from_slice(&key.0);
-    Ok(pem)
+    haptic_render::pem::certified(&crt.0, &key.0).map(|f| f.pem).map_err(|e| format!("Secret {name}: {e}"))
 }
 
 /// The names of the objects a spec references: every ConfigMap and Secret a render reads, and
@@ -562,40 +559,72 @@ pub async fn watch_renders(
                 objects.secrets = secrets;
                 let applied = ctx.board.snapshot().pods.iter().filter_map(|p| p.applied).collect();
                 let previous = slots.previous(&applied);
-                if want_gateway {
-                    Some(super::routes::render_gateway(&c.spec, &s, &objects, &previous, &ctx.namespace).and_then(
-                        |(out, mut status)| {
-                            status.model = Default::default();
-                            gateway = Some(Arc::new(status));
-                            let render = Render::new(out.files).map_err(|why| RenderError::invalid(why.to_string()))?;
-                            slots.record(render.plan_id(), out.slots);
-                            Ok(Arc::new(render))
-                        },
-                    ))
+                let versions = super::narrowing::object_versions(&objects);
+                let mut excluded = narrowing.excluded(&versions);
+                let refused = if want_gateway {
+                    BTreeMap::new()
                 } else {
-                    let checks = super::routes::snippet_checks(r, &objects);
-                    let refused = snippets.refused(&ctx.haproxy_bin, &checks).await;
-                    let versions = super::narrowing::object_versions(&objects);
-                    let excluded = narrowing.excluded(&versions);
+                    snippets.refused(&ctx.haproxy_bin, &super::routes::snippet_checks(r, &objects)).await
+                };
+                let sizes = super::narrowing::object_sizes(&objects);
+                // A render over the size limit leaves out its largest contributors; to_fit leaves
+                // out every remaining one when none fits: at most three renders.
+                let mut rounds = 0;
+                let out = loop {
                     if !excluded.is_empty() {
-                        info!("leaving out of the render, after the gate refused one: {}", {
+                        info!("leaving out of the render: {}", {
                             let names: Vec<String> = excluded.keys().map(ToString::to_string).collect();
                             names.join(", ")
                         });
                     }
-                    let out =
+                    let out = if want_gateway {
+                        super::routes::render_gateway(&c.spec, &s, &objects, &previous, &ctx.namespace, &excluded)
+                            .and_then(|(out, mut status)| {
+                                status.model = Default::default();
+                                gateway = Some(Arc::new(status));
+                                let render =
+                                    Render::new(out.files).map_err(|why| RenderError::invalid(why.to_string()))?;
+                                Ok((Arc::new(render), out.slots))
+                            })
+                    } else {
                         super::routes::render(&c.spec, &s, &objects, &previous, &refused, &excluded).and_then(|out| {
                             ingress =
                                 Some(Arc::new(super::routes::outcome(r, &ctx.namespace, &objects, &out.verdicts)));
                             let render = Render::new(out.files).map_err(|why| RenderError::invalid(why.to_string()))?;
-                            slots.record(render.plan_id(), out.slots);
-                            Ok(Arc::new(render))
-                        });
-                    if let Ok(r) = &out {
-                        again = narrowing.published(r.plan_id(), versions, &ctx.board.snapshot().gate);
+                            Ok((Arc::new(render), out.slots))
+                        })
+                    };
+                    let total: u64 = match &out {
+                        Ok((render, _)) => render.manifest().iter().map(|f| f.size).sum(),
+                        Err(_) => 0,
+                    };
+                    let limit = super::narrowing::MAX_RENDER_BYTES;
+                    let left: BTreeMap<_, _> = sizes
+                        .iter()
+                        .filter(|(o, _)| !excluded.contains_key(*o))
+                        .map(|(o, b)| (o.clone(), *b))
+                        .collect();
+                    let more = haptic_render::narrow::to_fit(&left, total, limit);
+                    rounds += 1;
+                    if more.is_empty() || rounds > 2 {
+                        break out;
                     }
-                    Some(out)
+                    warn!(
+                        bytes = total,
+                        limit, "the render is over its size limit: leaving out its largest contributors"
+                    );
+                    for o in more {
+                        excluded.insert(o, format!("{} of {limit} bytes", haptic_render::narrow::TOO_LARGE));
+                    }
+                };
+                let out = out.map(|(render, slot_map)| {
+                    slots.record(render.plan_id(), slot_map);
+                    render
+                });
+                if let Ok(r) = &out {
+                    again = narrowing.published(r.plan_id(), versions, &excluded, &ctx.board.snapshot().gate);
                 }
+                Some(out)
             }
             (Some(c), _, _) => Some(build(&c.spec, &s).and_then(|files| {
                 Render::new(files).map(Arc::new).map_err(|why| RenderError::invalid(why.to_string()))
@@ -809,9 +838,11 @@ mod tests {
         let mut tls = Secret::default();
         tls.metadata.name = Some("site".into());
         tls.type_ = Some("kubernetes.io/tls".into());
+        let pair = rcgen::generate_simple_self_signed(vec!["site.example.com".into()]).unwrap();
+        let (crt, key) = (pair.cert.pem(), pair.signing_key.serialize_pem());
         tls.data = Some(BTreeMap::from([
-            ("tls.crt".to_string(), ByteString(b"CERT".to_vec())),
-            ("tls.key".to_string(), ByteString(b"KEY\n".to_vec())),
+            ("tls.crt".to_string(), ByteString(format!("# text around\n{crt}").into_bytes())),
+            ("tls.key".to_string(), ByteString(key.clone().into_bytes())),
         ]));
         f.secrets.insert("site".into(), Arc::new(tls));
         let s = spec(json!({
@@ -826,7 +857,7 @@ mod tests {
         let get = |p: &str| String::from_utf8(files[&RelPath::new(p).unwrap()].clone()).unwrap();
         assert_eq!(get("haproxy.cfg"), "global\n");
         assert_eq!(get("maps/hosts.map"), "a b\n");
-        assert_eq!(get("certs/site.pem"), "CERT\nKEY\n");
+        assert_eq!(get("certs/site.pem"), format!("{crt}{key}").replace("\r\n", "\n"), "re-encoded, text dropped");
         assert_eq!(get("errors/503.http"), "HTTP/1.0 503\r\n\r\n");
 
         let missing = spec(json!({"config": "global\n",

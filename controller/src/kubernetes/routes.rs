@@ -235,6 +235,7 @@ pub fn render_gateway(
     objects: &Objects,
     previous: &SlotMap,
     namespace: &str,
+    excluded: &BTreeMap<haptic_render::ObjectRef, String>,
 ) -> Result<(Rendered, GatewayOutput), RenderError> {
     let r = spec.render.as_ref().ok_or_else(|| RenderError::invalid("spec.render is not set".into()))?;
     let class = gateway_class(r, objects)?;
@@ -260,6 +261,7 @@ pub fn render_gateway(
             infrastructure_keys: r.gateway.infrastructure_keys.clone(),
             host_sharing: r.gateway.host_sharing.into(),
         },
+        excluded: excluded.clone(),
     };
     let (out, status) = haptic_render::render_gateway(&input, &templates(r, l)?)
         .map_err(|e| RenderError::invalid(format!("spec.render: {e}")))?;
