@@ -28,6 +28,9 @@ use haptic_render::ingress::{IngressInput, Settings};
 use k8s_openapi::api::networking::v1::Ingress;
 
 mod common;
+/// The tenant attack corpus.
+#[path = "corpus/tenants.rs"]
+mod tenants;
 
 /// Around every hostile value, so its presence in a render can be searched for.
 const MARK: &str = "zqx";

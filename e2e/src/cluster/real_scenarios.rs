@@ -92,6 +92,7 @@ pub fn real_step_names() -> Vec<&'static str> {
         .chain(REAL_STEPS)
         .chain(super::real_ingress::INGRESS_STEPS)
         .chain(super::real_hostile::HOSTILE_STEPS)
+        .chain(super::real_tenants::TENANT_STEPS)
         .collect()
 }
 
@@ -151,6 +152,7 @@ pub async fn run_real(c: &mut RealCluster, selection: &Selection) -> Result<()> 
     // 9. Render mode: the Ingress steps.
     super::real_ingress::run_ingress(c, selection).await?;
     super::real_hostile::run_hostile(c, selection).await?;
+    super::real_tenants::run_tenants(c, selection).await?;
 
     // 10. Two nodes.
     if selection.wants("two-nodes") {
