@@ -24,8 +24,21 @@ pub enum Access {
 /// The newest Landlock ABI this domain asks for; older kernels get what they support.
 const ABI_WANTED: ABI = ABI::V6;
 
-/// Shared libraries: the dynamic loader maps them from here.
-const LIB_DIRS: &[&str] = &["/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib"];
+/// Shared libraries (the dynamic loader maps them from here) and the system's programs (not
+/// secrets; a program started inside the domain stays inside it).
+const EXEC_DIRS: &[&str] = &[
+    "/lib",
+    "/lib64",
+    "/usr/lib",
+    "/usr/lib64",
+    "/usr/local/lib",
+    "/bin",
+    "/sbin",
+    "/usr/bin",
+    "/usr/sbin",
+    "/usr/local/bin",
+    "/usr/local/sbin",
+];
 
 /// Files the loader, libc's name resolution and OpenSSL's start-up read. None holds a secret.
 const SYSTEM_FILES: &[&str] = &[
@@ -40,16 +53,18 @@ const SYSTEM_FILES: &[&str] = &[
     "/etc/ssl/openssl.cnf",
 ];
 
-/// The rules for a run of `bin` over `dir`: the render (`dir`) and `extra` readable, the binary's
-/// directory and the library directories readable and executable, the [`SYSTEM_FILES`] readable,
-/// `/dev/null` readable and writable. Nothing else: not `/proc`, not `/var/run/secrets`, not `/dev/zero`.
-pub fn rules(bin: &Path, dir: &Path, extra: &[PathBuf]) -> Vec<(PathBuf, Access)> {
+/// The rules for a run of `bin` over `dir`: the render (`dir`) and `read` readable, the binary's
+/// directory, `exec` and the [`EXEC_DIRS`] readable and executable, the [`SYSTEM_FILES`]
+/// readable, `/dev/null` readable and writable. Nothing else: not `/proc`, not `/var/run/secrets`,
+/// not `/dev/zero`, not `/tmp`, not `/etc` beyond those files.
+pub fn rules(bin: &Path, dir: &Path, read: &[PathBuf], exec: &[PathBuf]) -> Vec<(PathBuf, Access)> {
     let mut out = vec![(dir.to_path_buf(), Access::Read)];
-    out.extend(extra.iter().map(|p| (p.clone(), Access::Read)));
+    out.extend(read.iter().map(|p| (p.clone(), Access::Read)));
     if let Some(parent) = bin.parent() {
         out.push((parent.to_path_buf(), Access::ReadExecute));
     }
-    out.extend(LIB_DIRS.iter().map(|p| (PathBuf::from(p), Access::ReadExecute)));
+    out.extend(exec.iter().map(|p| (p.clone(), Access::ReadExecute)));
+    out.extend(EXEC_DIRS.iter().map(|p| (PathBuf::from(p), Access::ReadExecute)));
     out.extend(SYSTEM_FILES.iter().map(|p| (PathBuf::from(p), Access::Read)));
     out.push((PathBuf::from("/dev/null"), Access::ReadWrite));
     out

@@ -65,6 +65,9 @@ pub struct Run {
     /// Directories or files besides the render that the process may read (e.g. the CA bundles
     /// the path rules allow).
     pub extra_read: Vec<PathBuf>,
+    /// Directories besides the binary's whose programs the process may run (the real binary
+    /// behind a wrapper script).
+    pub extra_exec: Vec<PathBuf>,
     /// The deadline; past it the process is killed.
     pub timeout: Duration,
     /// The most output read; past it the process is killed.
@@ -79,6 +82,7 @@ impl Run {
             dir: dir.into(),
             args: vec!["-c".into(), "-f".into(), cfg.into()],
             extra_read: Vec::new(),
+            extra_exec: Vec::new(),
             timeout,
             max_output: DEFAULT_MAX_OUTPUT,
         }
@@ -133,10 +137,11 @@ pub fn landlock_active() -> bool {
     })
 }
 
-/// The paths a contained run of `bin` over `dir` may read (and, for the binary's directory and
-/// the libraries, execute). The order is the order the rules are added.
-pub fn readable_paths(bin: &Path, dir: &Path, extra: &[PathBuf]) -> Vec<(PathBuf, Access)> {
-    landlock_domain::rules(bin, dir, extra)
+/// The paths a contained run of `bin` over `dir` may read (and, for the binary's directory,
+/// `exec` and the system's library and program directories, execute). The order is the order
+/// the rules are added.
+pub fn readable_paths(bin: &Path, dir: &Path, read: &[PathBuf], exec: &[PathBuf]) -> Vec<(PathBuf, Access)> {
+    landlock_domain::rules(bin, dir, read, exec)
 }
 
 /// Runs `run` contained and waits for it (blocking: call from a blocking context).
@@ -154,7 +159,7 @@ pub fn run(run: Run) -> Result<Outcome, SandboxError> {
 /// On the dedicated thread: enters the domain, spawns, bounds. The thread ends with the run.
 fn run_here(bin: &Path, run: &Run, contain: bool) -> Result<Outcome, SandboxError> {
     let contained = if contain {
-        landlock_domain::enter(&landlock_domain::rules(bin, &run.dir, &run.extra_read))
+        landlock_domain::enter(&landlock_domain::rules(bin, &run.dir, &run.extra_read, &run.extra_exec))
             .map_err(SandboxError::Landlock)?
     } else {
         false

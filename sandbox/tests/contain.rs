@@ -116,7 +116,7 @@ fn time_and_output_are_bounded_and_the_environment_is_cleared() {
 
 #[test]
 fn the_readable_paths_are_the_render_the_binary_and_the_libraries() {
-    let rules = haptic_sandbox::readable_paths(Path::new("/opt/hap/sbin/haproxy"), Path::new("/tmp/r"), &[]);
+    let rules = haptic_sandbox::readable_paths(Path::new("/opt/hap/sbin/haproxy"), Path::new("/tmp/r"), &[], &[]);
     let paths: Vec<&str> = rules.iter().map(|(p, _)| p.to_str().unwrap()).collect();
     assert_eq!(paths[0], "/tmp/r");
     assert!(paths.contains(&"/opt/hap/sbin"));
