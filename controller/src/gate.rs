@@ -117,8 +117,8 @@ pub const VERDICTS_KEPT: usize = 64;
 /// Runs `haproxy -c` over renders, contained ([`haptic_sandbox`]). Clones share the last render
 /// that passed, so a render that differs from it only at runtime ([`runtime_equivalent`]) passes
 /// without another process, and the verdicts of the last [`VERDICTS_KEPT`] renders checked, by
-/// content (the binary and the plan id, a digest of every file), so a render seen before is
-/// never checked twice.
+/// content (the plan id, a digest of every file; a checker has one binary), so a render seen
+/// before is never checked twice.
 #[derive(Debug, Clone)]
 pub struct Checker {
     bin: PathBuf,
@@ -150,7 +150,7 @@ impl Checker {
         if let Some(why) = precheck(render).or_else(|| path_refusal(render)) {
             return Ok(Verdict::Refused(why));
         }
-        let key = Digest::of(format!("{}\0{}", self.bin.display(), render.plan_id()).as_bytes());
+        let key = render.plan_id().0;
         if let Some(v) = self.verdicts.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
             return Ok(v);
         }
@@ -281,6 +281,39 @@ mod tests {
         match c.check(&Render::from_texts([("haproxy.cfg", cfg)]).unwrap()).await.unwrap() {
             Verdict::Refused(why) => assert!(why.contains("/etc/passwd") && why.contains("line 10"), "{why}"),
             Verdict::Pass => panic!("a map outside the tree passed the gate"),
+        }
+    }
+
+    /// A config that loads a file outside the render, named so the path rules may not see it
+    /// (quoted), is refused by the contained check without the file's content in the verdict,
+    /// on every version; the benign twin (the file inside the render) passes. A verdict is kept
+    /// by content: the same render is not checked again.
+    #[tokio::test]
+    async fn the_gate_check_reads_nothing_outside_the_render() {
+        let base = tempfile::tempdir().unwrap();
+        let secret = base.path().join("token");
+        std::fs::write(&secret, "s3cr3t-token\n").unwrap();
+        let quoted = format!("'/'{}", secret.display().to_string().trim_start_matches('/'));
+        let cfg = |file: &str| {
+            format!(
+                "global\n    default-path config\ndefaults\n    mode http\n    timeout connect 1s\n    \
+                 timeout client 1s\n    timeout server 1s\nfrontend f\n    bind 127.0.0.1:8080\n    \
+                 acl x src -f {file}\n    http-request deny if x\n"
+            )
+        };
+        for bin in haptic_e2e::haproxy_bins() {
+            let c = Checker::new(&bin.path, Duration::from_secs(30));
+            let bad = Render::from_texts([("haproxy.cfg", cfg(&quoted).as_str())]).unwrap();
+            match c.check(&bad).await.unwrap() {
+                Verdict::Refused(why) => assert!(!why.contains("s3cr3t"), "{}: {why}", bin.label()),
+                Verdict::Pass => panic!("{}: a file outside the render was loaded", bin.label()),
+            }
+            let good =
+                Render::from_texts([("haproxy.cfg", cfg("acl/ips.lst").as_str()), ("acl/ips.lst", "10.0.0.1\n")])
+                    .unwrap();
+            assert_eq!(c.check(&good).await.unwrap(), Verdict::Pass, "{}", bin.label());
+            let cached = Checker { bin: "/nonexistent/haproxy".into(), ..c.clone() };
+            assert_eq!(cached.check(&good).await.unwrap(), Verdict::Pass, "{}: kept by content", bin.label());
         }
     }
 

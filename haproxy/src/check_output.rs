@@ -173,7 +173,8 @@ fn cap(s: &str) -> String {
     cut(s, MAX_MESSAGE)
 }
 
-fn cut(s: &str, max: usize) -> String {
+/// `s` cut to `max` bytes at a character boundary (marked with `…`).
+pub fn cut(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_string();
     }
