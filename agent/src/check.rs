@@ -26,7 +26,7 @@ pub struct CheckFailed {
 /// Runs `<bin> -c -f haproxy.cfg` contained in `tree_dir`, which (with the `allowed` path
 /// prefixes) is all it may read, and may run programs only from the binary's directory, `exec`
 /// and the system's; `Ok` only on exit code 0, with HAProxy's warnings (a valid config may still
-/// have some) as `file:line: message`.
+/// have some) as `file line N: message`.
 pub async fn check_tree(
     bin: &Path,
     tree_dir: &Path,

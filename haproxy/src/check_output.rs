@@ -50,7 +50,7 @@ pub struct Finding {
 impl fmt::Display for Finding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (&self.file, self.line) {
-            (Some(file), Some(line)) => write!(f, "{file}:{line}: {}", self.message),
+            (Some(file), Some(line)) => write!(f, "{file} line {line}: {}", self.message),
             (Some(file), None) => write!(f, "{file}: {}", self.message),
             (None, Some(line)) => write!(f, "line {line}: {}", self.message),
             (None, None) => f.write_str(&self.message),
@@ -269,7 +269,7 @@ mod tests {
         assert_eq!(f[2].severity, Severity::Alert);
         assert_eq!((f[2].file.as_deref(), f[2].line), (Some("haproxy.cfg"), Some(10)));
         assert_eq!(f[2].message, "error detected while parsing ACL 'x' : failed to open pattern file </tmp/s/token>.");
-        assert_eq!(f[3].to_string(), "haproxy.cfg:11: a rule placed after ...");
+        assert_eq!(f[3].to_string(), "haproxy.cfg line 11: a rule placed after ...");
         assert!(!f.iter().any(|f| f.message.contains("/tmp/x")));
     }
 

@@ -1699,7 +1699,7 @@ services:
     #[test]
     fn check_words_keep_the_alerts_only() {
         let out = "[NOTICE]   (1) : haproxy version is 2.6.12\n[ALERT]    (27303) : config : parsing [/tmp/x/haproxy.cfg:8] : 'http-request set-header' expects exactly 2 arguments.\n[ALERT]    (27303) : config : Error(s) found in configuration file : /tmp/x/haproxy.cfg\n[ALERT]    (27303) : config : Fatal errors found in configuration.\n";
-        assert_eq!(check_words(out), "haproxy.cfg:8: 'http-request set-header' expects exactly 2 arguments.");
+        assert_eq!(check_words(out), "haproxy.cfg line 8: 'http-request set-header' expects exactly 2 arguments.");
         assert_eq!(check_words("odd"), "odd");
         assert_eq!(check_words("[NOTICE] (1) : only this\n"), "haproxy -c refused it without an [ALERT] line");
         assert!(check_words(&"[ALERT] (1) : x".repeat(200)).len() <= 512);
