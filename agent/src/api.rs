@@ -81,6 +81,8 @@ pub struct Limits {
     pub idle_timeout: Duration,
     /// How long a whole request body may take to arrive.
     pub body_timeout: Duration,
+    /// How long a request body may go without a new byte (then the connection is closed).
+    pub body_stall_timeout: Duration,
     /// The most connections served at once; more are closed at once.
     pub max_connections: usize,
 }
@@ -92,6 +94,7 @@ impl Default for Limits {
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             body_timeout: Duration::from_secs(120),
+            body_stall_timeout: Duration::from_secs(15),
             max_connections: 64,
         }
     }
@@ -331,12 +334,13 @@ async fn post_apply(State(st): State<AppState>, req: Request) -> Response {
     // The body is decoded as it arrives, each part straight into a spool file: the apply never
     // holds the whole body, nor its decoded parts, in memory.
     let root_dir = st.agent.config().root.clone();
-    let (req, spool) = match crate::body::decode_apply(&root_dir, req.into_body(), max, st.limits.body_timeout).await {
+    let times = crate::body::BodyTimes { whole: st.limits.body_timeout, stall: st.limits.body_stall_timeout };
+    let (req, spool) = match crate::body::decode_apply(&root_dir, req.into_body(), max, times).await {
         Ok(r) => r,
         Err(e) => {
             let status = match &e {
                 BodyError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-                BodyError::TimedOut(_) => StatusCode::REQUEST_TIMEOUT,
+                BodyError::TimedOut(_) | BodyError::Stalled(_) => StatusCode::REQUEST_TIMEOUT,
                 BodyError::Read(_) | BodyError::Malformed(_) => StatusCode::BAD_REQUEST,
                 BodyError::Local(_) => StatusCode::INTERNAL_SERVER_ERROR,
             };

@@ -4,7 +4,8 @@
 //! spool file per part under `ROOT/.incoming/<id>/`, decoded (`utf8` or `base64`) and hashed on
 //! the way. An apply so holds at most one part's encoded text in memory (serde_json's string
 //! buffer) and never the whole body, nor its decoded parts. It also owns the body's bounds while it
-//! is read: `--max-body` (413) and `--body-timeout` (408). It must never touch the live tree,
+//! is read: `--max-body` (413), `--body-timeout` (408) and `--body-stall-timeout` (408: no new byte for that
+//! long, so a client that stops sending frees its connection). It must never touch the live tree,
 //! `.state` or HAProxy, and it never trusts a part: [`Spool::checked`] compares every part with
 //! `files` before anything is staged.
 
@@ -182,6 +183,8 @@ pub enum BodyError {
     TooLarge(usize),
     /// Did not arrive within `--body-timeout` (408).
     TimedOut(Duration),
+    /// No new byte within `--body-stall-timeout` (408).
+    Stalled(Duration),
     /// The connection failed while reading (400).
     Read(String),
     /// Not a valid apply request (400).
@@ -195,6 +198,7 @@ impl fmt::Display for BodyError {
         match self {
             BodyError::TooLarge(max) => write!(f, "body is over the limit of {max} bytes"),
             BodyError::TimedOut(d) => write!(f, "the body did not arrive within {d:?}"),
+            BodyError::Stalled(d) => write!(f, "the body made no progress for {d:?}"),
             BodyError::Read(m) => write!(f, "cannot read body: {m}"),
             BodyError::Malformed(m) => write!(f, "malformed apply request: {m}"),
             BodyError::Local(m) => write!(f, "cannot spool the request: {m}"),
@@ -202,13 +206,24 @@ impl fmt::Display for BodyError {
     }
 }
 
+/// How long a body may take to arrive: all of it, and each next chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyTimes {
+    /// The whole body (`--body-timeout`).
+    pub whole: Duration,
+    /// Between two chunks, and before the first (`--body-stall-timeout`).
+    pub stall: Duration,
+}
+
 /// Reads the body of an apply as it arrives and decodes it off the async runtime: at most `max`
-/// bytes within `timeout`. Returns the request (with no `parts`) and its spooled parts.
+/// bytes within `times.whole`, never `times.stall` without a new chunk. Returns the request
+/// (with no `parts`) and its spooled parts. On an error the unread rest of the body is dropped,
+/// so the server closes the connection after its answer.
 pub async fn decode_apply(
     root: &Path,
     body: axum::body::Body,
     max: usize,
-    timeout: Duration,
+    times: BodyTimes,
 ) -> Result<(ApplyRequest, Spool), BodyError> {
     let (tx, rx) = mpsc::channel::<Bytes>(CHANNEL_CHUNKS);
     let failed: Arc<Mutex<Option<BodyError>>> = Arc::new(Mutex::new(None));
@@ -223,7 +238,11 @@ pub async fn decode_apply(
     let pump = async {
         let mut stream = body.into_data_stream();
         let mut total = 0usize;
-        while let Some(chunk) = stream.next().await {
+        loop {
+            let Ok(next) = tokio::time::timeout(times.stall, stream.next()).await else {
+                return Err(BodyError::Stalled(times.stall));
+            };
+            let Some(chunk) = next else { break };
             match chunk {
                 Err(e) => return Err(BodyError::Read(e.to_string())),
                 Ok(b) => {
@@ -240,8 +259,8 @@ pub async fn decode_apply(
         }
         Ok(())
     };
-    let pumped = match tokio::time::timeout(timeout, pump).await {
-        Err(_) => Err(BodyError::TimedOut(timeout)),
+    let pumped = match tokio::time::timeout(times.whole, pump).await {
+        Err(_) => Err(BodyError::TimedOut(times.whole)),
         Ok(r) => r,
     };
     if let Err(e) = pumped {

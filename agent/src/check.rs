@@ -1,14 +1,16 @@
-//! `haproxy -c` of a staged tree with the pod's own binary.
+//! `haproxy -c` of a staged tree with the pod's own binary, contained.
 //!
-//! Owns running the check with the tree directory as working directory (so relative paths under
-//! `default-path config` resolve) and capturing HAProxy's words. It must never modify the tree
-//! or talk to the running HAProxy.
+//! Owns running the check through [`haptic_sandbox`] (cleared environment, the tree directory as
+//! working directory so relative paths under `default-path config` resolve, stdin null, bounded
+//! time and output, and where the kernel has Landlock nothing readable outside the tree and the
+//! allowed prefixes) and turning HAProxy's words into typed findings
+//! (`haptic_haproxy::check_output`). It must never modify the tree or talk to the running HAProxy.
 
-use std::path::Path;
-use std::process::Stdio;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tokio::process::Command;
+use haptic_haproxy::check_output::{parse, report, Severity};
+use haptic_sandbox::End;
 
 /// The longest a check may take.
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(60);
@@ -17,59 +19,41 @@ pub const CHECK_TIMEOUT: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("haproxy -c failed: {output}")]
 pub struct CheckFailed {
-    /// HAProxy's stderr and stdout.
+    /// HAProxy's alerts and warnings, one a line, without process ids or the tree's path.
     pub output: String,
 }
 
-/// HAProxy's `[WARNING]` lines in `text`, without the `(pid)` that differs between runs. Pure.
-pub fn warnings(text: &str) -> Vec<String> {
-    text.lines()
-        .filter_map(|l| {
-            let rest = l.trim().strip_prefix("[WARNING]")?.trim_start();
-            // `(1234) : config : ...` -> `config : ...`
-            let rest = match rest.strip_prefix('(').and_then(|r| r.split_once(')')) {
-                Some((pid, r)) if pid.chars().all(|c| c.is_ascii_digit()) => {
-                    r.trim_start().trim_start_matches(':').trim_start()
-                }
-                _ => rest,
-            };
-            Some(rest.to_string())
-        })
-        .collect()
-}
-
-/// Runs `<bin> -c -f haproxy.cfg` in `tree_dir`; `Ok` only on exit code 0, with HAProxy's
-/// warnings (a valid config may still have some).
-pub async fn check_tree(bin: &Path, tree_dir: &Path) -> Result<Vec<String>, CheckFailed> {
-    let mut cmd = Command::new(bin);
-    cmd.arg("-c")
-        .arg("-f")
-        .arg("haproxy.cfg")
-        .current_dir(tree_dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let out = match tokio::time::timeout(CHECK_TIMEOUT, cmd.output()).await {
-        Err(_) => return Err(CheckFailed { output: format!("haproxy -c did not finish within {CHECK_TIMEOUT:?}") }),
-        Ok(Err(e)) => return Err(CheckFailed { output: format!("cannot run {}: {e}", bin.display()) }),
+/// Runs `<bin> -c -f haproxy.cfg` contained in `tree_dir`, which (with the `allowed` path
+/// prefixes) is all it may read, and may run programs only from the binary's directory, `exec`
+/// and the system's; `Ok` only on exit code 0, with HAProxy's warnings (a valid config may still
+/// have some) as `file line N: message`.
+pub async fn check_tree(
+    bin: &Path,
+    tree_dir: &Path,
+    allowed: &[String],
+    exec: &[PathBuf],
+) -> Result<Vec<String>, CheckFailed> {
+    let mut run = haptic_sandbox::Run::check(bin, tree_dir, "haproxy.cfg", CHECK_TIMEOUT);
+    run.extra_read = allowed.iter().map(PathBuf::from).collect();
+    run.extra_exec = exec.to_vec();
+    let failed = |output: String| CheckFailed { output };
+    let out = match tokio::task::spawn_blocking(move || haptic_sandbox::run(run)).await {
+        Err(e) => return Err(failed(format!("the check task failed: {e}"))),
+        Ok(Err(e)) => return Err(failed(e.to_string())),
         Ok(Ok(out)) => out,
     };
-    if out.status.success() {
-        return Ok(warnings(&String::from_utf8_lossy(&out.stderr)));
-    }
-    let mut text = String::from_utf8_lossy(&out.stderr).trim_end().to_string();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    if !stdout.trim().is_empty() {
-        if !text.is_empty() {
-            text.push('\n');
+    let findings = parse(&out.output, Some(&tree_dir.to_string_lossy()));
+    match out.end {
+        End::Exited(s) if s.success() => {
+            Ok(findings.iter().filter(|f| f.severity == Severity::Warning).map(ToString::to_string).collect())
         }
-        text.push_str(stdout.trim_end());
+        End::Exited(s) => {
+            let text = report(&findings);
+            Err(failed(if text.is_empty() { format!("haproxy -c exited with {s}") } else { text }))
+        }
+        End::TimedOut(d) => Err(failed(format!("haproxy -c did not finish within {d:?}"))),
+        End::TooMuchOutput(n) => Err(failed(format!("haproxy -c wrote more than {n} bytes of output"))),
     }
-    if text.is_empty() {
-        text = format!("haproxy -c exited with {}", out.status);
-    }
-    Err(CheckFailed { output: text })
 }
 
 /// Best-effort pre-check of the TCP ports a reload of `new_cfg` would newly bind (ports
@@ -114,12 +98,30 @@ fn probe_bind(addr: std::net::SocketAddr) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn warning_lines_lose_their_pid() {
-        let text =
-            "[NOTICE]   (1) : x\n[WARNING]  (2726) : config : parsing [haproxy.cfg:11] : a rule.\n[ALERT] (3) : y\n";
-        assert_eq!(warnings(text), vec!["config : parsing [haproxy.cfg:11] : a rule.".to_string()]);
-        assert!(warnings("").is_empty());
+    /// On every HAProxy version: a tree whose config loads a file outside the tree is refused
+    /// without the file's content in the output; the same config loading a file inside passes.
+    #[tokio::test]
+    async fn the_check_reads_nothing_outside_the_tree() {
+        let base = tempfile::tempdir().unwrap();
+        let secret = base.path().join("token");
+        std::fs::write(&secret, "s3cr3t-value\n").unwrap();
+        let tree = base.path().join("tree");
+        std::fs::create_dir_all(tree.join("acl")).unwrap();
+        std::fs::write(tree.join("acl/ips.lst"), "10.0.0.1\n").unwrap();
+        let cfg = |file: &str| {
+            format!(
+                "global\n    default-path config\ndefaults\n    mode http\n    timeout connect 1s\n    \
+                 timeout client 1s\n    timeout server 1s\nfrontend f\n    bind 127.0.0.1:8080\n    \
+                 acl x src -f {file}\n    http-request deny if x\n"
+            )
+        };
+        for bin in haptic_e2e::haproxy_bins() {
+            std::fs::write(tree.join("haproxy.cfg"), cfg(&secret.display().to_string())).unwrap();
+            let e = check_tree(&bin.path, &tree, &[], &[]).await.unwrap_err();
+            assert!(e.output.contains("[ALERT]") && !e.output.contains("s3cr3t"), "{}: {}", bin.label(), e.output);
+            std::fs::write(tree.join("haproxy.cfg"), cfg("acl/ips.lst")).unwrap();
+            assert_eq!(check_tree(&bin.path, &tree, &[], &[]).await, Ok(vec![]), "{}", bin.label());
+        }
     }
 
     #[test]

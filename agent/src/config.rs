@@ -91,6 +91,11 @@ pub struct RunArgs {
     /// How long a whole request body may take to arrive.
     #[arg(long, env = "HAPTIC_AGENT_BODY_TIMEOUT", default_value = "120s", value_parser = parse_duration)]
     pub body_timeout: Duration,
+    /// How long a request body may go without a new byte before the request is answered 408
+    /// and its connection closed (a stalled client never holds a connection slot for the whole
+    /// `--body-timeout`).
+    #[arg(long, env = "HAPTIC_AGENT_BODY_STALL_TIMEOUT", default_value = "15s", value_parser = parse_duration)]
+    pub body_stall_timeout: Duration,
     /// The most HTTP connections served at once; more are closed as soon as they are accepted.
     #[arg(long, env = "HAPTIC_AGENT_MAX_CONNECTIONS", default_value_t = 64)]
     pub max_connections: usize,
@@ -98,6 +103,10 @@ pub struct RunArgs {
     #[arg(long = "allow-path", env = "HAPTIC_AGENT_ALLOW_PATH", value_delimiter = ',',
           default_values_t = ["/etc/ssl/certs".to_string(), "/usr/share/ca-certificates".to_string()])]
     pub allow_path: Vec<String>,
+    /// A directory besides the HAProxy binary's whose programs the contained `haproxy -c` may
+    /// run (repeatable; for a wrapper script around the real binary).
+    #[arg(long = "check-exec-path", env = "HAPTIC_AGENT_CHECK_EXEC_PATH", value_delimiter = ',')]
+    pub check_exec_path: Vec<PathBuf>,
     /// The directory sockets of the config (`stats socket`, unix `bind`) must live under
     /// (default: the master socket's directory).
     #[arg(long, env = "HAPTIC_AGENT_SOCKET_DIR")]

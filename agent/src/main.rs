@@ -68,6 +68,7 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
         reload_timeout: a.reload_timeout,
         pod: a.pod_name.clone().unwrap_or_else(|| a.root.display().to_string()),
         bind_precheck: a.bind_precheck,
+        check_exec: a.check_exec_path.clone(),
         path_policy: haptic_haproxy::paths::PathPolicy {
             allowed: a.allow_path.clone(),
             socket_dir: a
@@ -81,6 +82,10 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
     let background = agent.spawn_background();
     let listener = tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("bind {}", a.listen))?;
     info!(listen = %listener.local_addr()?, root = %a.root.display(), tls = tls.is_some(), "haptic-agent serving");
+    info!(
+        landlock = haptic_sandbox::landlock_active(),
+        "haproxy -c runs contained (Landlock: nothing readable outside the tree and --allow-path)"
+    );
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let shutdown = async move {
@@ -95,6 +100,7 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
         header_timeout: a.header_timeout,
         idle_timeout: a.idle_timeout,
         body_timeout: a.body_timeout,
+        body_stall_timeout: a.body_stall_timeout,
         max_connections: a.max_connections,
     };
     let credentials = CredentialSet::from(credentials);

@@ -15,7 +15,7 @@ on_each_version!(fence_is_persisted_before_staging);
 async fn fence_is_persisted_before_staging(bin: HaproxyBin) {
     let label = bin.label();
     let dir = tempfile::tempdir().unwrap();
-    let mut pod = pod(&gated(&bin, dir.path())).await;
+    let mut pod = gated_pod(&bin, dir.path()).await;
     let fe = port();
     let v1 = only_cfg(&cfg(pod.health_bind(), fe, &[("s1", 9001)], ""));
     let p1 = pid(&v1);

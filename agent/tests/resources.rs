@@ -141,11 +141,55 @@ async fn http_resources_are_bounded(bin: HaproxyBin) {
     println!("{label}: timeouts, connection cap and early 413 ok");
 }
 
+on_each_version!(a_stalled_body_frees_its_connection_a_slow_one_lands);
+/// A body that stops arriving is answered 408 and its connection closed after
+/// `--body-stall-timeout`, long before `--body-timeout`; a body that keeps arriving, slower in
+/// total than the stall bound, still lands.
+async fn a_stalled_body_frees_its_connection_a_slow_one_lands(bin: HaproxyBin) {
+    let label = bin.label();
+    let opts = PodOpts {
+        extra_args: ["--body-stall-timeout=2s", "--body-timeout=600s"].map(String::from).to_vec(),
+        ..Default::default()
+    };
+    let pod = pod_with(&bin, opts).await;
+
+    // Headers and part of the body, then nothing: closed (the deadline of `read_until_closed`,
+    // 30 s, is far below the 600 s body timeout).
+    let mut s = TcpStream::connect(pod.addr()).await.unwrap();
+    let head = format!(
+        "POST /v1/apply HTTP/1.1\r\nHost: x\r\nAuthorization: {}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{\"fence\"",
+        auth(&pod)
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    let got = read_until_closed(&mut s, &format!("{label} stalled body")).await;
+    assert!(got.starts_with("HTTP/1.1 408"), "{label}: {got}");
+
+    // The same apply sent in 12 pieces 250 ms apart (3 s in all, over the 2 s stall bound).
+    let fe = port();
+    let files = only_cfg(&cfg(pod.health_bind(), fe, &[("s1", 9001)], ""));
+    let body = request((1, 1), None, Mode::Reload, &files, |_| true, vec![]).to_string();
+    let mut s = TcpStream::connect(pod.addr()).await.unwrap();
+    let head = format!(
+        "POST /v1/apply HTTP/1.1\r\nHost: x\r\nAuthorization: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        auth(&pod),
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    let piece = body.len().div_ceil(12);
+    for chunk in body.as_bytes().chunks(piece) {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        s.write_all(chunk).await.unwrap();
+    }
+    let (st, _, answer) = read_response(&mut s, &format!("{label} slow body")).await;
+    assert_eq!(st, 200, "{label}: {answer}");
+    println!("{label}: a stalled body is cut after the stall bound, a slow one lands");
+}
+
 on_each_version!(one_apply_runs_one_waits_the_rest_get_429);
 async fn one_apply_runs_one_waits_the_rest_get_429(bin: HaproxyBin) {
     let label = bin.label();
     let dir = tempfile::tempdir().unwrap();
-    let pod = pod(&gated(&bin, dir.path())).await;
+    let pod = gated_pod(&bin, dir.path()).await;
     let fe = port();
     let v1 = only_cfg(&cfg(pod.health_bind(), fe, &[("s1", 9001)], ""));
     apply_ok(&pod, &request((1, 1), None, Mode::Reload, &v1, |_| true, vec![])).await;
@@ -207,7 +251,7 @@ on_each_version!(readers_answer_while_an_apply_is_held);
 async fn readers_answer_while_an_apply_is_held(bin: HaproxyBin) {
     let label = bin.label();
     let dir = tempfile::tempdir().unwrap();
-    let pod = pod(&gated(&bin, dir.path())).await;
+    let pod = gated_pod(&bin, dir.path()).await;
     let fe = port();
     let v1 = only_cfg(&cfg(pod.health_bind(), fe, &[("s1", 9001)], ""));
     let p1 = pid(&v1);

@@ -217,6 +217,11 @@ pub async fn start_with(
         DeployerConfig { max_parallel: now.max_parallel, sync_timeout: now.sync_timeout },
     ));
     let checker = Checker::new(settings.haproxy_bin.clone(), Duration::from_secs(60));
+    tracing::info!(
+        landlock = haptic_sandbox::landlock_active(),
+        "haproxy -c runs contained: cleared environment, the render as working directory, bounded time and output{}",
+        if haptic_sandbox::landlock_active() { ", nothing readable outside the render (Landlock)" } else { "" }
+    );
     let shutdown = CancellationToken::new();
     let mut tasks = Vec::new();
     let mut admin_addr = SocketAddr::from(([0, 0, 0, 0], 0));

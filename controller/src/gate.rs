@@ -111,19 +111,31 @@ pub fn runtime_equivalent(passed: &Render, new: &Render) -> bool {
             .runtime_eligible()
 }
 
-/// Runs `haproxy -c` over renders. Clones share the last render that passed, so a render that
-/// differs from it only at runtime ([`runtime_equivalent`]) passes without another process.
+/// How many verdicts of `haproxy -c` the gate keeps, by render content.
+pub const VERDICTS_KEPT: usize = 64;
+
+/// Runs `haproxy -c` over renders, contained ([`haptic_sandbox`]). Clones share the last render
+/// that passed, so a render that differs from it only at runtime ([`runtime_equivalent`]) passes
+/// without another process, and the verdicts of the last [`VERDICTS_KEPT`] renders checked, by
+/// content (the plan id, a digest of every file; a checker has one binary), so a render seen
+/// before is never checked twice.
 #[derive(Debug, Clone)]
 pub struct Checker {
     bin: PathBuf,
     timeout: Duration,
     passed: Arc<Mutex<Option<Arc<Render>>>>,
+    verdicts: Arc<Mutex<haptic_sandbox::Lru<Digest, Verdict>>>,
 }
 
 impl Checker {
     /// A checker using `bin` (looked up on `PATH` when it has no `/`).
     pub fn new(bin: impl Into<PathBuf>, timeout: Duration) -> Self {
-        Checker { bin: bin.into(), timeout, passed: Arc::default() }
+        Checker {
+            bin: bin.into(),
+            timeout,
+            passed: Arc::default(),
+            verdicts: Arc::new(Mutex::new(haptic_sandbox::Lru::new(VERDICTS_KEPT))),
+        }
     }
 
     /// The binary.
@@ -131,35 +143,38 @@ impl Checker {
         &self.bin
     }
 
-    /// Checks one render. `Err` means the check could not run at all.
+    /// Checks one render. `Err` means the check could not run at all (or did not finish in
+    /// time); such an outcome is not kept.
     pub async fn check(&self, render: &Render) -> Result<Verdict, Error> {
         // The path rules come first: `haproxy -c` would read whatever the config names.
         if let Some(why) = precheck(render).or_else(|| path_refusal(render)) {
             return Ok(Verdict::Refused(why));
         }
-        let tmp = tempfile::Builder::new().prefix("haptic-gate-").tempdir().map_err(|e| Error::Gate(e.to_string()))?;
-        let root = tmp.path().to_path_buf();
-        let r = render.clone();
-        let root2 = root.clone();
-        tokio::task::spawn_blocking(move || r.write_to(&root2)).await.map_err(|e| Error::Gate(e.to_string()))??;
-        let mut cmd = tokio::process::Command::new(&self.bin);
-        cmd.arg("-c").arg("-f").arg(root.join("haproxy.cfg")).current_dir(&root).kill_on_drop(true);
-        cmd.stdin(std::process::Stdio::null());
-        let out = tokio::time::timeout(self.timeout, cmd.output())
-            .await
-            .map_err(|_| Error::Gate(format!("{} -c did not finish within {:?}", self.bin.display(), self.timeout)))?
-            .map_err(|e| Error::Gate(format!("cannot run {}: {e}", self.bin.display())))?;
-        if out.status.success() {
-            return Ok(Verdict::Pass);
+        let key = render.plan_id().0;
+        if let Some(v) = self.verdicts.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return Ok(v);
         }
-        let mut text = String::from_utf8_lossy(&out.stderr).into_owned();
-        text.push_str(&String::from_utf8_lossy(&out.stdout));
-        let root_text = root.to_string_lossy();
-        let text = text.replace(&format!("{root_text}/"), "").replace(root_text.as_ref(), ".");
-        let text = text.trim().to_string();
-        Ok(Verdict::Refused(if text.is_empty() { format!("haproxy -c exited with {}", out.status) } else { text }))
+        let v = self.run(render).await?;
+        self.verdicts.lock().unwrap_or_else(|e| e.into_inner()).insert(key, v.clone());
+        Ok(v)
     }
 
+    /// Writes the render to a temp dir and runs the contained check over it.
+    async fn run(&self, render: &Render) -> Result<Verdict, Error> {
+        let gate = |e: &dyn std::fmt::Display| Error::Gate(e.to_string());
+        let tmp = tempfile::Builder::new().prefix("haptic-gate-").tempdir().map_err(|e| gate(&e))?;
+        let root = tmp.path().to_path_buf();
+        let (r, root2) = (render.clone(), root.clone());
+        tokio::task::spawn_blocking(move || r.write_to(&root2)).await.map_err(|e| gate(&e))??;
+        let mut run = haptic_sandbox::Run::check(&self.bin, &root, "haproxy.cfg", self.timeout);
+        // What the path rules let a config read outside the tree (CA bundles).
+        run.extra_read = haptic_haproxy::paths::PathPolicy::DEFAULT_ALLOWED.iter().map(PathBuf::from).collect();
+        let out = tokio::task::spawn_blocking(move || haptic_sandbox::run(run))
+            .await
+            .map_err(|e| gate(&e))?
+            .map_err(|e| gate(&e))?;
+        verdict_of(&out, &root)
+    }
     /// Checks one render; a check that cannot run counts as a refusal (the gate never passes
     /// what it did not see pass, itself or through [`runtime_equivalent`]).
     pub async fn verdict(&self, render: &Arc<Render>) -> Verdict {
@@ -185,6 +200,23 @@ impl Checker {
 
     fn remember(&self, render: &Arc<Render>) {
         *self.passed.lock().unwrap_or_else(|e| e.into_inner()) = Some(render.clone());
+    }
+}
+
+/// The gate's verdict on a contained run over the render in `root`: a pass on exit code 0, a
+/// refusal with HAProxy's alerts and warnings ([`haptic_haproxy::check_output::report`]),
+/// `Err` when it did not finish in time.
+fn verdict_of(out: &haptic_sandbox::Outcome, root: &Path) -> Result<Verdict, Error> {
+    use haptic_haproxy::check_output::{parse, report};
+    use haptic_sandbox::End;
+    match &out.end {
+        End::Exited(s) if s.success() => Ok(Verdict::Pass),
+        End::TimedOut(d) => Err(Error::Gate(format!("haproxy -c did not finish within {d:?}"))),
+        End::TooMuchOutput(n) => Ok(Verdict::Refused(format!("haproxy -c wrote more than {n} bytes of output"))),
+        End::Exited(s) => {
+            let text = report(&parse(&out.output, Some(&root.to_string_lossy())));
+            Ok(Verdict::Refused(if text.is_empty() { format!("haproxy -c exited with {s}") } else { text }))
+        }
     }
 }
 
@@ -249,6 +281,39 @@ mod tests {
         match c.check(&Render::from_texts([("haproxy.cfg", cfg)]).unwrap()).await.unwrap() {
             Verdict::Refused(why) => assert!(why.contains("/etc/passwd") && why.contains("line 10"), "{why}"),
             Verdict::Pass => panic!("a map outside the tree passed the gate"),
+        }
+    }
+
+    /// A config that loads a file outside the render, named so the path rules may not see it
+    /// (quoted), is refused by the contained check without the file's content in the verdict,
+    /// on every version; the benign twin (the file inside the render) passes. A verdict is kept
+    /// by content: the same render is not checked again.
+    #[tokio::test]
+    async fn the_gate_check_reads_nothing_outside_the_render() {
+        let base = tempfile::tempdir().unwrap();
+        let secret = base.path().join("token");
+        std::fs::write(&secret, "s3cr3t-token\n").unwrap();
+        let quoted = format!("'/'{}", secret.display().to_string().trim_start_matches('/'));
+        let cfg = |file: &str| {
+            format!(
+                "global\n    default-path config\ndefaults\n    mode http\n    timeout connect 1s\n    \
+                 timeout client 1s\n    timeout server 1s\nfrontend f\n    bind 127.0.0.1:8080\n    \
+                 acl x src -f {file}\n    http-request deny if x\n"
+            )
+        };
+        for bin in haptic_e2e::haproxy_bins() {
+            let c = Checker::new(&bin.path, Duration::from_secs(30));
+            let bad = Render::from_texts([("haproxy.cfg", cfg(&quoted).as_str())]).unwrap();
+            match c.check(&bad).await.unwrap() {
+                Verdict::Refused(why) => assert!(!why.contains("s3cr3t"), "{}: {why}", bin.label()),
+                Verdict::Pass => panic!("{}: a file outside the render was loaded", bin.label()),
+            }
+            let good =
+                Render::from_texts([("haproxy.cfg", cfg("acl/ips.lst").as_str()), ("acl/ips.lst", "10.0.0.1\n")])
+                    .unwrap();
+            assert_eq!(c.check(&good).await.unwrap(), Verdict::Pass, "{}", bin.label());
+            let cached = Checker { bin: "/nonexistent/haproxy".into(), ..c.clone() };
+            assert_eq!(cached.check(&good).await.unwrap(), Verdict::Pass, "{}: kept by content", bin.label());
         }
     }
 

@@ -3,7 +3,7 @@
 //! This crate owns the bootstrap config (`bootstrap`), the `haproxy.cfg` section parser (`cfg`), the files a config makes HAProxy
 //! read and how it loads them (`paths`), the structural runtime-claim comparison of two configs
 //! (`claim`), the master CLI and runtime API commands and the parsers of their replies (`cli`),
-//! the quoting that turns any string into config, log-format, map and regex text (`quote`), which
+//! the reader of `haproxy -c` output (`check_output`), the quoting that turns any string into config, log-format, map and regex text (`quote`), which
 //! regular expressions from objects are accepted (`regex`), and
 //! what a snippet from an object may contain (`snippet`), and how HAProxy splits a config line into
 //! words (`words`). It is pure: it must never do I/O, spawn
@@ -13,6 +13,7 @@
 
 pub mod bootstrap;
 pub mod cfg;
+pub mod check_output;
 pub mod claim;
 pub mod cli;
 pub mod paths;

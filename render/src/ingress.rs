@@ -111,35 +111,19 @@ pub fn snippet_checks(input: &IngressInput) -> Vec<SnippetCheck> {
 }
 
 /// HAProxy's words on a refused check, short: its `[ALERT]` lines without the process id and
-/// the temporary file's path, at most 512 bytes.
+/// the summary or the check directory, a message quoting a loaded file's content replaced, at
+/// most 512 bytes (`haptic_haproxy::check_output` reads the output). A text without a single
+/// HAProxy line (the gate's own reasons, such as its path rules) is kept, cut to 512 bytes.
 pub fn check_words(output: &str) -> String {
-    let lines: Vec<String> = output
-        .lines()
-        .filter(|l| l.contains("[ALERT]") && !l.contains("Fatal errors") && !l.contains("Error(s) found"))
-        .map(|l| {
-            let l = l.split_once(") : ").map_or(l, |(_, rest)| rest);
-            match (l.find("parsing ["), l.find(':')) {
-                (Some(p), _) => match l[p..].find(']') {
-                    Some(end) => {
-                        let inside = &l[p + 9..p + end];
-                        let line = inside.rsplit_once(':').map_or("", |(_, n)| n);
-                        format!("{}line {line}{}", &l[..p], &l[p + end + 1..])
-                    }
-                    None => l.to_string(),
-                },
-                _ => l.to_string(),
-            }
-        })
-        .collect();
-    let mut out = if lines.is_empty() { output.trim().to_string() } else { lines.join("; ") };
-    if out.len() > 512 {
-        let mut cut = 512;
-        while !out.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        out.truncate(cut);
+    use haptic_haproxy::check_output::{cut, parse, words, MAX_WORDS};
+    let mut findings = parse(output, None);
+    if findings.is_empty() {
+        return cut(output.trim(), MAX_WORDS);
     }
-    out
+    for f in &mut findings {
+        f.file = f.file.as_deref().map(|p| p.rsplit('/').next().unwrap_or(p).to_string());
+    }
+    words(&findings)
 }
 
 /// Listening and slot settings.
@@ -1699,8 +1683,9 @@ services:
     #[test]
     fn check_words_keep_the_alerts_only() {
         let out = "[NOTICE]   (1) : haproxy version is 2.6.12\n[ALERT]    (27303) : config : parsing [/tmp/x/haproxy.cfg:8] : 'http-request set-header' expects exactly 2 arguments.\n[ALERT]    (27303) : config : Error(s) found in configuration file : /tmp/x/haproxy.cfg\n[ALERT]    (27303) : config : Fatal errors found in configuration.\n";
-        assert_eq!(check_words(out), "config : line 8 : 'http-request set-header' expects exactly 2 arguments.");
+        assert_eq!(check_words(out), "haproxy.cfg line 8: 'http-request set-header' expects exactly 2 arguments.");
         assert_eq!(check_words("odd"), "odd");
+        assert_eq!(check_words("[NOTICE] (1) : only this\n"), "haproxy -c refused it without an [ALERT] line");
         assert!(check_words(&"[ALERT] (1) : x".repeat(200)).len() <= 512);
     }
 

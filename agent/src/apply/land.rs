@@ -102,7 +102,14 @@ impl Agent {
                         a.mode = Mode::Reload;
                     }
                     self.save(p)?;
-                    if let Err(e) = check_tree(&self.cfg.haproxy_bin, &staged.dir).await {
+                    if let Err(e) = check_tree(
+                        &self.cfg.haproxy_bin,
+                        &staged.dir,
+                        &self.cfg.path_policy.allowed,
+                        &self.cfg.check_exec,
+                    )
+                    .await
+                    {
                         // The tree is not loadable: put the last good tree back and reset the
                         // worker's runtime state to it.
                         self.restore_last_good(p, &e.output)?;

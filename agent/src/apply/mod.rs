@@ -56,6 +56,9 @@ pub struct AgentConfig {
     pub bind_precheck: bool,
     /// Where config paths may point outside the tree, and where sockets may live.
     pub path_policy: haptic_haproxy::paths::PathPolicy,
+    /// Directories besides the HAProxy binary's whose programs its contained `haproxy -c` may
+    /// run (`--check-exec-path`: the real binary behind a wrapper script).
+    pub check_exec: Vec<PathBuf>,
 }
 
 /// Why an apply was refused (nothing changed, except a raised fence high-water mark).

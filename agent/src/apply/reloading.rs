@@ -209,7 +209,7 @@ impl Agent {
         }
         let mut text = output;
         let Ok(Some(live)) = self.tree.live_dir() else { return text };
-        match check_tree(&self.cfg.haproxy_bin, &live).await {
+        match check_tree(&self.cfg.haproxy_bin, &live, &self.cfg.path_policy.allowed, &self.cfg.check_exec).await {
             Err(e) => text.push_str(&format!("\nhaproxy -c of the refused tree:\n{}", e.output)),
             Ok(_) => text.push_str("\nhaproxy -c of the refused tree: passed"),
         }

@@ -100,7 +100,10 @@ impl Agent {
         let checked = if mode == Mode::Runtime || paths.is_err() {
             None
         } else {
-            Some(check_tree(&self.cfg.haproxy_bin, &staged.dir).await)
+            Some(
+                check_tree(&self.cfg.haproxy_bin, &staged.dir, &self.cfg.path_policy.allowed, &self.cfg.check_exec)
+                    .await,
+            )
         };
         let refused = if let Err(why) = paths {
             Some(Nack {

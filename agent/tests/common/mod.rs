@@ -185,6 +185,14 @@ pub fn release_one(dir: &std::path::Path) {
     f.write_all(b"go\n").unwrap();
 }
 
+/// A pod running the [`gated`] wrapper of `bin`: its contained `haproxy -c` may run the real
+/// binary, from `bin`'s directory.
+pub async fn gated_pod(bin: &HaproxyBin, dir: &std::path::Path) -> Pod {
+    let real_dir = bin.path.parent().unwrap().display().to_string();
+    let opts = PodOpts { extra_args: vec![format!("--check-exec-path={real_dir}")], ..Default::default() };
+    pod_with(&gated(bin, dir), opts).await
+}
+
 pub fn gated(bin: &HaproxyBin, dir: &std::path::Path) -> HaproxyBin {
     let script = dir.join("haproxy-gated");
     let text = format!(
