@@ -154,6 +154,10 @@ fn snippet_attacks() -> Vec<String> {
     v
 }
 
+/// (name, host, paths as (path, pathType), annotations) of an Ingress claiming a victim's name.
+type Claim =
+    (&'static str, &'static str, &'static [(&'static str, &'static str)], &'static [(&'static str, &'static str)]);
+
 /// Every attacker case, with its expectation.
 fn cases() -> Vec<Case> {
     let t = "2026-02-01T00:00:00Z";
@@ -181,7 +185,7 @@ fn cases() -> Vec<Case> {
     path.backend.service.as_mut().unwrap().name = "snip".into();
     case("snippet-ok".into(), twin, Expect::Serves("ok.attacker.example".into(), "/".into()));
     // The victim's host and paths claimed again, deeper, in another case, joined and passed through.
-    let claims: &[(&str, &str, &[(&str, &str)], &[(&str, &str)])] = &[
+    let claims: &[Claim] = &[
         ("same-path", "victim.example", &[("/", "Prefix")], &[]),
         ("deeper-path", "victim.example", &[("/admin/x", "Prefix")], &[]),
         ("exact-path", "victim.example", &[("/admin", "Exact")], &[]),
