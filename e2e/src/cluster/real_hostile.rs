@@ -81,10 +81,11 @@ async fn put_ingress(client: &Client, obj: &Value) -> Result<()> {
     Ok(())
 }
 
-/// A client acting as [`USER`] (the kubeconfig's credentials, impersonating).
-async fn user_client() -> Result<Client> {
+/// A client acting as `user` (the kubeconfig's credentials, impersonating), in the group every
+/// authenticated user is in.
+pub(super) async fn user_client(user: &str) -> Result<Client> {
     let mut cfg = kube::Config::infer().await.map_err(|e| ClusterError::of("kubeconfig", e))?;
-    cfg.auth_info.impersonate = Some(USER.into());
+    cfg.auth_info.impersonate = Some(user.into());
     cfg.auth_info.impersonate_groups = Some(vec!["system:authenticated".into()]);
     Client::try_from(cfg).map_err(|e| ClusterError::of("the user's client", e))
 }
@@ -212,7 +213,7 @@ async fn refused_event(c: &RealCluster, name: &str, annotation: &str) -> Result<
 async fn hostile_next_to_good(c: &RealCluster) -> Result<()> {
     let svc = c.service_ip().await?;
     tenant(c).await?;
-    let user = user_client().await?;
+    let user = user_client(USER).await?;
     // The user has the Role's rights and no others.
     let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "probe"}});
     let cm: ConfigMap = serde_json::from_value(cm).map_err(|e| ClusterError::of("a ConfigMap", e))?;

@@ -30,6 +30,7 @@ use kube::Client;
 use serde_json::{json, Value};
 
 use super::real::{pod_ready, restarts, RealCluster, NAMESPACE};
+use super::real_hostile::user_client;
 use super::real_ingress::{apply_params, ensure};
 use super::real_scenarios::install_reading_config_map;
 use super::scenarios::Selection;
@@ -95,14 +96,6 @@ where
         .await
         .map_err(|e| ClusterError::of(&format!("apply {} {ns}/{name}", obj["kind"]), e))?;
     Ok(())
-}
-
-/// A client acting as [`USER`] (the kubeconfig's credentials, impersonating).
-async fn user_client() -> Result<Client> {
-    let mut cfg = kube::Config::infer().await.map_err(|e| ClusterError::of("kubeconfig", e))?;
-    cfg.auth_info.impersonate = Some(USER.into());
-    cfg.auth_info.impersonate_groups = Some(vec!["system:authenticated".into()]);
-    Client::try_from(cfg).map_err(|e| ClusterError::of("the attacker's client", e))
 }
 
 /// The namespace `ns` with a backend Deployment and Service `<ns>-web` whose busybox httpd
@@ -249,7 +242,7 @@ async fn attacks_under_load(c: &RealCluster) -> Result<()> {
     attacker_rights(&admin).await?;
     served_by(c, &svc, HOST, "/admin/", VICTIM).await?;
     let before = haproxy_restarts(c).await?;
-    let user = user_client().await?;
+    let user = user_client(USER).await?;
     let stop = Arc::new(AtomicBool::new(false));
     let load = victim_load(c, svc.clone(), stop.clone());
     let result = apply_attacks(c, &user, &svc).await;
