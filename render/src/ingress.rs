@@ -226,6 +226,30 @@ pub(crate) fn parse_host(h: &str) -> Result<HostMatch, String> {
     Ok(if wild { HostMatch::Wildcard(format!(".{rest}")) } else { HostMatch::Exact(rest.to_string()) })
 }
 
+/// A host table's id in the maps: `h` and 16 hex digits of the SHA-256 of the host as it is
+/// matched. It depends on that host alone, so hosts coming and going never move another host's
+/// id: a runtime map change, applied one map file after another, can never send one host's
+/// requests through another host's paths in between. No object can choose a name whose id is
+/// another host's (that takes a SHA-256 second preimage). Two hosts of one id (`taken`, never
+/// seen in practice) tell the later one apart with a counter.
+pub fn host_id(host: &HostMatch, taken: &BTreeSet<String>) -> String {
+    let name = match host {
+        HostMatch::Exact(h) => format!("={h}"),
+        HostMatch::Wildcard(s) => format!("*{s}"),
+        HostMatch::Suffix(s) => format!("+{s}"),
+        HostMatch::Any => String::new(),
+    };
+    let hex = haptic_protocol::Digest::of(name.as_bytes()).hex();
+    let base = format!("h{}", &hex[..HOST_ID_HEX]);
+    (0..)
+        .map(|n| if n == 0 { base.clone() } else { format!("{base}{n}") })
+        .find(|id| !taken.contains(id))
+        .unwrap_or(base)
+}
+
+/// The hex digits of a host id.
+const HOST_ID_HEX: usize = 16;
+
 /// A validated, normalised path.
 pub(crate) fn parse_path(kind: PathKind, p: Option<&str>) -> Result<String, String> {
     let p = p.unwrap_or("/");
@@ -234,9 +258,9 @@ pub(crate) fn parse_path(kind: PathKind, p: Option<&str>) -> Result<String, Stri
     }
     // The longest key and value a path makes (a prefix path's key, under the longest host id
     // and rule id) must fit a map line.
-    let id = u32::MAX;
+    let (hid, id) = (format!("h{}9", "f".repeat(HOST_ID_HEX)), u32::MAX);
     if let Err(e) =
-        quote::map_key(&format!("h0{p}")).and_then(|_| quote::map_line(&format!("h{id}{p}/"), &format!("r{id}")))
+        quote::map_key(&format!("h0{p}")).and_then(|_| quote::map_line(&format!("{hid}{p}/"), &format!("r{id}")))
     {
         return Err(format!("{:?} cannot be a map key: {e}", p.chars().take(64).collect::<String>()));
     }
@@ -933,13 +957,16 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
         hosts.entry(h).or_default();
     }
     let default_ns = default.as_ref().map(|r| r.source.namespace.as_str());
-    for (i, (host, mut paths)) in hosts.into_iter().enumerate() {
+    let mut ids: BTreeSet<String> = BTreeSet::new();
+    for (host, mut paths) in hosts {
         paths.sort_by(|a, b| b.path.len().cmp(&a.path.len()).then(a.kind.cmp(&b.kind)).then(a.path.cmp(&b.path)));
         // The default backend answers a host's unmatched paths only for its own namespace's hosts.
         let unmatched_not_found = host != HostMatch::Any
             && default_ns.is_some_and(|d| !owners.namespaces(&host).contains(d))
             && owners.owner(&host).is_some();
-        model.hosts.push(HostTable { host, id: format!("h{}", i + 1), paths, port: None, unmatched_not_found });
+        let id = host_id(&host, &ids);
+        ids.insert(id.clone());
+        model.hosts.push(HostTable { host, id, paths, port: None, unmatched_not_found });
     }
     let mut slot_map = SlotMap::default();
     let prev = &input.previous_slots;
@@ -1382,9 +1409,11 @@ mod tests {
         let lines: Vec<&str> = regex.lines().collect();
         // Longest first; each under its host id, case-insensitive, anchored at the start.
         assert_eq!(lines.len(), 3, "{regex}");
-        assert!(lines[0].starts_with("^h3~(?i:/static/.*\\.css$) r"), "{regex}");
-        assert!(lines[1].starts_with("^h4~(?i:/foo(/|$)(.*)) r"), "{regex}");
-        assert!(lines[2].starts_with("^h2~(?i:/ok) r"), "{regex}");
+        let hosts = file("maps/hosts.map");
+        let id = |host: &str| hosts.lines().find_map(|l| l.strip_prefix(&format!("{host} "))).unwrap().to_string();
+        assert!(lines[0].starts_with(&format!("^{}~(?i:/static/.*\\.css$) r", id("re.example.com"))), "{regex}");
+        assert!(lines[1].starts_with(&format!("^{}~(?i:/foo(/|$)(.*)) r", id("rw.example.com"))), "{regex}");
+        assert!(lines[2].starts_with(&format!("^{}~(?i:/ok) r", id("bad.example.com"))), "{regex}");
         // The Exact path stays exact, and rewrites by its literal self.
         assert!(file("maps/paths_exact.map").contains("/exact r"));
         let cfg = file("haproxy.cfg");
@@ -1813,13 +1842,42 @@ services:
         assert!(cfg.contains("default-path config"), "{cfg}");
         assert!(cfg.contains("backend shop_web_80\n"), "{cfg}");
         assert!(cfg.contains("server SRV_2 10.0.0.2:8080 weight 0"), "{cfg}");
+        let h = host_id(&HostMatch::Exact("shop.example.com".into()), &BTreeSet::new());
         let prefix = String::from_utf8(a.files["maps/paths_prefix.map"].clone()).unwrap();
-        assert!(prefix.starts_with("h1/exact/") || prefix.starts_with("h1/cart/"), "{prefix}");
-        assert!(prefix.contains("h1/api/ "), "{prefix}");
+        assert!(prefix.starts_with(&format!("{h}/exact/")) || prefix.starts_with(&format!("{h}/cart/")), "{prefix}");
+        assert!(prefix.contains(&format!("{h}/api/ ")), "{prefix}");
         let exact = String::from_utf8(a.files["maps/paths_exact.map"].clone()).unwrap();
-        assert!(exact.contains("h1/api "), "{exact}");
+        assert!(exact.contains(&format!("{h}/api ")), "{exact}");
         let hosts = String::from_utf8(a.files["maps/hosts.map"].clone()).unwrap();
-        assert_eq!(hosts, "shop.example.com h1\n");
+        assert_eq!(hosts, format!("shop.example.com {h}\n"));
+    }
+
+    /// A host's id is its own: hosts added before or after it (in map order) never move it, so
+    /// a runtime change of several map files never routes its requests through another host's
+    /// paths while the files change one by one.
+    #[test]
+    fn a_host_keeps_its_id_whatever_other_hosts_come_and_go() {
+        let t = crate::Templates::default();
+        let ids = |i: &IngressInput| -> BTreeMap<String, String> {
+            let r = crate::render(i, &t).unwrap();
+            let hosts = String::from_utf8(r.files["maps/hosts.map"].clone()).unwrap();
+            hosts.lines().filter_map(|l| l.split_once(' ')).map(|(h, id)| (h.to_string(), id.to_string())).collect()
+        };
+        let before = ids(&input(BASIC));
+        let mut more = input(BASIC);
+        let mut extra = more.ingresses[0].clone();
+        extra.metadata.name = Some("extra".into());
+        let rules = extra.spec.as_mut().unwrap().rules.as_mut().unwrap();
+        rules[0].host = Some("a.example.com".into());
+        rules.truncate(1);
+        more.ingresses.push(extra);
+        let after = ids(&more);
+        assert_eq!(after.len(), before.len() + 1, "{after:?}");
+        for (host, id) in &before {
+            assert_eq!(after.get(host), Some(id), "{host}");
+        }
+        let taken: BTreeSet<String> = [host_id(&HostMatch::Any, &BTreeSet::new())].into();
+        assert_ne!(host_id(&HostMatch::Any, &taken), host_id(&HostMatch::Any, &BTreeSet::new()));
     }
 
     #[test]
