@@ -566,7 +566,9 @@ pub async fn watch_renders(
                 } else {
                     snippets.refused(&ctx.haproxy_bin, &super::routes::snippet_checks(r, &objects)).await
                 };
-                let sizes = super::narrowing::object_sizes(&objects);
+                // Each object's size, measured only once a render is over the limit (it serialises
+                // every spec).
+                let mut sizes: Option<BTreeMap<haptic_render::ObjectRef, u64>> = None;
                 // A render over the size limit leaves out its largest contributors; to_fit leaves
                 // out every remaining one when none fits: at most three renders.
                 let mut rounds = 0;
@@ -599,7 +601,11 @@ pub async fn watch_renders(
                         Err(_) => 0,
                     };
                     let limit = super::narrowing::MAX_RENDER_BYTES;
+                    if total <= limit {
+                        break out;
+                    }
                     let left: BTreeMap<_, _> = sizes
+                        .get_or_insert_with(|| super::narrowing::object_sizes(&objects))
                         .iter()
                         .filter(|(o, _)| !excluded.contains_key(*o))
                         .map(|(o, b)| (o.clone(), *b))
