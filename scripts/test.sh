@@ -7,6 +7,9 @@
 # suite (scripts/conformance.sh), down; needs root or sudo).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# A failing test prints its message and location, not a stack of runtime frames that pushes the
+# message out of a CI log's excerpt (HAPTIC_TEST_BACKTRACE=1 brings the stacks back).
+export RUST_BACKTRACE="${HAPTIC_TEST_BACKTRACE:-0}"
 
 echo "==> installing HAProxy (2.6 from Debian, 3.0 from trixie into target/haproxy)"
 # (Not `mapfile < <(script)`: a failing install must stop the run.)

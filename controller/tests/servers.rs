@@ -14,21 +14,23 @@ use haptic_e2e::{free_port, http_get, on_each_version, HaproxyBin};
 use haptic_protocol::Mode;
 
 /// Sends requests to `fe` (every pod binds it) until each body in `want` answered, at most 200;
-/// no other body may answer.
-async fn answered_by(fe: u16, want: &[&str]) {
+/// no other body may answer. A failure names the request and carries every agent's log.
+async fn answered_by(fleet: &Fleet, fe: u16, want: &[&str]) {
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], fe));
     let want: BTreeSet<String> = want.iter().map(|s| s.to_string()).collect();
     let mut seen = BTreeSet::new();
-    for _ in 0..200 {
-        let (st, body) = http_get(addr, "/").await.unwrap_or((0, String::new()));
-        assert_eq!(st, 200, "{body}");
-        assert!(want.contains(&body), "{body:?} answered, only {want:?} may");
+    for i in 0..200 {
+        let answer = http_get(addr, "/").await;
+        let body = match &answer {
+            Ok((200, body)) if want.contains(body) => body.clone(),
+            other => panic!("request {i}: {other:?}, only 200 from {want:?} may answer\n{}", fleet.logs()),
+        };
         seen.insert(body);
         if seen == want {
             return;
         }
     }
-    panic!("only {seen:?} of {want:?} answered in 200 requests");
+    panic!("only {seen:?} of {want:?} answered in 200 requests\n{}", fleet.logs());
 }
 
 on_each_version!(servers_added_and_removed_deploy_as_runtime, worker_threads = 4);
@@ -43,7 +45,7 @@ async fn servers_added_and_removed_deploy_as_runtime(bin: HaproxyBin) {
     let r1 = write_render(&cfg_dir, &cfg.files("a.example be_app\n"));
     let ctl = start(settings(&fleet, &cfg_dir, &work.state_dir(), "ctl-a", Duration::from_secs(3600))).await;
     converged(&ctl, &fleet, r1.plan_id()).await;
-    answered_by(cfg.fe, &["A"]).await;
+    answered_by(&fleet, cfg.fe, &["A"]).await;
     let gens = fleet.generations().await;
 
     // Two servers more: runtime on every pod, the same workers, and both take traffic.
@@ -51,21 +53,21 @@ async fn servers_added_and_removed_deploy_as_runtime(bin: HaproxyBin) {
     let r2 = write_render(&cfg_dir, &cfg.files("a.example be_app\n"));
     let s = converged(&ctl, &fleet, r2.plan_id()).await;
     for p in &s.pods {
-        assert_eq!(p.mode, Some(Mode::Runtime), "{label} {}: {:?}", p.pod, p.reasons);
+        assert_eq!(p.mode, Some(Mode::Runtime), "{label} {}: {:?}\n{}", p.pod, p.reasons, fleet.logs());
         assert!(p.reasons.iter().any(|r| r.starts_with("backend be_app: server SRV_3 added")), "{:?}", p.reasons);
     }
-    assert_eq!(fleet.generations().await, gens, "{label}: adding servers reloaded a pod");
-    answered_by(cfg.fe, &["A", "B", "C"]).await;
+    assert_eq!(fleet.generations().await, gens, "{label}: adding servers reloaded a pod\n{}", fleet.logs());
+    answered_by(&fleet, cfg.fe, &["A", "B", "C"]).await;
 
     // Back to one (a different one): runtime again, and only it answers.
     cfg.servers = vec![(c.port, 10, false)];
     let r3 = write_render(&cfg_dir, &cfg.files("a.example be_app\n"));
     let s = converged(&ctl, &fleet, r3.plan_id()).await;
     for p in &s.pods {
-        assert_eq!(p.mode, Some(Mode::Runtime), "{label} {}: {:?}", p.pod, p.reasons);
+        assert_eq!(p.mode, Some(Mode::Runtime), "{label} {}: {:?}\n{}", p.pod, p.reasons, fleet.logs());
     }
-    assert_eq!(fleet.generations().await, gens, "{label}: removing servers reloaded a pod");
+    assert_eq!(fleet.generations().await, gens, "{label}: removing servers reloaded a pod\n{}", fleet.logs());
     // SRV_1 now points at C (a server.set), SRV_2 and SRV_3 are gone.
-    answered_by(cfg.fe, &["C"]).await;
+    answered_by(&fleet, cfg.fe, &["C"]).await;
     ctl.stop().await;
 }
