@@ -261,16 +261,20 @@ fn cond(type_: &'static str, status: bool, reason: &'static str, message: impl I
     Cond { type_, status, reason, message: message.into(), observed_generation: gen }
 }
 
-/// A stable short id from parts (FNV-1a, 48 bits, hex).
+/// Hex digits of SHA-256 an id keeps: 64 bits, so no object can be written to collide with
+/// another namespace's id (a collision would merge two host tables, backends or Services).
+const STABLE_ID_HEX: usize = 16;
+
+/// A stable short id from parts: SHA-256 over the parts (each ended by a 0xff byte, which no
+/// UTF-8 text holds), [`STABLE_ID_HEX`] hex digits.
 fn stable_id(prefix: &str, parts: &[&str]) -> String {
-    let mut h: u64 = 0xcbf29ce484222325;
+    let mut bytes = Vec::new();
     for p in parts {
-        for b in p.bytes().chain(std::iter::once(0xff)) {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x100000001b3);
-        }
+        bytes.extend_from_slice(p.as_bytes());
+        bytes.push(0xff);
     }
-    format!("{prefix}{:012x}", h & 0xffff_ffff_ffff)
+    let hex = haptic_protocol::Digest::of(&bytes).hex();
+    format!("{prefix}{}", &hex[..STABLE_ID_HEX])
 }
 
 /// Whether the admin's `patterns` (exact keys, or prefixes ending in `*`) let `key` pass.
@@ -313,7 +317,7 @@ pub fn service_name(ns: &str, name: &str) -> String {
     while base.ends_with('-') {
         base.pop();
     }
-    format!("gw-{base}-{}", &stable_id("", &[ns, name])[..10])
+    format!("gw-{base}-{}", stable_id("", &[ns, name]))
 }
 
 /// Whether a token (a header or query parameter name, a method) can be written bare in a
