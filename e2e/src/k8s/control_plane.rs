@@ -185,63 +185,19 @@ impl ControlPlane {
         let dir = tempfile::Builder::new().prefix("haptic-k8s-").tempdir().map_err(io_err("create temp dir"))?;
         let d = dir.path();
 
-        // etcd: loopback only, no fsync (test data), peer port picked by the kernel.
         let etcd_port = free_port();
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
-        let mut cmd = Command::new(&etcd_path);
-        cmd.arg("--data-dir")
-            .arg(d.join("etcd"))
-            .arg("--name")
-            .arg("haptic-test")
-            .arg("--listen-client-urls")
-            .arg(&etcd_url)
-            .arg("--advertise-client-urls")
-            .arg(&etcd_url)
-            .arg("--listen-peer-urls")
-            .arg("http://127.0.0.1:0")
-            .arg("--initial-advertise-peer-urls")
-            .arg("http://127.0.0.1:0")
-            .arg("--unsafe-no-fsync")
-            .arg("--log-level")
-            .arg("warn");
-        let mut etcd = GroupProc::spawn("etcd", cmd, d.join("etcd.log"))?;
+        let mut etcd = GroupProc::spawn("etcd", etcd_command(&etcd_path, d, &etcd_url), d.join("etcd.log"))?;
 
         // One RSA key signs and verifies service-account tokens; one static admin token.
-        let sa_key = d.join("sa.key");
-        let out = Command::new("openssl")
-            .args(["genrsa", "-out"])
-            .arg(&sa_key)
-            .arg("2048")
-            .output()
-            .map_err(io_err("run openssl genrsa (is openssl installed?)"))?;
-        if !out.status.success() {
-            return Err(ControlPlaneError::Start(format!(
-                "openssl genrsa failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            )));
-        }
+        let sa_key = signing_key(d)?;
         let token = format!("haptic-admin-{:016x}", rand_u64());
         std::fs::write(d.join("tokens.csv"), format!("{token},admin,admin,system:masters\n"))
             .map_err(io_err("write token file"))?;
 
         let port = free_port();
         let url = format!("https://127.0.0.1:{port}");
-        let mut cmd = Command::new(&apiserver_path);
-        cmd.arg(format!("--etcd-servers={etcd_url}"))
-            .arg(format!("--cert-dir={}", d.join("certs").display()))
-            .arg(format!("--secure-port={port}"))
-            .arg("--bind-address=127.0.0.1")
-            .arg("--advertise-address=127.0.0.1")
-            .arg("--authorization-mode=RBAC")
-            .arg("--service-cluster-ip-range=10.0.0.0/24")
-            .arg("--allow-privileged=true")
-            .arg("--disable-admission-plugins=ServiceAccount")
-            .arg(format!("--service-account-issuer={url}/"))
-            .arg(format!("--service-account-key-file={}", sa_key.display()))
-            .arg(format!("--service-account-signing-key-file={}", sa_key.display()))
-            .arg(format!("--token-auth-file={}", d.join("tokens.csv").display()))
-            .arg("--endpoint-reconciler-type=none")
-            .arg("--v=1");
+        let cmd = apiserver_command(&apiserver_path, d, &etcd_url, port, &sa_key);
         // etcd must accept connections before the apiserver's storage checks start the clock.
         wait_tcp(etcd_port, &mut etcd).await?;
 
@@ -267,9 +223,18 @@ impl ControlPlane {
             dir,
         };
         let client = cp.client().await?;
+        cp.wait_ready(&client).await?;
+        cp.version = client.apiserver_version().await.map_err(|e| ControlPlaneError::Kube(e.to_string()))?.git_version;
+        cp.startup = t0.elapsed();
+        Ok(cp)
+    }
+
+    /// Polls `/readyz` until it says `ok`; fails when etcd or the apiserver exits, or after
+    /// [`READY_DEADLINE`].
+    async fn wait_ready(&mut self, client: &Client) -> Result<(), ControlPlaneError> {
         let deadline = Instant::now() + READY_DEADLINE;
         loop {
-            for p in [&mut cp.etcd, &mut cp.apiserver] {
+            for p in [&mut self.etcd, &mut self.apiserver] {
                 if let Some(st) = p.exited() {
                     return Err(ControlPlaneError::Start(format!("{} exited ({st}):\n{}", p.name, p.log_tail())));
                 }
@@ -278,20 +243,17 @@ impl ControlPlane {
                 http::Request::get("/readyz").body(Vec::new()).map_err(|e| ControlPlaneError::Kube(e.to_string()));
             if let Ok(body) = client.request_text(req?).await {
                 if body.trim() == "ok" {
-                    break;
+                    return Ok(());
                 }
             }
             if Instant::now() >= deadline {
                 return Err(ControlPlaneError::Start(format!(
                     "kube-apiserver not ready after {READY_DEADLINE:?}:\n{}",
-                    cp.apiserver.log_tail()
+                    self.apiserver.log_tail()
                 )));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        cp.version = client.apiserver_version().await.map_err(|e| ControlPlaneError::Kube(e.to_string()))?.git_version;
-        cp.startup = t0.elapsed();
-        Ok(cp)
     }
 
     /// A client with the admin token (system:masters).
@@ -381,4 +343,57 @@ pub(crate) fn rand_u64() -> u64 {
         let _ = f.read_exact(&mut b);
     }
     u64::from_le_bytes(b) ^ u64::from(std::process::id())
+}
+
+/// etcd for one test control plane: loopback only, no fsync (test data), peer port picked by the
+/// kernel, data under `dir`.
+fn etcd_command(etcd: &Path, dir: &Path, url: &str) -> Command {
+    let mut cmd = Command::new(etcd);
+    cmd.arg("--data-dir")
+        .arg(dir.join("etcd"))
+        .args(["--name", "haptic-test", "--listen-client-urls", url, "--advertise-client-urls", url])
+        .args(["--listen-peer-urls", "http://127.0.0.1:0", "--initial-advertise-peer-urls", "http://127.0.0.1:0"])
+        .args(["--unsafe-no-fsync", "--log-level", "warn"]);
+    cmd
+}
+
+/// A fresh RSA key (`openssl genrsa`) in `dir/sa.key` for service-account tokens.
+fn signing_key(dir: &Path) -> Result<PathBuf, ControlPlaneError> {
+    let sa_key = dir.join("sa.key");
+    let out = Command::new("openssl")
+        .args(["genrsa", "-out"])
+        .arg(&sa_key)
+        .arg("2048")
+        .output()
+        .map_err(io_err("run openssl genrsa (is openssl installed?)"))?;
+    if !out.status.success() {
+        return Err(ControlPlaneError::Start(format!(
+            "openssl genrsa failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(sa_key)
+}
+
+/// kube-apiserver on `127.0.0.1:port` over etcd at `etcd_url`: RBAC, a static admin token file,
+/// service-account tokens signed with `sa_key`, no endpoint reconciler.
+fn apiserver_command(apiserver: &Path, dir: &Path, etcd_url: &str, port: u16, sa_key: &Path) -> Command {
+    let url = format!("https://127.0.0.1:{port}");
+    let mut cmd = Command::new(apiserver);
+    cmd.arg(format!("--etcd-servers={etcd_url}"))
+        .arg(format!("--cert-dir={}", dir.join("certs").display()))
+        .arg(format!("--secure-port={port}"))
+        .arg("--bind-address=127.0.0.1")
+        .arg("--advertise-address=127.0.0.1")
+        .arg("--authorization-mode=RBAC")
+        .arg("--service-cluster-ip-range=10.0.0.0/24")
+        .arg("--allow-privileged=true")
+        .arg("--disable-admission-plugins=ServiceAccount")
+        .arg(format!("--service-account-issuer={url}/"))
+        .arg(format!("--service-account-key-file={}", sa_key.display()))
+        .arg(format!("--service-account-signing-key-file={}", sa_key.display()))
+        .arg(format!("--token-auth-file={}", dir.join("tokens.csv").display()))
+        .arg("--endpoint-reconciler-type=none")
+        .arg("--v=1");
+    cmd
 }

@@ -87,76 +87,19 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let started = Instant::now();
     let only = (!args.only.is_empty()).then(|| args.only.clone());
     let pods = args.pods.unwrap_or(3);
-    let mut rows: Vec<Row> = Vec::new();
-    let mut failed: Vec<String> = Vec::new();
+    let mut out = Results::default();
     println!("{}", report::header());
     let base = Ctx { quick: args.quick, bin: bins[0].clone(), label: "none".into(), only, pods };
     if base.wants("plan_diff") {
-        record("plan_diff", "none", cases::plan_diff::run(&base).await, &mut rows, &mut failed);
+        out.record("plan_diff", "none", cases::plan_diff::run(&base).await);
     }
     if base.wants("render_scale") {
-        record("render_scale", "none", cases::render_scale::run(&base).await, &mut rows, &mut failed);
+        out.record("render_scale", "none", cases::render_scale::run(&base).await);
     }
     for bin in &bins {
         let ctx = Ctx { bin: bin.clone(), label: version_label(bin), ..base.clone() };
         eprintln!("# {} ({})", bin.label(), bin.path.display());
-        type Fut<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = error::Result<Vec<Row>>> + 'a>>;
-        let groups: Vec<(&str, &[&str], Fut<'_>)> = vec![
-            ("runtime_apply", &["runtime_apply"], Box::pin(cases::agent_cases::runtime_apply(&ctx))),
-            ("reload_apply", &["reload_apply"], Box::pin(cases::agent_cases::reload_apply(&ctx))),
-            ("map_replace", &["map_replace"], Box::pin(cases::agent_cases::map_replace(&ctx))),
-            ("regex_path", &["regex_path"], Box::pin(cases::regex_path::run(&ctx))),
-            (
-                "tree (footprint/verify_state/delta_transfer)",
-                &["footprint", "verify_state", "delta_transfer"],
-                Box::pin(cases::tree50::run(&ctx)),
-            ),
-            (
-                "fleet (fleet_runtime/runtime_while_reload_pending/fleet_reload/burst/traffic_under_churn/footprint)",
-                &[
-                    "fleet_runtime",
-                    "runtime_while_reload_pending",
-                    "fleet_reload",
-                    "burst",
-                    "traffic_under_churn",
-                    "footprint",
-                ],
-                Box::pin(cases::fleet::run(&ctx)),
-            ),
-            ("fleet_scale", &["fleet_scale"], Box::pin(cases::fleet::scale(&ctx))),
-        ];
-        for (name, members, fut) in groups {
-            if !members.iter().any(|m| ctx.wants(m)) {
-                continue;
-            }
-            let t = Instant::now();
-            let res = fut.await;
-            eprintln!("#   {name}: {:.1} s", t.elapsed().as_secs_f64());
-            record(name, &ctx.label, res, &mut rows, &mut failed);
-        }
-        if ctx.wants("k8s_runtime") {
-            // Against the standalone fleet_runtime of this run and version.
-            let standalone = rows
-                .iter()
-                .find(|r| r.case == "fleet_runtime" && r.haproxy == ctx.label && r.correct)
-                .map(|r| r.haptic);
-            let t = Instant::now();
-            let res = cases::k8s::run(&ctx, standalone).await;
-            eprintln!("#   k8s_runtime: {:.1} s", t.elapsed().as_secs_f64());
-            record("k8s_runtime", &ctx.label, res, &mut rows, &mut failed);
-        }
-        if ctx.wants("endpoint_churn") {
-            let t = Instant::now();
-            let res = cases::k8s_endpoints::run(&ctx).await;
-            eprintln!("#   endpoint_churn: {:.1} s", t.elapsed().as_secs_f64());
-            record("endpoint_churn", &ctx.label, res, &mut rows, &mut failed);
-        }
-        if ctx.wants("gateway_route") {
-            let t = Instant::now();
-            let res = cases::k8s_gateway::run(&ctx).await;
-            eprintln!("#   gateway_route: {:.1} s", t.elapsed().as_secs_f64());
-            record("gateway_route", &ctx.label, res, &mut rows, &mut failed);
-        }
+        run_version(&ctx, &mut out).await;
     }
     // The real cluster (scripts/cluster.sh) runs HAProxy 3.0 from the image: once, its
     // standalone floor on the last (newest) HAProxy here.
@@ -166,53 +109,128 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             let t = Instant::now();
             let res = cases::real_cluster::run(&ctx).await;
             eprintln!("#   real_cluster: {:.1} s", t.elapsed().as_secs_f64());
-            record("real_cluster", &ctx.label, res, &mut rows, &mut failed);
+            out.record("real_cluster", &ctx.label, res);
         }
     }
     eprintln!("# total {:.1} s", started.elapsed().as_secs_f64());
     if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&rows)?)
+        std::fs::write(path, serde_json::to_string_pretty(&out.rows)?)
             .with_context(|| format!("write {}", path.display()))?;
     }
     if let Some(path) = &args.markdown {
-        std::fs::write(path, report::markdown(&rows)).with_context(|| format!("write {}", path.display()))?;
+        std::fs::write(path, report::markdown(&out.rows)).with_context(|| format!("write {}", path.display()))?;
     }
-    let wrong: Vec<&Row> = rows.iter().filter(|r| !r.correct).collect();
-    for r in &wrong {
-        eprintln!("WRONG: {} {} {}: {}", r.case, r.haproxy, r.metric, r.note);
-    }
-    for f in &failed {
-        eprintln!("FAILED: {f}");
-    }
-    let missed: Vec<&Row> = rows.iter().filter(|r| r.meets_goal == Some(false)).collect();
-    if cfg!(debug_assertions) {
-        // A debug build is a smoke run: it shows every case works and measures correctly, and
-        // says nothing about speed.
-        eprintln!(
-            "# untimed smoke run (debug build): speed goals are judged only in a release run \
-             (cargo run --release -p haptic-e2e --bin bench){}",
-            if missed.is_empty() { "" } else { "; debug timings miss some of them, as expected" }
-        );
-    } else {
-        for r in &missed {
-            eprintln!("goal missed: {} {} {} ({})", r.case, r.haproxy, r.metric, r.goal.as_deref().unwrap_or(""));
-        }
-    }
-    Ok(wrong.is_empty() && failed.is_empty())
+    Ok(out.summarise())
 }
 
-fn record(name: &str, label: &str, res: error::Result<Vec<Row>>, rows: &mut Vec<Row>, failed: &mut Vec<String>) {
-    match res {
-        Ok(new) => {
-            for r in new {
-                println!("{}", report::line(&r));
-                rows.push(r);
+/// Every case of one HAProxy version that `ctx` wants, in order.
+async fn run_version(ctx: &Ctx, out: &mut Results) {
+    type Fut<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = error::Result<Vec<Row>>> + 'a>>;
+    let groups: Vec<(&str, &[&str], Fut<'_>)> = vec![
+        ("runtime_apply", &["runtime_apply"], Box::pin(cases::agent_cases::runtime_apply(ctx))),
+        ("reload_apply", &["reload_apply"], Box::pin(cases::agent_cases::reload_apply(ctx))),
+        ("map_replace", &["map_replace"], Box::pin(cases::agent_cases::map_replace(ctx))),
+        ("regex_path", &["regex_path"], Box::pin(cases::regex_path::run(ctx))),
+        (
+            "tree (footprint/verify_state/delta_transfer)",
+            &["footprint", "verify_state", "delta_transfer"],
+            Box::pin(cases::tree50::run(ctx)),
+        ),
+        (
+            "fleet (fleet_runtime/runtime_while_reload_pending/fleet_reload/burst/traffic_under_churn/footprint)",
+            &[
+                "fleet_runtime",
+                "runtime_while_reload_pending",
+                "fleet_reload",
+                "burst",
+                "traffic_under_churn",
+                "footprint",
+            ],
+            Box::pin(cases::fleet::run(ctx)),
+        ),
+        ("fleet_scale", &["fleet_scale"], Box::pin(cases::fleet::scale(ctx))),
+    ];
+    for (name, members, fut) in groups {
+        if members.iter().any(|m| ctx.wants(m)) {
+            let t = Instant::now();
+            let res = fut.await;
+            eprintln!("#   {name}: {:.1} s", t.elapsed().as_secs_f64());
+            out.record(name, &ctx.label, res);
+        }
+    }
+    if ctx.wants("k8s_runtime") {
+        // Against the standalone fleet_runtime of this run and version.
+        let standalone = out
+            .rows
+            .iter()
+            .find(|r| r.case == "fleet_runtime" && r.haproxy == ctx.label && r.correct)
+            .map(|r| r.haptic);
+        let t = Instant::now();
+        let res = cases::k8s::run(ctx, standalone).await;
+        eprintln!("#   k8s_runtime: {:.1} s", t.elapsed().as_secs_f64());
+        out.record("k8s_runtime", &ctx.label, res);
+    }
+    if ctx.wants("endpoint_churn") {
+        let t = Instant::now();
+        let res = cases::k8s_endpoints::run(ctx).await;
+        eprintln!("#   endpoint_churn: {:.1} s", t.elapsed().as_secs_f64());
+        out.record("endpoint_churn", &ctx.label, res);
+    }
+    if ctx.wants("gateway_route") {
+        let t = Instant::now();
+        let res = cases::k8s_gateway::run(ctx).await;
+        eprintln!("#   gateway_route: {:.1} s", t.elapsed().as_secs_f64());
+        out.record("gateway_route", &ctx.label, res);
+    }
+}
+
+/// The rows measured so far and the cases that failed.
+#[derive(Debug, Default)]
+struct Results {
+    rows: Vec<Row>,
+    failed: Vec<String>,
+}
+
+impl Results {
+    fn record(&mut self, name: &str, label: &str, res: error::Result<Vec<Row>>) {
+        match res {
+            Ok(new) => {
+                for r in new {
+                    println!("{}", report::line(&r));
+                    self.rows.push(r);
+                }
+            }
+            Err(e) => {
+                println!("{name:<20} {label:<9} ERROR: {e}");
+                self.failed.push(format!("{name} on {label}: {e}"));
             }
         }
-        Err(e) => {
-            println!("{name:<20} {label:<9} ERROR: {e}");
-            failed.push(format!("{name} on {label}: {e}"));
+    }
+
+    /// Prints wrong rows, failed cases and missed goals; true when nothing was wrong or failed.
+    fn summarise(&self) -> bool {
+        let wrong: Vec<&Row> = self.rows.iter().filter(|r| !r.correct).collect();
+        for r in &wrong {
+            eprintln!("WRONG: {} {} {}: {}", r.case, r.haproxy, r.metric, r.note);
         }
+        for f in &self.failed {
+            eprintln!("FAILED: {f}");
+        }
+        let missed: Vec<&Row> = self.rows.iter().filter(|r| r.meets_goal == Some(false)).collect();
+        if cfg!(debug_assertions) {
+            // A debug build is a smoke run: it shows every case works and measures correctly, and
+            // says nothing about speed.
+            eprintln!(
+                "# untimed smoke run (debug build): speed goals are judged only in a release run \
+                 (cargo run --release -p haptic-e2e --bin bench){}",
+                if missed.is_empty() { "" } else { "; debug timings miss some of them, as expected" }
+            );
+        } else {
+            for r in &missed {
+                eprintln!("goal missed: {} {} {} ({})", r.case, r.haproxy, r.metric, r.goal.as_deref().unwrap_or(""));
+            }
+        }
+        wrong.is_empty() && self.failed.is_empty()
     }
 }
 

@@ -350,225 +350,258 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
     let mut f = start_fleet(ctx, ctx.pods).await?;
     let n = f.pods.len();
     let mut rows = Vec::new();
-    let label = ctx.label.clone();
     let metric = format!("{n} pods");
-
-    let pending_wanted = ctx.wants("runtime_while_reload_pending");
-    if ctx.wants("fleet_runtime") || pending_wanted {
-        // The floor first, while the fleet is idle: one pod, the same changes, applied directly.
-        let fl = floor_runtime(&mut f, ctx.warmup(), ctx.reps()).await?;
-        let (h, wrong) = runtime_round(&mut f, ctx.warmup(), ctx.reps()).await?;
-        let mut r =
-            Row::repeated("fleet_runtime", &metric, &label, &h, Some(&fl), "ms").verified(&wrong).goal_ratio(1.5);
-        r.add_note(format!(
-            "floor: one pod's direct runtime apply of the same change, measured while the fleet is idle; controller --settle {SETTLE}"
-        ));
-        if ctx.wants("fleet_runtime") {
-            rows.push(r);
-        }
-        if pending_wanted {
-            let reps = if ctx.quick { 3 } else { 10 };
-            let (hp, wrong) = runtime_while_pending(&mut f, 1, reps).await?;
-            let mut r = Row::repeated("runtime_while_reload_pending", &metric, &label, &hp, Some(&h), "ms")
-                .verified(&wrong)
-                .goal_ratio(2.0);
-            r.add_note(
-                "render -> every pod applied the endpoint change (ACKed, address live in the worker) while each pod \
-                 has a paced reload scheduled; floor: fleet_runtime of the same run",
-            );
-            rows.push(r);
-        }
+    if ctx.wants("fleet_runtime") || ctx.wants("runtime_while_reload_pending") {
+        rows.extend(runtime_cases(ctx, &mut f, &metric).await?);
     }
-
     let mut floor_reload = Samples::new();
     if ctx.wants("fleet_reload") || ctx.wants("burst") {
-        let reps = if ctx.wants("fleet_reload") { ctx.warmup() + if ctx.quick { 5 } else { ctx.reps() } } else { 3 };
-        // The floor first, while the fleet is idle: one pod (no pacing), the same change.
-        for i in 0..reps {
-            f.floor_model.gen += 1;
-            f.floor_desired.set("haproxy.cfg", f.floor_model.render());
-            let body = f.floor.body(&f.floor_desired, Mode::Reload, false, |_| false, vec![]);
-            let t = Instant::now();
-            let ack = f.floor.api.apply_raw(body).await?.ack()?;
-            let ftook = t.elapsed();
-            f.floor.current = Some(f.floor_desired.plan());
-            if ack.mode != Mode::Reload {
-                return Err(BenchError::Unexpected(format!("floor pod landed as {}", ack.mode)));
-            }
-            if i >= ctx.warmup() {
-                floor_reload.push_ms(ftook);
-            }
-        }
-        let (mut h, mut wrong) = (Samples::new(), Vec::new());
-        for i in 0..reps {
-            f.pacing_gap().await;
-            f.model.gen += 1;
-            let t = Instant::now();
-            let plan = f.write_render()?;
-            let done = f.ctl.wait_converged(&plan, n, Duration::from_secs(60)).await?;
-            f.last_reload = Instant::now();
-            let took = done - t;
-            wrong.extend(f.verify(&plan, Some(Mode::Reload)).await.into_iter().map(|w| format!("change {i}: {w}")));
-            if i >= ctx.warmup() {
-                h.push_ms(took);
-            }
-        }
-        if ctx.wants("fleet_reload") {
-            let mut r = Row::repeated("fleet_reload", &metric, &label, &h, Some(&floor_reload), "ms")
-                .verified(&wrong)
-                .goal_ratio(1.5);
-            r.add_note("floor: one pod's direct reload apply of the same change, measured while the fleet is idle");
-            rows.push(r);
-        }
+        let reload_rows;
+        (floor_reload, reload_rows) = reload_cases(ctx, &mut f, &metric).await?;
+        rows.extend(reload_rows);
     }
-
     if ctx.wants("burst") {
-        let (renders, span) =
-            if ctx.quick { (20usize, Duration::from_secs(2)) } else { (100, Duration::from_secs(10)) };
-        let ideal = (span.as_secs_f64() / INTERVAL.as_secs_f64()).ceil() as u32 + 1;
-        f.pacing_gap().await;
-        let mut before = Vec::new();
-        for p in &f.pods {
-            before.push(p.reloads().await?);
-        }
-        let start = Instant::now();
-        let step = span / renders as u32;
-        let mut plan = String::new();
-        for j in 0..renders {
-            tokio::time::sleep_until((start + step * j as u32).into()).await;
-            f.model.gen += 1;
-            plan = f.write_render()?;
-        }
-        let last = Instant::now();
-        let done = f.ctl.wait_converged(&plan, n, Duration::from_secs(90)).await?;
-        f.last_reload = Instant::now();
-        let conv = done - last;
-        let mut counts = Vec::new();
-        for (p, b) in f.pods.iter().zip(&before) {
-            counts.push(p.reloads().await?.saturating_sub(*b));
-        }
-        let max = counts.iter().copied().max().unwrap_or(0);
-        let mean = counts.iter().map(|c| f64::from(*c)).sum::<f64>() / counts.len().max(1) as f64;
-        let wrong = f.verify(&plan, Some(Mode::Reload)).await;
-        let mut r = Row::single("burst", "reloads per pod", &label, f64::from(max), Some(f64::from(ideal)), "reloads")
-            .verified(&wrong)
-            .goal_max(f64::from(ideal));
-        r.add_note(format!(
-            "{renders} reload-needing renders in {:.0} s, {n} pods, min interval 2s: max {max}, mean {mean:.1} reloads per pod",
-            span.as_secs_f64()
-        ));
-        rows.push(r);
-        let mut r = Row::single(
-            "burst",
-            "last render -> converged",
-            &label,
-            conv.as_secs_f64() * 1e3,
-            floor_reload.p50(),
-            "ms",
-        )
-        .verified(&wrong);
-        r.add_note("floor: one pod's direct reload apply of the same config");
+        rows.extend(burst(ctx, &mut f, &floor_reload).await?);
+    }
+    if ctx.wants("traffic_under_churn") {
+        rows.push(traffic_under_churn(ctx, &mut f).await?);
+    }
+    if ctx.wants("footprint") {
+        rows.extend(footprint(ctx, &f));
+    }
+    Ok(rows)
+}
+
+/// `fleet_runtime` and `runtime_while_reload_pending`, each against its floor.
+async fn runtime_cases(ctx: &Ctx, f: &mut Fleet, metric: &str) -> Result<Vec<Row>> {
+    let pending_wanted = ctx.wants("runtime_while_reload_pending");
+    let label = ctx.label.clone();
+    let mut rows = Vec::new();
+
+    // The floor first, while the fleet is idle: one pod, the same changes, applied directly.
+    let fl = floor_runtime(f, ctx.warmup(), ctx.reps()).await?;
+    let (h, wrong) = runtime_round(f, ctx.warmup(), ctx.reps()).await?;
+    let mut r = Row::repeated("fleet_runtime", metric, &label, &h, Some(&fl), "ms").verified(&wrong).goal_ratio(1.5);
+    r.add_note(format!(
+        "floor: one pod's direct runtime apply of the same change, measured while the fleet is idle; controller --settle {SETTLE}"
+    ));
+    if ctx.wants("fleet_runtime") {
         rows.push(r);
     }
+    if pending_wanted {
+        let reps = if ctx.quick { 3 } else { 10 };
+        let (hp, wrong) = runtime_while_pending(f, 1, reps).await?;
+        let mut r = Row::repeated("runtime_while_reload_pending", metric, &label, &hp, Some(&h), "ms")
+            .verified(&wrong)
+            .goal_ratio(2.0);
+        r.add_note(
+            "render -> every pod applied the endpoint change (ACKed, address live in the worker) while each pod \
+             has a paced reload scheduled; floor: fleet_runtime of the same run",
+        );
+        rows.push(r);
+    }
+    Ok(rows)
+}
 
-    if ctx.wants("traffic_under_churn") {
-        let (runtime_changes, reload_changes) = if ctx.quick { (10usize, 2usize) } else { (100, 10) };
-        let stop = Arc::new(AtomicBool::new(false));
-        let max_per_pod: u64 = 200_000;
-        let deadline = Instant::now() + Duration::from_secs(if ctx.quick { 60 } else { 300 });
-        let mut loops = Vec::new();
-        for p in &f.pods {
-            let addr = std::net::SocketAddr::from(([127, 0, 0, 1], p.port));
-            let stop = stop.clone();
-            loops.push(tokio::spawn(async move {
-                let (mut ok, mut failed, mut errors) = (0u64, 0u64, Vec::new());
-                while !stop.load(Ordering::Relaxed) && ok + failed < max_per_pod && Instant::now() < deadline {
-                    match http_get(addr, "/").await {
-                        Ok((200, body)) if body == "ok" => ok += 1,
-                        other => {
-                            failed += 1;
-                            if errors.len() < 3 {
-                                errors.push(format!("{addr}: {other:?}"));
-                            }
+/// The reload floor (one pod, no pacing) and, when wanted, `fleet_reload` against it.
+async fn reload_cases(ctx: &Ctx, f: &mut Fleet, metric: &str) -> Result<(Samples, Vec<Row>)> {
+    let (label, n) = (ctx.label.clone(), f.pods.len());
+    let mut floor_reload = Samples::new();
+    let mut rows = Vec::new();
+
+    let reps = if ctx.wants("fleet_reload") { ctx.warmup() + if ctx.quick { 5 } else { ctx.reps() } } else { 3 };
+    // The floor first, while the fleet is idle: one pod (no pacing), the same change.
+    for i in 0..reps {
+        f.floor_model.gen += 1;
+        f.floor_desired.set("haproxy.cfg", f.floor_model.render());
+        let body = f.floor.body(&f.floor_desired, Mode::Reload, false, |_| false, vec![]);
+        let t = Instant::now();
+        let ack = f.floor.api.apply_raw(body).await?.ack()?;
+        let ftook = t.elapsed();
+        f.floor.current = Some(f.floor_desired.plan());
+        if ack.mode != Mode::Reload {
+            return Err(BenchError::Unexpected(format!("floor pod landed as {}", ack.mode)));
+        }
+        if i >= ctx.warmup() {
+            floor_reload.push_ms(ftook);
+        }
+    }
+    let (mut h, mut wrong) = (Samples::new(), Vec::new());
+    for i in 0..reps {
+        f.pacing_gap().await;
+        f.model.gen += 1;
+        let t = Instant::now();
+        let plan = f.write_render()?;
+        let done = f.ctl.wait_converged(&plan, n, Duration::from_secs(60)).await?;
+        f.last_reload = Instant::now();
+        let took = done - t;
+        wrong.extend(f.verify(&plan, Some(Mode::Reload)).await.into_iter().map(|w| format!("change {i}: {w}")));
+        if i >= ctx.warmup() {
+            h.push_ms(took);
+        }
+    }
+    if ctx.wants("fleet_reload") {
+        let mut r = Row::repeated("fleet_reload", metric, &label, &h, Some(&floor_reload), "ms")
+            .verified(&wrong)
+            .goal_ratio(1.5);
+        r.add_note("floor: one pod's direct reload apply of the same change, measured while the fleet is idle");
+        rows.push(r);
+    }
+    Ok((floor_reload, rows))
+}
+
+/// `burst`: many reload-needing renders in a short span; reloads per pod against the pacing ideal.
+async fn burst(ctx: &Ctx, f: &mut Fleet, floor_reload: &Samples) -> Result<Vec<Row>> {
+    let (label, n) = (ctx.label.clone(), f.pods.len());
+    let mut rows = Vec::new();
+
+    let (renders, span) = if ctx.quick { (20usize, Duration::from_secs(2)) } else { (100, Duration::from_secs(10)) };
+    let ideal = (span.as_secs_f64() / INTERVAL.as_secs_f64()).ceil() as u32 + 1;
+    f.pacing_gap().await;
+    let mut before = Vec::new();
+    for p in &f.pods {
+        before.push(p.reloads().await?);
+    }
+    let start = Instant::now();
+    let step = span / renders as u32;
+    let mut plan = String::new();
+    for j in 0..renders {
+        tokio::time::sleep_until((start + step * j as u32).into()).await;
+        f.model.gen += 1;
+        plan = f.write_render()?;
+    }
+    let last = Instant::now();
+    let done = f.ctl.wait_converged(&plan, n, Duration::from_secs(90)).await?;
+    f.last_reload = Instant::now();
+    let conv = done - last;
+    let mut counts = Vec::new();
+    for (p, b) in f.pods.iter().zip(&before) {
+        counts.push(p.reloads().await?.saturating_sub(*b));
+    }
+    let max = counts.iter().copied().max().unwrap_or(0);
+    let mean = counts.iter().map(|c| f64::from(*c)).sum::<f64>() / counts.len().max(1) as f64;
+    let wrong = f.verify(&plan, Some(Mode::Reload)).await;
+    let mut r = Row::single("burst", "reloads per pod", &label, f64::from(max), Some(f64::from(ideal)), "reloads")
+        .verified(&wrong)
+        .goal_max(f64::from(ideal));
+    r.add_note(format!(
+        "{renders} reload-needing renders in {:.0} s, {n} pods, min interval 2s: max {max}, mean {mean:.1} reloads per pod",
+        span.as_secs_f64()
+    ));
+    rows.push(r);
+    let mut r =
+        Row::single("burst", "last render -> converged", &label, conv.as_secs_f64() * 1e3, floor_reload.p50(), "ms")
+            .verified(&wrong);
+    r.add_note("floor: one pod's direct reload apply of the same config");
+    rows.push(r);
+    Ok(rows)
+}
+
+/// `traffic_under_churn`: bounded request loops through every pod while runtime and reload
+/// changes deploy; every request must succeed.
+async fn traffic_under_churn(ctx: &Ctx, f: &mut Fleet) -> Result<Row> {
+    let (label, n) = (ctx.label.clone(), f.pods.len());
+
+    let (runtime_changes, reload_changes) = if ctx.quick { (10usize, 2usize) } else { (100, 10) };
+    let stop = Arc::new(AtomicBool::new(false));
+    let max_per_pod: u64 = 200_000;
+    let deadline = Instant::now() + Duration::from_secs(if ctx.quick { 60 } else { 300 });
+    let mut loops = Vec::new();
+    for p in &f.pods {
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], p.port));
+        let stop = stop.clone();
+        loops.push(tokio::spawn(async move {
+            let (mut ok, mut failed, mut errors) = (0u64, 0u64, Vec::new());
+            while !stop.load(Ordering::Relaxed) && ok + failed < max_per_pod && Instant::now() < deadline {
+                match http_get(addr, "/").await {
+                    Ok((200, body)) if body == "ok" => ok += 1,
+                    other => {
+                        failed += 1;
+                        if errors.len() < 3 {
+                            errors.push(format!("{addr}: {other:?}"));
                         }
                     }
                 }
-                (ok, failed, errors)
-            }));
-        }
-        let total_changes = runtime_changes + reload_changes;
-        let every = total_changes / reload_changes.max(1);
-        let mut wrong = Vec::new();
-        let t = Instant::now();
-        let mut k = 0;
-        for j in 0..total_changes {
-            let reload = (j + 1) % every == 0;
-            if reload {
-                f.model.gen += 1;
-            } else {
-                f.toggle(k % BE0_SERVERS);
-                k += 1;
             }
-            let plan = f.write_render()?;
-            let res = f.ctl.wait_converged(&plan, n, Duration::from_secs(60)).await;
-            if reload {
-                f.last_reload = Instant::now();
-            }
-            if let Err(e) = res {
-                wrong.push(format!("change {j}: {e}"));
-                break;
-            }
-        }
-        let churn = t.elapsed();
-        stop.store(true, Ordering::Relaxed);
-        let (mut ok, mut failed, mut errors) = (0u64, 0u64, Vec::new());
-        for l in loops {
-            let (o, fl, e) = l.await.map_err(|e| BenchError::Unexpected(format!("load loop: {e}")))?;
-            ok += o;
-            failed += fl;
-            errors.extend(e);
-        }
-        let plan = f.desired().plan().to_string();
-        wrong.extend(f.verify(&plan, None).await);
-        if failed > 0 {
-            wrong.push(format!(
-                "{failed} failed requests, e.g. {}",
-                errors.iter().take(3).cloned().collect::<Vec<_>>().join(" | ")
-            ));
-        }
-        let mut r = Row::single("traffic_under_churn", "failed requests", &label, failed as f64, Some(0.0), "req")
-            .verified(&wrong)
-            .goal_max(0.0);
-        r.add_note(format!(
-            "{} requests through {n} pods while {runtime_changes} runtime + {reload_changes} reload changes deployed in {:.1} s",
-            ok + failed,
-            churn.as_secs_f64()
-        ));
-        rows.push(r);
+            (ok, failed, errors)
+        }));
     }
+    let total_changes = runtime_changes + reload_changes;
+    let every = total_changes / reload_changes.max(1);
+    let mut wrong = Vec::new();
+    let t = Instant::now();
+    let mut k = 0;
+    for j in 0..total_changes {
+        let reload = (j + 1) % every == 0;
+        if reload {
+            f.model.gen += 1;
+        } else {
+            f.toggle(k % BE0_SERVERS);
+            k += 1;
+        }
+        let plan = f.write_render()?;
+        let res = f.ctl.wait_converged(&plan, n, Duration::from_secs(60)).await;
+        if reload {
+            f.last_reload = Instant::now();
+        }
+        if let Err(e) = res {
+            wrong.push(format!("change {j}: {e}"));
+            break;
+        }
+    }
+    let churn = t.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let (mut ok, mut failed, mut errors) = (0u64, 0u64, Vec::new());
+    for l in loops {
+        let (o, fl, e) = l.await.map_err(|e| BenchError::Unexpected(format!("load loop: {e}")))?;
+        ok += o;
+        failed += fl;
+        errors.extend(e);
+    }
+    let plan = f.desired().plan().to_string();
+    wrong.extend(f.verify(&plan, None).await);
+    if failed > 0 {
+        wrong.push(format!(
+            "{failed} failed requests, e.g. {}",
+            errors.iter().take(3).cloned().collect::<Vec<_>>().join(" | ")
+        ));
+    }
+    let mut r = Row::single("traffic_under_churn", "failed requests", &label, failed as f64, Some(0.0), "req")
+        .verified(&wrong)
+        .goal_max(0.0);
+    r.add_note(format!(
+        "{} requests through {n} pods while {runtime_changes} runtime + {reload_changes} reload changes deployed in {:.1} s",
+        ok + failed,
+        churn.as_secs_f64()
+    ));
+    Ok(r)
+}
 
-    if ctx.wants("footprint") {
-        let pid = f.ctl.pid();
-        let mut r = Row::single("footprint", "controller", &label, mib(rss(pid).unwrap_or(0)), None, "MiB");
-        r.add_note(format!(
-            "controller RSS with {n} pods after the fleet cases (peak {:.1} MiB); render {:.3} MiB",
-            mib(peak(pid).unwrap_or(0)),
-            mib(f.desired().total_bytes())
-        ));
+/// `footprint`: controller and agent RSS after the fleet cases.
+fn footprint(ctx: &Ctx, f: &Fleet) -> Vec<Row> {
+    let (label, n) = (ctx.label.clone(), f.pods.len());
+    let mut rows = Vec::new();
+
+    let pid = f.ctl.pid();
+    let mut r = Row::single("footprint", "controller", &label, mib(rss(pid).unwrap_or(0)), None, "MiB");
+    r.add_note(format!(
+        "controller RSS with {n} pods after the fleet cases (peak {:.1} MiB); render {:.3} MiB",
+        mib(peak(pid).unwrap_or(0)),
+        mib(f.desired().total_bytes())
+    ));
+    rows.push(r);
+    let agents: Vec<f64> = f.pods.iter().filter_map(|p| p.agent_pid().and_then(rss)).map(mib).collect();
+    if !agents.is_empty() {
+        let mut r = Row::single(
+            "footprint",
+            "fleet agent",
+            &label,
+            agents.iter().sum::<f64>() / agents.len() as f64,
+            None,
+            "MiB",
+        );
+        r.add_note("mean agent RSS in the fleet after the fleet cases");
         rows.push(r);
-        let agents: Vec<f64> = f.pods.iter().filter_map(|p| p.agent_pid().and_then(rss)).map(mib).collect();
-        if !agents.is_empty() {
-            let mut r = Row::single(
-                "footprint",
-                "fleet agent",
-                &label,
-                agents.iter().sum::<f64>() / agents.len() as f64,
-                None,
-                "MiB",
-            );
-            r.add_note("mean agent RSS in the fleet after the fleet cases");
-            rows.push(r);
-        }
     }
-    Ok(rows)
+    rows
 }

@@ -66,84 +66,91 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
     }
 
     if ctx.wants("verify_state") {
-        let live = pod.pod.root().join("current");
-        let names: Vec<String> = d.manifest().iter().map(|f| f.path.as_str().to_string()).collect();
-        let (mut h, mut f, mut wrong) = (Samples::new(), Samples::new(), Vec::new());
-        for i in 0..ctx.warmup() + ctx.reps() {
-            let t = Instant::now();
-            let st = pod.api.state(true).await?;
-            let took = t.elapsed();
-            if !st.verified || sorted(st.files) != sorted(d.manifest()) {
-                wrong.push(format!("iteration {i}: verified={} or files differ from the tree", st.verified));
-            }
-            let t = Instant::now();
-            let sums = sha256sum(&live, &names)?;
-            let ftook = t.elapsed();
-            for fe in d.manifest() {
-                let want = fe.digest.hex();
-                if !sums.iter().any(|(p, dg)| p == fe.path.as_str() && *dg == want) {
-                    return Err(BenchError::Unexpected(format!("sha256sum disagrees on {}", fe.path)));
-                }
-            }
-            if i >= ctx.warmup() {
-                h.push_ms(took);
-                f.push_ms(ftook);
-            }
-        }
-        let row =
-            Row::repeated("verify_state", &format!("{files} files, {tree_mib:.0} MiB"), &ctx.label, &h, Some(&f), "ms")
-                .verified(&wrong)
-                .goal_ratio(1.5);
-        rows.push(row);
+        rows.push(verify_state(ctx, &pod, &d, files, tree_mib).await?);
     }
-
     if ctx.wants("delta_transfer") {
-        let (mut hb, mut fb, mut ht, mut ft, mut wrong) =
-            (Samples::new(), Samples::new(), Samples::new(), Samples::new(), Vec::new());
-        let reps = ctx.reps();
-        for i in 0..ctx.warmup() + reps {
-            // haptic: change one file, send only it.
-            let path = format!("maps/m{:02}.map", i % files);
-            d.set(&path, filler_map(size, &format!("d{i}")));
-            let body = pod.body(&d, Mode::FileOnly, false, |p| p == path, vec![]);
-            let bytes = body.len();
-            let t = Instant::now();
-            let ack = pod.api.apply_raw(body).await?.ack()?;
-            let took = t.elapsed();
-            pod.current = Some(d.plan());
-            if ack.mode != Mode::FileOnly {
-                wrong.push(format!("delta {i}: landed as {} ({:?})", ack.mode, ack.reasons));
-            }
-            let st = pod.api.state(false).await?;
-            if st.applied.as_ref().map(|a| a.plan_id) != Some(d.plan()) {
-                wrong.push(format!("delta {i}: applied plan is not the desired one"));
-            }
-            // floor: the same kind of change, pushed as complete state.
-            d.set(&path, filler_map(size, &format!("f{i}")));
-            let body = pod.body(&d, Mode::FileOnly, true, |_| true, vec![]);
-            let fbytes = body.len();
-            let t = Instant::now();
-            let fack = pod.api.apply_raw(body).await?.ack()?;
-            let ftook = t.elapsed();
-            pod.current = Some(d.plan());
-            if fack.applied != d.plan() {
-                return Err(BenchError::Unexpected("full-state push did not land".into()));
-            }
-            if i >= ctx.warmup() {
-                hb.push(mib(bytes as u64));
-                fb.push(mib(fbytes as u64));
-                ht.push_ms(took);
-                ft.push_ms(ftook);
-            }
-        }
-        let st = pod.api.state(true).await?;
-        if sorted(st.files) != sorted(d.manifest()) {
-            wrong.push("after the deltas, the verified tree differs from the desired one".into());
-        }
-        rows.push(
-            Row::repeated("delta_transfer", "bytes on the wire", &ctx.label, &hb, Some(&fb), "MiB").verified(&wrong),
-        );
-        rows.push(Row::repeated("delta_transfer", "time to ACK", &ctx.label, &ht, Some(&ft), "ms").verified(&wrong));
+        rows.extend(delta_transfer(ctx, &mut pod, &mut d, files, size).await?);
     }
     Ok(rows)
+}
+
+/// `verify_state`: `GET /v1/state?verify` against `sha256sum` over the same live files.
+async fn verify_state(ctx: &Ctx, pod: &BenchPod, d: &Desired, files: usize, tree_mib: f64) -> Result<Row> {
+    let live = pod.pod.root().join("current");
+    let names: Vec<String> = d.manifest().iter().map(|f| f.path.as_str().to_string()).collect();
+    let (mut h, mut f, mut wrong) = (Samples::new(), Samples::new(), Vec::new());
+    for i in 0..ctx.warmup() + ctx.reps() {
+        let t = Instant::now();
+        let st = pod.api.state(true).await?;
+        let took = t.elapsed();
+        if !st.verified || sorted(st.files) != sorted(d.manifest()) {
+            wrong.push(format!("iteration {i}: verified={} or files differ from the tree", st.verified));
+        }
+        let t = Instant::now();
+        let sums = sha256sum(&live, &names)?;
+        let ftook = t.elapsed();
+        for fe in d.manifest() {
+            let want = fe.digest.hex();
+            if !sums.iter().any(|(p, dg)| p == fe.path.as_str() && *dg == want) {
+                return Err(BenchError::Unexpected(format!("sha256sum disagrees on {}", fe.path)));
+            }
+        }
+        if i >= ctx.warmup() {
+            h.push_ms(took);
+            f.push_ms(ftook);
+        }
+    }
+    Ok(Row::repeated("verify_state", &format!("{files} files, {tree_mib:.0} MiB"), &ctx.label, &h, Some(&f), "ms")
+        .verified(&wrong)
+        .goal_ratio(1.5))
+}
+
+/// `delta_transfer`: one changed file sent alone against the whole tree pushed as complete state.
+async fn delta_transfer(ctx: &Ctx, pod: &mut BenchPod, d: &mut Desired, files: usize, size: usize) -> Result<Vec<Row>> {
+    let (mut hb, mut fb, mut ht, mut ft, mut wrong) =
+        (Samples::new(), Samples::new(), Samples::new(), Samples::new(), Vec::new());
+    let reps = ctx.reps();
+    for i in 0..ctx.warmup() + reps {
+        // haptic: change one file, send only it.
+        let path = format!("maps/m{:02}.map", i % files);
+        d.set(&path, filler_map(size, &format!("d{i}")));
+        let body = pod.body(d, Mode::FileOnly, false, |p| p == path, vec![]);
+        let bytes = body.len();
+        let t = Instant::now();
+        let ack = pod.api.apply_raw(body).await?.ack()?;
+        let took = t.elapsed();
+        pod.current = Some(d.plan());
+        if ack.mode != Mode::FileOnly {
+            wrong.push(format!("delta {i}: landed as {} ({:?})", ack.mode, ack.reasons));
+        }
+        let st = pod.api.state(false).await?;
+        if st.applied.as_ref().map(|a| a.plan_id) != Some(d.plan()) {
+            wrong.push(format!("delta {i}: applied plan is not the desired one"));
+        }
+        // floor: the same kind of change, pushed as complete state.
+        d.set(&path, filler_map(size, &format!("f{i}")));
+        let body = pod.body(d, Mode::FileOnly, true, |_| true, vec![]);
+        let fbytes = body.len();
+        let t = Instant::now();
+        let fack = pod.api.apply_raw(body).await?.ack()?;
+        let ftook = t.elapsed();
+        pod.current = Some(d.plan());
+        if fack.applied != d.plan() {
+            return Err(BenchError::Unexpected("full-state push did not land".into()));
+        }
+        if i >= ctx.warmup() {
+            hb.push(mib(bytes as u64));
+            fb.push(mib(fbytes as u64));
+            ht.push_ms(took);
+            ft.push_ms(ftook);
+        }
+    }
+    let st = pod.api.state(true).await?;
+    if sorted(st.files) != sorted(d.manifest()) {
+        wrong.push("after the deltas, the verified tree differs from the desired one".into());
+    }
+    Ok(vec![
+        Row::repeated("delta_transfer", "bytes on the wire", &ctx.label, &hb, Some(&fb), "MiB").verified(&wrong),
+        Row::repeated("delta_transfer", "time to ACK", &ctx.label, &ht, Some(&ft), "ms").verified(&wrong),
+    ])
 }
