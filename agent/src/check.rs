@@ -3,13 +3,12 @@
 //! Owns running the check through [`haptic_sandbox`] (cleared environment, the tree directory as
 //! working directory so relative paths under `default-path config` resolve, stdin null, bounded
 //! time and output, and where the kernel has Landlock nothing readable outside the tree and the
-//! allowed prefixes) and turning HAProxy's words into typed findings
-//! (`haptic_haproxy::check_output`). It must never modify the tree or talk to the running HAProxy.
+//! allowed prefixes) and reading its outcome through `haptic_haproxy::check_output::summarize`. It must never modify the tree or talk to the running HAProxy.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use haptic_haproxy::check_output::{parse, report, Severity};
+use haptic_haproxy::check_output::{summarize, Checked, Ending};
 use haptic_sandbox::End;
 
 /// The longest a check may take.
@@ -42,18 +41,15 @@ pub async fn check_tree(
         Ok(Err(e)) => return Err(failed(e.to_string())),
         Ok(Ok(out)) => out,
     };
-    let findings = parse(&out.output, Some(&tree_dir.to_string_lossy()));
-    match out.end {
-        End::Exited(s) if s.success() => {
-            Ok(findings.iter().filter(|f| f.severity == Severity::Warning).map(ToString::to_string).collect())
-        }
-        End::Exited(s) => {
-            let text = report(&findings);
-            Err(failed(if text.is_empty() { format!("haproxy -c exited with {s}") } else { text }))
-        }
-        End::TimedOut(d) => Err(failed(format!("haproxy -c did not finish within {d:?}"))),
-        End::TooMuchOutput(n) => Err(failed(format!("haproxy -c wrote more than {n} bytes of output"))),
-    }
+    let ending = match out.end {
+        End::Exited(s) => Ending::Exited(s),
+        End::TimedOut(d) => Ending::TimedOut(d),
+        End::TooMuchOutput(n) => Ending::TooMuchOutput(n),
+    };
+    summarize(Checked::Config, ending, &out.output, Some(&tree_dir.to_string_lossy()))
+        .into_result()
+        .map(|warnings| warnings.iter().map(ToString::to_string).collect())
+        .map_err(failed)
 }
 
 /// Best-effort pre-check of the TCP ports a reload of `new_cfg` would newly bind (ports

@@ -216,6 +216,17 @@ impl From<Vec<u8>> for PartData {
     }
 }
 
+/// What [`Tree::build`] builds a tree from, besides the parts written: the files the tree must
+/// hold, which are written and which carried, and the live tree carried files come from with
+/// the stamps the agent trusts there.
+#[derive(Debug, Clone, Copy)]
+struct BuildFrom<'a> {
+    desired: &'a [FileEntry],
+    plan: &'a TreePlan,
+    live_dir: Option<&'a Path>,
+    trusted: &'a Stamps,
+}
+
 /// The config tree under one root.
 #[derive(Debug, Clone)]
 pub struct Tree {
@@ -351,7 +362,8 @@ impl Tree {
     ) -> Result<(PathBuf, Stamps, Unsynced), StageError> {
         let dir = self.dir_of(id);
         let mut unsynced = Unsynced::default();
-        let res = self.stage_inner(&dir, desired, parts, plan, live_dir, trusted, &mut unsynced);
+        let from = BuildFrom { desired, plan, live_dir, trusted };
+        let res = self.stage_inner(&dir, from, parts, &mut unsynced);
         match res {
             Ok(stamps) => Ok((dir, stamps, unsynced)),
             Err(e) => {
@@ -361,17 +373,14 @@ impl Tree {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn stage_inner(
         &self,
         dir: &Path,
-        desired: &[FileEntry],
+        from: BuildFrom<'_>,
         mut parts: BTreeMap<RelPath, PartData>,
-        plan: &TreePlan,
-        live_dir: Option<&Path>,
-        trusted: &Stamps,
         unsynced: &mut Unsynced,
     ) -> Result<Stamps, StageError> {
+        let BuildFrom { desired, plan, live_dir, trusted } = from;
         let trees = self.trees_dir();
         fs::create_dir_all(&trees).ctx("create", &trees)?;
         fs::create_dir(dir).ctx("create tree", dir)?;

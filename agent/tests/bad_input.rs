@@ -32,6 +32,7 @@ fn empty_password_is_refused_at_start() {
 }
 
 on_each_version!(bad_input_changes_nothing);
+#[allow(clippy::too_many_lines)] // one scenario, each bad input in turn
 async fn bad_input_changes_nothing(bin: HaproxyBin) {
     let label = bin.label();
     let pod = pod_with(&bin, PodOpts { max_body: Some("64KiB".into()), ..Default::default() }).await;

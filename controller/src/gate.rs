@@ -203,20 +203,27 @@ impl Checker {
     }
 }
 
-/// The gate's verdict on a contained run over the render in `root`: a pass on exit code 0, a
-/// refusal with HAProxy's alerts and warnings ([`haptic_haproxy::check_output::report`]),
-/// `Err` when it did not finish in time.
+/// The gate's verdict on a contained run over the render in `root`, as
+/// [`haptic_haproxy::check_output::summarize`] reads it: a pass on exit code 0, a refusal with
+/// HAProxy's alerts and warnings, `Err` when it did not finish in time.
 fn verdict_of(out: &haptic_sandbox::Outcome, root: &Path) -> Result<Verdict, Error> {
-    use haptic_haproxy::check_output::{parse, report};
-    use haptic_sandbox::End;
-    match &out.end {
-        End::Exited(s) if s.success() => Ok(Verdict::Pass),
-        End::TimedOut(d) => Err(Error::Gate(format!("haproxy -c did not finish within {d:?}"))),
-        End::TooMuchOutput(n) => Ok(Verdict::Refused(format!("haproxy -c wrote more than {n} bytes of output"))),
-        End::Exited(s) => {
-            let text = report(&parse(&out.output, Some(&root.to_string_lossy())));
-            Ok(Verdict::Refused(if text.is_empty() { format!("haproxy -c exited with {s}") } else { text }))
-        }
+    use haptic_haproxy::check_output::{summarize, Checked, Summary};
+    let summary = summarize(Checked::Config, ending(&out.end), &out.output, Some(&root.to_string_lossy()));
+    let timed_out = matches!(summary, Summary::TimedOut(_));
+    match summary.into_result() {
+        Ok(_) => Ok(Verdict::Pass),
+        Err(why) if timed_out => Err(Error::Gate(why)),
+        Err(why) => Ok(Verdict::Refused(why)),
+    }
+}
+
+/// How a contained run ended, in `haptic_haproxy::check_output`'s terms.
+pub(crate) fn ending(end: &haptic_sandbox::End) -> haptic_haproxy::check_output::Ending {
+    use haptic_haproxy::check_output::Ending;
+    match end {
+        haptic_sandbox::End::Exited(s) => Ending::Exited(*s),
+        haptic_sandbox::End::TimedOut(d) => Ending::TimedOut(*d),
+        haptic_sandbox::End::TooMuchOutput(n) => Ending::TooMuchOutput(*n),
     }
 }
 

@@ -1,7 +1,8 @@
 //! What `haproxy -c` said, as typed findings: the one reader of its output for the gate, the
 //! per-snippet check and the agent's check.
 //!
-//! Owns parsing HAProxy's `[ALERT]`/`[WARNING]`/`[NOTICE]` lines into [`Finding`]s (severity,
+//! Owns the summary of a run ([`summarize`]: passed or refused, by which exit codes pass for
+//! what was checked, with the findings that may be shown, or why it did not finish), parsing HAProxy's `[ALERT]`/`[WARNING]`/`[NOTICE]` lines into [`Finding`]s (severity,
 //! file, line, message) without the process id and the check directory's path, keeping only the
 //! findings about a snippet's own lines (renumbered from the snippet's first line), and the
 //! bounds every message shown to a namespace user gets: at most [`MAX_MESSAGE`] bytes, and never
@@ -10,6 +11,8 @@
 //! file or line through [`snippet_findings`].
 
 use std::fmt;
+use std::process::ExitStatus;
+use std::time::Duration;
 
 /// The longest message kept, in bytes (longer ones are cut at a character boundary).
 pub const MAX_MESSAGE: usize = 300;
@@ -242,6 +245,142 @@ pub fn words(findings: &[Finding]) -> String {
     cut(&alerts.join("; "), MAX_WORDS)
 }
 
+/// How a `haproxy -c` run ended, as its runner saw it (the runner owns the process; this module
+/// only reads what it reports).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// The process exited (or died of a signal the runner did not send).
+    Exited(ExitStatus),
+    /// Killed at the runner's deadline, after this long.
+    TimedOut(Duration),
+    /// Killed after writing more than this many bytes.
+    TooMuchOutput(usize),
+}
+
+/// What a run checked: it decides which exit codes pass and which findings are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checked<'a> {
+    /// A whole config (a render, a staged tree): passes on exit code 0 only; every finding kept.
+    Config,
+    /// One snippet inside [`crate::snippet::check_config`]'s text `config`, written to `file`
+    /// of the check directory: passes on [`crate::snippet::check_passed`] (0, or 2 for a config
+    /// without a listener); only findings about the snippet's own lines are kept
+    /// ([`snippet_findings`]).
+    Snippet {
+        /// The whole check config.
+        config: &'a str,
+        /// The snippet inside it.
+        snippet: &'a str,
+        /// The file name the config was written to, relative to the check directory.
+        file: &'a str,
+    },
+}
+
+/// What a `haproxy -c` run came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Summary {
+    /// It passed; HAProxy's warnings (a valid config may still have some).
+    Passed {
+        /// The warnings kept for what was checked.
+        warnings: Vec<Finding>,
+    },
+    /// HAProxy refused it.
+    Refused {
+        /// How it exited.
+        status: ExitStatus,
+        /// The findings kept for what was checked, in order.
+        findings: Vec<Finding>,
+    },
+    /// It did not finish within this time.
+    TimedOut(Duration),
+    /// It wrote more than this many bytes of output.
+    TooMuchOutput(usize),
+}
+
+/// The summary of one run over `checked` that ended as `ending` and wrote `output`; `root` (the
+/// check directory) is removed from paths as [`parse`] does.
+pub fn summarize(checked: Checked<'_>, ending: Ending, output: &str, root: Option<&str>) -> Summary {
+    let status = match ending {
+        Ending::Exited(s) => s,
+        Ending::TimedOut(d) => return Summary::TimedOut(d),
+        Ending::TooMuchOutput(n) => return Summary::TooMuchOutput(n),
+    };
+    let all = parse(output, root);
+    let (passed, findings) = match checked {
+        Checked::Config => (status.success(), all),
+        Checked::Snippet { config, snippet, file } => {
+            let first = snippet_first_line(config, snippet).unwrap_or(u32::MAX);
+            let lines = snippet.lines().count().max(1) as u32;
+            (crate::snippet::check_passed(status.code()), snippet_findings(&all, file, first, lines))
+        }
+    };
+    if passed {
+        Summary::Passed { warnings: findings.into_iter().filter(|f| f.severity == Severity::Warning).collect() }
+    } else {
+        Summary::Refused { status, findings }
+    }
+}
+
+impl Summary {
+    /// Whether the run passed.
+    pub fn passed(&self) -> bool {
+        matches!(self, Summary::Passed { .. })
+    }
+
+    /// Why the run did not pass, in full: the alerts and warnings one a line ([`report`]), or
+    /// how it ended when HAProxy said nothing or did not finish. `None` when it passed. What the
+    /// gate and the agent report.
+    pub fn refusal(&self) -> Option<String> {
+        (!self.passed()).then(|| self.text(false))
+    }
+
+    /// Why the run did not pass, short: its alerts joined ([`words`]), or how it ended when it
+    /// did not finish. `None` when it passed. What a namespace user sees of a refused snippet.
+    pub fn words(&self) -> Option<String> {
+        (!self.passed()).then(|| self.text(true))
+    }
+
+    /// The warnings when the run passed, else why not ([`Summary::refusal`]).
+    pub fn into_result(self) -> Result<Vec<Finding>, String> {
+        match self {
+            Summary::Passed { warnings } => Ok(warnings),
+            other => Err(other.text(false)),
+        }
+    }
+
+    fn text(&self, short: bool) -> String {
+        match self {
+            Summary::Passed { .. } => "haproxy -c passed".to_string(),
+            Summary::Refused { findings, .. } if short => words(findings),
+            Summary::Refused { findings, status } => {
+                let text = report(findings);
+                if text.is_empty() {
+                    format!("haproxy -c exited with {status}")
+                } else {
+                    text
+                }
+            }
+            Summary::TimedOut(d) => format!("haproxy -c did not finish within {d:?}"),
+            Summary::TooMuchOutput(n) => format!("haproxy -c wrote more than {n} bytes of output"),
+        }
+    }
+}
+
+/// HAProxy's words on a refused check, short, from a refusal's text (the gate's [`report`], or a
+/// runner's whole output): its alerts ([`words`]) with each file named by its last path
+/// component. A text without a single HAProxy line (the gate's own reasons, such as its path
+/// rules) is kept, cut to [`MAX_WORDS`] bytes.
+pub fn check_words(output: &str) -> String {
+    let mut findings = parse(output, None);
+    if findings.is_empty() {
+        return cut(output.trim(), MAX_WORDS);
+    }
+    for f in &mut findings {
+        f.file = f.file.as_deref().map(|p| p.rsplit('/').next().unwrap_or(p).to_string());
+    }
+    words(&findings)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,6 +463,64 @@ mod tests {
         // A snippet that repeats the wrapper's own words is still found at its own line.
         let c = crate::snippet::check_config("mode http");
         assert_eq!(snippet_first_line(&c, "mode http"), Some(c.lines().count() as u32));
+    }
+
+    #[test]
+    fn check_words_keep_the_alerts_only() {
+        let out = "[NOTICE]   (1) : haproxy version is 2.6.12\n[ALERT]    (27303) : config : parsing [/tmp/x/haproxy.cfg:8] : 'http-request set-header' expects exactly 2 arguments.\n[ALERT]    (27303) : config : Error(s) found in configuration file : /tmp/x/haproxy.cfg\n[ALERT]    (27303) : config : Fatal errors found in configuration.\n";
+        assert_eq!(check_words(out), "haproxy.cfg line 8: 'http-request set-header' expects exactly 2 arguments.");
+        assert_eq!(check_words("odd"), "odd");
+        assert_eq!(check_words("[NOTICE] (1) : only this\n"), "haproxy -c refused it without an [ALERT] line");
+        assert!(check_words(&"[ALERT] (1) : x".repeat(200)).len() <= 512);
+    }
+
+    fn exited(code: i32) -> Ending {
+        use std::os::unix::process::ExitStatusExt;
+        Ending::Exited(ExitStatus::from_raw(code << 8))
+    }
+
+    #[test]
+    fn a_config_passes_on_zero_only_and_keeps_its_warnings() {
+        let s = summarize(Checked::Config, exited(0), OUT_26, Some("/tmp/x"));
+        assert!(s.passed() && s.refusal().is_none() && s.words().is_none());
+        let warnings = s.into_result().unwrap();
+        assert_eq!(
+            warnings.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            ["haproxy.cfg line 11: a rule placed after ..."]
+        );
+        let s = summarize(Checked::Config, exited(2), OUT_26, Some("/tmp/x"));
+        assert!(!s.passed());
+        assert_eq!(s.refusal().unwrap(), report(&parse(OUT_26, Some("/tmp/x"))));
+        assert_eq!(s.words().unwrap(), words(&parse(OUT_26, Some("/tmp/x"))));
+        let s = summarize(Checked::Config, exited(1), "[NOTICE] (1) : nothing\n", None);
+        assert_eq!(s.refusal().unwrap(), "haproxy -c exited with exit status: 1");
+        assert_eq!(s.into_result(), Err("haproxy -c exited with exit status: 1".to_string()));
+    }
+
+    #[test]
+    fn a_run_that_did_not_finish_says_how() {
+        for checked in [Checked::Config, Checked::Snippet { config: "", snippet: "", file: "check.cfg" }] {
+            let s = summarize(checked, Ending::TimedOut(Duration::from_secs(3)), "[ALERT] (1) : x\n", None);
+            assert_eq!(s, Summary::TimedOut(Duration::from_secs(3)));
+            assert_eq!(s.refusal().unwrap(), "haproxy -c did not finish within 3s");
+            let s = summarize(checked, Ending::TooMuchOutput(9), "", None);
+            assert_eq!(s.words().unwrap(), "haproxy -c wrote more than 9 bytes of output");
+        }
+    }
+
+    #[test]
+    fn a_snippet_passes_on_two_and_sees_only_its_own_lines() {
+        let snippet = "http-request set-header X";
+        let config = crate::snippet::check_config(snippet);
+        let first = snippet_first_line(&config, snippet).unwrap();
+        let checked = Checked::Snippet { config: &config, snippet, file: "check.cfg" };
+        assert!(summarize(checked, exited(2), "", Some("/d")).passed());
+        let out = format!(
+            "[ALERT] (1) : config : parsing [/d/check.cfg:{first}] : 'http-request set-header' expects exactly 2 arguments.\n\
+             [ALERT] (1) : config : parsing [/d/check.cfg:1] : a wrapper line.\n"
+        );
+        let s = summarize(checked, exited(1), &out, Some("/d"));
+        assert_eq!(s.words().unwrap(), "line 1: 'http-request set-header' expects exactly 2 arguments.");
     }
 
     proptest::proptest! {

@@ -3,7 +3,8 @@
 //! This crate owns the bootstrap config (`bootstrap`), the `haproxy.cfg` section parser (`cfg`), the files a config makes HAProxy
 //! read and how it loads them (`paths`), the structural runtime-claim comparison of two configs
 //! (`claim`), the master CLI and runtime API commands and the parsers of their replies (`cli`),
-//! the reader of `haproxy -c` output (`check_output`), the quoting that turns any string into config, log-format, map and regex text (`quote`), which
+//! the summary of a `haproxy -c` run (`check_output`), the statuses HAProxy has an error page
+//! for (`http`), which section, header and sample-fetch argument names go unquoted (`names`), the quoting that turns any string into config, log-format, map and regex text (`quote`), which
 //! regular expressions from objects are accepted (`regex`), and
 //! what a snippet from an object may contain (`snippet`), and how HAProxy splits a config line into
 //! words (`words`). It is pure: it must never do I/O, spawn
@@ -16,6 +17,8 @@ pub mod cfg;
 pub mod check_output;
 pub mod claim;
 pub mod cli;
+pub mod http;
+pub mod names;
 pub mod paths;
 pub mod quote;
 pub mod regex;

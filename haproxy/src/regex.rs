@@ -121,126 +121,150 @@ pub fn check(pattern: &str) -> Result<Checked, RegexError> {
     if let Some(at) = b.iter().position(|c| !c.is_ascii_graphic()) {
         return Err(RegexError::Byte { at });
     }
-    let mut stack: Vec<Group> = vec![Group::default()];
-    let mut groups = 0usize;
-    let mut unbounded = 0usize;
-    // What the next quantifier would apply to: None at the start, after `(`, `|` or an anchor.
-    // Some(true) when that is a complex group, Some(false) for a single atom.
-    let mut last: Option<bool> = None;
-    // The last atom already carries a quantifier.
-    let mut quantified = false;
+    let mut scan = Scan { stack: vec![Group::default()], groups: 0, unbounded: 0, last: None, quantified: false };
     let mut i = 0;
     while i < b.len() {
-        let c = b[i];
-        match c {
-            b'\\' => {
-                escape(b, i, false)?;
-                // `\b` and `\B` are assertions: nothing to repeat.
-                last = (!matches!(b[i + 1], b'b' | b'B')).then_some(false);
-                i += 2;
-                quantified = false;
-                continue;
-            }
-            b'[' => {
-                i = class(b, i)?;
-                last = Some(false);
-                quantified = false;
-                continue;
-            }
-            b'(' => {
-                if b.get(i + 1) == Some(&b'?') {
-                    if b.get(i + 2) != Some(&b':') {
-                        return Err(RegexError::Unsupported {
-                            at: i,
-                            what: "only (…) and (?:…) groups are accepted (no flags, lookaround or named groups)",
-                        });
-                    }
-                    i += 3;
-                } else {
-                    groups += 1;
-                    i += 1;
-                }
-                stack.push(Group { complex: false, at: i });
-                last = None;
-                quantified = false;
-                continue;
-            }
-            b')' => {
-                if stack.len() == 1 {
-                    return Err(RegexError::Unbalanced { at: i, what: ')' });
-                }
-                let g = stack.pop().unwrap_or_default();
-                if g.complex {
-                    if let Some(outer) = stack.last_mut() {
-                        outer.complex = true;
-                    }
-                }
-                last = Some(g.complex);
-                quantified = false;
-            }
-            b'|' => {
-                if let Some(g) = stack.last_mut() {
-                    g.complex = true;
-                }
-                last = None;
-                quantified = false;
-            }
-            b'^' | b'$' => {
-                last = None;
-                quantified = false;
-            }
-            b'*' | b'+' | b'?' | b'{' => {
-                let (end, is_unbounded, repeats) =
-                    if c == b'{' { repeat(b, i)? } else { (i + 1, c != b'?', c != b'?') };
-                match last {
-                    None => {
-                        return Err(RegexError::Unsupported {
-                            at: i,
-                            what: "a quantifier with nothing to repeat (escape it to mean it literally)",
-                        })
-                    }
-                    Some(_) if quantified => {
-                        return Err(RegexError::Unsupported {
-                            at: i,
-                            what: "a quantifier after a quantifier (no lazy or possessive forms)",
-                        })
-                    }
-                    Some(true) if repeats => return Err(RegexError::Nested { at: i }),
-                    Some(_) => {}
-                }
-                if is_unbounded {
-                    unbounded += 1;
-                }
-                if let Some(g) = stack.last_mut() {
-                    g.complex = true;
-                }
-                quantified = true;
-                i = end;
-                continue;
-            }
-            b'}' | b']' => {
-                return Err(RegexError::Unsupported { at: i, what: "a bare '}' or ']' (escape it: \\} or \\])" })
-            }
-            _ => {
-                last = Some(false);
-                quantified = false;
-            }
-        }
-        i += 1;
+        i = scan.step(b, i)?;
     }
-    if let Some(g) = stack.get(1) {
+    if let Some(g) = scan.stack.get(1) {
         return Err(RegexError::Unbalanced { at: g.at.saturating_sub(1), what: '(' });
     }
-    if unbounded > MAX_UNBOUNDED {
+    if scan.unbounded > MAX_UNBOUNDED {
         return Err(RegexError::TooManyUnbounded);
     }
-    if groups > MAX_GROUPS {
+    if scan.groups > MAX_GROUPS {
         return Err(RegexError::TooManyGroups);
     }
     if let Some(at) = overlap::first_overlap(b) {
         return Err(RegexError::Overlap { at });
     }
-    Ok(Checked { groups })
+    Ok(Checked { groups: scan.groups })
+}
+
+/// The state of [`check`]'s one pass over a pattern.
+struct Scan {
+    /// The open groups, the pattern itself at the bottom.
+    stack: Vec<Group>,
+    /// Capture groups seen.
+    groups: usize,
+    /// Unbounded quantifiers seen.
+    unbounded: usize,
+    /// What the next quantifier would apply to: None at the start, after `(`, `|` or an anchor.
+    /// Some(true) when that is a complex group, Some(false) for a single atom.
+    last: Option<bool>,
+    /// The last atom already carries a quantifier.
+    quantified: bool,
+}
+
+impl Scan {
+    /// Reads the item at `b[i]`; returns where the next one starts.
+    fn step(&mut self, b: &[u8], i: usize) -> Result<usize, RegexError> {
+        let c = b[i];
+        let next = match c {
+            b'\\' => {
+                escape(b, i, false)?;
+                // `\b` and `\B` are assertions: nothing to repeat.
+                self.last = (!matches!(b[i + 1], b'b' | b'B')).then_some(false);
+                i + 2
+            }
+            b'[' => {
+                self.last = Some(false);
+                class(b, i)?
+            }
+            b'(' => return self.open(b, i),
+            b')' => {
+                self.close(i)?;
+                i + 1
+            }
+            b'|' => {
+                if let Some(g) = self.stack.last_mut() {
+                    g.complex = true;
+                }
+                self.last = None;
+                i + 1
+            }
+            b'^' | b'$' => {
+                self.last = None;
+                i + 1
+            }
+            b'*' | b'+' | b'?' | b'{' => return self.quantifier(b, i),
+            b'}' | b']' => {
+                return Err(RegexError::Unsupported { at: i, what: "a bare '}' or ']' (escape it: \\} or \\])" })
+            }
+            _ => {
+                self.last = Some(false);
+                i + 1
+            }
+        };
+        self.quantified = false;
+        Ok(next)
+    }
+
+    /// The group opening at `b[i] == '('`: `(…)` counts as a capture group, `(?:…)` does not,
+    /// any other `(?` form is refused.
+    fn open(&mut self, b: &[u8], i: usize) -> Result<usize, RegexError> {
+        let next = if b.get(i + 1) == Some(&b'?') {
+            if b.get(i + 2) != Some(&b':') {
+                return Err(RegexError::Unsupported {
+                    at: i,
+                    what: "only (…) and (?:…) groups are accepted (no flags, lookaround or named groups)",
+                });
+            }
+            i + 3
+        } else {
+            self.groups += 1;
+            i + 1
+        };
+        self.stack.push(Group { complex: false, at: next });
+        self.last = None;
+        self.quantified = false;
+        Ok(next)
+    }
+
+    /// The `)` at `i`: closes the innermost group, whose complexity passes to the one around it.
+    fn close(&mut self, i: usize) -> Result<(), RegexError> {
+        if self.stack.len() == 1 {
+            return Err(RegexError::Unbalanced { at: i, what: ')' });
+        }
+        let g = self.stack.pop().unwrap_or_default();
+        if g.complex {
+            if let Some(outer) = self.stack.last_mut() {
+                outer.complex = true;
+            }
+        }
+        self.last = Some(g.complex);
+        Ok(())
+    }
+
+    /// The quantifier at `b[i]` (`*`, `+`, `?` or `{…}`); returns where the next item starts.
+    fn quantifier(&mut self, b: &[u8], i: usize) -> Result<usize, RegexError> {
+        let c = b[i];
+        let (end, is_unbounded, repeats) = if c == b'{' { repeat(b, i)? } else { (i + 1, c != b'?', c != b'?') };
+        match self.last {
+            None => {
+                return Err(RegexError::Unsupported {
+                    at: i,
+                    what: "a quantifier with nothing to repeat (escape it to mean it literally)",
+                })
+            }
+            Some(_) if self.quantified => {
+                return Err(RegexError::Unsupported {
+                    at: i,
+                    what: "a quantifier after a quantifier (no lazy or possessive forms)",
+                })
+            }
+            Some(true) if repeats => return Err(RegexError::Nested { at: i }),
+            Some(_) => {}
+        }
+        if is_unbounded {
+            self.unbounded += 1;
+        }
+        if let Some(g) = self.stack.last_mut() {
+            g.complex = true;
+        }
+        self.quantified = true;
+        Ok(end)
+    }
 }
 
 /// Checks the escape at `b[i] == '\\'`: a backslash before punctuation (a literal), or one of

@@ -11,6 +11,8 @@
 //! object text unchecked: every value leaves here parsed (numbers, addresses, codes) or as text
 //! the template quotes.
 
+use haptic_haproxy::http::ERROR_PAGES;
+use haptic_haproxy::names::{is_header_name, is_section_name};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
@@ -127,12 +129,6 @@ pub const SUPPORTED: &[(&str, &str)] = &[
         "comma-separated statuses 400–599: a backend response with one of them is replaced by HAProxy's own response for that status (its error page; an empty body for a status HAProxy has no page for), not by the default backend's",
     ),
 ];
-
-/// The statuses HAProxy (2.6 and 3.0 alike) has an error page for: `http-response return
-/// status <code> default-errorfiles` is refused by `haproxy -c` for any other code ("status
-/// code '418' not handled by default with 'default-errorfiles' argument").
-pub const HAPROXY_PAGES: &[u16] =
-    &[400, 401, 403, 404, 405, 407, 408, 410, 413, 421, 422, 425, 429, 500, 501, 502, 503, 504];
 
 /// The most distinct statuses `custom-http-errors` may list.
 pub const MAX_ERROR_PAGES: usize = 50;
@@ -829,7 +825,7 @@ pub fn read(
                     }
                 }
                 // A name with a namespace (`ns/name`) would read another namespace's Secret.
-                if secret.contains('/') || !crate::template::is_section_name(secret) || secret.len() > 253 {
+                if secret.contains('/') || !is_section_name(secret) || secret.len() > 253 {
                     bad(secret_key, format!("{secret:?} is not the name of a Secret in this Ingress's namespace"));
                     continue;
                 }
@@ -862,14 +858,14 @@ pub fn read(
                 }
                 // `ns/name` is accepted for this namespace only (checked by the translator).
                 let name = v.rsplit('/').next().unwrap_or_default();
-                if !crate::template::is_section_name(name) || name.len() > 253 || v.matches('/').count() > 1 {
+                if !is_section_name(name) || name.len() > 253 || v.matches('/').count() > 1 {
                     bad(key, format!("{v:?} is not a Secret name"));
                 }
                 t.secret = v.to_string();
                 m.backend.upstream_tls = Some(t);
             }
             "default-backend" => {
-                let ok = crate::template::is_section_name(v) && !v.contains('.') && v.len() <= 63;
+                let ok = is_section_name(v) && !v.contains('.') && v.len() <= 63;
                 if ok {
                     m.backend.fallback = Some(v.to_string());
                 } else {
@@ -880,7 +876,7 @@ pub fn read(
                 Ok(codes) => {
                     let mut notes = Vec::new();
                     let bare: Vec<String> =
-                        codes.iter().filter(|c| !HAPROXY_PAGES.contains(c)).map(ToString::to_string).collect();
+                        codes.iter().filter(|c| !ERROR_PAGES.contains(c)).map(ToString::to_string).collect();
                     if !bare.is_empty() {
                         notes.push(format!(
                             "HAProxy has no error page for {}: such a response is replaced by one with the same status and an empty body",
@@ -1172,10 +1168,7 @@ fn rewrite_target(v: &str) -> Result<String, String> {
 
 /// An HTTP token (RFC 9110): a cookie or header name.
 fn token(v: &str) -> Result<String, String> {
-    let ok = !v.is_empty()
-        && v.len() <= 256
-        && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$&'*+-.^_`|~".contains(&b));
-    if !ok {
+    if !is_header_name(v) {
         return Err(format!("{v:?} is not a token (letters, digits, !#$&'*+-.^_`|~)"));
     }
     Ok(v.to_string())

@@ -22,6 +22,7 @@
 //! block the others, nor put a value into the Model that the map builder or the template
 //! cannot quote.
 
+use haptic_haproxy::names::{is_fetch_arg_name, is_section_name};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
@@ -318,12 +319,6 @@ pub fn service_name(ns: &str, name: &str) -> String {
         base.pop();
     }
     format!("gw-{base}-{}", stable_id("", &[ns, name]))
-}
-
-/// Whether a token (a header or query parameter name, a method) can be written bare in a
-/// sample fetch argument.
-fn is_token(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 256 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
 }
 
 /// Whether a header value, path or host can go into config as a quoted word (no NUL, CR, LF;
@@ -626,7 +621,7 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
                             "RefNotPermitted",
                             format!("no ReferenceGrant in {rns} lets Gateways of {gns} use Secret {}", r.name),
                         ));
-                    } else if !crate::template::is_section_name(&r.name) || !crate::template::is_section_name(&rns) {
+                    } else if !is_section_name(&r.name) || !is_section_name(&rns) {
                         resolved = Err(("InvalidCertificateRef", "not a Secret name".into()));
                     } else {
                         let sref = ObjectRef { kind: "Secret".into(), namespace: rns.clone(), name: r.name.clone() };
@@ -989,7 +984,7 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
                 };
                 let canonical = sp.name.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| sp.port.to_string());
                 let name = format!("{bns}_{}_{canonical}", br.name);
-                if !crate::template::is_section_name(&name) {
+                if !is_section_name(&name) {
                     fail(
                         "BackendNotFound",
                         format!("{field}.backendRefs[{bi}]: {name:?} is not a backend name"),
@@ -1292,8 +1287,7 @@ fn rule_backend(
     }
     // One backend for the rule: each endpoint weighted by its Service's share over its count.
     let name = format!("route_{ns}_{route}_{ri}");
-    let name =
-        if crate::template::is_section_name(&name) { name } else { stable_id("route_", &[ns, route, &ri.to_string()]) };
+    let name = if is_section_name(&name) { name } else { stable_id("route_", &[ns, route, &ri.to_string()]) };
     let shares: Vec<f64> = res.refs.iter().map(|(_, w, eps, _)| f64::from(*w) / eps.len().max(1) as f64).collect();
     let top = shares.iter().cloned().fold(0.0f64, f64::max).max(f64::MIN_POSITIVE);
     let mut eps_all: BTreeMap<SocketAddr, (bool, u32)> = BTreeMap::new();
@@ -1360,7 +1354,7 @@ fn compile_match(m: &HttpRouteMatch) -> Result<Candidate, String> {
         return Err(format!("path {path:?} cannot be written"));
     }
     let method = match &m.method {
-        Some(mm) if is_token(mm) => Some(mm.to_ascii_uppercase()),
+        Some(mm) if is_fetch_arg_name(mm) => Some(mm.to_ascii_uppercase()),
         Some(mm) => return Err(format!("method {mm:?} is not a token")),
         None => None,
     };
@@ -1369,7 +1363,7 @@ fn compile_match(m: &HttpRouteMatch) -> Result<Candidate, String> {
         if h.type_.as_deref().unwrap_or("Exact") != "Exact" {
             return Err("only Exact header matches are supported".into());
         }
-        if !is_token(&h.name) || !is_word(&h.value) {
+        if !is_fetch_arg_name(&h.name) || !is_word(&h.value) {
             return Err(format!("header {:?} cannot be matched", h.name));
         }
         let name = h.name.to_ascii_lowercase();
@@ -1383,7 +1377,7 @@ fn compile_match(m: &HttpRouteMatch) -> Result<Candidate, String> {
         if q.type_.as_deref().unwrap_or("Exact") != "Exact" {
             return Err("only Exact query parameter matches are supported".into());
         }
-        if !is_token(&q.name) || !is_word(&q.value) {
+        if !is_fetch_arg_name(&q.name) || !is_word(&q.value) {
             return Err(format!("query parameter {:?} cannot be matched", q.name));
         }
         if !query.iter().any(|(n, _): &(String, String)| *n == q.name) {
@@ -1412,7 +1406,7 @@ fn merge_ops(rule: &HeaderOps, backend: &HeaderOps) -> HeaderOps {
 
 fn header_ops(f: &HttpHeaderFilter) -> Result<HeaderOps, String> {
     let pair = |h: &HttpHeader| -> Result<(String, String), String> {
-        if !is_token(&h.name) || !is_word(&h.value) {
+        if !is_fetch_arg_name(&h.name) || !is_word(&h.value) {
             return Err(format!("header {:?} cannot be written", h.name));
         }
         Ok((h.name.clone(), h.value.clone()))
@@ -1423,7 +1417,7 @@ fn header_ops(f: &HttpHeaderFilter) -> Result<HeaderOps, String> {
         remove: vec![],
     };
     for r in &f.remove {
-        if !is_token(r) {
+        if !is_fetch_arg_name(r) {
             return Err(format!("header {r:?} cannot be removed"));
         }
         ops.remove.push(r.clone());

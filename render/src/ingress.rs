@@ -22,6 +22,7 @@
 //! answers 503 and warns. It must never let one bad object block the others, nor put a
 //! value into the Model that the map builder or the template cannot quote.
 
+use haptic_haproxy::names::is_section_name;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
@@ -108,22 +109,6 @@ pub fn snippet_checks(input: &IngressInput) -> Vec<SnippetCheck> {
         }
     }
     out
-}
-
-/// HAProxy's words on a refused check, short: its `[ALERT]` lines without the process id and
-/// the summary or the check directory, a message quoting a loaded file's content replaced, at
-/// most 512 bytes (`haptic_haproxy::check_output` reads the output). A text without a single
-/// HAProxy line (the gate's own reasons, such as its path rules) is kept, cut to 512 bytes.
-pub fn check_words(output: &str) -> String {
-    use haptic_haproxy::check_output::{cut, parse, words, MAX_WORDS};
-    let mut findings = parse(output, None);
-    if findings.is_empty() {
-        return cut(output.trim(), MAX_WORDS);
-    }
-    for f in &mut findings {
-        f.file = f.file.as_deref().map(|p| p.rsplit('/').next().unwrap_or(p).to_string());
-    }
-    words(&findings)
 }
 
 /// Listening and slot settings.
@@ -422,7 +407,7 @@ impl Ctx<'_> {
         // A passthrough backend is `mode tcp`: one of its own beside the Service port's HTTP one.
         let tcp = if opts.0.passthrough { ".tcp" } else { "" };
         let name = format!("{ns}_{}_{canonical}{tcp}", svc_ref.name);
-        if !crate::template::is_section_name(&name) {
+        if !is_section_name(&name) {
             return Err(refuse("service", format!("{name:?} is not a backend name (DNS labels and port names only)")));
         }
         match self.options.get(&name) {
@@ -848,7 +833,7 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
             let field = format!("spec.tls[{ti}].secretName");
             let Some(name) = tls.secret_name.as_deref() else { continue };
             // The name becomes a file name under certs/: a Secret's name (a DNS subdomain) only.
-            if !crate::template::is_section_name(name) || name.len() > 253 || !crate::template::is_section_name(&ns) {
+            if !is_section_name(name) || name.len() > 253 || !is_section_name(&ns) {
                 let shown: String = name.chars().take(64).collect();
                 v.refusals.push(Refusal { field, reason: format!("{shown:?} is not a Secret name") });
                 continue;
@@ -1103,7 +1088,7 @@ fn join_canary(
         )));
     }
     let name = canary_backend(&main, &be, &opts.1.name);
-    if !crate::template::is_section_name(&name) {
+    if !is_section_name(&name) {
         return Err(refuse(format!("{name:?} is not a backend name")));
     }
     if let Some(route) = routes.get_mut(key) {
@@ -1194,7 +1179,7 @@ fn auth_users(input: &IngressInput, ns: &str, a: &annotations::AuthRequest) -> R
         s.data.clone().unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect();
     let users = annotations::users(&data, a.map).map_err(|e| format!("Secret {ns}/{}: {e}", a.secret))?;
     let name = format!("auth_{ns}_{}", a.secret);
-    if !crate::template::is_section_name(&name) {
+    if !is_section_name(&name) {
         return Err(format!("{name:?} is not a userlist name"));
     }
     Ok(crate::model::Userlist {
@@ -1631,7 +1616,7 @@ services:
         i.previous_slots = slots;
         i.ingresses.clear();
         let (model, _, s2) = translate_ingress(&i);
-        assert!(model.backends.iter().all(|b| crate::template::is_section_name(&b.name)), "{:?}", s2.retired);
+        assert!(model.backends.iter().all(|b| is_section_name(&b.name)), "{:?}", s2.retired);
         // The default backend gaining an endpoint beyond its slots is a runtime server add.
         let mut i = input(BASIC);
         let ing = i.ingresses.iter_mut().find(|i| i.metadata.name.as_deref() == Some("old")).unwrap();
@@ -1710,15 +1695,6 @@ services:
     }
 
     #[test]
-    fn check_words_keep_the_alerts_only() {
-        let out = "[NOTICE]   (1) : haproxy version is 2.6.12\n[ALERT]    (27303) : config : parsing [/tmp/x/haproxy.cfg:8] : 'http-request set-header' expects exactly 2 arguments.\n[ALERT]    (27303) : config : Error(s) found in configuration file : /tmp/x/haproxy.cfg\n[ALERT]    (27303) : config : Fatal errors found in configuration.\n";
-        assert_eq!(check_words(out), "haproxy.cfg line 8: 'http-request set-header' expects exactly 2 arguments.");
-        assert_eq!(check_words("odd"), "odd");
-        assert_eq!(check_words("[NOTICE] (1) : only this\n"), "haproxy -c refused it without an [ALERT] line");
-        assert!(check_words(&"[ALERT] (1) : x".repeat(200)).len() <= 512);
-    }
-
-    #[test]
     fn allowed_snippets_join_their_backend() {
         let mut i = input(ANNOTATIONS);
         i.allowed = Allowed { snippets: true };
@@ -1769,7 +1745,7 @@ services:
         let old = verdict(&verdicts, "old");
         assert_eq!(old.refusals[0].field, "spec.rules[0].http.paths[0].backend.service", "{old:?}");
         assert!(old.refusals[0].reason.contains("not a backend name"), "{old:?}");
-        assert!(model.backends.iter().all(|b| crate::template::is_section_name(&b.name)));
+        assert!(model.backends.iter().all(|b| is_section_name(&b.name)));
     }
 
     #[test]

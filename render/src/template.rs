@@ -12,9 +12,10 @@ use haptic_haproxy::quote::{config_arg, log_format_arg, regex_literal};
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::Serialize;
 
-use crate::annotations::HAPROXY_PAGES;
 use crate::model::{GatewayRouting, Model, PathKind, PathRewrite, Policy, Protocol, ERROR_500, NOT_FOUND, UNAVAILABLE};
 use crate::RenderError;
+use haptic_haproxy::http::ERROR_PAGES;
+use haptic_haproxy::names::is_section_name;
 
 /// The built-in template.
 pub const BUILTIN: &str = include_str!("../templates/haproxy.cfg.j2");
@@ -654,7 +655,7 @@ fn policy_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, RenderError> {
 /// pages: a backend response with a listed status is replaced by HAProxy's own response with
 /// that status (`return` ends the `http-response` rules). `default-errorfiles` takes the proxy's
 /// `errorfile` for it, else HAProxy's built-in page; HAProxy refuses `default-errorfiles` for a
-/// status without a built-in page ([`HAPROXY_PAGES`]), which is then answered with an empty
+/// status without a built-in page ([`ERROR_PAGES`]), which is then answered with an empty
 /// body. The statuses are Rust integers.
 fn response_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, RenderError> {
     let when = format!("{{ var(txn.policy) -m str {} }}", our_id(id)?);
@@ -672,7 +673,7 @@ fn response_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, RenderError> {
         if !(400..=599).contains(&code) {
             return Err(RenderError::Template(format!("{code} is not an error status")));
         }
-        let page = if HAPROXY_PAGES.contains(&code) { " default-errorfiles" } else { "" };
+        let page = if ERROR_PAGES.contains(&code) { " default-errorfiles" } else { "" };
         out.push(format!("http-response return status {code}{page} if {when} {{ status {code} }}"));
     }
     Ok(out)
@@ -752,14 +753,6 @@ fn canary_lines_of(id: &str, s: &crate::annotations::CanarySelector) -> Result<V
 /// plainly; quoted otherwise.
 fn our_id(id: &str) -> Result<String, RenderError> {
     Ok(if !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric()) { id.to_string() } else { config_arg(id)? })
-}
-
-/// Whether `s` is written as a section name as is: `[a-z0-9._-]`, as Kubernetes names and
-/// port names are (the runtime API names a backend by exactly the text after `backend`).
-pub fn is_section_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 512
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
 }
 
 struct Capped {

@@ -9,8 +9,9 @@ use std::net::SocketAddr;
 use haptic_e2e::net::free_port;
 use haptic_e2e::process::{Haproxy, HaproxyOpts};
 use haptic_e2e::HaproxyBin;
+use haptic_haproxy::check_output::check_words;
 use haptic_render::annotations::Allowed;
-use haptic_render::ingress::{check_words, Settings};
+use haptic_render::ingress::Settings;
 
 mod common;
 

@@ -146,7 +146,9 @@ impl GateNarrowing {
             let Some(p) = r.pending else { return false };
             let verdict = match &gate.last_refused {
                 _ if gate.last_good == Some(p) => Ok(()),
-                Some(refused) if refused.plan_id == p => Err(haptic_render::ingress::check_words(&refused.output)),
+                Some(refused) if refused.plan_id == p => {
+                    Err(haptic_haproxy::check_output::check_words(&refused.output))
+                }
                 _ => return false,
             };
             r.pending = None;

@@ -719,8 +719,7 @@ impl SnippetVerdicts {
 /// `haptic_haproxy::check_output`), never its other output. A check that does not finish within
 /// [`SNIPPET_CHECK_TIMEOUT`] or writes too much refuses the snippet.
 async fn check_snippet(bin: &std::path::Path, c: &haptic_render::SnippetCheck) -> Result<Option<String>, String> {
-    use haptic_haproxy::check_output::{parse, snippet_findings, snippet_first_line, words};
-    use haptic_sandbox::End;
+    use haptic_haproxy::check_output::{summarize, Checked};
     let dir = tempfile::Builder::new().prefix("haptic-snippet-").tempdir().map_err(|e| e.to_string())?;
     tokio::fs::write(dir.path().join("check.cfg"), &c.config).await.map_err(|e| e.to_string())?;
     let run = haptic_sandbox::Run::check(bin, dir.path(), "check.cfg", SNIPPET_CHECK_TIMEOUT);
@@ -728,18 +727,8 @@ async fn check_snippet(bin: &std::path::Path, c: &haptic_render::SnippetCheck) -
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
-    Ok(match out.end {
-        End::Exited(s) if haptic_haproxy::snippet::check_passed(s.code()) => None,
-        End::Exited(_) => {
-            let first = snippet_first_line(&c.config, &c.snippet).unwrap_or(u32::MAX);
-            let lines = c.snippet.lines().count().max(1) as u32;
-            let own =
-                snippet_findings(&parse(&out.output, Some(&dir.path().to_string_lossy())), "check.cfg", first, lines);
-            Some(words(&own))
-        }
-        End::TimedOut(d) => Some(format!("haproxy -c did not finish within {d:?}")),
-        End::TooMuchOutput(n) => Some(format!("haproxy -c wrote more than {n} bytes")),
-    })
+    let checked = Checked::Snippet { config: &c.config, snippet: &c.snippet, file: "check.cfg" };
+    Ok(summarize(checked, crate::gate::ending(&out.end), &out.output, Some(&dir.path().to_string_lossy())).words())
 }
 
 pub(crate) fn ready<K: kube::Resource + Clone + 'static>(s: &Store<K>) -> bool
