@@ -11,17 +11,17 @@
 //! value from an object reaches `haproxy.cfg` only through `haptic_haproxy::quote` or as a map
 //! entry; route semantics are decided in Rust here, never in template logic.
 
-pub mod annotations;
-pub mod gateway;
-pub mod gateway_api;
-pub mod ingress;
 pub mod maps;
 pub mod model;
 pub mod narrow;
 pub mod ownership;
 pub mod pem;
 pub mod slots;
+pub mod sources;
 pub mod template;
+
+pub use sources::gateway::{self, api as gateway_api};
+pub use sources::ingress::{self, annotations};
 
 use std::collections::BTreeMap;
 

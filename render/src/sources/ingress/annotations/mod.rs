@@ -11,8 +11,6 @@
 //! object text unchecked: every value leaves here parsed (numbers, addresses, codes) or as text
 //! the template quotes.
 
-use haptic_haproxy::http::ERROR_PAGES;
-use haptic_haproxy::names::{is_header_name, is_section_name};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
@@ -20,115 +18,16 @@ use serde::Serialize;
 
 use crate::model::Refusal;
 
+pub use self::handlers::{Annotation, SUPPORTED};
+use self::handlers::{Entry, Reading};
+
+mod handlers;
+mod values;
+
 /// ingress-nginx's annotation prefix.
 pub const NGINX_PREFIX: &str = "nginx.ingress.kubernetes.io/";
 /// haptic's own prefix, with the same keys and meanings.
 pub const HAPTIC_PREFIX: &str = "haptic.dev/";
-
-/// The keys read (without prefix), each with what it means here.
-pub const SUPPORTED: &[(&str, &str)] = &[
-    (
-        "ssl-redirect",
-        "`true`: plain-HTTP requests to this Ingress's routes are redirected to HTTPS (308) when it has `spec.tls`",
-    ),
-    ("force-ssl-redirect", "`true`: plain-HTTP requests are redirected to HTTPS (308), with or without `spec.tls`"),
-    ("permanent-redirect", "every request is redirected to this URL (301, or `permanent-redirect-code`)"),
-    ("permanent-redirect-code", "the code of `permanent-redirect`: 300–308"),
-    ("temporal-redirect", "every request is redirected to this URL (302, or `temporal-redirect-code`)"),
-    ("temporal-redirect-code", "the code of `temporal-redirect`: 300–308"),
-    ("app-root", "a request for `/` is redirected (302) to this path"),
-    ("whitelist-source-range", "only these comma-separated CIDRs may connect; others get 403"),
-    ("allowlist-source-range", "the same as `whitelist-source-range`"),
-    ("denylist-source-range", "these comma-separated CIDRs get 403"),
-    ("proxy-body-size", "a request body over this size (`8m`, `512k`, bytes; `0` = no limit) gets 413"),
-    ("proxy-connect-timeout", "seconds: HAProxy's `timeout connect` for the backends named"),
-    ("proxy-read-timeout", "seconds: HAProxy's `timeout server` (the larger of read and send)"),
-    ("proxy-send-timeout", "seconds: HAProxy's `timeout server` (the larger of read and send)"),
-    ("backend-protocol", "HTTP, HTTPS (TLS, not verified), GRPC or H2C (HTTP/2 in clear), GRPCS (HTTP/2 over TLS)"),
-    (
-        "configuration-snippet",
-        "HAProxy directives added to the backends named; only when the HAProxyConfig allows snippets",
-    ),
-    ("server-snippet", "the same as `configuration-snippet`"),
-    (
-        "use-regex",
-        "`true`: this Ingress's Prefix and ImplementationSpecific paths are case-insensitive regular expressions anchored at the start (PCRE subset; nested quantifiers refused)",
-    ),
-    (
-        "rewrite-target",
-        "the path sent to the backend; `$1`…`$9` are the path regex's capture groups (implies `use-regex`)",
-    ),
-    ("upstream-vhost", "the Host header sent to the backend"),
-    (
-        "affinity",
-        "`cookie`: sticky sessions by an inserted cookie naming the server (a backend with it grows its slots by reload, doubling)",
-    ),
-    ("affinity-mode", "`balanced` or `persistent`: both keep a client on its server while that server is up"),
-    ("session-cookie-name", "the affinity cookie's name (default `INGRESSCOOKIE`)"),
-    ("session-cookie-expires", "seconds: the affinity cookie's `Max-Age`"),
-    ("session-cookie-max-age", "seconds: the affinity cookie's `Max-Age` (wins over `session-cookie-expires`)"),
-    ("session-cookie-path", "the affinity cookie's `Path`"),
-    ("session-cookie-secure", "`true`: the affinity cookie is `Secure`"),
-    ("session-cookie-samesite", "`Strict`, `Lax` or `None`: the affinity cookie's `SameSite`"),
-    (
-        "enable-cors",
-        "`true`: preflight `OPTIONS` requests from an allowed origin answer 204 with the CORS headers; other responses to it get them",
-    ),
-    ("cors-allow-origin", "comma-separated origins (`*`, `https://a.example`, `https://*.a.example`; default `*`)"),
-    ("cors-allow-methods", "`Access-Control-Allow-Methods` (default `GET, PUT, POST, DELETE, PATCH, OPTIONS`)"),
-    ("cors-allow-headers", "`Access-Control-Allow-Headers` (default ingress-nginx's list)"),
-    ("cors-expose-headers", "`Access-Control-Expose-Headers`"),
-    ("cors-allow-credentials", "`Access-Control-Allow-Credentials: true` (default `true`)"),
-    ("cors-max-age", "`Access-Control-Max-Age`, seconds (default 1728000)"),
-    (
-        "limit-rps",
-        "requests per second per client address, over `limit-burst-multiplier` seconds (a stick table); over it, 503",
-    ),
-    ("limit-burst-multiplier", "the window of `limit-rps` in seconds, so its burst (default 5)"),
-    ("limit-connections", "concurrent requests per client address; over it, 503"),
-    ("limit-rpm", "requests per minute per client address, over 60 seconds (a second stick table); over it, 503"),
-    ("limit-whitelist", "comma-separated CIDRs the `limit-*` annotations do not count or refuse"),
-    ("auth-type", "`basic`: HTTP basic authentication against `auth-secret` (401 without valid credentials)"),
-    (
-        "auth-secret",
-        "the Secret (this namespace) with the users: key `auth`, htpasswd lines with crypt(3) hashes (`htpasswd -B`, `openssl passwd -6`)",
-    ),
-    ("auth-secret-type", "`auth-file` (default: key `auth`) or `auth-map` (a key per user, its hash the value)"),
-    ("auth-realm", "the realm of `auth-type: basic`"),
-    (
-        "proxy-ssl-secret",
-        "a Secret (this namespace) with `ca.crt` (to verify the backends' certificates) and/or `tls.crt`/`tls.key` (a client certificate); needs backend-protocol HTTPS or GRPCS",
-    ),
-    ("proxy-ssl-verify", "`on`: the backends' certificates must verify against the Secret's `ca.crt` (else 503)"),
-    ("proxy-ssl-name", "the name the backends' certificates must carry (and the SNI sent, with `proxy-ssl-server-name`)"),
-    ("proxy-ssl-server-name", "`on`: send `proxy-ssl-name` as SNI"),
-    (
-        "default-backend",
-        "a Service (this namespace, its first port) whose endpoints serve as backup servers while the routed Service has no ready endpoint",
-    ),
-    (
-        "ssl-passthrough",
-        "`true`: TLS to this Ingress's hosts is not terminated: connections are routed by SNI (exact hosts) to the first path's Service as they are",
-    ),
-    (
-        "canary",
-        "`true`: this Ingress's paths are canaries of the same host/path of another Ingress, sharing its traffic through server weights",
-    ),
-    ("canary-weight", "the canary's share of requests, of `canary-weight-total` (runtime server weights: no reload)"),
-    ("canary-weight-total", "the total `canary-weight` is a share of (default 100)"),
-    ("canary-by-header", "a request with this header `always` goes to the canary, `never` to the main backend"),
-    ("canary-by-header-value", "with `canary-by-header`: a request whose header equals this goes to the canary"),
-    (
-        "canary-by-header-pattern",
-        "with `canary-by-header` (and no `-value`): a request whose header matches this regular expression (the `use-regex` subset) goes to the canary",
-    ),
-    ("canary-by-cookie", "a request with this cookie `always` goes to the canary, `never` to the main backend"),
-    ("server-alias", "comma-separated extra hosts with the same paths as this Ingress's hosts"),
-    (
-        "custom-http-errors",
-        "comma-separated statuses 400–599: a backend response with one of them is replaced by HAProxy's own response for that status (its error page; an empty body for a status HAProxy has no page for), not by the default backend's",
-    ),
-];
 
 /// The most distinct statuses `custom-http-errors` may list.
 pub const MAX_ERROR_PAGES: usize = 50;
@@ -442,7 +341,36 @@ pub fn read(
     allowed: Allowed,
 ) -> Result<(Meaning, Vec<Refusal>), Vec<Refusal>> {
     let mut warnings = Vec::new();
-    // key (unprefixed) → (full key, value); haptic.dev wins over nginx.
+    let keys = ours(annotations, &mut warnings);
+    let mut r = Reading { keys, has_tls, allowed, m: Meaning::default(), errors: Vec::new(), warnings };
+    let set: Vec<(&str, (&str, &str))> = r.keys.iter().map(|(s, kv)| (*s, *kv)).collect();
+    for (short, (key, raw)) in set {
+        match handlers::handler(short) {
+            Some(read) => read(&mut r, Entry { short, key, raw }),
+            None if NGINX_ONLY_SNIPPETS.contains(&short) => r.bad(key, "this snippet has no meaning in HAProxy".into()),
+            None => {
+                let why = match short {
+                    s if s.starts_with("auth-tls-") => " (client certificates are not read)",
+                    _ => "",
+                };
+                r.warn(key, format!("not supported by haptic: ignored{why}"))
+            }
+        }
+    }
+    passthrough_alone(&mut r);
+    if r.errors.is_empty() {
+        Ok((r.m, r.warnings))
+    } else {
+        Err(r.errors)
+    }
+}
+
+/// The keys with our prefixes: key (unprefixed) → (full key, value); haptic.dev wins over
+/// nginx, with a warning when the two differ.
+fn ours<'a>(
+    annotations: &'a BTreeMap<String, String>,
+    warnings: &mut Vec<Refusal>,
+) -> BTreeMap<&'a str, (&'a str, &'a str)> {
     let mut keys: BTreeMap<&str, (&str, &str)> = BTreeMap::new();
     for (k, v) in annotations {
         for prefix in [NGINX_PREFIX, HAPTIC_PREFIX] {
@@ -467,484 +395,23 @@ pub fn read(
             }
         }
     }
-    let mut errors = Vec::new();
-    let mut m = Meaning::default();
-    let mut bad = |key: &str, reason: String| errors.push(Refusal { field: field(key), reason });
-    for (short, (key, value)) in &keys {
-        let v = value.trim();
-        match *short {
-            "ssl-redirect" => match bool_of(v) {
-                Ok(b) => m.policy.https_redirect |= b && has_tls,
-                Err(e) => bad(key, e),
-            },
-            "force-ssl-redirect" => match bool_of(v) {
-                Ok(b) => m.policy.https_redirect |= b,
-                Err(e) => bad(key, e),
-            },
-            "permanent-redirect" | "temporal-redirect" => {
-                let (code_key, default) = if *short == "permanent-redirect" {
-                    ("permanent-redirect-code", 301)
-                } else {
-                    ("temporal-redirect-code", 302)
-                };
-                let (code_full, code) = match keys.get(code_key) {
-                    None => (code_key, Ok(default)),
-                    Some((k, c)) => (*k, redirect_code(c.trim())),
-                };
-                match (location(v), code) {
-                    (Ok(location), Ok(code)) => {
-                        if m.policy.redirect.is_some() {
-                            bad(key, "permanent-redirect and temporal-redirect are both set".into());
-                        } else {
-                            m.policy.redirect = Some(Redirect { location, code });
-                        }
-                    }
-                    (Err(e), _) => bad(key, e),
-                    (_, Err(e)) => bad(code_full, e),
-                }
-            }
-            "permanent-redirect-code" | "temporal-redirect-code" => {
-                let base = short.trim_end_matches("-code");
-                if !keys.contains_key(base) {
-                    warnings.push(Refusal { field: field(key), reason: format!("ignored: {base} is not set") });
-                }
-            }
-            "app-root" => match app_root(v) {
-                Ok(p) => m.policy.app_root = Some(p),
-                Err(e) => bad(key, e),
-            },
-            "whitelist-source-range" | "allowlist-source-range" => match cidrs(v) {
-                Ok(c) => m.policy.allow.get_or_insert_with(Vec::new).extend(c),
-                Err(e) => bad(key, e),
-            },
-            "denylist-source-range" => match cidrs(v) {
-                Ok(c) => m.policy.deny.extend(c),
-                Err(e) => bad(key, e),
-            },
-            "proxy-body-size" => match size(v) {
-                Ok(0) => {}
-                Ok(n) => m.policy.max_body = Some(n),
-                Err(e) => bad(key, e),
-            },
-            "proxy-connect-timeout" => match seconds(v) {
-                Ok(s) => m.backend.connect_timeout = Some(s),
-                Err(e) => bad(key, e),
-            },
-            "proxy-read-timeout" | "proxy-send-timeout" => match seconds(v) {
-                Ok(s) => m.backend.server_timeout = Some(m.backend.server_timeout.unwrap_or(0).max(s)),
-                Err(e) => bad(key, e),
-            },
-            "backend-protocol" => match v.to_ascii_uppercase().as_str() {
-                "HTTP" => m.backend.protocol = Protocol::Http,
-                "HTTPS" => m.backend.protocol = Protocol::Https,
-                "GRPC" | "H2C" => m.backend.protocol = Protocol::H2c,
-                "GRPCS" => m.backend.protocol = Protocol::H2s,
-                other => bad(key, format!("{other:?} is not HTTP, HTTPS, GRPC, GRPCS or H2C")),
-            },
-            "configuration-snippet" | "server-snippet" => {
-                if !allowed.snippets {
-                    bad(key, "snippet annotations are off; the HAProxyConfig's admin can allow them".into());
-                } else if let Err(e) = haptic_haproxy::snippet::check(value, haptic_haproxy::snippet::Section::Backend)
-                {
-                    bad(key, format!("refused: {e}"));
-                } else {
-                    // Only the blanks HAProxy skips are trimmed (the check refused every other
-                    // control byte), so the lines rendered are the lines checked.
-                    let s = m.backend.snippet.get_or_insert_with(String::new);
-                    for line in value.split('\n').map(|l| l.trim_matches([' ', '\t'])).filter(|l| !l.is_empty()) {
-                        s.push_str("    ");
-                        s.push_str(line);
-                        s.push('\n');
-                    }
-                }
-            }
-            "use-regex" => match bool_of(v) {
-                Ok(b) => m.paths.regex |= b,
-                Err(e) => bad(key, e),
-            },
-            "rewrite-target" => match rewrite_target(v) {
-                Ok(t) => {
-                    m.paths.rewrite = Some(t);
-                    m.paths.regex = true;
-                }
-                Err(e) => bad(key, e),
-            },
-            "upstream-vhost" => match vhost(v) {
-                Ok(h) => m.policy.upstream_vhost = Some(h),
-                Err(e) => bad(key, e),
-            },
-            "server-alias" => {
-                let list: Vec<&str> = v.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
-                if list.is_empty() {
-                    bad(key, "no host given".into());
-                }
-                for h in list {
-                    match crate::ingress::parse_host(h) {
-                        Ok(h) if !m.paths.aliases.contains(&h) => m.paths.aliases.push(h),
-                        Ok(_) => {}
-                        Err(e) => bad(key, e),
-                    }
-                }
-            }
-            "affinity" => {
-                if v != "cookie" {
-                    bad(key, format!("{v:?} is not `cookie`"));
-                    continue;
-                }
-                let mut a = Affinity {
-                    name: "INGRESSCOOKIE".into(),
-                    max_age: None,
-                    path: None,
-                    secure: false,
-                    same_site: None,
-                };
-                let get = |k: &str| keys.get(k).map(|(full, v)| (*full, v.trim()));
-                if let Some((full, n)) = get("session-cookie-name") {
-                    match token(n) {
-                        Ok(n) => a.name = n,
-                        Err(e) => bad(full, e),
-                    }
-                }
-                for k in ["session-cookie-expires", "session-cookie-max-age"] {
-                    if let Some((full, n)) = get(k) {
-                        match n.parse::<u32>().ok().filter(|n| *n <= 10 * 365 * 86_400) {
-                            Some(n) if k.ends_with("max-age") || a.max_age.is_none() => a.max_age = Some(n),
-                            Some(_) => {}
-                            None => bad(full, format!("{n:?} is not a number of seconds (up to ten years)")),
-                        }
-                    }
-                }
-                if let Some((full, p)) = get("session-cookie-path") {
-                    let ok = p.starts_with('/')
-                        && p.len() <= 1024
-                        && p.bytes().all(|b| b.is_ascii_graphic() && !b";,".contains(&b));
-                    if ok {
-                        a.path = Some(p.to_string());
-                    } else {
-                        bad(full, format!("{p:?} is not a cookie path (printable ASCII from '/', no ';' or ',')"));
-                    }
-                }
-                if let Some((full, v)) = get("session-cookie-secure") {
-                    match bool_of(v) {
-                        Ok(b) => a.secure = b,
-                        Err(e) => bad(full, e),
-                    }
-                }
-                if let Some((full, v)) = get("session-cookie-samesite") {
-                    match ["Strict", "Lax", "None"].into_iter().find(|s| s.eq_ignore_ascii_case(v)) {
-                        Some(s) => a.same_site = Some(s),
-                        None => bad(full, format!("{v:?} is not `Strict`, `Lax` or `None`")),
-                    }
-                }
-                m.backend.affinity = Some(a);
-            }
-            "affinity-mode" => {
-                if !matches!(v, "balanced" | "persistent") {
-                    bad(key, format!("{v:?} is not `balanced` or `persistent`"));
-                }
-            }
-            "canary" => match bool_of(v) {
-                Ok(false) => {}
-                Ok(true) => {
-                    let mut c = Canary { weight: 0, total: 100, selector: CanarySelector::default() };
-                    let get = |k: &str| keys.get(k).map(|(full, v)| (*full, v.trim()));
-                    if let Some((full, t)) = get("canary-weight-total") {
-                        match t.parse::<u32>().ok().filter(|t| (1..=1_000_000).contains(t)) {
-                            Some(t) => c.total = t,
-                            None => bad(full, format!("{t:?} is not a number from 1 to 1000000")),
-                        }
-                    }
-                    if let Some((full, w)) = get("canary-weight") {
-                        match w.parse::<u32>().ok().filter(|w| *w <= c.total) {
-                            Some(w) => c.weight = w,
-                            None => bad(full, format!("{w:?} is not a number from 0 to {}", c.total)),
-                        }
-                    }
-                    if let Some((full, h)) = get("canary-by-header") {
-                        match name_of(h) {
-                            Ok(h) => c.selector.header = Some(h),
-                            Err(e) => bad(full, e),
-                        }
-                    }
-                    if let Some((full, hv)) = get("canary-by-header-value") {
-                        let ok =
-                            !hv.is_empty() && hv != "}" && hv.len() <= 1024 && hv.bytes().all(|b| b.is_ascii_graphic());
-                        if !ok {
-                            bad(full, format!("{hv:?} is not a header value (printable ASCII, no blanks, not `}}`)"));
-                        } else if c.selector.header.is_none() {
-                            bad(full, "canary-by-header is not set".into());
-                        } else {
-                            c.selector.header_value = Some(hv.to_string());
-                        }
-                    }
-                    if let Some((full, p)) = get("canary-by-header-pattern") {
-                        if c.selector.header.is_none() {
-                            bad(full, "canary-by-header is not set".into());
-                        } else if c.selector.header_value.is_some() {
-                            warnings.push(Refusal {
-                                field: field(full),
-                                reason: "ignored: canary-by-header-value is set and wins".into(),
-                            });
-                        } else {
-                            match haptic_haproxy::regex::check(p) {
-                                Ok(_) if p != "}" => c.selector.header_pattern = Some(p.to_string()),
-                                Ok(_) => bad(full, "`}` is not a pattern here".into()),
-                                Err(e) => bad(full, format!("{p:?} is not an accepted regular expression: {e}")),
-                            }
-                        }
-                    }
-                    if let Some((full, ck)) = get("canary-by-cookie") {
-                        match name_of(ck) {
-                            Ok(ck) => c.selector.cookie = Some(ck),
-                            Err(e) => bad(full, e),
-                        }
-                    }
-                    m.canary = Some(c);
-                }
-                Err(e) => bad(key, e),
-            },
-            "enable-cors" => match bool_of(v) {
-                Ok(false) => {}
-                Ok(true) => {
-                    let get = |k: &str| keys.get(k).map(|(full, v)| (*full, v.trim()));
-                    let mut c = Cors {
-                        origins: vec![Origin::Any],
-                        methods: "GET, PUT, POST, DELETE, PATCH, OPTIONS".into(),
-                        headers: "DNT, Keep-Alive, User-Agent, X-Requested-With, If-Modified-Since, Cache-Control, Content-Type, Range, Authorization".into(),
-                        expose: None,
-                        credentials: true,
-                        max_age: 1_728_000,
-                    };
-                    if let Some((full, o)) = get("cors-allow-origin") {
-                        match origins(o) {
-                            Ok(o) => c.origins = o,
-                            Err(e) => bad(full, e),
-                        }
-                    }
-                    for (k, slot) in [("cors-allow-methods", &mut c.methods), ("cors-allow-headers", &mut c.headers)] {
-                        if let Some((full, l)) = get(k) {
-                            match tokens(l) {
-                                Ok(t) => *slot = t,
-                                Err(e) => bad(full, e),
-                            }
-                        }
-                    }
-                    if let Some((full, l)) = get("cors-expose-headers") {
-                        match tokens(l) {
-                            Ok(t) => c.expose = Some(t),
-                            Err(e) => bad(full, e),
-                        }
-                    }
-                    if let Some((full, b)) = get("cors-allow-credentials") {
-                        match bool_of(b) {
-                            Ok(b) => c.credentials = b,
-                            Err(e) => bad(full, e),
-                        }
-                    }
-                    if let Some((full, n)) = get("cors-max-age") {
-                        match n.parse::<u32>() {
-                            Ok(n) => c.max_age = n,
-                            Err(_) => bad(full, format!("{n:?} is not a number of seconds")),
-                        }
-                    }
-                    m.policy.cors = Some(c);
-                }
-                Err(e) => bad(key, e),
-            },
-            s if s.starts_with("cors-") && SUPPORTED.iter().any(|(k, _)| *k == s) => {
-                if keys.get("enable-cors").is_none_or(|(_, v)| v.trim() != "true") {
-                    warnings.push(Refusal { field: field(key), reason: "ignored: enable-cors is not `true`".into() });
-                }
-            }
-            "limit-rps" | "limit-rpm" | "limit-connections" => {
-                match v.parse::<u32>().ok().filter(|n| (1..=1_000_000).contains(n)) {
-                    Some(n) => {
-                        let l = m.policy.limit.get_or_insert(Limit {
-                            rps: None,
-                            window: 5,
-                            connections: None,
-                            rpm: None,
-                            exempt: Vec::new(),
-                        });
-                        if *short == "limit-connections" {
-                            l.connections = Some(n);
-                        } else if *short == "limit-rpm" {
-                            l.rpm = Some(n);
-                        } else {
-                            l.rps = Some(n);
-                            if let Some((full, w)) = keys.get("limit-burst-multiplier") {
-                                match w.trim().parse::<u32>().ok().filter(|w| (1..=3600).contains(w)) {
-                                    Some(w) => l.window = w,
-                                    None => bad(full, format!("{w:?} is not a number from 1 to 3600")),
-                                }
-                            }
-                        }
-                    }
-                    None => bad(key, format!("{v:?} is not a number from 1 to 1000000")),
-                }
-            }
-            // Keys are read in order: the limits ("limit-c…", "limit-r…") come before it.
-            "limit-whitelist" => match (cidrs(v), m.policy.limit.as_mut()) {
-                (Ok(c), Some(l)) => l.exempt = c,
-                (Ok(_), None) => warnings.push(Refusal {
-                    field: field(key),
-                    reason: "ignored: none of limit-rps, limit-rpm, limit-connections is set".into(),
-                }),
-                (Err(e), _) => bad(key, e),
-            },
-            "limit-burst-multiplier" => {
-                if !keys.contains_key("limit-rps") {
-                    warnings.push(Refusal { field: field(key), reason: "ignored: limit-rps is not set".into() });
-                }
-            }
-            "auth-type" => {
-                if v != "basic" {
-                    bad(key, format!("{v:?} is not `basic` (digest is not supported)"));
-                    continue;
-                }
-                let get = |k: &str| keys.get(k).map(|(full, v)| (*full, v.trim()));
-                let Some((secret_key, secret)) = get("auth-secret") else {
-                    bad(key, "auth-secret is not set".into());
-                    continue;
-                };
-                let map = match get("auth-secret-type") {
-                    None | Some((_, "auth-file")) => false,
-                    Some((_, "auth-map")) => true,
-                    Some((full, t)) => {
-                        bad(full, format!("{t:?} is not `auth-file` or `auth-map`"));
-                        false
-                    }
-                };
-                let realm = get("auth-realm").map_or("Authentication Required", |(_, r)| r);
-                if realm.is_empty()
-                    || realm.len() > 256
-                    || !realm.bytes().all(|b| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\')
-                {
-                    if let Some((full, _)) = get("auth-realm") {
-                        bad(full, format!("{realm:?} is not a realm (printable ASCII, no '\"' or '\\')"));
-                    }
-                }
-                // A name with a namespace (`ns/name`) would read another namespace's Secret.
-                if secret.contains('/') || !is_section_name(secret) || secret.len() > 253 {
-                    bad(secret_key, format!("{secret:?} is not the name of a Secret in this Ingress's namespace"));
-                    continue;
-                }
-                m.auth =
-                    Some(AuthRequest { secret: secret.into(), map, realm: realm.into(), field: field(secret_key) });
-            }
-            "proxy-ssl-secret" => {
-                let get = |k: &str| keys.get(k).map(|(full, v)| (*full, v.trim()));
-                let mut on = |k: &str| -> bool {
-                    match get(k) {
-                        None | Some((_, "off" | "false")) => false,
-                        Some((_, "on" | "true")) => true,
-                        Some((full, other)) => {
-                            bad(full, format!("{other:?} is not on or off"));
-                            false
-                        }
-                    }
-                };
-                let verify = on("proxy-ssl-verify");
-                let sni = on("proxy-ssl-server-name");
-                let mut t = UpstreamTls { secret: String::new(), verify, sni, ..Default::default() };
-                if let Some((full, n)) = get("proxy-ssl-name") {
-                    match crate::ingress::parse_host(n) {
-                        Ok(crate::model::HostMatch::Exact(h)) => t.name = Some(h),
-                        _ => bad(full, format!("{n:?} is not a DNS name")),
-                    }
-                }
-                if t.sni && t.name.is_none() {
-                    bad(key, "proxy-ssl-server-name needs proxy-ssl-name (the SNI to send)".into());
-                }
-                // `ns/name` is accepted for this namespace only (checked by the translator).
-                let name = v.rsplit('/').next().unwrap_or_default();
-                if !is_section_name(name) || name.len() > 253 || v.matches('/').count() > 1 {
-                    bad(key, format!("{v:?} is not a Secret name"));
-                }
-                t.secret = v.to_string();
-                m.backend.upstream_tls = Some(t);
-            }
-            "default-backend" => {
-                let ok = is_section_name(v) && !v.contains('.') && v.len() <= 63;
-                if ok {
-                    m.backend.fallback = Some(v.to_string());
-                } else {
-                    bad(key, format!("{v:?} is not the name of a Service in this Ingress's namespace"));
-                }
-            }
-            "custom-http-errors" => match statuses(v) {
-                Ok(codes) => {
-                    let mut notes = Vec::new();
-                    let bare: Vec<String> =
-                        codes.iter().filter(|c| !ERROR_PAGES.contains(c)).map(ToString::to_string).collect();
-                    if !bare.is_empty() {
-                        notes.push(format!(
-                            "HAProxy has no error page for {}: such a response is replaced by one with the same status and an empty body",
-                            bare.join(", ")
-                        ));
-                    }
-                    if keys.contains_key("default-backend") {
-                        notes.push(
-                            "the error pages are HAProxy's, not the default-backend Service's (HAProxy cannot hand a backend's response over to another backend); default-backend still serves as backup servers".into(),
-                        );
-                    }
-                    if !notes.is_empty() {
-                        warnings.push(Refusal { field: field(key), reason: notes.join("; ") });
-                    }
-                    m.policy.error_pages = codes;
-                }
-                Err(e) => bad(key, e),
-            },
-            "ssl-passthrough" => match bool_of(v) {
-                Ok(b) => m.backend.passthrough = b,
-                Err(e) => bad(key, e),
-            },
-            "proxy-ssl-verify" | "proxy-ssl-name" | "proxy-ssl-server-name" => {
-                if !keys.contains_key("proxy-ssl-secret") {
-                    warnings.push(Refusal { field: field(key), reason: "ignored: proxy-ssl-secret is not set".into() });
-                }
-            }
-            "auth-secret" | "auth-secret-type" | "auth-realm" => {
-                if keys.get("auth-type").is_none_or(|(_, v)| v.trim() != "basic") {
-                    warnings.push(Refusal { field: field(key), reason: "ignored: auth-type is not `basic`".into() });
-                }
-            }
-            s if s.starts_with("canary-") && SUPPORTED.iter().any(|(k, _)| *k == s) => {
-                if keys.get("canary").is_none_or(|(_, v)| v.trim() != "true") {
-                    warnings.push(Refusal { field: field(key), reason: "ignored: canary is not `true`".into() });
-                }
-            }
-            s if s.starts_with("session-cookie-") && SUPPORTED.iter().any(|(k, _)| *k == s) => {
-                if !keys.contains_key("affinity") {
-                    warnings.push(Refusal { field: field(key), reason: "ignored: affinity is not set".into() });
-                }
-            }
-            s if NGINX_ONLY_SNIPPETS.contains(&s) => bad(key, "this snippet has no meaning in HAProxy".into()),
-            s if SUPPORTED.iter().any(|(k, _)| *k == s) => {}
-            s => {
-                let why = match s {
-                    s if s.starts_with("auth-tls-") => " (client certificates are not read)",
-                    _ => "",
-                };
-                warnings.push(Refusal { field: field(key), reason: format!("not supported by haptic: ignored{why}") })
-            }
-        }
+    keys
+}
+
+/// `ssl-passthrough` passes TLS on as it is: nothing that acts on HTTP or on TLS towards the
+/// backend can apply with it.
+fn passthrough_alone(r: &mut Reading<'_>) {
+    let b = &r.m.backend;
+    if !b.passthrough {
+        return;
     }
-    if m.backend.passthrough {
-        let b = &m.backend;
-        if b.affinity.is_some() || b.upstream_tls.is_some() || b.protocol != Protocol::Http || b.snippet.is_some() {
-            if let Some((full, _)) = keys.get("ssl-passthrough") {
-                errors.push(Refusal {
-                    field: field(full),
-                    reason: "ssl-passthrough passes TLS on as it is: affinity, backend-protocol, proxy-ssl-* and snippets cannot apply".into(),
-                });
-            }
+    if b.affinity.is_some() || b.upstream_tls.is_some() || b.protocol != Protocol::Http || b.snippet.is_some() {
+        if let Some((full, _)) = r.keys.get("ssl-passthrough") {
+            r.errors.push(Refusal {
+                field: field(full),
+                reason: "ssl-passthrough passes TLS on as it is: affinity, backend-protocol, proxy-ssl-* and snippets cannot apply".into(),
+            });
         }
-    }
-    if errors.is_empty() {
-        Ok((m, warnings))
-    } else {
-        Err(errors)
     }
 }
 
@@ -1108,70 +575,7 @@ pub fn report_text(reports: &[Report]) -> String {
 }
 
 fn meaning_of(short: &str) -> String {
-    SUPPORTED.iter().find(|(k, _)| *k == short).map(|(_, m)| m.to_string()).unwrap_or_default()
-}
-
-fn bool_of(v: &str) -> Result<bool, String> {
-    match v {
-        "true" => Ok(true),
-        "false" => Ok(false),
-        _ => Err(format!("{v:?} is not true or false")),
-    }
-}
-
-fn redirect_code(v: &str) -> Result<u16, String> {
-    v.parse::<u16>()
-        .ok()
-        .filter(|c| (300..=308).contains(c))
-        .ok_or_else(|| format!("{v:?} is not a redirect code (300–308)"))
-}
-
-/// A redirect target: an absolute `http(s)://` URL or a path, printable ASCII without blanks.
-fn location(v: &str) -> Result<String, String> {
-    let ok_chars = v.bytes().all(|b| b.is_ascii_graphic());
-    let ok_form = v.starts_with('/') || v.starts_with("http://") || v.starts_with("https://");
-    if v.is_empty() || v.len() > 2048 || !ok_chars || !ok_form {
-        return Err(format!("{v:?} is not an http(s):// URL or a path (printable ASCII, no blanks, ≤ 2048 bytes)"));
-    }
-    Ok(v.to_string())
-}
-
-/// `rewrite-target` as a `replace-path` format: a path of printable ASCII without blanks, where
-/// `$1`…`$9` name the path regex's groups. nginx variables (`$host`, …), a query (`?`), a
-/// backslash and two-digit group numbers are refused.
-fn rewrite_target(v: &str) -> Result<String, String> {
-    if !v.starts_with('/') || v.len() > 2048 || !v.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(format!("{v:?} is not a path (printable ASCII, no blanks, ≤ 2048 bytes)"));
-    }
-    let b = v.as_bytes();
-    let mut out = String::with_capacity(v.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'$' => match (b.get(i + 1), b.get(i + 2)) {
-                (Some(d @ b'1'..=b'9'), next) if !next.is_some_and(u8::is_ascii_digit) => {
-                    out.push('\\');
-                    out.push(char::from(*d));
-                    i += 2;
-                    continue;
-                }
-                _ => return Err(format!("{v:?}: '$' is only accepted as $1 to $9 (no nginx variables)")),
-            },
-            b'\\' => return Err(format!("{v:?}: a backslash is not accepted")),
-            b'?' => return Err(format!("{v:?}: a query is not accepted (the request's query is kept)")),
-            c => out.push(char::from(c)),
-        }
-        i += 1;
-    }
-    Ok(out)
-}
-
-/// An HTTP token (RFC 9110): a cookie or header name.
-fn token(v: &str) -> Result<String, String> {
-    if !is_header_name(v) {
-        return Err(format!("{v:?} is not a token (letters, digits, !#$&'*+-.^_`|~)"));
-    }
-    Ok(v.to_string())
+    SUPPORTED.iter().find(|a| a.key == short).map(|a| a.meaning.to_string()).unwrap_or_default()
 }
 
 /// The users of an auth Secret's data (`auth-file`: key `auth` with `user:hash` lines;
@@ -1215,136 +619,6 @@ pub fn users(data: &BTreeMap<String, Vec<u8>>, map: bool) -> Result<Vec<(String,
     out.sort();
     out.dedup_by(|a, b| a.0 == b.0);
     Ok(out)
-}
-
-/// A comma-separated list of HTTP tokens (`GET, POST`), written back `, `-joined.
-fn tokens(v: &str) -> Result<String, String> {
-    let list: Vec<&str> = v.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
-    if list.is_empty() || v.len() > 4096 {
-        return Err(format!("{v:?} is not a comma-separated list of names"));
-    }
-    list.into_iter().map(token).collect::<Result<Vec<_>, _>>().map(|l| l.join(", "))
-}
-
-/// `cors-allow-origin`: `*`, or comma-separated `scheme://host[:port]` where the host may start
-/// with `*.` (one or more labels, as ingress-nginx matches it).
-fn origins(v: &str) -> Result<Vec<Origin>, String> {
-    let mut out = Vec::new();
-    for o in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        if o == "*" {
-            out.push(Origin::Any);
-            continue;
-        }
-        let err = || format!("{o:?} is not `*` or an origin (http(s)://host[:port], the host may start with `*.`)");
-        let (scheme, rest) = o.split_once("://").ok_or_else(err)?;
-        if !matches!(scheme, "http" | "https") {
-            return Err(err());
-        }
-        let (host, port) = match rest.rsplit_once(':') {
-            Some((h, p)) if !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => (h, Some(p)),
-            _ => (rest, None),
-        };
-        let port = port.map(|p| format!(":{p}")).unwrap_or_default();
-        match crate::ingress::parse_host(host).map_err(|_| err())? {
-            crate::model::HostMatch::Exact(h) => out.push(Origin::Exact(format!("{scheme}://{h}{port}"))),
-            crate::model::HostMatch::Wildcard(suffix) => {
-                let lit = |s: &str| haptic_haproxy::quote::regex_literal(s).map_err(|_| err());
-                out.push(Origin::Pattern(format!("^{}://[^/]+{}{}$", lit(scheme)?, lit(&suffix)?, lit(&port)?)));
-            }
-            crate::model::HostMatch::Suffix(_) | crate::model::HostMatch::Any => return Err(err()),
-        }
-    }
-    if out.is_empty() {
-        return Err("no origin given".into());
-    }
-    out.sort();
-    out.dedup();
-    Ok(out)
-}
-
-/// A header or cookie name HAProxy takes as a sample fetch argument: `[A-Za-z0-9_.-]`.
-fn name_of(v: &str) -> Result<String, String> {
-    let ok = !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
-    if !ok {
-        return Err(format!("{v:?} is not a header or cookie name (letters, digits, '_', '.', '-')"));
-    }
-    Ok(v.to_string())
-}
-
-/// An `upstream-vhost`: a host name or address, with an optional port.
-fn vhost(v: &str) -> Result<String, String> {
-    let ok = !v.is_empty()
-        && v.len() <= 261
-        && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-.:[]_".contains(&b))
-        && !v.starts_with(['-', '.', ':']);
-    if !ok {
-        return Err(format!("{v:?} is not a host name with an optional port"));
-    }
-    Ok(v.to_ascii_lowercase())
-}
-
-fn app_root(v: &str) -> Result<String, String> {
-    if !v.starts_with('/') || v == "/" {
-        return Err(format!("{v:?} is not a path other than /"));
-    }
-    location(v)
-}
-
-fn cidrs(v: &str) -> Result<Vec<Cidr>, String> {
-    let list: Vec<&str> = v.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
-    if list.is_empty() {
-        return Err("no CIDR given".into());
-    }
-    let mut out: Vec<Cidr> = list.into_iter().map(str::parse).collect::<Result<_, _>>()?;
-    out.sort();
-    out.dedup();
-    Ok(out)
-}
-
-/// An nginx size: bytes, or with `k`/`m`/`g` (binary multiples, either case).
-fn size(v: &str) -> Result<u64, String> {
-    let err = || format!("{v:?} is not a size (bytes, or a number with k, m or g)");
-    let (num, mult) = match v.char_indices().last() {
-        Some((i, c)) if c.eq_ignore_ascii_case(&'k') => (&v[..i], 1u64 << 10),
-        Some((i, c)) if c.eq_ignore_ascii_case(&'m') => (&v[..i], 1 << 20),
-        Some((i, c)) if c.eq_ignore_ascii_case(&'g') => (&v[..i], 1 << 30),
-        _ => (v, 1),
-    };
-    num.parse::<u64>().ok().and_then(|n| n.checked_mul(mult)).ok_or_else(err)
-}
-
-/// `custom-http-errors`: comma-separated HTTP statuses 400–599 (blanks around commas allowed),
-/// sorted and distinct, at most [`MAX_ERROR_PAGES`] of them.
-fn statuses(v: &str) -> Result<Vec<u16>, String> {
-    if v.is_empty() {
-        return Err("no status given (comma-separated HTTP statuses 400–599)".into());
-    }
-    if v.len() > 1024 {
-        return Err(format!("{} bytes is not a list of statuses (at most {MAX_ERROR_PAGES} of 400–599)", v.len()));
-    }
-    let mut out = Vec::new();
-    for s in v.split(',').map(str::trim) {
-        let code = (s.len() == 3 && s.bytes().all(|b| b.is_ascii_digit()))
-            .then(|| s.parse::<u16>().ok())
-            .flatten()
-            .filter(|c| (400..=599).contains(c))
-            .ok_or_else(|| format!("{s:?} is not an HTTP status from 400 to 599"))?;
-        out.push(code);
-    }
-    out.sort_unstable();
-    out.dedup();
-    if out.len() > MAX_ERROR_PAGES {
-        return Err(format!("{} statuses: at most {MAX_ERROR_PAGES}", out.len()));
-    }
-    Ok(out)
-}
-
-/// Whole seconds, 1 to a day (ingress-nginx takes plain numbers of seconds).
-fn seconds(v: &str) -> Result<u32, String> {
-    v.parse::<u32>()
-        .ok()
-        .filter(|s| (1..=86_400).contains(s))
-        .ok_or_else(|| format!("{v:?} is not a number of seconds (1–86400)"))
 }
 
 #[cfg(test)]
@@ -1834,9 +1108,9 @@ mod tests {
 
     #[test]
     fn the_migration_guide_lists_every_supported_key_as_supported() {
-        let doc = include_str!("../../docs/migrating-from-ingress-nginx.md");
+        let doc = include_str!("../../../../../docs/migrating-from-ingress-nginx.md");
         let rows: Vec<&str> = doc.lines().filter(|l| l.starts_with("| `")).collect();
-        for (key, _) in SUPPORTED {
+        for Annotation { key, .. } in SUPPORTED {
             let row = rows
                 .iter()
                 .find(|r| r.split(" | ").next().unwrap_or_default().contains(&format!("`{key}")))
@@ -1847,7 +1121,7 @@ mod tests {
 
     #[test]
     fn every_supported_key_is_documented_once() {
-        let mut keys: Vec<&str> = SUPPORTED.iter().map(|(k, _)| *k).collect();
+        let mut keys: Vec<&str> = SUPPORTED.iter().map(|a| a.key).collect();
         keys.sort();
         let n = keys.len();
         keys.dedup();
