@@ -1,8 +1,8 @@
 //! haptic-render: from cluster objects to HAProxy configuration.
 //!
 //! Owns the pure pipeline `objects + last slot map → Model → Render`: the [`model`] types, the
-//! Ingress translator ([`ingress`]) and its annotations ([`annotations`]), the Gateway API types
-//! ([`gateway_api`]) and translator ([`gateway`]), slot planning ([`slots`]), map building
+//! [`sources`] (the Ingress translator [`ingress`] and its [`annotations`], the Gateway API types
+//! [`gateway_api`] and translator [`gateway`], and what they share), slot planning ([`slots`]), map building
 //! ([`maps`]), the templates ([`template`]), and the gate-narrowing decision ([`narrow`]: which
 //! changed objects to leave out after the gate refuses a render), and host ownership
 //! ([`ownership`]: which namespace may route a host). It must never talk to a

@@ -12,14 +12,24 @@
 //! the template quotes.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 
 use serde::Serialize;
 
 use crate::model::Refusal;
+pub use crate::model::{
+    Affinity, BackendOptions, BasicAuth, CanarySelector, Cidr, Cors, Limit, Origin, Policy, Protocol, Redirect,
+    UpstreamTls,
+};
 
 pub use self::handlers::{Annotation, SUPPORTED};
 use self::handlers::{Entry, Reading};
+use haptic_haproxy::quote::{config_arg, log_format_arg};
+
+use crate::template::{
+    cookie_line, minute_table_of, our_id, policy_lines_of, response_lines_of, server_params, table_line, table_of,
+    MINUTE_TABLE,
+};
+use crate::RenderError;
 
 mod handlers;
 mod values;
@@ -42,129 +52,6 @@ pub struct Allowed {
     pub snippets: bool,
 }
 
-/// An IPv4 or IPv6 network.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub struct Cidr {
-    /// The address (host bits kept as written; HAProxy masks them).
-    pub addr: IpAddr,
-    /// The prefix length.
-    pub len: u8,
-}
-
-impl std::fmt::Display for Cidr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.addr, self.len)
-    }
-}
-
-impl std::str::FromStr for Cidr {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (a, l) = match s.split_once('/') {
-            Some((a, l)) => (a, Some(l)),
-            None => (s, None),
-        };
-        let addr: IpAddr = a.parse().map_err(|_| format!("{s:?} is not an IP address or CIDR"))?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let len = match l {
-            None => max,
-            Some(l) => l.parse::<u8>().ok().filter(|n| *n <= max).ok_or_else(|| format!("{s:?}: bad prefix length"))?,
-        };
-        Ok(Cidr { addr, len })
-    }
-}
-
-/// An HTTP redirect.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub struct Redirect {
-    /// Where to (object text: quoted by the template).
-    pub location: String,
-    /// 300–308.
-    pub code: u16,
-}
-
-/// What a rule does to a request before it reaches its backend, and to the backend's response.
-/// Rules with equal policies share one; the default (empty) policy adds nothing.
-#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub struct Policy {
-    /// When set, only these sources pass (403 otherwise).
-    pub allow: Option<Vec<Cidr>>,
-    /// These sources get 403.
-    pub deny: Vec<Cidr>,
-    /// Redirect plain HTTP to HTTPS (308).
-    pub https_redirect: bool,
-    /// The largest request body (Content-Length), in bytes; 413 above.
-    pub max_body: Option<u64>,
-    /// `/` redirects (302) here.
-    pub app_root: Option<String>,
-    /// Every request redirects here.
-    pub redirect: Option<Redirect>,
-    /// The Host header sent to the backend (object text: quoted by the template).
-    pub upstream_vhost: Option<String>,
-    /// CORS: preflights answered, response headers added.
-    pub cors: Option<Cors>,
-    /// Per client address request and concurrency limits (a stick table per policy).
-    pub limit: Option<Limit>,
-    /// HTTP basic authentication against a userlist.
-    pub auth: Option<BasicAuth>,
-    /// Backend responses with these statuses (400–599, sorted, distinct) are replaced by
-    /// HAProxy's own response with the same status (`custom-http-errors`).
-    pub error_pages: Vec<u16>,
-}
-
-/// An origin CORS allows.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub enum Origin {
-    /// Any (`*`).
-    Any,
-    /// Exactly this `scheme://host[:port]` (object text: quoted by the template).
-    Exact(String),
-    /// `scheme://*.suffix[:port]`: a pattern built here from escaped literals, anchored.
-    Pattern(String),
-}
-
-/// CORS as ingress-nginx answers it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub struct Cors {
-    /// The origins allowed.
-    pub origins: Vec<Origin>,
-    /// `Access-Control-Allow-Methods` (checked tokens, `, `-joined).
-    pub methods: String,
-    /// `Access-Control-Allow-Headers` (checked tokens).
-    pub headers: String,
-    /// `Access-Control-Expose-Headers` (checked tokens), if any.
-    pub expose: Option<String>,
-    /// `Access-Control-Allow-Credentials: true`.
-    pub credentials: bool,
-    /// `Access-Control-Max-Age`, seconds.
-    pub max_age: u32,
-}
-
-/// Per client address limits: over either, 503.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub struct Limit {
-    /// Requests per second (`limit-rps`), measured over `window` seconds.
-    pub rps: Option<u32>,
-    /// The window, seconds (`limit-burst-multiplier`, default 5): up to `rps × window` requests
-    /// in any `window` seconds, so a burst of that size passes and the sustained rate is `rps`.
-    pub window: u32,
-    /// Concurrent requests (`limit-connections`).
-    pub connections: Option<u32>,
-    /// Requests per minute (`limit-rpm`), measured over 60 seconds.
-    pub rpm: Option<u32>,
-    /// Sources neither counted nor refused (`limit-whitelist`).
-    pub exempt: Vec<Cidr>,
-}
-
-/// HTTP basic authentication.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub struct BasicAuth {
-    /// The userlist section's name (ours: `auth_<namespace>_<secret>`).
-    pub userlist: String,
-    /// The realm (printable ASCII without `"` or `\`; quoted by the template).
-    pub realm: String,
-}
-
 /// What `auth-type: basic` asks for, before its Secret is read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuthRequest {
@@ -178,80 +65,6 @@ pub struct AuthRequest {
     pub field: String,
 }
 
-impl Policy {
-    /// Whether it does nothing.
-    pub fn is_empty(&self) -> bool {
-        *self == Policy::default()
-    }
-}
-
-/// How HAProxy talks to a backend's servers.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub enum Protocol {
-    /// HTTP/1.1 in clear.
-    #[default]
-    Http,
-    /// HTTP/1.1 over TLS, the server's certificate not verified.
-    Https,
-    /// HTTP/2 in clear (`GRPC`, `H2C`).
-    H2c,
-    /// HTTP/2 over TLS, not verified (`GRPCS`).
-    H2s,
-}
-
-/// What the Ingresses naming a backend set for it. Two Ingresses naming one backend must agree.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct BackendOptions {
-    /// `timeout connect`, seconds.
-    pub connect_timeout: Option<u32>,
-    /// `timeout server`, seconds.
-    pub server_timeout: Option<u32>,
-    /// The protocol.
-    pub protocol: Protocol,
-    /// Checked directives added to the backend.
-    pub snippet: Option<String>,
-    /// Cookie affinity.
-    pub affinity: Option<Affinity>,
-    /// TLS towards the servers with a CA and/or a client certificate from a Secret.
-    pub upstream_tls: Option<UpstreamTls>,
-    /// The backend takes TLS connections passed through (`mode tcp`), not HTTP.
-    pub passthrough: bool,
-    /// A Service of the same namespace whose endpoints are the backend's `backup` servers.
-    pub fallback: Option<String>,
-}
-
-/// TLS towards a backend's servers, from `proxy-ssl-*`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct UpstreamTls {
-    /// The Secret's name (this Ingress's namespace).
-    pub secret: String,
-    /// Verify the servers' certificates against the Secret's `ca.crt`.
-    pub verify: bool,
-    /// The name their certificates must carry (a DNS name).
-    pub name: Option<String>,
-    /// Send `name` as SNI.
-    pub sni: bool,
-    /// The CA bundle's path in the tree, once the translator read the Secret.
-    pub ca_file: Option<String>,
-    /// The client certificate's path in the tree (chain and key), once read.
-    pub client_cert: Option<String>,
-}
-
-/// Sticky sessions by an inserted cookie whose value names the server slot.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Affinity {
-    /// The cookie's name (an RFC 6265 token).
-    pub name: String,
-    /// Its `Max-Age`, seconds.
-    pub max_age: Option<u32>,
-    /// Its `Path` (printable ASCII, no blanks, `;` or `,`).
-    pub path: Option<String>,
-    /// `Secure` (`session-cookie-secure`).
-    pub secure: bool,
-    /// Its `SameSite`: `Strict`, `Lax` or `None`.
-    pub same_site: Option<&'static str>,
-}
-
 /// How an Ingress's paths are read and rewritten.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PathOptions {
@@ -263,28 +76,6 @@ pub struct PathOptions {
     pub rewrite: Option<String>,
     /// Extra hosts served with the same paths (`server-alias`).
     pub aliases: Vec<crate::model::HostMatch>,
-}
-
-/// Which requests a canary takes besides its weighted share: by header (`always`/`never`, or
-/// equal to a value), then by cookie (`always`/`never`); the header decides first.
-#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub struct CanarySelector {
-    /// The header's name (`[A-Za-z0-9_-]`).
-    pub header: Option<String>,
-    /// The value that selects the canary (object text, quoted by the template; never `}`).
-    pub header_value: Option<String>,
-    /// A pattern the header's value matches to select the canary (checked by
-    /// `haptic_haproxy::regex::check`; quoted by the template).
-    pub header_pattern: Option<String>,
-    /// The cookie's name (`[A-Za-z0-9_.-]`).
-    pub cookie: Option<String>,
-}
-
-impl CanarySelector {
-    /// Whether it selects nothing (weight only).
-    pub fn is_empty(&self) -> bool {
-        self.header.is_none() && self.cookie.is_none()
-    }
 }
 
 /// A canary Ingress's meaning: its share and selectors.
@@ -508,7 +299,7 @@ pub fn report(ing: &k8s_openapi::api::networking::v1::Ingress, allowed: Allowed)
     let empty = BTreeMap::new();
     let a = ing.metadata.annotations.as_ref().unwrap_or(&empty);
     let has_tls = ing.spec.as_ref().and_then(|s| s.tls.as_ref()).is_some_and(|t| !t.is_empty());
-    let lines = |m: &Meaning| crate::template::annotation_lines("p1", m).unwrap_or_else(|e| vec![format!("({e})")]);
+    let lines = |m: &Meaning| annotation_lines("p1", m).unwrap_or_else(|e| vec![format!("({e})")]);
     let (served, rules) = match read(a, has_tls, allowed) {
         Ok((m, _)) => (true, lines(&m)),
         // What the other annotations would add once the refused ones are fixed or removed.
@@ -531,6 +322,46 @@ pub fn report(ing: &k8s_openapi::api::networking::v1::Ingress, allowed: Allowed)
         served,
         rules,
     }
+}
+
+/// The config lines an Ingress's annotations add, as the built-in template writes them: the
+/// frontend's `http-request` rules for its routes (under the policy id `id`), then each
+/// backend directive and server parameter (for `haptic-controller migrate`).
+pub fn annotation_lines(id: &str, m: &Meaning) -> Result<Vec<String>, RenderError> {
+    let mut out = policy_lines_of(id, &m.policy)?;
+    if let Some(a) = &m.auth {
+        out.push(format!(
+            "http-request auth realm {} if {{ var(txn.policy) -m str {} }} !{{ http_auth(<the users of Secret {}>) }}",
+            config_arg(&a.realm)?,
+            our_id(id)?,
+            a.secret
+        ));
+    }
+    out.extend(response_lines_of(id, &m.policy)?);
+    if let Some(l) = &m.policy.limit {
+        out.push(format!("{} (in backend {})", table_line(l), table_of(&our_id(id)?)));
+        if l.rpm.is_some() {
+            out.push(format!("{MINUTE_TABLE} (in backend {})", minute_table_of(&our_id(id)?)));
+        }
+    }
+    let o = &m.backend;
+    out.extend(o.connect_timeout.map(|s| format!("timeout connect {s}s (backend)")));
+    out.extend(o.server_timeout.map(|s| format!("timeout server {s}s (backend)")));
+    let params = server_params(o)?;
+    if !params.is_empty() {
+        out.push(format!("server …{params} (every server of the backend)"));
+    }
+    if let Some(a) = &o.affinity {
+        out.push(format!("{} (backend; each server gets `cookie <its name>`)", cookie_line(a)?));
+    }
+    if let Some(t) = &m.paths.rewrite {
+        out.push(format!(
+            "http-request replace-path '^(?i:<path>)' {} (per path, for the route's rewrite id)",
+            log_format_arg(t)?
+        ));
+    }
+    out.extend(o.snippet.iter().flat_map(|s| s.lines().map(|l| format!("{} (backend)", l.trim()))));
+    Ok(out)
 }
 
 /// The reports as text: per Ingress, each annotation's status, then the config lines it adds.
@@ -1095,7 +926,7 @@ mod tests {
     #[test]
     fn custom_http_errors_render_as_returns_of_the_policy() {
         let m = ok(&[("custom-http-errors", "503,404,418")]);
-        let lines = crate::template::annotation_lines("p1", &m).unwrap();
+        let lines = annotation_lines("p1", &m).unwrap();
         assert_eq!(
             lines,
             [
