@@ -1,8 +1,8 @@
 //! haptic-render: from cluster objects to HAProxy configuration.
 //!
 //! Owns the pure pipeline `objects + last slot map → Model → Render`: the [`model`] types, the
-//! Ingress translator ([`ingress`]) and its annotations ([`annotations`]), the Gateway API types
-//! ([`gateway_api`]) and translator ([`gateway`]), slot planning ([`slots`]), map building
+//! [`sources`] (the Ingress translator [`ingress`] and its [`annotations`], the Gateway API types
+//! [`gateway_api`] and translator [`gateway`], and what they share), slot planning ([`slots`]), map building
 //! ([`maps`]), the templates ([`template`]), and the gate-narrowing decision ([`narrow`]: which
 //! changed objects to leave out after the gate refuses a render), and host ownership
 //! ([`ownership`]: which namespace may route a host). It must never talk to a
@@ -11,17 +11,17 @@
 //! value from an object reaches `haproxy.cfg` only through `haptic_haproxy::quote` or as a map
 //! entry; route semantics are decided in Rust here, never in template logic.
 
-pub mod annotations;
-pub mod gateway;
-pub mod gateway_api;
-pub mod ingress;
 pub mod maps;
 pub mod model;
 pub mod narrow;
 pub mod ownership;
 pub mod pem;
 pub mod slots;
+pub mod sources;
 pub mod template;
+
+pub use sources::gateway::{self, api as gateway_api};
+pub use sources::ingress::{self, annotations};
 
 use std::collections::BTreeMap;
 

@@ -6,13 +6,13 @@
 //! translator, and the template quotes every object value through `haptic_haproxy::quote`.
 //! Shaped for Gateway API too: a [`Rule`] carries a [`Policy`] (source ranges, redirects, body
 //! size) next to its host/path entry and can later carry header/query/method matches, weighted
-//! backends and filters.
+//! backends and filters. The policy types rules and backends carry ([`Policy`],
+//! [`BackendOptions`] and their parts) are defined here, so the template and the map builder
+//! never depend on a source: a source fills them in.
 
 use serde::Serialize;
 
-pub use crate::annotations::{
-    BackendOptions, BasicAuth, CanarySelector, Cidr, Cors, Limit, Origin, Policy, Protocol, Redirect, UpstreamTls,
-};
+use std::net::IpAddr;
 
 /// Everything one render serves.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -433,5 +433,224 @@ impl Verdict {
     /// Nothing refused.
     pub fn accepted(&self) -> bool {
         self.refusals.is_empty()
+    }
+}
+
+/// An IPv4 or IPv6 network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Cidr {
+    /// The address (host bits kept as written; HAProxy masks them).
+    pub addr: IpAddr,
+    /// The prefix length.
+    pub len: u8,
+}
+
+impl std::fmt::Display for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+impl std::str::FromStr for Cidr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (a, l) = match s.split_once('/') {
+            Some((a, l)) => (a, Some(l)),
+            None => (s, None),
+        };
+        let addr: IpAddr = a.parse().map_err(|_| format!("{s:?} is not an IP address or CIDR"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let len = match l {
+            None => max,
+            Some(l) => l.parse::<u8>().ok().filter(|n| *n <= max).ok_or_else(|| format!("{s:?}: bad prefix length"))?,
+        };
+        Ok(Cidr { addr, len })
+    }
+}
+
+/// An HTTP redirect.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Redirect {
+    /// Where to (object text: quoted by the template).
+    pub location: String,
+    /// 300–308.
+    pub code: u16,
+}
+
+/// What a rule does to a request before it reaches its backend, and to the backend's response.
+/// Rules with equal policies share one; the default (empty) policy adds nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Policy {
+    /// When set, only these sources pass (403 otherwise).
+    pub allow: Option<Vec<Cidr>>,
+    /// These sources get 403.
+    pub deny: Vec<Cidr>,
+    /// Redirect plain HTTP to HTTPS (308).
+    pub https_redirect: bool,
+    /// The largest request body (Content-Length), in bytes; 413 above.
+    pub max_body: Option<u64>,
+    /// `/` redirects (302) here.
+    pub app_root: Option<String>,
+    /// Every request redirects here.
+    pub redirect: Option<Redirect>,
+    /// The Host header sent to the backend (object text: quoted by the template).
+    pub upstream_vhost: Option<String>,
+    /// CORS: preflights answered, response headers added.
+    pub cors: Option<Cors>,
+    /// Per client address request and concurrency limits (a stick table per policy).
+    pub limit: Option<Limit>,
+    /// HTTP basic authentication against a userlist.
+    pub auth: Option<BasicAuth>,
+    /// Backend responses with these statuses (400–599, sorted, distinct) are replaced by
+    /// HAProxy's own response with the same status (`custom-http-errors`).
+    pub error_pages: Vec<u16>,
+}
+
+/// An origin CORS allows.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum Origin {
+    /// Any (`*`).
+    Any,
+    /// Exactly this `scheme://host[:port]` (object text: quoted by the template).
+    Exact(String),
+    /// `scheme://*.suffix[:port]`: a pattern built here from escaped literals, anchored.
+    Pattern(String),
+}
+
+/// CORS as ingress-nginx answers it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Cors {
+    /// The origins allowed.
+    pub origins: Vec<Origin>,
+    /// `Access-Control-Allow-Methods` (checked tokens, `, `-joined).
+    pub methods: String,
+    /// `Access-Control-Allow-Headers` (checked tokens).
+    pub headers: String,
+    /// `Access-Control-Expose-Headers` (checked tokens), if any.
+    pub expose: Option<String>,
+    /// `Access-Control-Allow-Credentials: true`.
+    pub credentials: bool,
+    /// `Access-Control-Max-Age`, seconds.
+    pub max_age: u32,
+}
+
+/// Per client address limits: over either, 503.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Limit {
+    /// Requests per second (`limit-rps`), measured over `window` seconds.
+    pub rps: Option<u32>,
+    /// The window, seconds (`limit-burst-multiplier`, default 5): up to `rps × window` requests
+    /// in any `window` seconds, so a burst of that size passes and the sustained rate is `rps`.
+    pub window: u32,
+    /// Concurrent requests (`limit-connections`).
+    pub connections: Option<u32>,
+    /// Requests per minute (`limit-rpm`), measured over 60 seconds.
+    pub rpm: Option<u32>,
+    /// Sources neither counted nor refused (`limit-whitelist`).
+    pub exempt: Vec<Cidr>,
+}
+
+/// HTTP basic authentication.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct BasicAuth {
+    /// The userlist section's name (ours: `auth_<namespace>_<secret>`).
+    pub userlist: String,
+    /// The realm (printable ASCII without `"` or `\`; quoted by the template).
+    pub realm: String,
+}
+
+impl Policy {
+    /// Whether it does nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == Policy::default()
+    }
+}
+
+/// How HAProxy talks to a backend's servers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub enum Protocol {
+    /// HTTP/1.1 in clear.
+    #[default]
+    Http,
+    /// HTTP/1.1 over TLS, the server's certificate not verified.
+    Https,
+    /// HTTP/2 in clear (`GRPC`, `H2C`).
+    H2c,
+    /// HTTP/2 over TLS, not verified (`GRPCS`).
+    H2s,
+}
+
+/// What the Ingresses naming a backend set for it. Two Ingresses naming one backend must agree.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct BackendOptions {
+    /// `timeout connect`, seconds.
+    pub connect_timeout: Option<u32>,
+    /// `timeout server`, seconds.
+    pub server_timeout: Option<u32>,
+    /// The protocol.
+    pub protocol: Protocol,
+    /// Checked directives added to the backend.
+    pub snippet: Option<String>,
+    /// Cookie affinity.
+    pub affinity: Option<Affinity>,
+    /// TLS towards the servers with a CA and/or a client certificate from a Secret.
+    pub upstream_tls: Option<UpstreamTls>,
+    /// The backend takes TLS connections passed through (`mode tcp`), not HTTP.
+    pub passthrough: bool,
+    /// A Service of the same namespace whose endpoints are the backend's `backup` servers.
+    pub fallback: Option<String>,
+}
+
+/// TLS towards a backend's servers, from `proxy-ssl-*`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct UpstreamTls {
+    /// The Secret's name (this Ingress's namespace).
+    pub secret: String,
+    /// Verify the servers' certificates against the Secret's `ca.crt`.
+    pub verify: bool,
+    /// The name their certificates must carry (a DNS name).
+    pub name: Option<String>,
+    /// Send `name` as SNI.
+    pub sni: bool,
+    /// The CA bundle's path in the tree, once the translator read the Secret.
+    pub ca_file: Option<String>,
+    /// The client certificate's path in the tree (chain and key), once read.
+    pub client_cert: Option<String>,
+}
+
+/// Sticky sessions by an inserted cookie whose value names the server slot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Affinity {
+    /// The cookie's name (an RFC 6265 token).
+    pub name: String,
+    /// Its `Max-Age`, seconds.
+    pub max_age: Option<u32>,
+    /// Its `Path` (printable ASCII, no blanks, `;` or `,`).
+    pub path: Option<String>,
+    /// `Secure` (`session-cookie-secure`).
+    pub secure: bool,
+    /// Its `SameSite`: `Strict`, `Lax` or `None`.
+    pub same_site: Option<&'static str>,
+}
+
+/// Which requests a canary takes besides its weighted share: by header (`always`/`never`, or
+/// equal to a value), then by cookie (`always`/`never`); the header decides first.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct CanarySelector {
+    /// The header's name (`[A-Za-z0-9_-]`).
+    pub header: Option<String>,
+    /// The value that selects the canary (object text, quoted by the template; never `}`).
+    pub header_value: Option<String>,
+    /// A pattern the header's value matches to select the canary (checked by
+    /// `haptic_haproxy::regex::check`; quoted by the template).
+    pub header_pattern: Option<String>,
+    /// The cookie's name (`[A-Za-z0-9_.-]`).
+    pub cookie: Option<String>,
+}
+
+impl CanarySelector {
+    /// Whether it selects nothing (weight only).
+    pub fn is_empty(&self) -> bool {
+        self.header.is_none() && self.cookie.is_none()
     }
 }

@@ -180,7 +180,7 @@ mod tests {
     }
 
     fn claim(host: &str, t: i64, ns: &str) -> Claim {
-        let host = crate::ingress::parse_host(host).unwrap();
+        let host = crate::sources::common::parse_host(host).unwrap();
         Claim { host, by: claimant(t, ns, "x"), exclusive: false }
     }
 
@@ -237,7 +237,7 @@ mod tests {
         prop::collection::vec((host, 0i64..5, ns, "[a-c]", any::<bool>()), 0..12).prop_map(|v| {
             v.into_iter()
                 .map(|(h, t, ns, name, exclusive)| Claim {
-                    host: crate::ingress::parse_host(h).unwrap(),
+                    host: crate::sources::common::parse_host(h).unwrap(),
                     by: claimant(t, ns, &name),
                     exclusive,
                 })
@@ -285,7 +285,7 @@ mod tests {
             for sharing in [HostSharing::Namespace, HostSharing::Shared] {
                 let before = Owners::new(cs.clone(), sharing);
                 let mut more = cs.clone();
-                let host = crate::ingress::parse_host(["a.test", "b.test", "*.test", "*.b.test"][host]).unwrap();
+                let host = crate::sources::common::parse_host(["a.test", "b.test", "*.test", "*.b.test"][host]).unwrap();
                 more.push(Claim { host: host.clone(), by: claimant(100, ["a", "b", "c"][ns], "new"), exclusive });
                 let after = Owners::new(more, sharing);
                 for (h, owner) in before.hosts() {

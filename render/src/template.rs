@@ -474,49 +474,9 @@ fn clone_piece(p: &Piece) -> Piece {
     }
 }
 
-/// The config lines an Ingress's annotations add, as the built-in template writes them: the
-/// frontend's `http-request` rules for its routes (under the policy id `id`), then each
-/// backend directive and server parameter (for `haptic-controller migrate`).
-pub fn annotation_lines(id: &str, m: &crate::annotations::Meaning) -> Result<Vec<String>, RenderError> {
-    let mut out = policy_lines_of(id, &m.policy)?;
-    if let Some(a) = &m.auth {
-        out.push(format!(
-            "http-request auth realm {} if {{ var(txn.policy) -m str {} }} !{{ http_auth(<the users of Secret {}>) }}",
-            config_arg(&a.realm)?,
-            our_id(id)?,
-            a.secret
-        ));
-    }
-    out.extend(response_lines_of(id, &m.policy)?);
-    if let Some(l) = &m.policy.limit {
-        out.push(format!("{} (in backend {})", table_line(l), table_of(&our_id(id)?)));
-        if l.rpm.is_some() {
-            out.push(format!("{MINUTE_TABLE} (in backend {})", minute_table_of(&our_id(id)?)));
-        }
-    }
-    let o = &m.backend;
-    out.extend(o.connect_timeout.map(|s| format!("timeout connect {s}s (backend)")));
-    out.extend(o.server_timeout.map(|s| format!("timeout server {s}s (backend)")));
-    let params = server_params(o)?;
-    if !params.is_empty() {
-        out.push(format!("server …{params} (every server of the backend)"));
-    }
-    if let Some(a) = &o.affinity {
-        out.push(format!("{} (backend; each server gets `cookie <its name>`)", cookie_line(a)?));
-    }
-    if let Some(t) = &m.paths.rewrite {
-        out.push(format!(
-            "http-request replace-path '^(?i:<path>)' {} (per path, for the route's rewrite id)",
-            log_format_arg(t)?
-        ));
-    }
-    out.extend(o.snippet.iter().flat_map(|s| s.lines().map(|l| format!("{} (backend)", l.trim()))));
-    Ok(out)
-}
-
 /// The backend's `cookie` line for `a`: the cookie is inserted (never sent on to the server),
 /// not cached, `HttpOnly`, with the `Max-Age` and `Path` asked for.
-fn cookie_line(a: &crate::annotations::Affinity) -> Result<String, RenderError> {
+pub(crate) fn cookie_line(a: &crate::model::Affinity) -> Result<String, RenderError> {
     let mut l = format!("cookie {} insert indirect nocache httponly", config_arg(&a.name)?);
     if let Some(n) = a.max_age {
         l.push_str(&format!(" attr {}", config_arg(&format!("Max-Age={n}"))?));
@@ -537,7 +497,7 @@ fn cookie_line(a: &crate::annotations::Affinity) -> Result<String, RenderError> 
 /// the protocol's, and TLS towards the server: not verified, unless `proxy-ssl-verify` asks,
 /// against the Secret's CA, for the name asked (sent as SNI when asked), with a client
 /// certificate when the Secret has one. Paths are ours; the name a checked DNS name; all quoted.
-fn server_params(o: &crate::model::BackendOptions) -> Result<String, RenderError> {
+pub(crate) fn server_params(o: &crate::model::BackendOptions) -> Result<String, RenderError> {
     let tls = matches!(o.protocol, Protocol::Https | Protocol::H2s);
     let mut out = String::new();
     if o.protocol == Protocol::H2c {
@@ -576,7 +536,7 @@ fn server_params(o: &crate::model::BackendOptions) -> Result<String, RenderError
 /// A policy's `http-request` rules, in the order they apply: source ranges, then the HTTPS
 /// redirect, the body size, `app-root`, the redirect, the upstream Host header. Addresses and numbers are Rust's; the one
 /// object text, a redirect target, is a quoted log-format word.
-fn policy_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, RenderError> {
+pub(crate) fn policy_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, RenderError> {
     let id = our_id(id)?;
     let when = format!("{{ var(txn.policy) -m str {id} }}");
     let list = |c: &[crate::model::Cidr]| c.iter().map(ToString::to_string).collect::<Vec<_>>().join(" ");
@@ -611,9 +571,9 @@ fn policy_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, RenderError> {
     if let Some(c) = &p.cors {
         for o in &c.origins {
             let matches = match o {
-                crate::annotations::Origin::Any => "{ req.hdr(origin) -m found }".to_string(),
-                crate::annotations::Origin::Exact(e) => format!("{{ req.hdr(origin) -m str -- {} }}", config_arg(e)?),
-                crate::annotations::Origin::Pattern(r) => format!("{{ req.hdr(origin) -m reg -- {} }}", config_arg(r)?),
+                crate::model::Origin::Any => "{ req.hdr(origin) -m found }".to_string(),
+                crate::model::Origin::Exact(e) => format!("{{ req.hdr(origin) -m str -- {} }}", config_arg(e)?),
+                crate::model::Origin::Pattern(r) => format!("{{ req.hdr(origin) -m reg -- {} }}", config_arg(r)?),
             };
             out.push(format!("http-request set-var(txn.cors) str(1) if {when} {matches}"));
         }
@@ -657,7 +617,7 @@ fn policy_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, RenderError> {
 /// `errorfile` for it, else HAProxy's built-in page; HAProxy refuses `default-errorfiles` for a
 /// status without a built-in page ([`ERROR_PAGES`]), which is then answered with an empty
 /// body. The statuses are Rust integers.
-fn response_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, RenderError> {
+pub(crate) fn response_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, RenderError> {
     let when = format!("{{ var(txn.policy) -m str {} }}", our_id(id)?);
     let mut out = Vec::new();
     if let Some(c) = &p.cors {
@@ -681,8 +641,8 @@ fn response_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, RenderError> {
 
 /// The CORS headers both a preflight and a response carry, values as quoted log-format words:
 /// the origin (`*`, or the request's own once it matched), methods, headers, credentials.
-fn cors_headers(c: &crate::annotations::Cors) -> Result<Vec<(&'static str, String)>, RenderError> {
-    let origin = if c.origins.contains(&crate::annotations::Origin::Any) {
+fn cors_headers(c: &crate::model::Cors) -> Result<Vec<(&'static str, String)>, RenderError> {
+    let origin = if c.origins.contains(&crate::model::Origin::Any) {
         "'*'".to_string()
     } else {
         "'%[var(txn.origin)]'".to_string()
@@ -699,22 +659,22 @@ fn cors_headers(c: &crate::annotations::Cors) -> Result<Vec<(&'static str, Strin
 }
 
 /// The stick table of policy `id`'s limits.
-fn table_of(id: &str) -> String {
+pub(crate) fn table_of(id: &str) -> String {
     format!("haptic_limit_{id}")
 }
 
 /// The stick table of policy `id`'s requests per minute (`limit-rpm`).
-fn minute_table_of(id: &str) -> String {
+pub(crate) fn minute_table_of(id: &str) -> String {
     format!("haptic_limit_{id}_rpm")
 }
 
 /// The `stick-table` line of a [`minute_table_of`] table: client addresses and their request
 /// rate over 60 seconds.
-const MINUTE_TABLE: &str = "stick-table type ipv6 size 100k expire 60s store http_req_rate(60s)";
+pub(crate) const MINUTE_TABLE: &str = "stick-table type ipv6 size 100k expire 60s store http_req_rate(60s)";
 
 /// The `stick-table` line for `l`: client addresses (IPv4 as mapped IPv6), their request rate
 /// over the window and their concurrent requests.
-fn table_line(l: &crate::annotations::Limit) -> String {
+pub(crate) fn table_line(l: &crate::model::Limit) -> String {
     format!("stick-table type ipv6 size 100k expire {}s store http_req_rate({}s),conn_cur", l.window.max(60), l.window)
 }
 
@@ -722,7 +682,7 @@ fn table_line(l: &crate::annotations::Limit) -> String {
 /// backend (`maps/canary_backends.map`) or main backend (`maps/main_backends.map`) outright:
 /// the cookie first, then the header, so the header decides when both are present. Names are
 /// checked (`[A-Za-z0-9_.-]`) and quoted; a value follows `--` (never read as a flag).
-fn canary_lines_of(id: &str, s: &crate::annotations::CanarySelector) -> Result<Vec<String>, RenderError> {
+fn canary_lines_of(id: &str, s: &crate::model::CanarySelector) -> Result<Vec<String>, RenderError> {
     let id = our_id(id)?;
     let when = format!("{{ var(txn.canary) -m str {id} }}");
     let to = |m: &str| format!("http-request set-var(txn.backend) var(txn.rule),map_str(maps/{m}_backends.map)");
@@ -751,7 +711,7 @@ fn canary_lines_of(id: &str, s: &crate::annotations::CanarySelector) -> Result<V
 
 /// One of our ids (`p<n>`, `w<n>`): written as it is when alphanumeric, so the lines read
 /// plainly; quoted otherwise.
-fn our_id(id: &str) -> Result<String, RenderError> {
+pub(crate) fn our_id(id: &str) -> Result<String, RenderError> {
     Ok(if !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric()) { id.to_string() } else { config_arg(id)? })
 }
 

@@ -17,7 +17,7 @@
 //! rule), TLS from `kubernetes.io/tls` Secrets, Service ports by number and by name (the
 //! target port comes from the EndpointSlice port of the same name), and endpoints from
 //! EndpointSlices only (ready, or serving and terminating as draining), and each Ingress's
-//! annotations (read by [`crate::annotations`]: a bad value refuses the whole Ingress, backends
+//! annotations (read by [`annotations`]: a bad value refuses the whole Ingress, backends
 //! named with different options refuse the later Ingress's path). A Service that is missing
 //! answers 503 and warns. It must never let one bad object block the others, nor put a
 //! value into the Model that the map builder or the template cannot quote.
@@ -31,20 +31,22 @@ use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend, IngressClass};
 
-use crate::annotations::{self, Allowed, BackendOptions, Policy};
+use self::annotations::{Allowed, BackendOptions, Policy};
 use crate::model::{
     Backend, Bind, Cert, Frontend, HostMatch, HostTable, Model, ObjectRef, PathEntry, PathKind, PolicyEntry, Refusal,
     RewriteEntry, Rule, Verdict, UNAVAILABLE,
 };
 use crate::ownership::{Claim, Claimant, HostSharing, Owners};
 use crate::slots::{self, Endpoint, SlotMap};
+pub use crate::sources::common::SERVICE_NAME_LABEL;
+use crate::sources::common::{endpoints, obj, parse_host, parse_path, secret_pem, HOST_ID_HEX};
+
+pub mod annotations;
 
 /// The controller name an IngressClass must have for haptic to serve it.
 pub const INGRESS_CONTROLLER: &str = "haptic.dev/ingress-controller";
 /// The annotation marking the default IngressClass.
 pub const DEFAULT_CLASS_ANNOTATION: &str = "ingressclass.kubernetes.io/is-default-class";
-/// The label linking an EndpointSlice to its Service.
-pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 /// Everything the Ingress translator reads.
 #[derive(Debug, Clone, Default)]
@@ -142,14 +144,6 @@ impl Default for Settings {
     }
 }
 
-fn obj(kind: &str, meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> ObjectRef {
-    ObjectRef {
-        kind: kind.to_string(),
-        namespace: meta.namespace.clone().unwrap_or_default(),
-        name: meta.name.clone().unwrap_or_default(),
-    }
-}
-
 /// Whether `class` is ours and serves `ing`.
 pub fn served(class: &IngressClass, ing: &Ingress) -> bool {
     let ours = class.spec.as_ref().and_then(|s| s.controller.as_deref()) == Some(INGRESS_CONTROLLER);
@@ -196,21 +190,6 @@ pub fn tls_secret_refs<'a>(
     out
 }
 
-/// A validated host.
-pub(crate) fn parse_host(h: &str) -> Result<HostMatch, String> {
-    let h = h.to_ascii_lowercase();
-    let (wild, rest) = match h.strip_prefix("*.") {
-        Some(rest) => (true, rest),
-        None => (false, h.as_str()),
-    };
-    let label_ok =
-        |l: &str| !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
-    if rest.is_empty() || rest.len() > 253 || !rest.split('.').all(label_ok) {
-        return Err(format!("{h:?} is not a DNS name (or `*.` and one)"));
-    }
-    Ok(if wild { HostMatch::Wildcard(format!(".{rest}")) } else { HostMatch::Exact(rest.to_string()) })
-}
-
 /// A host table's id in the maps: `h` and 16 hex digits of the SHA-256 of the host as it is
 /// matched. It depends on that host alone, so hosts coming and going never move another host's
 /// id: a runtime map change, applied one map file after another, can never send one host's
@@ -230,37 +209,6 @@ pub fn host_id(host: &HostMatch, taken: &BTreeSet<String>) -> String {
         .map(|n| if n == 0 { base.clone() } else { format!("{base}{n}") })
         .find(|id| !taken.contains(id))
         .unwrap_or(base)
-}
-
-/// The hex digits of a host id.
-const HOST_ID_HEX: usize = 16;
-
-/// A validated, normalised path.
-pub(crate) fn parse_path(kind: PathKind, p: Option<&str>) -> Result<String, String> {
-    let p = p.unwrap_or("/");
-    if !p.starts_with('/') {
-        return Err(format!("{p:?} does not start with '/'"));
-    }
-    // The longest key and value a path makes (a prefix path's key, under the longest host id
-    // and rule id) must fit a map line.
-    let (hid, id) = (format!("h{}9", "f".repeat(HOST_ID_HEX)), u32::MAX);
-    if let Err(e) =
-        quote::map_key(&format!("h0{p}")).and_then(|_| quote::map_line(&format!("{hid}{p}/"), &format!("r{id}")))
-    {
-        return Err(format!("{:?} cannot be a map key: {e}", p.chars().take(64).collect::<String>()));
-    }
-    if kind == PathKind::Regex {
-        if let Err(e) = haptic_haproxy::regex::check(p) {
-            return Err(format!(
-                "{:?} is not an accepted regular expression: {e}",
-                p.chars().take(64).collect::<String>()
-            ));
-        }
-    }
-    Ok(match kind {
-        PathKind::Prefix if p.len() > 1 => p.trim_end_matches('/').to_string().max("/".to_string()),
-        _ => p.to_string(),
-    })
 }
 
 /// Where a host/path sends a request, and what it does to it on the way.
@@ -435,7 +383,7 @@ impl Ctx<'_> {
                     }
                     None => {
                         v.warnings.push(Refusal {
-                            field: crate::annotations::field_of_key("default-backend"),
+                            field: annotations::field_of_key("default-backend"),
                             reason: format!("Service {ns}/{fb} does not exist: no backup servers"),
                         });
                         Vec::new()
@@ -446,46 +394,6 @@ impl Ctx<'_> {
         }
         Ok(name)
     }
-}
-
-/// The endpoints of one Service port from its EndpointSlices (`slices`, the Service's own):
-/// ready ones, and serving terminating ones as draining. `port_name` is the Service port's name
-/// (`""` when unnamed).
-pub(crate) fn endpoints(slices: &[&EndpointSlice], port_name: &str) -> Vec<Endpoint> {
-    let mut out = BTreeMap::new();
-    for s in slices {
-        if !matches!(s.address_type.as_str(), "IPv4" | "IPv6") {
-            continue;
-        }
-        let Some(port) = s
-            .ports
-            .as_deref()
-            .unwrap_or_default()
-            .iter()
-            .find(|p| p.name.as_deref().unwrap_or("") == port_name)
-            .and_then(|p| p.port)
-            .and_then(|p| u16::try_from(p).ok())
-        else {
-            continue;
-        };
-        for e in &s.endpoints {
-            let c = e.conditions.clone().unwrap_or_default();
-            // An unset `ready` means ready; `serving` defaults to `ready`.
-            let ready = c.ready.unwrap_or(true) && !c.terminating.unwrap_or(false);
-            let draining = !ready && c.serving.unwrap_or(false) && c.terminating.unwrap_or(false);
-            if !ready && !draining {
-                continue;
-            }
-            for a in &e.addresses {
-                if let Ok(ip) = a.parse::<IpAddr>() {
-                    let addr = SocketAddr::new(ip, port);
-                    let d: &mut bool = out.entry(addr).or_insert(draining);
-                    *d = *d && draining;
-                }
-            }
-        }
-    }
-    out.into_iter().map(|(addr, draining)| Endpoint { addr, draining }).collect()
 }
 
 /// Who an Ingress is, by age.
@@ -1198,20 +1106,6 @@ fn tls_pem(input: &IngressInput, ns: &str, name: &str) -> Result<crate::pem::Cer
     secret_pem(&input.secrets, ns, name)
 }
 
-/// The certificate file (chain, then key, parsed, checked and re-encoded by [`crate::pem`]) of
-/// the `kubernetes.io/tls` Secret `ns/name` among `secrets`, or why not.
-pub(crate) fn secret_pem(secrets: &[Secret], ns: &str, name: &str) -> Result<crate::pem::CertFile, String> {
-    let Some(s) = secrets
-        .iter()
-        .find(|s| s.metadata.namespace.as_deref() == Some(ns) && s.metadata.name.as_deref() == Some(name))
-    else {
-        return Err(format!("Secret {ns}/{name} does not exist"));
-    };
-    let data = s.data.clone().unwrap_or_default();
-    let get = |k: &str| data.get(k).map(|b| b.0.as_slice()).ok_or_else(|| format!("Secret {ns}/{name} has no {k}"));
-    crate::pem::certified(get("tls.crt")?, get("tls.key")?).map_err(|e| format!("Secret {ns}/{name}: {e}"))
-}
-
 /// Fixture loading shared by the unit tests and the integration tests' copies.
 #[cfg(test)]
 pub(crate) mod fixture {
@@ -1259,7 +1153,7 @@ mod tests {
     use super::fixture::input;
     use super::*;
 
-    const BASIC: &str = include_str!("../tests/fixtures/basic.yaml");
+    const BASIC: &str = include_str!("../../../tests/fixtures/basic.yaml");
 
     fn verdict<'a>(v: &'a [Verdict], name: &str) -> &'a Verdict {
         v.iter().find(|v| v.object.name == name).unwrap()
@@ -1313,7 +1207,7 @@ mod tests {
         assert!(model.certs.is_empty());
     }
 
-    const ANNOTATIONS: &str = include_str!("../tests/fixtures/annotations.yaml");
+    const ANNOTATIONS: &str = include_str!("../../../tests/fixtures/annotations.yaml");
 
     #[test]
     fn annotations_become_policies_and_backend_options() {
@@ -1375,7 +1269,7 @@ mod tests {
         assert_ne!(before.files["maps/policies.map"], after.files["maps/policies.map"]);
     }
 
-    const NGINX: &str = include_str!("../tests/fixtures/nginx.yaml");
+    const NGINX: &str = include_str!("../../../tests/fixtures/nginx.yaml");
 
     #[test]
     fn regex_paths_rewrites_aliases_and_affinity() {
@@ -1447,7 +1341,7 @@ mod tests {
         assert!(v.warnings[0].reason.contains("already routed by Ingress shop/rw-root"), "{v:?}");
     }
 
-    const CANARY: &str = include_str!("../tests/fixtures/canary.yaml");
+    const CANARY: &str = include_str!("../../../tests/fixtures/canary.yaml");
 
     #[test]
     fn canary_weights_split_by_share_per_server() {
@@ -1652,7 +1546,7 @@ services:
     #[test]
     fn an_affinity_backend_grows_by_doubling() {
         let aff = BackendOptions {
-            affinity: Some(crate::annotations::Affinity {
+            affinity: Some(annotations::Affinity {
                 name: "c".into(),
                 max_age: None,
                 path: None,

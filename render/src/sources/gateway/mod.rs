@@ -28,14 +28,16 @@ use std::net::{IpAddr, SocketAddr};
 
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::Serialize;
 
-use crate::gateway_api::*;
-use crate::ingress::{endpoints, parse_host, parse_path, secret_pem, SERVICE_NAME_LABEL};
+use self::api::*;
 use crate::model::*;
 use crate::ownership::{claim_in_age_order, shown, Claimant, HostSharing};
 use crate::slots::{self, Endpoint, SlotMap};
+use crate::sources::common::{endpoints, obj, parse_host, parse_path, secret_pem, SERVICE_NAME_LABEL};
+
+pub mod api;
 
 /// The controller name a GatewayClass must have for haptic to serve it.
 pub const GATEWAY_CONTROLLER: &str = "haptic.dev/gateway-controller";
@@ -248,14 +250,6 @@ pub struct GatewayOutput {
     pub routes: Vec<RouteOutcome>,
     /// One verdict per route and Gateway (for logs and Events).
     pub verdicts: Vec<Verdict>,
-}
-
-fn obj(kind: &str, meta: &ObjectMeta) -> ObjectRef {
-    ObjectRef {
-        kind: kind.to_string(),
-        namespace: meta.namespace.clone().unwrap_or_default(),
-        name: meta.name.clone().unwrap_or_default(),
-    }
 }
 
 fn cond(type_: &'static str, status: bool, reason: &'static str, message: impl Into<String>, gen: i64) -> Cond {
@@ -1559,7 +1553,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const FIXTURE: &str = include_str!("../tests/fixtures/gateway.yaml");
+    const FIXTURE: &str = include_str!("../../../tests/fixtures/gateway.yaml");
 
     fn gw<'a>(o: &'a GatewayOutput, name: &str) -> &'a GatewayOutcome {
         o.gateways.iter().find(|g| g.object.name == name).unwrap()

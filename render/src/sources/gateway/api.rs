@@ -5,7 +5,7 @@
 //! (which give them kube's `Resource` in the controller, so a kube client can list, watch and
 //! patch them without this crate depending on kube). Fields not listed here are ignored when
 //! read; status is written by the controller as JSON, so the status types here are read-only
-//! views. It must never hold logic: [`crate::gateway`] decides what the objects mean.
+//! views. It must never hold logic: [`crate::sources::gateway`] decides what the objects mean.
 
 use std::collections::BTreeMap;
 

@@ -1,0 +1,130 @@
+//! What the sources share: host and path parsing, a Service port's endpoints, TLS Secrets.
+//!
+//! Owns the checks every source applies the same way: a host is a DNS name (or `*.` and one),
+//! a path fits a map line (and a regex path passes `haptic_haproxy::regex::check`), endpoints
+//! come from EndpointSlices only (ready, or serving and terminating as draining), a TLS Secret
+//! is parsed and re-encoded by [`crate::pem`]. It must never hold a source's semantics (which
+//! objects are served, how they attach): those stay in the source's own module.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+
+use haptic_haproxy::quote;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::model::{HostMatch, ObjectRef, PathKind};
+use crate::slots::Endpoint;
+
+/// The label linking an EndpointSlice to its Service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// The reference of the object `meta` describes, of `kind`.
+pub(crate) fn obj(kind: &str, meta: &ObjectMeta) -> ObjectRef {
+    ObjectRef {
+        kind: kind.to_string(),
+        namespace: meta.namespace.clone().unwrap_or_default(),
+        name: meta.name.clone().unwrap_or_default(),
+    }
+}
+
+/// A validated host.
+pub(crate) fn parse_host(h: &str) -> Result<HostMatch, String> {
+    let h = h.to_ascii_lowercase();
+    let (wild, rest) = match h.strip_prefix("*.") {
+        Some(rest) => (true, rest),
+        None => (false, h.as_str()),
+    };
+    let label_ok =
+        |l: &str| !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    if rest.is_empty() || rest.len() > 253 || !rest.split('.').all(label_ok) {
+        return Err(format!("{h:?} is not a DNS name (or `*.` and one)"));
+    }
+    Ok(if wild { HostMatch::Wildcard(format!(".{rest}")) } else { HostMatch::Exact(rest.to_string()) })
+}
+
+/// The hex digits of a host id.
+pub(crate) const HOST_ID_HEX: usize = 16;
+
+/// A validated, normalised path.
+pub(crate) fn parse_path(kind: PathKind, p: Option<&str>) -> Result<String, String> {
+    let p = p.unwrap_or("/");
+    if !p.starts_with('/') {
+        return Err(format!("{p:?} does not start with '/'"));
+    }
+    // The longest key and value a path makes (a prefix path's key, under the longest host id
+    // and rule id) must fit a map line.
+    let (hid, id) = (format!("h{}9", "f".repeat(HOST_ID_HEX)), u32::MAX);
+    if let Err(e) =
+        quote::map_key(&format!("h0{p}")).and_then(|_| quote::map_line(&format!("{hid}{p}/"), &format!("r{id}")))
+    {
+        return Err(format!("{:?} cannot be a map key: {e}", p.chars().take(64).collect::<String>()));
+    }
+    if kind == PathKind::Regex {
+        if let Err(e) = haptic_haproxy::regex::check(p) {
+            return Err(format!(
+                "{:?} is not an accepted regular expression: {e}",
+                p.chars().take(64).collect::<String>()
+            ));
+        }
+    }
+    Ok(match kind {
+        PathKind::Prefix if p.len() > 1 => p.trim_end_matches('/').to_string().max("/".to_string()),
+        _ => p.to_string(),
+    })
+}
+
+/// The endpoints of one Service port from its EndpointSlices (`slices`, the Service's own):
+/// ready ones, and serving terminating ones as draining. `port_name` is the Service port's name
+/// (`""` when unnamed).
+pub(crate) fn endpoints(slices: &[&EndpointSlice], port_name: &str) -> Vec<Endpoint> {
+    let mut out = BTreeMap::new();
+    for s in slices {
+        if !matches!(s.address_type.as_str(), "IPv4" | "IPv6") {
+            continue;
+        }
+        let Some(port) = s
+            .ports
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .find(|p| p.name.as_deref().unwrap_or("") == port_name)
+            .and_then(|p| p.port)
+            .and_then(|p| u16::try_from(p).ok())
+        else {
+            continue;
+        };
+        for e in &s.endpoints {
+            let c = e.conditions.clone().unwrap_or_default();
+            // An unset `ready` means ready; `serving` defaults to `ready`.
+            let ready = c.ready.unwrap_or(true) && !c.terminating.unwrap_or(false);
+            let draining = !ready && c.serving.unwrap_or(false) && c.terminating.unwrap_or(false);
+            if !ready && !draining {
+                continue;
+            }
+            for a in &e.addresses {
+                if let Ok(ip) = a.parse::<IpAddr>() {
+                    let addr = SocketAddr::new(ip, port);
+                    let d: &mut bool = out.entry(addr).or_insert(draining);
+                    *d = *d && draining;
+                }
+            }
+        }
+    }
+    out.into_iter().map(|(addr, draining)| Endpoint { addr, draining }).collect()
+}
+
+/// The certificate file (chain, then key, parsed, checked and re-encoded by [`crate::pem`]) of
+/// the `kubernetes.io/tls` Secret `ns/name` among `secrets`, or why not.
+pub(crate) fn secret_pem(secrets: &[Secret], ns: &str, name: &str) -> Result<crate::pem::CertFile, String> {
+    let Some(s) = secrets
+        .iter()
+        .find(|s| s.metadata.namespace.as_deref() == Some(ns) && s.metadata.name.as_deref() == Some(name))
+    else {
+        return Err(format!("Secret {ns}/{name} does not exist"));
+    };
+    let data = s.data.clone().unwrap_or_default();
+    let get = |k: &str| data.get(k).map(|b| b.0.as_slice()).ok_or_else(|| format!("Secret {ns}/{name} has no {k}"));
+    crate::pem::certified(get("tls.crt")?, get("tls.key")?).map_err(|e| format!("Secret {ns}/{name}: {e}"))
+}
