@@ -21,7 +21,7 @@ use crate::deployer::{Deployer, DeployerConfig};
 use crate::error::Error;
 use crate::gate::{Checker, GateMode, Latch};
 use crate::metrics::Metrics;
-use crate::scheduler::Driver;
+use crate::scheduler::{Driver, Tuning};
 use crate::seams::{EndpointSource, FenceHolder, RenderSource};
 use crate::status::{ControllerStatus, FleetStatus, GateStatus, StatusBoard};
 
@@ -49,22 +49,6 @@ pub struct Settings {
     /// The DNS name every agent's certificate must carry, whatever address its URL names
     /// (`None`: the URL's host). Kubernetes mode with TLS sets it: pod IPs change.
     pub agent_tls_server_name: Option<String>,
-}
-
-/// The settings a running deployment loop takes on without a restart (Kubernetes mode: the
-/// resource's `spec.controller`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Tuning {
-    /// Safety net for one deployment (per wave of `max_parallel` pods).
-    pub deployment_timeout: Duration,
-    /// Idle time before drift repair.
-    pub drift_interval: Duration,
-    /// Bound of one pod's apply flow.
-    pub sync_timeout: Duration,
-    /// Pods applied to at once.
-    pub max_parallel: usize,
-    /// The gate latch's resting mode.
-    pub gate: GateMode,
 }
 
 impl Settings {

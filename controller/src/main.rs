@@ -323,7 +323,7 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
                 renew_deadline: a.renew_deadline,
                 retry_period: a.retry_period,
             },
-            settle: haptic_controller::kubernetes::render::Settle { objects: a.settle, endpoints: a.endpoint_settle },
+            settle: haptic_controller::kubernetes::settle::Settle { objects: a.settle, endpoints: a.endpoint_settle },
             agent_tls: a.agent_tls_secret.clone().map(|secret| AgentTlsSettings { secret, issue: a.agent_tls_issue }),
         };
         tracing::info!(namespace = %settings.namespace, config = %settings.config, lease = %settings.lease_name,
@@ -425,7 +425,7 @@ fn render_cmd(dir: PathBuf, out: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     }
     let name = m.config.metadata.name.clone().unwrap_or_default();
     let spec = m.config.spec.clone();
-    let fail = |e: haptic_controller::kubernetes::render::RenderError| {
+    let fail = |e: haptic_controller::kubernetes::config_source::RenderError| {
         anyhow::anyhow!("HAProxyConfig {name}: {}: {}", e.reason, e.message)
     };
     let (files, verdicts) = match &spec.render {
@@ -458,7 +458,7 @@ fn render_cmd(dir: PathBuf, out: Option<PathBuf>) -> anyhow::Result<ExitCode> {
                     .map_err(fail)?;
             (r.files, r.verdicts)
         }
-        None => (haptic_controller::kubernetes::render::build(&spec, &m).map_err(fail)?, Vec::new()),
+        None => (haptic_controller::kubernetes::config_source::build(&spec, &m).map_err(fail)?, Vec::new()),
     };
     let render =
         haptic_controller::render::Render::new(files).map_err(|why| anyhow::anyhow!("HAProxyConfig {name}: {why}"))?;

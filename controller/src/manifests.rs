@@ -13,8 +13,8 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::networking::v1::{IngressClass, IngressClassSpec};
 
+use crate::kubernetes::config_source::Lookup;
 use crate::kubernetes::crd::HAProxyConfig;
-use crate::kubernetes::render::Lookup;
 use crate::kubernetes::routes::Objects;
 
 /// Why a manifest directory cannot be read.

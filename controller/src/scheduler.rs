@@ -29,15 +29,28 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::app::Tuning;
-use crate::deployer::{
-    DeployKind, Deployer, DeployerConfig, DeploymentReport, DeploymentResult, FollowUpEnd, PodOutcome,
-};
+use crate::deployer::{DeployKind, Deployer, DeployerConfig, DeploymentReport, FollowUpEnd, PodOutcome};
 use crate::gate::{Checker, GateMode, Latch, Verdict};
 use crate::metrics::Metrics;
 use crate::render::Render;
 use crate::seams::{Endpoint, EndpointSource, RenderEvent, RenderSource};
-use crate::status::{GateStatus, StatusBoard};
+use crate::status::{DeploymentResult, GateStatus, StatusBoard};
+
+/// The settings a running deployment loop takes on without a restart (Kubernetes mode: the
+/// resource's `spec.controller`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tuning {
+    /// Safety net for one deployment (per wave of `max_parallel` pods).
+    pub deployment_timeout: Duration,
+    /// Idle time before drift repair.
+    pub drift_interval: Duration,
+    /// Bound of one pod's apply flow.
+    pub sync_timeout: Duration,
+    /// Pods applied to at once.
+    pub max_parallel: usize,
+    /// The gate latch's resting mode.
+    pub gate: GateMode,
+}
 
 /// A timer the core asks for. At most one of each kind is armed: arming one replaces the armed
 /// one of its kind.

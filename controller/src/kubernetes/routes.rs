@@ -20,8 +20,8 @@ use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass, IngressLoadBalancerIngress};
 
+use super::config_source::{add_files, config_map_key, Lookup, RenderError};
 use super::crd::{HAProxyConfigSpec, RenderSpec};
-use super::render::{add_files, config_map_key, Lookup, RenderError};
 
 /// The cluster's objects render mode reads (all namespaces; Secrets only those Ingresses name).
 #[derive(Debug, Clone, Default)]

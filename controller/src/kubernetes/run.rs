@@ -19,18 +19,21 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::agent_tls;
+use super::config_source::Stores;
 use super::context::{Context, Names};
 use super::crd::{parse_duration, GateSpec, HAProxyConfig};
-use super::discovery::{discover, Discovered, FeedEndpoints};
+use super::discovery::{discover, FeedEndpoints};
+use super::feed::{watch_renders, FeedRenderSource};
 use super::fence::LeaseFence;
 use super::lease::{Elector, LeaseTiming};
-use super::render::{watch_renders, FeedRenderSource, Snapshot, Stores};
+use super::published::{Discovered, Snapshot};
 use super::status;
 use crate::admin::{self, AdminState};
-use crate::app::{Running, Settings, Shared, Tuning};
+use crate::app::{Running, Settings, Shared};
 use crate::client::Credentials;
 use crate::error::Error;
 use crate::gate::GateMode;
+use crate::scheduler::Tuning;
 
 /// Kubernetes-mode settings.
 #[derive(Debug, Clone)]
@@ -49,7 +52,7 @@ pub struct KubernetesSettings {
     /// Lease timing.
     pub timing: LeaseTiming,
     /// Quiet windows after a change before rendering.
-    pub settle: super::render::Settle,
+    pub settle: super::settle::Settle,
     /// TLS towards the agents (`None`: plain HTTP).
     pub agent_tls: Option<AgentTlsSettings>,
 }

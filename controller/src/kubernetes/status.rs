@@ -18,8 +18,8 @@ use tracing::warn;
 
 use super::context::Context;
 use super::crd::{GateStatusField, HAProxyConfig, HAProxyConfigStatus, LeaderField, PodStatusField};
-use super::discovery::Discovered;
-use super::render::Snapshot;
+use super::published::Discovered;
+use super::published::Snapshot;
 use crate::status::{FleetStatus, Phase};
 
 /// The smallest gap between two status writes.
