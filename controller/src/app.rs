@@ -22,7 +22,7 @@ use crate::error::Error;
 use crate::gate::{Checker, GateMode, Latch};
 use crate::metrics::Metrics;
 use crate::scheduler::{Driver, Tuning};
-use crate::seams::{EndpointSource, FenceHolder, RenderSource};
+use crate::seams::{BundleSource, EndpointSource, FenceHolder};
 use crate::status::{ControllerStatus, FleetStatus, GateStatus, StatusBoard};
 
 /// Settings shared by every mode.
@@ -163,7 +163,7 @@ impl Shared {
 /// Starts a controller over any seams, with its admin server on `settings.admin_listen`.
 pub async fn start(
     settings: Settings,
-    renders: Box<dyn RenderSource>,
+    renders: Box<dyn BundleSource>,
     endpoints: Box<dyn EndpointSource>,
     fence: Arc<dyn FenceHolder>,
 ) -> Result<Running, Error> {
@@ -180,7 +180,7 @@ pub async fn start(
 /// with the current `tuning` and takes on each change of it while it runs.
 pub async fn start_with(
     settings: Settings,
-    renders: Box<dyn RenderSource>,
+    renders: Box<dyn BundleSource>,
     endpoints: Box<dyn EndpointSource>,
     fence: Arc<dyn FenceHolder>,
     shared: Shared,

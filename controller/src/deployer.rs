@@ -33,11 +33,11 @@ use tracing::{info, warn, Instrument};
 
 use crate::attempt::{next, Answer, Attempts, Next};
 use crate::blob;
+use crate::bundle::Bundle;
 use crate::client::{AgentClient, ApplyAnswer};
 use crate::diff::{complete_state, plan, Baseline, PlanDiff};
 use crate::followup::{judge, poll_delay, Poll, Step, Ticket, Tickets};
 use crate::metrics::{ConflictLabel, Metrics};
-use crate::render::Render;
 use crate::seams::{Endpoint, FenceHolder};
 use crate::status::{DeploymentResult, Phase, StatusBoard};
 
@@ -280,7 +280,7 @@ impl std::fmt::Debug for Deployer {
 }
 
 /// The request a diff makes of a render, without its fence, encoded once; `parts` are sent whole.
-fn compose(render: &Render, pd: &PlanDiff, parts: &[RelPath], shared: &Shared) -> Composed {
+fn compose(render: &Bundle, pd: &PlanDiff, parts: &[RelPath], shared: &Shared) -> Composed {
     let blob = shared.blob.get_or_init(|| Arc::new(blob::encode(render))).clone();
     let req = ApplyRequest {
         // Every pod's copy gets its own fence; this one is left out of the encoding.
@@ -307,7 +307,7 @@ fn now_rfc3339() -> String {
 }
 
 /// Paths whose digest on the pod differs from the render's (or that only one side has).
-fn differing(pod: &[FileEntry], render: &Render) -> BTreeSet<RelPath> {
+fn differing(pod: &[FileEntry], render: &Bundle) -> BTreeSet<RelPath> {
     haptic_protocol::changed_paths(pod, render.manifest()).into_iter().cloned().collect()
 }
 
@@ -364,7 +364,7 @@ impl Deployer {
     }
 
     /// Remembers a render as a baseline (so pods that ACK it never need their blob decoded).
-    pub fn remember(&self, r: &Render) {
+    pub fn remember(&self, r: &Bundle) {
         lock(&self.cache).insert(Arc::new(Baseline::of_render(r)));
     }
 
@@ -378,7 +378,7 @@ impl Deployer {
     /// ACKed or failed; scheduled reloads are followed up in the background.
     pub async fn deploy(
         self: &Arc<Self>,
-        render: Arc<Render>,
+        render: Arc<Bundle>,
         endpoints: Vec<Endpoint>,
         kind: DeployKind,
     ) -> DeploymentReport {
@@ -481,7 +481,7 @@ impl Deployer {
         }
     }
 
-    fn diff_for(&self, pod: &str, k: &Known, render: &Render, shared: &Shared) -> PodDiff {
+    fn diff_for(&self, pod: &str, k: &Known, render: &Bundle, shared: &Shared) -> PodDiff {
         let base = self.baseline(pod, k);
         let mut ops = k.caps.ops.clone();
         ops.sort();
@@ -501,7 +501,7 @@ impl Deployer {
     /// that have the same diff and lack the same files.
     fn request(
         &self,
-        render: &Render,
+        render: &Bundle,
         pd: &PodDiff,
         pod_files: &[FileEntry],
         extra: &BTreeSet<RelPath>,
@@ -540,7 +540,7 @@ impl Deployer {
     async fn deploy_pod(
         self: &Arc<Self>,
         ep: &Endpoint,
-        render: &Arc<Render>,
+        render: &Arc<Bundle>,
         kind: DeployKind,
         shared: &Shared,
     ) -> PodOutcome {
@@ -700,7 +700,7 @@ impl Deployer {
     }
 
     /// The pod already holds the render: converged if it runs it, else followed up.
-    async fn unchanged(&self, ep: &Endpoint, render: &Render) -> PodOutcome {
+    async fn unchanged(&self, ep: &Endpoint, render: &Bundle) -> PodOutcome {
         // A fresh read tells whether it runs it (a known pod may have reloaded since).
         let s = match self.read_state(ep, false).await {
             Ok(s) => s,
@@ -720,7 +720,7 @@ impl Deployer {
     fn acked(
         &self,
         ep: &Endpoint,
-        render: &Arc<Render>,
+        render: &Arc<Bundle>,
         req: &SharedRequest,
         ack: Ack,
         started: Instant,
@@ -871,9 +871,9 @@ mod tests {
         assert_eq!(got, want);
     }
 
-    fn r(n: u32) -> Render {
+    fn r(n: u32) -> Bundle {
         let cfg = format!("global\n  maxconn {n}\n");
-        Render::from_texts([("haproxy.cfg", cfg.as_str()), ("maps/a.map", "k v\n")]).unwrap()
+        Bundle::from_texts([("haproxy.cfg", cfg.as_str()), ("maps/a.map", "k v\n")]).unwrap()
     }
 
     #[test]
@@ -896,7 +896,7 @@ mod tests {
     #[test]
     fn plan_cache_is_a_bounded_lru() {
         let mut c = PlanCache::default();
-        let renders: Vec<Render> = (0..(PLAN_CACHE as u32 + 2)).collect::<Vec<_>>().into_iter().map(r).collect();
+        let renders: Vec<Bundle> = (0..(PLAN_CACHE as u32 + 2)).collect::<Vec<_>>().into_iter().map(r).collect();
         for x in &renders {
             c.insert(Arc::new(Baseline::of_render(x)));
             // Keep the first one hot.

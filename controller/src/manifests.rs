@@ -87,7 +87,7 @@ fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), ManifestError> {
     entries.sort();
     for p in entries {
         let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        if crate::render::is_ignored_name(&name) {
+        if crate::bundle::is_ignored_name(&name) {
             continue;
         }
         if p.is_dir() {

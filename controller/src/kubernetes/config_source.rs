@@ -1,6 +1,6 @@
 //! The config source: the `HAProxyConfig` resource and the ConfigMaps and Secrets it names.
 //!
-//! Owns the pure [`build`] (spec + lookups → file set, or a [`RenderError`] whose reason is
+//! Owns the pure [`build`] (spec + lookups → file set, or a [`SpecError`] whose reason is
 //! `MissingReference` or `InvalidSpec`), the pure [`references`] (which ConfigMaps and Secrets a
 //! spec names), and the [`Stores`] that hold the resource and exactly the objects it references.
 //! It must never watch, settle or publish ([`super::feed`] does), nor read objects outside its
@@ -18,14 +18,14 @@ use super::watch::Named;
 
 /// Why the resource is not a render.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RenderError {
+pub struct SpecError {
     /// `MissingReference` or `InvalidSpec` (the `Validated` condition's reason).
     pub reason: &'static str,
     /// What is wrong, naming the field and object.
     pub message: String,
 }
 
-impl RenderError {
+impl SpecError {
     /// A referenced object (or key) is missing.
     pub fn missing(message: String) -> Self {
         Self { reason: "MissingReference", message }
@@ -45,33 +45,29 @@ pub trait Lookup {
 }
 
 /// One key of a ConfigMap (text or binary data), with `field` named when it is missing.
-pub fn config_map_key(l: &dyn Lookup, name: &str, key: &str, field: &str) -> Result<Vec<u8>, RenderError> {
-    let cm = l.config_map(name).ok_or_else(|| RenderError::missing(format!("{field}: ConfigMap {name} not found")))?;
+pub fn config_map_key(l: &dyn Lookup, name: &str, key: &str, field: &str) -> Result<Vec<u8>, SpecError> {
+    let cm = l.config_map(name).ok_or_else(|| SpecError::missing(format!("{field}: ConfigMap {name} not found")))?;
     if let Some(t) = cm.data.as_ref().and_then(|d| d.get(key)) {
         return Ok(t.as_bytes().to_vec());
     }
     if let Some(b) = cm.binary_data.as_ref().and_then(|d| d.get(key)) {
         return Ok(b.0.clone());
     }
-    Err(RenderError::missing(format!("{field}: ConfigMap {name} has no key {key:?}")))
+    Err(SpecError::missing(format!("{field}: ConfigMap {name} has no key {key:?}")))
 }
 
 /// Builds the file set of a spec with `config` or `configFrom`: `haproxy.cfg`, then every file.
-pub fn build(spec: &HAProxyConfigSpec, l: &dyn Lookup) -> Result<BTreeMap<RelPath, Vec<u8>>, RenderError> {
-    pod_selector(&spec.pod_selector).map_err(RenderError::invalid)?;
+pub fn build(spec: &HAProxyConfigSpec, l: &dyn Lookup) -> Result<BTreeMap<RelPath, Vec<u8>>, SpecError> {
+    pod_selector(&spec.pod_selector).map_err(SpecError::invalid)?;
     let cfg = match (&spec.config, &spec.config_from, &spec.render) {
         (Some(text), None, None) => text.as_bytes().to_vec(),
         (None, Some(from), None) => {
             let r = &from.config_map_key_ref;
             config_map_key(l, &r.name, &r.key, "spec.configFrom.configMapKeyRef")?
         }
-        (None, None, None) => {
-            return Err(RenderError::invalid("set spec.config, spec.configFrom or spec.render".into()))
-        }
-        (None, None, Some(_)) => {
-            return Err(RenderError::invalid("spec.render is rendered from cluster objects".into()))
-        }
-        _ => return Err(RenderError::invalid("set only one of spec.config, spec.configFrom and spec.render".into())),
+        (None, None, None) => return Err(SpecError::invalid("set spec.config, spec.configFrom or spec.render".into())),
+        (None, None, Some(_)) => return Err(SpecError::invalid("spec.render is rendered from cluster objects".into())),
+        _ => return Err(SpecError::invalid("set only one of spec.config, spec.configFrom and spec.render".into())),
     };
     let mut files = BTreeMap::from([(RelPath::haproxy_cfg(), cfg)]);
     add_files(spec, l, &mut files)?;
@@ -83,17 +79,16 @@ pub fn add_files(
     spec: &HAProxyConfigSpec,
     l: &dyn Lookup,
     files: &mut BTreeMap<RelPath, Vec<u8>>,
-) -> Result<(), RenderError> {
+) -> Result<(), SpecError> {
     for (i, f) in spec.files.iter().enumerate() {
         let field = format!("spec.files[{i}]");
-        let path =
-            RelPath::new(&f.path).map_err(|e| RenderError::invalid(format!("{field}.path {:?}: {e}", f.path)))?;
+        let path = RelPath::new(&f.path).map_err(|e| SpecError::invalid(format!("{field}.path {:?}: {e}", f.path)))?;
         if path.is_haproxy_cfg() {
-            return Err(RenderError::invalid(format!("{field}.path: haproxy.cfg comes from the spec's source")));
+            return Err(SpecError::invalid(format!("{field}.path: haproxy.cfg comes from the spec's source")));
         }
         let sources = [f.config_map_key_ref.is_some(), f.secret_ref.is_some(), f.content.is_some()];
         if sources.iter().filter(|s| **s).count() != 1 {
-            return Err(RenderError::invalid(format!(
+            return Err(SpecError::invalid(format!(
                 "{field} ({}): set exactly one of configMapKeyRef, secretRef, content",
                 f.path
             )));
@@ -103,14 +98,13 @@ pub fn add_files(
         } else if let Some(r) = &f.secret_ref {
             let s = l
                 .secret(&r.name)
-                .ok_or_else(|| RenderError::missing(format!("{field}.secretRef: Secret {} not found", r.name)))?;
-            secret_file(&s, r.key.as_deref())
-                .map_err(|why| RenderError::missing(format!("{field}.secretRef: {why}")))?
+                .ok_or_else(|| SpecError::missing(format!("{field}.secretRef: Secret {} not found", r.name)))?;
+            secret_file(&s, r.key.as_deref()).map_err(|why| SpecError::missing(format!("{field}.secretRef: {why}")))?
         } else {
             f.content.clone().unwrap_or_default().into_bytes()
         };
         if files.insert(path, bytes).is_some() {
-            return Err(RenderError::invalid(format!("{field}.path {:?} appears twice", f.path)));
+            return Err(SpecError::invalid(format!("{field}.path {:?} appears twice", f.path)));
         }
     }
     Ok(())

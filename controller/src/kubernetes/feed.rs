@@ -7,7 +7,7 @@
 //! through [`super::routes`] with the slots of the newest plan a pod applied, after checking each
 //! allowed snippet alone ([`super::snippet_check`]), and, when the gate still refuses a render,
 //! leaving out the objects [`super::narrowing`] names until the culprits are found. Owns the loop
-//! and [`FeedRenderSource`], the render source over its snapshots. It must never deploy, and
+//! and [`FeedBundles`], the render source over its snapshots. It must never deploy, and
 //! outside render mode never read objects outside its namespace nor list a kind wholesale.
 
 use std::collections::BTreeMap;
@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::cluster::ClusterWatch;
-use super::config_source::{build, references, References, RenderError, Stores};
+use super::config_source::{build, references, References, SpecError, Stores};
 use super::context::Context;
 use super::crd::{HAProxyConfig, RenderSpec};
 use super::narrowing::{self, GateNarrowing};
@@ -36,15 +36,15 @@ use super::routes::{self, IngressOutcome, Objects, SlotHistory};
 use super::settle::{Burst, Change, Settle};
 use super::snippet_check::SnippetVerdicts;
 use super::watch::{ready, Changes};
-use crate::render::Render;
-use crate::seams::RenderEvent;
+use crate::bundle::Bundle;
+use crate::seams::BundleEvent;
 
 /// What was last published: the resource's generation, the render's plan id or error, and the
 /// Ingress and Gateway outcomes.
 #[derive(Debug, Clone, PartialEq)]
 struct PublishedKey {
     generation: Option<i64>,
-    render: Option<Result<PlanId, RenderError>>,
+    bundle: Option<Result<PlanId, SpecError>>,
     ingress: Option<Arc<IngressOutcome>>,
     gateway: Option<Arc<GatewayOutput>>,
 }
@@ -53,7 +53,7 @@ struct PublishedKey {
 /// in render mode the Ingress or Gateway outcome.
 #[derive(Debug, Default)]
 struct Produced {
-    render: Option<Result<Arc<Render>, RenderError>>,
+    bundle: Option<Result<Arc<Bundle>, SpecError>>,
     ingress: Option<Arc<IngressOutcome>>,
     gateway: Option<Arc<GatewayOutput>>,
 }
@@ -92,7 +92,7 @@ struct Feed {
 /// burst of changes settles (see [`Burst`]), then the resource is rendered and published (only when the
 /// render, its error or the resource's generation changed). A changed reference starts the
 /// new object's watch; the old one stops once a render of the new spec is published.
-pub async fn watch_renders(
+pub async fn watch_config(
     ctx: Context,
     writer: Writer<HAProxyConfig>,
     tx: watch::Sender<Snapshot>,
@@ -226,8 +226,8 @@ impl Feed {
                 None => return,
             },
             (Some(c), None) => Produced {
-                render: Some(build(&c.spec, &s).and_then(|files| {
-                    Render::new(files).map(Arc::new).map_err(|why| RenderError::invalid(why.to_string()))
+                bundle: Some(build(&c.spec, &s).and_then(|files| {
+                    Bundle::new(files).map(Arc::new).map_err(|why| SpecError::invalid(why.to_string()))
                 })),
                 ..Produced::default()
             },
@@ -268,7 +268,7 @@ impl Feed {
         } else {
             self.snippets.refused(&self.ctx.haproxy_bin, &routes::snippet_checks(r, &objects)).await
         };
-        let pass = RenderPass {
+        let pass = ClusterPass {
             spec: c,
             render_spec: r,
             stores: &self.ctx.stores,
@@ -285,28 +285,28 @@ impl Feed {
         if let Ok(r) = &out {
             self.again = self.narrowing.published(r.plan_id(), versions, &excluded, &self.ctx.board.snapshot().gate);
         }
-        Some(Produced { render: Some(out), ingress, gateway })
+        Some(Produced { bundle: Some(out), ingress, gateway })
     }
 
     /// Publishes `produced` when it differs from what was last published; then stops the
     /// watches of objects the spec no longer references.
     fn publish(&mut self, config: Option<Arc<HAProxyConfig>>, produced: Produced, refs: &References) {
         let name = &self.ctx.names.config;
-        let Produced { render, ingress, gateway } = produced;
+        let Produced { bundle, ingress, gateway } = produced;
         let key = PublishedKey {
             generation: config.as_ref().and_then(|c| c.metadata.generation),
-            render: render.as_ref().map(|r| r.as_ref().map(|r| r.plan_id()).map_err(Clone::clone)),
+            bundle: bundle.as_ref().map(|r| r.as_ref().map(|r| r.plan_id()).map_err(Clone::clone)),
             ingress: ingress.clone(),
             gateway: gateway.clone(),
         };
         if self.last.as_ref() != Some(&key) {
-            match &render {
+            match &bundle {
                 Some(Ok(r)) => info!(plan = %r.plan_id(), "render of {name} ready"),
                 Some(Err(e)) => warn!(reason = e.reason, "{name} is not a render: {}", e.message),
                 None => info!("HAProxyConfig {name} does not exist (yet)"),
             }
             self.last = Some(key);
-            let _ = self.tx.send(Snapshot { config, render, ingress, gateway });
+            let _ = self.tx.send(Snapshot { config, bundle, ingress, gateway });
         }
         // The published spec references only these now.
         let s = &self.ctx.stores;
@@ -316,10 +316,10 @@ impl Feed {
 }
 
 /// A render (or why there is none) with the slots it used.
-type Rendered = Result<(Arc<Render>, SlotMap), RenderError>;
+type Built = Result<(Arc<Bundle>, SlotMap), SpecError>;
 
 /// The inputs of one render from the cluster's objects.
-struct RenderPass<'a> {
+struct ClusterPass<'a> {
     spec: &'a HAProxyConfig,
     render_spec: &'a RenderSpec,
     stores: &'a Stores,
@@ -329,15 +329,15 @@ struct RenderPass<'a> {
     namespace: &'a str,
 }
 
-impl RenderPass<'_> {
+impl ClusterPass<'_> {
     /// Renders once, leaving out `excluded`; with the Ingress or Gateway outcome of a render
     /// the source accepted.
     fn once(
         &self,
         excluded: &BTreeMap<ObjectRef, String>,
-    ) -> (Rendered, Option<Arc<IngressOutcome>>, Option<Arc<GatewayOutput>>) {
+    ) -> (Built, Option<Arc<IngressOutcome>>, Option<Arc<GatewayOutput>>) {
         let (spec, objects, previous) = (&self.spec.spec, self.objects, self.previous);
-        let bundle = |files| Render::new(files).map_err(|why| RenderError::invalid(why.to_string()));
+        let bundle = |files| Bundle::new(files).map_err(|why| SpecError::invalid(why.to_string()));
         if self.render_spec.gateway_class_name.is_some() {
             match routes::render_gateway(spec, self.stores, objects, previous, self.namespace, excluded) {
                 Ok((out, mut status)) => {
@@ -364,7 +364,7 @@ impl RenderPass<'_> {
     fn fitting(
         &self,
         excluded: &mut BTreeMap<ObjectRef, String>,
-    ) -> (Rendered, Option<Arc<IngressOutcome>>, Option<Arc<GatewayOutput>>) {
+    ) -> (Built, Option<Arc<IngressOutcome>>, Option<Arc<GatewayOutput>>) {
         let (mut ingress, mut gateway) = (None, None);
         // Each object's size, measured only once a render is over the limit (it serialises
         // every spec).
@@ -405,30 +405,30 @@ impl RenderPass<'_> {
     }
 }
 
-/// A [`crate::seams::RenderSource`] over the published snapshots: yields the current render at
+/// A [`crate::seams::BundleSource`] over the published snapshots: yields the current render at
 /// once, then each new one. Many can read one feed (one per leadership term).
 #[derive(Debug)]
-pub struct FeedRenderSource {
+pub struct FeedBundles {
     rx: watch::Receiver<Snapshot>,
     first: bool,
 }
 
-impl FeedRenderSource {
+impl FeedBundles {
     /// A source reading `rx`.
     pub fn new(rx: watch::Receiver<Snapshot>) -> Self {
         Self { rx, first: true }
     }
 }
 
-impl crate::seams::RenderSource for FeedRenderSource {
-    fn next(&mut self) -> futures::future::BoxFuture<'_, Option<RenderEvent>> {
+impl crate::seams::BundleSource for FeedBundles {
+    fn next(&mut self) -> futures::future::BoxFuture<'_, Option<BundleEvent>> {
         Box::pin(async move {
             loop {
                 if !std::mem::take(&mut self.first) {
                     self.rx.changed().await.ok()?;
                 }
                 let snap = self.rx.borrow_and_update().clone();
-                match snap.render {
+                match snap.bundle {
                     Some(Ok(r)) => return Some(Ok(r)),
                     Some(Err(e)) => return Some(Err(format!("{}: {}", e.reason, e.message))),
                     None => continue,

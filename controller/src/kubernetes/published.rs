@@ -7,10 +7,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::config_source::RenderError;
+use super::config_source::SpecError;
 use super::crd::HAProxyConfig;
 use super::routes::IngressOutcome;
-use crate::render::Render;
+use crate::bundle::Bundle;
 use crate::seams::Endpoint;
 
 /// What the resource watcher publishes.
@@ -18,8 +18,8 @@ use crate::seams::Endpoint;
 pub struct Snapshot {
     /// The resource (absent: not created yet or deleted).
     pub config: Option<Arc<HAProxyConfig>>,
-    /// The render of the current spec, or why there is none.
-    pub render: Option<Result<Arc<Render>, RenderError>>,
+    /// The bundle of the current spec, or why there is none.
+    pub bundle: Option<Result<Arc<Bundle>, SpecError>>,
     /// In render mode, the served Ingresses' verdicts and the fleet's address.
     pub ingress: Option<Arc<IngressOutcome>>,
     /// Serving a GatewayClass: every status decided (the Model left out).

@@ -23,7 +23,7 @@ use super::config_source::Stores;
 use super::context::{Context, Names};
 use super::crd::{parse_duration, GateSpec, HAProxyConfig};
 use super::discovery::{discover, FeedEndpoints};
-use super::feed::{watch_renders, FeedRenderSource};
+use super::feed::{watch_config, FeedBundles};
 use super::fence::LeaseFence;
 use super::lease::{Elector, LeaseTiming};
 use super::published::{Discovered, Snapshot};
@@ -136,7 +136,7 @@ pub async fn start_kubernetes(s: KubernetesSettings, client: Client) -> Result<R
             shutdown.clone(),
         )));
     }
-    tasks.push(tokio::spawn(watch_renders(ctx.clone(), config_writer, snap_tx, s.settle, shutdown.clone())));
+    tasks.push(tokio::spawn(watch_config(ctx.clone(), config_writer, snap_tx, s.settle, shutdown.clone())));
     tasks.push(tokio::spawn(discover(
         ctx.clone(),
         shared.client.clone(),
@@ -246,7 +246,7 @@ impl Terms {
             info!(identity = %ctx.names.identity, epoch, config = %ctx.names.config, "leading: starting a deployment term");
             let running = match crate::app::start_with(
                 self.common.clone(),
-                Box::new(FeedRenderSource::new(ctx.snapshots.clone())),
+                Box::new(FeedBundles::new(ctx.snapshots.clone())),
                 Box::new(FeedEndpoints::new(ctx.discovered.clone())),
                 self.fence.clone(),
                 self.shared.clone(),
