@@ -21,8 +21,8 @@ use crate::deployer::{Deployer, DeployerConfig};
 use crate::error::Error;
 use crate::gate::{Checker, GateMode, Latch};
 use crate::metrics::Metrics;
-use crate::scheduler::Driver;
-use crate::seams::{EndpointSource, FenceHolder, RenderSource};
+use crate::scheduler::{Driver, Tuning};
+use crate::seams::{BundleSource, EndpointSource, FenceHolder};
 use crate::status::{ControllerStatus, FleetStatus, GateStatus, StatusBoard};
 
 /// Settings shared by every mode.
@@ -49,22 +49,6 @@ pub struct Settings {
     /// The DNS name every agent's certificate must carry, whatever address its URL names
     /// (`None`: the URL's host). Kubernetes mode with TLS sets it: pod IPs change.
     pub agent_tls_server_name: Option<String>,
-}
-
-/// The settings a running deployment loop takes on without a restart (Kubernetes mode: the
-/// resource's `spec.controller`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Tuning {
-    /// Safety net for one deployment (per wave of `max_parallel` pods).
-    pub deployment_timeout: Duration,
-    /// Idle time before drift repair.
-    pub drift_interval: Duration,
-    /// Bound of one pod's apply flow.
-    pub sync_timeout: Duration,
-    /// Pods applied to at once.
-    pub max_parallel: usize,
-    /// The gate latch's resting mode.
-    pub gate: GateMode,
 }
 
 impl Settings {
@@ -179,7 +163,7 @@ impl Shared {
 /// Starts a controller over any seams, with its admin server on `settings.admin_listen`.
 pub async fn start(
     settings: Settings,
-    renders: Box<dyn RenderSource>,
+    renders: Box<dyn BundleSource>,
     endpoints: Box<dyn EndpointSource>,
     fence: Arc<dyn FenceHolder>,
 ) -> Result<Running, Error> {
@@ -196,7 +180,7 @@ pub async fn start(
 /// with the current `tuning` and takes on each change of it while it runs.
 pub async fn start_with(
     settings: Settings,
-    renders: Box<dyn RenderSource>,
+    renders: Box<dyn BundleSource>,
     endpoints: Box<dyn EndpointSource>,
     fence: Arc<dyn FenceHolder>,
     shared: Shared,

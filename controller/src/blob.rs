@@ -12,8 +12,8 @@ use haptic_protocol::api::MAX_BLOB_BYTES;
 use haptic_protocol::{plan_id, Digest, FileEntry, PlanId, RelPath};
 use serde::{Deserialize, Serialize};
 
+use crate::bundle::Bundle;
 use crate::diff::Baseline;
-use crate::render::Render;
 
 /// The blob schema this controller writes and reads.
 pub const SCHEMA: u32 = 1;
@@ -32,7 +32,7 @@ struct BlobV1 {
 }
 
 /// Encodes the blob for a render, bounded to the agent's 1 MiB limit.
-pub fn encode(r: &Render) -> serde_json::Value {
+pub fn encode(r: &Bundle) -> serde_json::Value {
     let cfg = (r.cfg_text().len() <= MAX_CFG_IN_BLOB).then(|| r.cfg_text().to_string());
     let mut b = BlobV1 { schema: SCHEMA, plan_id: r.plan_id(), files: r.manifest().to_vec(), cfg };
     let fits = |b: &BlobV1| serde_json::to_vec(b).map(|v| v.len() <= MAX_BLOB_BYTES).unwrap_or(false);
@@ -95,8 +95,8 @@ pub fn decode(blob: &serde_json::Value, applied: PlanId) -> Result<Baseline, Blo
 mod tests {
     use super::*;
 
-    fn r() -> Render {
-        Render::from_texts([("haproxy.cfg", "global\n"), ("maps/a.map", "k v\n")]).unwrap()
+    fn r() -> Bundle {
+        Bundle::from_texts([("haproxy.cfg", "global\n"), ("maps/a.map", "k v\n")]).unwrap()
     }
 
     #[test]
@@ -109,7 +109,7 @@ mod tests {
     #[test]
     fn refuses_what_does_not_check_out() {
         let r = r();
-        let other = Render::from_texts([("haproxy.cfg", "global\n  x\n")]).unwrap();
+        let other = Bundle::from_texts([("haproxy.cfg", "global\n  x\n")]).unwrap();
         assert!(matches!(decode(&encode(&r), other.plan_id()), Err(BlobError::OtherPlan { .. })));
         assert!(matches!(decode(&serde_json::json!({}), r.plan_id()), Err(BlobError::Schema(_))));
         assert!(matches!(decode(&serde_json::json!({"schema": 2}), r.plan_id()), Err(BlobError::Schema(_))));
@@ -124,7 +124,7 @@ mod tests {
     #[test]
     fn large_configs_are_left_out_and_still_decode() {
         let big = format!("global\n{}", "  # padding\n".repeat(MAX_CFG_IN_BLOB / 10));
-        let r = Render::from_texts([("haproxy.cfg", big.as_str())]).unwrap();
+        let r = Bundle::from_texts([("haproxy.cfg", big.as_str())]).unwrap();
         let v = encode(&r);
         assert!(serde_json::to_vec(&v).unwrap().len() <= MAX_BLOB_BYTES);
         let b = decode(&v, r.plan_id()).unwrap();

@@ -33,13 +33,13 @@ use tracing::{info, warn, Instrument};
 
 use crate::attempt::{next, Answer, Attempts, Next};
 use crate::blob;
+use crate::bundle::Bundle;
 use crate::client::{AgentClient, ApplyAnswer};
 use crate::diff::{complete_state, plan, Baseline, PlanDiff};
 use crate::followup::{judge, poll_delay, Poll, Step, Ticket, Tickets};
 use crate::metrics::{ConflictLabel, Metrics};
-use crate::render::Render;
 use crate::seams::{Endpoint, FenceHolder};
-use crate::status::{Phase, StatusBoard};
+use crate::status::{DeploymentResult, Phase, StatusBoard};
 
 /// How many baselines the plan cache keeps.
 const PLAN_CACHE: usize = 32;
@@ -95,47 +95,6 @@ pub struct DeploymentReport {
     /// When every pod ended with a paced reload scheduled: how long after the deployment's end
     /// the earliest of those reloads is due (else `None`).
     pub reloads_due_in: Option<Duration>,
-}
-
-/// How a deployment ended: the `result` label of `haptic_deployments_total` and the status's
-/// `last_deployment` (`success`, `partial`, `failed`, `stood_down`, `timeout`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DeploymentResult {
-    /// Every pod ACKed (or already ran the render).
-    Success,
-    /// Some pods ACKed, others did not.
-    Partial,
-    /// No pod ACKed.
-    Failed,
-    /// This controller stood down during it.
-    StoodDown,
-    /// The deployment timeout cancelled it.
-    Timeout,
-}
-
-impl DeploymentResult {
-    /// The label text.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DeploymentResult::Success => "success",
-            DeploymentResult::Partial => "partial",
-            DeploymentResult::Failed => "failed",
-            DeploymentResult::StoodDown => "stood_down",
-            DeploymentResult::Timeout => "timeout",
-        }
-    }
-
-    /// Whether some pods were left off the target (a retry with backoff follows).
-    pub fn left_pods_behind(self) -> bool {
-        matches!(self, DeploymentResult::Partial | DeploymentResult::Failed)
-    }
-}
-
-impl std::fmt::Display for DeploymentResult {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
 }
 
 impl DeploymentReport {
@@ -321,7 +280,7 @@ impl std::fmt::Debug for Deployer {
 }
 
 /// The request a diff makes of a render, without its fence, encoded once; `parts` are sent whole.
-fn compose(render: &Render, pd: &PlanDiff, parts: &[RelPath], shared: &Shared) -> Composed {
+fn compose(render: &Bundle, pd: &PlanDiff, parts: &[RelPath], shared: &Shared) -> Composed {
     let blob = shared.blob.get_or_init(|| Arc::new(blob::encode(render))).clone();
     let req = ApplyRequest {
         // Every pod's copy gets its own fence; this one is left out of the encoding.
@@ -348,7 +307,7 @@ fn now_rfc3339() -> String {
 }
 
 /// Paths whose digest on the pod differs from the render's (or that only one side has).
-fn differing(pod: &[FileEntry], render: &Render) -> BTreeSet<RelPath> {
+fn differing(pod: &[FileEntry], render: &Bundle) -> BTreeSet<RelPath> {
     haptic_protocol::changed_paths(pod, render.manifest()).into_iter().cloned().collect()
 }
 
@@ -405,7 +364,7 @@ impl Deployer {
     }
 
     /// Remembers a render as a baseline (so pods that ACK it never need their blob decoded).
-    pub fn remember(&self, r: &Render) {
+    pub fn remember(&self, r: &Bundle) {
         lock(&self.cache).insert(Arc::new(Baseline::of_render(r)));
     }
 
@@ -419,7 +378,7 @@ impl Deployer {
     /// ACKed or failed; scheduled reloads are followed up in the background.
     pub async fn deploy(
         self: &Arc<Self>,
-        render: Arc<Render>,
+        render: Arc<Bundle>,
         endpoints: Vec<Endpoint>,
         kind: DeployKind,
     ) -> DeploymentReport {
@@ -522,7 +481,7 @@ impl Deployer {
         }
     }
 
-    fn diff_for(&self, pod: &str, k: &Known, render: &Render, shared: &Shared) -> PodDiff {
+    fn diff_for(&self, pod: &str, k: &Known, render: &Bundle, shared: &Shared) -> PodDiff {
         let base = self.baseline(pod, k);
         let mut ops = k.caps.ops.clone();
         ops.sort();
@@ -542,7 +501,7 @@ impl Deployer {
     /// that have the same diff and lack the same files.
     fn request(
         &self,
-        render: &Render,
+        render: &Bundle,
         pd: &PodDiff,
         pod_files: &[FileEntry],
         extra: &BTreeSet<RelPath>,
@@ -581,7 +540,7 @@ impl Deployer {
     async fn deploy_pod(
         self: &Arc<Self>,
         ep: &Endpoint,
-        render: &Arc<Render>,
+        render: &Arc<Bundle>,
         kind: DeployKind,
         shared: &Shared,
     ) -> PodOutcome {
@@ -741,7 +700,7 @@ impl Deployer {
     }
 
     /// The pod already holds the render: converged if it runs it, else followed up.
-    async fn unchanged(&self, ep: &Endpoint, render: &Render) -> PodOutcome {
+    async fn unchanged(&self, ep: &Endpoint, render: &Bundle) -> PodOutcome {
         // A fresh read tells whether it runs it (a known pod may have reloaded since).
         let s = match self.read_state(ep, false).await {
             Ok(s) => s,
@@ -761,7 +720,7 @@ impl Deployer {
     fn acked(
         &self,
         ep: &Endpoint,
-        render: &Arc<Render>,
+        render: &Arc<Bundle>,
         req: &SharedRequest,
         ack: Ack,
         started: Instant,
@@ -912,9 +871,9 @@ mod tests {
         assert_eq!(got, want);
     }
 
-    fn r(n: u32) -> Render {
+    fn r(n: u32) -> Bundle {
         let cfg = format!("global\n  maxconn {n}\n");
-        Render::from_texts([("haproxy.cfg", cfg.as_str()), ("maps/a.map", "k v\n")]).unwrap()
+        Bundle::from_texts([("haproxy.cfg", cfg.as_str()), ("maps/a.map", "k v\n")]).unwrap()
     }
 
     #[test]
@@ -937,7 +896,7 @@ mod tests {
     #[test]
     fn plan_cache_is_a_bounded_lru() {
         let mut c = PlanCache::default();
-        let renders: Vec<Render> = (0..(PLAN_CACHE as u32 + 2)).collect::<Vec<_>>().into_iter().map(r).collect();
+        let renders: Vec<Bundle> = (0..(PLAN_CACHE as u32 + 2)).collect::<Vec<_>>().into_iter().map(r).collect();
         for x in &renders {
             c.insert(Arc::new(Baseline::of_render(x)));
             // Keep the first one hot.

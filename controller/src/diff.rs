@@ -15,7 +15,7 @@ use haptic_protocol::{
 };
 use serde::Serialize;
 
-use crate::render::{diff_cfg_cached, CfgIndex, Render};
+use crate::bundle::{diff_cfg_cached, Bundle, CfgIndex};
 
 /// What the controller knows about a plan a pod holds: enough to diff a new render against it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,7 +32,7 @@ pub struct Baseline {
 
 impl Baseline {
     /// The baseline of a render the controller holds in full.
-    pub fn of_render(r: &Render) -> Self {
+    pub fn of_render(r: &Bundle) -> Self {
         Baseline {
             plan_id: r.plan_id(),
             manifest: r.manifest().to_vec(),
@@ -93,7 +93,7 @@ pub fn complete_state(reason: impl Into<String>) -> PlanDiff {
 /// Diffs a desired render against a baseline, then fits the result to the agent's API version
 /// and capabilities: an agent on another API major, or lacking an op kind the diff uses, gets
 /// the complete state and a reload (version skew), never a refusal.
-pub fn plan(baseline: Option<&Baseline>, desired: &Render, api: ApiVersion, caps: &Capabilities) -> PlanDiff {
+pub fn plan(baseline: Option<&Baseline>, desired: &Bundle, api: ApiVersion, caps: &Capabilities) -> PlanDiff {
     let Some(base) = baseline else {
         return complete_state("no usable baseline on the pod: complete state and a reload");
     };
@@ -118,7 +118,7 @@ pub fn plan(baseline: Option<&Baseline>, desired: &Render, api: ApiVersion, caps
 
 /// Turns every `map.load` into the `map.replace` an agent before API 1.1 runs: the same map,
 /// with its entries read from the render.
-fn map_loads_as_entries(d: &mut Diff, desired: &Render) {
+fn map_loads_as_entries(d: &mut Diff, desired: &Bundle) {
     for op in d.batches.iter_mut().flatten() {
         if let Op::MapLoad { path } = op {
             let text = desired.bytes(path).and_then(|b| std::str::from_utf8(b).ok()).unwrap_or_default();
@@ -128,7 +128,7 @@ fn map_loads_as_entries(d: &mut Diff, desired: &Render) {
 }
 
 /// Diffs a desired render against a baseline (capability-independent).
-pub fn diff(base: &Baseline, desired: &Render) -> Diff {
+pub fn diff(base: &Baseline, desired: &Bundle) -> Diff {
     if base.plan_id == desired.plan_id() {
         return Diff::default();
     }
@@ -254,10 +254,10 @@ mod tests {
 
     const CFG: &str = "global\n  default-path config\ndefaults\n  mode http\n  timeout client 5s\nfrontend fe\n  bind 127.0.0.1:8080\n  bind 127.0.0.1:8443 ssl crt certs/\n  acl blocked src -f acls/blocked.acl\n  http-request deny if blocked\n  use_backend %[req.hdr(host),lower,map(maps/hosts.map,be_app)]\n  errorfile 503 errors/503.http\nbackend be_app\n  server SRV_1 127.0.0.1:9001 weight 10\n  server SRV_2 127.0.0.1:9002 disabled\n";
 
-    fn render(cfg: &str, extra: &[(&str, &str)]) -> Render {
+    fn render(cfg: &str, extra: &[(&str, &str)]) -> Bundle {
         let mut files = vec![("haproxy.cfg", cfg)];
         files.extend_from_slice(extra);
-        Render::from_texts(files).unwrap()
+        Bundle::from_texts(files).unwrap()
     }
 
     fn base_files() -> Vec<(&'static str, &'static str)> {
@@ -283,7 +283,7 @@ mod tests {
     }
 
     /// Checks the diff as the agent would, with the shared claim verifier over every changed file.
-    fn agent_agrees(old: &Render, new: &Render, d: &Diff) {
+    fn agent_agrees(old: &Bundle, new: &Bundle, d: &Diff) {
         let ops: Vec<Op> = d.batches.iter().flatten().cloned().collect();
         let changed: Vec<(RelPath, Option<Vec<u8>>)> = changed_paths(old.manifest(), new.manifest())
             .into_iter()
@@ -446,7 +446,7 @@ mod tests {
     #[test]
     fn everything_else_reloads() {
         let old = render(CFG, &base_files());
-        let cases: Vec<(&str, Render)> = vec![
+        let cases: Vec<(&str, Bundle)> = vec![
             ("frontend", render(&CFG.replace("timeout client 5s", "timeout client 6s"), &base_files())),
             ("bind", render(&CFG.replace("127.0.0.1:8080", "127.0.0.1:8081"), &base_files())),
             ("new server, cookie", render(&format!("{CFG}  server SRV_3 127.0.0.1:9003 cookie c3\n"), &base_files())),
@@ -525,8 +525,8 @@ mod proptests {
         s
     }
 
-    fn render(cfg: &str, map: &str, other: &str) -> Render {
-        Render::from_texts([("haproxy.cfg", cfg), ("maps/h.map", map), ("files/x.txt", other)]).unwrap()
+    fn render(cfg: &str, map: &str, other: &str) -> Bundle {
+        Bundle::from_texts([("haproxy.cfg", cfg), ("maps/h.map", map), ("files/x.txt", other)]).unwrap()
     }
 
     proptest! {

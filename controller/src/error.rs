@@ -27,7 +27,7 @@ pub enum Error {
     },
     /// A render directory does not form a valid render.
     #[error("render {dir}: {why}")]
-    Render {
+    ConfigDir {
         /// The directory.
         dir: PathBuf,
         /// Why.

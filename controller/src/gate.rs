@@ -13,8 +13,8 @@ use std::time::Duration;
 use haptic_protocol::{Digest, PlanId, RelPath};
 use serde::{Deserialize, Serialize};
 
+use crate::bundle::Bundle;
 use crate::error::Error;
-use crate::render::Render;
 
 /// The latch's resting mode (`--gate`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -88,7 +88,7 @@ impl Latch {
 /// (`maps/…`, `certs/…`) against its working directory, so the same render would load other
 /// files (or none) in the gate, in the agent's check and in the pod. The agent's path rules
 /// (`haptic_haproxy::paths::check_paths`) refuse such a config too.
-pub fn precheck(render: &Render) -> Option<String> {
+pub fn precheck(render: &Bundle) -> Option<String> {
     let has = haptic_haproxy::paths::has_default_path_config(render.cfg_text());
     (!has).then(|| {
         "haproxy.cfg: the global section has no `default-path config` line; without it HAProxy \
@@ -102,12 +102,12 @@ pub fn precheck(render: &Render) -> Option<String> {
 /// without running it: the same files besides `haproxy.cfg`, and configs that differ only in
 /// what the runtime claim allows (server address, port, weight, enabled, with well-formed values:
 /// the same rule that lets the agent skip its own `haproxy -c` for a runtime apply). Pure.
-pub fn runtime_equivalent(passed: &Render, new: &Render) -> bool {
-    let others = |r: &Render| -> Vec<(RelPath, Digest)> {
+pub fn runtime_equivalent(passed: &Bundle, new: &Bundle) -> bool {
+    let others = |r: &Bundle| -> Vec<(RelPath, Digest)> {
         r.manifest().iter().filter(|e| !e.path.is_haproxy_cfg()).map(|e| (e.path.clone(), e.digest)).collect()
     };
     others(passed) == others(new)
-        && crate::render::diff_cfg_cached(passed.cfg_text(), passed.cfg_index(), new.cfg_text(), new.cfg_index())
+        && crate::bundle::diff_cfg_cached(passed.cfg_text(), passed.cfg_index(), new.cfg_text(), new.cfg_index())
             .runtime_eligible()
 }
 
@@ -123,7 +123,7 @@ pub const VERDICTS_KEPT: usize = 64;
 pub struct Checker {
     bin: PathBuf,
     timeout: Duration,
-    passed: Arc<Mutex<Option<Arc<Render>>>>,
+    passed: Arc<Mutex<Option<Arc<Bundle>>>>,
     verdicts: Arc<Mutex<haptic_sandbox::Lru<Digest, Verdict>>>,
 }
 
@@ -145,7 +145,7 @@ impl Checker {
 
     /// Checks one render. `Err` means the check could not run at all (or did not finish in
     /// time); such an outcome is not kept.
-    pub async fn check(&self, render: &Render) -> Result<Verdict, Error> {
+    pub async fn check(&self, render: &Bundle) -> Result<Verdict, Error> {
         // The path rules come first: `haproxy -c` would read whatever the config names.
         if let Some(why) = precheck(render).or_else(|| path_refusal(render)) {
             return Ok(Verdict::Refused(why));
@@ -160,7 +160,7 @@ impl Checker {
     }
 
     /// Writes the render to a temp dir and runs the contained check over it.
-    async fn run(&self, render: &Render) -> Result<Verdict, Error> {
+    async fn run(&self, render: &Bundle) -> Result<Verdict, Error> {
         let gate = |e: &dyn std::fmt::Display| Error::Gate(e.to_string());
         let tmp = tempfile::Builder::new().prefix("haptic-gate-").tempdir().map_err(|e| gate(&e))?;
         let root = tmp.path().to_path_buf();
@@ -177,7 +177,7 @@ impl Checker {
     }
     /// Checks one render; a check that cannot run counts as a refusal (the gate never passes
     /// what it did not see pass, itself or through [`runtime_equivalent`]).
-    pub async fn verdict(&self, render: &Arc<Render>) -> Verdict {
+    pub async fn verdict(&self, render: &Arc<Bundle>) -> Verdict {
         let passed = self.passed.lock().unwrap_or_else(|e| e.into_inner()).clone();
         if let Some(p) = passed {
             let (p, r) = (p.clone(), render.clone());
@@ -198,7 +198,7 @@ impl Checker {
         v
     }
 
-    fn remember(&self, render: &Arc<Render>) {
+    fn remember(&self, render: &Arc<Bundle>) {
         *self.passed.lock().unwrap_or_else(|e| e.into_inner()) = Some(render.clone());
     }
 }
@@ -231,7 +231,7 @@ pub(crate) fn ending(end: &haptic_sandbox::End) -> haptic_haproxy::check_output:
 /// HAProxy read resolves inside the tree or under the default allowed prefixes, and `global` has
 /// `default-path config`. Sockets are left to the agents, which know their socket directory.
 /// `Some(reasons)` when the render breaks them. Pure.
-pub fn path_refusal(render: &Render) -> Option<String> {
+pub fn path_refusal(render: &Bundle) -> Option<String> {
     use haptic_haproxy::paths::{check_paths, file_refs, PathPolicy, RefKind};
     let read = |p: &str| -> Option<String> {
         let rel = haptic_protocol::RelPath::new(p).ok()?;
@@ -252,7 +252,7 @@ mod tests {
 
     #[test]
     fn precheck_wants_default_path_config_in_global() {
-        let r = |cfg: &str| Render::from_texts([("haproxy.cfg", cfg)]).unwrap();
+        let r = |cfg: &str| Bundle::from_texts([("haproxy.cfg", cfg)]).unwrap();
         assert_eq!(precheck(&r("global\n  default-path config\ndefaults\n  mode http\n")), None);
         assert_eq!(precheck(&r("global\n    default-path   config # relative paths\n")), None);
         for bad in [
@@ -269,12 +269,12 @@ mod tests {
     #[test]
     fn paths_outside_the_tree_are_refused_by_the_gate() {
         let ok = "global\n    default-path config\nfrontend f\n    bind :80\n    http-request set-var(txn.x) req.hdr(host),map(maps/a.map,none)\n";
-        assert_eq!(path_refusal(&Render::from_texts([("haproxy.cfg", ok), ("maps/a.map", "k v\n")]).unwrap()), None);
+        assert_eq!(path_refusal(&Bundle::from_texts([("haproxy.cfg", ok), ("maps/a.map", "k v\n")]).unwrap()), None);
         let bad = ok.replace("maps/a.map", "/etc/passwd");
-        let why = path_refusal(&Render::from_texts([("haproxy.cfg", bad.as_str())]).unwrap()).unwrap();
+        let why = path_refusal(&Bundle::from_texts([("haproxy.cfg", bad.as_str())]).unwrap()).unwrap();
         assert!(why.contains("line 5") && why.contains("map()") && why.contains("/etc/passwd"), "{why}");
         let nodp = ok.replace("    default-path config\n", "");
-        assert!(path_refusal(&Render::from_texts([("haproxy.cfg", nodp.as_str()), ("maps/a.map", "k v\n")]).unwrap())
+        assert!(path_refusal(&Bundle::from_texts([("haproxy.cfg", nodp.as_str()), ("maps/a.map", "k v\n")]).unwrap())
             .unwrap()
             .contains("default-path config"));
     }
@@ -285,7 +285,7 @@ mod tests {
         let Some(bin) = haptic_e2e::haproxy_bins().into_iter().next() else { return };
         let cfg = "global\n    default-path config\ndefaults\n    mode http\n    timeout connect 1s\n    timeout client 1s\n    timeout server 1s\nfrontend f\n    bind 127.0.0.1:0\n    http-request set-var(txn.x) req.hdr(host),map(/etc/passwd,none)\n    http-request return status 200\n";
         let c = Checker::new(&bin.path, Duration::from_secs(30));
-        match c.check(&Render::from_texts([("haproxy.cfg", cfg)]).unwrap()).await.unwrap() {
+        match c.check(&Bundle::from_texts([("haproxy.cfg", cfg)]).unwrap()).await.unwrap() {
             Verdict::Refused(why) => assert!(why.contains("/etc/passwd") && why.contains("line 10"), "{why}"),
             Verdict::Pass => panic!("a map outside the tree passed the gate"),
         }
@@ -310,13 +310,13 @@ mod tests {
         };
         for bin in haptic_e2e::haproxy_bins() {
             let c = Checker::new(&bin.path, Duration::from_secs(30));
-            let bad = Render::from_texts([("haproxy.cfg", cfg(&quoted).as_str())]).unwrap();
+            let bad = Bundle::from_texts([("haproxy.cfg", cfg(&quoted).as_str())]).unwrap();
             match c.check(&bad).await.unwrap() {
                 Verdict::Refused(why) => assert!(!why.contains("s3cr3t"), "{}: {why}", bin.label()),
                 Verdict::Pass => panic!("{}: a file outside the render was loaded", bin.label()),
             }
             let good =
-                Render::from_texts([("haproxy.cfg", cfg("acl/ips.lst").as_str()), ("acl/ips.lst", "10.0.0.1\n")])
+                Bundle::from_texts([("haproxy.cfg", cfg("acl/ips.lst").as_str()), ("acl/ips.lst", "10.0.0.1\n")])
                     .unwrap();
             assert_eq!(c.check(&good).await.unwrap(), Verdict::Pass, "{}", bin.label());
             let cached = Checker { bin: "/nonexistent/haproxy".into(), ..c.clone() };
@@ -329,7 +329,7 @@ mod tests {
         let cfg = |addr: &str, extra: &str| {
             format!("global\n    default-path config\nbackend b\n    server s1 {addr} weight 10\n{extra}")
         };
-        let r = |c: String, map: &str| Render::from_texts([("haproxy.cfg", c.as_str()), ("maps/a.map", map)]).unwrap();
+        let r = |c: String, map: &str| Bundle::from_texts([("haproxy.cfg", c.as_str()), ("maps/a.map", map)]).unwrap();
         let a = r(cfg("10.0.0.1:80", ""), "k v\n");
         assert!(runtime_equivalent(&a, &a));
         assert!(runtime_equivalent(&a, &r(cfg("10.0.0.2:81", ""), "k v\n")));

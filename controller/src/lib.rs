@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 pub mod attempt;
+pub mod bundle;
 pub mod deployer;
 pub mod diff;
 pub mod error;
@@ -18,7 +19,6 @@ pub mod followup;
 pub mod gate;
 pub mod kubernetes;
 pub mod manifests;
-pub mod render;
 
 pub use error::Error;
 pub mod admin;

@@ -14,12 +14,12 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use clap::{Parser, Subcommand, ValueEnum};
 use haptic_controller::app::Settings;
+use haptic_controller::bundle::load_dir;
 use haptic_controller::client::Credentials;
 use haptic_controller::diff::{diff, Baseline};
 use haptic_controller::gate::{Checker, GateMode, Verdict};
 use haptic_controller::kubernetes::lease::LeaseTiming;
 use haptic_controller::kubernetes::run::{start_kubernetes, AgentTlsSettings, KubernetesSettings};
-use haptic_controller::render::load_dir;
 use haptic_controller::standalone::{start_standalone, StandaloneSettings};
 use haptic_controller::status::{table, FleetStatus};
 use haptic_controller::Error;
@@ -79,7 +79,7 @@ enum Command {
     /// ConfigMaps and one HAProxyConfig) as the controller would, and prints one verdict per
     /// served Ingress, Gateway or HTTPRoute; exits 1 when one is refused in part (the render is
     /// still written), 2 when nothing can be rendered.
-    Render {
+    Bundle {
         /// The manifest directory (every `*.yaml` / `*.yml` below it).
         #[arg(long)]
         dir: PathBuf,
@@ -323,7 +323,7 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
                 renew_deadline: a.renew_deadline,
                 retry_period: a.retry_period,
             },
-            settle: haptic_controller::kubernetes::render::Settle { objects: a.settle, endpoints: a.endpoint_settle },
+            settle: haptic_controller::kubernetes::settle::Settle { objects: a.settle, endpoints: a.endpoint_settle },
             agent_tls: a.agent_tls_secret.clone().map(|secret| AgentTlsSettings { secret, issue: a.agent_tls_issue }),
         };
         tracing::info!(namespace = %settings.namespace, config = %settings.config, lease = %settings.lease_name,
@@ -425,7 +425,7 @@ fn render_cmd(dir: PathBuf, out: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     }
     let name = m.config.metadata.name.clone().unwrap_or_default();
     let spec = m.config.spec.clone();
-    let fail = |e: haptic_controller::kubernetes::render::RenderError| {
+    let fail = |e: haptic_controller::kubernetes::config_source::SpecError| {
         anyhow::anyhow!("HAProxyConfig {name}: {}: {}", e.reason, e.message)
     };
     let (files, verdicts) = match &spec.render {
@@ -458,10 +458,10 @@ fn render_cmd(dir: PathBuf, out: Option<PathBuf>) -> anyhow::Result<ExitCode> {
                     .map_err(fail)?;
             (r.files, r.verdicts)
         }
-        None => (haptic_controller::kubernetes::render::build(&spec, &m).map_err(fail)?, Vec::new()),
+        None => (haptic_controller::kubernetes::config_source::build(&spec, &m).map_err(fail)?, Vec::new()),
     };
     let render =
-        haptic_controller::render::Render::new(files).map_err(|why| anyhow::anyhow!("HAProxyConfig {name}: {why}"))?;
+        haptic_controller::bundle::Bundle::new(files).map_err(|why| anyhow::anyhow!("HAProxyConfig {name}: {why}"))?;
     let mut text = String::new();
     match &out {
         Some(o) => {
@@ -576,7 +576,7 @@ fn main() -> ExitCode {
             }
             Command::Status { admin, output, .. } => status(&admin, output).await.map(|()| ExitCode::SUCCESS),
             Command::Validate { dir, haproxy_bin } => validate(dir, haproxy_bin).await,
-            Command::Render { dir, out } => render_cmd(dir, out),
+            Command::Bundle { dir, out } => render_cmd(dir, out),
             Command::Migrate { dir, kubernetes, allow_snippet_annotations, output } => {
                 migrate_cmd(dir, kubernetes, allow_snippet_annotations, output).await
             }

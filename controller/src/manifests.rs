@@ -13,8 +13,8 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::networking::v1::{IngressClass, IngressClassSpec};
 
+use crate::kubernetes::config_source::Lookup;
 use crate::kubernetes::crd::HAProxyConfig;
-use crate::kubernetes::render::Lookup;
 use crate::kubernetes::routes::Objects;
 
 /// Why a manifest directory cannot be read.
@@ -87,7 +87,7 @@ fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), ManifestError> {
     entries.sort();
     for p in entries {
         let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        if crate::render::is_ignored_name(&name) {
+        if crate::bundle::is_ignored_name(&name) {
             continue;
         }
         if p.is_dir() {

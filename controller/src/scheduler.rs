@@ -29,15 +29,28 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::app::Tuning;
-use crate::deployer::{
-    DeployKind, Deployer, DeployerConfig, DeploymentReport, DeploymentResult, FollowUpEnd, PodOutcome,
-};
+use crate::bundle::Bundle;
+use crate::deployer::{DeployKind, Deployer, DeployerConfig, DeploymentReport, FollowUpEnd, PodOutcome};
 use crate::gate::{Checker, GateMode, Latch, Verdict};
 use crate::metrics::Metrics;
-use crate::render::Render;
-use crate::seams::{Endpoint, EndpointSource, RenderEvent, RenderSource};
-use crate::status::{GateStatus, StatusBoard};
+use crate::seams::{BundleEvent, BundleSource, Endpoint, EndpointSource};
+use crate::status::{DeploymentResult, GateStatus, StatusBoard};
+
+/// The settings a running deployment loop takes on without a restart (Kubernetes mode: the
+/// resource's `spec.controller`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tuning {
+    /// Safety net for one deployment (per wave of `max_parallel` pods).
+    pub deployment_timeout: Duration,
+    /// Idle time before drift repair.
+    pub drift_interval: Duration,
+    /// Bound of one pod's apply flow.
+    pub sync_timeout: Duration,
+    /// Pods applied to at once.
+    pub max_parallel: usize,
+    /// The gate latch's resting mode.
+    pub gate: GateMode,
+}
 
 /// A timer the core asks for. At most one of each kind is armed: arming one replaces the armed
 /// one of its kind.
@@ -55,9 +68,9 @@ pub enum Timer {
 #[derive(Debug, Clone)]
 pub enum Input {
     /// The render source produced a render, or content that is not one.
-    Render(RenderEvent),
+    Bundle(BundleEvent),
     /// The gate judged a render.
-    Verdict(Arc<Render>, Verdict),
+    Verdict(Arc<Bundle>, Verdict),
     /// The endpoint set changed.
     Endpoints(Vec<Endpoint>),
     /// A deployment's task ended with its report.
@@ -79,13 +92,13 @@ pub enum Input {
 #[derive(Debug, Clone)]
 pub enum Action {
     /// Run the gate over a render.
-    Check(Arc<Render>),
+    Check(Arc<Bundle>),
     /// Start a deployment.
     Deploy {
         /// Its id.
         id: u64,
         /// The render.
-        render: Arc<Render>,
+        render: Arc<Bundle>,
         /// The endpoints.
         endpoints: Vec<Endpoint>,
         /// Why.
@@ -186,7 +199,7 @@ impl From<Tuning> for Timing {
 #[derive(Debug, Clone)]
 struct InFlight {
     id: u64,
-    render: Arc<Render>,
+    render: Arc<Bundle>,
     kind: DeployKind,
 }
 
@@ -196,14 +209,14 @@ pub struct Core {
     timing: Timing,
     now: Instant,
     latch: Latch,
-    latest: Option<Arc<Render>>,
-    last_good: Option<Arc<Render>>,
-    target: Option<Arc<Render>>,
+    latest: Option<Arc<Bundle>>,
+    last_good: Option<Arc<Bundle>>,
+    target: Option<Arc<Bundle>>,
     checking: bool,
-    check_pending: Option<Arc<Render>>,
+    check_pending: Option<Arc<Bundle>>,
     endpoints: Vec<Endpoint>,
     in_flight: Option<InFlight>,
-    pending: Option<(Arc<Render>, DeployKind)>,
+    pending: Option<(Arc<Bundle>, DeployKind)>,
     next_id: u64,
     stood_down: bool,
     render_error: Option<String>,
@@ -286,8 +299,8 @@ impl Core {
         self.now = now;
         let mut out = Vec::new();
         match input {
-            Input::Render(Err(why)) => self.render_error = Some(why),
-            Input::Render(Ok(r)) => {
+            Input::Bundle(Err(why)) => self.render_error = Some(why),
+            Input::Bundle(Ok(r)) => {
                 self.render_error = None;
                 self.latest = Some(r.clone());
                 if self.checking {
@@ -453,7 +466,7 @@ impl Core {
         out.push(Action::Arm { timer: Timer::Drift, at, why });
     }
 
-    fn enqueue(&mut self, r: Arc<Render>, kind: DeployKind, out: &mut Vec<Action>) {
+    fn enqueue(&mut self, r: Arc<Bundle>, kind: DeployKind, out: &mut Vec<Action>) {
         if self.stood_down {
             return;
         }
@@ -491,7 +504,7 @@ impl Core {
 
 /// Whether bringing a fleet from `from` to `to` needs a reload (pure; capability-independent:
 /// a pod whose agent cannot run the ops gets a reload anyway, and holding it is then harmless).
-pub fn needs_reload(from: &Render, to: &Render) -> bool {
+pub fn needs_reload(from: &Bundle, to: &Bundle) -> bool {
     crate::diff::diff(&crate::diff::Baseline::of_render(from), to).mode == Some(haptic_protocol::Mode::Reload)
 }
 
@@ -570,7 +583,7 @@ impl Driver {
     /// Runs until `shutdown`, taking on each change of `tuning`.
     pub async fn run(
         mut self,
-        mut renders: Box<dyn RenderSource>,
+        mut renders: Box<dyn BundleSource>,
         mut endpoints: Box<dyn EndpointSource>,
         mut tuning: watch::Receiver<Tuning>,
         shutdown: CancellationToken,
@@ -583,7 +596,7 @@ impl Driver {
                 if let Err(why) = &ev {
                     warn!("the render source holds no valid render: {why}");
                 }
-                if tx.send(Input::Render(ev)).is_err() {
+                if tx.send(Input::Bundle(ev)).is_err() {
                     break;
                 }
             }
@@ -748,9 +761,9 @@ mod tests {
     use super::*;
     use haptic_protocol::Mode;
 
-    fn r(n: u32) -> Arc<Render> {
+    fn r(n: u32) -> Arc<Bundle> {
         let cfg = format!("global\n  maxconn {n}\n");
-        Arc::new(Render::from_texts([("haproxy.cfg", cfg.as_str())]).unwrap())
+        Arc::new(Bundle::from_texts([("haproxy.cfg", cfg.as_str())]).unwrap())
     }
 
     fn eps() -> Vec<Endpoint> {
@@ -793,14 +806,14 @@ mod tests {
     #[test]
     fn waits_for_endpoints_then_deploys_latest_wins() {
         let mut c = Core::new(GateMode::Optimistic);
-        let a = c.on(t0(), Input::Render(Ok(r(1))));
+        let a = c.on(t0(), Input::Bundle(Ok(r(1))));
         assert_eq!(checks(&a), vec![r(1).plan_id()]);
         assert!(deploys(&a).is_empty(), "no endpoints yet");
         let a = c.on(t0(), Input::Endpoints(eps()));
         assert_eq!(deploys(&a), vec![(1, r(1).plan_id(), DeployKind::Normal)]);
         // While deployment 1 runs, renders 2..=5 coalesce into the pending slot.
         for n in 2..=5 {
-            assert!(deploys(&c.on(t0(), Input::Render(Ok(r(n))))).is_empty());
+            assert!(deploys(&c.on(t0(), Input::Bundle(Ok(r(n))))).is_empty());
         }
         assert_eq!(c.pending(), Some(r(5).plan_id()));
         let a = c.on(t0(), Input::Finished(1, ok(r(1).plan_id())));
@@ -815,11 +828,11 @@ mod tests {
     fn scheduled_reloads_free_the_slot_and_newer_renders_dispatch_at_once() {
         let mut c = Core::new(GateMode::Optimistic);
         c.on(t0(), Input::Endpoints(eps()));
-        let a = c.on(t0(), Input::Render(Ok(r(1))));
+        let a = c.on(t0(), Input::Bundle(Ok(r(1))));
         assert_eq!(deploys(&a), vec![(1, r(1).plan_id(), DeployKind::Normal)]);
         // While the apply round of deployment 1 runs, renders coalesce (latest wins).
         for n in 2..=4 {
-            assert!(deploys(&c.on(t0(), Input::Render(Ok(r(n))))).is_empty());
+            assert!(deploys(&c.on(t0(), Input::Bundle(Ok(r(n))))).is_empty());
         }
         // Every pod ACKed with a scheduled reload: the deployment is over, its reloads are
         // followed up in the background, and the pending render goes out at once.
@@ -839,7 +852,7 @@ mod tests {
             reloads_due_in: None,
         };
         assert!(deploys(&c.on(t0(), Input::Finished(2, rep))).is_empty());
-        let a = c.on(t0(), Input::Render(Ok(r(5))));
+        let a = c.on(t0(), Input::Bundle(Ok(r(5))));
         assert_eq!(deploys(&a), vec![(3, r(5).plan_id(), DeployKind::Normal)]);
         // The end of a superseded plan's follow-up changes nothing in the core.
         let end = FollowUpEnd { pod: "p1".into(), plan: r(4).plan_id(), converged: false };
@@ -879,12 +892,12 @@ mod tests {
     fn renders_coalesce_while_held_and_the_latest_goes_out_before_the_reload() {
         let mut c = Core::new(GateMode::Optimistic);
         c.on(t0(), Input::Endpoints(eps()));
-        c.on(t0(), Input::Render(Ok(r(1))));
+        c.on(t0(), Input::Bundle(Ok(r(1))));
         let a = c.on(t0(), Input::Finished(1, pending_report(r(1).plan_id(), 50, Some(1500))));
         assert_eq!(holds(&a), vec![(1, Duration::from_millis(1350))]);
         assert!(c.held());
         for n in 2..=6 {
-            assert!(deploys(&c.on(t0(), Input::Render(Ok(r(n))))).is_empty(), "held: render {n} coalesces");
+            assert!(deploys(&c.on(t0(), Input::Bundle(Ok(r(n))))).is_empty(), "held: render {n} coalesces");
         }
         assert_eq!(c.pending(), Some(r(6).plan_id()));
         assert!(c.on(t0(), Input::Fired(Timer::Hold(7))).is_empty(), "a stale hold token changes nothing");
@@ -893,10 +906,10 @@ mod tests {
         // Due within the lead: no hold, the next render goes out at once.
         let a = c.on(t0(), Input::Finished(2, pending_report(r(6).plan_id(), 50, Some(120))));
         assert!(holds(&a).is_empty() && !c.held());
-        assert_eq!(deploys(&c.on(t0(), Input::Render(Ok(r(7))))), vec![(3, r(7).plan_id(), DeployKind::Normal)]);
+        assert_eq!(deploys(&c.on(t0(), Input::Bundle(Ok(r(7))))), vec![(3, r(7).plan_id(), DeployKind::Normal)]);
         // New endpoints end a hold: new pods need the render now.
         c.on(t0(), Input::Finished(3, pending_report(r(7).plan_id(), 50, Some(1900))));
-        c.on(t0(), Input::Render(Ok(r(8))));
+        c.on(t0(), Input::Bundle(Ok(r(8))));
         assert!(c.held());
         let mut two = eps();
         two.push(Endpoint { name: "p2".into(), url: "http://p2".into() });
@@ -906,12 +919,12 @@ mod tests {
     }
 
     /// A render with a frontend timeout (a reload to change) and one server slot (runtime).
-    fn slot(timeout: u32, port: u16) -> Arc<Render> {
+    fn slot(timeout: u32, port: u16) -> Arc<Bundle> {
         let cfg = format!(
             "global\n  default-path config\ndefaults\n  mode http\n  timeout client {timeout}s\n\
              backend be\n  server s1 127.0.0.1:{port} weight 10\n"
         );
-        Arc::new(Render::from_texts([("haproxy.cfg", cfg.as_str())]).unwrap())
+        Arc::new(Bundle::from_texts([("haproxy.cfg", cfg.as_str())]).unwrap())
     }
 
     #[test]
@@ -920,33 +933,33 @@ mod tests {
         assert!(!needs_reload(&slot(5, 1), &slot(5, 2)));
         let mut c = Core::new(GateMode::Optimistic);
         c.on(t0(), Input::Endpoints(eps()));
-        c.on(t0(), Input::Render(Ok(slot(5, 1))));
+        c.on(t0(), Input::Bundle(Ok(slot(5, 1))));
         // A frontend change: every pod schedules its paced reload 5 s out; the slot is held.
         c.on(t0(), Input::Finished(1, ok(slot(5, 1).plan_id())));
         assert_eq!(
-            deploys(&c.on(t0(), Input::Render(Ok(slot(6, 1))))),
+            deploys(&c.on(t0(), Input::Bundle(Ok(slot(6, 1))))),
             vec![(2, slot(6, 1).plan_id(), DeployKind::Normal)]
         );
         let a = c.on(t0(), Input::Finished(2, pending_report(slot(6, 1).plan_id(), 50, Some(5000))));
         assert_eq!(holds(&a), vec![(2, Duration::from_millis(4850))]);
         // An endpoint change on top of the scheduled plan goes out at once, held or not.
-        let a = c.on(t0(), Input::Render(Ok(slot(6, 2))));
+        let a = c.on(t0(), Input::Bundle(Ok(slot(6, 2))));
         assert_eq!(deploys(&a), vec![(3, slot(6, 2).plan_id(), DeployKind::Normal)], "runtime render held back");
         let a = c.on(t0(), Input::Finished(3, pending_report(slot(6, 2).plan_id(), 50, Some(4800))));
         assert_eq!(holds(&a), vec![(3, Duration::from_millis(4650))]);
         // A render that needs a reload waits for the slot; an endpoint change after it, on top of
         // it, still needs that reload (latest wins), so it waits too.
-        assert!(deploys(&c.on(t0(), Input::Render(Ok(slot(7, 2))))).is_empty(), "a reload render waits");
-        assert!(deploys(&c.on(t0(), Input::Render(Ok(slot(7, 3))))).is_empty());
+        assert!(deploys(&c.on(t0(), Input::Bundle(Ok(slot(7, 2))))).is_empty(), "a reload render waits");
+        assert!(deploys(&c.on(t0(), Input::Bundle(Ok(slot(7, 3))))).is_empty());
         assert_eq!(c.pending(), Some(slot(7, 3).plan_id()));
         // The latest is runtime-only against the target again (its reload change was undone): out at once.
-        let a = c.on(t0(), Input::Render(Ok(slot(6, 4))));
+        let a = c.on(t0(), Input::Bundle(Ok(slot(6, 4))));
         assert_eq!(deploys(&a), vec![(4, slot(6, 4).plan_id(), DeployKind::Normal)]);
     }
 
     #[derive(Debug, Clone)]
     enum Step {
-        Render(u32, u16),
+        Bundle(u32, u16),
         FinishScheduled,
         FinishConverged,
         HoldOver,
@@ -955,7 +968,7 @@ mod tests {
     fn any_step() -> impl proptest::strategy::Strategy<Value = Step> {
         use proptest::prelude::*;
         prop_oneof![
-            (5u32..8, 1u16..4).prop_map(|(t, p)| Step::Render(t, p)),
+            (5u32..8, 1u16..4).prop_map(|(t, p)| Step::Bundle(t, p)),
             Just(Step::FinishScheduled),
             Just(Step::FinishConverged),
             Just(Step::HoldOver),
@@ -974,10 +987,10 @@ mod tests {
             let mut hold_token = None;
             for step in steps {
                 let actions = match step {
-                    Step::Render(t, p) => {
+                    Step::Bundle(t, p) => {
                         let r = slot(t, p);
                         renders.insert(r.plan_id(), r.clone());
-                        c.on(t0(), Input::Render(Ok(r)))
+                        c.on(t0(), Input::Bundle(Ok(r)))
                     }
                     Step::FinishScheduled | Step::FinishConverged => match c.in_flight() {
                         Some(id) => {
@@ -1019,9 +1032,9 @@ mod tests {
     #[test]
     fn gate_checks_one_at_a_time_latest_wins() {
         let mut c = Core::new(GateMode::Optimistic);
-        c.on(t0(), Input::Render(Ok(r(1))));
-        assert!(checks(&c.on(t0(), Input::Render(Ok(r(2))))).is_empty());
-        c.on(t0(), Input::Render(Ok(r(3))));
+        c.on(t0(), Input::Bundle(Ok(r(1))));
+        assert!(checks(&c.on(t0(), Input::Bundle(Ok(r(2))))).is_empty());
+        c.on(t0(), Input::Bundle(Ok(r(3))));
         let a = c.on(t0(), Input::Verdict(r(1), Verdict::Pass));
         assert_eq!(checks(&a), vec![r(3).plan_id()]);
     }
@@ -1030,12 +1043,12 @@ mod tests {
     fn pessimistic_holds_until_pass() {
         let mut c = Core::new(GateMode::Pessimistic);
         c.on(t0(), Input::Endpoints(eps()));
-        assert!(deploys(&c.on(t0(), Input::Render(Ok(r(1))))).is_empty());
+        assert!(deploys(&c.on(t0(), Input::Bundle(Ok(r(1))))).is_empty());
         let a = c.on(t0(), Input::Verdict(r(1), Verdict::Pass));
         assert_eq!(deploys(&a), vec![(1, r(1).plan_id(), DeployKind::Normal)]);
         // A refused render never deploys; the target stays the last good.
         c.on(t0(), Input::Finished(1, ok(r(1).plan_id())));
-        c.on(t0(), Input::Render(Ok(r(2))));
+        c.on(t0(), Input::Bundle(Ok(r(2))));
         let a = c.on(t0(), Input::Verdict(r(2), Verdict::Refused("bad".into())));
         assert!(deploys(&a).is_empty());
         assert_eq!(c.target(), Some(r(1).plan_id()));
@@ -1045,11 +1058,11 @@ mod tests {
     fn optimistic_refusal_reverts_and_pins_until_a_pass() {
         let mut c = Core::new(GateMode::Optimistic);
         c.on(t0(), Input::Endpoints(eps()));
-        c.on(t0(), Input::Render(Ok(r(1))));
+        c.on(t0(), Input::Bundle(Ok(r(1))));
         c.on(t0(), Input::Verdict(r(1), Verdict::Pass));
         c.on(t0(), Input::Finished(1, ok(r(1).plan_id())));
         // Bad render 2 dispatches at once (optimistic), then the gate refuses it.
-        let a = c.on(t0(), Input::Render(Ok(r(2))));
+        let a = c.on(t0(), Input::Bundle(Ok(r(2))));
         assert_eq!(deploys(&a), vec![(2, r(2).plan_id(), DeployKind::Normal)]);
         let a = c.on(t0(), Input::Verdict(r(2), Verdict::Refused("bad".into())));
         assert!(deploys(&a).is_empty(), "deployment 2 still in flight");
@@ -1059,7 +1072,7 @@ mod tests {
         assert_eq!(deploys(&a), vec![(3, r(1).plan_id(), DeployKind::Normal)]);
         c.on(t0(), Input::Finished(3, ok(r(1).plan_id())));
         // Pinned: the next render waits for its verdict, then deploys.
-        assert!(deploys(&c.on(t0(), Input::Render(Ok(r(3))))).is_empty());
+        assert!(deploys(&c.on(t0(), Input::Bundle(Ok(r(3))))).is_empty());
         let a = c.on(t0(), Input::Verdict(r(3), Verdict::Pass));
         assert_eq!(deploys(&a), vec![(4, r(3).plan_id(), DeployKind::Normal)]);
         assert!(!c.latch().pinned);
@@ -1069,8 +1082,8 @@ mod tests {
     fn refused_while_pending_is_dropped() {
         let mut c = Core::new(GateMode::Optimistic);
         c.on(t0(), Input::Endpoints(eps()));
-        c.on(t0(), Input::Render(Ok(r(1))));
-        c.on(t0(), Input::Render(Ok(r(2))));
+        c.on(t0(), Input::Bundle(Ok(r(1))));
+        c.on(t0(), Input::Bundle(Ok(r(2))));
         assert_eq!(c.pending(), Some(r(2).plan_id()));
         c.on(t0(), Input::Verdict(r(1), Verdict::Pass));
         c.on(t0(), Input::Verdict(r(2), Verdict::Refused("bad".into())));
@@ -1084,10 +1097,10 @@ mod tests {
     fn timeout_retries_the_latest_and_drift_redeploys_when_idle() {
         let mut c = Core::new(GateMode::Optimistic);
         c.on(t0(), Input::Endpoints(eps()));
-        c.on(t0(), Input::Render(Ok(r(1))));
+        c.on(t0(), Input::Bundle(Ok(r(1))));
         let a = c.on(t0(), Input::Fired(Timer::Deadline(1)));
         assert_eq!(deploys(&a), vec![(2, r(1).plan_id(), DeployKind::Normal)]);
-        c.on(t0(), Input::Render(Ok(r(2))));
+        c.on(t0(), Input::Bundle(Ok(r(2))));
         let a = c.on(t0(), Input::Fired(Timer::Deadline(2)));
         assert_eq!(deploys(&a), vec![(3, r(2).plan_id(), DeployKind::Normal)], "the latest, not the timed-out one");
         assert!(deploys(&c.on(t0(), Input::Fired(Timer::Drift))).is_empty(), "busy");
@@ -1100,7 +1113,7 @@ mod tests {
     fn stands_down_for_good() {
         let mut c = Core::new(GateMode::Optimistic);
         c.on(t0(), Input::Endpoints(eps()));
-        c.on(t0(), Input::Render(Ok(r(1))));
+        c.on(t0(), Input::Bundle(Ok(r(1))));
         let rep = DeploymentReport {
             plan: r(1).plan_id(),
             pods: vec![("p1".into(), PodOutcome::StoodDown("other holder".into()))],
@@ -1109,7 +1122,7 @@ mod tests {
         };
         c.on(t0(), Input::Finished(1, rep));
         assert!(c.stood_down());
-        assert!(deploys(&c.on(t0(), Input::Render(Ok(r(2))))).is_empty());
+        assert!(deploys(&c.on(t0(), Input::Bundle(Ok(r(2))))).is_empty());
         assert!(deploys(&c.on(t0(), Input::Fired(Timer::Drift))).is_empty());
     }
 
@@ -1117,8 +1130,8 @@ mod tests {
     fn render_errors_keep_the_last_render() {
         let mut c = Core::new(GateMode::Optimistic);
         c.on(t0(), Input::Endpoints(eps()));
-        c.on(t0(), Input::Render(Ok(r(1))));
-        c.on(t0(), Input::Render(Err("no haproxy.cfg".into())));
+        c.on(t0(), Input::Bundle(Ok(r(1))));
+        c.on(t0(), Input::Bundle(Err("no haproxy.cfg".into())));
         assert_eq!(c.render_error(), Some("no haproxy.cfg"));
         assert_eq!(c.target(), Some(r(1).plan_id()));
     }
@@ -1165,7 +1178,7 @@ mod tests {
         three.push(Endpoint { name: "p2".into(), url: "http://p2".into() });
         three.push(Endpoint { name: "p3".into(), url: "http://p3".into() });
         c.on(t0(), Input::Endpoints(three));
-        let a = c.on(t0(), Input::Render(Ok(r(1))));
+        let a = c.on(t0(), Input::Bundle(Ok(r(1))));
         // Three pods at two at once: two waves of 30 s.
         assert_eq!(arms(&a), vec![(Timer::Deadline(1), Duration::from_secs(60), Wake::Deadline)]);
         let a = c.on(t0(), Input::Fired(Timer::Deadline(1)));
@@ -1184,7 +1197,7 @@ mod tests {
     fn pods_left_behind_are_retried_with_a_doubling_backoff_capped_at_the_drift_interval() {
         let mut c = Core::with_timing(timing());
         c.on(t0(), Input::Endpoints(eps()));
-        c.on(t0(), Input::Render(Ok(r(1))));
+        c.on(t0(), Input::Bundle(Ok(r(1))));
         let failed = || report(r(1).plan_id(), vec![PodOutcome::Failed("down".into())]);
         let mut waits = Vec::new();
         for id in 1..=6 {
@@ -1212,7 +1225,7 @@ mod tests {
     fn a_failed_follow_up_brings_the_retry_forward_and_a_busy_drift_pass_waits() {
         let mut c = Core::with_timing(timing());
         c.on(t0(), Input::Endpoints(eps()));
-        c.on(t0(), Input::Render(Ok(r(1))));
+        c.on(t0(), Input::Bundle(Ok(r(1))));
         let pending = report(r(1).plan_id(), vec![PodOutcome::ReloadPending { mode: Mode::Reload, due_in_ms: 0 }]);
         let a = c.on(t0(), Input::Finished(1, pending));
         assert!(arms(&a).contains(&(Timer::Drift, Duration::from_secs(10), Wake::Drift)));
@@ -1228,7 +1241,7 @@ mod tests {
         c.on(t0(), Input::FollowUpEnded { end: done, still_running: 0 });
         assert_eq!(c.retry(), None);
         // A drift timer firing while a deployment runs waits another interval.
-        c.on(t0(), Input::Render(Ok(r(2))));
+        c.on(t0(), Input::Bundle(Ok(r(2))));
         assert_eq!(c.in_flight(), Some(2));
         let a = c.on(t0(), Input::Fired(Timer::Drift));
         assert!(deploys(&a).is_empty());
@@ -1239,14 +1252,14 @@ mod tests {
     fn new_tuning_applies_to_the_next_decisions() {
         let mut c = Core::with_timing(timing());
         c.on(t0(), Input::Endpoints(eps()));
-        c.on(t0(), Input::Render(Ok(r(1))));
+        c.on(t0(), Input::Bundle(Ok(r(1))));
         c.on(t0(), Input::Finished(1, ok(r(1).plan_id())));
         let pessimistic =
             Timing { gate: GateMode::Pessimistic, deployment_timeout: Duration::from_secs(5), ..timing() };
         assert!(c.on(t0(), Input::Tuning(pessimistic)).is_empty());
         assert_eq!(c.latch().mode, GateMode::Pessimistic);
         // Pessimistic now: the render waits for its verdict; the new deadline applies.
-        assert!(deploys(&c.on(t0(), Input::Render(Ok(r(2))))).is_empty());
+        assert!(deploys(&c.on(t0(), Input::Bundle(Ok(r(2))))).is_empty());
         let a = c.on(t0(), Input::Verdict(r(2), Verdict::Pass));
         assert_eq!(deploys(&a), vec![(2, r(2).plan_id(), DeployKind::Normal)]);
         assert!(arms(&a).contains(&(Timer::Deadline(2), Duration::from_secs(5), Wake::Deadline)));
@@ -1265,9 +1278,9 @@ mod driver_tests {
     use haptic_protocol::Fence;
 
     /// Waits for `go`, then yields `render` once.
-    struct AfterEndpoints(Option<tokio::sync::oneshot::Receiver<()>>, Option<Arc<Render>>);
-    impl RenderSource for AfterEndpoints {
-        fn next(&mut self) -> BoxFuture<'_, Option<RenderEvent>> {
+    struct AfterEndpoints(Option<tokio::sync::oneshot::Receiver<()>>, Option<Arc<Bundle>>);
+    impl BundleSource for AfterEndpoints {
+        fn next(&mut self) -> BoxFuture<'_, Option<BundleEvent>> {
             Box::pin(async move {
                 if let Some(go) = self.0.take() {
                     let _ = go.await;
@@ -1347,7 +1360,7 @@ mod driver_tests {
         ));
         // No `default-path config`: the gate refuses it without running HAProxy. Optimistic, it
         // is dispatched before the verdict, and the refusal has no last good render to revert to.
-        let render = Arc::new(Render::from_texts([("haproxy.cfg", "global\n")]).unwrap());
+        let render = Arc::new(Bundle::from_texts([("haproxy.cfg", "global\n")]).unwrap());
         let timing = Timing { deployment_timeout: Duration::from_secs(5), ..Timing::new(GateMode::Optimistic) };
         let checker = Checker::new("/nonexistent/haproxy", sync);
         let driver = Driver::new(timing, deployer, checker, board.clone(), metrics);

@@ -1,4 +1,4 @@
-//! The three seams Kubernetes mode swaps: render source, endpoint source, fence holder.
+//! The three seams Kubernetes mode swaps: bundle source, endpoint source, fence holder.
 //!
 //! Owns the traits only. The gate, diff, deployer, scheduler and status talk to these traits and
 //! must never learn which implementation runs; this module must never contain an implementation
@@ -10,15 +10,15 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use haptic_protocol::Fence;
 
-use crate::render::Render;
+use crate::bundle::Bundle;
 
 /// One render from a source, or why the source's current content is not a render.
-pub type RenderEvent = Result<Arc<Render>, String>;
+pub type BundleEvent = Result<Arc<Bundle>, String>;
 
 /// Where renders come from (a watched directory, or an `HAProxyConfig` and what it names).
-pub trait RenderSource: Send + 'static {
+pub trait BundleSource: Send + 'static {
     /// Waits for the next settled render. `None` means the source ended.
-    fn next(&mut self) -> BoxFuture<'_, Option<RenderEvent>>;
+    fn next(&mut self) -> BoxFuture<'_, Option<BundleEvent>>;
 }
 
 /// One agent to deploy to.

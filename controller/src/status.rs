@@ -11,8 +11,48 @@ use std::sync::Mutex;
 use haptic_protocol::{Fence, Mode, PendingReload, PlanId, StateResponse};
 use serde::{Deserialize, Serialize};
 
-use crate::deployer::DeploymentResult;
 use crate::gate::{GateMode, Latch, Refusal};
+
+/// How a deployment ended: the `result` label of `haptic_deployments_total` and the status's
+/// `last_deployment` (`success`, `partial`, `failed`, `stood_down`, `timeout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeploymentResult {
+    /// Every pod ACKed (or already ran the render).
+    Success,
+    /// Some pods ACKed, others did not.
+    Partial,
+    /// No pod ACKed.
+    Failed,
+    /// This controller stood down during it.
+    StoodDown,
+    /// The deployment timeout cancelled it.
+    Timeout,
+}
+
+impl DeploymentResult {
+    /// The label text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeploymentResult::Success => "success",
+            DeploymentResult::Partial => "partial",
+            DeploymentResult::Failed => "failed",
+            DeploymentResult::StoodDown => "stood_down",
+            DeploymentResult::Timeout => "timeout",
+        }
+    }
+
+    /// Whether some pods were left off the target (a retry with backoff follows).
+    pub fn left_pods_behind(self) -> bool {
+        matches!(self, DeploymentResult::Partial | DeploymentResult::Failed)
+    }
+}
+
+impl std::fmt::Display for DeploymentResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// Where a pod stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]

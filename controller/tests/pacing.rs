@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use haptic_controller::deployer::DeploymentResult;
+use haptic_controller::status::DeploymentResult;
 use haptic_e2e::pod::PodOpts;
 use haptic_e2e::wait::poll;
 use haptic_e2e::{free_port, on_each_version, HaproxyBin};

@@ -20,8 +20,9 @@ use kube::runtime::watcher;
 use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 
-use super::render::{ready, watch_into, Change, Changes, Named};
 use super::routes::Objects;
+use super::settle::Change;
+use super::watch::{ready, watch_into, Changes, Named};
 
 /// The reflectors, stopped when dropped.
 pub struct ClusterWatch {

@@ -2,7 +2,7 @@
 //! stores, the feeds (published renders and admitted pods) and the Events recorder.
 //!
 //! Owns [`Context`] and [`Names`] only. It must never start a task or decide anything: the
-//! watchers ([`super::render`], [`super::discovery`]), the status writer and the terms loop
+//! watchers ([`super::feed`], [`super::discovery`]), the status writer and the terms loop
 //! ([`super::run`]) each take a `Context`.
 
 use std::sync::Arc;
@@ -11,9 +11,9 @@ use kube::runtime::events::Recorder;
 use kube::{Api, Client};
 use tokio::sync::watch;
 
+use super::config_source::Stores;
 use super::crd::HAProxyConfig;
-use super::discovery::Discovered;
-use super::render::{Snapshot, Stores};
+use super::published::{Discovered, Snapshot};
 
 /// The names this replica works with.
 #[derive(Debug, Clone, PartialEq, Eq)]

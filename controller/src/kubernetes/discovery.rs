@@ -23,6 +23,7 @@ use tracing::{info, warn};
 
 use super::context::Context;
 use super::crd::{pod_selector, AgentSpec};
+use super::published::{Discovered, PodFacts, PodInfo};
 use crate::agent_tls::agent_url;
 use crate::client::{AgentClient, Credentials};
 use crate::metrics::Metrics;
@@ -119,30 +120,6 @@ pub fn secret_credentials(s: &Secret) -> Result<Credentials, String> {
     Ok(Credentials { user: get("username")?, password: get("password")? })
 }
 
-/// What discovery knows about an admitted pod (for status).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodInfo {
-    /// UID.
-    pub uid: String,
-    /// IP.
-    pub ip: String,
-    /// What the status shows of the pod besides its agent's answer.
-    pub facts: PodFacts,
-}
-
-/// What Kubernetes says of a pod, for the status (never for admission).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PodFacts {
-    /// The node it runs on.
-    pub node: Option<String>,
-    /// Its `Ready` condition (`None`: not reported yet).
-    pub ready: Option<bool>,
-    /// The condition's reason and message when not Ready.
-    pub not_ready_reason: Option<String>,
-    /// Restarts of all its containers.
-    pub restarts: i32,
-}
-
 /// The pure read of [`PodFacts`] from a pod object.
 pub fn pod_facts(pod: &Pod) -> PodFacts {
     let status = pod.status.as_ref();
@@ -162,17 +139,6 @@ pub fn pod_facts(pod: &Pod) -> PodFacts {
             .and_then(|s| s.container_statuses.as_ref())
             .map_or(0, |v| v.iter().map(|c| c.restart_count).sum()),
     }
-}
-
-/// What discovery publishes.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Discovered {
-    /// Admitted pods as endpoints (named by pod name), sorted.
-    pub endpoints: Vec<Endpoint>,
-    /// Pod facts by name.
-    pub pods: BTreeMap<String, PodInfo>,
-    /// Whether the credentials Secret was usable.
-    pub credentials_error: Option<String>,
 }
 
 /// A pod newly rejected (counted once per pod incarnation and reason).

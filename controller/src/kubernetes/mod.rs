@@ -7,16 +7,21 @@
 
 pub mod agent_tls;
 pub mod cluster;
+pub mod config_source;
 pub mod context;
 pub mod crd;
 pub mod deployed;
 pub mod discovery;
+pub mod feed;
 pub mod fence;
 pub mod gateway_status;
 pub mod ingress_status;
 pub mod lease;
 pub mod narrowing;
-pub mod render;
+pub mod published;
 pub mod routes;
 pub mod run;
+pub mod settle;
+pub mod snippet_check;
 pub mod status;
+pub mod watch;

@@ -60,7 +60,7 @@ pub fn object_versions(o: &super::routes::Objects) -> Versions {
 /// largest contributors ([`haptic_render::narrow::to_fit`]). The largest file the controller
 /// reads from a directory, and far below the agents' default request body limit (256 MiB), so a
 /// render that fits is one every agent with default settings accepts.
-pub const MAX_RENDER_BYTES: u64 = crate::render::MAX_FILE_BYTES;
+pub const MAX_RENDER_BYTES: u64 = crate::bundle::MAX_FILE_BYTES;
 
 /// The bytes each object adds to a render, by what it brings: a Secret its data (certificates,
 /// keys, users), an Ingress or an HTTPRoute its spec (its hosts, paths and rules become map

@@ -20,8 +20,8 @@ use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass, IngressLoadBalancerIngress};
 
+use super::config_source::{add_files, config_map_key, Lookup, SpecError};
 use super::crd::{HAProxyConfigSpec, RenderSpec};
-use super::render::{add_files, config_map_key, Lookup, RenderError};
 
 /// The cluster's objects render mode reads (all namespaces; Secrets only those Ingresses name).
 #[derive(Debug, Clone, Default)]
@@ -50,7 +50,7 @@ pub struct Objects {
 
 /// A render-mode render: the files, one verdict per served Ingress, and the slots to keep.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rendered {
+pub struct Routed {
     /// `haproxy.cfg`, maps, certificates and the spec's extra files.
     pub files: BTreeMap<RelPath, Vec<u8>>,
     /// One verdict per served Ingress, sorted.
@@ -60,7 +60,7 @@ pub struct Rendered {
 }
 
 /// The IngressClass `spec.render.ingressClassName` names, checked to be ours.
-pub fn class<'a>(r: &RenderSpec, objects: &'a Objects) -> Result<&'a IngressClass, RenderError> {
+pub fn class<'a>(r: &RenderSpec, objects: &'a Objects) -> Result<&'a IngressClass, SpecError> {
     named_class(
         ("ingressClassName", "IngressClass", INGRESS_CONTROLLER),
         r.ingress_class_name.as_deref(),
@@ -78,16 +78,16 @@ fn named_class<'a, T>(
     classes: &'a [Arc<T>],
     name_of: impl Fn(&T) -> Option<&str>,
     controller_of: impl Fn(&T) -> &str,
-) -> Result<&'a T, RenderError> {
-    let name = name.ok_or_else(|| RenderError::invalid(format!("spec.render needs {field}")))?;
+) -> Result<&'a T, SpecError> {
+    let name = name.ok_or_else(|| SpecError::invalid(format!("spec.render needs {field}")))?;
     let c = classes
         .iter()
         .find(|c| name_of(c) == Some(name))
         .map(|c| &**c)
-        .ok_or_else(|| RenderError::missing(format!("spec.render.{field}: {kind} {name} not found")))?;
+        .ok_or_else(|| SpecError::missing(format!("spec.render.{field}: {kind} {name} not found")))?;
     let controller = controller_of(c);
     if controller != ours {
-        return Err(RenderError::invalid(format!(
+        return Err(SpecError::invalid(format!(
             "spec.render.{field}: {kind} {name} names the controller {controller:?}, not {ours}"
         )));
     }
@@ -95,9 +95,9 @@ fn named_class<'a, T>(
 }
 
 /// The translator's settings from `spec.render`.
-pub fn settings(r: &RenderSpec) -> Result<Settings, RenderError> {
+pub fn settings(r: &RenderSpec) -> Result<Settings, SpecError> {
     let bind_address = r.bind_address.parse().map_err(|e| {
-        RenderError::invalid(format!("spec.render.bindAddress: {:?} is not an IP address ({e})", r.bind_address))
+        SpecError::invalid(format!("spec.render.bindAddress: {:?} is not an IP address ({e})", r.bind_address))
     })?;
     Ok(Settings {
         bind_address,
@@ -110,14 +110,14 @@ pub fn settings(r: &RenderSpec) -> Result<Settings, RenderError> {
 }
 
 /// The template and snippets from `spec.render` (the template from its ConfigMap).
-pub fn templates(r: &RenderSpec, l: &dyn Lookup) -> Result<Templates, RenderError> {
+pub fn templates(r: &RenderSpec, l: &dyn Lookup) -> Result<Templates, SpecError> {
     let main = match &r.template {
         None => None,
         Some(t) => {
             let k = &t.config_map_key_ref;
             let bytes = config_map_key(l, &k.name, &k.key, "spec.render.template.configMapKeyRef")?;
             Some(String::from_utf8(bytes).map_err(|_| {
-                RenderError::invalid(format!("spec.render.template: ConfigMap {} key {:?} is not UTF-8", k.name, k.key))
+                SpecError::invalid(format!("spec.render.template: ConfigMap {} key {:?} is not UTF-8", k.name, k.key))
             })?)
         }
     };
@@ -168,8 +168,8 @@ pub fn render(
     previous: &SlotMap,
     refused_snippets: &BTreeMap<String, String>,
     excluded: &BTreeMap<haptic_render::ObjectRef, String>,
-) -> Result<Rendered, RenderError> {
-    let r = spec.render.as_ref().ok_or_else(|| RenderError::invalid("spec.render is not set".into()))?;
+) -> Result<Routed, SpecError> {
+    let r = spec.render.as_ref().ok_or_else(|| SpecError::invalid("spec.render is not set".into()))?;
     let class = class(r, objects)?.clone();
     let input = IngressInput {
         class,
@@ -185,21 +185,21 @@ pub fn render(
         sharing: r.ingress.host_sharing.into(),
     };
     let out = haptic_render::render(&input, &templates(r, l)?)
-        .map_err(|e| RenderError::invalid(format!("spec.render: {e}")))?;
+        .map_err(|e| SpecError::invalid(format!("spec.render: {e}")))?;
     let mut files = BTreeMap::new();
     for (p, b) in out.files {
-        let path = RelPath::new(&p).map_err(|e| RenderError::invalid(format!("rendered path {p:?}: {e}")))?;
+        let path = RelPath::new(&p).map_err(|e| SpecError::invalid(format!("rendered path {p:?}: {e}")))?;
         files.insert(path, b);
     }
     add_files(spec, l, &mut files)?;
-    Ok(Rendered { files, verdicts: out.verdicts, slots: out.slots })
+    Ok(Routed { files, verdicts: out.verdicts, slots: out.slots })
 }
 
 /// The first bind port a Gateway listener port gets (each (Gateway, port) its own, kept).
 pub const GATEWAY_FIRST_BIND_PORT: u16 = 20000;
 
 /// The GatewayClass `spec.render.gatewayClassName` names, checked to exist and be ours.
-pub fn gateway_class<'a>(r: &RenderSpec, objects: &'a Objects) -> Result<&'a GatewayClass, RenderError> {
+pub fn gateway_class<'a>(r: &RenderSpec, objects: &'a Objects) -> Result<&'a GatewayClass, SpecError> {
     named_class(
         ("gatewayClassName", "GatewayClass", GATEWAY_CONTROLLER),
         r.gateway_class_name.as_deref(),
@@ -236,8 +236,8 @@ pub fn render_gateway(
     previous: &SlotMap,
     namespace: &str,
     excluded: &BTreeMap<haptic_render::ObjectRef, String>,
-) -> Result<(Rendered, GatewayOutput), RenderError> {
-    let r = spec.render.as_ref().ok_or_else(|| RenderError::invalid("spec.render is not set".into()))?;
+) -> Result<(Routed, GatewayOutput), SpecError> {
+    let r = spec.render.as_ref().ok_or_else(|| SpecError::invalid("spec.render is not set".into()))?;
     let class = gateway_class(r, objects)?;
     let s = settings(r)?;
     let input = GatewayInput {
@@ -264,14 +264,14 @@ pub fn render_gateway(
         excluded: excluded.clone(),
     };
     let (out, status) = haptic_render::render_gateway(&input, &templates(r, l)?)
-        .map_err(|e| RenderError::invalid(format!("spec.render: {e}")))?;
+        .map_err(|e| SpecError::invalid(format!("spec.render: {e}")))?;
     let mut files = BTreeMap::new();
     for (p, b) in out.files {
-        let path = RelPath::new(&p).map_err(|e| RenderError::invalid(format!("rendered path {p:?}: {e}")))?;
+        let path = RelPath::new(&p).map_err(|e| SpecError::invalid(format!("rendered path {p:?}: {e}")))?;
         files.insert(path, b);
     }
     add_files(spec, l, &mut files)?;
-    Ok((Rendered { files, verdicts: out.verdicts, slots: out.slots }, status))
+    Ok((Routed { files, verdicts: out.verdicts, slots: out.slots }, status))
 }
 
 /// The slot maps of recent renders, newest last, so the next render keeps every endpoint in the

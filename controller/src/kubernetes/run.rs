@@ -19,18 +19,21 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::agent_tls;
+use super::config_source::Stores;
 use super::context::{Context, Names};
 use super::crd::{parse_duration, GateSpec, HAProxyConfig};
-use super::discovery::{discover, Discovered, FeedEndpoints};
+use super::discovery::{discover, FeedEndpoints};
+use super::feed::{watch_config, FeedBundles};
 use super::fence::LeaseFence;
 use super::lease::{Elector, LeaseTiming};
-use super::render::{watch_renders, FeedRenderSource, Snapshot, Stores};
+use super::published::{Discovered, Snapshot};
 use super::status;
 use crate::admin::{self, AdminState};
-use crate::app::{Running, Settings, Shared, Tuning};
+use crate::app::{Running, Settings, Shared};
 use crate::client::Credentials;
 use crate::error::Error;
 use crate::gate::GateMode;
+use crate::scheduler::Tuning;
 
 /// Kubernetes-mode settings.
 #[derive(Debug, Clone)]
@@ -49,7 +52,7 @@ pub struct KubernetesSettings {
     /// Lease timing.
     pub timing: LeaseTiming,
     /// Quiet windows after a change before rendering.
-    pub settle: super::render::Settle,
+    pub settle: super::settle::Settle,
     /// TLS towards the agents (`None`: plain HTTP).
     pub agent_tls: Option<AgentTlsSettings>,
 }
@@ -133,7 +136,7 @@ pub async fn start_kubernetes(s: KubernetesSettings, client: Client) -> Result<R
             shutdown.clone(),
         )));
     }
-    tasks.push(tokio::spawn(watch_renders(ctx.clone(), config_writer, snap_tx, s.settle, shutdown.clone())));
+    tasks.push(tokio::spawn(watch_config(ctx.clone(), config_writer, snap_tx, s.settle, shutdown.clone())));
     tasks.push(tokio::spawn(discover(
         ctx.clone(),
         shared.client.clone(),
@@ -243,7 +246,7 @@ impl Terms {
             info!(identity = %ctx.names.identity, epoch, config = %ctx.names.config, "leading: starting a deployment term");
             let running = match crate::app::start_with(
                 self.common.clone(),
-                Box::new(FeedRenderSource::new(ctx.snapshots.clone())),
+                Box::new(FeedBundles::new(ctx.snapshots.clone())),
                 Box::new(FeedEndpoints::new(ctx.discovered.clone())),
                 self.fence.clone(),
                 self.shared.clone(),

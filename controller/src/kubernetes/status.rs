@@ -18,8 +18,8 @@ use tracing::warn;
 
 use super::context::Context;
 use super::crd::{GateStatusField, HAProxyConfig, HAProxyConfigStatus, LeaderField, PodStatusField};
-use super::discovery::Discovered;
-use super::render::Snapshot;
+use super::published::Discovered;
+use super::published::Snapshot;
 use crate::status::{FleetStatus, Phase};
 
 /// The smallest gap between two status writes.
@@ -51,7 +51,7 @@ pub fn build(fleet: &FleetStatus, snap: &Snapshot, disc: &Discovered) -> HAProxy
             crate::gate::GateMode::Pessimistic => "pessimistic",
         }
     };
-    let render_err = snap.render.as_ref().and_then(|r| r.as_ref().err());
+    let render_err = snap.bundle.as_ref().and_then(|r| r.as_ref().err());
     let latest_refused = fleet.gate.pinned && gate_refused.is_some();
     let validated = match (render_err, latest_refused) {
         (Some(e), _) => condition("Validated", false, e.reason, &e.message, generation),

@@ -1,4 +1,4 @@
-//! A directory as a render source: each settled change of `--config-dir` is one render.
+//! A directory as a bundle source ([`ConfigDir`]): each settled change of `--config-dir` is one render.
 //!
 //! Owns watching (inotify through `notify`, plus a slow poll as a safety net), debouncing and
 //! the settle rule: a render is read only after the directory has been quiet for the settle
@@ -16,11 +16,11 @@ use haptic_protocol::PlanId;
 use notify::Watcher as _;
 use tokio::sync::mpsc;
 
-use crate::render::{self, is_ignored_name};
-use crate::seams::{RenderEvent, RenderSource};
+use crate::bundle::{self, is_ignored_name};
+use crate::seams::{BundleEvent, BundleSource};
 
 /// Watches a directory and yields settled renders.
-pub struct DirRenderSource {
+pub struct ConfigDir {
     dir: PathBuf,
     settle: Duration,
     poll: Duration,
@@ -29,9 +29,9 @@ pub struct DirRenderSource {
     last: Option<Result<PlanId, String>>,
 }
 
-impl std::fmt::Debug for DirRenderSource {
+impl std::fmt::Debug for ConfigDir {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DirRenderSource").field("dir", &self.dir).field("settle", &self.settle).finish()
+        f.debug_struct("ConfigDir").field("dir", &self.dir).field("settle", &self.settle).finish()
     }
 }
 
@@ -46,7 +46,7 @@ fn relevant(dir: &Path, ev: &notify::Event) -> bool {
     })
 }
 
-impl DirRenderSource {
+impl ConfigDir {
     /// Watches `dir`; `settle` is the quiet window before a change is read.
     pub fn new(dir: &Path, settle: Duration) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -74,7 +74,7 @@ impl DirRenderSource {
         } else {
             settle.max(Duration::from_millis(200))
         };
-        DirRenderSource { dir, settle, poll, events: rx, _watcher: watcher, last: None }
+        ConfigDir { dir, settle, poll, events: rx, _watcher: watcher, last: None }
     }
 
     fn drain(&mut self) -> bool {
@@ -96,7 +96,7 @@ impl DirRenderSource {
         }
     }
 
-    async fn next_render(&mut self) -> Option<RenderEvent> {
+    async fn next_render(&mut self) -> Option<BundleEvent> {
         let mut first = self.last.is_none();
         loop {
             if !first {
@@ -106,13 +106,13 @@ impl DirRenderSource {
             first = false;
             self.settle().await;
             let dir = self.dir.clone();
-            let loaded = tokio::task::spawn_blocking(move || render::load_dir(&dir)).await;
+            let loaded = tokio::task::spawn_blocking(move || bundle::load_dir(&dir)).await;
             if self.drain() {
                 // Something changed while reading: not settled, read again.
                 first = true;
                 continue;
             }
-            let ev: RenderEvent = match loaded {
+            let ev: BundleEvent = match loaded {
                 Ok(Ok(r)) => Ok(Arc::new(r)),
                 Ok(Err(e)) => Err(e.to_string()),
                 Err(e) => Err(format!("reading the render failed: {e}")),
@@ -127,8 +127,8 @@ impl DirRenderSource {
     }
 }
 
-impl RenderSource for DirRenderSource {
-    fn next(&mut self) -> BoxFuture<'_, Option<RenderEvent>> {
+impl BundleSource for ConfigDir {
+    fn next(&mut self) -> BoxFuture<'_, Option<BundleEvent>> {
         self.next_render().boxed()
     }
 }
@@ -144,7 +144,7 @@ mod tests {
     async fn settled_changes_only() {
         let d = tempfile::tempdir().unwrap();
         std::fs::write(d.path().join("haproxy.cfg"), "global\n").unwrap();
-        let mut src = DirRenderSource::new(d.path(), Duration::from_millis(150));
+        let mut src = ConfigDir::new(d.path(), Duration::from_millis(150));
         let first = src.next().await.unwrap().unwrap();
         assert_eq!(first.cfg_text(), "global\n");
 

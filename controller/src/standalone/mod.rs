@@ -9,7 +9,7 @@ pub mod endpoints;
 pub mod epoch;
 pub mod start;
 
-pub use dir::DirRenderSource;
+pub use dir::ConfigDir;
 pub use endpoints::StaticEndpoints;
 pub use epoch::EpochFile;
 pub use start::{start_standalone, StandaloneSettings};

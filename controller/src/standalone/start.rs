@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tracing::info;
 
-use super::{DirRenderSource, EpochFile, StaticEndpoints};
+use super::{ConfigDir, EpochFile, StaticEndpoints};
 use crate::app::{Running, Settings};
 use crate::error::Error;
 use crate::seams::FenceHolder;
@@ -42,13 +42,13 @@ pub fn default_state_dir(config_dir: &Path) -> PathBuf {
 /// Starts a standalone controller: the config dir, the `--agent` list and the epoch file.
 pub async fn start_standalone(s: StandaloneSettings) -> Result<Running, Error> {
     if !s.config_dir.is_dir() {
-        let e = Error::Render { dir: s.config_dir.clone(), why: "not a directory".into() };
+        let e = Error::ConfigDir { dir: s.config_dir.clone(), why: "not a directory".into() };
         return Err(Error::flag("--config-dir")(e));
     }
     let endpoints = StaticEndpoints::new(&s.agents).map_err(|e| Error::flag("--agent")(Error::Client(e)))?;
     let state_dir = s.state_dir.clone().unwrap_or_else(|| default_state_dir(&s.config_dir));
     let fence = Arc::new(EpochFile::open(&state_dir, s.identity.clone()).map_err(Error::flag("--state-dir"))?);
     info!(state = %fence.path().display(), identity = %fence.identity(), epoch = fence.epoch(), "claimed a new fence term");
-    let renders = DirRenderSource::new(&s.config_dir, s.settle);
+    let renders = ConfigDir::new(&s.config_dir, s.settle);
     crate::app::start(s.common, Box::new(renders), Box::new(endpoints), fence).await
 }

@@ -11,9 +11,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use haptic_controller::app::{Running, Settings};
+use haptic_controller::bundle::{load_dir, Bundle};
 use haptic_controller::client::{AgentClient, Credentials};
 use haptic_controller::gate::GateMode;
-use haptic_controller::render::{load_dir, Render};
 use haptic_controller::seams::Endpoint;
 use haptic_controller::standalone::{start_standalone, StandaloneSettings};
 use haptic_controller::status::FleetStatus;
@@ -117,7 +117,7 @@ impl Fleet {
 }
 
 /// A render's files, written into a directory atomically per file (write `.tmp`, rename).
-pub fn write_render(dir: &Path, files: &[(&str, String)]) -> Render {
+pub fn write_render(dir: &Path, files: &[(&str, String)]) -> Bundle {
     for (p, body) in files {
         let target = dir.join(p);
         std::fs::create_dir_all(target.parent().unwrap()).unwrap();

@@ -1,9 +1,11 @@
-//! Renders: one complete desired file set (`haproxy.cfg` plus aux files) with its plan id.
+//! Bundles: one complete desired file set (`haproxy.cfg` plus aux files) with its plan id —
+//! what the controller deploys (a "render" in the docs and logs).
 //!
-//! Owns the [`Render`] value, reading a render from a directory (dotfiles, `.tmp`, `~` and
-//! swap files are not part of a render), and the parsed form of a render's config that the
-//! gate and the plan diff share ([`CfgIndex`], [`diff_cfg_cached`]). It must never watch, debounce or decide when a render
-//! is complete — that is [`crate::source`]'s job — and never write into the directory.
+//! Owns the [`Bundle`] value, reading a bundle from a directory (dotfiles, `.tmp`, `~` and
+//! swap files are not part of a bundle), and the parsed form of a bundle's config that the
+//! gate and the plan diff share ([`CfgIndex`], [`diff_cfg_cached`]). It must never watch,
+//! debounce or decide when a bundle is complete — that is the [`crate::seams::BundleSource`]'s
+//! job — and never write into the directory.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -20,7 +22,7 @@ pub const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
 
 /// One immutable desired state: every file's bytes, the manifest and the plan id.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Render {
+pub struct Bundle {
     files: BTreeMap<RelPath, Arc<Vec<u8>>>,
     manifest: Vec<FileEntry>,
     plan_id: PlanId,
@@ -73,13 +75,13 @@ pub fn diff_cfg_cached(old_text: &str, old: &CfgIndex, new_text: &str, new: &Cfg
     diff
 }
 
-impl fmt::Debug for Render {
+impl fmt::Debug for Bundle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Render").field("plan_id", &self.plan_id).field("files", &self.files.len()).finish()
+        f.debug_struct("Bundle").field("plan_id", &self.plan_id).field("files", &self.files.len()).finish()
     }
 }
 
-impl Render {
+impl Bundle {
     /// Builds a render from files; refuses a set without `haproxy.cfg` or with a non-UTF-8 config.
     pub fn new(files: BTreeMap<RelPath, Vec<u8>>) -> Result<Self, String> {
         let cfg = files.get(&RelPath::haproxy_cfg()).ok_or("the render has no haproxy.cfg")?;
@@ -92,7 +94,7 @@ impl Render {
             .collect();
         let plan_id = plan_id(&manifest).map_err(|e| e.to_string())?;
         let files = files.into_iter().map(|(p, b)| (p, Arc::new(b))).collect();
-        Ok(Render { files, manifest, plan_id, cfg_index: CfgIndex::default() })
+        Ok(Bundle { files, manifest, plan_id, cfg_index: CfgIndex::default() })
     }
 
     /// Builds a render from `(path, text)` pairs; for tests and tools.
@@ -165,14 +167,14 @@ pub fn is_ignored_name(name: &str) -> bool {
 }
 
 /// Reads a render from a directory: every regular file below it, except ignored names.
-pub fn load_dir(dir: &Path) -> Result<Render, Error> {
+pub fn load_dir(dir: &Path) -> Result<Bundle, Error> {
     let mut files = BTreeMap::new();
     walk(dir, dir, 0, &mut files)?;
-    Render::new(files).map_err(|why| Error::Render { dir: dir.to_path_buf(), why })
+    Bundle::new(files).map_err(|why| Error::ConfigDir { dir: dir.to_path_buf(), why })
 }
 
 fn walk(root: &Path, dir: &Path, depth: usize, out: &mut BTreeMap<RelPath, Vec<u8>>) -> Result<(), Error> {
-    let render_err = |why: String| Error::Render { dir: root.to_path_buf(), why };
+    let render_err = |why: String| Error::ConfigDir { dir: root.to_path_buf(), why };
     if depth > haptic_protocol::path::MAX_DEPTH {
         return Err(render_err(format!("{} is nested too deep", dir.display())));
     }
@@ -242,7 +244,7 @@ mod tests {
     fn refuses_missing_cfg_and_bad_names() {
         let d = tempfile::tempdir().unwrap();
         std::fs::write(d.path().join("x.map"), "a b\n").unwrap();
-        assert!(matches!(load_dir(d.path()), Err(Error::Render { .. })));
+        assert!(matches!(load_dir(d.path()), Err(Error::ConfigDir { .. })));
         std::fs::write(d.path().join("haproxy.cfg"), "global\n").unwrap();
         std::fs::write(d.path().join("bad name.map"), "a b\n").unwrap();
         let e = load_dir(d.path()).unwrap_err().to_string();
