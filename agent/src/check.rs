@@ -1,10 +1,12 @@
 //! `haproxy -c` of a staged tree with the pod's own binary, contained.
 //!
-//! Owns running the check through [`haptic_sandbox`] (cleared environment, the tree directory as
+//! Owns running the check through [`haptic_sandbox`] (an environment of only the pod's own
+//! variables, [`haproxy_env`], the tree directory as
 //! working directory so relative paths under `default-path config` resolve, stdin null, bounded
 //! time and output, and where the kernel has Landlock nothing readable outside the tree and the
 //! allowed prefixes) and reading its outcome through `haptic_haproxy::check_output::summarize`. It must never modify the tree or talk to the running HAProxy.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -25,16 +27,19 @@ pub struct CheckFailed {
 /// Runs `<bin> -c -f haproxy.cfg` contained in `tree_dir`, which (with the `allowed` path
 /// prefixes) is all it may read, and may run programs only from the binary's directory, `exec`
 /// and the system's; `Ok` only on exit code 0, with HAProxy's warnings (a valid config may still
-/// have some) as `file line N: message`.
+/// have some) as `file line N: message`. The check sees `env` (see [`haproxy_env`]) and a fixed
+/// `PATH`, nothing else.
 pub async fn check_tree(
     bin: &Path,
     tree_dir: &Path,
     allowed: &[String],
     exec: &[PathBuf],
+    env: &[(OsString, OsString)],
 ) -> Result<Vec<String>, CheckFailed> {
     let mut run = haptic_sandbox::Run::check(bin, tree_dir, "haproxy.cfg", CHECK_TIMEOUT);
     run.extra_read = allowed.iter().map(PathBuf::from).collect();
     run.extra_exec = exec.to_vec();
+    run.env = env.to_vec();
     let failed = |output: String| CheckFailed { output };
     let out = match tokio::task::spawn_blocking(move || haptic_sandbox::run(run)).await {
         Err(e) => return Err(failed(format!("the check task failed: {e}"))),
@@ -50,6 +55,19 @@ pub async fn check_tree(
         .into_result()
         .map(|warnings| warnings.iter().map(ToString::to_string).collect())
         .map_err(failed)
+}
+
+/// The variables a check of the pod's config gets: the pod's environment as the agent has it (a
+/// config may name them, `bind "${ADDR}"`, and the HAProxy beside the agent has the same pod
+/// variables), without the agent's own `HAPTIC_*` settings and without `PATH` (the check's is
+/// fixed).
+pub fn haproxy_env(vars: impl IntoIterator<Item = (OsString, OsString)>) -> Vec<(OsString, OsString)> {
+    vars.into_iter()
+        .filter(|(k, _)| {
+            let k = k.as_encoded_bytes();
+            k != b"PATH" && !k.starts_with(b"HAPTIC_")
+        })
+        .collect()
 }
 
 /// Best-effort pre-check of the TCP ports a reload of `new_cfg` would newly bind (ports
@@ -113,11 +131,36 @@ mod tests {
         };
         for bin in haptic_e2e::haproxy_bins() {
             std::fs::write(tree.join("haproxy.cfg"), cfg(&secret.display().to_string())).unwrap();
-            let e = check_tree(&bin.path, &tree, &[], &[]).await.unwrap_err();
+            let e = check_tree(&bin.path, &tree, &[], &[], &[]).await.unwrap_err();
             assert!(e.output.contains("[ALERT]") && !e.output.contains("s3cr3t"), "{}: {}", bin.label(), e.output);
             std::fs::write(tree.join("haproxy.cfg"), cfg("acl/ips.lst")).unwrap();
-            assert_eq!(check_tree(&bin.path, &tree, &[], &[]).await, Ok(vec![]), "{}", bin.label());
+            assert_eq!(check_tree(&bin.path, &tree, &[], &[], &[]).await, Ok(vec![]), "{}", bin.label());
         }
+    }
+
+    /// On every HAProxy version: a config binding an address from an environment variable
+    /// passes only when the check is given that variable (as the HAProxy that loads it has it).
+    #[tokio::test]
+    async fn the_check_sees_the_variables_it_is_given() {
+        let tree = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let cfg = "defaults\n    mode http\n    timeout connect 1s\n    timeout client 1s\n    \
+                   timeout server 1s\nfrontend f\n    bind \"127.0.0.1:${FRONT_PORT}\"\n";
+        std::fs::write(tree.path().join("haproxy.cfg"), cfg).unwrap();
+        let env = haproxy_env([("FRONT_PORT".into(), port.to_string().into())]);
+        for bin in haptic_e2e::haproxy_bins() {
+            let e = check_tree(&bin.path, tree.path(), &[], &[], &[]).await.unwrap_err();
+            assert!(e.output.contains("[ALERT]"), "{}: {}", bin.label(), e.output);
+            assert_eq!(check_tree(&bin.path, tree.path(), &[], &[], &env).await, Ok(vec![]), "{}", bin.label());
+        }
+    }
+
+    #[test]
+    fn the_check_gets_the_pods_variables_but_not_the_agents_settings_or_path() {
+        let vars = [("PORT", "8443"), ("HAPTIC_TOKEN", "t"), ("PATH", "/x"), ("POD_NAME", "p"), ("HAPTICX", "y")];
+        let env = haproxy_env(vars.iter().map(|(k, v)| (OsString::from(k), OsString::from(v))));
+        let names: Vec<&str> = env.iter().map(|(k, _)| k.to_str().unwrap()).collect();
+        assert_eq!(names, ["PORT", "POD_NAME", "HAPTICX"]);
     }
 
     #[test]

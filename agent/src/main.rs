@@ -69,6 +69,7 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
         pod: a.pod_name.clone().unwrap_or_else(|| a.root.display().to_string()),
         bind_precheck: a.bind_precheck,
         check_exec: a.check_exec_path.clone(),
+        check_env: haptic_agent::check::haproxy_env(std::env::vars_os()),
         path_policy: haptic_haproxy::paths::PathPolicy {
             allowed: a.allow_path.clone(),
             socket_dir: a

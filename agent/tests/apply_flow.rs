@@ -123,6 +123,24 @@ async fn apply_flow(bin: HaproxyBin) {
     println!("{label}: apply flow ok");
 }
 
+on_each_version!(the_pods_variables_reach_the_check);
+/// A config that binds its frontend from a pod variable (`bind "127.0.0.1:${FRONT_PORT}"`, the
+/// variable set for HAProxy and the agent alike) passes the agent's contained `haproxy -c`, is
+/// reloaded and serves: the check sees the pod's environment as the HAProxy beside it does.
+async fn the_pods_variables_reach_the_check(bin: HaproxyBin) {
+    let label = bin.label();
+    let fe = port();
+    let opts = haptic_e2e::pod::PodOpts { env: vec![("FRONT_PORT".into(), fe.to_string())], ..Default::default() };
+    let pod = pod_with(&bin, opts).await;
+    let a = backend("A").await;
+    let text = cfg(pod.health_bind(), fe, &[("s1", a.port)], "")
+        .replace(&format!("bind 127.0.0.1:{fe}\n"), "bind \"127.0.0.1:${FRONT_PORT}\"\n");
+    assert!(text.contains("${FRONT_PORT}"), "{text}");
+    let ack = apply_ok(&pod, &request((1, 1), None, Mode::Reload, &only_cfg(&text), |_| true, vec![])).await;
+    assert_eq!(ack["reload"]["state"], "done", "{label}: {ack}");
+    wait_body(std::net::SocketAddr::from(([127, 0, 0, 1], fe)), "/", "A").await;
+}
+
 on_each_version!(fences_survive_kill_9);
 async fn fences_survive_kill_9(bin: HaproxyBin) {
     let label = bin.label();

@@ -783,7 +783,10 @@ fn daemonset_mode_with_host_network_and_every_extension_point() {
     );
     let agent = container(pod, "agent");
     assert_eq!(mounts(agent).get("geoip").map(String::as_str), Some("/geoip"));
-    assert!(agent["env"].as_array().unwrap().iter().any(|e| e["name"] == "AGENT_EXTRA"));
+    let agent_env: Vec<&Value> = agent["env"].as_array().unwrap().iter().map(|e| &e["name"]).collect();
+    assert!(agent_env.contains(&&json!("AGENT_EXTRA")), "{agent_env:?}");
+    // HAProxy's variables reach the agent too: its haproxy -c of a config naming them sees them.
+    assert!(agent_env.contains(&&json!("HAPROXY_EXTRA")), "{agent_env:?}");
     assert_eq!(agent["lifecycle"]["preStop"]["exec"]["command"], json!(["sleep", "1"]));
     assert_eq!(container(pod, "logger")["image"], "busybox:1.36");
     let ctl = one(&objs, "Deployment", "-controller");

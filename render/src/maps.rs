@@ -39,7 +39,7 @@ use std::collections::BTreeMap;
 
 use haptic_haproxy::quote::{map_line, regex_literal, Inexpressible};
 
-use crate::model::{HostMatch, Model, PathKind, NOT_FOUND_RULE};
+use crate::model::{GatewayRouting, HostMatch, Model, PathKind, NOT_FOUND_RULE};
 
 /// What ends a host id in the regex map's keys and lookup strings; no host id holds it.
 pub const REGEX_DELIM: char = '~';
@@ -119,8 +119,30 @@ pub fn build(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, Inexpressible> 
     exact.sort();
     suffixes.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(&b.0)));
     let mut out = BTreeMap::new();
-    let lines =
-        |v: &[(String, String)]| -> Result<String, Inexpressible> { v.iter().map(|(k, r)| map_line(k, r)).collect() };
+    rule_maps(model, &mut out)?;
+    out.insert("maps/hosts.map".to_string(), hosts.into_bytes());
+    out.insert("maps/wildcards.map".to_string(), wild.into_bytes());
+    out.insert("maps/paths_exact.map".to_string(), lines(&exact)?.into_bytes());
+    out.insert("maps/paths_prefix.map".to_string(), lines(&prefix)?.into_bytes());
+    out.insert("maps/paths_regex.map".to_string(), lines(&regex)?.into_bytes());
+    let mut pt = String::new();
+    for p in &model.passthrough {
+        pt.push_str(&map_line(&p.host, &p.backend)?);
+    }
+    out.insert("maps/passthrough.map".to_string(), pt.into_bytes());
+    if let Some(g) = &model.gateway {
+        gateway_maps(g, &suffixes, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// The map lines of `v`'s (key, value) pairs.
+fn lines(v: &[(String, String)]) -> Result<String, Inexpressible> {
+    v.iter().map(|(k, r)| map_line(k, r)).collect()
+}
+
+/// The per-rule maps: each rule's backend, policy, rewrite and canary parts.
+fn rule_maps(model: &Model, out: &mut BTreeMap<String, Vec<u8>>) -> Result<(), Inexpressible> {
     let mut rules = String::new();
     let mut policies = String::new();
     let mut rewrites = String::new();
@@ -141,40 +163,37 @@ pub fn build(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, Inexpressible> 
             rewrites.push_str(&map_line(&r.id, w)?);
         }
     }
-    out.insert("maps/hosts.map".to_string(), hosts.into_bytes());
-    out.insert("maps/wildcards.map".to_string(), wild.into_bytes());
-    out.insert("maps/paths_exact.map".to_string(), lines(&exact)?.into_bytes());
-    out.insert("maps/paths_prefix.map".to_string(), lines(&prefix)?.into_bytes());
-    out.insert("maps/paths_regex.map".to_string(), lines(&regex)?.into_bytes());
     out.insert("maps/rules.map".to_string(), rules.into_bytes());
     out.insert("maps/rewrites.map".to_string(), rewrites.into_bytes());
     out.insert("maps/canaries.map".to_string(), canaries.into_bytes());
-    let mut pt = String::new();
-    for p in &model.passthrough {
-        pt.push_str(&map_line(&p.host, &p.backend)?);
-    }
-    out.insert("maps/passthrough.map".to_string(), pt.into_bytes());
     out.insert("maps/canary_backends.map".to_string(), canary_be.into_bytes());
     out.insert("maps/main_backends.map".to_string(), main_be.into_bytes());
     out.insert("maps/policies.map".to_string(), policies.into_bytes());
-    if let Some(g) = &model.gateway {
-        out.insert("maps/suffixes.map".to_string(), lines(&suffixes)?.into_bytes());
-        let ports: String =
-            g.ports.iter().map(|(b, l)| map_line(&b.to_string(), &l.to_string())).collect::<Result<_, _>>()?;
-        out.insert("maps/ports.map".to_string(), ports.into_bytes());
-        let (mut exact, mut suffix) = (String::new(), Vec::new());
-        for (port, host, id) in &g.tls_listeners {
-            match host {
-                Some(HostMatch::Exact(h)) => exact.push_str(&map_line(&format!("{h}@{port}"), id)?),
-                Some(HostMatch::Suffix(s)) => suffix.push((format!("{s}@{port}"), id.clone())),
-                _ => exact.push_str(&map_line(&format!("@{port}"), id)?),
-            }
+    Ok(())
+}
+
+/// The Gateway API maps: host suffixes, bind port → listener port, and the TLS listeners.
+fn gateway_maps(
+    g: &GatewayRouting,
+    suffixes: &[(String, String)],
+    out: &mut BTreeMap<String, Vec<u8>>,
+) -> Result<(), Inexpressible> {
+    out.insert("maps/suffixes.map".to_string(), lines(suffixes)?.into_bytes());
+    let ports: String =
+        g.ports.iter().map(|(b, l)| map_line(&b.to_string(), &l.to_string())).collect::<Result<_, _>>()?;
+    out.insert("maps/ports.map".to_string(), ports.into_bytes());
+    let (mut exact, mut suffix) = (String::new(), Vec::new());
+    for (port, host, id) in &g.tls_listeners {
+        match host {
+            Some(HostMatch::Exact(h)) => exact.push_str(&map_line(&format!("{h}@{port}"), id)?),
+            Some(HostMatch::Suffix(s)) => suffix.push((format!("{s}@{port}"), id.clone())),
+            _ => exact.push_str(&map_line(&format!("@{port}"), id)?),
         }
-        suffix.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(&b.0)));
-        out.insert("maps/listeners.map".to_string(), exact.into_bytes());
-        out.insert("maps/listener_suffixes.map".to_string(), lines(&suffix)?.into_bytes());
     }
-    Ok(out)
+    suffix.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(&b.0)));
+    out.insert("maps/listeners.map".to_string(), exact.into_bytes());
+    out.insert("maps/listener_suffixes.map".to_string(), lines(&suffix)?.into_bytes());
+    Ok(())
 }
 
 #[cfg(test)]

@@ -139,97 +139,8 @@ struct ServerView {
 }
 
 fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderError> {
-    let certs: Vec<String> =
-        model.certs.iter().map(|c| config_arg(&c.path).map(|p| format!("crt {p}"))).collect::<Result<_, _>>()?;
-    let mut frontends = Vec::new();
-    // With passthrough hosts, a `mode tcp` frontend takes the TLS binds and routes by SNI; the
-    // other connections go on, through an abstract socket, to the TLS-terminating frontend.
-    let mut passthrough: Option<PassthroughView> =
-        (!model.passthrough.is_empty()).then(|| PassthroughView { binds: vec![], terminate: None });
-    for f in &model.frontends {
-        let mut binds = Vec::new();
-        for b in &f.binds {
-            let addr = std::net::SocketAddr::new(b.address, b.port).to_string();
-            let mut s = config_arg(&addr)?;
-            if b.tls {
-                if let Some(pt) = passthrough.as_mut() {
-                    pt.binds.push(s);
-                    if certs.is_empty() {
-                        continue;
-                    }
-                    let inner = config_arg(&format!("abns@haptic-https-{addr}"))?;
-                    pt.terminate = Some(inner.clone());
-                    s = format!("{inner} accept-proxy");
-                }
-                s.push_str(" ssl ");
-                if b.certs.is_empty() {
-                    s.push_str(&certs.join(" "));
-                } else {
-                    let own: Vec<String> =
-                        b.certs.iter().map(|p| config_arg(p).map(|p| format!("crt {p}"))).collect::<Result<_, _>>()?;
-                    s.push_str(&own.join(" "));
-                    // Gateway API listeners speak HTTP/2 to clients that offer it.
-                    s.push_str(" alpn h2,http/1.1");
-                }
-            }
-            binds.push(s);
-        }
-        if !binds.is_empty() {
-            frontends.push(FrontendView { name: f.name.clone(), binds, gateway: model.gateway.is_some() });
-        }
-    }
-    let mut backends = Vec::new();
-    for b in &model.backends {
-        let mut servers = Vec::new();
-        for s in &b.servers {
-            let addr = match s.endpoint {
-                // A parsed address and port, written by Rust, never object text: unquoted, so the
-                // runtime claim reads it as the IP literal `set server … addr` takes.
-                Some(a) => a.to_string(),
-                // A parked slot: an address nothing listens on, never used while disabled.
-                None => "127.0.0.1:1".to_string(),
-            };
-            servers.push(ServerView {
-                name: s.name.clone(),
-                addr,
-                disabled: s.endpoint.is_none(),
-                draining: s.draining,
-                cookie: b.options.affinity.as_ref().map(|_| s.name.clone()),
-                weight: s.weight.filter(|_| !s.draining && s.endpoint.is_some()),
-                backup: s.backup,
-            });
-        }
-        if !is_section_name(&b.name) {
-            return Err(RenderError::Template(format!("{:?} is not a backend name", b.name)));
-        }
-        let o = &b.options;
-        let timeouts = [("connect", o.connect_timeout), ("server", o.server_timeout)]
-            .into_iter()
-            .filter_map(|(k, v)| v.map(|v| format!("timeout {k} {v}s")))
-            .collect();
-        let server_params = server_params(o)?;
-        // A rule's timeout applies where its requests go (`set-timeout` is a backend action).
-        let mut lines = Vec::new();
-        for a in model.gateway.iter().flat_map(|g| g.actions.iter()) {
-            let Some(ms) = a.timeout_ms else { continue };
-            if model.rules.iter().any(|r| r.id == a.rule && r.backend == b.name) {
-                lines.push(format!(
-                    "http-request set-timeout server {ms}ms if {{ var(txn.rule) -m str {} }}",
-                    config_arg(&a.rule)?
-                ));
-            }
-        }
-        backends.push(BackendView {
-            name: b.name.clone(),
-            servers,
-            timeouts,
-            server_params,
-            snippet: o.snippet.clone(),
-            cookie: o.affinity.as_ref().map(cookie_line).transpose()?,
-            tcp: o.passthrough,
-            lines,
-        });
-    }
+    let (frontends, passthrough) = frontend_views(model)?;
+    let backends = model.backends.iter().map(|b| backend_view(model, b)).collect::<Result<_, _>>()?;
     let mut policy_lines = Vec::new();
     let mut response_lines = Vec::new();
     let mut tables = Vec::new();
@@ -290,6 +201,103 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
     })
 }
 
+/// The frontends' binds, and the passthrough frontend when some host passes TLS through.
+fn frontend_views(model: &Model) -> Result<(Vec<FrontendView>, Option<PassthroughView>), RenderError> {
+    let certs: Vec<String> =
+        model.certs.iter().map(|c| config_arg(&c.path).map(|p| format!("crt {p}"))).collect::<Result<_, _>>()?;
+    let mut frontends = Vec::new();
+    // With passthrough hosts, a `mode tcp` frontend takes the TLS binds and routes by SNI; the
+    // other connections go on, through an abstract socket, to the TLS-terminating frontend.
+    let mut passthrough: Option<PassthroughView> =
+        (!model.passthrough.is_empty()).then(|| PassthroughView { binds: vec![], terminate: None });
+    for f in &model.frontends {
+        let mut binds = Vec::new();
+        for b in &f.binds {
+            let addr = std::net::SocketAddr::new(b.address, b.port).to_string();
+            let mut s = config_arg(&addr)?;
+            if b.tls {
+                if let Some(pt) = passthrough.as_mut() {
+                    pt.binds.push(s);
+                    if certs.is_empty() {
+                        continue;
+                    }
+                    let inner = config_arg(&format!("abns@haptic-https-{addr}"))?;
+                    pt.terminate = Some(inner.clone());
+                    s = format!("{inner} accept-proxy");
+                }
+                s.push_str(" ssl ");
+                if b.certs.is_empty() {
+                    s.push_str(&certs.join(" "));
+                } else {
+                    let own: Vec<String> =
+                        b.certs.iter().map(|p| config_arg(p).map(|p| format!("crt {p}"))).collect::<Result<_, _>>()?;
+                    s.push_str(&own.join(" "));
+                    // Gateway API listeners speak HTTP/2 to clients that offer it.
+                    s.push_str(" alpn h2,http/1.1");
+                }
+            }
+            binds.push(s);
+        }
+        if !binds.is_empty() {
+            frontends.push(FrontendView { name: f.name.clone(), binds, gateway: model.gateway.is_some() });
+        }
+    }
+    Ok((frontends, passthrough))
+}
+
+/// One backend's section.
+fn backend_view(model: &Model, b: &crate::model::Backend) -> Result<BackendView, RenderError> {
+    let mut servers = Vec::new();
+    for s in &b.servers {
+        let addr = match s.endpoint {
+            // A parsed address and port, written by Rust, never object text: unquoted, so the
+            // runtime claim reads it as the IP literal `set server … addr` takes.
+            Some(a) => a.to_string(),
+            // A parked slot: an address nothing listens on, never used while disabled.
+            None => "127.0.0.1:1".to_string(),
+        };
+        servers.push(ServerView {
+            name: s.name.clone(),
+            addr,
+            disabled: s.endpoint.is_none(),
+            draining: s.draining,
+            cookie: b.options.affinity.as_ref().map(|_| s.name.clone()),
+            weight: s.weight.filter(|_| !s.draining && s.endpoint.is_some()),
+            backup: s.backup,
+        });
+    }
+    if !is_section_name(&b.name) {
+        return Err(RenderError::Template(format!("{:?} is not a backend name", b.name)));
+    }
+    let o = &b.options;
+    let timeouts = [("connect", o.connect_timeout), ("server", o.server_timeout)]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| format!("timeout {k} {v}s")))
+        .collect();
+    let server_params = server_params(o)?;
+    // A rule's timeout applies where its requests go (`set-timeout` is a backend action).
+    let mut lines = Vec::new();
+    for a in model.gateway.iter().flat_map(|g| g.actions.iter()) {
+        let Some(ms) = a.timeout_ms else { continue };
+        if model.rules.iter().any(|r| r.id == a.rule && r.backend == b.name) {
+            lines.push(format!(
+                "http-request set-timeout server {ms}ms if {{ var(txn.rule) -m str {} }}",
+                config_arg(&a.rule)?
+            ));
+        }
+    }
+    Ok(BackendView {
+        name: b.name.clone(),
+        servers,
+        timeouts,
+        server_params,
+        snippet: o.snippet.clone(),
+        cookie: o.affinity.as_ref().map(cookie_line).transpose()?,
+        tcp: o.passthrough,
+        lines,
+    })
+}
+
 /// One piece of a log-format string: literal text (escaped) or a sample expression of ours.
 enum Piece {
     Lit(String),
@@ -336,29 +344,7 @@ fn rewritten_path(p: &PathRewrite) -> Vec<(Vec<Piece>, String)> {
 fn gateway_view(g: &GatewayRouting) -> Result<GatewayView, RenderError> {
     let mut match_lines = Vec::new();
     for m in &g.matches {
-        let mut c = format!("!{{ var(txn.rule) -m found }} {{ var(txn.hostid) -m str {} }}", config_arg(&m.host)?);
-        match &m.path {
-            None => {}
-            Some((PathKind::Exact, p)) => c.push_str(&format!(" {{ var(txn.path) -m str -- {} }}", config_arg(p)?)),
-            Some((PathKind::Prefix, p)) => {
-                let re = format!("^{}(/|$)", regex_literal(p)?);
-                c.push_str(&format!(" {{ var(txn.path) -m reg -- {} }}", config_arg(&re)?));
-            }
-            // A regex the translator checked (`haptic_haproxy::regex::check`), anchored at the start.
-            Some((PathKind::Regex, p)) => {
-                c.push_str(&format!(" {{ var(txn.path) -m reg -- {} }}", config_arg(&format!("^(?:{p})"))?));
-            }
-        }
-        if let Some(method) = &m.method {
-            c.push_str(&format!(" {{ method -- {} }}", config_arg(method)?));
-        }
-        for (n, v) in &m.headers {
-            c.push_str(&format!(" {{ req.fhdr({n}) -m str -- {} }}", config_arg(v)?));
-        }
-        for (n, v) in &m.query {
-            c.push_str(&format!(" {{ urlp({n}) -m str -- {} }}", config_arg(v)?));
-        }
-        match_lines.push(format!("http-request set-var(txn.rule) str({}) if {c}", config_arg(&m.rule)?));
+        match_lines.push(match_line(m)?);
     }
     let mut split_lines = Vec::new();
     for sp in &g.splits {
@@ -376,51 +362,7 @@ fn gateway_view(g: &GatewayRouting) -> Result<GatewayView, RenderError> {
     for a in &g.actions {
         let when = format!("{{ var(txn.rule) -m str {} }}", config_arg(&a.rule)?);
         if let Some(r) = &a.redirect {
-            let scheme = match &r.scheme {
-                Some(s) => Piece::Lit(format!("{s}://")),
-                None => Piece::Expr("%[ssl_fc,iif(https,http)]://".into()),
-            };
-            let host = match &r.hostname {
-                Some(h) => Piece::Lit(h.clone()),
-                None => Piece::Expr("%[var(txn.host)]".into()),
-            };
-            // (port piece, condition), the unconditional one last.
-            let ports: Vec<(Option<Piece>, String)> = match (r.port, r.scheme.as_deref()) {
-                (Some(p), Some(s)) => {
-                    let default = (s == "http" && p == 80) || (s == "https" && p == 443);
-                    vec![(if default { None } else { Some(Piece::Lit(format!(":{p}"))) }, String::new())]
-                }
-                (Some(p), None) => {
-                    let with = (Some(Piece::Lit(format!(":{p}"))), String::new());
-                    match p {
-                        80 => vec![(None, " !{ ssl_fc }".into()), with],
-                        443 => vec![(None, " { ssl_fc }".into()), with],
-                        _ => vec![with],
-                    }
-                }
-                (None, Some(_)) => vec![(None, String::new())],
-                (None, None) => vec![
-                    (None, " !{ ssl_fc } { var(txn.lport) -m int 80 }".into()),
-                    (None, " { ssl_fc } { var(txn.lport) -m int 443 }".into()),
-                    (Some(Piece::Expr(":%[var(txn.lport)]".into())), String::new()),
-                ],
-            };
-            let paths = match &r.path {
-                None => vec![(vec![Piece::Expr("%[pathq]".into())], String::new())],
-                Some(p) => rewritten_path(p),
-            };
-            for (port, pc) in &ports {
-                for (path, qc) in &paths {
-                    let mut pieces = vec![clone_piece(&scheme), clone_piece(&host)];
-                    pieces.extend(port.iter().map(clone_piece));
-                    pieces.extend(path.iter().map(clone_piece));
-                    request_lines.push(format!(
-                        "http-request redirect location {} code {} if {when}{pc}{qc}",
-                        fmt_word(&pieces)?,
-                        r.code
-                    ));
-                }
-            }
+            request_lines.extend(redirect_lines(r, &when)?);
             continue;
         }
         for (n, v) in &a.request_headers.set {
@@ -465,6 +407,84 @@ fn gateway_view(g: &GatewayRouting) -> Result<GatewayView, RenderError> {
         request_lines,
         response_lines,
     })
+}
+
+/// The condition line of one Gateway match: it names its rule when the request matches.
+fn match_line(m: &crate::model::MatchRule) -> Result<String, RenderError> {
+    let mut c = format!("!{{ var(txn.rule) -m found }} {{ var(txn.hostid) -m str {} }}", config_arg(&m.host)?);
+    match &m.path {
+        None => {}
+        Some((PathKind::Exact, p)) => c.push_str(&format!(" {{ var(txn.path) -m str -- {} }}", config_arg(p)?)),
+        Some((PathKind::Prefix, p)) => {
+            let re = format!("^{}(/|$)", regex_literal(p)?);
+            c.push_str(&format!(" {{ var(txn.path) -m reg -- {} }}", config_arg(&re)?));
+        }
+        // A regex the translator checked (`haptic_haproxy::regex::check`), anchored at the start.
+        Some((PathKind::Regex, p)) => {
+            c.push_str(&format!(" {{ var(txn.path) -m reg -- {} }}", config_arg(&format!("^(?:{p})"))?));
+        }
+    }
+    if let Some(method) = &m.method {
+        c.push_str(&format!(" {{ method -- {} }}", config_arg(method)?));
+    }
+    for (n, v) in &m.headers {
+        c.push_str(&format!(" {{ req.fhdr({n}) -m str -- {} }}", config_arg(v)?));
+    }
+    for (n, v) in &m.query {
+        c.push_str(&format!(" {{ urlp({n}) -m str -- {} }}", config_arg(v)?));
+    }
+    Ok(format!("http-request set-var(txn.rule) str({}) if {c}", config_arg(&m.rule)?))
+}
+
+/// The lines of a Gateway redirect for requests matching `when`: one per port and path case.
+fn redirect_lines(r: &crate::model::GatewayRedirect, when: &str) -> Result<Vec<String>, RenderError> {
+    let mut out = Vec::new();
+    let scheme = match &r.scheme {
+        Some(s) => Piece::Lit(format!("{s}://")),
+        None => Piece::Expr("%[ssl_fc,iif(https,http)]://".into()),
+    };
+    let host = match &r.hostname {
+        Some(h) => Piece::Lit(h.clone()),
+        None => Piece::Expr("%[var(txn.host)]".into()),
+    };
+    // (port piece, condition), the unconditional one last.
+    let ports: Vec<(Option<Piece>, String)> = match (r.port, r.scheme.as_deref()) {
+        (Some(p), Some(s)) => {
+            let default = (s == "http" && p == 80) || (s == "https" && p == 443);
+            vec![(if default { None } else { Some(Piece::Lit(format!(":{p}"))) }, String::new())]
+        }
+        (Some(p), None) => {
+            let with = (Some(Piece::Lit(format!(":{p}"))), String::new());
+            match p {
+                80 => vec![(None, " !{ ssl_fc }".into()), with],
+                443 => vec![(None, " { ssl_fc }".into()), with],
+                _ => vec![with],
+            }
+        }
+        (None, Some(_)) => vec![(None, String::new())],
+        (None, None) => vec![
+            (None, " !{ ssl_fc } { var(txn.lport) -m int 80 }".into()),
+            (None, " { ssl_fc } { var(txn.lport) -m int 443 }".into()),
+            (Some(Piece::Expr(":%[var(txn.lport)]".into())), String::new()),
+        ],
+    };
+    let paths = match &r.path {
+        None => vec![(vec![Piece::Expr("%[pathq]".into())], String::new())],
+        Some(p) => rewritten_path(p),
+    };
+    for (port, pc) in &ports {
+        for (path, qc) in &paths {
+            let mut pieces = vec![clone_piece(&scheme), clone_piece(&host)];
+            pieces.extend(port.iter().map(clone_piece));
+            pieces.extend(path.iter().map(clone_piece));
+            out.push(format!(
+                "http-request redirect location {} code {} if {when}{pc}{qc}",
+                fmt_word(&pieces)?,
+                r.code
+            ));
+        }
+    }
+    Ok(out)
 }
 
 fn clone_piece(p: &Piece) -> Piece {

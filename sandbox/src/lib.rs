@@ -1,9 +1,9 @@
 //! Contained runs of `haproxy -c`: the one place the controller's gate, its per-snippet check and
 //! the agent's check start HAProxy over text a namespace user may have written.
 //!
-//! Owns how such a run is started and bounded: a cleared environment (only a fixed `PATH`), the
-//! render's directory as working directory, stdin from `/dev/null`, a deadline, a cap on the
-//! output read (then the process is killed), and, where the kernel has Landlock, a filesystem
+//! Owns how such a run is started and bounded: a cleared environment (a fixed `PATH` and only the
+//! variables the caller names in [`Run::env`]), the render's directory as working directory,
+//! stdin from `/dev/null`, a deadline, a cap on the output read (then the process is killed), and, where the kernel has Landlock, a filesystem
 //! domain in which the process can read only the render, the HAProxy binary's directory, the
 //! system's shared libraries and the few `/etc` files name resolution reads ([`readable_paths`]).
 //! It also owns a small content-keyed verdict cache ([`Lru`]). It must never interpret HAProxy's
@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 pub use landlock_domain::Access;
 pub use lru::Lru;
 
-/// The `PATH` the contained process gets (its only environment variable).
+/// The `PATH` the contained process gets (whatever [`Run::env`] says).
 pub const FIXED_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// The most output read by default (stdout and stderr together); past it the process is killed.
@@ -72,6 +72,10 @@ pub struct Run {
     pub timeout: Duration,
     /// The most output read; past it the process is killed.
     pub max_output: usize,
+    /// Environment variables the process gets besides [`FIXED_PATH`] (a `PATH` here is
+    /// overridden): a config may name variables (`bind "${ADDR}"`), and a check must see the
+    /// values the HAProxy that will load it sees. Empty by default.
+    pub env: Vec<(OsString, OsString)>,
 }
 
 impl Run {
@@ -85,6 +89,7 @@ impl Run {
             extra_exec: Vec::new(),
             timeout,
             max_output: DEFAULT_MAX_OUTPUT,
+            env: Vec::new(),
         }
     }
 }
@@ -170,6 +175,7 @@ fn run_here(bin: &Path, run: &Run, contain: bool) -> Result<Outcome, SandboxErro
     cmd.args(&run.args)
         .current_dir(&run.dir)
         .env_clear()
+        .envs(run.env.iter().map(|(k, v)| (k, v)))
         .env("PATH", FIXED_PATH)
         .stdin(Stdio::null())
         .stdout(writer.try_clone().map_err(spawn_err)?)

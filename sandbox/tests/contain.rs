@@ -110,10 +110,16 @@ fn time_and_output_are_bounded_and_the_environment_is_cleared() {
     // race with the other tests' spawns.
     assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
     r.args = vec!["-c".into(), "/usr/bin/env; pwd; /bin/cat".into()];
-    let out = run(r).unwrap();
+    let out = run(r.clone()).unwrap();
     assert!(out.output.contains(&format!("PATH={}", haptic_sandbox::FIXED_PATH)), "{}", out.output);
     assert!(!out.output.contains("CARGO_MANIFEST_DIR"), "{}", out.output);
     assert!(out.output.contains(dir.path().to_str().unwrap()), "{}", out.output);
+    // The variables the caller names reach the process, and nothing else does; its PATH stays fixed.
+    r.env = vec![("FRONT_PORT".into(), "8443".into()), ("PATH".into(), "/nowhere".into())];
+    let out = run(r).unwrap();
+    assert!(out.output.contains("FRONT_PORT=8443\n"), "{}", out.output);
+    assert!(out.output.contains(&format!("PATH={}\n", haptic_sandbox::FIXED_PATH)), "{}", out.output);
+    assert!(!out.output.contains("CARGO_MANIFEST_DIR") && !out.output.contains("/nowhere"), "{}", out.output);
 }
 
 #[test]

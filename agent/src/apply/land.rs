@@ -12,7 +12,6 @@ use tracing::warn;
 
 use super::stage::Staged;
 use super::{blocking, now_rfc3339, Agent, Refusal};
-use crate::check::check_tree;
 use crate::error::AgentError;
 use crate::store::{AppliedRecord, GoodRecord, Persisted};
 
@@ -102,14 +101,7 @@ impl Agent {
                         a.mode = Mode::Reload;
                     }
                     self.save(p)?;
-                    if let Err(e) = check_tree(
-                        &self.cfg.haproxy_bin,
-                        &staged.dir,
-                        &self.cfg.path_policy.allowed,
-                        &self.cfg.check_exec,
-                    )
-                    .await
-                    {
+                    if let Err(e) = self.cfg.check_tree(&staged.dir).await {
                         // The tree is not loadable: put the last good tree back and reset the
                         // worker's runtime state to it.
                         self.restore_last_good(p, &e.output)?;

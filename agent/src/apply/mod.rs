@@ -59,6 +59,18 @@ pub struct AgentConfig {
     /// Directories besides the HAProxy binary's whose programs its contained `haproxy -c` may
     /// run (`--check-exec-path`: the real binary behind a wrapper script).
     pub check_exec: Vec<PathBuf>,
+    /// The environment its contained `haproxy -c` gets besides a fixed `PATH`
+    /// ([`crate::check::haproxy_env`] of the agent's own).
+    pub check_env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+}
+
+impl AgentConfig {
+    /// `haproxy -c` of the tree in `dir` with the pod's binary, allowed paths, programs and
+    /// environment ([`crate::check::check_tree`]).
+    pub(crate) async fn check_tree(&self, dir: &std::path::Path) -> Result<Vec<String>, crate::check::CheckFailed> {
+        crate::check::check_tree(&self.haproxy_bin, dir, &self.path_policy.allowed, &self.check_exec, &self.check_env)
+            .await
+    }
 }
 
 /// Why an apply was refused (nothing changed, except a raised fence high-water mark).

@@ -11,7 +11,6 @@ use haptic_protocol::api::{Nack, ReloadState, ReloadStatus};
 use tracing::{info, warn, Instrument};
 
 use super::{blocking, Agent, Refusal};
-use crate::check::check_tree;
 use crate::error::AgentError;
 use crate::pacer::PaceDecision;
 use crate::reload::{probe, reload_verified, ReloadError};
@@ -209,7 +208,7 @@ impl Agent {
         }
         let mut text = output;
         let Ok(Some(live)) = self.tree.live_dir() else { return text };
-        match check_tree(&self.cfg.haproxy_bin, &live, &self.cfg.path_policy.allowed, &self.cfg.check_exec).await {
+        match self.cfg.check_tree(&live).await {
             Err(e) => text.push_str(&format!("\nhaproxy -c of the refused tree:\n{}", e.output)),
             Ok(_) => text.push_str("\nhaproxy -c of the refused tree: passed"),
         }

@@ -12,7 +12,6 @@ use haptic_protocol::api::{ConflictKind, Nack};
 use haptic_protocol::{ApplyRequest, FileEntry, Mode, RelPath};
 
 use super::{conflict, Agent, Refusal};
-use crate::check::check_tree;
 use crate::error::AgentError;
 use crate::store::Persisted;
 use crate::tree::{plan_tree, PartData, StageError, Stamps, Tree};
@@ -97,14 +96,8 @@ impl Agent {
         // the live one passed these rules when it was applied (the profile's largest item: two
         // parses of the config per runtime apply).
         let paths = if mode == Mode::Runtime { Ok(()) } else { self.check_paths(&staged) };
-        let checked = if mode == Mode::Runtime || paths.is_err() {
-            None
-        } else {
-            Some(
-                check_tree(&self.cfg.haproxy_bin, &staged.dir, &self.cfg.path_policy.allowed, &self.cfg.check_exec)
-                    .await,
-            )
-        };
+        let checked =
+            if mode == Mode::Runtime || paths.is_err() { None } else { Some(self.cfg.check_tree(&staged.dir).await) };
         let refused = if let Err(why) = paths {
             Some(Nack {
                 error: "the config makes HAProxy read paths outside the tree".into(),
