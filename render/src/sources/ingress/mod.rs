@@ -24,7 +24,7 @@
 
 use haptic_haproxy::names::is_section_name;
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 
 use haptic_haproxy::quote;
 use k8s_openapi::api::core::v1::{Secret, Service};
@@ -32,16 +32,15 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend, IngressClass};
 
 use self::annotations::{Allowed, BackendOptions, Policy};
-use crate::model::{
-    Backend, Bind, Cert, Frontend, HostMatch, HostTable, Model, ObjectRef, PathEntry, PathKind, PolicyEntry, Refusal,
-    RewriteEntry, Rule, Verdict, UNAVAILABLE,
-};
+use crate::model::{Cert, HostMatch, Model, ObjectRef, PathKind, Refusal, Verdict, UNAVAILABLE};
 use crate::ownership::{Claim, Claimant, HostSharing, Owners};
-use crate::slots::{self, Endpoint, SlotMap};
+use crate::slots::{Endpoint, SlotMap};
 pub use crate::sources::common::SERVICE_NAME_LABEL;
-use crate::sources::common::{endpoints, obj, parse_host, parse_path, secret_pem, HOST_ID_HEX};
+use crate::sources::common::{endpoints, obj, parse_host, secret_pem, HOST_ID_HEX};
 
+mod admit;
 pub mod annotations;
+mod assemble;
 
 /// The controller name an IngressClass must have for haptic to serve it.
 pub const INGRESS_CONTROLLER: &str = "haptic.dev/ingress-controller";
@@ -467,6 +466,22 @@ fn kept_hosts(owners: &Owners, claims: &[Claim], routed: &BTreeSet<HostMatch>) -
     out
 }
 
+/// A route's key: (host, path, kind).
+type RouteKey = (HostMatch, String, PathKind);
+
+/// What the served Ingresses add up to, gathered one Ingress at a time ([`admit`]) and then
+/// turned into the Model ([`assemble`]).
+struct Routes<'a> {
+    ctx: Ctx<'a>,
+    routes: BTreeMap<RouteKey, Route>,
+    default: Option<Route>,
+    certs: BTreeMap<String, Cert>,
+    userlists: BTreeMap<String, crate::model::Userlist>,
+    upstream_certs: BTreeMap<String, Cert>,
+    /// SNI host → (backend, Ingress).
+    passthrough: BTreeMap<String, (String, ObjectRef)>,
+}
+
 /// Translates: the Model, one verdict per served Ingress (and per Secret problem, inside the
 /// Ingress's verdict), and the slot map of this render.
 pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap) {
@@ -477,485 +492,19 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
     });
     let all_claims: Vec<Claim> = ings.iter().flat_map(|i| claims(i, input.allowed)).collect();
     let owners = Owners::new(all_claims.clone(), input.sharing);
-    let mut ctx = Ctx::new(input);
-    let mut routes: BTreeMap<(HostMatch, String, PathKind), Route> = BTreeMap::new();
-    let mut default: Option<Route> = None;
-    let mut certs: BTreeMap<String, Cert> = BTreeMap::new();
-    let mut userlists: BTreeMap<String, crate::model::Userlist> = BTreeMap::new();
-    let mut upstream_certs: BTreeMap<String, Cert> = BTreeMap::new();
-    // SNI host → (backend, Ingress).
-    let mut passthrough: BTreeMap<String, (String, ObjectRef)> = BTreeMap::new();
-    let mut verdicts = Vec::new();
-    for ing in ings {
-        let me = obj("Ingress", &ing.metadata);
-        let ns = me.namespace.clone();
-        let mut v = Verdict { object: me.clone(), refusals: vec![], warnings: vec![] };
-        let spec = ing.spec.clone().unwrap_or_default();
-        let has_tls = !spec.tls.as_deref().unwrap_or_default().is_empty();
-        if let Some(why) = input.excluded.get(&me) {
-            v.refusals.push(Refusal { field: "metadata".into(), reason: why.clone() });
-            verdicts.push(v);
-            continue;
-        }
-        let mut meaning = match annotations::read(
-            ing.metadata.annotations.as_ref().unwrap_or(&BTreeMap::new()),
-            has_tls,
-            input.allowed,
-        ) {
-            Ok((m, warnings)) => {
-                v.warnings.extend(warnings);
-                m
-            }
-            Err(refusals) => {
-                // Served without what its annotations ask (a source range, a redirect), the
-                // Ingress would do what its author did not mean: none of it is served.
-                v.refusals.extend(refusals);
-                verdicts.push(v);
-                continue;
-            }
-        };
-        if let Some(why) = meaning.backend.snippet.as_ref().and_then(|s| input.refused_snippets.get(s)) {
-            let key = ["configuration-snippet", "server-snippet"]
-                .into_iter()
-                .map(|k| annotations::field_of(&ing.metadata, k))
-                .find(|f| {
-                    let key = &f["metadata.annotations[".len()..f.len() - 1];
-                    ing.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(key))
-                })
-                .unwrap_or_else(|| "metadata.annotations".into());
-            v.refusals.push(Refusal {
-                field: key,
-                reason: format!("haproxy -c refuses the snippet in its own backend: {why}"),
-            });
-            verdicts.push(v);
-            continue;
-        }
-        if let Some(t) = meaning.backend.upstream_tls.as_mut() {
-            let f = annotations::field_of(&ing.metadata, "proxy-ssl-secret");
-            let tls = matches!(meaning.backend.protocol, annotations::Protocol::Https | annotations::Protocol::H2s);
-            let files = if tls {
-                upstream_files(input, &ns, t)
-            } else {
-                Err("proxy-ssl-* needs backend-protocol HTTPS or GRPCS".to_string())
-            };
-            match files {
-                Ok(files) => {
-                    for c in files {
-                        upstream_certs.insert(c.path.clone(), c);
-                    }
-                }
-                Err(reason) => {
-                    // Served without what it asks of TLS, it would talk to backends unverified.
-                    v.refusals.push(Refusal { field: f, reason });
-                    verdicts.push(v);
-                    continue;
-                }
-            }
-        }
-        if let Some(a) = &meaning.auth {
-            match auth_users(input, &ns, a) {
-                Ok(list) => {
-                    let name = list.name.clone();
-                    userlists.insert(name.clone(), list);
-                    meaning.policy.auth = Some(annotations::BasicAuth { userlist: name, realm: a.realm.clone() });
-                }
-                Err(reason) => {
-                    // Served without its authentication, the Ingress would be open: none of it is.
-                    v.refusals.push(Refusal { field: a.field.clone(), reason });
-                    verdicts.push(v);
-                    continue;
-                }
-            }
-        }
-        let opts = (&meaning.backend, &me);
-        if let (Some(_), Some(_)) = (&meaning.canary, &spec.default_backend) {
-            v.warnings.push(Refusal {
-                field: "spec.defaultBackend".into(),
-                reason: "ignored: a canary Ingress joins the paths of others, not the default backend".into(),
-            });
-        } else if let (Some(_), Err(e)) = (&spec.default_backend, owners.admits(&HostMatch::Any, &ns)) {
-            v.refusals.push(Refusal { field: "spec.defaultBackend".into(), reason: e.to_string() });
-        } else if let Some(b) = &spec.default_backend {
-            match ctx.backend(&ns, b, "spec.defaultBackend", opts, &mut v) {
-                Ok(be) => match &default {
-                    Some(Route { source: by, .. }) => v.refusals.push(Refusal {
-                        field: "spec.defaultBackend".into(),
-                        reason: format!("the default backend is already set by {by}"),
-                    }),
-                    None => {
-                        default = Some(Route {
-                            backend: be,
-                            policy: meaning.policy.clone(),
-                            rewrite: None,
-                            source: me.clone(),
-                            canary: None,
-                        })
-                    }
-                },
-                Err(r) => v.refusals.push(r),
-            }
-        }
-        // This Ingress's routes on a named host, for its `server-alias` hosts.
-        let mut own: Vec<(String, PathKind, Route)> = Vec::new();
-        for (ri, rule) in spec.rules.as_deref().unwrap_or_default().iter().enumerate() {
-            let host = match rule.host.as_deref() {
-                None | Some("") => HostMatch::Any,
-                Some(h) => match parse_host(h) {
-                    Ok(h) => h,
-                    Err(reason) => {
-                        v.refusals.push(Refusal { field: format!("spec.rules[{ri}].host"), reason });
-                        continue;
-                    }
-                },
-            };
-            let Some(http) = &rule.http else { continue };
-            let admitted = match (&meaning.canary, meaning.backend.passthrough) {
-                // A canary joins a route of its own namespace only (see `join_canary`).
-                (Some(_), _) => Ok(()),
-                (None, true) => owners.admits_passthrough(&host, &ns),
-                (None, false) => owners.admits(&host, &ns),
-            };
-            if let Err(e) = admitted {
-                v.refusals.push(Refusal { field: format!("spec.rules[{ri}].host"), reason: e.to_string() });
-                continue;
-            }
-            if meaning.backend.passthrough {
-                let field = format!("spec.rules[{ri}]");
-                let HostMatch::Exact(h) = &host else {
-                    v.refusals.push(Refusal {
-                        field: format!("{field}.host"),
-                        reason: "ssl-passthrough routes exact hosts only (by SNI)".into(),
-                    });
-                    continue;
-                };
-                let Some(p) = http.paths.first() else { continue };
-                if http.paths.len() > 1 {
-                    v.warnings.push(Refusal {
-                        field: format!("{field}.http.paths"),
-                        reason: "ssl-passthrough sends the whole connection to the first path's Service; the others are ignored".into(),
-                    });
-                }
-                if let Some(by) = passthrough.get(h).map(|(_, by): &(String, ObjectRef)| by.clone()) {
-                    if by != me {
-                        v.refusals.push(Refusal {
-                            field: format!("{field}.host"),
-                            reason: format!("TLS to {h} already passes through for {by}"),
-                        });
-                    }
-                    continue;
-                }
-                match ctx.backend(&ns, &p.backend, &format!("{field}.http.paths[0].backend"), opts, &mut v) {
-                    Ok(be) => {
-                        passthrough.insert(h.clone(), (be, me.clone()));
-                    }
-                    Err(r) => v.refusals.push(r),
-                }
-                continue;
-            }
-            for (pi, p) in http.paths.iter().enumerate() {
-                let field = format!("spec.rules[{ri}].http.paths[{pi}]");
-                let kind = match p.path_type.as_str() {
-                    "Exact" => PathKind::Exact,
-                    "Prefix" | "ImplementationSpecific" if meaning.paths.regex => PathKind::Regex,
-                    "Prefix" | "ImplementationSpecific" => PathKind::Prefix,
-                    other => {
-                        v.refusals.push(Refusal {
-                            field: format!("{field}.pathType"),
-                            reason: format!("{other:?} is not Exact, Prefix or ImplementationSpecific"),
-                        });
-                        continue;
-                    }
-                };
-                let path = match parse_path(kind, p.path.as_deref()) {
-                    Ok(p) => p,
-                    Err(reason) => {
-                        v.refusals.push(Refusal { field: format!("{field}.path"), reason });
-                        continue;
-                    }
-                };
-                let rewrite = match rewrite_of(kind, &path, &meaning.paths.rewrite) {
-                    Ok(r) => r,
-                    Err(reason) => {
-                        v.refusals.push(Refusal { field: format!("{field}.path"), reason });
-                        continue;
-                    }
-                };
-                let key = (host.clone(), path.clone(), kind);
-                if let Some(c) = &meaning.canary {
-                    if let Err(r) = join_canary(&mut ctx, &mut routes, &key, c, (&ns, &p.backend, &field), opts, &mut v)
-                    {
-                        v.refusals.push(r);
-                    }
-                    continue;
-                }
-                if let Some(Route { source: by, .. }) = routes.get(&key) {
-                    if *by != me {
-                        v.refusals.push(Refusal {
-                            field: format!("{field}.path"),
-                            reason: format!("{kind:?} {path} on this host is already routed by {by}"),
-                        });
-                    }
-                    continue;
-                }
-                match ctx.backend(&ns, &p.backend, &format!("{field}.backend"), opts, &mut v) {
-                    Ok(be) => {
-                        let route = Route {
-                            backend: be,
-                            policy: meaning.policy.clone(),
-                            rewrite,
-                            source: me.clone(),
-                            canary: None,
-                        };
-                        if host != HostMatch::Any {
-                            own.push((path.clone(), kind, route.clone()));
-                        }
-                        routes.insert(key, route);
-                    }
-                    Err(r) => v.refusals.push(r),
-                }
-            }
-        }
-        for alias in &meaning.paths.aliases {
-            if let Err(e) = owners.admits(alias, &ns) {
-                v.refusals.push(Refusal {
-                    field: annotations::field_of(&ing.metadata, "server-alias"),
-                    reason: e.to_string(),
-                });
-                continue;
-            }
-            for (path, kind, route) in &own {
-                let key = (alias.clone(), path.clone(), *kind);
-                match routes.get(&key) {
-                    Some(Route { source: by, .. }) if *by != me => v.warnings.push(Refusal {
-                        field: annotations::field_of(&ing.metadata, "server-alias"),
-                        reason: format!("{kind:?} {path} on alias {alias:?} is already routed by {by}: not aliased"),
-                    }),
-                    Some(_) => {}
-                    None => {
-                        routes.insert(key, route.clone());
-                    }
-                }
-            }
-        }
-        for (ti, tls) in spec.tls.as_deref().unwrap_or_default().iter().enumerate() {
-            let field = format!("spec.tls[{ti}].secretName");
-            let Some(name) = tls.secret_name.as_deref() else { continue };
-            // The name becomes a file name under certs/: a Secret's name (a DNS subdomain) only.
-            if !is_section_name(name) || name.len() > 253 || !is_section_name(&ns) {
-                let shown: String = name.chars().take(64).collect();
-                v.refusals.push(Refusal { field, reason: format!("{shown:?} is not a Secret name") });
-                continue;
-            }
-            match tls_pem(input, &ns, name) {
-                Ok(file) => {
-                    let path = format!("certs/{ns}_{name}.pem");
-                    let c = certs.entry(path.clone()).or_insert_with(|| Cert {
-                        path,
-                        hosts: vec![],
-                        source: ObjectRef { kind: "Secret".into(), namespace: ns.clone(), name: name.into() },
-                        pem: file.pem,
-                        not_after: file.not_after,
-                    });
-                    c.hosts.extend(tls.hosts.clone().unwrap_or_default());
-                    c.hosts.sort();
-                    c.hosts.dedup();
-                }
-                Err(reason) => v.refusals.push(Refusal { field, reason }),
-            }
-        }
-        verdicts.push(v);
-    }
-    verdicts.sort_by(|a, b| a.object.cmp(&b.object));
-
-    // Rules, in a deterministic order: by host, then path.
-    let mut model = Model::default();
-    // Policy ids by content, so a route added or removed never renumbers a policy.
-    let policy_ids: BTreeMap<&Policy, String> = routes
-        .values()
-        .map(|r| &r.policy)
-        .chain(default.iter().map(|r| &r.policy))
-        .filter(|p| !p.is_empty())
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .enumerate()
-        .map(|(i, p)| (p, format!("p{}", i + 1)))
-        .collect();
-    let policy_of = |p: &Policy| policy_ids.get(p).cloned();
-    // Rewrite ids by content too.
-    let rewrite_ids: BTreeMap<&(String, String), String> = routes
-        .values()
-        .filter_map(|r| r.rewrite.as_ref())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .enumerate()
-        .map(|(i, w)| (w, format!("w{}", i + 1)))
-        .collect();
-    // Canary selector ids by content too.
-    let canary_ids: BTreeMap<&annotations::CanarySelector, String> = routes
-        .values()
-        .filter_map(|r| r.canary.as_ref().map(|c| &c.canary.selector))
-        .filter(|s| !s.is_empty())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .enumerate()
-        .map(|(i, c)| (c, format!("c{}", i + 1)))
-        .collect();
-    // Weighted backends: name → (main, canary, weight, total).
-    let mut weighted: BTreeMap<String, (String, String, u32, u32)> = BTreeMap::new();
-    let mut hosts: BTreeMap<HostMatch, Vec<PathEntry>> = BTreeMap::new();
-    for (i, ((host, path, kind), r)) in routes.iter().enumerate() {
-        let id = format!("r{}", i + 1);
-        let (backend, canary) = match &r.canary {
-            None => (r.backend.clone(), None),
-            Some(c) => {
-                let name = c.weighted.clone();
-                weighted.insert(name.clone(), (r.backend.clone(), c.backend.clone(), c.canary.weight, c.canary.total));
-                let selector = canary_ids.get(&c.canary.selector).cloned();
-                (name, Some(crate::model::RuleCanary { main: r.backend.clone(), canary: c.backend.clone(), selector }))
-            }
-        };
-        model.rules.push(Rule {
-            id: id.clone(),
-            backend,
-            policy: policy_of(&r.policy),
-            rewrite: r.rewrite.as_ref().and_then(|w| rewrite_ids.get(w).cloned()),
-            canary,
-            source: r.source.clone(),
-        });
-        hosts.entry(host.clone()).or_default().push(PathEntry { kind: *kind, path: path.clone(), rule: id });
-    }
-    if let Some(r) = &default {
-        model.rules.push(Rule {
-            id: "default".into(),
-            backend: r.backend.clone(),
-            policy: policy_of(&r.policy),
-            rewrite: None,
-            canary: None,
-            source: r.source.clone(),
-        });
-        model.default_rule = Some("default".into());
-    }
-    model.policies = policy_ids.iter().map(|(p, id)| PolicyEntry { id: id.clone(), policy: (*p).clone() }).collect();
-    model.canaries =
-        canary_ids.iter().map(|(s, id)| crate::model::CanaryEntry { id: id.clone(), selector: (*s).clone() }).collect();
-    model.rewrites = rewrite_ids
-        .iter()
-        .map(|((regex, target), id)| RewriteEntry { id: id.clone(), regex: regex.clone(), target: target.clone() })
-        .collect();
-    let mut routed: BTreeSet<HostMatch> = hosts.keys().cloned().collect();
-    if default.is_some() {
-        routed.insert(HostMatch::Any);
-    }
-    for h in kept_hosts(&owners, &all_claims, &routed) {
-        hosts.entry(h).or_default();
-    }
-    let default_ns = default.as_ref().map(|r| r.source.namespace.as_str());
-    let mut ids: BTreeSet<String> = BTreeSet::new();
-    for (host, mut paths) in hosts {
-        paths.sort_by(|a, b| b.path.len().cmp(&a.path.len()).then(a.kind.cmp(&b.kind)).then(a.path.cmp(&b.path)));
-        // The default backend answers a host's unmatched paths only for its own namespace's hosts.
-        let unmatched_not_found = host != HostMatch::Any
-            && default_ns.is_some_and(|d| !owners.namespaces(&host).contains(d))
-            && owners.owner(&host).is_some();
-        let id = host_id(&host, &ids);
-        ids.insert(id.clone());
-        model.hosts.push(HostTable { host, id, paths, port: None, unmatched_not_found });
-    }
-    let mut slot_map = SlotMap::default();
-    let prev = &input.previous_slots;
-    let st = &input.settings;
-    // A weighted backend holds its main's endpoints, then those of its canary that are not the
-    // main's too; its options are the main's (a canary with other options is refused).
-    let mut canary_eps: BTreeMap<String, BTreeSet<SocketAddr>> = BTreeMap::new();
-    for (name, (main, canary, _, _)) in &weighted {
-        let main_eps = ctx.backends.get(main).cloned().unwrap_or_default();
-        let mut eps = main_eps.clone();
-        let mut theirs = BTreeSet::new();
-        for e in ctx.backends.get(canary).into_iter().flatten() {
-            if !main_eps.iter().any(|m| m.addr == e.addr) {
-                eps.push(*e);
-                theirs.insert(e.addr);
-            }
-        }
-        canary_eps.insert(name.clone(), theirs);
-        if let Some(o) = ctx.options.get(main).cloned() {
-            ctx.options.insert(name.clone(), o);
-        }
-        ctx.backends.insert(name.clone(), eps);
-    }
-    let active: BTreeSet<String> = ctx.backends.keys().cloned().collect();
-    // Backup slots (`<backend>#backup`) live and go with their backend: never retired alone.
-    let prev_main = SlotMap {
-        backends: prev
-            .backends
-            .iter()
-            .filter(|(k, _)| !k.ends_with(BACKUP_SLOTS))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-        retired: prev.retired.clone(),
-        bind_ports: prev.bind_ports.clone(),
+    let mut acc = Routes {
+        ctx: Ctx::new(input),
+        routes: BTreeMap::new(),
+        default: None,
+        certs: BTreeMap::new(),
+        userlists: BTreeMap::new(),
+        upstream_certs: BTreeMap::new(),
+        passthrough: BTreeMap::new(),
     };
-    slot_map.retired = slots::retired(&prev_main, &active, slots::RETIRED_KEPT);
-    // Retired backends keep their section with every slot parked: their last route going (and
-    // one coming back) is then a change of servers and maps, not of sections.
-    let retired = slot_map.retired.iter().map(|n| (n.clone(), Vec::new()));
-    let all: BTreeMap<String, Vec<Endpoint>> = ctx.backends.into_iter().chain(retired).collect();
-    for (name, eps) in all {
-        let options = ctx.options.remove(&name).map(|(o, _)| o).unwrap_or_default();
-        let min = slots_for(&options, eps.len(), prev.backends.get(&name).map_or(0, |p| p.count), st.min_slots);
-        let (mut servers, s) = slots::plan(&eps, prev.backends.get(&name), min);
-        if let (Some((_, _, w, t)), Some(theirs)) = (weighted.get(&name), canary_eps.get(&name)) {
-            let serving =
-                |canary: bool| eps.iter().filter(|e| !e.draining && theirs.contains(&e.addr) == canary).count();
-            let (wm, wc) = canary_weights(serving(false), serving(true), *w, *t);
-            for srv in &mut servers {
-                if let Some(a) = srv.endpoint {
-                    srv.weight = Some(if theirs.contains(&a) { wc } else { wm });
-                }
-            }
-        }
-        slot_map.backends.insert(name.clone(), s);
-        if let Some(fb) = ctx.fallbacks.get(&name) {
-            let key = format!("{name}{BACKUP_SLOTS}");
-            let (backups, s) = slots::plan(fb, prev.backends.get(&key), 2);
-            servers.extend(backups.into_iter().map(|mut b| {
-                b.name = b.name.replacen("SRV_", "BAK_", 1);
-                b.backup = true;
-                b
-            }));
-            slot_map.backends.insert(key, s);
-        }
-        model.backends.push(Backend { name, servers, options });
-    }
-    model.certs = certs.into_values().collect();
-    model.passthrough = passthrough
-        .into_iter()
-        .map(|(host, (backend, source))| crate::model::Passthrough { host, backend, source })
-        .collect();
-    // Only the files a backend of this render names.
-    let named: BTreeSet<&str> = model
-        .backends
-        .iter()
-        .filter_map(|b| b.options.upstream_tls.as_ref())
-        .flat_map(|t| t.ca_file.iter().chain(&t.client_cert).map(String::as_str))
-        .collect();
-    model.upstream_certs = upstream_certs.into_values().filter(|c| named.contains(c.path.as_str())).collect();
-    // Only the userlists a served rule's policy names.
-    let named: BTreeSet<&str> =
-        model.policies.iter().filter_map(|p| p.policy.auth.as_ref()).map(|a| a.userlist.as_str()).collect();
-    model.userlists = userlists.into_values().filter(|u| named.contains(u.name.as_str())).collect();
-    model.health = st.health_port.map(|p| SocketAddr::new(st.bind_address, p));
-    model.paths = st.paths;
-    model.frontends.push(Frontend {
-        name: "http".into(),
-        binds: vec![Bind { address: st.bind_address, port: st.http_port, tls: false, certs: vec![] }],
-    });
-    if !model.certs.is_empty() || !model.passthrough.is_empty() {
-        model.frontends.push(Frontend {
-            name: "https".into(),
-            binds: vec![Bind { address: st.bind_address, port: st.https_port, tls: true, certs: vec![] }],
-        });
-    }
+    let mut verdicts: Vec<Verdict> =
+        ings.into_iter().map(|ing| admit::ingress(input, &owners, ing, &mut acc)).collect();
+    verdicts.sort_by(|a, b| a.object.cmp(&b.object));
+    let (model, slot_map) = assemble::model(input, &owners, &all_claims, acc);
     (model, verdicts, slot_map)
 }
 

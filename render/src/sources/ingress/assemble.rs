@@ -1,0 +1,293 @@
+//! The [`Routes`] the served Ingresses gathered to the [`Model`] and the slot map of this render:
+//! policies, rewrites and canary selectors numbered by content, rules in host/path order, host
+//! tables (with the hosts kept empty for their owners), weighted canary backends, backends with
+//! their slots (retired ones parked), certificates, userlists, passthrough and frontends.
+//!
+//! Owns every id and order the Model shows, each depending on content alone, so a route added or
+//! removed never renumbers another. It must never refuse or warn: whatever reaches it is served.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+
+use super::annotations::{CanarySelector, Policy};
+use super::{canary_weights, host_id, kept_hosts, slots_for, Ctx, IngressInput, Route, RouteKey, Routes, BACKUP_SLOTS};
+use crate::model::{
+    Backend, Bind, Frontend, HostMatch, HostTable, Model, PathEntry, PolicyEntry, RewriteEntry, Rule, RuleCanary,
+};
+use crate::ownership::{Claim, Owners};
+use crate::slots::{self, Endpoint, SlotMap};
+
+/// Weighted backends: name → (main, canary, weight, total).
+type Weighted = BTreeMap<String, (String, String, u32, u32)>;
+
+/// Each weighted backend's canary servers (those not the main's too).
+type CanaryEps = BTreeMap<String, BTreeSet<SocketAddr>>;
+
+/// The Model and slot map of `acc`, with `owners` and `claims` of the served Ingresses.
+pub(super) fn model(input: &IngressInput, owners: &Owners, claims: &[Claim], acc: Routes<'_>) -> (Model, SlotMap) {
+    let Routes { mut ctx, routes, default, certs, userlists, upstream_certs, passthrough } = acc;
+    let mut model = Model::default();
+    let ids = Ids::of(&routes, default.as_ref());
+    let (hosts, weighted) = rules(&mut model, &routes, default.as_ref(), &ids);
+    ids.into_model(&mut model);
+    host_tables(&mut model, (owners, claims), hosts, default.as_ref());
+    let canary_eps = weigh(&mut ctx, &weighted);
+    let slot_map = backends(&mut model, input, ctx, &weighted, &canary_eps);
+    model.certs = certs.into_values().collect();
+    model.passthrough = passthrough
+        .into_iter()
+        .map(|(host, (backend, source))| crate::model::Passthrough { host, backend, source })
+        .collect();
+    // Only the files a backend of this render names.
+    let named: BTreeSet<&str> = model
+        .backends
+        .iter()
+        .filter_map(|b| b.options.upstream_tls.as_ref())
+        .flat_map(|t| t.ca_file.iter().chain(&t.client_cert).map(String::as_str))
+        .collect();
+    model.upstream_certs = upstream_certs.into_values().filter(|c| named.contains(c.path.as_str())).collect();
+    // Only the userlists a served rule's policy names.
+    let named: BTreeSet<&str> =
+        model.policies.iter().filter_map(|p| p.policy.auth.as_ref()).map(|a| a.userlist.as_str()).collect();
+    model.userlists = userlists.into_values().filter(|u| named.contains(u.name.as_str())).collect();
+    frontends(&mut model, input);
+    (model, slot_map)
+}
+
+/// Policy, rewrite and canary selector ids, by content, so a route added or removed never
+/// renumbers one.
+struct Ids<'r> {
+    policies: BTreeMap<&'r Policy, String>,
+    rewrites: BTreeMap<&'r (String, String), String>,
+    canaries: BTreeMap<&'r CanarySelector, String>,
+}
+
+impl<'r> Ids<'r> {
+    /// The ids of what `routes` and `default` hold.
+    fn of(routes: &'r BTreeMap<RouteKey, Route>, default: Option<&'r Route>) -> Self {
+        let policies = routes
+            .values()
+            .map(|r| &r.policy)
+            .chain(default.iter().map(|r| &r.policy))
+            .filter(|p| !p.is_empty())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| (p, format!("p{}", i + 1)))
+            .collect();
+        let rewrites = routes
+            .values()
+            .filter_map(|r| r.rewrite.as_ref())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .enumerate()
+            .map(|(i, w)| (w, format!("w{}", i + 1)))
+            .collect();
+        let canaries = routes
+            .values()
+            .filter_map(|r| r.canary.as_ref().map(|c| &c.canary.selector))
+            .filter(|s| !s.is_empty())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| (c, format!("c{}", i + 1)))
+            .collect();
+        Ids { policies, rewrites, canaries }
+    }
+
+    /// The policy's id, none for the empty policy.
+    fn policy(&self, p: &Policy) -> Option<String> {
+        self.policies.get(p).cloned()
+    }
+
+    /// The Model's policy, canary selector and rewrite tables.
+    fn into_model(self, model: &mut Model) {
+        model.policies =
+            self.policies.iter().map(|(p, id)| PolicyEntry { id: id.clone(), policy: (*p).clone() }).collect();
+        model.canaries = self
+            .canaries
+            .iter()
+            .map(|(s, id)| crate::model::CanaryEntry { id: id.clone(), selector: (*s).clone() })
+            .collect();
+        model.rewrites = self
+            .rewrites
+            .iter()
+            .map(|((regex, target), id)| RewriteEntry { id: id.clone(), regex: regex.clone(), target: target.clone() })
+            .collect();
+    }
+}
+
+/// The Model's rules, in host/path order then the default one, and each host's paths and the
+/// weighted backends the rules name.
+fn rules(
+    model: &mut Model,
+    routes: &BTreeMap<RouteKey, Route>,
+    default: Option<&Route>,
+    ids: &Ids<'_>,
+) -> (BTreeMap<HostMatch, Vec<PathEntry>>, Weighted) {
+    let mut weighted = Weighted::new();
+    let mut hosts: BTreeMap<HostMatch, Vec<PathEntry>> = BTreeMap::new();
+    for (i, ((host, path, kind), r)) in routes.iter().enumerate() {
+        let id = format!("r{}", i + 1);
+        let (backend, canary) = match &r.canary {
+            None => (r.backend.clone(), None),
+            Some(c) => {
+                let name = c.weighted.clone();
+                weighted.insert(name.clone(), (r.backend.clone(), c.backend.clone(), c.canary.weight, c.canary.total));
+                let selector = ids.canaries.get(&c.canary.selector).cloned();
+                (name, Some(RuleCanary { main: r.backend.clone(), canary: c.backend.clone(), selector }))
+            }
+        };
+        model.rules.push(Rule {
+            id: id.clone(),
+            backend,
+            policy: ids.policy(&r.policy),
+            rewrite: r.rewrite.as_ref().and_then(|w| ids.rewrites.get(w).cloned()),
+            canary,
+            source: r.source.clone(),
+        });
+        hosts.entry(host.clone()).or_default().push(PathEntry { kind: *kind, path: path.clone(), rule: id });
+    }
+    if let Some(r) = default {
+        model.rules.push(Rule {
+            id: "default".into(),
+            backend: r.backend.clone(),
+            policy: ids.policy(&r.policy),
+            rewrite: None,
+            canary: None,
+            source: r.source.clone(),
+        });
+        model.default_rule = Some("default".into());
+    }
+    (hosts, weighted)
+}
+
+/// The Model's host tables: the routed hosts and those kept empty for their owners, each with
+/// its paths longest first and its id.
+fn host_tables(
+    model: &mut Model,
+    (owners, claims): (&Owners, &[Claim]),
+    mut hosts: BTreeMap<HostMatch, Vec<PathEntry>>,
+    default: Option<&Route>,
+) {
+    let mut routed: BTreeSet<HostMatch> = hosts.keys().cloned().collect();
+    if default.is_some() {
+        routed.insert(HostMatch::Any);
+    }
+    for h in kept_hosts(owners, claims, &routed) {
+        hosts.entry(h).or_default();
+    }
+    let default_ns = default.map(|r| r.source.namespace.as_str());
+    let mut ids: BTreeSet<String> = BTreeSet::new();
+    for (host, mut paths) in hosts {
+        paths.sort_by(|a, b| b.path.len().cmp(&a.path.len()).then(a.kind.cmp(&b.kind)).then(a.path.cmp(&b.path)));
+        // The default backend answers a host's unmatched paths only for its own namespace's hosts.
+        let unmatched_not_found = host != HostMatch::Any
+            && default_ns.is_some_and(|d| !owners.namespaces(&host).contains(d))
+            && owners.owner(&host).is_some();
+        let id = host_id(&host, &ids);
+        ids.insert(id.clone());
+        model.hosts.push(HostTable { host, id, paths, port: None, unmatched_not_found });
+    }
+}
+
+/// The weighted backends into `ctx`: each holds its main's endpoints, then those of its canary
+/// that are not the main's too; its options are the main's (a canary with other options is
+/// refused). Gives each one's canary servers.
+fn weigh(ctx: &mut Ctx<'_>, weighted: &Weighted) -> CanaryEps {
+    let mut canary_eps = CanaryEps::new();
+    for (name, (main, canary, _, _)) in weighted {
+        let main_eps = ctx.backends.get(main).cloned().unwrap_or_default();
+        let mut eps = main_eps.clone();
+        let mut theirs = BTreeSet::new();
+        for e in ctx.backends.get(canary).into_iter().flatten() {
+            if !main_eps.iter().any(|m| m.addr == e.addr) {
+                eps.push(*e);
+                theirs.insert(e.addr);
+            }
+        }
+        canary_eps.insert(name.clone(), theirs);
+        if let Some(o) = ctx.options.get(main).cloned() {
+            ctx.options.insert(name.clone(), o);
+        }
+        ctx.backends.insert(name.clone(), eps);
+    }
+    canary_eps
+}
+
+/// The Model's backends with their slots (weighted ones' servers weighed, backup slots for a
+/// `default-backend`), the retired ones with every slot parked, and the slot map.
+fn backends(
+    model: &mut Model,
+    input: &IngressInput,
+    mut ctx: Ctx<'_>,
+    weighted: &Weighted,
+    canary_eps: &CanaryEps,
+) -> SlotMap {
+    let mut slot_map = SlotMap::default();
+    let prev = &input.previous_slots;
+    let active: BTreeSet<String> = ctx.backends.keys().cloned().collect();
+    // Backup slots (`<backend>#backup`) live and go with their backend: never retired alone.
+    let prev_main = SlotMap {
+        backends: prev
+            .backends
+            .iter()
+            .filter(|(k, _)| !k.ends_with(BACKUP_SLOTS))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        retired: prev.retired.clone(),
+        bind_ports: prev.bind_ports.clone(),
+    };
+    slot_map.retired = slots::retired(&prev_main, &active, slots::RETIRED_KEPT);
+    // Retired backends keep their section with every slot parked: their last route going (and
+    // one coming back) is then a change of servers and maps, not of sections.
+    let retired = slot_map.retired.iter().map(|n| (n.clone(), Vec::new()));
+    let all: BTreeMap<String, Vec<Endpoint>> = ctx.backends.into_iter().chain(retired).collect();
+    for (name, eps) in all {
+        let options = ctx.options.remove(&name).map(|(o, _)| o).unwrap_or_default();
+        let min =
+            slots_for(&options, eps.len(), prev.backends.get(&name).map_or(0, |p| p.count), input.settings.min_slots);
+        let (mut servers, s) = slots::plan(&eps, prev.backends.get(&name), min);
+        if let (Some((_, _, w, t)), Some(theirs)) = (weighted.get(&name), canary_eps.get(&name)) {
+            let serving =
+                |canary: bool| eps.iter().filter(|e| !e.draining && theirs.contains(&e.addr) == canary).count();
+            let (wm, wc) = canary_weights(serving(false), serving(true), *w, *t);
+            for srv in &mut servers {
+                if let Some(a) = srv.endpoint {
+                    srv.weight = Some(if theirs.contains(&a) { wc } else { wm });
+                }
+            }
+        }
+        slot_map.backends.insert(name.clone(), s);
+        if let Some(fb) = ctx.fallbacks.get(&name) {
+            let key = format!("{name}{BACKUP_SLOTS}");
+            let (backups, s) = slots::plan(fb, prev.backends.get(&key), 2);
+            servers.extend(backups.into_iter().map(|mut b| {
+                b.name = b.name.replacen("SRV_", "BAK_", 1);
+                b.backup = true;
+                b
+            }));
+            slot_map.backends.insert(key, s);
+        }
+        model.backends.push(Backend { name, servers, options });
+    }
+    slot_map
+}
+
+/// The Model's health address, path normalization and frontends: `http` always, `https` when a
+/// certificate or a passthrough host needs it.
+fn frontends(model: &mut Model, input: &IngressInput) {
+    let st = &input.settings;
+    model.health = st.health_port.map(|p| SocketAddr::new(st.bind_address, p));
+    model.paths = st.paths;
+    model.frontends.push(Frontend {
+        name: "http".into(),
+        binds: vec![Bind { address: st.bind_address, port: st.http_port, tls: false, certs: vec![] }],
+    });
+    if !model.certs.is_empty() || !model.passthrough.is_empty() {
+        model.frontends.push(Frontend {
+            name: "https".into(),
+            binds: vec![Bind { address: st.bind_address, port: st.https_port, tls: true, certs: vec![] }],
+        });
+    }
+}
