@@ -33,11 +33,14 @@ use serde::Serialize;
 
 use self::api::*;
 use crate::model::*;
-use crate::ownership::{claim_in_age_order, shown, Claimant, HostSharing};
-use crate::slots::{self, Endpoint, SlotMap};
-use crate::sources::common::{endpoints, obj, parse_host, parse_path, secret_pem, SERVICE_NAME_LABEL};
+use crate::ownership::{Claimant, HostSharing};
+use crate::slots::{Endpoint, SlotMap};
+use crate::sources::common::{obj, parse_host, parse_path, SERVICE_NAME_LABEL};
 
 pub mod api;
+mod assemble;
+mod listeners;
+mod routes;
 
 /// The controller name a GatewayClass must have for haptic to serve it.
 pub const GATEWAY_CONTROLLER: &str = "haptic.dev/gateway-controller";
@@ -446,15 +449,55 @@ struct Resolved {
     each: Vec<(Option<String>, u32, HeaderOps)>,
 }
 
-/// Translates.
-pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
-    let mut out = GatewayOutput::default();
-    let class = input.classes.iter().find(|c| {
-        c.metadata.name.as_deref() == Some(input.class_name.as_str()) && c.spec.controller_name == GATEWAY_CONTROLLER
-    });
-    let st = &input.settings;
-    out.model.health = st.health_port.map(|p| SocketAddr::new(st.bind_address, p));
-    out.model.paths = st.paths;
+/// The Gateways of the class with their validated listeners and bind ports, and the indexes
+/// routes are resolved against.
+struct Gateways<'a> {
+    input: &'a GatewayInput,
+    /// The Gateways of the class, oldest first.
+    gws: Vec<&'a Gateway>,
+    /// Each Gateway's listeners, in spec order.
+    listeners: Vec<Vec<Lst>>,
+    /// Each (Gateway, listener port)'s bind port, by [`port_key`].
+    bind_ports: BTreeMap<String, u16>,
+    /// Namespace labels by name.
+    ns_labels: BTreeMap<&'a str, BTreeMap<String, String>>,
+    /// Services by (namespace, name).
+    services: BTreeMap<(&'a str, &'a str), &'a Service>,
+    /// EndpointSlices by (namespace, Service name from their label).
+    slices: BTreeMap<(&'a str, &'a str), Vec<&'a EndpointSlice>>,
+}
+
+/// What the listeners open and the attached routes add up to, before it becomes the Model.
+#[derive(Default)]
+struct Attached {
+    /// (bind port, host) → candidates.
+    tables: BTreeMap<(u16, HostMatch), Vec<Candidate>>,
+    /// Bind port → listener port.
+    ports: BTreeMap<u16, u16>,
+    /// HTTPS bind port → certificate files.
+    https_binds: BTreeMap<u16, Vec<String>>,
+    /// (bind port, hostname, stable id) of each HTTPS listener.
+    tls_listeners: Vec<(u16, Option<HostMatch>, String)>,
+    http_binds: BTreeSet<u16>,
+    /// Rule → (backend, route).
+    rules: BTreeMap<RuleId, (String, ObjectRef)>,
+    actions: Vec<RuleActions>,
+    backends: BTreeMap<String, PlannedBackend>,
+    need_500: bool,
+    splits: Vec<Split>,
+    /// (bind port, hostname) → its owner, when hostnames belong to namespaces.
+    owned: BTreeMap<(u16, HostMatch), Claimant>,
+}
+
+/// The key of a (Gateway, listener port) among the bind ports: `namespace/name:port`.
+fn port_key(g: &Gateway, p: u16) -> String {
+    format!("{}/{}:{p}", g.metadata.namespace.as_deref().unwrap_or(""), g.metadata.name.as_deref().unwrap_or(""))
+}
+
+/// The statuses of the other classes naming our controller that nobody has decided for their
+/// current generation.
+fn unserved(input: &GatewayInput) -> Vec<ClassStatus> {
+    let mut out = Vec::new();
     for c in &input.classes {
         let name = c.metadata.name.clone().unwrap_or_default();
         if c.spec.controller_name != GATEWAY_CONTROLLER || name == input.class_name {
@@ -466,7 +509,7 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
             .as_ref()
             .is_some_and(|s| s.conditions.iter().any(|k| k.type_ == "Accepted" && k.observed_generation == Some(gen)));
         if !decided {
-            out.unserved.push(ClassStatus {
+            out.push(ClassStatus {
                 name,
                 uid: c.metadata.uid.clone(),
                 conditions: vec![cond("Accepted", false, "Pending", "no HAProxyConfig serves this class", gen)],
@@ -474,6 +517,21 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
             });
         }
     }
+    out
+}
+
+/// Translates: the class's status, the Gateways' listeners and statuses
+/// ([`listeners`]), each HTTPRoute attached to them ([`routes`]), then the Model and slot map
+/// ([`assemble`]).
+pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
+    let mut out = GatewayOutput::default();
+    let class = input.classes.iter().find(|c| {
+        c.metadata.name.as_deref() == Some(input.class_name.as_str()) && c.spec.controller_name == GATEWAY_CONTROLLER
+    });
+    let st = &input.settings;
+    out.model.health = st.health_port.map(|p| SocketAddr::new(st.bind_address, p));
+    out.model.paths = st.paths;
+    out.unserved = unserved(input);
     let Some(class) = class else {
         out.model.gateway = Some(GatewayRouting::default());
         return out;
@@ -485,301 +543,18 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
         conditions: vec![cond("Accepted", true, "Accepted", "served by haptic", cgen)],
         supported_features: SUPPORTED_FEATURES.to_vec(),
     });
-
-    let ns_labels: BTreeMap<&str, BTreeMap<String, String>> = input
-        .namespaces
-        .iter()
-        .filter_map(|n| Some((n.metadata.name.as_deref()?, n.metadata.labels.clone().unwrap_or_default())))
-        .collect();
-
     let mut gws: Vec<&Gateway> =
         input.gateways.iter().filter(|g| g.spec.gateway_class_name == input.class_name).collect();
     gws.sort_by_key(|g| (g.metadata.creation_timestamp.as_ref().map(|t| t.0), obj("Gateway", &g.metadata)));
-
-    // Bind ports: kept from the previous render, else the Gateway Service's target port, else
-    // the lowest free one.
-    let prev_ports = &input.previous_slots.bind_ports;
-    let mut used: BTreeSet<u16> = BTreeSet::new();
-    let mut bind_ports: BTreeMap<String, u16> = BTreeMap::new();
-    let port_key = |g: &Gateway, p: u16| {
-        format!("{}/{}:{p}", g.metadata.namespace.as_deref().unwrap_or(""), g.metadata.name.as_deref().unwrap_or(""))
-    };
-    let wanted: Vec<(String, &Gateway, u16)> = gws
-        .iter()
-        .flat_map(|g| {
-            let ports: BTreeSet<u16> = g.spec.listeners.iter().filter_map(|l| u16::try_from(l.port).ok()).collect();
-            ports.into_iter().map(move |p| (port_key(g, p), *g, p))
-        })
-        .collect();
-    for (key, g, p) in &wanted {
-        let from_svc = || {
-            let name =
-                service_name(g.metadata.namespace.as_deref().unwrap_or(""), g.metadata.name.as_deref().unwrap_or(""));
-            let svc = input.services.iter().find(|s| {
-                s.metadata.namespace.as_deref() == Some(st.namespace.as_str())
-                    && s.metadata.name.as_deref() == Some(&name)
-            })?;
-            svc.spec.as_ref()?.ports.as_ref()?.iter().find(|sp| sp.port == i32::from(*p)).and_then(|sp| {
-                match &sp.target_port {
-                    Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(t)) => u16::try_from(*t).ok(),
-                    _ => None,
-                }
-            })
-        };
-        if let Some(b) = prev_ports.get(key).copied().or_else(from_svc) {
-            if b >= st.first_bind_port && used.insert(b) {
-                bind_ports.insert(key.clone(), b);
-            }
-        }
-    }
-    let mut next = st.first_bind_port;
-    for (key, _, _) in &wanted {
-        if bind_ports.contains_key(key) {
-            continue;
-        }
-        while used.contains(&next) || Some(next) == st.health_port {
-            next = next.saturating_add(1);
-        }
-        used.insert(next);
-        bind_ports.insert(key.clone(), next);
-    }
+    let bind_ports = listeners::bind_ports(input, &gws);
     out.slots.bind_ports = bind_ports.clone();
-
-    // Listeners of every Gateway, validated.
     let mut certs: BTreeMap<String, Cert> = BTreeMap::new();
     let mut glisteners: Vec<Vec<Lst>> = Vec::new();
     for g in &gws {
-        let gns = g.metadata.namespace.clone().unwrap_or_default();
-        let gen = g.metadata.generation.unwrap_or(0);
-        let mut ls = Vec::new();
-        let mut statuses = Vec::new();
-        // Port → protocols, and (port, hostname) counts, for conflicts.
-        let mut protos: BTreeMap<i32, BTreeSet<&str>> = BTreeMap::new();
-        let mut hosts: BTreeMap<(i32, Option<&str>), usize> = BTreeMap::new();
-        for l in &g.spec.listeners {
-            protos.entry(l.port).or_default().insert(l.protocol.as_str());
-            *hosts.entry((l.port, l.hostname.as_deref())).or_default() += 1;
-        }
-        for l in &g.spec.listeners {
-            let mut conds = Vec::new();
-            let supported = matches!(l.protocol.as_str(), "HTTP" | "HTTPS");
-            let port = u16::try_from(l.port).unwrap_or(0);
-            let hostname = match l.hostname.as_deref() {
-                None | Some("") => Ok(None),
-                Some(h) => gateway_host(h).map(Some),
-            };
-            // Kinds.
-            let mut kinds = Vec::new();
-            let mut bad_kind = false;
-            match l.allowed_routes.as_ref().and_then(|a| a.kinds.as_ref()) {
-                Some(ks) => {
-                    for k in ks {
-                        if k.group.as_deref().unwrap_or(GROUP) == GROUP && k.kind == "HTTPRoute" {
-                            kinds.push(RouteGroupKind { group: Some(GROUP.into()), kind: "HTTPRoute".into() });
-                        } else {
-                            bad_kind = true;
-                        }
-                    }
-                }
-                None if supported => kinds.push(RouteGroupKind { group: Some(GROUP.into()), kind: "HTTPRoute".into() }),
-                None => {}
-            }
-            kinds.dedup();
-            let conflict = if protos[&l.port].len() > 1 {
-                Some("ProtocolConflict")
-            } else if hosts[&(l.port, l.hostname.as_deref())] > 1 {
-                Some("HostnameConflict")
-            } else {
-                None
-            };
-            // TLS.
-            let mut resolved: Result<(), (&'static str, String)> = Ok(());
-            let mut lcerts = Vec::new();
-            if l.protocol == "HTTPS" {
-                let tls = l.tls.clone().unwrap_or_default();
-                if tls.mode.as_deref().unwrap_or("Terminate") != "Terminate" {
-                    resolved = Err(("InvalidCertificateRef", "only TLS mode Terminate is supported on HTTPS".into()));
-                } else if tls.certificate_refs.is_empty() {
-                    resolved = Err(("InvalidCertificateRef", "no certificateRefs".into()));
-                }
-                for r in &tls.certificate_refs {
-                    if resolved.is_err() {
-                        break;
-                    }
-                    let rns = r.namespace.clone().unwrap_or_else(|| gns.clone());
-                    if !r.group.as_deref().unwrap_or("").is_empty() || r.kind.as_deref().unwrap_or("Secret") != "Secret"
-                    {
-                        resolved = Err(("InvalidCertificateRef", format!("{:?} is not a Secret", r.kind)));
-                    } else if rns != gns && !granted(&input.grants, "Gateway", &gns, "Secret", &rns, &r.name) {
-                        resolved = Err((
-                            "RefNotPermitted",
-                            format!("no ReferenceGrant in {rns} lets Gateways of {gns} use Secret {}", r.name),
-                        ));
-                    } else if !is_section_name(&r.name) || !is_section_name(&rns) {
-                        resolved = Err(("InvalidCertificateRef", "not a Secret name".into()));
-                    } else {
-                        let sref = ObjectRef { kind: "Secret".into(), namespace: rns.clone(), name: r.name.clone() };
-                        let file = match input.excluded.get(&sref) {
-                            Some(why) => Err(format!("Secret {rns}/{} is left out: {why}", r.name)),
-                            None => secret_pem(&input.secrets, &rns, &r.name),
-                        };
-                        match file {
-                            Ok(file) => {
-                                let path = format!("certs/{rns}_{}.pem", r.name);
-                                certs.entry(path.clone()).or_insert_with(|| Cert {
-                                    path: path.clone(),
-                                    hosts: vec![],
-                                    source: ObjectRef {
-                                        kind: "Secret".into(),
-                                        namespace: rns.clone(),
-                                        name: r.name.clone(),
-                                    },
-                                    pem: file.pem,
-                                    not_after: file.not_after,
-                                });
-                                lcerts.push(path);
-                            }
-                            Err(why) => resolved = Err(("InvalidCertificateRef", why)),
-                        }
-                    }
-                }
-            }
-            if bad_kind && resolved.is_ok() {
-                resolved = Err(("InvalidRouteKinds", "only HTTPRoute (gateway.networking.k8s.io) is supported".into()));
-            }
-            let accepted = supported && hostname.is_ok() && port != 0;
-            let (areason, amsg) = if !supported {
-                ("UnsupportedProtocol", format!("protocol {} is not supported", l.protocol))
-            } else if let Err(e) = &hostname {
-                ("UnsupportedValue", e.clone())
-            } else {
-                ("Accepted", "accepted".to_string())
-            };
-            conds.push(cond("Accepted", accepted, areason, amsg, gen));
-            match conflict {
-                Some(r) => conds.push(cond("Conflicted", true, r, "another listener shares this port", gen)),
-                None => conds.push(cond("Conflicted", false, "NoConflicts", "no conflicts", gen)),
-            }
-            match &resolved {
-                Ok(()) => conds.push(cond("ResolvedRefs", true, "ResolvedRefs", "resolved", gen)),
-                Err((r, m)) => conds.push(cond("ResolvedRefs", false, r, m.clone(), gen)),
-            }
-            let programmed = accepted && conflict.is_none() && resolved.is_ok();
-            conds.push(if programmed {
-                cond("Programmed", true, "Programmed", "programmed", gen)
-            } else {
-                cond("Programmed", false, "Invalid", "not programmed", gen)
-            });
-            let sel = l.allowed_routes.as_ref().and_then(|a| a.namespaces.clone()).unwrap_or_default();
-            ls.push(Lst {
-                name: l.name.clone(),
-                port,
-                https: l.protocol == "HTTPS",
-                hostname: hostname.clone().ok().flatten(),
-                usable: accepted && conflict.is_none(),
-                allows_http_route: !kinds.is_empty(),
-                from: sel.from.unwrap_or_else(|| "Same".into()),
-                selector: sel.selector,
-                certs: if programmed { lcerts } else { vec![] },
-            });
-            statuses.push(ListenerStatus {
-                name: l.name.clone(),
-                supported_kinds: kinds,
-                attached_routes: 0,
-                conditions: conds,
-            });
-        }
-        let name = g.metadata.name.clone().unwrap_or_default();
-        let mut svc_ports = Vec::new();
-        let mut seen = BTreeSet::new();
-        for l in ls.iter().filter(|l| l.usable) {
-            if seen.insert(l.port) {
-                svc_ports.push((l.port, bind_ports[&port_key(g, l.port)]));
-            }
-        }
-        let (labels, annotations, refused_keys) =
-            infrastructure(g.spec.infrastructure.as_ref(), &st.infrastructure_keys);
-        let service = GatewayService { name: service_name(&gns, &name), ports: svc_ports, labels, annotations };
-        let addresses: Vec<String> = input
-            .services
-            .iter()
-            .find(|s| {
-                s.metadata.namespace.as_deref() == Some(st.namespace.as_str())
-                    && s.metadata.name.as_deref() == Some(service.name.as_str())
-            })
-            .and_then(|s| s.spec.as_ref()?.cluster_ip.clone())
-            .filter(|ip| !ip.is_empty() && ip != "None")
-            .into_iter()
-            .collect();
-        let mut conds = Vec::new();
-        let static_addr = g.spec.addresses.iter().any(|a| a.value.as_deref().is_some_and(|v| !v.is_empty()));
-        if static_addr {
-            conds.push(cond("Accepted", false, "UnsupportedAddress", "static addresses are not supported", gen));
-        } else {
-            let accepted = |l: &ListenerStatus| l.conditions.iter().any(|c| c.type_ == "Accepted" && c.status);
-            let n = statuses.iter().filter(|l| accepted(l)).count();
-            // Keys the HAProxyConfig does not allow are left off the Service; the Gateway
-            // serves, and says so.
-            let left_out = if refused_keys.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    "; left off its Service, as the HAProxyConfig's spec.render.gateway.infrastructureKeys does not allow them: {}",
-                    refused_keys.join(", ")
-                )
-            };
-            if n == statuses.len() {
-                conds.push(cond("Accepted", true, "Accepted", format!("accepted{left_out}"), gen));
-            } else if n > 0 {
-                conds.push(cond(
-                    "Accepted",
-                    true,
-                    "ListenersNotValid",
-                    format!("some listeners are not valid{left_out}"),
-                    gen,
-                ));
-            } else {
-                conds.push(cond(
-                    "Accepted",
-                    false,
-                    "ListenersNotValid",
-                    format!("no listener is valid{left_out}"),
-                    gen,
-                ));
-            }
-        }
-        if static_addr {
-            conds.push(cond("Programmed", false, "AddressNotUsable", "static addresses are not supported", gen));
-        } else if addresses.is_empty() {
-            conds.push(cond(
-                "Programmed",
-                false,
-                "AddressNotAssigned",
-                format!("Service {} has no cluster IP yet", service.name),
-                gen,
-            ));
-        } else {
-            conds.push(cond("Programmed", true, "Programmed", "programmed", gen));
-        }
-        out.gateways.push(GatewayOutcome {
-            object: obj("Gateway", &g.metadata),
-            uid: g.metadata.uid.clone(),
-            conditions: conds,
-            listeners: statuses,
-            addresses,
-            service,
-        });
+        let (ls, outcome) = listeners::gateway(input, g, &bind_ports, &mut certs);
+        out.gateways.push(outcome);
         glisteners.push(ls);
     }
-
-    // Routes.
-    let mut routes: Vec<&HttpRoute> = input.routes.iter().collect();
-    routes.sort_by_key(|r| (r.metadata.creation_timestamp.as_ref().map(|t| t.0), obj("HTTPRoute", &r.metadata)));
-    let services: BTreeMap<(&str, &str), &Service> = input
-        .services
-        .iter()
-        .filter_map(|s| Some(((s.metadata.namespace.as_deref()?, s.metadata.name.as_deref()?), s)))
-        .collect();
     let mut slices: BTreeMap<(&str, &str), Vec<&EndpointSlice>> = BTreeMap::new();
     for sl in &input.endpoint_slices {
         let svc = sl.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)).map(String::as_str);
@@ -787,474 +562,31 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
             slices.entry((ns, svc)).or_default().push(sl);
         }
     }
-    // (bind port, host) → candidates; bind port → listener port.
-    let mut tables: BTreeMap<(u16, HostMatch), Vec<Candidate>> = BTreeMap::new();
-    let mut ports: BTreeMap<u16, u16> = BTreeMap::new();
-    let mut https_binds: BTreeMap<u16, Vec<String>> = BTreeMap::new();
-    let mut tls_listeners: Vec<(u16, Option<HostMatch>, String)> = Vec::new();
-    let mut http_binds: BTreeSet<u16> = BTreeSet::new();
-    for (gi, g) in gws.iter().enumerate() {
-        for l in &glisteners[gi] {
-            if !l.usable {
-                continue;
-            }
-            let b = bind_ports[&port_key(g, l.port)];
-            ports.insert(b, l.port);
-            if l.https {
-                if !l.certs.is_empty() {
-                    https_binds.entry(b).or_default().extend(l.certs.clone());
-                }
-                let gid = port_key(g, l.port);
-                tls_listeners.push((b, l.hostname.clone(), stable_id("l", &[&gid, &l.name])));
-            } else {
-                http_binds.insert(b);
-            }
-            // Every listener hostname has a table, so its requests never reach a less
-            // specific listener's routes.
-            if let Some(h) = &l.hostname {
-                tables.entry((b, h.clone())).or_default();
-            }
-        }
+    let gw = Gateways {
+        input,
+        gws,
+        listeners: glisteners,
+        bind_ports,
+        ns_labels: input
+            .namespaces
+            .iter()
+            .filter_map(|n| Some((n.metadata.name.as_deref()?, n.metadata.labels.clone().unwrap_or_default())))
+            .collect(),
+        services: input
+            .services
+            .iter()
+            .filter_map(|s| Some(((s.metadata.namespace.as_deref()?, s.metadata.name.as_deref()?), s)))
+            .collect(),
+        slices,
+    };
+    let mut acc = Attached::default();
+    listeners::binds(&gw, &mut acc);
+    let mut routes: Vec<&HttpRoute> = input.routes.iter().collect();
+    routes.sort_by_key(|r| (r.metadata.creation_timestamp.as_ref().map(|t| t.0), obj("HTTPRoute", &r.metadata)));
+    for (rank, r) in routes.into_iter().enumerate() {
+        routes::route(&gw, rank, r, &mut acc, &mut out);
     }
-    let mut rules: BTreeMap<RuleId, (String, ObjectRef)> = BTreeMap::new();
-    let mut actions: Vec<RuleActions> = Vec::new();
-    let mut backends: BTreeMap<String, PlannedBackend> = BTreeMap::new();
-    let mut need_500 = false;
-    let mut splits: Vec<Split> = Vec::new();
-    // (bind port, hostname) → its owner, when hostnames belong to namespaces.
-    let mut owned: BTreeMap<(u16, HostMatch), Claimant> = BTreeMap::new();
-    for (route_rank, r) in routes.into_iter().enumerate() {
-        let me = obj("HTTPRoute", &r.metadata);
-        let rns = me.namespace.clone();
-        let gen = r.metadata.generation.unwrap_or(0);
-        let mut v = Verdict { object: me.clone(), refusals: vec![], warnings: vec![] };
-        let mut parents = Vec::new();
-        // Validate the route's own content once.
-        let mut hostnames = Vec::new();
-        let mut bad: Option<String> = None;
-        for (i, h) in r.spec.hostnames.iter().enumerate() {
-            match gateway_host(h) {
-                Ok(h) => hostnames.push(h),
-                Err(e) => bad = Some(format!("spec.hostnames[{i}]: {e}")),
-            }
-        }
-        if hostnames.is_empty() {
-            hostnames.push(HostMatch::Any);
-        }
-        let default_rule = [HttpRouteRule::default()];
-        let rules_in: &[HttpRouteRule] = if r.spec.rules.is_empty() { &default_rule } else { &r.spec.rules };
-        // Per rule: matches, actions, backends.
-        let mut compiled: Vec<(Vec<Candidate>, RuleActions, Resolved)> = Vec::new();
-        let mut resolved_refs: Result<(), (&'static str, String)> = Ok(());
-        for (ri, rule) in rules_in.iter().enumerate() {
-            let field = format!("spec.rules[{ri}]");
-            let default_match = [HttpRouteMatch::default()];
-            let ms: &[HttpRouteMatch] = if rule.matches.is_empty() { &default_match } else { &rule.matches };
-            let mut cands = Vec::new();
-            let mut prefix_len = None;
-            for (mi, m) in ms.iter().enumerate() {
-                let id = stable_id("g", &[&rns, &me.name, &ri.to_string(), &mi.to_string()]);
-                match compile_match(m) {
-                    Ok(mut c) => {
-                        if c.path.0 == PathKind::Prefix {
-                            prefix_len = Some(if c.path.1 == "/" { 0 } else { c.path.1.len() });
-                        }
-                        c.order = (route_rank, ri, mi);
-                        c.rule = id;
-                        cands.push(c);
-                    }
-                    Err(e) => bad = Some(format!("{field}.matches[{mi}]: {e}")),
-                }
-            }
-            let mut acts = match compile_filters(&rule.filters, prefix_len) {
-                Ok(a) => a,
-                Err(e) => {
-                    bad = Some(format!("{field}.filters: {e}"));
-                    RuleActions::default()
-                }
-            };
-            if let Some(t) = &rule.timeouts {
-                let mut ms = Vec::new();
-                for (f, v) in [("request", &t.request), ("backendRequest", &t.backend_request)] {
-                    match v.as_deref().map(duration_ms) {
-                        None | Some(Ok(0)) => {}
-                        Some(Ok(n)) => ms.push(n),
-                        Some(Err(e)) => bad = Some(format!("{field}.timeouts.{f}: {e}")),
-                    }
-                }
-                acts.timeout_ms = ms.into_iter().min();
-            }
-            // Backends.
-            let mut res = Resolved { refs: vec![], invalid_weight: 0, each: vec![] };
-            for (bi, br) in rule.backend_refs.iter().enumerate() {
-                let weight = u32::try_from(br.weight.unwrap_or(1)).unwrap_or(0);
-                let mut ops = HeaderOps::default();
-                for f in &br.filters {
-                    match (f.type_.as_str(), &f.request_header_modifier) {
-                        ("RequestHeaderModifier", Some(m)) => match header_ops(m) {
-                            Ok(o) => ops = o,
-                            Err(e) => bad = Some(format!("{field}.backendRefs[{bi}].filters: {e}")),
-                        },
-                        (other, _) => {
-                            bad = Some(format!(
-                                "{field}.backendRefs[{bi}].filters: {other} is not supported on a backend"
-                            ))
-                        }
-                    }
-                }
-                if weight > 0 {
-                    res.each.push((None, weight, ops));
-                }
-                let bns = br.namespace.clone().unwrap_or_else(|| rns.clone());
-                let fail = |reason: &'static str,
-                            msg: String,
-                            res: &mut Resolved,
-                            rr: &mut Result<(), (&'static str, String)>| {
-                    res.invalid_weight += weight;
-                    if rr.is_ok() {
-                        *rr = Err((reason, msg));
-                    }
-                };
-                if !br.group.as_deref().unwrap_or("").is_empty() || br.kind.as_deref().unwrap_or("Service") != "Service"
-                {
-                    fail(
-                        "InvalidKind",
-                        format!("{field}.backendRefs[{bi}]: only Services are supported"),
-                        &mut res,
-                        &mut resolved_refs,
-                    );
-                    continue;
-                }
-                if bns != rns && !granted(&input.grants, "HTTPRoute", &rns, "Service", &bns, &br.name) {
-                    fail(
-                        "RefNotPermitted",
-                        format!("{field}.backendRefs[{bi}]: no ReferenceGrant in {bns} lets HTTPRoutes of {rns} use Service {}", br.name),
-                        &mut res,
-                        &mut resolved_refs,
-                    );
-                    continue;
-                }
-                let Some(svc) = services.get(&(bns.as_str(), br.name.as_str())) else {
-                    fail(
-                        "BackendNotFound",
-                        format!("{field}.backendRefs[{bi}]: Service {bns}/{} not found", br.name),
-                        &mut res,
-                        &mut resolved_refs,
-                    );
-                    continue;
-                };
-                let Some(port) = br.port else {
-                    fail(
-                        "BackendNotFound",
-                        format!("{field}.backendRefs[{bi}]: no port"),
-                        &mut res,
-                        &mut resolved_refs,
-                    );
-                    continue;
-                };
-                let sp =
-                    svc.spec.as_ref().and_then(|s| s.ports.as_ref()).and_then(|ps| ps.iter().find(|p| p.port == port));
-                let Some(sp) = sp else {
-                    fail(
-                        "BackendNotFound",
-                        format!("{field}.backendRefs[{bi}]: Service {bns}/{} has no port {port}", br.name),
-                        &mut res,
-                        &mut resolved_refs,
-                    );
-                    continue;
-                };
-                let protocol = match sp.app_protocol.as_deref() {
-                    None | Some("http") | Some("kubernetes.io/ws") | Some("kubernetes.io/http") => Protocol::Http,
-                    Some("kubernetes.io/h2c") => Protocol::H2c,
-                    Some(other) => {
-                        fail(
-                            "UnsupportedProtocol",
-                            format!("{field}.backendRefs[{bi}]: appProtocol {other} is not supported"),
-                            &mut res,
-                            &mut resolved_refs,
-                        );
-                        continue;
-                    }
-                };
-                let canonical = sp.name.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| sp.port.to_string());
-                let name = format!("{bns}_{}_{canonical}", br.name);
-                if !is_section_name(&name) {
-                    fail(
-                        "BackendNotFound",
-                        format!("{field}.backendRefs[{bi}]: {name:?} is not a backend name"),
-                        &mut res,
-                        &mut resolved_refs,
-                    );
-                    continue;
-                }
-                let sl = slices.get(&(bns.as_str(), br.name.as_str())).map_or(&[][..], Vec::as_slice);
-                let eps = endpoints(sl, sp.name.as_deref().unwrap_or(""));
-                if weight > 0 {
-                    if let Some(last) = res.each.last_mut() {
-                        last.0 = Some(name.clone());
-                    }
-                    res.refs.push((name, weight, eps, protocol));
-                }
-            }
-            compiled.push((cands, acts, res));
-        }
-        // Parents.
-        let mut attached_any = false;
-        let mut attachments: Vec<(usize, usize)> = Vec::new(); // (gateway index, listener index)
-        for pr in &r.spec.parent_refs {
-            if pr.group.as_deref().unwrap_or(GROUP) != GROUP || pr.kind.as_deref().unwrap_or("Gateway") != "Gateway" {
-                continue;
-            }
-            let pns = pr.namespace.clone().unwrap_or_else(|| rns.clone());
-            let Some(gi) = gws.iter().position(|g| {
-                g.metadata.namespace.as_deref() == Some(pns.as_str())
-                    && g.metadata.name.as_deref() == Some(pr.name.as_str())
-            }) else {
-                continue;
-            };
-            let g = gws[gi];
-            let gns = g.metadata.namespace.clone().unwrap_or_default();
-            let ls = &glisteners[gi];
-            let named: Vec<usize> = (0..ls.len())
-                .filter(|i| pr.section_name.as_deref().is_none_or(|s| s == ls[*i].name))
-                .filter(|i| pr.port.is_none_or(|p| i32::from(ls[*i].port) == p))
-                .collect();
-            let mut conds = Vec::new();
-            let accepted: Result<Vec<usize>, (&'static str, String)> = if named.is_empty() {
-                Err(("NoMatchingParent", "no listener matches the sectionName and port".into()))
-            } else if let Some(why) = input.excluded.get(&me) {
-                Err(("UnsupportedValue", why.clone()))
-            } else if let Some(b) = &bad {
-                Err(("UnsupportedValue", b.clone()))
-            } else {
-                let allowed: Vec<usize> = named
-                    .iter()
-                    .copied()
-                    .filter(|i| {
-                        let l = &ls[*i];
-                        l.usable
-                            && l.allows_http_route
-                            && match l.from.as_str() {
-                                "All" => true,
-                                "Selector" => l.selector.as_ref().is_some_and(|s| {
-                                    ns_labels.get(rns.as_str()).is_some_and(|labels| labels_match(s, labels))
-                                }),
-                                _ => rns == gns,
-                            }
-                    })
-                    .collect();
-                if allowed.is_empty() {
-                    Err(("NotAllowedByListeners", "no listener allows this route".into()))
-                } else {
-                    let hosted: Vec<usize> = allowed
-                        .into_iter()
-                        .filter(|i| hostnames.iter().any(|h| intersect(&ls[*i].hostname, h).is_some()))
-                        .collect();
-                    if hosted.is_empty() {
-                        Err((
-                            "NoMatchingListenerHostname",
-                            "no listener hostname intersects the route's hostnames".into(),
-                        ))
-                    } else {
-                        Ok(hosted)
-                    }
-                }
-            };
-            match &accepted {
-                Ok(idx) => {
-                    conds.push(cond("Accepted", true, "Accepted", "accepted", gen));
-                    attached_any = true;
-                    for i in idx {
-                        if !attachments.contains(&(gi, *i)) {
-                            attachments.push((gi, *i));
-                        }
-                    }
-                }
-                Err((reason, msg)) => {
-                    conds.push(cond("Accepted", false, reason, msg.clone(), gen));
-                    v.refusals.push(Refusal { field: "spec.parentRefs".into(), reason: format!("{}: {msg}", pr.name) });
-                }
-            }
-            match &resolved_refs {
-                Ok(()) => conds.push(cond("ResolvedRefs", true, "ResolvedRefs", "resolved", gen)),
-                Err((reason, msg)) => conds.push(cond("ResolvedRefs", false, reason, msg.clone(), gen)),
-            }
-            parents.push(ParentStatus { parent_ref: pr.clone(), conditions: conds });
-        }
-        if parents.is_empty() {
-            continue;
-        }
-        if let Err((_, msg)) = &resolved_refs {
-            v.warnings.push(Refusal { field: "spec.rules".into(), reason: msg.clone() });
-        }
-        // Attached routes per listener (once per route).
-        for (gi, li) in &attachments {
-            out.gateways[*gi].listeners[*li].attached_routes += 1;
-        }
-        if attached_any {
-            for (ri, (cands, acts, mut res)) in compiled.into_iter().enumerate() {
-                // Backends that differ in filters, or invalid ones beside valid ones: a split.
-                let split = acts.redirect.is_none()
-                    && res.each.len() > 1
-                    && (res.each.iter().any(|e| !e.2.is_empty()) || (res.invalid_weight > 0 && !res.refs.is_empty()));
-                let each = std::mem::take(&mut res.each);
-                let single_ops = match each.as_slice() {
-                    [(_, _, ops)] => ops.clone(),
-                    _ => HeaderOps::default(),
-                };
-                let backend = if split {
-                    for (name, _, eps, protocol) in std::mem::take(&mut res.refs) {
-                        backends.entry(name).or_insert((eps, BTreeMap::new(), protocol));
-                    }
-                    ERROR_500.to_string()
-                } else {
-                    rule_backend(&rns, &me.name, ri, res, &mut backends, &mut need_500, acts.redirect.is_some())
-                };
-                for c in &cands {
-                    let mut a = acts.clone();
-                    a.rule = c.rule.clone();
-                    // A prefix rewrite replaces this match's own prefix.
-                    let plen = if c.path.0 == PathKind::Prefix && c.path.1 != "/" { c.path.1.len() } else { 0 };
-                    if let Some(PathRewrite::Prefix { matched, .. }) = &mut a.path_rewrite {
-                        *matched = plen;
-                    }
-                    if let Some(PathRewrite::Prefix { matched, .. }) = a.redirect.as_mut().and_then(|r| r.path.as_mut())
-                    {
-                        *matched = plen;
-                    }
-                    if split {
-                        let mut picks = Vec::new();
-                        let mut upto = 0u32;
-                        for (bi, (be, w, ops)) in each.iter().enumerate() {
-                            let sub = format!("{}b{bi}", c.rule);
-                            upto = upto.saturating_add(*w);
-                            picks.push((sub.clone(), upto));
-                            rules.insert(sub.clone(), (be.clone().unwrap_or_else(|| ERROR_500.into()), me.clone()));
-                            let mut sa = a.clone();
-                            sa.rule = sub;
-                            sa.request_headers = merge_ops(&a.request_headers, ops);
-                            actions.push(sa);
-                        }
-                        splits.push(Split { rule: c.rule.clone(), picks, total: upto });
-                        rules.insert(c.rule.clone(), (backend.clone(), me.clone()));
-                        continue;
-                    }
-                    a.request_headers = merge_ops(&a.request_headers, &single_ops);
-                    rules.insert(c.rule.clone(), (backend.clone(), me.clone()));
-                    if a != (RuleActions { rule: c.rule.clone(), ..Default::default() }) {
-                        actions.push(a);
-                    }
-                }
-                for (gi, li) in &attachments {
-                    let l = &glisteners[*gi][*li];
-                    let b = bind_ports[&port_key(gws[*gi], l.port)];
-                    let others: Vec<&Option<HostMatch>> =
-                        glisteners[*gi].iter().filter(|o| o.usable && o.port == l.port).map(|o| &o.hostname).collect();
-                    for h in &hostnames {
-                        let Some(eff) = intersect(&l.hostname, h) else { continue };
-                        if others.iter().any(|o| claimed_by(&eff, o, &l.hostname)) {
-                            continue;
-                        }
-                        if st.host_sharing == HostSharing::Namespace {
-                            let by = Claimant {
-                                created: r.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                                namespace: rns.clone(),
-                                name: me.name.clone(),
-                            };
-                            if let Err(owner) = claim_in_age_order(&mut owned, (b, eff.clone()), &by) {
-                                v.refusals.push(Refusal {
-                                    field: "spec.hostnames".into(),
-                                    reason: format!(
-                                        "{} on listener {} of Gateway {} belongs to namespace {} (HTTPRoute {}/{})",
-                                        shown(&eff),
-                                        l.name,
-                                        gws[*gi].metadata.name.as_deref().unwrap_or_default(),
-                                        owner.namespace,
-                                        owner.namespace,
-                                        owner.name
-                                    ),
-                                });
-                                continue;
-                            }
-                        }
-                        tables.entry((b, eff)).or_default().extend(cands.iter().cloned());
-                    }
-                }
-            }
-        }
-        out.routes.push(RouteOutcome { object: me, uid: r.metadata.uid.clone(), parents });
-        out.verdicts.push(v);
-    }
-
-    // Host tables, in a deterministic order: by bind port and host.
-    let mut model = std::mem::take(&mut out.model);
-    splits.sort_by(|a, b| a.rule.cmp(&b.rule));
-    tls_listeners.sort();
-    let mut routing =
-        GatewayRouting { ports: ports.into_iter().collect(), matches: vec![], actions, splits, tls_listeners };
-    routing.actions.sort_by(|a, b| a.rule.cmp(&b.rule));
-    routing.actions.dedup_by(|a, b| a.rule == b.rule);
-    for ((port, host), mut cands) in tables {
-        // By content, so a host table added or removed never renames another (the config's
-        // match rules name host ids).
-        let id = stable_id("h", &[&port.to_string(), &format!("{host:?}")]);
-        cands.sort_by(|a, b| a.key.cmp(&b.key).then_with(|| a.order.cmp(&b.order)));
-        let last_conditional =
-            cands.iter().rposition(|c| c.method.is_some() || !c.headers.is_empty() || !c.query.is_empty());
-        if let Some(last) = last_conditional {
-            for c in &cands[..=last] {
-                routing.matches.push(MatchRule {
-                    host: id.clone(),
-                    path: Some(c.path.clone()).filter(|p| !(p.0 == PathKind::Prefix && p.1 == "/")),
-                    method: c.method.clone(),
-                    headers: c.headers.clone(),
-                    query: c.query.clone(),
-                    rule: c.rule.clone(),
-                });
-            }
-        }
-        let mut paths: Vec<PathEntry> = Vec::new();
-        let mut seen = BTreeSet::new();
-        for c in cands.iter().filter(|c| c.method.is_none() && c.headers.is_empty() && c.query.is_empty()) {
-            if seen.insert(c.path.clone()) {
-                paths.push(PathEntry { kind: c.path.0, path: c.path.1.clone(), rule: c.rule.clone() });
-            }
-        }
-        paths.sort_by(|a, b| b.path.len().cmp(&a.path.len()).then(a.kind.cmp(&b.kind)).then(a.path.cmp(&b.path)));
-        model.hosts.push(HostTable { host, id, paths, port: Some(port), unmatched_not_found: false });
-    }
-    model.rules = rules
-        .into_iter()
-        .map(|(id, (backend, source))| Rule { id, backend, policy: None, rewrite: None, canary: None, source })
-        .collect();
-    // Backends: slots planned per backend, kept across renders; retired ones parked.
-    let prev = &input.previous_slots;
-    let active: BTreeSet<String> = backends.keys().cloned().collect();
-    out.slots.retired = slots::retired(prev, &active, slots::RETIRED_KEPT);
-    let retired = out.slots.retired.iter().map(|n| (n.clone(), (Vec::new(), BTreeMap::new(), Protocol::Http)));
-    let all: BTreeMap<_, _> = backends.into_iter().chain(retired).collect();
-    for (name, (eps, weights, protocol)) in all {
-        let (mut servers, s) = slots::plan(&eps, prev.backends.get(&name), st.min_slots);
-        for srv in &mut servers {
-            srv.weight = srv.endpoint.and_then(|a| weights.get(&a).map(|w| u16::try_from(*w).unwrap_or(256)));
-        }
-        out.slots.backends.insert(name.clone(), s);
-        model.backends.push(Backend { name, servers, options: BackendOptions { protocol, ..Default::default() } });
-    }
-    let _ = need_500;
-    model.certs = certs.into_values().collect();
-    let mut binds: Vec<Bind> =
-        http_binds.iter().map(|p| Bind { address: st.bind_address, port: *p, tls: false, certs: vec![] }).collect();
-    for (p, mut c) in https_binds {
-        c.sort();
-        c.dedup();
-        binds.push(Bind { address: st.bind_address, port: p, tls: true, certs: c });
-    }
-    if !binds.is_empty() {
-        model.frontends.push(Frontend { name: "gateway".into(), binds });
-    }
-    model.gateway = Some(routing);
-    out.model = model;
+    assemble::model(input, acc, certs, &mut out);
     out.verdicts.sort_by(|a, b| a.object.cmp(&b.object));
     out
 }

@@ -1,0 +1,121 @@
+//! What the Gateways and their routes gathered ([`Attached`]) to the Model and slot map of this
+//! render: host tables with their paths and the match rules that need more than a path, rules,
+//! backends with their slots (retired ones parked), certificates and the `gateway` frontend.
+//!
+//! Owns every order the Model shows (host tables by bind port and host, ids by content, so a
+//! host table added or removed never renames another). It must never refuse or change a
+//! status: whatever reaches it is served.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{stable_id, Attached, GatewayInput, GatewayOutput};
+use crate::model::{
+    Backend, BackendOptions, Bind, Cert, Frontend, GatewayRouting, HostTable, MatchRule, Model, PathEntry, PathKind,
+    Protocol, Rule,
+};
+use crate::slots::{self, SlotMap};
+
+/// `acc` and the listeners' `certs` into `out`'s Model and slot map.
+pub(super) fn model(input: &GatewayInput, acc: Attached, certs: BTreeMap<String, Cert>, out: &mut GatewayOutput) {
+    let Attached {
+        tables,
+        ports,
+        https_binds,
+        mut tls_listeners,
+        http_binds,
+        rules,
+        actions,
+        backends,
+        need_500,
+        mut splits,
+        owned: _,
+    } = acc;
+    let _ = need_500;
+    let model = &mut out.model;
+    splits.sort_by(|a, b| a.rule.cmp(&b.rule));
+    tls_listeners.sort();
+    let mut routing =
+        GatewayRouting { ports: ports.into_iter().collect(), matches: vec![], actions, splits, tls_listeners };
+    routing.actions.sort_by(|a, b| a.rule.cmp(&b.rule));
+    routing.actions.dedup_by(|a, b| a.rule == b.rule);
+    host_tables(model, &mut routing, tables);
+    model.rules = rules
+        .into_iter()
+        .map(|(id, (backend, source))| Rule { id, backend, policy: None, rewrite: None, canary: None, source })
+        .collect();
+    plan_backends(model, &mut out.slots, input, backends);
+    model.certs = certs.into_values().collect();
+    let st = &input.settings;
+    let mut binds: Vec<Bind> =
+        http_binds.iter().map(|p| Bind { address: st.bind_address, port: *p, tls: false, certs: vec![] }).collect();
+    for (p, mut c) in https_binds {
+        c.sort();
+        c.dedup();
+        binds.push(Bind { address: st.bind_address, port: p, tls: true, certs: c });
+    }
+    if !binds.is_empty() {
+        model.frontends.push(Frontend { name: "gateway".into(), binds });
+    }
+    model.gateway = Some(routing);
+}
+
+/// The host tables, in a deterministic order (by bind port and host): each one's candidates in
+/// precedence order, those up to the last with a method, header or query match as match rules,
+/// the others as paths.
+fn host_tables(
+    model: &mut Model,
+    routing: &mut GatewayRouting,
+    tables: BTreeMap<(u16, crate::model::HostMatch), Vec<super::Candidate>>,
+) {
+    for ((port, host), mut cands) in tables {
+        // By content, so a host table added or removed never renames another (the config's
+        // match rules name host ids).
+        let id = stable_id("h", &[&port.to_string(), &format!("{host:?}")]);
+        cands.sort_by(|a, b| a.key.cmp(&b.key).then_with(|| a.order.cmp(&b.order)));
+        let last_conditional =
+            cands.iter().rposition(|c| c.method.is_some() || !c.headers.is_empty() || !c.query.is_empty());
+        if let Some(last) = last_conditional {
+            for c in &cands[..=last] {
+                routing.matches.push(MatchRule {
+                    host: id.clone(),
+                    path: Some(c.path.clone()).filter(|p| !(p.0 == PathKind::Prefix && p.1 == "/")),
+                    method: c.method.clone(),
+                    headers: c.headers.clone(),
+                    query: c.query.clone(),
+                    rule: c.rule.clone(),
+                });
+            }
+        }
+        let mut paths: Vec<PathEntry> = Vec::new();
+        let mut seen = BTreeSet::new();
+        for c in cands.iter().filter(|c| c.method.is_none() && c.headers.is_empty() && c.query.is_empty()) {
+            if seen.insert(c.path.clone()) {
+                paths.push(PathEntry { kind: c.path.0, path: c.path.1.clone(), rule: c.rule.clone() });
+            }
+        }
+        paths.sort_by(|a, b| b.path.len().cmp(&a.path.len()).then(a.kind.cmp(&b.kind)).then(a.path.cmp(&b.path)));
+        model.hosts.push(HostTable { host, id, paths, port: Some(port), unmatched_not_found: false });
+    }
+}
+
+/// The backends: slots planned per backend, kept across renders; retired ones parked.
+fn plan_backends(
+    model: &mut Model,
+    slot_map: &mut SlotMap,
+    input: &GatewayInput,
+    backends: BTreeMap<String, super::PlannedBackend>,
+) {
+    let prev = &input.previous_slots;
+    let active: BTreeSet<String> = backends.keys().cloned().collect();
+    slot_map.retired = slots::retired(prev, &active, slots::RETIRED_KEPT);
+    let retired = slot_map.retired.iter().map(|n| (n.clone(), (Vec::new(), BTreeMap::new(), Protocol::Http)));
+    let all: BTreeMap<_, _> = backends.into_iter().chain(retired).collect();
+    for (name, (eps, weights, protocol)) in all {
+        let (mut servers, s) = slots::plan(&eps, prev.backends.get(&name), input.settings.min_slots);
+        for srv in &mut servers {
+            srv.weight = srv.endpoint.and_then(|a| weights.get(&a).map(|w| u16::try_from(*w).unwrap_or(256)));
+        }
+        slot_map.backends.insert(name.clone(), s);
+        model.backends.push(Backend { name, servers, options: BackendOptions { protocol, ..Default::default() } });
+    }
+}

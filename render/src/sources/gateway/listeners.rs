@@ -1,0 +1,353 @@
+//! The Gateways' side of a render: each (Gateway, listener port)'s bind port, each listener
+//! validated (protocol, hostname, route kinds, conflicts on its port, certificate references)
+//! with its status, each Gateway's Service, addresses and conditions, and the binds and host
+//! tables the usable listeners open.
+//!
+//! Owns listener and Gateway conditions and bind port stability (kept from the previous render,
+//! else the Gateway Service's target port, else the lowest free one). It must never look at
+//! HTTPRoutes: the routes attached to a listener are counted where routes attach.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use haptic_haproxy::names::is_section_name;
+
+use super::api::*;
+use super::{
+    cond, gateway_host, granted, infrastructure, port_key, service_name, stable_id, Attached, Cond, GatewayInput,
+    GatewayOutcome, GatewayService, Gateways, ListenerStatus, Lst,
+};
+use crate::model::{Cert, ObjectRef};
+use crate::sources::common::{obj, secret_pem};
+
+/// Each (Gateway, listener port)'s bind port, by [`port_key`]: kept from the previous render,
+/// else the Gateway Service's target port, else the lowest free one.
+pub(super) fn bind_ports(input: &GatewayInput, gws: &[&Gateway]) -> BTreeMap<String, u16> {
+    let st = &input.settings;
+    let prev_ports = &input.previous_slots.bind_ports;
+    let mut used: BTreeSet<u16> = BTreeSet::new();
+    let mut bind_ports: BTreeMap<String, u16> = BTreeMap::new();
+    let wanted: Vec<(String, &Gateway, u16)> = gws
+        .iter()
+        .flat_map(|g| {
+            let ports: BTreeSet<u16> = g.spec.listeners.iter().filter_map(|l| u16::try_from(l.port).ok()).collect();
+            ports.into_iter().map(move |p| (port_key(g, p), *g, p))
+        })
+        .collect();
+    for (key, g, p) in &wanted {
+        let from_svc = || {
+            let name =
+                service_name(g.metadata.namespace.as_deref().unwrap_or(""), g.metadata.name.as_deref().unwrap_or(""));
+            let svc = input.services.iter().find(|s| {
+                s.metadata.namespace.as_deref() == Some(st.namespace.as_str())
+                    && s.metadata.name.as_deref() == Some(&name)
+            })?;
+            svc.spec.as_ref()?.ports.as_ref()?.iter().find(|sp| sp.port == i32::from(*p)).and_then(|sp| {
+                match &sp.target_port {
+                    Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(t)) => u16::try_from(*t).ok(),
+                    _ => None,
+                }
+            })
+        };
+        if let Some(b) = prev_ports.get(key).copied().or_else(from_svc) {
+            if b >= st.first_bind_port && used.insert(b) {
+                bind_ports.insert(key.clone(), b);
+            }
+        }
+    }
+    let mut next = st.first_bind_port;
+    for (key, _, _) in &wanted {
+        if bind_ports.contains_key(key) {
+            continue;
+        }
+        while used.contains(&next) || Some(next) == st.health_port {
+            next = next.saturating_add(1);
+        }
+        used.insert(next);
+        bind_ports.insert(key.clone(), next);
+    }
+    bind_ports
+}
+
+/// Gateway `g`'s listeners validated (their certificates into `certs`) and its outcome.
+pub(super) fn gateway(
+    input: &GatewayInput,
+    g: &Gateway,
+    bind_ports: &BTreeMap<String, u16>,
+    certs: &mut BTreeMap<String, Cert>,
+) -> (Vec<Lst>, GatewayOutcome) {
+    let gns = g.metadata.namespace.clone().unwrap_or_default();
+    let gen = g.metadata.generation.unwrap_or(0);
+    let mut ls = Vec::new();
+    let mut statuses = Vec::new();
+    // Port → protocols, and (port, hostname) counts, for conflicts.
+    let mut protos: BTreeMap<i32, BTreeSet<&str>> = BTreeMap::new();
+    let mut hosts: BTreeMap<(i32, Option<&str>), usize> = BTreeMap::new();
+    for l in &g.spec.listeners {
+        protos.entry(l.port).or_default().insert(l.protocol.as_str());
+        *hosts.entry((l.port, l.hostname.as_deref())).or_default() += 1;
+    }
+    for l in &g.spec.listeners {
+        let conflict = if protos[&l.port].len() > 1 {
+            Some("ProtocolConflict")
+        } else if hosts[&(l.port, l.hostname.as_deref())] > 1 {
+            Some("HostnameConflict")
+        } else {
+            None
+        };
+        let (lst, status) = listener(input, (&gns, gen), l, conflict, certs);
+        ls.push(lst);
+        statuses.push(status);
+    }
+    let outcome = outcome(input, g, &ls, statuses, bind_ports);
+    (ls, outcome)
+}
+
+/// Listener `l` of a Gateway of namespace `gns` and generation `gen`, validated, and its status.
+fn listener(
+    input: &GatewayInput,
+    (gns, gen): (&str, i64),
+    l: &Listener,
+    conflict: Option<&'static str>,
+    certs: &mut BTreeMap<String, Cert>,
+) -> (Lst, ListenerStatus) {
+    let mut conds = Vec::new();
+    let supported = matches!(l.protocol.as_str(), "HTTP" | "HTTPS");
+    let port = u16::try_from(l.port).unwrap_or(0);
+    let hostname = match l.hostname.as_deref() {
+        None | Some("") => Ok(None),
+        Some(h) => gateway_host(h).map(Some),
+    };
+    let (kinds, bad_kind) = route_kinds(l, supported);
+    let (mut resolved, lcerts) =
+        if l.protocol == "HTTPS" { listener_certs(input, gns, l, certs) } else { (Ok(()), Vec::new()) };
+    if bad_kind && resolved.is_ok() {
+        resolved = Err(("InvalidRouteKinds", "only HTTPRoute (gateway.networking.k8s.io) is supported".into()));
+    }
+    let accepted = supported && hostname.is_ok() && port != 0;
+    let (areason, amsg) = if !supported {
+        ("UnsupportedProtocol", format!("protocol {} is not supported", l.protocol))
+    } else if let Err(e) = &hostname {
+        ("UnsupportedValue", e.clone())
+    } else {
+        ("Accepted", "accepted".to_string())
+    };
+    conds.push(cond("Accepted", accepted, areason, amsg, gen));
+    match conflict {
+        Some(r) => conds.push(cond("Conflicted", true, r, "another listener shares this port", gen)),
+        None => conds.push(cond("Conflicted", false, "NoConflicts", "no conflicts", gen)),
+    }
+    match &resolved {
+        Ok(()) => conds.push(cond("ResolvedRefs", true, "ResolvedRefs", "resolved", gen)),
+        Err((r, m)) => conds.push(cond("ResolvedRefs", false, r, m.clone(), gen)),
+    }
+    let programmed = accepted && conflict.is_none() && resolved.is_ok();
+    conds.push(if programmed {
+        cond("Programmed", true, "Programmed", "programmed", gen)
+    } else {
+        cond("Programmed", false, "Invalid", "not programmed", gen)
+    });
+    let sel = l.allowed_routes.as_ref().and_then(|a| a.namespaces.clone()).unwrap_or_default();
+    let lst = Lst {
+        name: l.name.clone(),
+        port,
+        https: l.protocol == "HTTPS",
+        hostname: hostname.clone().ok().flatten(),
+        usable: accepted && conflict.is_none(),
+        allows_http_route: !kinds.is_empty(),
+        from: sel.from.unwrap_or_else(|| "Same".into()),
+        selector: sel.selector,
+        certs: if programmed { lcerts } else { vec![] },
+    };
+    let status = ListenerStatus { name: l.name.clone(), supported_kinds: kinds, attached_routes: 0, conditions: conds };
+    (lst, status)
+}
+
+/// The route kinds listener `l` takes, and whether it names one not supported.
+fn route_kinds(l: &Listener, supported: bool) -> (Vec<RouteGroupKind>, bool) {
+    let mut kinds = Vec::new();
+    let mut bad_kind = false;
+    match l.allowed_routes.as_ref().and_then(|a| a.kinds.as_ref()) {
+        Some(ks) => {
+            for k in ks {
+                if k.group.as_deref().unwrap_or(GROUP) == GROUP && k.kind == "HTTPRoute" {
+                    kinds.push(RouteGroupKind { group: Some(GROUP.into()), kind: "HTTPRoute".into() });
+                } else {
+                    bad_kind = true;
+                }
+            }
+        }
+        None if supported => kinds.push(RouteGroupKind { group: Some(GROUP.into()), kind: "HTTPRoute".into() }),
+        None => {}
+    }
+    kinds.dedup();
+    (kinds, bad_kind)
+}
+
+/// The certificates of HTTPS listener `l` (into `certs`, as they resolve) and its
+/// certificate files, or the reason of the first reference that does not resolve.
+fn listener_certs(
+    input: &GatewayInput,
+    gns: &str,
+    l: &Listener,
+    certs: &mut BTreeMap<String, Cert>,
+) -> (Result<(), (&'static str, String)>, Vec<String>) {
+    let mut resolved: Result<(), (&'static str, String)> = Ok(());
+    let mut lcerts = Vec::new();
+    let tls = l.tls.clone().unwrap_or_default();
+    if tls.mode.as_deref().unwrap_or("Terminate") != "Terminate" {
+        resolved = Err(("InvalidCertificateRef", "only TLS mode Terminate is supported on HTTPS".into()));
+    } else if tls.certificate_refs.is_empty() {
+        resolved = Err(("InvalidCertificateRef", "no certificateRefs".into()));
+    }
+    for r in &tls.certificate_refs {
+        if resolved.is_err() {
+            break;
+        }
+        let rns = r.namespace.clone().unwrap_or_else(|| gns.to_string());
+        if !r.group.as_deref().unwrap_or("").is_empty() || r.kind.as_deref().unwrap_or("Secret") != "Secret" {
+            resolved = Err(("InvalidCertificateRef", format!("{:?} is not a Secret", r.kind)));
+        } else if rns != gns && !granted(&input.grants, "Gateway", gns, "Secret", &rns, &r.name) {
+            resolved = Err((
+                "RefNotPermitted",
+                format!("no ReferenceGrant in {rns} lets Gateways of {gns} use Secret {}", r.name),
+            ));
+        } else if !is_section_name(&r.name) || !is_section_name(&rns) {
+            resolved = Err(("InvalidCertificateRef", "not a Secret name".into()));
+        } else {
+            let sref = ObjectRef { kind: "Secret".into(), namespace: rns.clone(), name: r.name.clone() };
+            let file = match input.excluded.get(&sref) {
+                Some(why) => Err(format!("Secret {rns}/{} is left out: {why}", r.name)),
+                None => secret_pem(&input.secrets, &rns, &r.name),
+            };
+            match file {
+                Ok(file) => {
+                    let path = format!("certs/{rns}_{}.pem", r.name);
+                    certs.entry(path.clone()).or_insert_with(|| Cert {
+                        path: path.clone(),
+                        hosts: vec![],
+                        source: ObjectRef { kind: "Secret".into(), namespace: rns.clone(), name: r.name.clone() },
+                        pem: file.pem,
+                        not_after: file.not_after,
+                    });
+                    lcerts.push(path);
+                }
+                Err(why) => resolved = Err(("InvalidCertificateRef", why)),
+            }
+        }
+    }
+    (resolved, lcerts)
+}
+
+/// Gateway `g`'s outcome: its Service (the usable listeners' ports, the `spec.infrastructure`
+/// keys allowed), its addresses (the Service's cluster IP) and its conditions.
+fn outcome(
+    input: &GatewayInput,
+    g: &Gateway,
+    ls: &[Lst],
+    statuses: Vec<ListenerStatus>,
+    bind_ports: &BTreeMap<String, u16>,
+) -> GatewayOutcome {
+    let st = &input.settings;
+    let gns = g.metadata.namespace.clone().unwrap_or_default();
+    let gen = g.metadata.generation.unwrap_or(0);
+    let name = g.metadata.name.clone().unwrap_or_default();
+    let mut svc_ports = Vec::new();
+    let mut seen = BTreeSet::new();
+    for l in ls.iter().filter(|l| l.usable) {
+        if seen.insert(l.port) {
+            svc_ports.push((l.port, bind_ports[&port_key(g, l.port)]));
+        }
+    }
+    let (labels, annotations, refused_keys) = infrastructure(g.spec.infrastructure.as_ref(), &st.infrastructure_keys);
+    let service = GatewayService { name: service_name(&gns, &name), ports: svc_ports, labels, annotations };
+    let addresses: Vec<String> = input
+        .services
+        .iter()
+        .find(|s| {
+            s.metadata.namespace.as_deref() == Some(st.namespace.as_str())
+                && s.metadata.name.as_deref() == Some(service.name.as_str())
+        })
+        .and_then(|s| s.spec.as_ref()?.cluster_ip.clone())
+        .filter(|ip| !ip.is_empty() && ip != "None")
+        .into_iter()
+        .collect();
+    let mut conds = Vec::new();
+    let static_addr = g.spec.addresses.iter().any(|a| a.value.as_deref().is_some_and(|v| !v.is_empty()));
+    if static_addr {
+        conds.push(cond("Accepted", false, "UnsupportedAddress", "static addresses are not supported", gen));
+    } else {
+        conds.push(accepted(&statuses, &refused_keys, gen));
+    }
+    if static_addr {
+        conds.push(cond("Programmed", false, "AddressNotUsable", "static addresses are not supported", gen));
+    } else if addresses.is_empty() {
+        conds.push(cond(
+            "Programmed",
+            false,
+            "AddressNotAssigned",
+            format!("Service {} has no cluster IP yet", service.name),
+            gen,
+        ));
+    } else {
+        conds.push(cond("Programmed", true, "Programmed", "programmed", gen));
+    }
+    GatewayOutcome {
+        object: obj("Gateway", &g.metadata),
+        uid: g.metadata.uid.clone(),
+        conditions: conds,
+        listeners: statuses,
+        addresses,
+        service,
+    }
+}
+
+/// A Gateway's Accepted condition, by how many of its listeners are accepted, naming the
+/// `spec.infrastructure` keys left off its Service.
+fn accepted(statuses: &[ListenerStatus], refused_keys: &[String], gen: i64) -> Cond {
+    let accepted = |l: &ListenerStatus| l.conditions.iter().any(|c| c.type_ == "Accepted" && c.status);
+    let n = statuses.iter().filter(|l| accepted(l)).count();
+    // Keys the HAProxyConfig does not allow are left off the Service; the Gateway
+    // serves, and says so.
+    let left_out = if refused_keys.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; left off its Service, as the HAProxyConfig's spec.render.gateway.infrastructureKeys does not allow them: {}",
+            refused_keys.join(", ")
+        )
+    };
+    if n == statuses.len() {
+        cond("Accepted", true, "Accepted", format!("accepted{left_out}"), gen)
+    } else if n > 0 {
+        cond("Accepted", true, "ListenersNotValid", format!("some listeners are not valid{left_out}"), gen)
+    } else {
+        cond("Accepted", false, "ListenersNotValid", format!("no listener is valid{left_out}"), gen)
+    }
+}
+
+/// The bind ports and host tables the usable listeners open: each bind port's listener port,
+/// HTTPS binds with their certificates, TLS listeners by stable id, HTTP binds, and a table for
+/// every listener hostname so its requests never reach a less specific listener's routes.
+pub(super) fn binds(gw: &Gateways<'_>, acc: &mut Attached) {
+    for (gi, g) in gw.gws.iter().enumerate() {
+        for l in &gw.listeners[gi] {
+            if !l.usable {
+                continue;
+            }
+            let b = gw.bind_ports[&port_key(g, l.port)];
+            acc.ports.insert(b, l.port);
+            if l.https {
+                if !l.certs.is_empty() {
+                    acc.https_binds.entry(b).or_default().extend(l.certs.clone());
+                }
+                let gid = port_key(g, l.port);
+                acc.tls_listeners.push((b, l.hostname.clone(), stable_id("l", &[&gid, &l.name])));
+            } else {
+                acc.http_binds.insert(b);
+            }
+            if let Some(h) = &l.hostname {
+                acc.tables.entry((b, h.clone())).or_default();
+            }
+        }
+    }
+}

@@ -1,0 +1,457 @@
+//! The HTTPRoutes' side of a render, one route at a time: its own content checked once
+//! (hostnames, matches, filters, timeouts, backend references resolved), its parentRefs
+//! attached to the listeners that allow it, then its rules into the [`Attached`] the render
+//! gathers (rule backends, actions, weighted splits) and its matches into the host tables of
+//! the listeners it attached to.
+//!
+//! Owns a route's status and verdict: a parentRef not attached says why in its conditions and
+//! the verdict, backend references that do not resolve say so in ResolvedRefs. It must never
+//! change a listener other than by counting the routes attached to it.
+
+use std::collections::BTreeMap;
+
+use haptic_haproxy::names::is_section_name;
+
+use super::api::*;
+use super::{
+    claimed_by, compile_filters, compile_match, cond, duration_ms, granted, header_ops, intersect, labels_match,
+    merge_ops, port_key, rule_backend, stable_id, Attached, Candidate, GatewayOutput, Gateways, ParentStatus, Resolved,
+    RouteOutcome,
+};
+use crate::model::{
+    HeaderOps, HostMatch, ObjectRef, PathKind, PathRewrite, Protocol, Refusal, RuleActions, Split, Verdict, ERROR_500,
+};
+use crate::ownership::{claim_in_age_order, shown, Claimant, HostSharing};
+use crate::slots::Endpoint;
+use crate::sources::common::{endpoints, obj};
+
+/// Why a reference does not resolve: (reason, message).
+type Unresolved = (&'static str, String);
+
+/// A route's own content, checked once for all its parents.
+struct Content {
+    /// Its hostnames (the catch-all when it has none).
+    hostnames: Vec<HostMatch>,
+    /// The last problem found (a route with one is attached to no parent).
+    bad: Option<String>,
+    /// Per rule: its candidates, actions and resolved backends.
+    compiled: Vec<(Vec<Candidate>, RuleActions, Resolved)>,
+    /// The first backend reference that does not resolve.
+    resolved_refs: Result<(), Unresolved>,
+}
+
+/// The route being translated.
+struct One<'r> {
+    r: &'r HttpRoute,
+    me: &'r ObjectRef,
+    /// Its namespace.
+    rns: &'r str,
+}
+
+/// Translates route `r` (of age rank `rank`) into `acc`, its outcome and verdict into `out`
+/// when a parent is a Gateway of the class.
+pub(super) fn route(gw: &Gateways<'_>, rank: usize, r: &HttpRoute, acc: &mut Attached, out: &mut GatewayOutput) {
+    let me = obj("HTTPRoute", &r.metadata);
+    let rns = me.namespace.clone();
+    let one = One { r, me: &me, rns: &rns };
+    let mut v = Verdict { object: me.clone(), refusals: vec![], warnings: vec![] };
+    let content = content(gw, &one, rank);
+    let (parents, attachments, attached_any) = parents(gw, &one, &content, &mut v);
+    if parents.is_empty() {
+        return;
+    }
+    if let Err((_, msg)) = &content.resolved_refs {
+        v.warnings.push(Refusal { field: "spec.rules".into(), reason: msg.clone() });
+    }
+    // Attached routes per listener (once per route).
+    for (gi, li) in &attachments {
+        out.gateways[*gi].listeners[*li].attached_routes += 1;
+    }
+    if attached_any {
+        for (ri, (cands, acts, res)) in content.compiled.into_iter().enumerate() {
+            rule_into(&one, ri, (&cands, acts, res), acc);
+            for (gi, li) in &attachments {
+                hosts_into(gw, &one, (*gi, *li), (&content.hostnames, &cands), acc, &mut v);
+            }
+        }
+    }
+    out.routes.push(RouteOutcome { object: me.clone(), uid: r.metadata.uid.clone(), parents });
+    out.verdicts.push(v);
+}
+
+/// The route's content: hostnames, and per rule its matches, actions and backends.
+fn content(gw: &Gateways<'_>, one: &One<'_>, rank: usize) -> Content {
+    let r = one.r;
+    let mut hostnames = Vec::new();
+    let mut bad: Option<String> = None;
+    for (i, h) in r.spec.hostnames.iter().enumerate() {
+        match super::gateway_host(h) {
+            Ok(h) => hostnames.push(h),
+            Err(e) => bad = Some(format!("spec.hostnames[{i}]: {e}")),
+        }
+    }
+    if hostnames.is_empty() {
+        hostnames.push(HostMatch::Any);
+    }
+    let default_rule = [HttpRouteRule::default()];
+    let rules_in: &[HttpRouteRule] = if r.spec.rules.is_empty() { &default_rule } else { &r.spec.rules };
+    let mut compiled = Vec::new();
+    let mut resolved_refs: Result<(), Unresolved> = Ok(());
+    for (ri, rule) in rules_in.iter().enumerate() {
+        let (cands, acts) = matches_and_actions(one, (rank, ri), rule, &mut bad);
+        let field = format!("spec.rules[{ri}]");
+        let res = backends(gw, one.rns, (&field, rule), &mut bad, &mut resolved_refs);
+        compiled.push((cands, acts, res));
+    }
+    Content { hostnames, bad, compiled, resolved_refs }
+}
+
+/// Rule `ri`'s candidates (one per match, ordered by the route's `rank`) and actions (its
+/// filters and timeouts); a problem goes to `bad`.
+fn matches_and_actions(
+    one: &One<'_>,
+    (rank, ri): (usize, usize),
+    rule: &HttpRouteRule,
+    bad: &mut Option<String>,
+) -> (Vec<Candidate>, RuleActions) {
+    let field = format!("spec.rules[{ri}]");
+    let default_match = [HttpRouteMatch::default()];
+    let ms: &[HttpRouteMatch] = if rule.matches.is_empty() { &default_match } else { &rule.matches };
+    let mut cands = Vec::new();
+    let mut prefix_len = None;
+    for (mi, m) in ms.iter().enumerate() {
+        let id = stable_id("g", &[one.rns, &one.me.name, &ri.to_string(), &mi.to_string()]);
+        match compile_match(m) {
+            Ok(mut c) => {
+                if c.path.0 == PathKind::Prefix {
+                    prefix_len = Some(if c.path.1 == "/" { 0 } else { c.path.1.len() });
+                }
+                c.order = (rank, ri, mi);
+                c.rule = id;
+                cands.push(c);
+            }
+            Err(e) => *bad = Some(format!("{field}.matches[{mi}]: {e}")),
+        }
+    }
+    let mut acts = match compile_filters(&rule.filters, prefix_len) {
+        Ok(a) => a,
+        Err(e) => {
+            *bad = Some(format!("{field}.filters: {e}"));
+            RuleActions::default()
+        }
+    };
+    if let Some(t) = &rule.timeouts {
+        let mut ms = Vec::new();
+        for (f, v) in [("request", &t.request), ("backendRequest", &t.backend_request)] {
+            match v.as_deref().map(duration_ms) {
+                None | Some(Ok(0)) => {}
+                Some(Ok(n)) => ms.push(n),
+                Some(Err(e)) => *bad = Some(format!("{field}.timeouts.{f}: {e}")),
+            }
+        }
+        acts.timeout_ms = ms.into_iter().min();
+    }
+    (cands, acts)
+}
+
+/// The backends of rule `rule` (at `field`) of a route of namespace `rns`, resolved: a
+/// backend filter problem goes to `bad`, the first reference that does not resolve to
+/// `resolved_refs`.
+fn backends(
+    gw: &Gateways<'_>,
+    rns: &str,
+    (field, rule): (&str, &HttpRouteRule),
+    bad: &mut Option<String>,
+    resolved_refs: &mut Result<(), Unresolved>,
+) -> Resolved {
+    let mut res = Resolved { refs: vec![], invalid_weight: 0, each: vec![] };
+    for (bi, br) in rule.backend_refs.iter().enumerate() {
+        let at = format!("{field}.backendRefs[{bi}]");
+        let weight = u32::try_from(br.weight.unwrap_or(1)).unwrap_or(0);
+        let mut ops = HeaderOps::default();
+        for f in &br.filters {
+            match (f.type_.as_str(), &f.request_header_modifier) {
+                ("RequestHeaderModifier", Some(m)) => match header_ops(m) {
+                    Ok(o) => ops = o,
+                    Err(e) => *bad = Some(format!("{at}.filters: {e}")),
+                },
+                (other, _) => *bad = Some(format!("{at}.filters: {other} is not supported on a backend")),
+            }
+        }
+        if weight > 0 {
+            res.each.push((None, weight, ops));
+        }
+        match backend_ref(gw, rns, &at, br) {
+            Err(unresolved) => {
+                res.invalid_weight += weight;
+                if resolved_refs.is_ok() {
+                    *resolved_refs = Err(unresolved);
+                }
+            }
+            Ok((name, eps, protocol)) => {
+                if weight > 0 {
+                    if let Some(last) = res.each.last_mut() {
+                        last.0 = Some(name.clone());
+                    }
+                    res.refs.push((name, weight, eps, protocol));
+                }
+            }
+        }
+    }
+    res
+}
+
+/// Backend reference `br` (at `at`) of a route of namespace `rns`: its backend name, endpoints
+/// and protocol, or why it does not resolve.
+fn backend_ref(
+    gw: &Gateways<'_>,
+    rns: &str,
+    at: &str,
+    br: &HttpBackendRef,
+) -> Result<(String, Vec<Endpoint>, Protocol), Unresolved> {
+    let bns = br.namespace.clone().unwrap_or_else(|| rns.to_string());
+    if !br.group.as_deref().unwrap_or("").is_empty() || br.kind.as_deref().unwrap_or("Service") != "Service" {
+        return Err(("InvalidKind", format!("{at}: only Services are supported")));
+    }
+    if bns != rns && !granted(&gw.input.grants, "HTTPRoute", rns, "Service", &bns, &br.name) {
+        return Err((
+            "RefNotPermitted",
+            format!("{at}: no ReferenceGrant in {bns} lets HTTPRoutes of {rns} use Service {}", br.name),
+        ));
+    }
+    let Some(svc) = gw.services.get(&(bns.as_str(), br.name.as_str())) else {
+        return Err(("BackendNotFound", format!("{at}: Service {bns}/{} not found", br.name)));
+    };
+    let Some(port) = br.port else {
+        return Err(("BackendNotFound", format!("{at}: no port")));
+    };
+    let sp = svc.spec.as_ref().and_then(|s| s.ports.as_ref()).and_then(|ps| ps.iter().find(|p| p.port == port));
+    let Some(sp) = sp else {
+        return Err(("BackendNotFound", format!("{at}: Service {bns}/{} has no port {port}", br.name)));
+    };
+    let protocol = match sp.app_protocol.as_deref() {
+        None | Some("http") | Some("kubernetes.io/ws") | Some("kubernetes.io/http") => Protocol::Http,
+        Some("kubernetes.io/h2c") => Protocol::H2c,
+        Some(other) => {
+            return Err(("UnsupportedProtocol", format!("{at}: appProtocol {other} is not supported")));
+        }
+    };
+    let canonical = sp.name.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| sp.port.to_string());
+    let name = format!("{bns}_{}_{canonical}", br.name);
+    if !is_section_name(&name) {
+        return Err(("BackendNotFound", format!("{at}: {name:?} is not a backend name")));
+    }
+    let sl = gw.slices.get(&(bns.as_str(), br.name.as_str())).map_or(&[][..], Vec::as_slice);
+    let eps = endpoints(sl, sp.name.as_deref().unwrap_or(""));
+    Ok((name, eps, protocol))
+}
+
+/// The route's parent statuses (for parents that are Gateways of the class), the (Gateway,
+/// listener) pairs it attaches to, and whether any parent accepted it.
+fn parents(
+    gw: &Gateways<'_>,
+    one: &One<'_>,
+    content: &Content,
+    v: &mut Verdict,
+) -> (Vec<ParentStatus>, Vec<(usize, usize)>, bool) {
+    let gen = one.r.metadata.generation.unwrap_or(0);
+    let mut parents = Vec::new();
+    let mut attached_any = false;
+    let mut attachments: Vec<(usize, usize)> = Vec::new(); // (gateway index, listener index)
+    for pr in &one.r.spec.parent_refs {
+        if pr.group.as_deref().unwrap_or(GROUP) != GROUP || pr.kind.as_deref().unwrap_or("Gateway") != "Gateway" {
+            continue;
+        }
+        let pns = pr.namespace.clone().unwrap_or_else(|| one.rns.to_string());
+        let Some(gi) = gw.gws.iter().position(|g| {
+            g.metadata.namespace.as_deref() == Some(pns.as_str())
+                && g.metadata.name.as_deref() == Some(pr.name.as_str())
+        }) else {
+            continue;
+        };
+        let mut conds = Vec::new();
+        match &parent_listeners(gw, one, content, (gi, pr)) {
+            Ok(idx) => {
+                conds.push(cond("Accepted", true, "Accepted", "accepted", gen));
+                attached_any = true;
+                for i in idx {
+                    if !attachments.contains(&(gi, *i)) {
+                        attachments.push((gi, *i));
+                    }
+                }
+            }
+            Err((reason, msg)) => {
+                conds.push(cond("Accepted", false, reason, msg.clone(), gen));
+                v.refusals.push(Refusal { field: "spec.parentRefs".into(), reason: format!("{}: {msg}", pr.name) });
+            }
+        }
+        match &content.resolved_refs {
+            Ok(()) => conds.push(cond("ResolvedRefs", true, "ResolvedRefs", "resolved", gen)),
+            Err((reason, msg)) => conds.push(cond("ResolvedRefs", false, reason, msg.clone(), gen)),
+        }
+        parents.push(ParentStatus { parent_ref: pr.clone(), conditions: conds });
+    }
+    (parents, attachments, attached_any)
+}
+
+/// The listeners of Gateway `gi` that parentRef `pr` names and that take the route (by
+/// namespace, kind and hostname), or why none does.
+fn parent_listeners(
+    gw: &Gateways<'_>,
+    one: &One<'_>,
+    content: &Content,
+    (gi, pr): (usize, &ParentReference),
+) -> Result<Vec<usize>, Unresolved> {
+    let gns = gw.gws[gi].metadata.namespace.clone().unwrap_or_default();
+    let ls = &gw.listeners[gi];
+    let named: Vec<usize> = (0..ls.len())
+        .filter(|i| pr.section_name.as_deref().is_none_or(|s| s == ls[*i].name))
+        .filter(|i| pr.port.is_none_or(|p| i32::from(ls[*i].port) == p))
+        .collect();
+    if named.is_empty() {
+        return Err(("NoMatchingParent", "no listener matches the sectionName and port".into()));
+    }
+    if let Some(why) = gw.input.excluded.get(one.me) {
+        return Err(("UnsupportedValue", why.clone()));
+    }
+    if let Some(b) = &content.bad {
+        return Err(("UnsupportedValue", b.clone()));
+    }
+    let allowed: Vec<usize> = named
+        .iter()
+        .copied()
+        .filter(|i| {
+            let l = &ls[*i];
+            l.usable
+                && l.allows_http_route
+                && match l.from.as_str() {
+                    "All" => true,
+                    "Selector" => l
+                        .selector
+                        .as_ref()
+                        .is_some_and(|s| gw.ns_labels.get(one.rns).is_some_and(|labels| labels_match(s, labels))),
+                    _ => one.rns == gns,
+                }
+        })
+        .collect();
+    if allowed.is_empty() {
+        return Err(("NotAllowedByListeners", "no listener allows this route".into()));
+    }
+    let hosted: Vec<usize> = allowed
+        .into_iter()
+        .filter(|i| content.hostnames.iter().any(|h| intersect(&ls[*i].hostname, h).is_some()))
+        .collect();
+    if hosted.is_empty() {
+        Err(("NoMatchingListenerHostname", "no listener hostname intersects the route's hostnames".into()))
+    } else {
+        Ok(hosted)
+    }
+}
+
+/// Rule `ri` of an attached route into `acc`: its backend (the 500 backend for a split, whose
+/// backends are planned as they are), each candidate's rule and actions, and the sub-rules of a
+/// split (backends that differ in filters, or invalid ones beside valid ones).
+fn rule_into(
+    one: &One<'_>,
+    ri: usize,
+    (cands, acts, mut res): (&[Candidate], RuleActions, Resolved),
+    acc: &mut Attached,
+) {
+    let me = one.me;
+    let split = acts.redirect.is_none()
+        && res.each.len() > 1
+        && (res.each.iter().any(|e| !e.2.is_empty()) || (res.invalid_weight > 0 && !res.refs.is_empty()));
+    let each = std::mem::take(&mut res.each);
+    let single_ops = match each.as_slice() {
+        [(_, _, ops)] => ops.clone(),
+        _ => HeaderOps::default(),
+    };
+    let backend = if split {
+        for (name, _, eps, protocol) in std::mem::take(&mut res.refs) {
+            acc.backends.entry(name).or_insert((eps, BTreeMap::new(), protocol));
+        }
+        ERROR_500.to_string()
+    } else {
+        rule_backend(one.rns, &me.name, ri, res, &mut acc.backends, &mut acc.need_500, acts.redirect.is_some())
+    };
+    for c in cands {
+        let mut a = acts.clone();
+        a.rule = c.rule.clone();
+        // A prefix rewrite replaces this match's own prefix.
+        let plen = if c.path.0 == PathKind::Prefix && c.path.1 != "/" { c.path.1.len() } else { 0 };
+        if let Some(PathRewrite::Prefix { matched, .. }) = &mut a.path_rewrite {
+            *matched = plen;
+        }
+        if let Some(PathRewrite::Prefix { matched, .. }) = a.redirect.as_mut().and_then(|r| r.path.as_mut()) {
+            *matched = plen;
+        }
+        if split {
+            let mut picks = Vec::new();
+            let mut upto = 0u32;
+            for (bi, (be, w, ops)) in each.iter().enumerate() {
+                let sub = format!("{}b{bi}", c.rule);
+                upto = upto.saturating_add(*w);
+                picks.push((sub.clone(), upto));
+                acc.rules.insert(sub.clone(), (be.clone().unwrap_or_else(|| ERROR_500.into()), me.clone()));
+                let mut sa = a.clone();
+                sa.rule = sub;
+                sa.request_headers = merge_ops(&a.request_headers, ops);
+                acc.actions.push(sa);
+            }
+            acc.splits.push(Split { rule: c.rule.clone(), picks, total: upto });
+            acc.rules.insert(c.rule.clone(), (backend.clone(), me.clone()));
+            continue;
+        }
+        a.request_headers = merge_ops(&a.request_headers, &single_ops);
+        acc.rules.insert(c.rule.clone(), (backend.clone(), me.clone()));
+        if a != (RuleActions { rule: c.rule.clone(), ..Default::default() }) {
+            acc.actions.push(a);
+        }
+    }
+}
+
+/// A rule's candidates into the host tables of listener `li` of Gateway `gi`: one per route
+/// hostname as it intersects the listener's, unless a more specific listener of the port takes
+/// it or (hostnames owned by namespace) another namespace's older route holds it.
+fn hosts_into(
+    gw: &Gateways<'_>,
+    one: &One<'_>,
+    (gi, li): (usize, usize),
+    (hostnames, cands): (&[HostMatch], &[Candidate]),
+    acc: &mut Attached,
+    v: &mut Verdict,
+) {
+    let l = &gw.listeners[gi][li];
+    let b = gw.bind_ports[&port_key(gw.gws[gi], l.port)];
+    let others: Vec<&Option<HostMatch>> =
+        gw.listeners[gi].iter().filter(|o| o.usable && o.port == l.port).map(|o| &o.hostname).collect();
+    for h in hostnames {
+        let Some(eff) = intersect(&l.hostname, h) else { continue };
+        if others.iter().any(|o| claimed_by(&eff, o, &l.hostname)) {
+            continue;
+        }
+        if gw.input.settings.host_sharing == HostSharing::Namespace {
+            let by = Claimant {
+                created: one.r.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                namespace: one.rns.to_string(),
+                name: one.me.name.clone(),
+            };
+            if let Err(owner) = claim_in_age_order(&mut acc.owned, (b, eff.clone()), &by) {
+                v.refusals.push(Refusal {
+                    field: "spec.hostnames".into(),
+                    reason: format!(
+                        "{} on listener {} of Gateway {} belongs to namespace {} (HTTPRoute {}/{})",
+                        shown(&eff),
+                        l.name,
+                        gw.gws[gi].metadata.name.as_deref().unwrap_or_default(),
+                        owner.namespace,
+                        owner.namespace,
+                        owner.name
+                    ),
+                });
+                continue;
+            }
+        }
+        acc.tables.entry((b, eff)).or_default().extend(cands.iter().cloned());
+    }
+}
