@@ -216,86 +216,87 @@ fn set(input: &mut IngressInput, field: Field, value: &str) {
                 .get_or_insert_with(Default::default)
                 .insert(format!("{NGINX_PREFIX}use-regex"), "true".into());
         }
-        Field::Annotation(key) => {
-            let v = match key {
-                "permanent-redirect" => format!("https://x.example/{value}"),
-                "app-root" | "rewrite-target" | "session-cookie-path" => format!("/{value}"),
-                _ => value.to_string(),
-            };
-            // The annotations each needs beside it to mean anything.
-            let mut with = vec![(key, v)];
-            if key.starts_with("session-cookie-") || key == "affinity-mode" {
-                with.push(("affinity", "cookie".into()));
-            }
-            if key.starts_with("proxy-ssl-") {
-                with.push(("backend-protocol", "HTTPS".into()));
-                for (k, v) in
-                    [("proxy-ssl-secret", "upstream"), ("proxy-ssl-name", "b.internal"), ("proxy-ssl-verify", "on")]
-                {
-                    if k != key {
-                        with.push((k, v.into()));
-                    }
-                }
-            }
-            if key.starts_with("cors-") {
-                with.push(("enable-cors", "true".into()));
-            }
-            if key == "limit-burst-multiplier" || key == "limit-whitelist" {
-                with.push(("limit-rps", "5".into()));
-            }
-            if key.starts_with("auth-") {
-                for (k, v) in [("auth-type", "basic"), ("auth-secret", "users")] {
-                    if k != key {
-                        with.push((k, v.into()));
-                    }
-                }
-            }
-            if key.starts_with("canary") && key != "canary" {
-                with.push(("canary", "true".into()));
-                if key == "canary-by-header-value" || key == "canary-by-header-pattern" {
-                    with.push(("canary-by-header", "X-Canary".into()));
-                }
-            }
-            let a = ing.metadata.annotations.get_or_insert_with(Default::default);
-            for (k, v) in with {
-                a.insert(format!("{NGINX_PREFIX}{k}"), v);
-            }
-            if key.starts_with("proxy-ssl-") {
-                // The CA's Secret, under the name the annotation gives.
-                let name = if key == "proxy-ssl-secret" { value } else { "upstream" };
-                let mut s = tls_secret(name);
-                let ca = s.data.as_ref().unwrap()["tls.crt"].clone();
-                s.data = Some([("ca.crt".to_string(), ca)].into_iter().collect());
-                input.secrets.push(s);
-            }
-            if key.starts_with("auth-") {
-                // The users' Secret, under the name the annotation gives.
-                let name = if key == "auth-secret" { value } else { "users" };
-                let mut s = k8s_openapi::api::core::v1::Secret::default();
-                s.metadata.name = Some(name.into());
-                s.metadata.namespace = Some("shop".into());
-                s.data = Some(
-                    [("auth".to_string(), k8s_openapi::ByteString(b"u:$6$salt$hash".to_vec()))].into_iter().collect(),
-                );
-                input.secrets.push(s);
-            }
-            if key.starts_with("canary") {
-                // The Ingress a canary joins (after the target among the verdicts).
-                let mut main = input.ingresses[0].clone();
-                main.metadata.name = Some("z-main".into());
-                main.metadata.annotations = None;
-                main.spec.as_mut().unwrap().rules.as_mut().unwrap()[0].http.as_mut().unwrap().paths[0]
-                    .backend
-                    .service
-                    .as_mut()
-                    .unwrap()
-                    .name = "main".into();
-                input.ingresses.push(main);
-                let mut svc = input.services[0].clone();
-                svc.metadata.name = Some("main".into());
-                input.services.push(svc);
+        Field::Annotation(key) => set_annotation(input, key, value),
+    }
+}
+
+/// Puts `value` into annotation `key` of the first Ingress, with the annotations it needs beside
+/// it and the objects they name (Secrets, the Ingress a canary joins and its Service).
+fn set_annotation(input: &mut IngressInput, key: &'static str, value: &str) {
+    let v = match key {
+        "permanent-redirect" => format!("https://x.example/{value}"),
+        "app-root" | "rewrite-target" | "session-cookie-path" => format!("/{value}"),
+        _ => value.to_string(),
+    };
+    // The annotations each needs beside it to mean anything.
+    let mut with = vec![(key, v)];
+    if key.starts_with("session-cookie-") || key == "affinity-mode" {
+        with.push(("affinity", "cookie".into()));
+    }
+    if key.starts_with("proxy-ssl-") {
+        with.push(("backend-protocol", "HTTPS".into()));
+        for (k, v) in [("proxy-ssl-secret", "upstream"), ("proxy-ssl-name", "b.internal"), ("proxy-ssl-verify", "on")] {
+            if k != key {
+                with.push((k, v.into()));
             }
         }
+    }
+    if key.starts_with("cors-") {
+        with.push(("enable-cors", "true".into()));
+    }
+    if key == "limit-burst-multiplier" || key == "limit-whitelist" {
+        with.push(("limit-rps", "5".into()));
+    }
+    if key.starts_with("auth-") {
+        for (k, v) in [("auth-type", "basic"), ("auth-secret", "users")] {
+            if k != key {
+                with.push((k, v.into()));
+            }
+        }
+    }
+    if key.starts_with("canary") && key != "canary" {
+        with.push(("canary", "true".into()));
+        if key == "canary-by-header-value" || key == "canary-by-header-pattern" {
+            with.push(("canary-by-header", "X-Canary".into()));
+        }
+    }
+    let a = input.ingresses[0].metadata.annotations.get_or_insert_with(Default::default);
+    for (k, v) in with {
+        a.insert(format!("{NGINX_PREFIX}{k}"), v);
+    }
+    if key.starts_with("proxy-ssl-") {
+        // The CA's Secret, under the name the annotation gives.
+        let name = if key == "proxy-ssl-secret" { value } else { "upstream" };
+        let mut s = tls_secret(name);
+        let ca = s.data.as_ref().unwrap()["tls.crt"].clone();
+        s.data = Some([("ca.crt".to_string(), ca)].into_iter().collect());
+        input.secrets.push(s);
+    }
+    if key.starts_with("auth-") {
+        // The users' Secret, under the name the annotation gives.
+        let name = if key == "auth-secret" { value } else { "users" };
+        let mut s = k8s_openapi::api::core::v1::Secret::default();
+        s.metadata.name = Some(name.into());
+        s.metadata.namespace = Some("shop".into());
+        s.data =
+            Some([("auth".to_string(), k8s_openapi::ByteString(b"u:$6$salt$hash".to_vec()))].into_iter().collect());
+        input.secrets.push(s);
+    }
+    if key.starts_with("canary") {
+        // The Ingress a canary joins (after the target among the verdicts).
+        let mut main = input.ingresses[0].clone();
+        main.metadata.name = Some("z-main".into());
+        main.metadata.annotations = None;
+        main.spec.as_mut().unwrap().rules.as_mut().unwrap()[0].http.as_mut().unwrap().paths[0]
+            .backend
+            .service
+            .as_mut()
+            .unwrap()
+            .name = "main".into();
+        input.ingresses.push(main);
+        let mut svc = input.services[0].clone();
+        svc.metadata.name = Some("main".into());
+        input.services.push(svc);
     }
 }
 
