@@ -34,7 +34,7 @@ use tracing::{info, warn, Instrument};
 use crate::attempt::{next, Answer, Attempts, Next};
 use crate::blob;
 use crate::bundle::Bundle;
-use crate::client::{AgentClient, ApplyAnswer};
+use crate::client::{AgentClient, ApplyAnswer, CallError};
 use crate::diff::{complete_state, plan, Baseline, PlanDiff};
 use crate::followup::{judge, poll_delay, Poll, Step, Ticket, Tickets};
 use crate::metrics::{ConflictLabel, Metrics};
@@ -311,6 +311,18 @@ fn differing(pod: &[FileEntry], render: &Bundle) -> BTreeSet<RelPath> {
     haptic_protocol::changed_paths(pod, render.manifest()).into_iter().cloned().collect()
 }
 
+/// The diff that rewrites the files that drifted on a pod holding the target plan.
+fn drift_repair(drifted: &BTreeSet<RelPath>, target: PlanId) -> PlanDiff {
+    let list: Vec<String> = drifted.iter().map(|p| p.to_string()).collect();
+    PlanDiff {
+        mode: Some(Mode::FileOnly),
+        reasons: vec![format!("drift: {} changed behind the controller's back; rewritten", list.join(", "))],
+        batches: Vec::new(),
+        baseline: Some(target),
+        skew: None,
+    }
+}
+
 impl Deployer {
     /// A deployer.
     pub fn new(
@@ -549,13 +561,9 @@ impl Deployer {
         if let Some(why) = self.fence.stood_down() {
             return self.stand_down(ep, why);
         }
-        let known = lock(&self.known).get(&ep.name).cloned();
-        let known = match (known, kind) {
-            (Some(k), DeployKind::Normal) => k,
-            _ => match self.read_state(ep, kind == DeployKind::Drift).await {
-                Ok(s) => Known::of(&s),
-                Err(e) => return self.fail(ep, e),
-            },
+        let known = match self.know(ep, kind).await {
+            Ok(k) => k,
+            Err(e) => return self.fail(ep, e),
         };
         let drifted = if known.applied == Some(target) { differing(&known.files, render) } else { BTreeSet::new() };
         if known.applied == Some(target) && drifted.is_empty() {
@@ -563,14 +571,7 @@ impl Deployer {
         }
         self.board.pod(&ep.name, |p| p.phase = Phase::Deploying);
         let mut pd = if known.applied == Some(target) && !drifted.is_empty() {
-            let list: Vec<String> = drifted.iter().map(|p| p.to_string()).collect();
-            PodDiff::own(PlanDiff {
-                mode: Some(Mode::FileOnly),
-                reasons: vec![format!("drift: {} changed behind the controller's back; rewritten", list.join(", "))],
-                batches: Vec::new(),
-                baseline: Some(target),
-                skew: None,
-            })
+            PodDiff::own(drift_repair(&drifted, target))
         } else {
             self.diff_for(&ep.name, &known, render, shared)
         };
@@ -595,34 +596,7 @@ impl Deployer {
             );
             let answer = self.client.apply_body(ep, req.body.clone()).instrument(span.clone()).await;
             // The span is entered only around code that does not await.
-            let judged = span.in_scope(|| match &answer {
-                Ok(ApplyAnswer::Ack(_)) => Answer::Ack,
-                Ok(ApplyAnswer::Nack(_)) => Answer::Nack,
-                Ok(ApplyAnswer::Conflict(c)) => {
-                    self.metrics.apply(req.shared.mode.as_str(), "conflict");
-                    self.metrics.conflicts.get_or_create(&ConflictLabel { conflict: c.conflict.as_str().into() }).inc();
-                    info!(conflict = c.conflict.as_str(), "409: {}", c.error);
-                    Answer::Conflict { kind: c.conflict, fence: c.fence.clone(), missing: c.missing.clone() }
-                }
-                Ok(ApplyAnswer::HaproxyDown(why)) => {
-                    // HAProxy down on the pod is a real answer: the pod fails at once.
-                    self.metrics.apply(req.shared.mode.as_str(), "error");
-                    Answer::Refused(why.clone())
-                }
-                Ok(ApplyAnswer::Refused { status, error }) => {
-                    self.metrics.apply(req.shared.mode.as_str(), "error");
-                    if *status >= 500 {
-                        // No real answer (a proxy, an overloaded agent): retry the same apply.
-                        Answer::Transport(error.clone())
-                    } else {
-                        Answer::Refused(error.clone())
-                    }
-                }
-                Err(e) => {
-                    self.metrics.apply(req.shared.mode.as_str(), "error");
-                    Answer::Transport(e.to_string())
-                }
-            });
+            let judged = span.in_scope(|| self.judge_answer(&answer, &req.shared));
             let step = next(&mut attempts, judged);
             // Every step but an exact retry sends a new request (a new fence).
             match step {
@@ -678,6 +652,48 @@ impl Deployer {
                 Ok(req) => req,
                 Err(why) => return self.no_request(ep, why),
             };
+        }
+    }
+
+    /// What the pod knows for a deployment: its last state read or ACK for a normal one, else
+    /// (or when unknown) its state read now, verified for a drift pass.
+    async fn know(&self, ep: &Endpoint, kind: DeployKind) -> Result<Known, String> {
+        let known = lock(&self.known).get(&ep.name).cloned();
+        match (known, kind) {
+            (Some(k), DeployKind::Normal) => Ok(k),
+            _ => self.read_state(ep, kind == DeployKind::Drift).await.map(|s| Known::of(&s)),
+        }
+    }
+
+    /// The answer to an apply as [`crate::attempt::next`] reads it, counted in the metrics.
+    fn judge_answer(&self, answer: &Result<ApplyAnswer, CallError>, req: &SharedRequest) -> Answer {
+        match answer {
+            Ok(ApplyAnswer::Ack(_)) => Answer::Ack,
+            Ok(ApplyAnswer::Nack(_)) => Answer::Nack,
+            Ok(ApplyAnswer::Conflict(c)) => {
+                self.metrics.apply(req.mode.as_str(), "conflict");
+                self.metrics.conflicts.get_or_create(&ConflictLabel { conflict: c.conflict.as_str().into() }).inc();
+                info!(conflict = c.conflict.as_str(), "409: {}", c.error);
+                Answer::Conflict { kind: c.conflict, fence: c.fence.clone(), missing: c.missing.clone() }
+            }
+            Ok(ApplyAnswer::HaproxyDown(why)) => {
+                // HAProxy down on the pod is a real answer: the pod fails at once.
+                self.metrics.apply(req.mode.as_str(), "error");
+                Answer::Refused(why.clone())
+            }
+            Ok(ApplyAnswer::Refused { status, error }) => {
+                self.metrics.apply(req.mode.as_str(), "error");
+                if *status >= 500 {
+                    // No real answer (a proxy, an overloaded agent): retry the same apply.
+                    Answer::Transport(error.clone())
+                } else {
+                    Answer::Refused(error.clone())
+                }
+            }
+            Err(e) => {
+                self.metrics.apply(req.mode.as_str(), "error");
+                Answer::Transport(e.to_string())
+            }
         }
     }
 

@@ -138,12 +138,6 @@ pub fn diff(base: &Baseline, desired: &Bundle) -> Diff {
     // The running config's text: the same as the new one when the digest matches.
     let old_cfg: Option<&str> = if cfg_unchanged { Some(new_cfg) } else { base.cfg_text.as_deref() };
 
-    let mut reload = Vec::new();
-    let mut runtime = Vec::new();
-    let mut file_only = Vec::new();
-    let mut file_ops = Vec::new();
-    let mut server_ops = Vec::new();
-
     let Some(old_cfg) = old_cfg else {
         return Diff {
             mode: Some(Mode::Reload),
@@ -151,14 +145,64 @@ pub fn diff(base: &Baseline, desired: &Bundle) -> Diff {
             batches: Vec::new(),
         };
     };
+    let mut t = Tally::default();
     if !cfg_unchanged {
         let cd = diff_cfg_cached(old_cfg, &base.cfg_index, new_cfg, desired.cfg_index());
-        reload.extend(cd.reload_reasons.iter().cloned());
-        runtime.extend(cd.runtime_reasons());
-        server_ops.extend(cd.server_ops());
+        t.reload.extend(cd.reload_reasons.iter().cloned());
+        t.runtime.extend(cd.runtime_reasons());
+        t.server_ops.extend(cd.server_ops());
     }
+    files_changed(base, desired, old_cfg, &mut t);
+    t.decide(cfg_unchanged)
+}
 
-    // Every changed file other than haproxy.cfg: added, removed or modified.
+/// The reasons and ops a diff collects before it decides the mode.
+#[derive(Debug, Default)]
+struct Tally {
+    reload: Vec<String>,
+    runtime: Vec<String>,
+    file_only: Vec<String>,
+    file_ops: Vec<Op>,
+    server_ops: Vec<Op>,
+}
+
+impl Tally {
+    /// The diff of what was collected: any reload reason reloads; runtime changes with a
+    /// file_only change reload too; else runtime, else file_only.
+    fn decide(self, cfg_unchanged: bool) -> Diff {
+        let Tally { reload, mut runtime, file_only, file_ops, server_ops } = self;
+        if !reload.is_empty() {
+            return Diff { mode: Some(Mode::Reload), reasons: reload, batches: Vec::new() };
+        }
+        let runtime_needed = !file_ops.is_empty() || !server_ops.is_empty() || !cfg_unchanged;
+        if runtime_needed && !file_only.is_empty() {
+            // One apply is either runtime (every changed file covered by an op, as the agent's claim
+            // check demands) or file_only (the config text unchanged): both at once reload.
+            let mut reasons: Vec<String> = file_only
+                .iter()
+                .map(|r| format!("{r}, but it ships with runtime changes (one apply, one mode)"))
+                .collect();
+            reasons.extend(runtime);
+            return Diff { mode: Some(Mode::Reload), reasons, batches: Vec::new() };
+        }
+        if runtime_needed {
+            if file_ops.is_empty() && server_ops.is_empty() {
+                // Only comments or whitespace changed: the running config is equivalent and the
+                // runtime claim (which compares normalized lines) holds with no ops at all.
+                runtime.push("haproxy.cfg: only comments or whitespace changed".into());
+                return Diff { mode: Some(Mode::Runtime), reasons: runtime, batches: Vec::new() };
+            }
+            let mut batch = file_ops;
+            batch.extend(server_ops);
+            return Diff { mode: Some(Mode::Runtime), reasons: runtime, batches: vec![batch] };
+        }
+        Diff { mode: Some(Mode::FileOnly), reasons: file_only, batches: Vec::new() }
+    }
+}
+
+/// Tallies every changed file other than haproxy.cfg: added, removed or modified.
+fn files_changed(base: &Baseline, desired: &Bundle, old_cfg: &str, t: &mut Tally) {
+    let new_cfg = desired.cfg_text();
     let old_files: BTreeMap<&RelPath, &FileEntry> = base.manifest.iter().map(|e| (&e.path, e)).collect();
     let new_files: BTreeMap<&RelPath, &FileEntry> = desired.manifest().iter().map(|e| (&e.path, e)).collect();
     let mut changed = changed_paths(&base.manifest, desired.manifest());
@@ -185,66 +229,47 @@ pub fn diff(base: &Baseline, desired: &Bundle) -> Diff {
         let (was, is) = (old_files.contains_key(path), new_files.contains_key(path));
         if !loaded_by_old.contains(path) {
             if loaded_by_new.contains(path) {
-                reload.push(format!("{path}: newly loaded by the config"));
+                t.reload.push(format!("{path}: newly loaded by the config"));
             } else {
-                file_only.push(format!("{path}: not loaded by the running config (file only)"));
+                t.file_only.push(format!("{path}: not loaded by the running config (file only)"));
             }
             continue;
         }
         if !is {
-            reload.push(format!("{path}: removed while the config loads it"));
+            t.reload.push(format!("{path}: removed while the config loads it"));
             continue;
         }
         if !was {
-            reload.push(format!("{path}: added where the config loads files (new files load at reload)"));
+            t.reload.push(format!("{path}: added where the config loads files (new files load at reload)"));
             continue;
         }
-        let bytes = desired.bytes(path).unwrap_or_default();
-        match (classify(old_cfg, path), std::str::from_utf8(bytes)) {
-            (LoadKind::Map, Ok(_)) => {
-                runtime.push(format!("{path}: map replaced at runtime from its file"));
-                file_ops.push(Op::MapLoad { path: path.clone() });
-            }
-            (LoadKind::Acl, Ok(text)) => {
-                let patterns = parse_acl_file(text);
-                runtime.push(format!("{path}: ACL replaced at runtime ({} patterns)", patterns.len()));
-                file_ops.push(Op::AclReplace { path: path.clone(), patterns });
-            }
-            (LoadKind::Map | LoadKind::Acl, Err(_)) => {
-                reload.push(format!("{path}: not UTF-8, cannot be sent as entries"))
-            }
-            (LoadKind::Cert, _) => {
-                runtime.push(format!("{path}: loaded certificate replaced at runtime"));
-                file_ops.push(Op::CertSet { path: path.clone() });
-            }
-            (LoadKind::Other, _) => reload.push(format!("{path}: changed, and the config loads it at startup")),
-        }
+        loaded_file_changed(path, old_cfg, desired, t);
     }
+}
 
-    if !reload.is_empty() {
-        return Diff { mode: Some(Mode::Reload), reasons: reload, batches: Vec::new() };
-    }
-    let runtime_needed = !file_ops.is_empty() || !server_ops.is_empty() || !cfg_unchanged;
-    if runtime_needed && !file_only.is_empty() {
-        // One apply is either runtime (every changed file covered by an op, as the agent's claim
-        // check demands) or file_only (the config text unchanged): both at once reload.
-        let mut reasons: Vec<String> =
-            file_only.iter().map(|r| format!("{r}, but it ships with runtime changes (one apply, one mode)")).collect();
-        reasons.extend(runtime);
-        return Diff { mode: Some(Mode::Reload), reasons, batches: Vec::new() };
-    }
-    if runtime_needed {
-        if file_ops.is_empty() && server_ops.is_empty() {
-            // Only comments or whitespace changed: the running config is equivalent and the
-            // runtime claim (which compares normalized lines) holds with no ops at all.
-            runtime.push("haproxy.cfg: only comments or whitespace changed".into());
-            return Diff { mode: Some(Mode::Runtime), reasons: runtime, batches: Vec::new() };
+/// Tallies a file the running config loads whose bytes changed: replaced at runtime by the
+/// op its kind allows, else a reload.
+fn loaded_file_changed(path: &RelPath, old_cfg: &str, desired: &Bundle, t: &mut Tally) {
+    let bytes = desired.bytes(path).unwrap_or_default();
+    match (classify(old_cfg, path), std::str::from_utf8(bytes)) {
+        (LoadKind::Map, Ok(_)) => {
+            t.runtime.push(format!("{path}: map replaced at runtime from its file"));
+            t.file_ops.push(Op::MapLoad { path: path.clone() });
         }
-        let mut batch = file_ops;
-        batch.extend(server_ops);
-        return Diff { mode: Some(Mode::Runtime), reasons: runtime, batches: vec![batch] };
+        (LoadKind::Acl, Ok(text)) => {
+            let patterns = parse_acl_file(text);
+            t.runtime.push(format!("{path}: ACL replaced at runtime ({} patterns)", patterns.len()));
+            t.file_ops.push(Op::AclReplace { path: path.clone(), patterns });
+        }
+        (LoadKind::Map | LoadKind::Acl, Err(_)) => {
+            t.reload.push(format!("{path}: not UTF-8, cannot be sent as entries"))
+        }
+        (LoadKind::Cert, _) => {
+            t.runtime.push(format!("{path}: loaded certificate replaced at runtime"));
+            t.file_ops.push(Op::CertSet { path: path.clone() });
+        }
+        (LoadKind::Other, _) => t.reload.push(format!("{path}: changed, and the config loads it at startup")),
     }
-    Diff { mode: Some(Mode::FileOnly), reasons: file_only, batches: Vec::new() }
 }
 
 #[cfg(test)]

@@ -300,53 +300,8 @@ impl Core {
         let mut out = Vec::new();
         match input {
             Input::Bundle(Err(why)) => self.render_error = Some(why),
-            Input::Bundle(Ok(r)) => {
-                self.render_error = None;
-                self.latest = Some(r.clone());
-                if self.checking {
-                    self.check_pending = Some(r.clone());
-                } else {
-                    self.checking = true;
-                    out.push(Action::Check(r.clone()));
-                }
-                if self.latch.dispatch_before_verdict() {
-                    self.enqueue(r, DeployKind::Normal, &mut out);
-                }
-            }
-            Input::Verdict(r, v) => {
-                self.checking = false;
-                let plan = r.plan_id();
-                self.latch.on_verdict(plan, &v);
-                let is_latest = self.latest.as_ref().map(|l| l.plan_id()) == Some(plan);
-                match v {
-                    Verdict::Pass => {
-                        self.last_good = Some(r.clone());
-                        let dispatched = self.target() == Some(plan)
-                            || self.pending() == Some(plan)
-                            || self.in_flight.as_ref().is_some_and(|f| f.render.plan_id() == plan);
-                        if is_latest && !dispatched {
-                            self.enqueue(r, DeployKind::Normal, &mut out);
-                        }
-                    }
-                    Verdict::Refused(_) => {
-                        let took_it = self.target() == Some(plan)
-                            || self.in_flight.as_ref().is_some_and(|f| f.render.plan_id() == plan);
-                        if self.pending() == Some(plan) {
-                            self.pending = None;
-                        }
-                        if took_it {
-                            // Revert the pods that took it to the last good render.
-                            if let Some(good) = self.last_good.clone() {
-                                self.enqueue(good, DeployKind::Normal, &mut out);
-                            }
-                        }
-                    }
-                }
-                if let Some(next) = self.check_pending.take() {
-                    self.checking = true;
-                    out.push(Action::Check(next));
-                }
-            }
+            Input::Bundle(Ok(r)) => self.on_render(r, &mut out),
+            Input::Verdict(r, v) => self.on_verdict(r, v, &mut out),
             Input::Endpoints(eps) => {
                 // New pods may need the render now: no hold.
                 self.held = None;
@@ -387,29 +342,86 @@ impl Core {
                     self.try_start(&mut out);
                 }
             }
-            Input::FollowUpEnded { end, still_running } => {
-                if !end.converged && self.target() == Some(end.plan) {
-                    // A pod's paced reload did not bring the target into its worker: retry it
-                    // (verified), with the same doubling backoff as a deployment that left pods
-                    // failed (sooner than an armed drift pass, never later).
-                    let next = self.next_retry();
-                    if self.in_flight.is_none() {
-                        let at = self.now + next;
-                        if self.drift_at.is_none_or(|d| at < d) {
-                            self.arm_drift(next, Wake::Retry, &mut out);
-                        }
-                    }
-                } else if end.converged && still_running == 0 {
-                    // Every scheduled reload ran: the backoff starts afresh.
-                    self.retry = None;
-                }
-            }
+            Input::FollowUpEnded { end, still_running } => self.on_follow_up_end(&end, still_running, &mut out),
             Input::Tuning(t) => {
                 self.timing = t;
                 self.latch.mode = t.gate;
             }
         }
         out
+    }
+
+    /// A new render: checked by the gate (one check at a time, the latest waiting), and
+    /// dispatched at once while the latch lets renders go before their verdict.
+    fn on_render(&mut self, r: Arc<Bundle>, out: &mut Vec<Action>) {
+        self.render_error = None;
+        self.latest = Some(r.clone());
+        if self.checking {
+            self.check_pending = Some(r.clone());
+        } else {
+            self.checking = true;
+            out.push(Action::Check(r.clone()));
+        }
+        if self.latch.dispatch_before_verdict() {
+            self.enqueue(r, DeployKind::Normal, out);
+        }
+    }
+
+    /// The gate's verdict on a render: a pass dispatches it if it is still the latest; a
+    /// refusal reverts the pods that took it to the last good render.
+    fn on_verdict(&mut self, r: Arc<Bundle>, v: Verdict, out: &mut Vec<Action>) {
+        self.checking = false;
+        let plan = r.plan_id();
+        self.latch.on_verdict(plan, &v);
+        let is_latest = self.latest.as_ref().map(|l| l.plan_id()) == Some(plan);
+        match v {
+            Verdict::Pass => {
+                self.last_good = Some(r.clone());
+                let dispatched = self.target() == Some(plan)
+                    || self.pending() == Some(plan)
+                    || self.in_flight.as_ref().is_some_and(|f| f.render.plan_id() == plan);
+                if is_latest && !dispatched {
+                    self.enqueue(r, DeployKind::Normal, out);
+                }
+            }
+            Verdict::Refused(_) => {
+                let took_it =
+                    self.target() == Some(plan) || self.in_flight.as_ref().is_some_and(|f| f.render.plan_id() == plan);
+                if self.pending() == Some(plan) {
+                    self.pending = None;
+                }
+                if took_it {
+                    // Revert the pods that took it to the last good render.
+                    if let Some(good) = self.last_good.clone() {
+                        self.enqueue(good, DeployKind::Normal, out);
+                    }
+                }
+            }
+        }
+        if let Some(next) = self.check_pending.take() {
+            self.checking = true;
+            out.push(Action::Check(next));
+        }
+    }
+
+    /// A background follow-up ended: one that left the pod off the target retries it sooner;
+    /// the last one ending converged starts the backoff afresh.
+    fn on_follow_up_end(&mut self, end: &FollowUpEnd, still_running: usize, out: &mut Vec<Action>) {
+        if !end.converged && self.target() == Some(end.plan) {
+            // A pod's paced reload did not bring the target into its worker: retry it
+            // (verified), with the same doubling backoff as a deployment that left pods
+            // failed (sooner than an armed drift pass, never later).
+            let next = self.next_retry();
+            if self.in_flight.is_none() {
+                let at = self.now + next;
+                if self.drift_at.is_none_or(|d| at < d) {
+                    self.arm_drift(next, Wake::Retry, out);
+                }
+            }
+        } else if end.converged && still_running == 0 {
+            // Every scheduled reload ran: the backoff starts afresh.
+            self.retry = None;
+        }
     }
 
     /// The deployment in flight ended: with its report, or cancelled at its deadline.
@@ -552,6 +564,14 @@ impl Timers {
     }
 }
 
+/// What the driver's loop carries out actions on: the core's input channel, the deployment
+/// task in flight and the armed timers.
+struct Execution {
+    in_tx: mpsc::UnboundedSender<Input>,
+    running: Option<(u64, tokio::task::JoinHandle<()>)>,
+    timers: Timers,
+}
+
 /// Feeds the core from the seams, the gate, the deployer and its timers, and carries out the
 /// core's actions.
 pub struct Driver {
@@ -583,13 +603,60 @@ impl Driver {
     /// Runs until `shutdown`, taking on each change of `tuning`.
     pub async fn run(
         mut self,
-        mut renders: Box<dyn BundleSource>,
-        mut endpoints: Box<dyn EndpointSource>,
+        renders: Box<dyn BundleSource>,
+        endpoints: Box<dyn EndpointSource>,
         mut tuning: watch::Receiver<Tuning>,
         shutdown: CancellationToken,
     ) {
         let (in_tx, mut in_rx) = mpsc::unbounded_channel::<Input>();
-        // The sources run in their own tasks, so a half-finished wait is never cancelled.
+        let feeds = self.spawn_feeds(renders, endpoints, &in_tx);
+        let mut exec = Execution { in_tx, running: None, timers: Timers::default() };
+        let mut tuning_open = true;
+        loop {
+            let next = exec.timers.next();
+            let input = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                Some(i) = in_rx.recv() => i,
+                _ = sleep_until_opt(next.map(|(_, at)| at)) => {
+                    let Some((timer, _)) = next else { continue };
+                    exec.timers.disarm(timer);
+                    Input::Fired(timer)
+                }
+                r = tuning.changed(), if tuning_open => {
+                    if r.is_err() {
+                        tuning_open = false;
+                        continue;
+                    }
+                    let t = *tuning.borrow_and_update();
+                    info!(?t, "new settings for the running deployment loop");
+                    self.deployer.retune(DeployerConfig { max_parallel: t.max_parallel, sync_timeout: t.sync_timeout });
+                    Input::Tuning(t.into())
+                }
+            };
+            self.observe(&input);
+            for a in self.core.on(Instant::now(), input) {
+                self.carry_out(a, &mut exec);
+            }
+            self.publish();
+        }
+        for task in feeds {
+            task.abort();
+        }
+        self.deployer.stop_follow_ups();
+        if let Some((_, h)) = exec.running {
+            h.abort();
+        }
+    }
+
+    /// Starts the tasks that feed the core: the render source, the endpoint source and the
+    /// ends of background follow-ups. The sources run in their own tasks, so a half-finished
+    /// wait is never cancelled.
+    fn spawn_feeds(
+        &self,
+        mut renders: Box<dyn BundleSource>,
+        mut endpoints: Box<dyn EndpointSource>,
+        in_tx: &mpsc::UnboundedSender<Input>,
+    ) -> [tokio::task::JoinHandle<()>; 3] {
         let tx = in_tx.clone();
         let render_task = tokio::spawn(async move {
             while let Some(ev) = renders.next().await {
@@ -620,98 +687,66 @@ impl Driver {
                 }
             }
         });
+        [render_task, endpoint_task, follow_up_task]
+    }
 
-        let mut running: Option<(u64, tokio::task::JoinHandle<()>)> = None;
-        let mut timers = Timers::default();
-        let mut tuning_open = true;
-        loop {
-            let next = timers.next();
-            let input = tokio::select! {
-                _ = shutdown.cancelled() => break,
-                Some(i) = in_rx.recv() => i,
-                _ = sleep_until_opt(next.map(|(_, at)| at)) => {
-                    let Some((timer, _)) = next else { continue };
-                    timers.disarm(timer);
-                    Input::Fired(timer)
-                }
-                r = tuning.changed(), if tuning_open => {
-                    if r.is_err() {
-                        tuning_open = false;
-                        continue;
-                    }
-                    let t = *tuning.borrow_and_update();
-                    info!(?t, "new settings for the running deployment loop");
-                    self.deployer.retune(DeployerConfig { max_parallel: t.max_parallel, sync_timeout: t.sync_timeout });
-                    Input::Tuning(t.into())
-                }
-            };
-            self.observe(&input);
-            for a in self.core.on(Instant::now(), input) {
-                match a {
-                    Action::Check(r) => {
-                        let checker = self.checker.clone();
-                        let tx = in_tx.clone();
-                        tokio::spawn(async move {
-                            let v = checker.verdict(&r).await;
-                            let _ = tx.send(Input::Verdict(r, v));
-                        });
-                    }
-                    Action::Deploy { id, render, endpoints, kind } => {
-                        let pods = endpoints.len();
-                        info!(id, plan = %render.plan_id().short(), pods, ?kind, "deployment started");
-                        let deployer = self.deployer.clone();
-                        let tx = in_tx.clone();
-                        let handle = tokio::spawn(async move {
-                            let report = deployer.deploy(render, endpoints, kind).await;
-                            let _ = tx.send(Input::Finished(id, report));
-                        });
-                        running = Some((id, handle));
-                    }
-                    Action::Cancel { id } => {
-                        if let Some((rid, handle)) = running.take() {
-                            if rid == id {
-                                handle.abort();
-                            } else {
-                                running = Some((rid, handle));
-                            }
-                        }
-                        error!(id, "deployment timed out; cancelled it and retrying the latest render");
-                        self.deployer.forget_pods();
-                    }
-                    Action::Ended { id, result } => {
-                        if running.as_ref().is_some_and(|(rid, _)| *rid == id) {
-                            running = None;
-                        }
-                        self.metrics.deployment(result.as_str());
-                        info!(id, %result, "deployment finished");
-                        self.board.controller(|c| {
-                            c.deployments += 1;
-                            c.last_deployment = Some(result);
-                        });
-                    }
-                    Action::Arm { timer, at, why } => {
-                        let wait = at.saturating_duration_since(Instant::now());
-                        match why {
-                            Wake::Retry => warn!(retry_in = ?wait, "some pods are not on the target; retrying"),
-                            Wake::Hold => info!(
-                                ?wait,
-                                "every pod has a paced reload scheduled; holding newer renders until shortly before it"
-                            ),
-                            Wake::Drift | Wake::Deadline => {}
-                        }
-                        timers.arm(timer, at);
-                    }
-                    Action::Disarm(timer) => timers.disarm(timer),
-                }
+    /// Carries out one action of the core.
+    fn carry_out(&self, a: Action, exec: &mut Execution) {
+        match a {
+            Action::Check(r) => {
+                let checker = self.checker.clone();
+                let tx = exec.in_tx.clone();
+                tokio::spawn(async move {
+                    let v = checker.verdict(&r).await;
+                    let _ = tx.send(Input::Verdict(r, v));
+                });
             }
-            self.publish();
-        }
-        render_task.abort();
-        endpoint_task.abort();
-        follow_up_task.abort();
-        self.deployer.stop_follow_ups();
-        if let Some((_, h)) = running {
-            h.abort();
+            Action::Deploy { id, render, endpoints, kind } => {
+                let pods = endpoints.len();
+                info!(id, plan = %render.plan_id().short(), pods, ?kind, "deployment started");
+                let deployer = self.deployer.clone();
+                let tx = exec.in_tx.clone();
+                let handle = tokio::spawn(async move {
+                    let report = deployer.deploy(render, endpoints, kind).await;
+                    let _ = tx.send(Input::Finished(id, report));
+                });
+                exec.running = Some((id, handle));
+            }
+            Action::Cancel { id } => {
+                if let Some((rid, handle)) = exec.running.take() {
+                    if rid == id {
+                        handle.abort();
+                    } else {
+                        exec.running = Some((rid, handle));
+                    }
+                }
+                error!(id, "deployment timed out; cancelled it and retrying the latest render");
+                self.deployer.forget_pods();
+            }
+            Action::Ended { id, result } => {
+                if exec.running.as_ref().is_some_and(|(rid, _)| *rid == id) {
+                    exec.running = None;
+                }
+                self.metrics.deployment(result.as_str());
+                info!(id, %result, "deployment finished");
+                self.board.controller(|c| {
+                    c.deployments += 1;
+                    c.last_deployment = Some(result);
+                });
+            }
+            Action::Arm { timer, at, why } => {
+                let wait = at.saturating_duration_since(Instant::now());
+                match why {
+                    Wake::Retry => warn!(retry_in = ?wait, "some pods are not on the target; retrying"),
+                    Wake::Hold => info!(
+                        ?wait,
+                        "every pod has a paced reload scheduled; holding newer renders until shortly before it"
+                    ),
+                    Wake::Drift | Wake::Deadline => {}
+                }
+                exec.timers.arm(timer, at);
+            }
+            Action::Disarm(timer) => exec.timers.disarm(timer),
         }
     }
 

@@ -82,20 +82,27 @@ async fn weights(pods: &LocalPods, backend: &str) -> Vec<Vec<(String, u32)>> {
     out
 }
 
-on_each_version!(gateways_get_addresses_statuses_and_runtime_routes);
+/// The route `shop` with the `/split` rule weighted `web` to `canary`, and rules for an empty
+/// backend, a missing one and a redirect.
+fn split(web: u32, canary: u32) -> Value {
+    route(
+        "shop",
+        json!([
+            {"matches": [{"path": {"type": "PathPrefix", "value": "/empty"}}],
+             "backendRefs": [{"name": "empty", "port": 80}]},
+            {"matches": [{"path": {"type": "PathPrefix", "value": "/split"}}],
+             "backendRefs": [{"name": "web", "port": 80, "weight": web}, {"name": "canary", "port": 80, "weight": canary}]},
+            {"matches": [{"path": {"type": "PathPrefix", "value": "/ghost"}}],
+             "backendRefs": [{"name": "ghost", "port": 80}]},
+            {"matches": [{"path": {"type": "PathPrefix", "value": "/old"}}],
+             "filters": [{"type": "RequestRedirect", "requestRedirect": {"hostname": "new.example.com", "statusCode": 301}}]},
+        ]),
+    )
+}
 
-/// A Gateway with its own Service and address, routes with every status, 500 for a missing
-/// backend, a weight shift and a path added at runtime, on 2 local pods.
-async fn gateways_get_addresses_statuses_and_runtime_routes(bin: HaproxyBin) {
-    let e = env().await;
-    let c = &e.client;
-    gateway_crds(c).await;
-    namespace(c, "fleet").await;
-    namespace(c, "shop").await;
-    put_secret(c, "fleet", PASSWORD).await;
-    let mut pods = LocalPods::new(c.clone(), local_opts("fleet", &bin));
-    pods.create(2).await.unwrap();
-
+/// The template override, the GatewayClass, the Gateway, the Services and their slices, the
+/// route and the HAProxyConfig serving the class with pods whose agents listen on `agent_port`.
+async fn create_objects(c: &Client, agent_port: u16) {
     // Each local pod binds its own IP: the template override binds `${POD_IP}` on the bind
     // ports the translator hands out.
     let builtin = haptic_render::template::BUILTIN;
@@ -126,21 +133,6 @@ async fn gateways_get_addresses_statuses_and_runtime_routes(bin: HaproxyBin) {
     }
     apply(c, slice("web", &["192.0.2.1"])).await;
     apply(c, slice("canary", &["192.0.2.9"])).await;
-    let split = |web: u32, canary: u32| {
-        route(
-            "shop",
-            json!([
-                {"matches": [{"path": {"type": "PathPrefix", "value": "/empty"}}],
-                 "backendRefs": [{"name": "empty", "port": 80}]},
-                {"matches": [{"path": {"type": "PathPrefix", "value": "/split"}}],
-                 "backendRefs": [{"name": "web", "port": 80, "weight": web}, {"name": "canary", "port": 80, "weight": canary}]},
-                {"matches": [{"path": {"type": "PathPrefix", "value": "/ghost"}}],
-                 "backendRefs": [{"name": "ghost", "port": 80}]},
-                {"matches": [{"path": {"type": "PathPrefix", "value": "/old"}}],
-                 "filters": [{"type": "RequestRedirect", "requestRedirect": {"hostname": "new.example.com", "statusCode": 301}}]},
-            ]),
-        )
-    };
     apply(c, split(90, 10)).await;
     apply(
         c,
@@ -148,15 +140,17 @@ async fn gateways_get_addresses_statuses_and_runtime_routes(bin: HaproxyBin) {
         "metadata": {"name": "edge", "namespace": "fleet"},
         "spec": {
             "podSelector": {"matchLabels": {"app.kubernetes.io/name": "haproxy"}},
-            "agent": {"port": pods.agent_port()},
+            "agent": {"port": agent_port},
             "render": {"gatewayClassName": "haptic", "serverSlots": 4,
                        "template": {"configMapKeyRef": {"name": "edge-template", "key": "haproxy.cfg.j2"}}},
         }}),
     )
     .await;
-    let api: Api<HAProxyConfig> = Api::namespaced(c.clone(), "fleet");
-    let ctl = Controller::start(&e.cp, "fleet", &bin, "ctl-a", e.dir.path());
+}
 
+/// The class accepted; the Gateway programmed with its own Service's address; the route
+/// accepted with ResolvedRefs False for the missing Service. Returns the listener's bind port.
+async fn class_gateway_and_route_status(c: &Client) -> u16 {
     // The class is accepted, with its features.
     let classes: Api<haptic_render::gateway_api::GatewayClass> = Api::all(c.clone());
     let class = eventually("GatewayClass haptic Accepted", || async {
@@ -195,6 +189,27 @@ async fn gateways_get_addresses_statuses_and_runtime_routes(bin: HaproxyBin) {
     let p = our_parent(c, "shop").await;
     assert_eq!(cond(&p["conditions"], "Accepted")["status"], "True", "{p}");
     assert_eq!(cond(&p["conditions"], "ResolvedRefs")["reason"], "BackendNotFound", "{p}");
+    bind
+}
+
+on_each_version!(gateways_get_addresses_statuses_and_runtime_routes);
+
+/// A Gateway with its own Service and address, routes with every status, 500 for a missing
+/// backend, a weight shift and a path added at runtime, on 2 local pods.
+async fn gateways_get_addresses_statuses_and_runtime_routes(bin: HaproxyBin) {
+    let e = env().await;
+    let c = &e.client;
+    gateway_crds(c).await;
+    namespace(c, "fleet").await;
+    namespace(c, "shop").await;
+    put_secret(c, "fleet", PASSWORD).await;
+    let mut pods = LocalPods::new(c.clone(), local_opts("fleet", &bin));
+    pods.create(2).await.unwrap();
+    create_objects(c, pods.agent_port()).await;
+    let api: Api<HAProxyConfig> = Api::namespaced(c.clone(), "fleet");
+    let ctl = Controller::start(&e.cp, "fleet", &bin, "ctl-a", e.dir.path());
+
+    let bind = class_gateway_and_route_status(c).await;
 
     // Traffic on every pod's bind port.
     converged(&api, 2, None).await;

@@ -18,7 +18,8 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, ListParams};
-use serde_json::json;
+use kube::Client;
+use serde_json::{json, Value};
 
 mod common;
 
@@ -101,20 +102,19 @@ async fn routed_to(pods: &LocalPods, key: &str) -> Vec<String> {
     out
 }
 
-on_each_version!(ingresses_route_and_change_at_runtime);
+/// One run of the Ingress story: the client, the HAProxyConfig, the pods and the frontend port.
+#[derive(Clone, Copy)]
+struct Story<'a> {
+    c: &'a Client,
+    api: &'a Api<HAProxyConfig>,
+    pods: &'a LocalPods,
+    fe: u16,
+}
 
-/// Routes, endpoint churn, path churn, status, a refused Ingress, and a mismatched certificate
-/// refused in its Ingress's status while a concurrent endpoint change deploys, on 2 local pods.
-async fn ingresses_route_and_change_at_runtime(bin: HaproxyBin) {
-    let e = env().await;
-    let c = &e.client;
-    namespace(c, "fleet").await;
-    namespace(c, "shop").await;
-    put_secret(c, "fleet", PASSWORD).await;
-    let mut pods = LocalPods::new(c.clone(), local_opts("fleet", &bin));
-    pods.create(2).await.unwrap();
-    let fe = free_port();
-
+/// The template override binding each pod's IP on `fe`, the Service in front of the fleet, the
+/// IngressClass, the backends, the Ingress `shop` (its ports by `by_name`) and the HAProxyConfig
+/// rendering the class for pods whose agents listen on `agent_port`.
+async fn create_objects(c: &Client, fe: u16, agent_port: u16, by_name: &Value) {
     // Each local pod binds its own IP: the template override binds `${POD_IP}`.
     let builtin = haptic_render::template::BUILTIN;
     let binds = "{% for b in f.binds %}    bind {{ b }}\n{% endfor %}";
@@ -141,7 +141,6 @@ async fn ingresses_route_and_change_at_runtime(bin: HaproxyBin) {
     apply(c, service("web")).await;
     apply(c, service("empty")).await;
     apply(c, slice("web", &["192.0.2.1"])).await;
-    let by_name = json!({"name": "http"});
     apply(c, ingress("shop", "shop.example.com", &[("/web", "web"), ("/v1", "empty")], by_name.clone())).await;
     apply(
         c,
@@ -149,22 +148,24 @@ async fn ingresses_route_and_change_at_runtime(bin: HaproxyBin) {
         "metadata": {"name": "edge", "namespace": "fleet"},
         "spec": {
             "podSelector": {"matchLabels": {"app.kubernetes.io/name": "haproxy"}},
-            "agent": {"port": pods.agent_port()},
+            "agent": {"port": agent_port},
             "render": {"ingressClassName": "haptic", "publishService": {"name": "edge-haproxy"}, "serverSlots": 4,
                        "template": {"configMapKeyRef": {"name": "edge-template", "key": "haproxy.cfg.j2"}}},
         }}),
     )
     .await;
-    let api: Api<HAProxyConfig> = Api::namespaced(c.clone(), "fleet");
-    let ctl = Controller::start(&e.cp, "fleet", &bin, "ctl-a", e.dir.path());
+}
 
-    // The fleet serves the routes, and the Ingress names the Service in front of the fleet.
-    let s = converged(&api, 2, None).await;
-    let mut plan = s["planId"].as_str().unwrap().to_string();
-    serving(&pods, "shop_web_http", &["192.0.2.1:8080"]).await;
-    answers(&pods, fe, "shop.example.com", "/v1/x", 503).await;
-    answers(&pods, fe, "shop.example.com", "/new", 404).await;
-    assert_eq!(routed_to(&pods, &format!("{}/v1/", shop_host_id())).await, ["shop_empty_http", "shop_empty_http"]);
+/// The fleet serves the routes, and the Ingress names the Service in front of the fleet.
+/// Returns the plan deployed.
+async fn serves_and_publishes(st: &Story<'_>) -> String {
+    let Story { c, api, pods, fe } = *st;
+    let s = converged(api, 2, None).await;
+    let plan = s["planId"].as_str().unwrap().to_string();
+    serving(pods, "shop_web_http", &["192.0.2.1:8080"]).await;
+    answers(pods, fe, "shop.example.com", "/v1/x", 503).await;
+    answers(pods, fe, "shop.example.com", "/new", 404).await;
+    assert_eq!(routed_to(pods, &format!("{}/v1/", shop_host_id())).await, ["shop_empty_http", "shop_empty_http"]);
     let cluster_ip = Api::<Service>::namespaced(c.clone(), "fleet")
         .get("edge-haproxy")
         .await
@@ -181,39 +182,44 @@ async fn ingresses_route_and_change_at_runtime(bin: HaproxyBin) {
     })
     .await;
     assert_status_applied(&ing.metadata);
+    plan
+}
 
-    // EndpointSlice changes are runtime server changes.
+/// EndpointSlice changes are runtime server changes; a path added, retargeted and removed
+/// changes maps only, and a Service's backend stays, parked, while no path leads to it.
+async fn runtime_churn(st: &Story<'_>, mut plan: String) {
+    let Story { c, api, pods, fe } = *st;
     apply(c, slice("web", &["192.0.2.1", "192.0.2.2"])).await;
-    plan = runtime_change(&api, &pods, &plan, "an endpoint added").await;
-    serving(&pods, "shop_web_http", &["192.0.2.1:8080", "192.0.2.2:8080"]).await;
+    plan = runtime_change(api, pods, &plan, "an endpoint added").await;
+    serving(pods, "shop_web_http", &["192.0.2.1:8080", "192.0.2.2:8080"]).await;
     apply(c, slice("web", &["192.0.2.2"])).await;
-    plan = runtime_change(&api, &pods, &plan, "an endpoint removed").await;
-    serving(&pods, "shop_web_http", &["192.0.2.2:8080"]).await;
+    plan = runtime_change(api, pods, &plan, "an endpoint removed").await;
+    serving(pods, "shop_web_http", &["192.0.2.2:8080"]).await;
 
     // A path added, retargeted and removed: maps only.
     let paths = |p: &[(&str, &str)]| ingress("shop", "shop.example.com", p, json!({"name": "http"}));
     apply(c, paths(&[("/web", "web"), ("/v1", "empty"), ("/new", "empty")])).await;
-    plan = runtime_change(&api, &pods, &plan, "a path added").await;
-    answers(&pods, fe, "shop.example.com", "/new/x", 503).await;
+    plan = runtime_change(api, pods, &plan, "a path added").await;
+    answers(pods, fe, "shop.example.com", "/new/x", 503).await;
     apply(c, paths(&[("/web", "web"), ("/v1", "gone"), ("/new", "empty")])).await;
-    plan = runtime_change(&api, &pods, &plan, "a path retargeted").await;
-    assert_eq!(
-        routed_to(&pods, &format!("{}/v1/", shop_host_id())).await,
-        ["haptic_unavailable", "haptic_unavailable"]
-    );
+    plan = runtime_change(api, pods, &plan, "a path retargeted").await;
+    assert_eq!(routed_to(pods, &format!("{}/v1/", shop_host_id())).await, ["haptic_unavailable", "haptic_unavailable"]);
     apply(c, paths(&[("/web", "web"), ("/new", "empty")])).await;
-    plan = runtime_change(&api, &pods, &plan, "a path removed").await;
-    answers(&pods, fe, "shop.example.com", "/v1/x", 404).await;
-    answers(&pods, fe, "shop.example.com", "/new/x", 503).await;
+    plan = runtime_change(api, pods, &plan, "a path removed").await;
+    answers(pods, fe, "shop.example.com", "/v1/x", 404).await;
+    answers(pods, fe, "shop.example.com", "/new/x", 503).await;
     // The last path to a Service removed, then added back: its backend stays, parked.
     apply(c, paths(&[("/web", "web")])).await;
-    plan = runtime_change(&api, &pods, &plan, "the last path to a Service removed").await;
-    answers(&pods, fe, "shop.example.com", "/new/x", 404).await;
+    plan = runtime_change(api, pods, &plan, "the last path to a Service removed").await;
+    answers(pods, fe, "shop.example.com", "/new/x", 404).await;
     apply(c, paths(&[("/web", "web"), ("/new", "empty")])).await;
-    runtime_change(&api, &pods, &plan, "the last path to a Service added back").await;
-    answers(&pods, fe, "shop.example.com", "/new/x", 503).await;
+    runtime_change(api, pods, &plan, "the last path to a Service added back").await;
+    answers(pods, fe, "shop.example.com", "/new/x", 503).await;
+}
 
-    // A refused Ingress gets a Warning Event naming the field; one created after it serves.
+/// A refused Ingress gets a Warning Event naming the field; one created after it serves.
+async fn refused_ingress(st: &Story<'_>, by_name: Value) {
+    let Story { c, pods, fe, .. } = *st;
     apply(c, ingress("bad", "bad.example.com", &[("/", "empty")], json!({"number": 81}))).await;
     let events: Api<Event> = Api::namespaced(c.clone(), "shop");
     let ev = eventually("a Warning Event on Ingress bad", || async {
@@ -227,14 +233,18 @@ async fn ingresses_route_and_change_at_runtime(bin: HaproxyBin) {
     let note = ev.note.unwrap_or_default();
     assert!(note.contains("spec.rules[0].http.paths[0].backend.service.port") && note.contains("no port 81"), "{note}");
     assert!(ev.regarding.unwrap().uid.is_some_and(|u| !u.is_empty()), "kubectl describe finds it by UID");
-    answers(&pods, fe, "other.example.com", "/", 404).await;
+    answers(pods, fe, "other.example.com", "/", 404).await;
     apply(c, ingress("other", "other.example.com", &[("/", "empty")], by_name)).await;
-    answers(&pods, fe, "other.example.com", "/", 503).await;
-    answers(&pods, fe, "bad.example.com", "/", 404).await;
+    answers(pods, fe, "other.example.com", "/", 503).await;
+    answers(pods, fe, "bad.example.com", "/", 404).await;
+}
 
-    // One tenant's certificate whose key is another certificate's, arriving together with an
-    // endpoint change: the pair is refused before the render reaches the gate, in its own
-    // Ingress's Event, and the endpoint change and another new Ingress deploy.
+/// One tenant's certificate whose key is another certificate's, arriving together with an
+/// endpoint change: the pair is refused before the render reaches the gate, in its own
+/// Ingress's Event, and the endpoint change and another new Ingress deploy.
+async fn mismatched_certificate(st: &Story<'_>) {
+    let Story { c, api, pods, fe } = *st;
+    let events: Api<Event> = Api::namespaced(c.clone(), "shop");
     apply(c, service("secure")).await;
     apply(c, slice("secure", &["192.0.2.3"])).await;
     let (site, other) = (
@@ -253,8 +263,8 @@ async fn ingresses_route_and_change_at_runtime(bin: HaproxyBin) {
     apply(c, tls_site).await;
     apply(c, slice("web", &["192.0.2.2", "192.0.2.4"])).await;
     apply(c, ingress("after", "after.example.com", &[("/", "empty")], json!({"name": "http"}))).await;
-    serving(&pods, "shop_web_http", &["192.0.2.2:8080", "192.0.2.4:8080"]).await;
-    answers(&pods, fe, "after.example.com", "/", 503).await;
+    serving(pods, "shop_web_http", &["192.0.2.2:8080", "192.0.2.4:8080"]).await;
+    answers(pods, fe, "after.example.com", "/", 503).await;
     let ev = eventually("an Event on Ingress tls-site saying its Secret's key does not match", || async {
         let list = events.list(&ListParams::default()).await.ok()?;
         list.items.into_iter().find(|e| {
@@ -265,7 +275,31 @@ async fn ingresses_route_and_change_at_runtime(bin: HaproxyBin) {
     .await;
     let note = ev.note.unwrap_or_default();
     assert!(note.contains("spec.tls[0].secretName") && note.contains("does not match"), "{note}");
-    converged(&api, 2, None).await;
+    converged(api, 2, None).await;
+}
+
+on_each_version!(ingresses_route_and_change_at_runtime);
+
+/// Routes, endpoint churn, path churn, status, a refused Ingress, and a mismatched certificate
+/// refused in its Ingress's status while a concurrent endpoint change deploys, on 2 local pods.
+async fn ingresses_route_and_change_at_runtime(bin: HaproxyBin) {
+    let e = env().await;
+    let c = &e.client;
+    namespace(c, "fleet").await;
+    namespace(c, "shop").await;
+    put_secret(c, "fleet", PASSWORD).await;
+    let mut pods = LocalPods::new(c.clone(), local_opts("fleet", &bin));
+    pods.create(2).await.unwrap();
+    let fe = free_port();
+    let by_name = json!({"name": "http"});
+    create_objects(c, fe, pods.agent_port(), &by_name).await;
+    let api: Api<HAProxyConfig> = Api::namespaced(c.clone(), "fleet");
+    let ctl = Controller::start(&e.cp, "fleet", &bin, "ctl-a", e.dir.path());
+    let st = Story { c, api: &api, pods: &pods, fe };
+    let plan = serves_and_publishes(&st).await;
+    runtime_churn(&st, plan).await;
+    refused_ingress(&st, by_name).await;
+    mismatched_certificate(&st).await;
     drop(ctl);
 }
 

@@ -109,9 +109,30 @@ async fn deploys_a_haproxyconfig_to_local_pods(bin: HaproxyBin) {
     )
     .await;
     let ctl = Controller::start(&e.cp, &ns, &bin, "ctl-a", e.dir.path());
+    let st = Story { e: &e, ns: &ns, pods: &pods, api: &api, fe };
+    let s = first_deploy(&st).await;
+    let s = runtime_changes(&st, &s).await;
+    let good_plan = refused_config(&st, &s).await;
+    missing_reference(&st, &good_plan, &ctl).await;
+    tuning_reaches_the_running_loop(&st, &ctl).await;
+    drop(ctl);
+}
 
-    // First deploy: every pod converges and serves the render on its own IP.
-    let s = converged(&api, 3, None).await;
+/// One run of the deploy story: the control plane, the namespace, its pods, the
+/// HAProxyConfig and the frontend port.
+#[derive(Clone, Copy)]
+struct Story<'a> {
+    e: &'a Env,
+    ns: &'a str,
+    pods: &'a LocalPods,
+    api: &'a Api<HAProxyConfig>,
+    fe: u16,
+}
+
+/// First deploy: every pod converges and serves the render on its own IP; the status.
+async fn first_deploy(st: &Story<'_>) -> serde_json::Value {
+    let Story { e, ns, pods, api, fe } = *st;
+    let s = converged(api, 3, None).await;
     let deployed = s["deployedToPods"].as_array().unwrap();
     assert_eq!(deployed.len(), 3, "{s:#}");
     for p in deployed {
@@ -128,11 +149,11 @@ async fn deploys_a_haproxyconfig_to_local_pods(bin: HaproxyBin) {
     for n in pods.names() {
         let addr = SocketAddr::from((pods.ip(&n).unwrap(), fe));
         assert_eq!(http_get(addr, "/hello").await.unwrap(), (200, "v1".to_string()));
-        assert_eq!(pod_state(&pods, &n).await["fence"]["holder"], "ctl-a");
+        assert_eq!(pod_state(pods, &n).await["fence"]["holder"], "ctl-a");
     }
     // `status --kubernetes` prints the same table as standalone mode, from the resource.
     let out = Command::new(env!("CARGO_BIN_EXE_haptic-controller"))
-        .args(["status", "--kubernetes", "--namespace", &ns, "--config", "edge"])
+        .args(["status", "--kubernetes", "--namespace", ns, "--config", "edge"])
         .env("KUBECONFIG", e.cp.kubeconfig())
         .output()
         .unwrap();
@@ -142,28 +163,32 @@ async fn deploys_a_haproxyconfig_to_local_pods(bin: HaproxyBin) {
     for n in pods.names() {
         assert!(table.lines().any(|l| l.starts_with(&n) && l.contains("converged")), "{n} in {table}");
     }
+    s
+}
 
-    // An endpoint change in the ConfigMap lands as runtime: no new worker.
-    let before = worker_pids(&pods).await;
+/// An endpoint change and a map change land as runtime: no new worker; the last status.
+async fn runtime_changes(st: &Story<'_>, s: &serde_json::Value) -> serde_json::Value {
+    let Story { e, ns, pods, api, fe } = *st;
+    let before = worker_pids(pods).await;
     let plan1 = s["planId"].as_str().unwrap().to_string();
     put_configmap(
         &e.client,
-        &ns,
+        ns,
         "edge-cfg",
         BTreeMap::from([("haproxy.cfg", cfg_text(fe, "v1", 9002, false)), ("hosts.map", "a.example be_a\n".into())]),
     )
     .await;
-    let s = converged(&api, 3, Some(&plan1)).await;
+    let s = converged(api, 3, Some(&plan1)).await;
     for p in s["deployedToPods"].as_array().unwrap() {
         assert_eq!(p["mode"], "runtime", "{p}");
     }
-    assert_eq!(worker_pids(&pods).await, before, "an endpoint change must not reload");
+    assert_eq!(worker_pids(pods).await, before, "an endpoint change must not reload");
 
     // A map change is runtime too, and the new entry answers.
     let plan2 = s["planId"].as_str().unwrap().to_string();
     put_configmap(
         &e.client,
-        &ns,
+        ns,
         "edge-cfg",
         BTreeMap::from([
             ("haproxy.cfg", cfg_text(fe, "v1", 9002, false)),
@@ -171,15 +196,20 @@ async fn deploys_a_haproxyconfig_to_local_pods(bin: HaproxyBin) {
         ]),
     )
     .await;
-    let s = converged(&api, 3, Some(&plan2)).await;
+    let s = converged(api, 3, Some(&plan2)).await;
     assert!(s["deployedToPods"].as_array().unwrap().iter().all(|p| p["mode"] == "runtime"), "{s:#}");
-    assert_eq!(worker_pids(&pods).await, before);
+    assert_eq!(worker_pids(pods).await, before);
+    s
+}
 
-    // A config HAProxy refuses: Validated=False with HAProxy's words; the pods keep serving.
+/// A config HAProxy refuses: Validated=False with HAProxy's words; the pods keep serving.
+/// Returns the last good plan.
+async fn refused_config(st: &Story<'_>, s: &serde_json::Value) -> serde_json::Value {
+    let Story { e, ns, pods, api, fe } = *st;
     let good_plan = s["planId"].clone();
     put_configmap(
         &e.client,
-        &ns,
+        ns,
         "edge-cfg",
         BTreeMap::from([
             ("haproxy.cfg", cfg_text(fe, "v2", 9002, true)),
@@ -188,7 +218,7 @@ async fn deploys_a_haproxyconfig_to_local_pods(bin: HaproxyBin) {
     )
     .await;
     let s = eventually("Validated=False after a refused render", || async {
-        let s = status_of(&api).await;
+        let s = status_of(api).await;
         condition(&s, "Validated").is_some_and(|c| c["status"] == "False").then_some(s)
     })
     .await;
@@ -197,7 +227,7 @@ async fn deploys_a_haproxyconfig_to_local_pods(bin: HaproxyBin) {
     assert!(v["message"].as_str().unwrap().contains("[ALERT]"), "{v}");
     assert!(s["gate"]["message"].as_str().unwrap().contains("bogus-directive"), "{s:#}");
     assert_eq!(s["lastGoodPlanId"], good_plan);
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(e.client.clone(), &ns);
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(e.client.clone(), ns);
     let refused = eventually("a GateRefused Event", || async {
         let list = events.list(&Default::default()).await.ok()?;
         list.items.into_iter().find(|ev| ev.reason.as_deref() == Some("GateRefused"))
@@ -221,27 +251,31 @@ async fn deploys_a_haproxyconfig_to_local_pods(bin: HaproxyBin) {
         let addr = SocketAddr::from((pods.ip(&n).unwrap(), fe));
         assert_eq!(http_get(addr, "/hello").await.unwrap(), (200, "v1".to_string()));
     }
+    good_plan
+}
 
-    // A missing reference: a render error, nothing deployed; fixed when it is created.
-    let configs: Api<HAProxyConfig> = Api::namespaced(e.client.clone(), &ns);
+/// A missing reference: a render error, nothing deployed; fixed when it is created.
+async fn missing_reference(st: &Story<'_>, good_plan: &serde_json::Value, ctl: &Controller) {
+    let Story { e, ns, pods, api, fe } = *st;
+    let configs: Api<HAProxyConfig> = Api::namespaced(e.client.clone(), ns);
     let patch = json!({"spec": {"configFrom": {"configMapKeyRef": {"name": "edge-cfg-v2", "key": "haproxy.cfg"}}}});
     configs.patch("edge", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
     let s = eventually("MissingReference", || async {
-        let s = status_of(&api).await;
+        let s = status_of(api).await;
         condition(&s, "Validated").is_some_and(|c| c["reason"] == "MissingReference").then_some(s)
     })
     .await;
     assert!(condition(&s, "Validated").unwrap()["message"].as_str().unwrap().contains("edge-cfg-v2"));
     for n in pods.names() {
-        assert_eq!(pod_state(&pods, &n).await["applied"]["plan_id"], good_plan);
+        assert_eq!(pod_state(pods, &n).await["applied"]["plan_id"], *good_plan);
     }
-    put_configmap(&e.client, &ns, "edge-cfg-v2", BTreeMap::from([("haproxy.cfg", cfg_text(fe, "v3", 9002, false))]))
+    put_configmap(&e.client, ns, "edge-cfg-v2", BTreeMap::from([("haproxy.cfg", cfg_text(fe, "v3", 9002, false))]))
         .await;
     let s = eventually("the fixed reference to converge", || async {
-        let s = status_of(&api).await;
+        let s = status_of(api).await;
         let ok = condition(&s, "Validated").is_some_and(|c| c["status"] == "True")
             && condition(&s, "Converged").is_some_and(|c| c["status"] == "True")
-            && s["planId"] != good_plan;
+            && s["planId"] != *good_plan;
         ok.then_some(s)
     })
     .await;
@@ -251,17 +285,20 @@ async fn deploys_a_haproxyconfig_to_local_pods(bin: HaproxyBin) {
         let addr = SocketAddr::from((pods.ip(&n).unwrap(), fe));
         assert_eq!(http_get(addr, "/hello").await.unwrap(), (200, "v3".to_string()), "{}", ctl.log());
     }
+}
 
-    // A `spec.controller` change reaches the running deployment loop: the status shows the
-    // new gate mode, and the loop was never torn down (one term started, none restarted).
+/// A `spec.controller` change reaches the running deployment loop: the status shows the
+/// new gate mode, and the loop was never torn down (one term started, none restarted).
+async fn tuning_reaches_the_running_loop(st: &Story<'_>, ctl: &Controller) {
+    let Story { e, ns, api, .. } = *st;
+    let configs: Api<HAProxyConfig> = Api::namespaced(e.client.clone(), ns);
     let patch = json!({"spec": {"controller": {"gate": "pessimistic"}}});
     configs.patch("edge", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
     eventually("the running loop to take the pessimistic gate", || async {
-        (status_of(&api).await["gate"]["state"] == "pessimistic").then_some(())
+        (status_of(api).await["gate"]["state"] == "pessimistic").then_some(())
     })
     .await;
     assert_eq!(ctl.log().matches("starting a deployment term").count(), 1, "{}", ctl.log());
-    drop(ctl);
 }
 
 /// Namespace `ns` with the credentials Secret, 3 local pods of `bin`, and the ConfigMap with a

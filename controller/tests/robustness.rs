@@ -7,16 +7,18 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::proxy::Proxy;
 use common::*;
+use haptic_controller::app::Running;
 use haptic_controller::blob;
 use haptic_controller::gate::GateMode;
 use haptic_e2e::pod::PodOpts;
 use haptic_e2e::{free_port, on_each_version, HaproxyBin};
 use haptic_protocol::api::Part;
-use haptic_protocol::{ApplyRequest, Fence, Mode};
+use haptic_protocol::{ApplyRequest, Fence, Mode, PlanId};
 
 const MAP: &str = "a.example be_app\n";
 
@@ -64,27 +66,7 @@ async fn skew_lost_answers_wiped_pods_max_parallel_and_the_pessimistic_gate(bin:
     assert!(p1.reasons.iter().any(|r| r.contains("agent cannot run map.replace")), "{:?}", p1.reasons);
     assert_eq!(metric(&ctl, "haptic_agent_version_skew_total"), 1.0);
     proxy.rules(|r| r.rewrite_state = None);
-
-    // The answer to an apply is lost after it landed: the controller sends the very same
-    // apply again and the agent answers it with the same ACK — the pod never fails.
-    let applies_before = proxy.applies_seen();
-    let reloads_before = fleet.state(1, false).await.haproxy.reloads;
-    proxy.rules(|r| r.drop_apply_answers = 1);
-    cfg.servers[0].0 = 9111;
-    let r3 = write_render(&cfg_dir, &cfg.files("a.example be_app\nb.example be_app\n"));
-    let st = converged(&ctl, &fleet, r3.plan_id()).await;
-    assert_eq!(proxy.answers_dropped(), 1);
-    assert_eq!(metric(&ctl, "haptic_apply_retries_total"), 1.0);
-    assert_eq!(pod_status(&st, &proxy.url()).mode, Some(Mode::Runtime), "{st:?}");
-    assert_eq!(proxy.applies_seen(), applies_before + 2, "the apply and its retry");
-    // A new fence for the same plan would have met the landed plan: prev_mismatch. The exact
-    // retry got the landed apply's ACK.
-    assert_eq!(metric(&ctl, "haptic_apply_conflicts_total{conflict=\"prev_mismatch\"}"), 0.0);
-    assert_eq!(fleet.state(1, false).await.haproxy.reloads, reloads_before, "runtime, landed once");
-    for result in ["failed", "partial", "timeout"] {
-        let m = format!("haptic_deployments_total{{result=\"{result}\"}}");
-        assert_eq!(metric(&ctl, &m), 0.0, "{m}");
-    }
+    lost_answer_is_retried_exactly(&Rig { fleet: &fleet, proxy: &proxy, cfg_dir: &cfg_dir }, &ctl, &mut cfg).await;
 
     // unknown_baseline: pod 0 loses its tree (a new volume); the controller still composes
     // against what it last knew, the agent answers unknown_baseline, the controller sends the
@@ -116,11 +98,53 @@ async fn skew_lost_answers_wiped_pods_max_parallel_and_the_pessimistic_gate(bin:
     s.common.gate = GateMode::Pessimistic;
     let ctl = start(s).await;
     converged(&ctl, &fleet, r4.plan_id()).await;
-    // With pod 1's apply held in flight, pod 0 (after it in the list) gets nothing.
+    let rig = Rig { fleet: &fleet, proxy: &proxy, cfg_dir: &cfg_dir };
+    let r5 = max_parallel_holds_the_next_pod(&rig, &ctl, &mut cfg).await;
+    let fixed = pessimistic_gate_keeps_a_broken_render_off(&rig, &ctl, &cfg, r5).await;
+    another_writer_before_each_apply(&rig, &ctl, &work, &fixed).await;
+    ctl.stop().await;
+}
+
+/// The fleet, the proxy in front of pod 1 and the render directory of one run.
+#[derive(Clone, Copy)]
+struct Rig<'a> {
+    fleet: &'a Fleet,
+    proxy: &'a Proxy,
+    cfg_dir: &'a Path,
+}
+
+/// The answer to an apply is lost after it landed: the controller sends the very same
+/// apply again and the agent answers it with the same ACK — the pod never fails.
+async fn lost_answer_is_retried_exactly(rig: &Rig<'_>, ctl: &Running, cfg: &mut Cfg) {
+    let Rig { fleet, proxy, cfg_dir } = *rig;
+    let applies_before = proxy.applies_seen();
+    let reloads_before = fleet.state(1, false).await.haproxy.reloads;
+    proxy.rules(|r| r.drop_apply_answers = 1);
+    cfg.servers[0].0 = 9111;
+    let r3 = write_render(cfg_dir, &cfg.files("a.example be_app\nb.example be_app\n"));
+    let st = converged(ctl, fleet, r3.plan_id()).await;
+    assert_eq!(proxy.answers_dropped(), 1);
+    assert_eq!(metric(ctl, "haptic_apply_retries_total"), 1.0);
+    assert_eq!(pod_status(&st, &proxy.url()).mode, Some(Mode::Runtime), "{st:?}");
+    assert_eq!(proxy.applies_seen(), applies_before + 2, "the apply and its retry");
+    // A new fence for the same plan would have met the landed plan: prev_mismatch. The exact
+    // retry got the landed apply's ACK.
+    assert_eq!(metric(ctl, "haptic_apply_conflicts_total{conflict=\"prev_mismatch\"}"), 0.0);
+    assert_eq!(fleet.state(1, false).await.haproxy.reloads, reloads_before, "runtime, landed once");
+    for result in ["failed", "partial", "timeout"] {
+        let m = format!("haptic_deployments_total{{result=\"{result}\"}}");
+        assert_eq!(metric(ctl, &m), 0.0, "{m}");
+    }
+}
+
+/// With `max_parallel` 1 and pod 1's apply held in flight, pod 0 (after it in the list) gets
+/// nothing until the held one is answered. Returns the plan the fleet converged on.
+async fn max_parallel_holds_the_next_pod(rig: &Rig<'_>, ctl: &Running, cfg: &mut Cfg) -> PlanId {
+    let Rig { fleet, proxy, cfg_dir } = *rig;
     proxy.rules(|r| r.hold_applies = true);
     let seq0 = fleet.state(0, false).await.fence.unwrap().seq;
     cfg.servers[0].0 = 9113;
-    let r5 = write_render(&cfg_dir, &cfg.files("a.example be_app\nb.example be_app\n"));
+    let r5 = write_render(cfg_dir, &cfg.files("a.example be_app\nb.example be_app\n"));
     poll("pod 1's apply held at the proxy", || proxy.held() == 1).await;
     // The other pod's apply would follow within milliseconds without the limit; with it, it
     // cannot come before the held one is answered. (An absence is only ever seen for a
@@ -131,35 +155,44 @@ async fn skew_lost_answers_wiped_pods_max_parallel_and_the_pessimistic_gate(bin:
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     proxy.release();
-    converged(&ctl, &fleet, r5.plan_id()).await;
+    converged(ctl, fleet, r5.plan_id()).await;
+    r5.plan_id()
+}
 
-    // Pessimistic: a broken render never reaches a pod; the fleet stays on the last good one.
+/// Pessimistic: a broken render never reaches a pod; the fleet stays on the last good one
+/// (`r5`) until a fixed render unpins the gate. Returns the fixed config.
+async fn pessimistic_gate_keeps_a_broken_render_off(rig: &Rig<'_>, ctl: &Running, cfg: &Cfg, r5: PlanId) -> Cfg {
+    let Rig { fleet, proxy, cfg_dir } = *rig;
     let fences: Vec<_> = fleet.states().await.into_iter().map(|s| s.fence).collect();
     let applies = proxy.applies_seen();
     let mut broken = cfg.clone();
     broken.broken = true;
-    let bad = write_render(&cfg_dir, &broken.files("a.example be_app\nb.example be_app\n"));
-    wait_until("the gate refused the broken render", &ctl, &fleet, |s| {
+    let bad = write_render(cfg_dir, &broken.files("a.example be_app\nb.example be_app\n"));
+    wait_until("the gate refused the broken render", ctl, fleet, |s| {
         (s.gate.pinned && s.gate.last_refused.as_ref().is_some_and(|r| r.plan_id == bad.plan_id())).then_some(())
     })
     .await;
     let st = ctl.status();
-    assert_eq!(st.controller.target, Some(r5.plan_id()));
+    assert_eq!(st.controller.target, Some(r5));
     assert_eq!(st.converged, 2);
     assert_eq!(fleet.states().await.into_iter().map(|s| s.fence).collect::<Vec<_>>(), fences, "a pod got an apply");
     assert_eq!(proxy.applies_seen(), applies);
     for p in &st.pods {
-        assert_eq!(metric(&ctl, &format!("haptic_apply_rejected_total{{haproxy_pod=\"{}\"}}", p.pod)), 0.0);
+        assert_eq!(metric(ctl, &format!("haptic_apply_rejected_total{{haproxy_pod=\"{}\"}}", p.pod)), 0.0);
     }
     let mut fixed = cfg.clone();
     fixed.servers[1].1 = 40;
-    let r6 = write_render(&cfg_dir, &fixed.files("a.example be_app\nb.example be_app\n"));
-    converged(&ctl, &fleet, r6.plan_id()).await;
-    wait_until("unpinned", &ctl, &fleet, |s| (!s.gate.pinned).then_some(())).await;
+    let r6 = write_render(cfg_dir, &fixed.files("a.example be_app\nb.example be_app\n"));
+    converged(ctl, fleet, r6.plan_id()).await;
+    wait_until("unpinned", ctl, fleet, |s| (!s.gate.pinned).then_some(())).await;
+    fixed
+}
 
-    // Another writer changes pod 1 right before each of the controller's applies would land
-    // (with the controller's own holder, so the controller lifts its epoch and goes on): the
-    // first prev_mismatch re-reads and re-diffs, the second sends the complete state.
+/// Another writer changes pod 1 right before each of the controller's applies would land
+/// (with the controller's own holder, so the controller lifts its epoch and goes on): the
+/// first prev_mismatch re-reads and re-diffs, the second sends the complete state.
+async fn another_writer_before_each_apply(rig: &Rig<'_>, ctl: &Running, work: &Work, fixed: &Cfg) {
+    let Rig { fleet, proxy, cfg_dir } = *rig;
     let rogue = |n: u32| {
         let mut c = fixed.clone();
         c.servers[1].1 = 50 + n;
@@ -179,19 +212,18 @@ async fn skew_lost_answers_wiped_pods_max_parallel_and_the_pessimistic_gate(bin:
         };
         serde_json::to_value(&req).unwrap()
     };
-    let mismatches = metric(&ctl, "haptic_apply_conflicts_total{conflict=\"prev_mismatch\"}");
+    let mismatches = metric(ctl, "haptic_apply_conflicts_total{conflict=\"prev_mismatch\"}");
     proxy.rules(|r| r.inject = [rogue(1), rogue(2)].into());
     let mut last = fixed.clone();
     last.servers[0].0 = 9114;
-    let r7 = write_render(&cfg_dir, &last.files("a.example be_app\nb.example be_app\n"));
-    let st = converged(&ctl, &fleet, r7.plan_id()).await;
+    let r7 = write_render(cfg_dir, &last.files("a.example be_app\nb.example be_app\n"));
+    let st = converged(ctl, fleet, r7.plan_id()).await;
     assert_eq!(proxy.inject_left(), 0, "both writers got in");
-    assert_eq!(metric(&ctl, "haptic_apply_conflicts_total{conflict=\"prev_mismatch\"}") - mismatches, 2.0);
+    assert_eq!(metric(ctl, "haptic_apply_conflicts_total{conflict=\"prev_mismatch\"}") - mismatches, 2.0);
     let p1 = pod_status(&st, &proxy.url());
     assert_eq!(p1.mode, Some(Mode::Reload), "{st:?}");
     assert!(p1.reasons.iter().any(|r| r.contains("changed again while re-diffing")), "{:?}", p1.reasons);
     assert_eq!(st.controller.stood_down, None);
-    ctl.stop().await;
 }
 
 /// Polls `f` until it holds (or panics after [`DEADLINE`]).

@@ -234,6 +234,21 @@ fn check_agent_tls(objs: &[Value], mode: AgentTls) {
 /// Every assertion on one render. `agent_port`, `min_reload` and `reload_timeout` are the values
 /// the render was made with.
 fn check_render(objs: &[Value], agent_port: u64, min_reload: &str, reload_timeout: &str) {
+    let kinds = check_kinds(objs);
+    let hap = one(objs, "Deployment", "-haproxy");
+    let pod = &hap["spec"]["template"]["spec"];
+    check_haproxy_pod(pod);
+    check_containers(pod, agent_port, min_reload, reload_timeout);
+    let hapc = check_credentials(objs, hap, agent_port);
+    let ctl = check_controller(objs, hapc);
+    check_rbac(objs, &kinds, ctl);
+    check_network_policy(objs, pod, ctl, hapc, agent_port);
+    check_services(objs, hapc);
+}
+
+/// Every kind the chart renders is there, each object in the release's namespace; the kinds
+/// rendered.
+fn check_kinds(objs: &[Value]) -> BTreeSet<&str> {
     let kinds: BTreeSet<&str> = objs.iter().map(kind_of).collect();
     for k in [
         "Deployment",
@@ -253,10 +268,12 @@ fn check_render(objs: &[Value], agent_port: u64, min_reload: &str, reload_timeou
             assert_eq!(o["metadata"]["namespace"], NAMESPACE, "{} {} namespace", kind_of(o), name_of(o));
         }
     }
+    kinds
+}
 
-    // The HAProxy Deployment: init + HAProxy + agent sharing the config tree and the socket dir.
-    let hap = one(objs, "Deployment", "-haproxy");
-    let pod = &hap["spec"]["template"]["spec"];
+/// The HAProxy pod: init + HAProxy + agent, hardened, sharing the config tree and the socket
+/// dir; only the agent sees the credential.
+fn check_haproxy_pod(pod: &Value) {
     assert_eq!(pod["automountServiceAccountToken"], false);
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
     let init = container(pod, "init");
@@ -265,8 +282,7 @@ fn check_render(objs: &[Value], agent_port: u64, min_reload: &str, reload_timeou
     for c in [init, haproxy, agent] {
         assert_hardened(c);
     }
-    let volumes: BTreeMap<&str, &Value> =
-        pod["volumes"].as_array().unwrap().iter().map(|v| (v["name"].as_str().unwrap(), v)).collect();
+    let volumes = volumes(pod);
     assert!(volumes["config"]["emptyDir"].is_object());
     assert!(volumes["run"]["emptyDir"].is_object());
     let (mi, mh, ma) = (mounts(init), mounts(haproxy), mounts(agent));
@@ -276,8 +292,19 @@ fn check_render(objs: &[Value], agent_port: u64, min_reload: &str, reload_timeou
     assert_eq!(mh.get("run").map(String::as_str), Some("/run/haptic"));
     assert_eq!(ma.get("run").map(String::as_str), Some("/run/haptic"));
     assert!(!mh.contains_key("credentials") && !mi.contains_key("credentials"), "only the agent sees the credential");
+}
 
-    // HAProxy in master-worker mode on the shared master socket, and the agent on the same socket.
+/// A pod's volumes by name.
+fn volumes(pod: &Value) -> BTreeMap<&str, &Value> {
+    pod["volumes"].as_array().unwrap().iter().map(|v| (v["name"].as_str().unwrap(), v)).collect()
+}
+
+/// The HAProxy pod's containers: HAProxy in master-worker mode on the shared master socket and
+/// the agent on the same socket with the render's flags; their ports and probes.
+fn check_containers(pod: &Value, agent_port: u64, min_reload: &str, reload_timeout: &str) {
+    let init = container(pod, "init");
+    let haproxy = container(pod, "haproxy");
+    let agent = container(pod, "agent");
     let ai = argv(init);
     assert_eq!(&ai[..2], ["haptic-agent", "init"]);
     assert_eq!(flag(&ai, "--root").as_deref(), Some("/etc/haproxy"));
@@ -310,9 +337,15 @@ fn check_render(objs: &[Value], agent_port: u64, min_reload: &str, reload_timeou
     assert_http_probe(haproxy, "readinessProbe", "/ready", "health");
     assert_http_probe(agent, "livenessProbe", "/healthz", "agent");
     assert_http_probe(agent, "readinessProbe", "/readyz", "agent");
+}
 
-    // The credential: one Secret, the agent's file from its `credentials` key, the
-    // HAProxyConfig naming the same Secret.
+/// The credential: one Secret, the agent's file from its `credentials` key, the HAProxyConfig
+/// naming the same Secret and selecting exactly the HAProxy pods. Returns the HAProxyConfig.
+fn check_credentials<'a>(objs: &'a [Value], hap: &Value, agent_port: u64) -> &'a Value {
+    let pod = &hap["spec"]["template"]["spec"];
+    let volumes = volumes(pod);
+    let ma = mounts(container(pod, "agent"));
+    let aa = argv(container(pod, "agent"));
     let secret = one(objs, "Secret", "-agent-credentials");
     let secret_name = name_of(secret);
     let creds = &volumes["credentials"]["secret"];
@@ -341,8 +374,12 @@ fn check_render(objs: &[Value], agent_port: u64, min_reload: &str, reload_timeou
         assert_eq!(&pod_labels[k], v, "podSelector label {k}");
     }
     assert_eq!(&hap["spec"]["selector"], &spec["podSelector"]);
+    hapc
+}
 
-    // The controller: leader election on >= 2 replicas, identity from the downward API.
+/// The controller: leader election on >= 2 replicas, identity from the downward API, the
+/// HAProxyConfig `hapc` by name. Returns its Deployment.
+fn check_controller<'a>(objs: &'a [Value], hapc: &Value) -> &'a Value {
     let ctl = one(objs, "Deployment", "-controller");
     assert!(ctl["spec"]["replicas"].as_u64().unwrap() >= 2);
     let cpod = &ctl["spec"]["template"]["spec"];
@@ -362,9 +399,13 @@ fn check_render(objs: &[Value], agent_port: u64, min_reload: &str, reload_timeou
     assert_http_probe(c, "livenessProbe", "/healthz", "metrics");
     assert_http_probe(c, "readinessProbe", "/healthz", "metrics");
     assert_eq!(mounts(c).get("tmp").map(String::as_str), Some("/tmp"), "the gate's temp dir is writable");
-    let sa = cpod["serviceAccountName"].as_str().unwrap();
+    ctl
+}
 
-    // RBAC: exactly the verbs the controller uses, in its namespace only.
+/// RBAC: exactly the verbs the controller uses, in its namespace only, bound to the
+/// controller's ServiceAccount.
+fn check_rbac(objs: &[Value], kinds: &BTreeSet<&str>, ctl: &Value) {
+    let sa = ctl["spec"]["template"]["spec"]["serviceAccountName"].as_str().unwrap();
     assert!(!kinds.contains("ClusterRole") && !kinds.contains("ClusterRoleBinding"));
     let role = one(objs, "Role", "-controller");
     let mut rules: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
@@ -393,8 +434,14 @@ fn check_render(objs: &[Value], agent_port: u64, min_reload: &str, reload_timeou
     assert_eq!(binding["roleRef"]["name"], name_of(role));
     assert_eq!(binding["subjects"][0]["name"], sa);
     one(objs, "ServiceAccount", sa);
+}
 
-    // NetworkPolicy: the HAProxy pods; the agent port only from the controller pods.
+/// NetworkPolicy: the HAProxy pods; the agent port only from the controller pods; HAProxy's
+/// exporter port open like its health port.
+fn check_network_policy(objs: &[Value], pod: &Value, ctl: &Value, hapc: &Value, agent_port: u64) {
+    let spec = &hapc["spec"];
+    let haproxy = container(pod, "haproxy");
+    let health_port = port_named(haproxy, "health");
     let np = one(objs, "NetworkPolicy", "-haproxy");
     assert_eq!(&np["spec"]["podSelector"], &spec["podSelector"]);
     let ctl_labels = &ctl["spec"]["selector"]["matchLabels"];
@@ -407,15 +454,18 @@ fn check_render(objs: &[Value], agent_port: u64, min_reload: &str, reload_timeou
     assert_eq!(agent_rules[0]["ports"].as_array().unwrap().len(), 1, "that rule opens only the agent port");
     assert_eq!(&agent_rules[0]["from"][0]["podSelector"]["matchLabels"], ctl_labels);
     assert!(agent_rules[0]["from"].as_array().is_some_and(|f| !f.is_empty()), "the agent port is never open to all");
-    // HAProxy's exporter port is open like its health port.
     let metrics_port = port_named(haproxy, "metrics");
     assert!(
         rules.iter().any(|r| r["ports"].as_array().unwrap().iter().any(|p| p["port"].as_u64() == Some(metrics_port))
             && r["ports"].as_array().unwrap().iter().any(|p| p["port"].as_u64() == Some(health_port))),
         "the exporter port {metrics_port} is opened with the health port"
     );
+}
 
-    // The HAProxy Service: 80/443 to the named container ports.
+/// The HAProxy Service (80/443 to the named container ports, selecting the HAProxy pods) and
+/// PDBs for both Deployments.
+fn check_services(objs: &[Value], hapc: &Value) {
+    let spec = &hapc["spec"];
     let svc = one(objs, "Service", "-haproxy");
     let ports: BTreeMap<&str, (&Value, &Value)> = svc["spec"]["ports"]
         .as_array()
@@ -427,7 +477,6 @@ fn check_render(objs: &[Value], agent_port: u64, min_reload: &str, reload_timeou
     assert_eq!(ports["https"], (&json!(443), &json!("https")));
     assert_eq!(&svc["spec"]["selector"], &spec["podSelector"]["matchLabels"]);
 
-    // PDBs for both Deployments.
     assert_eq!(objs.iter().filter(|o| kind_of(o) == "PodDisruptionBudget").count(), 2);
 }
 

@@ -199,6 +199,21 @@ async fn write(ctx: &Context, now: &GatewayOutput, selector: &BTreeMap<String, S
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let at = now_string();
     // Services first: their cluster IPs become the Gateways' addresses on the next render.
+    write_services(ctx, now, selector, &params, done).await;
+    write_classes(ctx, now, &params, &at, done).await;
+    write_gateways(ctx, now, &params, &at, done).await;
+    write_routes(ctx, now, &at, done).await;
+}
+
+/// Applies each Gateway's Service that changed, and deletes the Services of Gateways that are
+/// gone.
+async fn write_services(
+    ctx: &Context,
+    now: &GatewayOutput,
+    selector: &BTreeMap<String, String>,
+    params: &PatchParams,
+    done: &mut Done,
+) {
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     let mut wanted = BTreeSet::new();
     for g in &now.gateways {
@@ -207,7 +222,7 @@ async fn write(ctx: &Context, now: &GatewayOutput, selector: &BTreeMap<String, S
         if done.services.get(&g.service.name) == Some(&svc) {
             continue;
         }
-        match services.patch(&g.service.name, &params, &Patch::Apply(&svc)).await {
+        match services.patch(&g.service.name, params, &Patch::Apply(&svc)).await {
             Ok(_) => {
                 done.services.insert(g.service.name.clone(), svc);
             }
@@ -228,12 +243,17 @@ async fn write(ctx: &Context, now: &GatewayOutput, selector: &BTreeMap<String, S
         }
         Err(e) => warn!("cannot list the Gateways' Services: {e}"),
     }
+}
+
+/// Writes the status of every GatewayClass left unserved (each time), and of the served one
+/// when it changed.
+async fn write_classes(ctx: &Context, now: &GatewayOutput, params: &PatchParams, at: &str, done: &mut Done) {
     for c in &now.unserved {
         let api: Api<GatewayClass> = Api::all(ctx.client.clone());
         let old = api.get_status(&c.name).await.ok().and_then(|o| o.status).map(|s| s.conditions).unwrap_or_default();
-        let mut patch = class_status(c, &old, &at);
+        let mut patch = class_status(c, &old, at);
         patch["status"].as_object_mut().map(|o| o.remove("supportedFeatures"));
-        if let Err(e) = api.patch_status(&c.name, &params, &Patch::Apply(&patch)).await {
+        if let Err(e) = api.patch_status(&c.name, params, &Patch::Apply(&patch)).await {
             warn!("cannot write the status of GatewayClass {}: {e}", c.name);
         }
     }
@@ -242,12 +262,16 @@ async fn write(ctx: &Context, now: &GatewayOutput, selector: &BTreeMap<String, S
             let api: Api<GatewayClass> = Api::all(ctx.client.clone());
             let old =
                 api.get_status(&c.name).await.ok().and_then(|o| o.status).map(|s| s.conditions).unwrap_or_default();
-            match api.patch_status(&c.name, &params, &Patch::Apply(&class_status(c, &old, &at))).await {
+            match api.patch_status(&c.name, params, &Patch::Apply(&class_status(c, &old, at))).await {
                 Ok(_) => done.class = Some(c.clone()),
                 Err(e) => warn!("cannot write the status of GatewayClass {}: {e}", c.name),
             }
         }
     }
+}
+
+/// Writes the status of every Gateway whose outcome changed.
+async fn write_gateways(ctx: &Context, now: &GatewayOutput, params: &PatchParams, at: &str, done: &mut Done) {
     for g in &now.gateways {
         if done.gateways.get(&g.object) == Some(g) {
             continue;
@@ -260,15 +284,19 @@ async fn write(ctx: &Context, now: &GatewayOutput, selector: &BTreeMap<String, S
                 continue;
             }
         };
-        match api.patch_status(&g.object.name, &params, &Patch::Apply(&gateway_status(g, raw.as_ref(), &at))).await {
+        match api.patch_status(&g.object.name, params, &Patch::Apply(&gateway_status(g, raw.as_ref(), at))).await {
             Ok(_) => {
                 done.gateways.insert(g.object.clone(), g.clone());
             }
             Err(e) => warn!("cannot write the status of {}: {e}", g.object),
         }
     }
+}
+
+/// Writes our `status.parents[]` entries of every HTTPRoute whose outcome changed; routes that
+/// no longer have a parent of ours lose our entries.
+async fn write_routes(ctx: &Context, now: &GatewayOutput, at: &str, done: &mut Done) {
     let current: BTreeSet<&ObjectRef> = now.routes.iter().map(|r| &r.object).collect();
-    // Routes that no longer have a parent of ours lose our entries.
     let gone: Vec<ObjectRef> = done.routes.keys().filter(|o| !current.contains(o)).cloned().collect();
     let empty: Vec<RouteOutcome> =
         gone.iter().map(|o| RouteOutcome { object: o.clone(), uid: None, parents: vec![] }).collect();
@@ -289,7 +317,7 @@ async fn write(ctx: &Context, now: &GatewayOutput, selector: &BTreeMap<String, S
             }
         }
         .unwrap_or_default();
-        let patch = json!({"status": {"parents": route_parents(r, &old, &at)}});
+        let patch = json!({"status": {"parents": route_parents(r, &old, at)}});
         match api.patch_status(&r.object.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
             Ok(_) if r.parents.is_empty() => {
                 done.routes.remove(&r.object);
