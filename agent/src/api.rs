@@ -1,7 +1,7 @@
 //! The agent's HTTP surface: `GET /v1/state[?verify=1]`, `POST /v1/apply`, `/healthz`,
 //! `/readyz`, `/metrics`.
 //!
-//! Owns routing, HTTP Basic auth on `/v1/*` (constant-time comparison), the body limit, JSON
+//! Owns routing, HTTP Basic auth on `/v1/*` (against `crate::credentials`), the body limit, JSON
 //! decoding and the mapping of outcomes to 200/400/401/409/413/422/500 JSON bodies, and logging
 //! each refusal once. It must never change the tree or talk to HAProxy itself: everything goes
 //! through [`crate::apply::Agent`].
@@ -17,11 +17,9 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use base64::Engine as _;
 use haptic_protocol::api::{Unavailable, HAPROXY_UNAVAILABLE};
 use haptic_protocol::ErrorBody;
 use serde::Deserialize;
-use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tracing::warn;
@@ -29,46 +27,7 @@ use tracing::warn;
 use crate::apply::{Agent, Refusal};
 use crate::body::BodyError;
 use crate::credentials::CredentialSet;
-use crate::error::AgentError;
 use crate::tree::Drift;
-
-/// `user:password` for HTTP Basic auth.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Credentials {
-    expected: Vec<u8>,
-}
-
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Credentials(..)")
-    }
-}
-
-impl Credentials {
-    /// From a `user:password` line.
-    pub fn from_line(line: &str) -> Result<Self, AgentError> {
-        let line = line.trim_end_matches(['\n', '\r']);
-        match line.split_once(':') {
-            Some((u, p)) if !u.is_empty() && !p.is_empty() => Ok(Self { expected: line.as_bytes().to_vec() }),
-            Some(_) => Err(AgentError::Credentials("user and password must not be empty".into())),
-            None => Err(AgentError::Credentials("expected one line `user:password`".into())),
-        }
-    }
-
-    /// Reads the credentials file (its first line).
-    pub fn from_file(path: &std::path::Path) -> Result<Self, AgentError> {
-        let text = std::fs::read_to_string(path).map_err(|e| AgentError::io("read credentials", path, e))?;
-        Self::from_line(text.lines().next().unwrap_or_default())
-    }
-
-    /// Whether an `Authorization` header value carries these credentials (constant time).
-    pub fn accepts(&self, header: Option<&str>) -> bool {
-        let Some(h) = header else { return false };
-        let Some(b64) = h.strip_prefix("Basic ").or_else(|| h.strip_prefix("basic ")) else { return false };
-        let Ok(given) = base64::engine::general_purpose::STANDARD.decode(b64.trim()) else { return false };
-        given.ct_eq(&self.expected).into()
-    }
-}
 
 /// The HTTP server's resource bounds (flags of `haptic-agent run`).
 #[derive(Debug, Clone, Copy)]
@@ -394,20 +353,6 @@ async fn metrics(State(st): State<AppState>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn basic_auth() {
-        let c = Credentials::from_line("admin:s3cret\n").unwrap();
-        let enc = |s: &str| format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(s));
-        assert!(c.accepts(Some(&enc("admin:s3cret"))));
-        assert!(!c.accepts(Some(&enc("admin:s3cre"))));
-        assert!(!c.accepts(Some(&enc("admin:s3cretX"))));
-        assert!(!c.accepts(Some("Bearer x")));
-        assert!(!c.accepts(None));
-        assert!(Credentials::from_line("nocolon").is_err());
-        assert!(Credentials::from_line("admin:").is_err(), "an empty password is refused");
-        assert!(Credentials::from_line(":pw").is_err());
-    }
 
     #[test]
     fn verify_values() {

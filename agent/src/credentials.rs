@@ -1,9 +1,10 @@
 //! Credential rotation for `/v1`: the accepted credentials, re-read from `--credentials-file`
 //! while the agent runs.
 //!
-//! Owns the set of accepted credentials (the current one, and the previous one until its grace
-//! window ends) and the task that polls the credentials file (a mounted Secret changes under a
-//! running pod: the kubelet swaps the volume's `..data` link). It must never log a credential,
+//! Owns one credential (`user:password`, compared in constant time), the set of accepted
+//! credentials (the current one, and the previous one until its grace window ends) and the task
+//! that polls the credentials file (a mounted Secret changes under a running pod: the kubelet
+//! swaps the volume's `..data` link). It must never log a credential,
 //! never drop the current credential because the file is unreadable or malformed for a moment
 //! (the last good one stays), and never accept the previous one past its window.
 
@@ -11,10 +12,50 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use base64::Engine as _;
+use subtle::ConstantTimeEq;
 use tokio::time::Instant;
 use tracing::info;
 
-use crate::api::Credentials;
+use crate::error::AgentError;
+
+/// `user:password` for HTTP Basic auth.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    expected: Vec<u8>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Credentials(..)")
+    }
+}
+
+impl Credentials {
+    /// From a `user:password` line.
+    pub fn from_line(line: &str) -> Result<Self, AgentError> {
+        let line = line.trim_end_matches(['\n', '\r']);
+        match line.split_once(':') {
+            Some((u, p)) if !u.is_empty() && !p.is_empty() => Ok(Self { expected: line.as_bytes().to_vec() }),
+            Some(_) => Err(AgentError::Credentials("user and password must not be empty".into())),
+            None => Err(AgentError::Credentials("expected one line `user:password`".into())),
+        }
+    }
+
+    /// Reads the credentials file (its first line).
+    pub fn from_file(path: &std::path::Path) -> Result<Self, AgentError> {
+        let text = std::fs::read_to_string(path).map_err(|e| AgentError::io("read credentials", path, e))?;
+        Self::from_line(text.lines().next().unwrap_or_default())
+    }
+
+    /// Whether an `Authorization` header value carries these credentials (constant time).
+    pub fn accepts(&self, header: Option<&str>) -> bool {
+        let Some(h) = header else { return false };
+        let Some(b64) = h.strip_prefix("Basic ").or_else(|| h.strip_prefix("basic ")) else { return false };
+        let Ok(given) = base64::engine::general_purpose::STANDARD.decode(b64.trim()) else { return false };
+        given.ct_eq(&self.expected).into()
+    }
+}
 
 /// What is accepted at one moment. Pure data; [`Accepted::rotate`] and [`Accepted::accepts_at`]
 /// are the decisions.
@@ -93,7 +134,19 @@ impl CredentialSet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use base64::Engine as _;
+
+    #[test]
+    fn basic_auth() {
+        let c = Credentials::from_line("admin:s3cret\n").unwrap();
+        assert!(c.accepts(Some(&basic("admin:s3cret"))));
+        assert!(!c.accepts(Some(&basic("admin:s3cre"))));
+        assert!(!c.accepts(Some(&basic("admin:s3cretX"))));
+        assert!(!c.accepts(Some("Bearer x")));
+        assert!(!c.accepts(None));
+        assert!(Credentials::from_line("nocolon").is_err());
+        assert!(Credentials::from_line("admin:").is_err(), "an empty password is refused");
+        assert!(Credentials::from_line(":pw").is_err());
+    }
 
     fn basic(s: &str) -> String {
         format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(s))

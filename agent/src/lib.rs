@@ -24,6 +24,7 @@ pub mod store;
 pub mod tls;
 pub mod tree;
 
-pub use api::{router, serve, AppState, Credentials};
+pub use api::{router, serve, AppState};
 pub use apply::{Agent, AgentConfig, Refusal};
+pub use credentials::Credentials;
 pub use error::AgentError;

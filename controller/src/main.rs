@@ -79,7 +79,7 @@ enum Command {
     /// ConfigMaps and one HAProxyConfig) as the controller would, and prints one verdict per
     /// served Ingress, Gateway or HTTPRoute; exits 1 when one is refused in part (the render is
     /// still written), 2 when nothing can be rendered.
-    Bundle {
+    Render {
         /// The manifest directory (every `*.yaml` / `*.yml` below it).
         #[arg(long)]
         dir: PathBuf,
@@ -576,7 +576,7 @@ fn main() -> ExitCode {
             }
             Command::Status { admin, output, .. } => status(&admin, output).await.map(|()| ExitCode::SUCCESS),
             Command::Validate { dir, haproxy_bin } => validate(dir, haproxy_bin).await,
-            Command::Bundle { dir, out } => render_cmd(dir, out),
+            Command::Render { dir, out } => render_cmd(dir, out),
             Command::Migrate { dir, kubernetes, allow_snippet_annotations, output } => {
                 migrate_cmd(dir, kubernetes, allow_snippet_annotations, output).await
             }
