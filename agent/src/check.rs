@@ -59,13 +59,13 @@ pub async fn check_tree(
 
 /// The variables a check of the pod's config gets: the pod's environment as the agent has it (a
 /// config may name them, `bind "${ADDR}"`, and the HAProxy beside the agent has the same pod
-/// variables), without the agent's own `HAPTIC_*` settings and without `PATH` (the check's is
-/// fixed).
+/// variables), without the agent's own settings (`HAPTIC_AGENT_*`, its flags' variables) and
+/// without `PATH` (the check's is fixed).
 pub fn haproxy_env(vars: impl IntoIterator<Item = (OsString, OsString)>) -> Vec<(OsString, OsString)> {
     vars.into_iter()
         .filter(|(k, _)| {
             let k = k.as_encoded_bytes();
-            k != b"PATH" && !k.starts_with(b"HAPTIC_")
+            k != b"PATH" && !k.starts_with(b"HAPTIC_AGENT_")
         })
         .collect()
 }
@@ -157,10 +157,16 @@ mod tests {
 
     #[test]
     fn the_check_gets_the_pods_variables_but_not_the_agents_settings_or_path() {
-        let vars = [("PORT", "8443"), ("HAPTIC_TOKEN", "t"), ("PATH", "/x"), ("POD_NAME", "p"), ("HAPTICX", "y")];
+        let vars = [
+            ("PORT", "8443"),
+            ("HAPTIC_AGENT_CREDENTIALS_FILE", "/c"),
+            ("PATH", "/x"),
+            ("HAPTIC_AGENT_POD_NAME", "p"),
+            ("HAPTIC_BENCH_PORT", "9000"),
+        ];
         let env = haproxy_env(vars.iter().map(|(k, v)| (OsString::from(k), OsString::from(v))));
         let names: Vec<&str> = env.iter().map(|(k, _)| k.to_str().unwrap()).collect();
-        assert_eq!(names, ["PORT", "POD_NAME", "HAPTICX"]);
+        assert_eq!(names, ["PORT", "HAPTIC_BENCH_PORT"]);
     }
 
     #[test]

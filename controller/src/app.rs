@@ -44,6 +44,9 @@ pub struct Settings {
     pub max_parallel: usize,
     /// The gate latch's resting mode.
     pub gate: GateMode,
+    /// The environment the gate's `haproxy -c` gets besides a fixed `PATH`
+    /// ([`crate::gate::named_env`] of `--gate-env`).
+    pub gate_env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
     /// The PEM CA bundle that signed the agents' TLS certificates (`https://` agents).
     pub agent_ca_file: Option<PathBuf>,
     /// The DNS name every agent's certificate must carry, whatever address its URL names
@@ -200,10 +203,13 @@ pub async fn start_with(
         metrics.clone(),
         DeployerConfig { max_parallel: now.max_parallel, sync_timeout: now.sync_timeout },
     ));
-    let checker = Checker::new(settings.haproxy_bin.clone(), Duration::from_secs(60));
+    let checker =
+        Checker::new(settings.haproxy_bin.clone(), Duration::from_secs(60)).with_env(settings.gate_env.clone());
     tracing::info!(
         landlock = haptic_sandbox::landlock_active(),
-        "haproxy -c runs contained: cleared environment, the render as working directory, bounded time and output{}",
+        gate_env = settings.gate_env.len(),
+        "haproxy -c runs contained: cleared environment (a fixed PATH and the --gate-env variables), the render as \
+         working directory, bounded time and output{}",
         if haptic_sandbox::landlock_active() { ", nothing readable outside the render (Landlock)" } else { "" }
     );
     let shutdown = CancellationToken::new();

@@ -6,6 +6,7 @@
 //! pins the fleet on the last good render until a render passes. The latch is pure; the check
 //! is the only I/O here. It must never let a refused render replace the last good one.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -111,6 +112,24 @@ pub fn runtime_equivalent(passed: &Bundle, new: &Bundle) -> bool {
             .runtime_eligible()
 }
 
+/// The variables the operator named (`--gate-env`) with their values from `lookup` (the
+/// controller's environment), and the names `lookup` does not know. The gate's check gets
+/// only these: the controller can read every Secret, and its own environment never reaches a
+/// process that parses a render unless the operator names it. Pure.
+pub fn named_env(
+    names: &[String],
+    lookup: impl Fn(&str) -> Option<OsString>,
+) -> (Vec<(OsString, OsString)>, Vec<String>) {
+    let (mut found, mut missing) = (Vec::new(), Vec::new());
+    for name in names.iter().filter(|n| !n.is_empty()) {
+        match lookup(name) {
+            Some(v) => found.push((OsString::from(name), v)),
+            None => missing.push(name.clone()),
+        }
+    }
+    (found, missing)
+}
+
 /// How many verdicts of `haproxy -c` the gate keeps, by render content.
 pub const VERDICTS_KEPT: usize = 64;
 
@@ -123,6 +142,7 @@ pub const VERDICTS_KEPT: usize = 64;
 pub struct Checker {
     bin: PathBuf,
     timeout: Duration,
+    env: Vec<(OsString, OsString)>,
     passed: Arc<Mutex<Option<Arc<Bundle>>>>,
     verdicts: Arc<Mutex<haptic_sandbox::Lru<Digest, Verdict>>>,
 }
@@ -133,9 +153,18 @@ impl Checker {
         Checker {
             bin: bin.into(),
             timeout,
+            env: Vec::new(),
             passed: Arc::default(),
             verdicts: Arc::new(Mutex::new(haptic_sandbox::Lru::new(VERDICTS_KEPT))),
         }
+    }
+
+    /// The checker whose `haproxy -c` gets `env` besides the sandbox's fixed `PATH` (the
+    /// variables a config names, `bind "${ADDR}"`; see [`named_env`]). Without it the check's
+    /// environment is empty.
+    pub fn with_env(mut self, env: Vec<(OsString, OsString)>) -> Self {
+        self.env = env;
+        self
     }
 
     /// The binary.
@@ -169,6 +198,7 @@ impl Checker {
         let mut run = haptic_sandbox::Run::check(&self.bin, &root, "haproxy.cfg", self.timeout);
         // What the path rules let a config read outside the tree (CA bundles).
         run.extra_read = haptic_haproxy::paths::PathPolicy::DEFAULT_ALLOWED.iter().map(PathBuf::from).collect();
+        run.env = self.env.clone();
         let out = tokio::task::spawn_blocking(move || haptic_sandbox::run(run))
             .await
             .map_err(|e| gate(&e))?
@@ -277,6 +307,32 @@ mod tests {
         assert!(path_refusal(&Bundle::from_texts([("haproxy.cfg", nodp.as_str()), ("maps/a.map", "k v\n")]).unwrap())
             .unwrap()
             .contains("default-path config"));
+    }
+
+    #[test]
+    fn the_gate_gets_only_the_variables_named() {
+        let names = vec!["FRONT_PORT".to_string(), "NOT_SET".to_string(), String::new()];
+        let lookup = |n: &str| (n == "FRONT_PORT" || n == "OTHER").then(|| OsString::from("8443"));
+        let (found, missing) = named_env(&names, lookup);
+        assert_eq!(found, vec![(OsString::from("FRONT_PORT"), OsString::from("8443"))]);
+        assert_eq!(missing, vec!["NOT_SET".to_string()]);
+    }
+
+    /// On every version: a render binding its frontend from a variable is refused by a checker
+    /// without it (the controller's own environment never reaches the check) and passes with it.
+    #[tokio::test]
+    async fn the_gate_check_sees_only_the_variables_it_is_given() {
+        let cfg = "global\n    default-path config\ndefaults\n    mode http\n    timeout connect 1s\n    \
+                   timeout client 1s\n    timeout server 1s\nfrontend f\n    bind \"127.0.0.1:${FRONT_PORT}\"\n";
+        let render = Bundle::from_texts([("haproxy.cfg", cfg)]).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        for bin in haptic_e2e::haproxy_bins() {
+            let bare = Checker::new(&bin.path, Duration::from_secs(30));
+            assert!(matches!(bare.check(&render).await.unwrap(), Verdict::Refused(_)), "{}", bin.label());
+            let env = vec![(OsString::from("FRONT_PORT"), OsString::from(port.to_string()))];
+            let with = Checker::new(&bin.path, Duration::from_secs(30)).with_env(env);
+            assert_eq!(with.check(&render).await.unwrap(), Verdict::Pass, "{}", bin.label());
+        }
     }
 
     /// With a real `haproxy -c` (which would load `/etc/passwd` as a map and pass): refused.

@@ -73,6 +73,9 @@ enum Command {
         /// The HAProxy binary.
         #[arg(long, env = "HAPTIC_CONTROLLER_HAPROXY_BIN", default_value = "haproxy")]
         haproxy_bin: PathBuf,
+        /// Environment variables the check gets (names, comma-separated), as `run --gate-env`.
+        #[arg(long, env = "HAPTIC_CONTROLLER_GATE_ENV", value_delimiter = ',')]
+        gate_env: Vec<String>,
     },
     /// Renders a directory of YAML manifests (Ingresses and IngressClasses, or GatewayClasses,
     /// Gateways, HTTPRoutes, ReferenceGrants and Namespaces; Services, EndpointSlices, Secrets,
@@ -255,6 +258,11 @@ struct RunArgs {
     /// The gate latch's resting mode.
     #[arg(long, env = "HAPTIC_CONTROLLER_GATE", value_enum, default_value = "optimistic")]
     gate: GateMode,
+    /// Environment variables of the controller that the gate's `haproxy -c` gets (names,
+    /// comma-separated): those the config names (`bind "${ADDR}"`), with stand-in values. The
+    /// check gets nothing else but a fixed `PATH`.
+    #[arg(long, env = "HAPTIC_CONTROLLER_GATE_ENV", value_delimiter = ',')]
+    gate_env: Vec<String>,
     /// Log format.
     #[arg(long, env = "HAPTIC_CONTROLLER_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
@@ -262,6 +270,12 @@ struct RunArgs {
     /// `RUST_LOG` overrides it.
     #[arg(long, env = "HAPTIC_CONTROLLER_LOG_LEVEL", default_value = "info", value_parser = parse_log_level)]
     log_level: String,
+}
+
+/// The `--gate-env` variables from this process's environment, and the names it does not
+/// have (the check then sees them unset, as HAProxy would).
+fn gate_env(names: &[String]) -> (Vec<(std::ffi::OsString, std::ffi::OsString)>, Vec<String>) {
+    haptic_controller::gate::named_env(names, |n| std::env::var_os(n))
 }
 
 fn parse_log_level(s: &str) -> Result<String, String> {
@@ -290,6 +304,13 @@ fn init_logging(json: bool, level: &str) {
 
 async fn run(a: RunArgs) -> anyhow::Result<()> {
     init_logging(a.log_format == "json", &a.log_level);
+    let (gate_env, missing) = gate_env(&a.gate_env);
+    if !missing.is_empty() {
+        tracing::warn!(
+            ?missing,
+            "--gate-env names variables the controller does not have; the gate's check sees them unset"
+        );
+    }
     let common = |credentials| Settings {
         admin_listen: a.admin_listen,
         credentials,
@@ -299,6 +320,7 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
         sync_timeout: a.sync_timeout,
         max_parallel: usize::from(a.max_parallel),
         gate: a.gate,
+        gate_env: gate_env.clone(),
         agent_ca_file: a.agent_ca_file.clone(),
         agent_tls_server_name: a.agent_tls_server_name.clone(),
     };
@@ -402,9 +424,13 @@ async fn status_kubernetes(namespace: &str, name: &str, output: TableOrJson) -> 
     }
 }
 
-async fn validate(dir: PathBuf, bin: PathBuf) -> anyhow::Result<ExitCode> {
+async fn validate(dir: PathBuf, bin: PathBuf, names: &[String]) -> anyhow::Result<ExitCode> {
     let render = load_dir(&dir)?;
-    let checker = Checker::new(bin, Duration::from_secs(60));
+    let (env, missing) = gate_env(names);
+    if !missing.is_empty() {
+        eprintln!("--gate-env: the environment has no {}; the check sees them unset", missing.join(", "));
+    }
+    let checker = Checker::new(bin, Duration::from_secs(60)).with_env(env);
     match checker.check(&render).await.map_err(Error::flag("--haproxy-bin"))? {
         Verdict::Pass => {
             emit(&format!("{}: valid (plan {})\n", dir.display(), render.plan_id()))?;
@@ -575,7 +601,7 @@ fn main() -> ExitCode {
                 status_kubernetes(&namespace, &config_name, output).await.map(|()| ExitCode::SUCCESS)
             }
             Command::Status { admin, output, .. } => status(&admin, output).await.map(|()| ExitCode::SUCCESS),
-            Command::Validate { dir, haproxy_bin } => validate(dir, haproxy_bin).await,
+            Command::Validate { dir, haproxy_bin, gate_env: names } => validate(dir, haproxy_bin, &names).await,
             Command::Render { dir, out } => render_cmd(dir, out),
             Command::Migrate { dir, kubernetes, allow_snippet_annotations, output } => {
                 migrate_cmd(dir, kubernetes, allow_snippet_annotations, output).await

@@ -187,6 +187,7 @@ pub fn settings(
             gate: GateMode::Optimistic,
             agent_ca_file: None,
             agent_tls_server_name: None,
+            gate_env: Vec::new(),
         },
         config_dir: config_dir.to_path_buf(),
         agents: fleet.urls(),

@@ -221,6 +221,7 @@ impl Controller {
             .arg(creds)
             .arg("--state-dir")
             .arg(dir.join("controller-state"))
+            .arg(format!("--gate-env={PORT_ENV}"))
             .env(PORT_ENV, free_port().to_string());
         Self::spawn(cmd, bin, dir)
     }
