@@ -205,6 +205,8 @@ fn files_changed(base: &Baseline, desired: &Bundle, old_cfg: &str, t: &mut Tally
     let new_cfg = desired.cfg_text();
     let old_files: BTreeMap<&RelPath, &FileEntry> = base.manifest.iter().map(|e| (&e.path, e)).collect();
     let new_files: BTreeMap<&RelPath, &FileEntry> = desired.manifest().iter().map(|e| (&e.path, e)).collect();
+    // Sorted by path: the file ops run in this order, and the render names its maps so that a
+    // route's entries come in before the one map that gives it a backend.
     let mut changed = changed_paths(&base.manifest, desired.manifest());
     changed.retain(|p| !p.is_haproxy_cfg());
     // What each config makes HAProxy load, by the one shared path list (crt companions,

@@ -32,8 +32,12 @@
 //!   `maps/main_backends.map`: rule id → its canary's and its main backend, for the rules with
 //!   a canary (whose `rules.map` backend is the weighted one holding both).
 //!
-//! So adding, removing or retargeting a host/path route changes map contents only. It must never
-//! write a line other than through `haptic_haproxy::quote::map_line`.
+//! So adding, removing or retargeting a host/path route changes map contents only. A runtime
+//! change replaces the changed maps one after another, in path order (the controller's plan
+//! takes changed files sorted by path), and each map's id stands for one content whatever else
+//! comes and goes. `maps/rules.map` sorts after the path maps and the per-rule maps: a rule just
+//! added answers 404 until its policy, rewrite and canary entries are in, never without them.
+//! It must never write a line other than through `haptic_haproxy::quote::map_line`.
 
 use std::collections::BTreeMap;
 
@@ -212,13 +216,34 @@ mod tests {
             .prop_filter("accepted", |p| haptic_haproxy::regex::check(p).is_ok())
     }
 
-    /// A host id as the translators make them: `h<n>`, `h<12 hex>`, or `*`.
+    /// A host id as the translators make them (`h<16 hex>`), one of other widths, or `*`.
     fn host_id() -> impl Strategy<Value = String> {
         prop_oneof![
             (0u32..200_000).prop_map(|n| format!("h{n}")),
-            "[0-9a-f]{12}".prop_map(|x| format!("h{x}")),
+            "[0-9a-f]{16}".prop_map(|x| format!("h{x}")),
             Just("*".to_string()),
         ]
+    }
+
+    /// The map giving a rule its backend is replaced last of those naming rule ids (see the
+    /// module's opening): a rename that sorts another one after it fails here.
+    #[test]
+    fn the_rules_map_sorts_after_every_map_naming_a_rule() {
+        let names: Vec<String> = build(&Model::default()).unwrap().into_keys().collect();
+        let rule_maps = [
+            "maps/paths_exact.map",
+            "maps/paths_prefix.map",
+            "maps/paths_regex.map",
+            "maps/policies.map",
+            "maps/rewrites.map",
+            "maps/canaries.map",
+            "maps/canary_backends.map",
+            "maps/main_backends.map",
+        ];
+        let at = |n: &str| names.iter().position(|m| m == n).unwrap_or_else(|| panic!("{n} not in {names:?}"));
+        for m in rule_maps {
+            assert!(at(m) < at("maps/rules.map"), "{m} after maps/rules.map in {names:?}");
+        }
     }
 
     /// The lookup string the template builds (see [`REGEX_LOOKUP`]).

@@ -32,15 +32,15 @@ pub struct Model {
     pub default_rule: Option<RuleId>,
     /// Backends with their server slots, sorted by name.
     pub backends: Vec<Backend>,
-    /// The distinct non-empty policies rules use, by id (`p<n>`), sorted by content.
+    /// The distinct non-empty policies rules use, each one namespace's, by id (`p` and hex digits of its namespace and content).
     pub policies: Vec<PolicyEntry>,
     /// The userlists basic authentication checks against, sorted by name.
     pub userlists: Vec<Userlist>,
     /// Hosts whose TLS connections pass through to a backend by SNI (`ssl-passthrough`), sorted.
     pub passthrough: Vec<Passthrough>,
-    /// The distinct canary selectors rules use, by id (`c<n>`), sorted by content.
+    /// The distinct canary selectors rules use, by id (`c` and hex digits of its content).
     pub canaries: Vec<CanaryEntry>,
-    /// The distinct path rewrites rules use, by id (`w<n>`), sorted by content.
+    /// The distinct path rewrites rules use, by id (`w` and hex digits of its content).
     pub rewrites: Vec<RewriteEntry>,
     /// Where the `health` frontend (`/healthz`, `/ready`) listens, if anywhere.
     pub health: Option<std::net::SocketAddr>,
@@ -269,7 +269,7 @@ pub struct PathEntry {
     pub rule: RuleId,
 }
 
-/// A rule id (`r<n>`), a map value only: changing which rule a path selects changes maps only.
+/// A rule id (`r` and hex digits of its host and path; `g` and those of its route in a Gateway), a map value only: changing which rule a path selects changes maps only.
 pub type RuleId = String;
 
 /// What a rule does: here, send to one backend.
@@ -289,7 +289,7 @@ pub struct Rule {
     pub source: ObjectRef,
 }
 
-/// A policy id (`p<n>`), a map value only: which rules a policy applies to changes maps only.
+/// A policy id (`p` and hex digits), a map value only: which rules a policy applies to changes maps only.
 pub type PolicyId = String;
 
 /// A policy and its id.
@@ -338,7 +338,7 @@ pub struct RuleCanary {
 /// A canary selector and its id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CanaryEntry {
-    /// The id (`c<n>`), a map value only.
+    /// The id (`c` and hex digits), a map value only.
     pub id: String,
     /// What it selects by.
     pub selector: CanarySelector,
@@ -347,7 +347,7 @@ pub struct CanaryEntry {
 /// A path rewrite: the path matching `regex` is replaced with `target`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct RewriteEntry {
-    /// The id (`w<n>`), a map value only.
+    /// The id (`w` and hex digits), a map value only.
     pub id: String,
     /// The pattern, anchored at the start (checked; pattern text, quoted by the template).
     pub regex: String,
@@ -427,6 +427,9 @@ pub struct Verdict {
     pub refusals: Vec<Refusal>,
     /// Non-fatal remarks (a missing Service answers 503).
     pub warnings: Vec<Refusal>,
+    /// Whether it is refused because it, or a Secret it names, is left out of renders: with it
+    /// the render failed `haproxy -c` (the controller's narrowing decides which objects).
+    pub left_out: bool,
 }
 
 impl Verdict {

@@ -16,8 +16,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::model::ObjectRef;
 
-/// How the reason of an object left out for good begins: a status writer can tell such a
-/// refusal from the translator's own.
+/// How the reason of an object left out for good begins (the verdict says so in
+/// `Verdict::left_out`).
 pub const GATE_REFUSES: &str = "left out: with it the render fails haproxy -c";
 
 /// The objects of `now` whose version differs from `last_good`'s, or that `last_good` lacks

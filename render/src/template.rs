@@ -729,7 +729,7 @@ fn canary_lines_of(id: &str, s: &crate::model::CanarySelector) -> Result<Vec<Str
     Ok(out)
 }
 
-/// One of our ids (`p<n>`, `w<n>`): written as it is when alphanumeric, so the lines read
+/// One of our ids (a policy's or a rewrite's): written as it is when alphanumeric, so the lines read
 /// plainly; quoted otherwise.
 pub(crate) fn our_id(id: &str) -> Result<String, RenderError> {
     Ok(if !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric()) { id.to_string() } else { config_arg(id)? })

@@ -4,7 +4,8 @@
 //! its benign twin (two Ingresses of one namespace on its host, its own canary, its own
 //! passthrough, `Shared` merging), first as verdicts and Model, then run by real HAProxy 2.6 and
 //! 3.0 with requests showing which backend answers each host and path; and, as a property, a
-//! younger Ingress of another namespace never changes what a host's owner serves.
+//! younger Ingress of another namespace never changes what a host's owner serves. An equal
+//! rate limit in two namespaces counts each one's requests apart.
 
 use std::collections::BTreeMap;
 
@@ -298,4 +299,20 @@ async fn benign_twins_and_shared_merging_serve(bin: HaproxyBin) {
     // Shared: a more specific path of another namespace merges; its canary still does not join.
     let shared = [("shop.test", "/", "web"), ("shop.test", "/admin", "admin"), ("shop.test", "/admin/x", "evil")];
     serve(&bin, &["v-shop", "a-same", "a-deeper", "a-canary"], HostSharing::Shared, &shared).await;
+}
+
+haptic_e2e::on_each_version!(an_equal_rate_limit_counts_each_namespace_apart);
+async fn an_equal_rate_limit_counts_each_namespace_apart(bin: HaproxyBin) {
+    // limit-rpm 2 in both namespaces: the attacker's client spends its own two requests, and the
+    // victim's host still gives the same client its own two (then refuses the third: the
+    // victim's limit holds). All six within a minute.
+    let expect = [
+        ("evil-limited.test", "/", "evil"),
+        ("evil-limited.test", "/", "evil"),
+        ("evil-limited.test", "/", "503"),
+        ("limited.test", "/", "web"),
+        ("limited.test", "/", "web"),
+        ("limited.test", "/", "503"),
+    ];
+    serve(&bin, &["v-limited", "a-limited"], HostSharing::Namespace, &expect).await;
 }

@@ -74,8 +74,7 @@ pub fn due(done: &Done, now: &IngressOutcome) -> Vec<Action> {
         let (refusals, warnings) = (&s.verdict.refusals, &s.verdict.warnings);
         let before = done.warned.get(o);
         if !refusals.is_empty() && before.map(|b| &b.0) != Some(refusals) {
-            let left_out = refusals.iter().any(|r| r.reason.contains(haptic_render::narrow::GATE_REFUSES));
-            let reason = if left_out { LEFT_OUT } else { REFUSED };
+            let reason = if s.verdict.left_out { LEFT_OUT } else { REFUSED };
             out.push(Action::Warn { served: s.clone(), reason, note: note(refusals) });
         }
         if !warnings.is_empty() && before.map(|b| &b.1) != Some(warnings) {
@@ -158,6 +157,7 @@ mod tests {
                 object: ObjectRef { kind: "Ingress".into(), namespace: "ns".into(), name: name.into() },
                 refusals: r(refusals),
                 warnings: r(warnings),
+                left_out: false,
             },
             uid: Some(format!("uid-{name}")),
         }
@@ -215,7 +215,7 @@ mod tests {
         assert!(due(&Done::default(), &none).is_empty());
         // Left out after the gate refused renders with it: an Event of its own reason.
         let mut gated = served("d", &["metadata"], &[]);
-        gated.verdict.refusals[0].reason = format!("{}: bad ca-file", haptic_render::narrow::GATE_REFUSES);
+        gated.verdict.left_out = true;
         let out = due(&Done::default(), &IngressOutcome { served: vec![gated], load_balancer: None });
         assert!(matches!(&out[..], [Action::Warn { reason: LEFT_OUT, .. }]), "{out:?}");
     }

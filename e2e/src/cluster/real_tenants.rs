@@ -160,13 +160,28 @@ async fn haproxy_restarts(c: &RealCluster) -> Result<BTreeMap<String, i32>> {
 #[derive(Debug, Default)]
 struct Seen {
     ok: u64,
-    attacker: u64,
+    /// Each answered by the attacker's pod: the path, and the step under way.
+    attacker: Vec<String>,
+    /// Each failed: the path, the step under way and what came back.
     failed: Vec<String>,
+}
+
+/// The step of the attack under way, for the load's record of what went wrong when.
+type Step = Arc<std::sync::Mutex<String>>;
+
+fn step_now(step: &Step) -> String {
+    step.lock().map(|s| s.clone()).unwrap_or_default()
+}
+
+fn set_step(step: &Step, now: &str) {
+    if let Ok(mut s) = step.lock() {
+        *s = now.to_string();
+    }
 }
 
 /// Sequential requests for the victim's `/`, `/admin/`, `/account/` and `//admin/` through the Service until `stop` (at
 /// most 20,000 requests or 15 minutes).
-fn victim_load(c: &RealCluster, svc: String, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<Seen> {
+fn victim_load(c: &RealCluster, svc: String, stop: Arc<AtomicBool>, step: Step) -> tokio::task::JoinHandle<Seen> {
     let c = c.clone();
     tokio::spawn(async move {
         let mut seen = Seen::default();
@@ -177,18 +192,21 @@ fn victim_load(c: &RealCluster, svc: String, stop: Arc<AtomicBool>) -> tokio::ta
             i += 1;
             match c.service_get(&svc, HOST, path).await {
                 Ok((200, b)) if b.trim() == VICTIM => seen.ok += 1,
-                Ok((200, b)) if b.trim() == ATTACKER => seen.attacker += 1,
-                other => seen.failed.push(format!("{path}: {other:?}")),
+                Ok((200, b)) if b.trim() == ATTACKER => {
+                    seen.attacker.push(format!("{path} during {}", step_now(&step)))
+                }
+                other => seen.failed.push(format!("{path} during {}: {other:?}", step_now(&step))),
             }
         }
         seen
     })
 }
 
-/// Waits for a Warning Event on the attacker's Ingress `name`; returns its note.
+/// Waits for a Warning Event on the attacker's Ingress `name` (a render, its gate and the
+/// leader's status pass come first; 180 s leaves a loaded machine room); returns its note.
 async fn refused(c: &RealCluster, name: &str) -> Result<String> {
     let api: Api<Event> = Api::namespaced(c.client(), ATTACKER);
-    eventually(&format!("a Warning Event on Ingress {ATTACKER}/{name}"), Duration::from_secs(90), || async {
+    eventually(&format!("a Warning Event on Ingress {ATTACKER}/{name}"), Duration::from_secs(180), || async {
         api.list(&ListParams::default()).await.ok()?.items.into_iter().find_map(|e| {
             let on = e
                 .regarding
@@ -244,18 +262,20 @@ async fn attacks_under_load(c: &RealCluster) -> Result<()> {
     let before = haproxy_restarts(c).await?;
     let user = user_client(USER).await?;
     let stop = Arc::new(AtomicBool::new(false));
-    let load = victim_load(c, svc.clone(), stop.clone());
-    let result = apply_attacks(c, &user, &svc).await;
+    let step = Step::default();
+    let load = victim_load(c, svc.clone(), stop.clone(), step.clone());
+    let result = apply_attacks(c, &user, &svc, &step).await;
     stop.store(true, Ordering::Relaxed);
     let seen = load.await.map_err(|e| ClusterError::of("the victim's load", e))?;
     let notes = result?;
     let after = haproxy_restarts(c).await?;
     ensure(before == after, || format!("HAProxy containers restarted: {before:?} -> {after:?}"))?;
-    ensure(seen.failed.is_empty() && seen.attacker == 0 && seen.ok > 0, || {
+    ensure(seen.failed.is_empty() && seen.attacker.is_empty() && seen.ok > 0, || {
         format!(
-            "victim load: {} ok, {} answered by the attacker, {} failed: {:?}",
+            "victim load: {} ok, {} answered by the attacker {:?}, {} failed: {:?}",
             seen.ok,
-            seen.attacker,
+            seen.attacker.len(),
+            &seen.attacker[..seen.attacker.len().min(10)],
             seen.failed.len(),
             &seen.failed[..seen.failed.len().min(10)]
         )
@@ -272,13 +292,15 @@ async fn attacks_under_load(c: &RealCluster) -> Result<()> {
 }
 
 /// Applies every attack in turn, each judged before the next; returns the refusals' notes.
-async fn apply_attacks(c: &RealCluster, user: &Client, svc: &str) -> Result<Vec<(String, String)>> {
+async fn apply_attacks(c: &RealCluster, user: &Client, svc: &str, step: &Step) -> Result<Vec<(String, String)>> {
     let mut notes = Vec::new();
     for (name, host, paths, annotations) in REFUSED {
+        set_step(step, name);
         apply::<Ingress>(user, ATTACKER, &ingress(ATTACKER, name, host, paths, annotations)).await?;
         notes.push((name.to_string(), refused(c, name).await?));
     }
     // A Secret whose key belongs to another certificate, named by a TLS Ingress of the attacker's.
+    set_step(step, "bad-pair");
     let secret = mismatched_tls_secret()?;
     apply::<Secret>(user, ATTACKER, &secret).await?;
     let mut tls = ingress(ATTACKER, "bad-pair", "tls.attacker.example", &[("/", "Prefix")], &[]);
@@ -286,9 +308,11 @@ async fn apply_attacks(c: &RealCluster, user: &Client, svc: &str) -> Result<Vec<
     apply::<Ingress>(user, ATTACKER, &tls).await?;
     notes.push(("bad-pair".into(), refused(c, "bad-pair").await?));
     // Accepted for the attacker's own names, never for the victim's.
+    set_step(step, "wildcard");
     let wild = ingress(ATTACKER, "wildcard", "*.example", &[("/", "Prefix")], &[]);
     apply::<Ingress>(user, ATTACKER, &wild).await?;
     served_by(c, svc, "other.example", "/", ATTACKER).await?;
+    set_step(step, "regex");
     let regex = ingress(
         ATTACKER,
         "regex",

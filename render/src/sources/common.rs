@@ -6,7 +6,7 @@
 //! is parsed and re-encoded by [`crate::pem`]. It must never hold a source's semantics (which
 //! objects are served, how they attach): those stay in the source's own module.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
 use haptic_haproxy::quote;
@@ -44,8 +44,39 @@ pub(crate) fn parse_host(h: &str) -> Result<HostMatch, String> {
     Ok(if wild { HostMatch::Wildcard(format!(".{rest}")) } else { HostMatch::Exact(rest.to_string()) })
 }
 
-/// The hex digits of a host id.
-pub(crate) const HOST_ID_HEX: usize = 16;
+/// Hex digits of SHA-256 an id keeps: 64 bits, so no object can be written to collide with
+/// another namespace's id (that takes a second preimage of SHA-256 cut to 64 bits).
+pub(crate) const STABLE_ID_HEX: usize = 16;
+
+/// A stable short id from parts: `prefix`, then [`STABLE_ID_HEX`] hex digits of SHA-256 over the
+/// parts (each ended by a 0xff byte, which no UTF-8 text holds). It depends on the parts alone,
+/// so objects coming and going never move another's id: a runtime map change, applied one map
+/// file after another, can never send one object's requests through another's entries between
+/// two files.
+pub(crate) fn stable_id(prefix: &str, parts: &[&str]) -> String {
+    let mut bytes = Vec::new();
+    for p in parts {
+        bytes.extend_from_slice(p.as_bytes());
+        bytes.push(0xff);
+    }
+    let hex = haptic_protocol::Digest::of(&bytes).hex();
+    format!("{prefix}{}", &hex[..STABLE_ID_HEX])
+}
+
+/// [`stable_id`], told apart from the ids already `taken` by a counter after the digits (two
+/// contents of one id are never seen in practice; the counter keeps the maps right if they are).
+pub(crate) fn unique_id(prefix: &str, parts: &[&str], taken: &BTreeSet<String>) -> String {
+    let base = stable_id(prefix, parts);
+    (0u32..)
+        .map(|n| if n == 0 { base.clone() } else { format!("{base}{n}") })
+        .find(|id| !taken.contains(id))
+        .unwrap_or(base)
+}
+
+/// The longest id [`unique_id`] gives in practice (`prefix`, the digits, a one-digit counter).
+pub(crate) fn longest_id(prefix: &str) -> String {
+    format!("{prefix}{}9", "f".repeat(STABLE_ID_HEX))
+}
 
 /// A validated, normalised path.
 pub(crate) fn parse_path(kind: PathKind, p: Option<&str>) -> Result<String, String> {
@@ -55,10 +86,8 @@ pub(crate) fn parse_path(kind: PathKind, p: Option<&str>) -> Result<String, Stri
     }
     // The longest key and value a path makes (a prefix path's key, under the longest host id
     // and rule id) must fit a map line.
-    let (hid, id) = (format!("h{}9", "f".repeat(HOST_ID_HEX)), u32::MAX);
-    if let Err(e) =
-        quote::map_key(&format!("h0{p}")).and_then(|_| quote::map_line(&format!("{hid}{p}/"), &format!("r{id}")))
-    {
+    let (hid, id) = (longest_id("h"), longest_id("r"));
+    if let Err(e) = quote::map_key(&format!("h0{p}")).and_then(|_| quote::map_line(&format!("{hid}{p}/"), &id)) {
         return Err(format!("{:?} cannot be a map key: {e}", p.chars().take(64).collect::<String>()));
     }
     if kind == PathKind::Regex {

@@ -35,7 +35,7 @@ use self::api::*;
 use crate::model::*;
 use crate::ownership::{Claimant, HostSharing};
 use crate::slots::{Endpoint, SlotMap};
-use crate::sources::common::{obj, parse_host, parse_path, SERVICE_NAME_LABEL};
+use crate::sources::common::{obj, parse_host, parse_path, stable_id, SERVICE_NAME_LABEL};
 
 pub mod api;
 mod assemble;
@@ -257,22 +257,6 @@ pub struct GatewayOutput {
 
 fn cond(type_: &'static str, status: bool, reason: &'static str, message: impl Into<String>, gen: i64) -> Cond {
     Cond { type_, status, reason, message: message.into(), observed_generation: gen }
-}
-
-/// Hex digits of SHA-256 an id keeps: 64 bits, so no object can be written to collide with
-/// another namespace's id (a collision would merge two host tables, backends or Services).
-const STABLE_ID_HEX: usize = 16;
-
-/// A stable short id from parts: SHA-256 over the parts (each ended by a 0xff byte, which no
-/// UTF-8 text holds), [`STABLE_ID_HEX`] hex digits.
-fn stable_id(prefix: &str, parts: &[&str]) -> String {
-    let mut bytes = Vec::new();
-    for p in parts {
-        bytes.extend_from_slice(p.as_bytes());
-        bytes.push(0xff);
-    }
-    let hex = haptic_protocol::Digest::of(&bytes).hex();
-    format!("{prefix}{}", &hex[..STABLE_ID_HEX])
 }
 
 /// Whether the admin's `patterns` (exact keys, or prefixes ending in `*`) let `key` pass.

@@ -54,7 +54,7 @@ pub(super) fn route(gw: &Gateways<'_>, rank: usize, r: &HttpRoute, acc: &mut Att
     let me = obj("HTTPRoute", &r.metadata);
     let rns = me.namespace.clone();
     let one = One { r, me: &me, rns: &rns };
-    let mut v = Verdict { object: me.clone(), refusals: vec![], warnings: vec![] };
+    let mut v = Verdict { object: me.clone(), refusals: vec![], warnings: vec![], left_out: false };
     let content = content(gw, &one, rank);
     let (parents, attachments, attached_any) = parents(gw, &one, &content, &mut v);
     if parents.is_empty() {

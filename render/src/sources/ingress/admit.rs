@@ -40,9 +40,21 @@ impl One<'_> {
 
 /// Admits `ing` into `acc` as far as it goes, and its verdict.
 pub(super) fn ingress(input: &IngressInput, owners: &Owners, ing: &Ingress, acc: &mut Routes<'_>) -> Verdict {
+    let mut v = parts(input, owners, ing, acc);
+    let secret = |(ns, name): (String, String)| ObjectRef { kind: "Secret".into(), namespace: ns, name };
+    v.left_out = !v.refusals.is_empty()
+        && (input.excluded.contains_key(&v.object)
+            || super::tls_secret_refs(&input.class, [ing])
+                .into_iter()
+                .any(|s| input.excluded.contains_key(&secret(s))));
+    v
+}
+
+/// Each part of `ing` into `acc` as far as it goes, and its verdict.
+fn parts(input: &IngressInput, owners: &Owners, ing: &Ingress, acc: &mut Routes<'_>) -> Verdict {
     let me = obj("Ingress", &ing.metadata);
     let ns = me.namespace.clone();
-    let mut v = Verdict { object: me.clone(), refusals: vec![], warnings: vec![] };
+    let mut v = Verdict { object: me.clone(), refusals: vec![], warnings: vec![], left_out: false };
     let spec = ing.spec.clone().unwrap_or_default();
     let Some(meaning) = meaning(input, ing, &spec, &mut v) else { return v };
     let Some(meaning) = secrets(input, ing, &ns, meaning, acc, &mut v) else { return v };

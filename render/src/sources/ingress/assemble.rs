@@ -10,12 +10,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
 use super::annotations::{CanarySelector, Policy};
-use super::{canary_weights, host_id, kept_hosts, slots_for, Ctx, IngressInput, Route, RouteKey, Routes, BACKUP_SLOTS};
+use super::{
+    canary_weights, host_id, kept_hosts, rule_id, slots_for, Ctx, IngressInput, Route, RouteKey, Routes, BACKUP_SLOTS,
+};
 use crate::model::{
     Backend, Bind, Frontend, HostMatch, HostTable, Model, PathEntry, PolicyEntry, RewriteEntry, Rule, RuleCanary,
 };
 use crate::ownership::{Claim, Owners};
 use crate::slots::{self, Endpoint, SlotMap};
+use crate::sources::common::unique_id;
 
 /// Weighted backends: name → (main, canary, weight, total).
 type Weighted = BTreeMap<String, (String, String, u32, u32)>;
@@ -55,9 +58,10 @@ pub(super) fn model(input: &IngressInput, owners: &Owners, claims: &[Claim], acc
 }
 
 /// Policy, rewrite and canary selector ids, by content, so a route added or removed never
-/// renumbers one.
+/// renumbers one. A policy is one namespace's: its rate-limit tables count only that
+/// namespace's requests, never another's with an equal policy.
 struct Ids<'r> {
-    policies: BTreeMap<&'r Policy, String>,
+    policies: BTreeMap<(&'r str, &'r Policy), String>,
     rewrites: BTreeMap<&'r (String, String), String>,
     canaries: BTreeMap<&'r CanarySelector, String>,
 }
@@ -67,43 +71,28 @@ impl<'r> Ids<'r> {
     fn of(routes: &'r BTreeMap<RouteKey, Route>, default: Option<&'r Route>) -> Self {
         let policies = routes
             .values()
-            .map(|r| &r.policy)
-            .chain(default.iter().map(|r| &r.policy))
-            .filter(|p| !p.is_empty())
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .enumerate()
-            .map(|(i, p)| (p, format!("p{}", i + 1)))
-            .collect();
-        let rewrites = routes
-            .values()
-            .filter_map(|r| r.rewrite.as_ref())
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .enumerate()
-            .map(|(i, w)| (w, format!("w{}", i + 1)))
-            .collect();
-        let canaries = routes
-            .values()
-            .filter_map(|r| r.canary.as_ref().map(|c| &c.canary.selector))
-            .filter(|s| !s.is_empty())
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .enumerate()
-            .map(|(i, c)| (c, format!("c{}", i + 1)))
-            .collect();
-        Ids { policies, rewrites, canaries }
+            .chain(default)
+            .filter(|r| !r.policy.is_empty())
+            .map(|r| (r.source.namespace.as_str(), &r.policy));
+        let rewrites = routes.values().filter_map(|r| r.rewrite.as_ref());
+        let canaries =
+            routes.values().filter_map(|r| r.canary.as_ref().map(|c| &c.canary.selector)).filter(|s| !s.is_empty());
+        Ids {
+            policies: content_ids("p", policies),
+            rewrites: content_ids("w", rewrites),
+            canaries: content_ids("c", canaries),
+        }
     }
 
-    /// The policy's id, none for the empty policy.
-    fn policy(&self, p: &Policy) -> Option<String> {
-        self.policies.get(p).cloned()
+    /// The id of `r`'s policy, none for the empty policy.
+    fn policy(&self, r: &Route) -> Option<String> {
+        self.policies.get(&(r.source.namespace.as_str(), &r.policy)).cloned()
     }
 
     /// The Model's policy, canary selector and rewrite tables.
     fn into_model(self, model: &mut Model) {
         model.policies =
-            self.policies.iter().map(|(p, id)| PolicyEntry { id: id.clone(), policy: (*p).clone() }).collect();
+            self.policies.iter().map(|((_, p), id)| PolicyEntry { id: id.clone(), policy: (*p).clone() }).collect();
         model.canaries = self
             .canaries
             .iter()
@@ -117,6 +106,22 @@ impl<'r> Ids<'r> {
     }
 }
 
+/// Each distinct item of `items` and its id: `prefix` and the [`unique_id`] of the item's derived
+/// `Debug` text (which shows every field), so an id stands for one content whatever else this
+/// render holds.
+fn content_ids<T: Ord + std::fmt::Debug>(prefix: &str, items: impl Iterator<Item = T>) -> BTreeMap<T, String> {
+    let mut taken = BTreeSet::new();
+    let distinct: BTreeSet<T> = items.collect();
+    distinct
+        .into_iter()
+        .map(|item| {
+            let id = unique_id(prefix, &[&format!("{item:?}")], &taken);
+            taken.insert(id.clone());
+            (item, id)
+        })
+        .collect()
+}
+
 /// The Model's rules, in host/path order then the default one, and each host's paths and the
 /// weighted backends the rules name.
 fn rules(
@@ -127,8 +132,10 @@ fn rules(
 ) -> (BTreeMap<HostMatch, Vec<PathEntry>>, Weighted) {
     let mut weighted = Weighted::new();
     let mut hosts: BTreeMap<HostMatch, Vec<PathEntry>> = BTreeMap::new();
-    for (i, ((host, path, kind), r)) in routes.iter().enumerate() {
-        let id = format!("r{}", i + 1);
+    let mut taken = BTreeSet::new();
+    for ((host, path, kind), r) in routes {
+        let id = rule_id(host, path, *kind, &taken);
+        taken.insert(id.clone());
         let (backend, canary) = match &r.canary {
             None => (r.backend.clone(), None),
             Some(c) => {
@@ -141,7 +148,7 @@ fn rules(
         model.rules.push(Rule {
             id: id.clone(),
             backend,
-            policy: ids.policy(&r.policy),
+            policy: ids.policy(r),
             rewrite: r.rewrite.as_ref().and_then(|w| ids.rewrites.get(w).cloned()),
             canary,
             source: r.source.clone(),
@@ -152,7 +159,7 @@ fn rules(
         model.rules.push(Rule {
             id: "default".into(),
             backend: r.backend.clone(),
-            policy: ids.policy(&r.policy),
+            policy: ids.policy(r),
             rewrite: None,
             canary: None,
             source: r.source.clone(),
@@ -289,5 +296,96 @@ fn frontends(model: &mut Model, input: &IngressInput) {
             name: "https".into(),
             binds: vec![Bind { address: st.bind_address, port: st.https_port, tls: true, certs: vec![] }],
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use super::super::fixture::input;
+    use super::super::{translate_ingress, IngressInput};
+    use crate::model::Model;
+
+    /// What each id of `m` stands for: a host table's host; a rule's paths, backend, policy,
+    /// rewrite, canary and source; a policy's content and the namespaces of the rules using it;
+    /// a rewrite's and a canary selector's content.
+    fn meanings(m: &Model) -> BTreeMap<String, String> {
+        let mut out: BTreeMap<String, String> = BTreeMap::new();
+        for h in &m.hosts {
+            out.insert(h.id.clone(), format!("{:?}", h.host));
+            for p in &h.paths {
+                out.entry(p.rule.clone()).or_default().push_str(&format!("{:?} {:?} {};", h.host, p.kind, p.path));
+            }
+        }
+        let mut users: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+        for r in &m.rules {
+            let what = format!("{} {:?} {:?} {:?} {:?}", r.backend, r.policy, r.rewrite, r.canary, r.source);
+            out.entry(r.id.clone()).or_default().push_str(&what);
+            if let Some(p) = &r.policy {
+                users.entry(p).or_default().insert(&r.source.namespace);
+            }
+        }
+        for p in &m.policies {
+            out.insert(p.id.clone(), format!("{:?} {:?}", p.policy, users.get(p.id.as_str())));
+        }
+        for w in &m.rewrites {
+            out.insert(w.id.clone(), format!("{} {}", w.regex, w.target));
+        }
+        for c in &m.canaries {
+            out.insert(c.id.clone(), format!("{:?}", c.selector));
+        }
+        out
+    }
+
+    /// `i` with a copy of each of its objects in namespace `zz-copy`, made later, every host with
+    /// `a-` before it (so the copies' hosts and paths come first in every map).
+    fn with_copy(i: &IngressInput) -> IngressInput {
+        let mut out = i.clone();
+        let ns = Some("zz-copy".to_string());
+        let host = |h: &mut String| {
+            *h = match h.strip_prefix("*.") {
+                Some(rest) => format!("*.a-{rest}"),
+                None => format!("a-{h}"),
+            }
+        };
+        for mut ing in i.ingresses.clone() {
+            ing.metadata.namespace = ns.clone();
+            ing.metadata.creation_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time("2030-01-01T00:00:00Z".parse().unwrap()));
+            let spec = ing.spec.as_mut().unwrap();
+            spec.rules.iter_mut().flatten().filter_map(|r| r.host.as_mut()).for_each(host);
+            spec.tls.iter_mut().flatten().flat_map(|t| t.hosts.iter_mut().flatten()).for_each(host);
+            out.ingresses.push(ing);
+        }
+        out.services.extend(i.services.iter().cloned().map(|mut s| (s.metadata.namespace.clone_from(&ns), s).1));
+        out.endpoint_slices
+            .extend(i.endpoint_slices.iter().cloned().map(|mut s| (s.metadata.namespace.clone_from(&ns), s).1));
+        out.secrets.extend(i.secrets.iter().cloned().map(|mut s| (s.metadata.namespace.clone_from(&ns), s).1));
+        out
+    }
+
+    /// Another namespace's routes coming (or going) never change what an id of this one's stands
+    /// for, even where theirs sort first: a runtime change applied one map file after another
+    /// can never send a request through another namespace's entries. An equal policy in two
+    /// namespaces is two policies (its rate-limit tables are each one's own).
+    #[test]
+    fn another_namespace_never_changes_what_an_id_stands_for() {
+        for fixture in [
+            include_str!("../../../tests/fixtures/basic.yaml"),
+            include_str!("../../../tests/fixtures/annotations.yaml"),
+            include_str!("../../../tests/fixtures/canary.yaml"),
+            include_str!("../../../tests/fixtures/nginx.yaml"),
+            include_str!("../../../tests/fixtures/policies.yaml"),
+        ] {
+            let base = input(fixture);
+            let (alone, _, _) = translate_ingress(&base);
+            let (both, _, _) = translate_ingress(&with_copy(&base));
+            let (alone, both) = (meanings(&alone), meanings(&both));
+            assert!(both.len() > alone.len(), "the copies serve: {both:#?}");
+            for (id, meaning) in &alone {
+                assert_eq!(both.get(id), Some(meaning), "{id}");
+            }
+        }
     }
 }

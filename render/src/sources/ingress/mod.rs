@@ -36,7 +36,7 @@ use crate::model::{Cert, HostMatch, Model, ObjectRef, PathKind, Refusal, Verdict
 use crate::ownership::{Claim, Claimant, HostSharing, Owners};
 use crate::slots::{Endpoint, SlotMap};
 pub use crate::sources::common::SERVICE_NAME_LABEL;
-use crate::sources::common::{endpoints, obj, parse_host, secret_pem, HOST_ID_HEX};
+use crate::sources::common::{endpoints, obj, parse_host, secret_pem, unique_id};
 
 mod admit;
 pub mod annotations;
@@ -189,25 +189,27 @@ pub fn tls_secret_refs<'a>(
     out
 }
 
-/// A host table's id in the maps: `h` and 16 hex digits of the SHA-256 of the host as it is
-/// matched. It depends on that host alone, so hosts coming and going never move another host's
-/// id: a runtime map change, applied one map file after another, can never send one host's
-/// requests through another host's paths in between. No object can choose a name whose id is
-/// another host's (that takes a SHA-256 second preimage). Two hosts of one id (`taken`, never
-/// seen in practice) tell the later one apart with a counter.
+/// A host table's id in the maps: `h` and the [`unique_id`] of the host as it is matched, so
+/// hosts coming and going never move another host's id.
 pub fn host_id(host: &HostMatch, taken: &BTreeSet<String>) -> String {
-    let name = match host {
+    unique_id("h", &[&host_name(host)], taken)
+}
+
+/// The host as its id is taken: the match kind's sign, then the name.
+fn host_name(host: &HostMatch) -> String {
+    match host {
         HostMatch::Exact(h) => format!("={h}"),
         HostMatch::Wildcard(s) => format!("*{s}"),
         HostMatch::Suffix(s) => format!("+{s}"),
         HostMatch::Any => String::new(),
-    };
-    let hex = haptic_protocol::Digest::of(name.as_bytes()).hex();
-    let base = format!("h{}", &hex[..HOST_ID_HEX]);
-    (0..)
-        .map(|n| if n == 0 { base.clone() } else { format!("{base}{n}") })
-        .find(|id| !taken.contains(id))
-        .unwrap_or(base)
+    }
+}
+
+/// A rule's id in the maps: `r` and the [`unique_id`] of its host, path and path kind. A
+/// host/path is one namespace's (ownership), so an id, once in the maps, only ever stands for
+/// that namespace's rule, whatever other routes come and go.
+fn rule_id(host: &HostMatch, path: &str, kind: PathKind, taken: &BTreeSet<String>) -> String {
+    unique_id("r", &[&host_name(host), path, &format!("{kind:?}")], taken)
 }
 
 /// Where a host/path sends a request, and what it does to it on the way.
@@ -846,11 +848,14 @@ mod tests {
         assert!(file("maps/paths_exact.map").contains("/exact r"));
         let cfg = file("haproxy.cfg");
         assert!(cfg.contains("map_reg(maps/paths_regex.map)"), "{cfg}");
-        assert!(
-            cfg.contains("http-request replace-path '^(?i:/foo(/|$)(.*))' '/\\2' if { var(txn.rewrite) -m str w1 }"),
-            "{cfg}"
-        );
-        assert!(cfg.contains("http-request replace-path '^/exact$' '/\\2' if { var(txn.rewrite) -m str w2 }"), "{cfg}");
+        let (model, _, _) = translate_ingress(&input(NGINX));
+        let rewrite = |regex: &str| model.rewrites.iter().find(|w| w.regex == regex).unwrap().id.clone();
+        let (foo, exact) = (rewrite("^(?i:/foo(/|$)(.*))"), rewrite("^/exact$"));
+        let line =
+            format!("http-request replace-path '^(?i:/foo(/|$)(.*))' '/\\2' if {{ var(txn.rewrite) -m str {foo} }}");
+        assert!(cfg.contains(&line), "{line}\n{cfg}");
+        let line = format!("http-request replace-path '^/exact$' '/\\2' if {{ var(txn.rewrite) -m str {exact} }}");
+        assert!(cfg.contains(&line), "{line}\n{cfg}");
         assert_eq!(file("maps/rewrites.map").lines().count(), 2);
         // upstream-vhost is a policy line; the aliases route like the Ingress's own host.
         assert!(cfg.contains("http-request set-header host 'internal.example' if { var(txn.policy) -m str p"), "{cfg}");
@@ -928,15 +933,21 @@ mod tests {
         assert_eq!(file("maps/canary_backends.map").matches("shop_preview_80").count(), 3);
         assert_eq!(file("maps/main_backends.map").matches("shop_stable_80").count(), 3);
         assert_eq!(file("maps/canaries.map").lines().count(), 3);
+        // Each selector by the header it reads.
+        let (model, _, _) = translate_ingress(&input(CANARY));
+        let by = |header: &str| {
+            model.canaries.iter().find(|c| format!("{:?}", c.selector).contains(header)).unwrap().id.clone()
+        };
+        let (cookie, env, beta) = (by("X-Canary"), by("X-Env"), by("X-Beta"));
         for line in [
-            "http-request set-var(txn.canary) var(txn.rule),map_str(maps/canaries.map)",
-            "http-request set-var(txn.backend) var(txn.rule),map_str(maps/canary_backends.map) if { var(txn.canary) -m str c2 } { 'req.cook(canary)' -m str -- always }",
-            "http-request set-var(txn.backend) var(txn.rule),map_str(maps/main_backends.map) if { var(txn.canary) -m str c2 } { 'req.cook(canary)' -m str -- never }",
-            "http-request set-var(txn.backend) var(txn.rule),map_str(maps/canary_backends.map) if { var(txn.canary) -m str c2 } { 'req.hdr(X-Canary)' -m str -- always }",
-            "http-request set-var(txn.backend) var(txn.rule),map_str(maps/canary_backends.map) if { var(txn.canary) -m str c3 } { 'req.hdr(X-Env)' -m str -- 'staging' }",
-            "http-request set-var(txn.backend) var(txn.rule),map_str(maps/canary_backends.map) if { var(txn.canary) -m str c1 } { 'req.hdr(X-Beta)' -m reg -- '^(alice|bob)$' }",
+            "http-request set-var(txn.canary) var(txn.rule),map_str(maps/canaries.map)".to_string(),
+            format!("http-request set-var(txn.backend) var(txn.rule),map_str(maps/canary_backends.map) if {{ var(txn.canary) -m str {cookie} }} {{ 'req.cook(canary)' -m str -- always }}"),
+            format!("http-request set-var(txn.backend) var(txn.rule),map_str(maps/main_backends.map) if {{ var(txn.canary) -m str {cookie} }} {{ 'req.cook(canary)' -m str -- never }}"),
+            format!("http-request set-var(txn.backend) var(txn.rule),map_str(maps/canary_backends.map) if {{ var(txn.canary) -m str {cookie} }} {{ 'req.hdr(X-Canary)' -m str -- always }}"),
+            format!("http-request set-var(txn.backend) var(txn.rule),map_str(maps/canary_backends.map) if {{ var(txn.canary) -m str {env} }} {{ 'req.hdr(X-Env)' -m str -- 'staging' }}"),
+            format!("http-request set-var(txn.backend) var(txn.rule),map_str(maps/canary_backends.map) if {{ var(txn.canary) -m str {beta} }} {{ 'req.hdr(X-Beta)' -m reg -- '^(alice|bob)$' }}"),
         ] {
-            assert!(cfg.contains(line), "{line}\n{cfg}");
+            assert!(cfg.contains(&line), "{line}\n{cfg}");
         }
     }
 
@@ -1132,9 +1143,25 @@ services:
         );
         assert!(snippet.refusals[0].reason.contains("haproxy -c refuses the snippet"), "{snippet:?}");
         assert_eq!(verdict(&verdicts, "open").refusals[0].reason, "left out: a test");
+        assert!(verdict(&verdicts, "open").left_out && !snippet.left_out, "{verdicts:?}");
         assert!(verdict(&verdicts, "guarded").accepted());
         assert!(!model.backends.iter().any(|b| b.name == "shop_snip_80"));
         assert!(!model.hosts.iter().any(|h| h.host == HostMatch::Exact("open.example.com".into())));
+    }
+
+    #[test]
+    fn a_left_out_secret_marks_the_verdict_of_the_ingress_naming_it() {
+        let mut i = input(BASIC);
+        let (_, verdicts, _) = translate_ingress(&i);
+        let young = verdict(&verdicts, "young");
+        assert!(!young.left_out, "a missing Secret is the translator's own refusal: {young:?}");
+        let name = i.ingresses.iter().find(|g| g.metadata.name.as_deref() == Some("young")).unwrap().spec.as_ref();
+        let secret = name.and_then(|s| s.tls.as_ref()).unwrap()[0].secret_name.clone().unwrap();
+        i.excluded.insert(ObjectRef { kind: "Secret".into(), namespace: "shop".into(), name: secret }, "a test".into());
+        let (_, verdicts, _) = translate_ingress(&i);
+        let young = verdict(&verdicts, "young");
+        assert!(young.left_out && young.refusals.iter().any(|r| r.reason.contains("left out")), "{young:?}");
+        assert!(!verdict(&verdicts, "old").left_out);
     }
 
     #[test]
