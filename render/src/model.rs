@@ -32,7 +32,8 @@ pub struct Model {
     pub default_rule: Option<RuleId>,
     /// Backends with their server slots, sorted by name.
     pub backends: Vec<Backend>,
-    /// The distinct non-empty policies rules use, each one namespace's, by id (`p` and hex digits of its namespace and content).
+    /// The distinct non-empty policies rules use, each one namespace's, by id (`p` and hex digits
+    /// of its namespace and content).
     pub policies: Vec<PolicyEntry>,
     /// The userlists basic authentication checks against, sorted by name.
     pub userlists: Vec<Userlist>,
@@ -269,7 +270,8 @@ pub struct PathEntry {
     pub rule: RuleId,
 }
 
-/// A rule id (`r` and hex digits of its host and path; `g` and those of its route in a Gateway), a map value only: changing which rule a path selects changes maps only.
+/// A rule id (`r` and hex digits of its host and path; `g` and those of its route in a
+/// Gateway), a map value only: changing which rule a path selects changes maps only.
 pub type RuleId = String;
 
 /// What a rule does: here, send to one backend.
@@ -289,7 +291,8 @@ pub struct Rule {
     pub source: ObjectRef,
 }
 
-/// A policy id (`p` and hex digits), a map value only: which rules a policy applies to changes maps only.
+/// A policy id (`p` and hex digits), a map value only: which rules a policy applies to changes
+/// maps only.
 pub type PolicyId = String;
 
 /// A policy and its id.

@@ -1,7 +1,8 @@
 //! The [`Routes`] the served Ingresses gathered to the [`Model`] and the slot map of this render:
-//! policies, rewrites and canary selectors numbered by content, rules in host/path order, host
-//! tables (with the hosts kept empty for their owners), weighted canary backends, backends with
-//! their slots (retired ones parked), certificates, userlists, passthrough and frontends.
+//! policies (per namespace), rewrites and canary selectors with ids by content, rules in host/path
+//! order with ids by host and path, host tables (with the hosts kept empty for their owners),
+//! weighted canary backends, backends with their slots (retired ones parked), certificates,
+//! userlists, passthrough and frontends.
 //!
 //! Owns every id and order the Model shows, each depending on content alone, so a route added or
 //! removed never renumbers another. It must never refuse or warn: whatever reaches it is served.
