@@ -26,7 +26,7 @@ pub use sources::ingress::{self, annotations};
 use std::collections::BTreeMap;
 
 pub use ingress::{snippet_checks, translate_ingress, IngressInput, SnippetCheck};
-pub use model::{Model, ObjectRef, Refusal, Verdict};
+pub use model::{Cause, Model, ObjectRef, Refusal, Verdict};
 pub use slots::SlotMap;
 pub use template::{Snippets, Templates};
 

@@ -411,9 +411,24 @@ impl std::fmt::Display for ObjectRef {
     }
 }
 
-/// One refused part of an object: the field and why.
+/// What kind of refusal or remark a [`Refusal`] is: what status writers and reports decide by
+/// (never by its text; an object left out of renders is [`Verdict::left_out`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum Cause {
+    /// The value is refused (not valid, not allowed, or another namespace's), or a remark on one
+    /// applied with a difference from ingress-nginx.
+    Invalid,
+    /// A remark: haptic does not support the key, which is ignored.
+    NotSupported,
+    /// A remark: the key has no effect (another key wins, or one it needs is not set).
+    Ignored,
+}
+
+/// One refused part of an object (or a remark on one): the kind, the field and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Refusal {
+    /// The kind.
+    pub cause: Cause,
     /// The field path (`spec.rules[0].http.paths[1].path`).
     pub field: String,
     /// Why.

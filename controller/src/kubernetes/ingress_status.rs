@@ -148,10 +148,12 @@ pub async fn write_loop(ctx: Context, token: CancellationToken) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use haptic_render::Verdict;
+    use haptic_render::{Cause, Verdict};
 
     fn served(name: &str, refusals: &[&str], warnings: &[&str]) -> Served {
-        let r = |v: &[&str]| v.iter().map(|f| Refusal { field: f.to_string(), reason: "why".into() }).collect();
+        let r = |v: &[&str]| {
+            v.iter().map(|f| Refusal { cause: Cause::Invalid, field: f.to_string(), reason: "why".into() }).collect()
+        };
         Served {
             verdict: Verdict {
                 object: ObjectRef { kind: "Ingress".into(), namespace: "ns".into(), name: name.into() },

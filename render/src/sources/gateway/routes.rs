@@ -19,7 +19,8 @@ use super::{
     RouteOutcome,
 };
 use crate::model::{
-    HeaderOps, HostMatch, ObjectRef, PathKind, PathRewrite, Protocol, Refusal, RuleActions, Split, Verdict, ERROR_500,
+    Cause, HeaderOps, HostMatch, ObjectRef, PathKind, PathRewrite, Protocol, Refusal, RuleActions, Split, Verdict,
+    ERROR_500,
 };
 use crate::ownership::{claim_in_age_order, shown, Claimant, HostSharing};
 use crate::slots::Endpoint;
@@ -61,7 +62,7 @@ pub(super) fn route(gw: &Gateways<'_>, rank: usize, r: &HttpRoute, acc: &mut Att
         return;
     }
     if let Err((_, msg)) = &content.resolved_refs {
-        v.warnings.push(Refusal { field: "spec.rules".into(), reason: msg.clone() });
+        v.warnings.push(Refusal { cause: Cause::Invalid, field: "spec.rules".into(), reason: msg.clone() });
     }
     // Attached routes per listener (once per route).
     for (gi, li) in &attachments {
@@ -282,7 +283,11 @@ fn parents(
             }
             Err((reason, msg)) => {
                 conds.push(cond("Accepted", false, reason, msg.clone(), gen));
-                v.refusals.push(Refusal { field: "spec.parentRefs".into(), reason: format!("{}: {msg}", pr.name) });
+                v.refusals.push(Refusal {
+                    cause: Cause::Invalid,
+                    field: "spec.parentRefs".into(),
+                    reason: format!("{}: {msg}", pr.name),
+                });
             }
         }
         match &content.resolved_refs {
@@ -438,6 +443,7 @@ fn hosts_into(
             };
             if let Err(owner) = claim_in_age_order(&mut acc.owned, (b, eff.clone()), &by) {
                 v.refusals.push(Refusal {
+                    cause: Cause::Invalid,
                     field: "spec.hostnames".into(),
                     reason: format!(
                         "{} on listener {} of Gateway {} belongs to namespace {} (HTTPRoute {}/{})",

@@ -14,7 +14,7 @@ use k8s_openapi::api::networking::v1::{HTTPIngressPath, HTTPIngressRuleValue, In
 
 use super::annotations::{self, BackendOptions, Meaning};
 use super::{auth_users, join_canary, rewrite_of, tls_pem, upstream_files, IngressInput, Route, Routes};
-use crate::model::{Cert, HostMatch, ObjectRef, PathKind, Refusal, Verdict};
+use crate::model::{Cause, Cert, HostMatch, ObjectRef, PathKind, Refusal, Verdict};
 use crate::ownership::Owners;
 use crate::sources::common::{obj, parse_host, parse_path};
 
@@ -74,7 +74,7 @@ fn parts(input: &IngressInput, owners: &Owners, ing: &Ingress, acc: &mut Routes<
 fn meaning(input: &IngressInput, ing: &Ingress, spec: &IngressSpec, v: &mut Verdict) -> Option<Meaning> {
     let has_tls = !spec.tls.as_deref().unwrap_or_default().is_empty();
     if let Some(why) = input.excluded.get(&v.object) {
-        v.refusals.push(Refusal { field: "metadata".into(), reason: why.clone() });
+        v.refusals.push(Refusal { cause: Cause::Invalid, field: "metadata".into(), reason: why.clone() });
         return None;
     }
     let meaning = match annotations::read(
@@ -102,8 +102,11 @@ fn meaning(input: &IngressInput, ing: &Ingress, spec: &IngressSpec, v: &mut Verd
                 ing.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(key))
             })
             .unwrap_or_else(|| "metadata.annotations".into());
-        v.refusals
-            .push(Refusal { field: key, reason: format!("haproxy -c refuses the snippet in its own backend: {why}") });
+        v.refusals.push(Refusal {
+            cause: Cause::Invalid,
+            field: key,
+            reason: format!("haproxy -c refuses the snippet in its own backend: {why}"),
+        });
         return None;
     }
     Some(meaning)
@@ -136,7 +139,7 @@ fn secrets(
             }
             Err(reason) => {
                 // Served without what it asks of TLS, it would talk to backends unverified.
-                v.refusals.push(Refusal { field: f, reason });
+                v.refusals.push(Refusal { cause: Cause::Invalid, field: f, reason });
                 return None;
             }
         }
@@ -150,7 +153,7 @@ fn secrets(
             }
             Err(reason) => {
                 // Served without its authentication, the Ingress would be open: none of it is.
-                v.refusals.push(Refusal { field: a.field.clone(), reason });
+                v.refusals.push(Refusal { cause: Cause::Invalid, field: a.field.clone(), reason });
                 return None;
             }
         }
@@ -163,15 +166,17 @@ fn secrets(
 fn default_backend(one: &One<'_>, spec: &IngressSpec, acc: &mut Routes<'_>, v: &mut Verdict) {
     if let (Some(_), Some(_)) = (&one.meaning.canary, &spec.default_backend) {
         v.warnings.push(Refusal {
+            cause: Cause::Ignored,
             field: "spec.defaultBackend".into(),
             reason: "ignored: a canary Ingress joins the paths of others, not the default backend".into(),
         });
     } else if let (Some(_), Err(e)) = (&spec.default_backend, one.owners.admits(&HostMatch::Any, one.ns)) {
-        v.refusals.push(Refusal { field: "spec.defaultBackend".into(), reason: e.to_string() });
+        v.refusals.push(Refusal { cause: Cause::Invalid, field: "spec.defaultBackend".into(), reason: e.to_string() });
     } else if let Some(b) = &spec.default_backend {
         match acc.ctx.backend(one.ns, b, "spec.defaultBackend", one.opts(), v) {
             Ok(be) => match &acc.default {
                 Some(Route { source: by, .. }) => v.refusals.push(Refusal {
+                    cause: Cause::Invalid,
                     field: "spec.defaultBackend".into(),
                     reason: format!("the default backend is already set by {by}"),
                 }),
@@ -205,7 +210,7 @@ fn rule_routes(
         Some(h) => match parse_host(h) {
             Ok(h) => h,
             Err(reason) => {
-                v.refusals.push(Refusal { field: format!("spec.rules[{ri}].host"), reason });
+                v.refusals.push(Refusal { cause: Cause::Invalid, field: format!("spec.rules[{ri}].host"), reason });
                 return;
             }
         },
@@ -218,7 +223,11 @@ fn rule_routes(
         (None, false) => one.owners.admits(&host, one.ns),
     };
     if let Err(e) = admitted {
-        v.refusals.push(Refusal { field: format!("spec.rules[{ri}].host"), reason: e.to_string() });
+        v.refusals.push(Refusal {
+            cause: Cause::Invalid,
+            field: format!("spec.rules[{ri}].host"),
+            reason: e.to_string(),
+        });
         return;
     }
     if one.meaning.backend.passthrough {
@@ -242,6 +251,7 @@ fn passthrough(
     let field = format!("spec.rules[{ri}]");
     let HostMatch::Exact(h) = host else {
         v.refusals.push(Refusal {
+            cause: Cause::Invalid,
             field: format!("{field}.host"),
             reason: "ssl-passthrough routes exact hosts only (by SNI)".into(),
         });
@@ -250,6 +260,7 @@ fn passthrough(
     let Some(p) = http.paths.first() else { return };
     if http.paths.len() > 1 {
         v.warnings.push(Refusal {
+            cause: Cause::Invalid,
             field: format!("{field}.http.paths"),
             reason: "ssl-passthrough sends the whole connection to the first path's Service; the others are ignored"
                 .into(),
@@ -258,6 +269,7 @@ fn passthrough(
     if let Some(by) = acc.passthrough.get(h).map(|(_, by): &(String, ObjectRef)| by.clone()) {
         if by != *one.me {
             v.refusals.push(Refusal {
+                cause: Cause::Invalid,
                 field: format!("{field}.host"),
                 reason: format!("TLS to {h} already passes through for {by}"),
             });
@@ -287,6 +299,7 @@ fn path_route(
         "Prefix" | "ImplementationSpecific" => PathKind::Prefix,
         other => {
             v.refusals.push(Refusal {
+                cause: Cause::Invalid,
                 field: format!("{field}.pathType"),
                 reason: format!("{other:?} is not Exact, Prefix or ImplementationSpecific"),
             });
@@ -296,14 +309,14 @@ fn path_route(
     let path = match parse_path(kind, p.path.as_deref()) {
         Ok(p) => p,
         Err(reason) => {
-            v.refusals.push(Refusal { field: format!("{field}.path"), reason });
+            v.refusals.push(Refusal { cause: Cause::Invalid, field: format!("{field}.path"), reason });
             return;
         }
     };
     let rewrite = match rewrite_of(kind, &path, &one.meaning.paths.rewrite) {
         Ok(r) => r,
         Err(reason) => {
-            v.refusals.push(Refusal { field: format!("{field}.path"), reason });
+            v.refusals.push(Refusal { cause: Cause::Invalid, field: format!("{field}.path"), reason });
             return;
         }
     };
@@ -318,6 +331,7 @@ fn path_route(
     if let Some(Route { source: by, .. }) = acc.routes.get(&key) {
         if by != one.me {
             v.refusals.push(Refusal {
+                cause: Cause::Invalid,
                 field: format!("{field}.path"),
                 reason: format!("{kind:?} {path} on this host is already routed by {by}"),
             });
@@ -348,6 +362,7 @@ fn aliases(one: &One<'_>, own: &[Own], acc: &mut Routes<'_>, v: &mut Verdict) {
     for alias in &one.meaning.paths.aliases {
         if let Err(e) = one.owners.admits(alias, one.ns) {
             v.refusals.push(Refusal {
+                cause: Cause::Invalid,
                 field: annotations::field_of(&one.ing.metadata, "server-alias"),
                 reason: e.to_string(),
             });
@@ -357,6 +372,7 @@ fn aliases(one: &One<'_>, own: &[Own], acc: &mut Routes<'_>, v: &mut Verdict) {
             let key = (alias.clone(), path.clone(), *kind);
             match acc.routes.get(&key) {
                 Some(Route { source: by, .. }) if by != one.me => v.warnings.push(Refusal {
+                    cause: Cause::Invalid,
                     field: annotations::field_of(&one.ing.metadata, "server-alias"),
                     reason: format!("{kind:?} {path} on alias {alias:?} is already routed by {by}: not aliased"),
                 }),
@@ -379,7 +395,11 @@ fn tls(one: &One<'_>, spec: &IngressSpec, acc: &mut Routes<'_>, v: &mut Verdict)
         // The name becomes a file name under certs/: a Secret's name (a DNS subdomain) only.
         if !is_section_name(name) || name.len() > 253 || !is_section_name(ns) {
             let shown: String = name.chars().take(64).collect();
-            v.refusals.push(Refusal { field, reason: format!("{shown:?} is not a Secret name") });
+            v.refusals.push(Refusal {
+                cause: Cause::Invalid,
+                field,
+                reason: format!("{shown:?} is not a Secret name"),
+            });
             continue;
         }
         match tls_pem(one.input, ns, name) {
@@ -396,7 +416,7 @@ fn tls(one: &One<'_>, spec: &IngressSpec, acc: &mut Routes<'_>, v: &mut Verdict)
                 c.hosts.sort();
                 c.hosts.dedup();
             }
-            Err(reason) => v.refusals.push(Refusal { field, reason }),
+            Err(reason) => v.refusals.push(Refusal { cause: Cause::Invalid, field, reason }),
         }
     }
 }

@@ -32,7 +32,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend, IngressClass};
 
 use self::annotations::{Allowed, BackendOptions, Policy};
-use crate::model::{Cert, HostMatch, Model, ObjectRef, PathKind, Refusal, Verdict, UNAVAILABLE};
+use crate::model::{Cause, Cert, HostMatch, Model, ObjectRef, PathKind, Refusal, Verdict, UNAVAILABLE};
 use crate::ownership::{Claim, Claimant, HostSharing, Owners};
 use crate::slots::{Endpoint, SlotMap};
 pub use crate::sources::common::SERVICE_NAME_LABEL;
@@ -328,7 +328,7 @@ impl Ctx<'_> {
         opts: (&BackendOptions, &ObjectRef),
         v: &mut Verdict,
     ) -> Result<String, Refusal> {
-        let refuse = |f: &str, r: String| Refusal { field: format!("{field}.{f}"), reason: r };
+        let refuse = |f: &str, r: String| Refusal { cause: Cause::Invalid, field: format!("{field}.{f}"), reason: r };
         if b.resource.is_some() {
             return Err(refuse("resource", "resource backends are not supported".into()));
         }
@@ -384,6 +384,7 @@ impl Ctx<'_> {
                     }
                     None => {
                         v.warnings.push(Refusal {
+                            cause: Cause::Invalid,
                             field: annotations::field_of_key("default-backend"),
                             reason: format!("Service {ns}/{fb} does not exist: no backup servers"),
                         });
@@ -521,7 +522,7 @@ fn join_canary(
     opts: (&BackendOptions, &ObjectRef),
     v: &mut Verdict,
 ) -> Result<(), Refusal> {
-    let refuse = |reason: String| Refusal { field: format!("{field}.path"), reason };
+    let refuse = |reason: String| Refusal { cause: Cause::Invalid, field: format!("{field}.path"), reason };
     let (_, path, kind) = key;
     let Some(route) = routes.get(key) else {
         return Err(refuse(format!("no other Ingress routes {kind:?} {path} on this host: a canary needs one")));

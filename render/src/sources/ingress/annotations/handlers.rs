@@ -21,7 +21,7 @@ use super::{
     field, Affinity, Allowed, AuthRequest, Canary, CanarySelector, Cors, Limit, Meaning, Origin, Protocol, Redirect,
     UpstreamTls,
 };
-use crate::model::Refusal;
+use crate::model::{Cause, Refusal};
 
 /// One supported annotation.
 #[derive(Debug)]
@@ -75,12 +75,22 @@ pub(super) struct Reading<'a> {
 impl<'a> Reading<'a> {
     /// Refuses the annotation `key` (full key).
     pub fn bad(&mut self, key: &str, reason: String) {
-        self.errors.push(Refusal { field: field(key), reason });
+        self.errors.push(Refusal { cause: Cause::Invalid, field: field(key), reason });
     }
 
-    /// Remarks on the annotation `key` (full key).
+    /// Remarks on the annotation `key` (full key), applied with a difference from ingress-nginx.
     pub fn warn(&mut self, key: &str, reason: impl Into<String>) {
-        self.warnings.push(Refusal { field: field(key), reason: reason.into() });
+        self.warnings.push(Refusal { cause: Cause::Invalid, field: field(key), reason: reason.into() });
+    }
+
+    /// Remarks that the annotation `key` (full key) has no effect, and why.
+    pub fn ignore(&mut self, key: &str, reason: impl Into<String>) {
+        self.warnings.push(Refusal { cause: Cause::Ignored, field: field(key), reason: reason.into() });
+    }
+
+    /// Remarks that haptic does not support the annotation `key` (full key), which is ignored.
+    pub fn unsupported(&mut self, key: &str, reason: impl Into<String>) {
+        self.warnings.push(Refusal { cause: Cause::NotSupported, field: field(key), reason: reason.into() });
     }
 
     /// The annotation `short` as set: its full key and trimmed value.
@@ -394,7 +404,7 @@ fn redirect(r: &mut Reading<'_>, e: Entry<'_>, code_key: &str, default: u16) {
 fn redirect_code_key(r: &mut Reading<'_>, e: Entry<'_>) {
     let base = e.short.trim_end_matches("-code");
     if !r.has(base) {
-        r.warn(e.key, format!("ignored: {base} is not set"));
+        r.ignore(e.key, format!("ignored: {base} is not set"));
     }
 }
 
@@ -539,7 +549,7 @@ fn affinity_mode(r: &mut Reading<'_>, e: Entry<'_>) {
 
 fn needs_affinity(r: &mut Reading<'_>, e: Entry<'_>) {
     if !r.has("affinity") {
-        r.warn(e.key, "ignored: affinity is not set");
+        r.ignore(e.key, "ignored: affinity is not set");
     }
 }
 
@@ -594,7 +604,7 @@ fn canary_selector(r: &mut Reading<'_>, s: &mut CanarySelector) {
         if s.header.is_none() {
             r.bad(full, "canary-by-header is not set".into());
         } else if s.header_value.is_some() {
-            r.warn(full, "ignored: canary-by-header-value is set and wins");
+            r.ignore(full, "ignored: canary-by-header-value is set and wins");
         } else {
             match haptic_haproxy::regex::check(p) {
                 Ok(_) if p != "}" => s.header_pattern = Some(p.to_string()),
@@ -613,7 +623,7 @@ fn canary_selector(r: &mut Reading<'_>, s: &mut CanarySelector) {
 
 fn needs_canary(r: &mut Reading<'_>, e: Entry<'_>) {
     if !r.is("canary", "true") {
-        r.warn(e.key, "ignored: canary is not `true`");
+        r.ignore(e.key, "ignored: canary is not `true`");
     }
 }
 
@@ -675,7 +685,7 @@ fn cors(r: &mut Reading<'_>) -> Cors {
 
 fn needs_cors(r: &mut Reading<'_>, e: Entry<'_>) {
     if !r.is("enable-cors", "true") {
-        r.warn(e.key, "ignored: enable-cors is not `true`");
+        r.ignore(e.key, "ignored: enable-cors is not `true`");
     }
 }
 
@@ -714,14 +724,14 @@ fn limit_whitelist(r: &mut Reading<'_>, e: Entry<'_>) {
     // Keys are read in order: the limits ("limit-c…", "limit-r…") come before it.
     match (cidrs(e.v()), r.m.policy.limit.as_mut()) {
         (Ok(c), Some(l)) => l.exempt = c,
-        (Ok(_), None) => r.warn(e.key, "ignored: none of limit-rps, limit-rpm, limit-connections is set"),
+        (Ok(_), None) => r.ignore(e.key, "ignored: none of limit-rps, limit-rpm, limit-connections is set"),
         (Err(err), _) => r.bad(e.key, err),
     }
 }
 
 fn burst_multiplier(r: &mut Reading<'_>, e: Entry<'_>) {
     if !r.has("limit-rps") {
-        r.warn(e.key, "ignored: limit-rps is not set");
+        r.ignore(e.key, "ignored: limit-rps is not set");
     }
 }
 
@@ -762,7 +772,7 @@ fn auth_type(r: &mut Reading<'_>, e: Entry<'_>) {
 
 fn needs_basic_auth(r: &mut Reading<'_>, e: Entry<'_>) {
     if !r.is("auth-type", "basic") {
-        r.warn(e.key, "ignored: auth-type is not `basic`");
+        r.ignore(e.key, "ignored: auth-type is not `basic`");
     }
 }
 
@@ -801,7 +811,7 @@ fn proxy_ssl_secret(r: &mut Reading<'_>, e: Entry<'_>) {
 
 fn needs_proxy_ssl_secret(r: &mut Reading<'_>, e: Entry<'_>) {
     if !r.has("proxy-ssl-secret") {
-        r.warn(e.key, "ignored: proxy-ssl-secret is not set");
+        r.ignore(e.key, "ignored: proxy-ssl-secret is not set");
     }
 }
 

@@ -15,11 +15,11 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::model::Refusal;
 pub use crate::model::{
     Affinity, BackendOptions, BasicAuth, CanarySelector, Cidr, Cors, Limit, Origin, Policy, Protocol, Redirect,
     UpstreamTls,
 };
+use crate::model::{Cause, Refusal};
 
 pub use self::handlers::{Annotation, SUPPORTED};
 use self::handlers::{Entry, Reading};
@@ -144,7 +144,7 @@ pub fn read(
                     s if s.starts_with("auth-tls-") => " (client certificates are not read)",
                     _ => "",
                 };
-                r.warn(key, format!("not supported by haptic: ignored{why}"))
+                r.unsupported(key, format!("not supported by haptic: ignored{why}"))
             }
         }
     }
@@ -169,14 +169,20 @@ fn ours<'a>(
             match keys.get(short) {
                 Some((other, ov)) if prefix == NGINX_PREFIX => {
                     if ov != v {
-                        warnings
-                            .push(Refusal { field: field(k), reason: format!("ignored: {other} is set too and wins") });
+                        warnings.push(Refusal {
+                            cause: Cause::Ignored,
+                            field: field(k),
+                            reason: format!("ignored: {other} is set too and wins"),
+                        });
                     }
                 }
                 Some((other, ov)) => {
                     if ov != v {
-                        warnings
-                            .push(Refusal { field: field(other), reason: format!("ignored: {k} is set too and wins") });
+                        warnings.push(Refusal {
+                            cause: Cause::Ignored,
+                            field: field(other),
+                            reason: format!("ignored: {k} is set too and wins"),
+                        });
                     }
                     keys.insert(short, (k, v));
                 }
@@ -199,6 +205,7 @@ fn passthrough_alone(r: &mut Reading<'_>) {
     if b.affinity.is_some() || b.upstream_tls.is_some() || b.protocol != Protocol::Http || b.snippet.is_some() {
         if let Some((full, _)) = r.keys.get("ssl-passthrough") {
             r.errors.push(Refusal {
+                cause: Cause::Invalid,
                 field: field(full),
                 reason: "ssl-passthrough passes TLS on as it is: affinity, backend-protocol, proxy-ssl-* and snippets cannot apply".into(),
             });
@@ -259,8 +266,8 @@ pub fn explain(annotations: &BTreeMap<String, String>, has_tls: bool, allowed: A
         let f = field(key);
         let status = match (refused.iter().find(|r| r.field == f), warnings.iter().find(|w| w.field == f)) {
             (Some(r), _) => Status::Refused(r.reason.clone()),
-            (None, Some(w)) if w.reason.starts_with("not supported") => Status::NotSupported,
-            (None, Some(w)) if w.reason.starts_with("ignored") => Status::Ignored(w.reason.clone()),
+            (None, Some(w)) if w.cause == Cause::NotSupported => Status::NotSupported,
+            (None, Some(w)) if w.cause == Cause::Ignored => Status::Ignored(w.reason.clone()),
             // Applied, with a remark (a Warning Event) on what differs from ingress-nginx.
             (None, Some(w)) => Status::Honoured(format!("{}; {}", meaning_of(short), w.reason)),
             (None, None) => Status::Honoured(meaning_of(short)),
