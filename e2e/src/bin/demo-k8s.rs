@@ -29,7 +29,7 @@ async fn main() -> std::process::ExitCode {
             Ok(c) => c,
             Err(e) => return fail(e),
         };
-        if let Err(e) = haptic_e2e::cluster::real_scenarios::install_reading_config_map(&c).await {
+        if let Err(e) = haptic_e2e::cluster::real_steps::install_reading_config_map(&c).await {
             return fail(e);
         }
         let pods = match c.haproxy_pods().await {

@@ -20,6 +20,7 @@ pub mod real_gateway;
 pub mod real_hostile;
 pub mod real_ingress;
 pub mod real_scenarios;
+pub mod real_steps;
 pub mod real_tenants;
 pub mod real_tls;
 pub mod scenarios;

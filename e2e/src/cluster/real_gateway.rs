@@ -20,7 +20,8 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch};
 use serde_json::{json, Value};
 
 use super::real::{RealCluster, NAMESPACE};
-use super::real_ingress::{answered, apply_params, changes_under_load, counters, current_plan, ensure, web, Cost};
+use super::real_ingress::{answered, changes_under_load, counters, current_plan, web, Cost};
+use super::real_steps::{apply_params, ensure};
 use super::{eventually, wait_converged, Cluster, ClusterError, Result};
 
 /// The chart's GatewayClass (`gateway.className`).

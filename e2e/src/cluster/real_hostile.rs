@@ -23,8 +23,8 @@ use kube::Client;
 use serde_json::{json, Value};
 
 use super::real::{pod_ready, RealCluster, NAMESPACE};
-use super::real_ingress::{apply_params, ensure, samples_by};
-use super::real_scenarios::install_reading_config_map;
+use super::real_ingress::samples_by;
+use super::real_steps::{apply_params, ensure, install_reading_config_map};
 use super::scenarios::Selection;
 use super::{converged_on, eventually, status, wait_converged, wait_converged_on_spec, Cluster, ClusterError, Result};
 

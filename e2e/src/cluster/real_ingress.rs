@@ -24,7 +24,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::{json, Value};
 
 use super::real::{pod_ready, RealCluster, NAMESPACE};
-use super::real_scenarios::install_reading_config_map;
+use super::real_steps::{apply_params, ensure, install_reading_config_map};
 use super::scenarios::Selection;
 use super::{eventually, status, status_table, wait_converged, wait_converged_on_spec, Cluster, ClusterError, Result};
 use crate::pod::base64;
@@ -46,20 +46,8 @@ const HTTPS_PORT: u16 = 443;
 /// How many server slots a backend has (the chart's `ingress.serverSlots`).
 const SLOTS: usize = 8;
 
-pub(super) fn ensure(ok: bool, what: impl FnOnce() -> String) -> Result<()> {
-    if ok {
-        Ok(())
-    } else {
-        Err(ClusterError(what()))
-    }
-}
-
 fn ok(step: &str) {
     println!("ok real ingress: {step}");
-}
-
-pub(super) fn apply_params() -> PatchParams {
-    PatchParams::apply("haptic-e2e").force()
 }
 
 /// Runs the Ingress steps `selection` wants on `c` (the release installed and converged), then

@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
@@ -21,56 +21,13 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{json, Value};
 
 use super::real::{nodes_of, pod_ready, RealCluster, AGENT_PORT, AGENT_TLS, CONTROLLER, HAPROXY, LEASE, NAMESPACE};
+use super::real_steps::{ensure, install_reading_config_map, ok, start_load, FROM_CONFIG_MAP};
 use super::scenarios::{run_selected, step_names, Selection};
 use super::{eventually, put_config_map, status, status_table, wait_converged, Cluster, ClusterError, Result};
 
 /// The tests' web backend (busybox httpd), and what it answers.
 const WEB: &str = "web";
 const WEB_BODY: &str = "hello from the web backend";
-
-/// `--set`s that make the chart's `HAProxyConfig` read the scenarios' ConfigMap.
-const FROM_CONFIG_MAP: [&str; 5] = [
-    "config.configFrom.configMapKeyRef.name=edge-cfg",
-    "config.configFrom.configMapKeyRef.key=haproxy.cfg",
-    "config.files[0].path=maps/hosts.map",
-    "config.files[0].configMapKeyRef.name=edge-cfg",
-    "config.files[0].configMapKeyRef.key=hosts.map",
-];
-
-/// Installs (or upgrades) the release with its `HAProxyConfig` reading the scenarios' ConfigMap,
-/// writing a first one (the chart's example: a frontend on the HTTP port that answers by itself,
-/// and the health frontend) when there is none yet.
-pub async fn install_reading_config_map(c: &RealCluster) -> Result<()> {
-    let client = c.client();
-    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}});
-    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
-        .patch(NAMESPACE, &PatchParams::apply("haptic-e2e"), &Patch::Apply(&ns))
-        .await
-        .map_err(|e| ClusterError::of("create the namespace", e))?;
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
-    if cms.get_opt("edge-cfg").await.map_err(|e| ClusterError::of("get the ConfigMap", e))?.is_none() {
-        let cfg = format!(
-            "global\n    default-path config\n\ndefaults\n    mode http\n    timeout connect 2s\n    timeout client 5s\n    timeout server 5s\n\n\
-             frontend fe_main\n    {}\n    http-request return status 200 content-type text/plain string \"hello from haptic\"\n\n{}",
-            c.bind_line(),
-            c.health_frontend().unwrap_or_default()
-        );
-        put_config_map(&client, NAMESPACE, &cfg, "").await?;
-    }
-    c.install(&FROM_CONFIG_MAP)
-}
-
-pub(super) fn ensure(ok: bool, what: impl FnOnce() -> String) -> Result<()> {
-    if ok {
-        Ok(())
-    } else {
-        Err(ClusterError(what()))
-    }
-}
-
-pub(super) fn ok(step: &str) {
-    println!("ok real: {step}");
-}
 
 /// The real-cluster steps' names for `HAPTIC_E2E_STEPS`, in run order (after the shared ones).
 pub const REAL_STEPS: [&str; 8] = [
@@ -258,28 +215,6 @@ async fn haproxy_container_killed(c: &mut RealCluster) -> Result<()> {
     })?;
     ensure(c.get(&pod, "/hello").await?.0 == 200, || format!("{pod} does not serve after the restart"))?;
     Ok(())
-}
-
-/// Bounded load through the Service until `stop` (at most `max` requests or `within`); returns
-/// (successes, failures).
-pub(super) fn start_load(
-    c: &RealCluster,
-    svc: String,
-    stop: Arc<AtomicBool>,
-    (max, within): (u64, Duration),
-) -> tokio::task::JoinHandle<(u64, Vec<String>)> {
-    let c = c.clone();
-    tokio::spawn(async move {
-        let (mut ok, mut failed) = (0u64, Vec::new());
-        let deadline = Instant::now() + within;
-        while !stop.load(Ordering::Relaxed) && Instant::now() < deadline && ok + (failed.len() as u64) < max {
-            match c.service_get(&svc, "load", "/hello").await {
-                Ok((200, _)) => ok += 1,
-                other => failed.push(format!("{other:?}")),
-            }
-        }
-        (ok, failed)
-    })
 }
 
 async fn readiness_under_load(c: &mut RealCluster) -> Result<()> {

@@ -31,8 +31,7 @@ use serde_json::{json, Value};
 
 use super::real::{pod_ready, restarts, RealCluster, NAMESPACE};
 use super::real_hostile::user_client;
-use super::real_ingress::{apply_params, ensure};
-use super::real_scenarios::install_reading_config_map;
+use super::real_steps::{apply_params, ensure, install_reading_config_map};
 use super::scenarios::Selection;
 use super::{eventually, status, wait_converged_on_spec, Cluster, ClusterError, Result};
 

@@ -22,7 +22,7 @@ use kube::api::{Api, DeleteParams, LogParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use super::real::{restarts, RealCluster, CREDENTIALS, HAPROXY, NAMESPACE};
-use super::real_scenarios::{ensure, ok, start_load};
+use super::real_steps::{ensure, ok, start_load};
 use super::scenarios::Selection;
 use super::{eventually, put_config_map, status, status_table, wait_converged, Cluster, ClusterError, Result};
 

@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use haptic_e2e::cluster::real::{RealCluster, HTTP_PORT};
-use haptic_e2e::cluster::real_scenarios::install_reading_config_map;
+use haptic_e2e::cluster::real_steps::install_reading_config_map;
 use haptic_e2e::cluster::{put_config_map, Cluster};
 use haptic_e2e::workspace_root;
 
