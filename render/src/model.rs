@@ -4,11 +4,12 @@
 //! certificates, host → path → rule tables, rules → backends, backends → named server slots.
 //! It must never hold config text built from an object: names here are ours or checked by the
 //! translator, and the template quotes every object value through `haptic_haproxy::quote`.
-//! Shaped for Gateway API too: a [`Rule`] carries a [`Policy`] (source ranges, redirects, body
-//! size) next to its host/path entry and can later carry header/query/method matches, weighted
-//! backends and filters. The policy types rules and backends carry ([`Policy`],
-//! [`BackendOptions`] and their parts) are defined here, so the template and the map builder
-//! never depend on a source: a source fills them in.
+//! Every source says what a rule does in the same types: a [`Rule`] names its backend and its
+//! [`Policy`] (every filter: source ranges, limits, redirects, header and path changes,
+//! timeouts), a [`PathRewrite`] is one type whichever API asked for it, and a redirect one
+//! [`Redirect`]. The policy types rules and backends carry ([`Policy`], [`BackendOptions`] and
+//! their parts) are defined here, so the template and the map builder never depend on a
+//! source: a source fills them in.
 
 use serde::Serialize;
 
@@ -64,9 +65,9 @@ pub enum PathNormalization {
     Off,
 }
 
-/// What Gateway API routing adds to the host/path maps: each bind port's listener port
+/// What Gateway API listeners add to the host/path maps: each bind port's listener port
 /// (`maps/ports.map`), the matches that need more than a path (config rules in precedence
-/// order, keyed by host id) and each rule's filters (config rules keyed by rule id).
+/// order, keyed by host id) and the rules split among sub-rules by weight.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct GatewayRouting {
     /// Bind port → the Gateway listener port it serves.
@@ -74,13 +75,11 @@ pub struct GatewayRouting {
     /// Matches with a method, header or query condition (and the path matches that outrank
     /// them on their host), in the order HAProxy tries them.
     pub matches: Vec<MatchRule>,
-    /// Filters by rule.
-    pub actions: Vec<RuleActions>,
     /// HTTPS listeners by bind port and hostname (`None`: any host) with an id per listener:
     /// a request whose Host selects another listener than its SNI is answered 421.
     pub tls_listeners: Vec<(u16, Option<HostMatch>, String)>,
     /// Rules whose backends differ in filters or validity: a random draw by weight picks one
-    /// sub-rule each (with its own backend and filters).
+    /// sub-rule each (with its own backend and policy).
     pub splits: Vec<Split>,
 }
 
@@ -113,7 +112,7 @@ pub struct MatchRule {
 }
 
 /// A header modifier's operations, in the order applied: set, add, remove.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct HeaderOps {
     /// Replace (or add).
     pub set: Vec<(String, String)>,
@@ -131,7 +130,7 @@ impl HeaderOps {
 }
 
 /// A path replacement.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub enum PathRewrite {
     /// The whole path.
     Full(String),
@@ -142,40 +141,13 @@ pub enum PathRewrite {
         /// The replacement.
         with: String,
     },
-}
-
-/// A redirect.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct GatewayRedirect {
-    /// `http` / `https`, or the request's.
-    pub scheme: Option<String>,
-    /// Host, or the request's.
-    pub hostname: Option<String>,
-    /// Port, or as the scheme or listener says.
-    pub port: Option<u16>,
-    /// Path, or the request's.
-    pub path: Option<PathRewrite>,
-    /// Status code.
-    pub code: u16,
-}
-
-/// What a rule does besides choosing a backend.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct RuleActions {
-    /// The rule.
-    pub rule: RuleId,
-    /// Request headers.
-    pub request_headers: HeaderOps,
-    /// Response headers.
-    pub response_headers: HeaderOps,
-    /// Redirect instead of forwarding.
-    pub redirect: Option<GatewayRedirect>,
-    /// Host rewrite.
-    pub host_rewrite: Option<String>,
-    /// Path rewrite.
-    pub path_rewrite: Option<PathRewrite>,
-    /// The server timeout of this rule's requests, in milliseconds.
-    pub timeout_ms: Option<u64>,
+    /// The path matching `pattern` by `with`.
+    Regex {
+        /// The pattern, anchored at the start (checked; pattern text, quoted by the template).
+        pattern: String,
+        /// The `replace-path` format (`\1`…`\9` for groups; quoted by the template).
+        with: String,
+    },
 }
 
 /// A frontend and its binds.
@@ -347,15 +319,13 @@ pub struct CanaryEntry {
     pub selector: CanarySelector,
 }
 
-/// A path rewrite: the path matching `regex` is replaced with `target`.
+/// A path rewrite and its id.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct RewriteEntry {
     /// The id (`w` and hex digits), a map value only.
     pub id: String,
-    /// The pattern, anchored at the start (checked; pattern text, quoted by the template).
-    pub regex: String,
-    /// The `replace-path` format (`\1`…`\9` for groups; quoted by the template).
-    pub target: String,
+    /// What it does.
+    pub rewrite: PathRewrite,
 }
 
 /// The backend that has no servers (HAProxy answers 503): a Service that is missing.
@@ -491,15 +461,42 @@ impl std::str::FromStr for Cidr {
 
 /// An HTTP redirect.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub struct Redirect {
-    /// Where to (object text: quoted by the template).
-    pub location: String,
-    /// 300–308.
-    pub code: u16,
+pub enum Redirect {
+    /// To this location (object text: quoted by the template).
+    Location {
+        /// Where to.
+        location: String,
+        /// 300–308.
+        code: u16,
+    },
+    /// To the request's own URL with the parts given replaced.
+    Rewrite {
+        /// `http` / `https`, or the request's.
+        scheme: Option<String>,
+        /// Host, or the request's.
+        hostname: Option<String>,
+        /// Port, or as the scheme or listener says.
+        port: Option<u16>,
+        /// Path, or the request's (with its query).
+        path: Option<PathRewrite>,
+        /// 300–308.
+        code: u16,
+    },
 }
 
-/// What a rule does to a request before it reaches its backend, and to the backend's response.
-/// Rules with equal policies share one; the default (empty) policy adds nothing.
+impl Redirect {
+    /// The status code.
+    pub fn code(&self) -> u16 {
+        match self {
+            Redirect::Location { code, .. } | Redirect::Rewrite { code, .. } => *code,
+        }
+    }
+}
+
+/// What a rule does to a request before it reaches its backend, and to the backend's response:
+/// the filters of any source (source ranges, limits, authentication, CORS, redirects, header
+/// and path changes, timeouts, error pages). Rules of one namespace with equal policies share
+/// one; the default (empty) policy adds nothing.
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct Policy {
     /// When set, only these sources pass (403 otherwise).
@@ -514,8 +511,17 @@ pub struct Policy {
     pub app_root: Option<String>,
     /// Every request redirects here.
     pub redirect: Option<Redirect>,
+    /// Request headers changed before the backend (names checked tokens, values object text
+    /// quoted by the template).
+    pub request_headers: HeaderOps,
     /// The Host header sent to the backend (object text: quoted by the template).
-    pub upstream_vhost: Option<String>,
+    pub host_rewrite: Option<String>,
+    /// The path sent to the backend.
+    pub path_rewrite: Option<PathRewrite>,
+    /// The server timeout of the rule's requests, in milliseconds.
+    pub timeout_ms: Option<u64>,
+    /// Response headers changed before the client.
+    pub response_headers: HeaderOps,
     /// CORS: preflights answered, response headers added.
     pub cors: Option<Cors>,
     /// Per client address request and concurrency limits (a stick table per policy).

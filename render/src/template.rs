@@ -12,7 +12,10 @@ use haptic_haproxy::quote::{config_arg, log_format_arg, regex_literal};
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::Serialize;
 
-use crate::model::{GatewayRouting, Model, PathKind, PathRewrite, Policy, Protocol, ERROR_500, NOT_FOUND, UNAVAILABLE};
+use crate::model::{
+    GatewayRouting, HeaderOps, Model, PathKind, PathRewrite, Policy, Protocol, Redirect, ERROR_500, NOT_FOUND,
+    UNAVAILABLE,
+};
 use crate::RenderError;
 use haptic_haproxy::http::ERROR_PAGES;
 use haptic_haproxy::names::is_section_name;
@@ -53,6 +56,8 @@ struct View<'a> {
     /// which HAProxy 2.6 and 3.0 expose only with `expose-experimental-directives`).
     normalize_paths: bool,
     frontends: Vec<FrontendView>,
+    /// Whether some rule has a policy (`txn.policy` is then looked up).
+    policies: bool,
     /// The `http-request` lines of every policy, each ending with its condition.
     policy_lines: Vec<String>,
     /// The `replace-path` line of every rewrite, each ending with its condition.
@@ -84,10 +89,6 @@ struct GatewayView {
     misdirected: bool,
     /// `http-request …` lines drawing a split rule's sub-rule.
     split_lines: Vec<String>,
-    /// `http-request …` lines of the filters, by rule.
-    request_lines: Vec<String>,
-    /// `http-response …` lines of the filters, by rule.
-    response_lines: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -168,12 +169,8 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
     }
     let mut rewrite_lines = Vec::new();
     for w in &model.rewrites {
-        rewrite_lines.push(format!(
-            "http-request replace-path {} {} if {{ var(txn.rewrite) -m str {} }}",
-            config_arg(&w.regex)?,
-            log_format_arg(&w.target)?,
-            our_id(&w.id)?
-        ));
+        rewrite_lines
+            .extend(path_rewrite_lines(&w.rewrite, &format!("{{ var(txn.rewrite) -m str {} }}", our_id(&w.id)?))?);
     }
     let mut canary_lines = Vec::new();
     for c in &model.canaries {
@@ -185,6 +182,7 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
         health,
         normalize_paths: model.paths == crate::model::PathNormalization::Normalize,
         frontends,
+        policies: !model.policies.is_empty(),
         policy_lines,
         rewrite_lines,
         canary_lines,
@@ -275,14 +273,15 @@ fn backend_view(model: &Model, b: &crate::model::Backend) -> Result<BackendView,
         .filter_map(|(k, v)| v.map(|v| format!("timeout {k} {v}s")))
         .collect();
     let server_params = server_params(o)?;
-    // A rule's timeout applies where its requests go (`set-timeout` is a backend action).
+    // A policy's timeout applies where its rules' requests go (`set-timeout` is a backend
+    // action).
     let mut lines = Vec::new();
-    for a in model.gateway.iter().flat_map(|g| g.actions.iter()) {
-        let Some(ms) = a.timeout_ms else { continue };
-        if model.rules.iter().any(|r| r.id == a.rule && r.backend == b.name) {
+    for p in &model.policies {
+        let Some(ms) = p.policy.timeout_ms else { continue };
+        if model.rules.iter().any(|r| r.policy.as_ref() == Some(&p.id) && r.backend == b.name) {
             lines.push(format!(
-                "http-request set-timeout server {ms}ms if {{ var(txn.rule) -m str {} }}",
-                config_arg(&a.rule)?
+                "http-request set-timeout server {ms}ms if {{ var(txn.policy) -m str {} }}",
+                our_id(&p.id)?
             ));
         }
     }
@@ -322,9 +321,12 @@ fn fmt_word(pieces: &[Piece]) -> Result<String, RenderError> {
 }
 
 /// A path after a rewrite, as alternatives `(pieces, condition)` that together cover every
-/// request of the rule.
-fn rewritten_path(p: &PathRewrite) -> Vec<(Vec<Piece>, String)> {
-    match p {
+/// request of the rule. A regex rewrite has no such form (it is a `replace-path` line).
+fn rewritten_path(p: &PathRewrite) -> Result<Vec<(Vec<Piece>, String)>, RenderError> {
+    Ok(match p {
+        PathRewrite::Regex { .. } => {
+            return Err(RenderError::Template("a redirect's path cannot be a regex rewrite".into()))
+        }
         PathRewrite::Full(f) => vec![(vec![Piece::Lit(f.clone())], String::new())],
         PathRewrite::Prefix { matched, with } => {
             let trimmed = with.trim_end_matches('/').to_string();
@@ -337,10 +339,43 @@ fn rewritten_path(p: &PathRewrite) -> Vec<(Vec<Piece>, String)> {
                 ),
             ]
         }
-    }
+    })
 }
 
-/// The Gateway API lines: matches as config rules in order, then each rule's filters.
+/// The lines rewriting the path of the requests matching `when`: a regex rewrite's
+/// `replace-path`, the others' `set-path` per case.
+fn path_rewrite_lines(p: &PathRewrite, when: &str) -> Result<Vec<String>, RenderError> {
+    if let PathRewrite::Regex { pattern, with } = p {
+        return Ok(vec![format!(
+            "http-request replace-path {} {} if {when}",
+            config_arg(pattern)?,
+            log_format_arg(with)?
+        )]);
+    }
+    let mut out = Vec::new();
+    for (pieces, c) in rewritten_path(p)? {
+        out.push(format!("http-request set-path {} if {when}{c}", fmt_word(&pieces)?));
+    }
+    Ok(out)
+}
+
+/// The lines of header operations `ops` of `phase` (`http-request`, `http-response`) for the
+/// messages matching `when`, in the order set, add, remove.
+fn header_lines(phase: &str, ops: &HeaderOps, when: &str) -> Result<Vec<String>, RenderError> {
+    let mut out = Vec::new();
+    for (n, v) in &ops.set {
+        out.push(format!("{phase} set-header {} {} if {when}", config_arg(n)?, log_format_arg(v)?));
+    }
+    for (n, v) in &ops.add {
+        out.push(format!("{phase} add-header {} {} if {when}", config_arg(n)?, log_format_arg(v)?));
+    }
+    for n in &ops.remove {
+        out.push(format!("{phase} del-header {} if {when}", config_arg(n)?));
+    }
+    Ok(out)
+}
+
+/// The Gateway API lines: matches as config rules in order, then the draws of split rules.
 fn gateway_view(g: &GatewayRouting) -> Result<GatewayView, RenderError> {
     let mut match_lines = Vec::new();
     for m in &g.matches {
@@ -357,56 +392,7 @@ fn gateway_view(g: &GatewayRouting) -> Result<GatewayView, RenderError> {
             ));
         }
     }
-    let mut request_lines = Vec::new();
-    let mut response_lines = Vec::new();
-    for a in &g.actions {
-        let when = format!("{{ var(txn.rule) -m str {} }}", config_arg(&a.rule)?);
-        if let Some(r) = &a.redirect {
-            request_lines.extend(redirect_lines(r, &when)?);
-            continue;
-        }
-        for (n, v) in &a.request_headers.set {
-            request_lines.push(format!("http-request set-header {} {} if {when}", config_arg(n)?, log_format_arg(v)?));
-        }
-        for (n, v) in &a.request_headers.add {
-            request_lines.push(format!("http-request add-header {} {} if {when}", config_arg(n)?, log_format_arg(v)?));
-        }
-        for n in &a.request_headers.remove {
-            request_lines.push(format!("http-request del-header {} if {when}", config_arg(n)?));
-        }
-        if let Some(h) = &a.host_rewrite {
-            request_lines.push(format!("http-request set-header host {} if {when}", log_format_arg(h)?));
-        }
-        if let Some(p) = &a.path_rewrite {
-            for (pieces, c) in rewritten_path(p) {
-                request_lines.push(format!("http-request set-path {} if {when}{c}", fmt_word(&pieces)?));
-            }
-        }
-        for (n, v) in &a.response_headers.set {
-            response_lines.push(format!(
-                "http-response set-header {} {} if {when}",
-                config_arg(n)?,
-                log_format_arg(v)?
-            ));
-        }
-        for (n, v) in &a.response_headers.add {
-            response_lines.push(format!(
-                "http-response add-header {} {} if {when}",
-                config_arg(n)?,
-                log_format_arg(v)?
-            ));
-        }
-        for n in &a.response_headers.remove {
-            response_lines.push(format!("http-response del-header {} if {when}", config_arg(n)?));
-        }
-    }
-    Ok(GatewayView {
-        match_lines,
-        misdirected: !g.tls_listeners.is_empty(),
-        split_lines,
-        request_lines,
-        response_lines,
-    })
+    Ok(GatewayView { match_lines, misdirected: !g.tls_listeners.is_empty(), split_lines })
 }
 
 /// The condition line of one Gateway match: it names its rule when the request matches.
@@ -437,18 +423,27 @@ fn match_line(m: &crate::model::MatchRule) -> Result<String, RenderError> {
 }
 
 /// The lines of a Gateway redirect for requests matching `when`: one per port and path case.
-fn redirect_lines(r: &crate::model::GatewayRedirect, when: &str) -> Result<Vec<String>, RenderError> {
+fn redirect_lines(r: &Redirect, when: &str) -> Result<Vec<String>, RenderError> {
+    let (scheme, hostname, port, path, code) = match r {
+        Redirect::Location { location, code } => {
+            return Ok(vec![format!(
+                "http-request redirect location {} code {code} if {when}",
+                log_format_arg(location)?
+            )])
+        }
+        Redirect::Rewrite { scheme, hostname, port, path, code } => (scheme, hostname, *port, path, *code),
+    };
     let mut out = Vec::new();
-    let scheme = match &r.scheme {
+    let scheme_piece = match scheme {
         Some(s) => Piece::Lit(format!("{s}://")),
         None => Piece::Expr("%[ssl_fc,iif(https,http)]://".into()),
     };
-    let host = match &r.hostname {
+    let host = match hostname {
         Some(h) => Piece::Lit(h.clone()),
         None => Piece::Expr("%[var(txn.host)]".into()),
     };
     // (port piece, condition), the unconditional one last.
-    let ports: Vec<(Option<Piece>, String)> = match (r.port, r.scheme.as_deref()) {
+    let ports: Vec<(Option<Piece>, String)> = match (port, scheme.as_deref()) {
         (Some(p), Some(s)) => {
             let default = (s == "http" && p == 80) || (s == "https" && p == 443);
             vec![(if default { None } else { Some(Piece::Lit(format!(":{p}"))) }, String::new())]
@@ -468,20 +463,16 @@ fn redirect_lines(r: &crate::model::GatewayRedirect, when: &str) -> Result<Vec<S
             (Some(Piece::Expr(":%[var(txn.lport)]".into())), String::new()),
         ],
     };
-    let paths = match &r.path {
+    let paths = match path {
         None => vec![(vec![Piece::Expr("%[pathq]".into())], String::new())],
-        Some(p) => rewritten_path(p),
+        Some(p) => rewritten_path(p)?,
     };
     for (port, pc) in &ports {
         for (path, qc) in &paths {
-            let mut pieces = vec![clone_piece(&scheme), clone_piece(&host)];
+            let mut pieces = vec![clone_piece(&scheme_piece), clone_piece(&host)];
             pieces.extend(port.iter().map(clone_piece));
             pieces.extend(path.iter().map(clone_piece));
-            out.push(format!(
-                "http-request redirect location {} code {} if {when}{pc}{qc}",
-                fmt_word(&pieces)?,
-                r.code
-            ));
+            out.push(format!("http-request redirect location {} code {} if {when}{pc}{qc}", fmt_word(&pieces)?, code));
         }
     }
     Ok(out)
@@ -554,8 +545,9 @@ pub(crate) fn server_params(o: &crate::model::BackendOptions) -> Result<String, 
 }
 
 /// A policy's `http-request` rules, in the order they apply: source ranges, then the HTTPS
-/// redirect, the body size, `app-root`, the redirect, the upstream Host header. Addresses and numbers are Rust's; the one
-/// object text, a redirect target, is a quoted log-format word.
+/// redirect, CORS preflights, authentication, the body size, `app-root`, the redirect, then the
+/// request headers, the Host header and the path. Addresses and numbers are Rust's; object
+/// text (redirect targets, header values, hosts, paths) is a quoted config or log-format word.
 pub(crate) fn policy_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, RenderError> {
     let id = our_id(id)?;
     let when = format!("{{ var(txn.policy) -m str {id} }}");
@@ -623,15 +615,20 @@ pub(crate) fn policy_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, Rende
         out.push(format!("http-request redirect location {} code 302 if {when} {{ path / }}", log_format_arg(root)?));
     }
     if let Some(r) = &p.redirect {
-        out.push(format!("http-request redirect location {} code {} if {when}", log_format_arg(&r.location)?, r.code));
+        out.extend(redirect_lines(r, &when)?);
     }
-    if let Some(h) = &p.upstream_vhost {
+    out.extend(header_lines("http-request", &p.request_headers, &when)?);
+    if let Some(h) = &p.host_rewrite {
         out.push(format!("http-request set-header host {} if {when}", log_format_arg(h)?));
+    }
+    if let Some(r) = &p.path_rewrite {
+        out.extend(path_rewrite_lines(r, &when)?);
     }
     Ok(out)
 }
 
-/// A policy's `http-response` rules: the CORS headers for an allowed origin, then the error
+/// A policy's `http-response` rules: the CORS headers for an allowed origin, the response
+/// header operations, then the error
 /// pages: a backend response with a listed status is replaced by HAProxy's own response with
 /// that status (`return` ends the `http-response` rules). `default-errorfiles` takes the proxy's
 /// `errorfile` for it, else HAProxy's built-in page; HAProxy refuses `default-errorfiles` for a
@@ -649,6 +646,7 @@ pub(crate) fn response_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, Ren
             out.push(format!("http-response set-header {k} {v} if {when} {{ var(txn.cors) -m found }}"));
         }
     }
+    out.extend(header_lines("http-response", &p.response_headers, &when)?);
     for &code in &p.error_pages {
         if !(400..=599).contains(&code) {
             return Err(RenderError::Template(format!("{code} is not an error status")));

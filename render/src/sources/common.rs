@@ -78,6 +78,25 @@ pub(crate) fn longest_id(prefix: &str) -> String {
     format!("{prefix}{}9", "f".repeat(STABLE_ID_HEX))
 }
 
+/// Each distinct item of `items` and its id: `prefix` and the [`unique_id`] of the item's derived
+/// `Debug` text (which shows every field), so an id stands for one content whatever else this
+/// render holds.
+pub(crate) fn content_ids<T: Ord + std::fmt::Debug>(
+    prefix: &str,
+    items: impl Iterator<Item = T>,
+) -> BTreeMap<T, String> {
+    let mut taken = BTreeSet::new();
+    let distinct: BTreeSet<T> = items.collect();
+    distinct
+        .into_iter()
+        .map(|item| {
+            let id = unique_id(prefix, &[&format!("{item:?}")], &taken);
+            taken.insert(id.clone());
+            (item, id)
+        })
+        .collect()
+}
+
 /// A validated, normalised path.
 pub(crate) fn parse_path(kind: PathKind, p: Option<&str>) -> Result<String, String> {
     let p = p.unwrap_or("/");

@@ -10,10 +10,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{stable_id, Attached, GatewayInput, GatewayOutput};
 use crate::model::{
-    Backend, BackendOptions, Bind, Cert, Frontend, GatewayRouting, HostTable, MatchRule, Model, PathEntry, PathKind,
-    Protocol, Rule,
+    Backend, BackendOptions, Bind, Cert, Frontend, GatewayRouting, HostTable, MatchRule, Model, ObjectRef, PathEntry,
+    PathKind, Policy, PolicyEntry, Protocol, Rule, RuleId,
 };
 use crate::slots::{self, SlotMap};
+use crate::sources::common::content_ids;
 
 /// `acc` and the listeners' `certs` into `out`'s Model and slot map.
 pub(super) fn model(input: &GatewayInput, acc: Attached, certs: BTreeMap<String, Cert>, out: &mut GatewayOutput) {
@@ -24,25 +25,17 @@ pub(super) fn model(input: &GatewayInput, acc: Attached, certs: BTreeMap<String,
         mut tls_listeners,
         http_binds,
         rules,
-        actions,
+        policies,
         backends,
-        need_500,
         mut splits,
         owned: _,
     } = acc;
-    let _ = need_500;
     let model = &mut out.model;
     splits.sort_by(|a, b| a.rule.cmp(&b.rule));
     tls_listeners.sort();
-    let mut routing =
-        GatewayRouting { ports: ports.into_iter().collect(), matches: vec![], actions, splits, tls_listeners };
-    routing.actions.sort_by(|a, b| a.rule.cmp(&b.rule));
-    routing.actions.dedup_by(|a, b| a.rule == b.rule);
+    let mut routing = GatewayRouting { ports: ports.into_iter().collect(), matches: vec![], splits, tls_listeners };
     host_tables(model, &mut routing, tables);
-    model.rules = rules
-        .into_iter()
-        .map(|(id, (backend, source))| Rule { id, backend, policy: None, rewrite: None, canary: None, source })
-        .collect();
+    rules_and_policies(model, rules, &policies);
     plan_backends(model, &mut out.slots, input, backends);
     model.certs = certs.into_values().collect();
     let st = &input.settings;
@@ -57,6 +50,30 @@ pub(super) fn model(input: &GatewayInput, acc: Attached, certs: BTreeMap<String,
         model.frontends.push(Frontend { name: "gateway".into(), binds });
     }
     model.gateway = Some(routing);
+}
+
+/// The rules, each naming its policy: one per namespace and content, with an id by content
+/// ([`content_ids`]), so a route added or removed never changes what a policy id stands for.
+fn rules_and_policies(
+    model: &mut Model,
+    rules: BTreeMap<RuleId, (String, ObjectRef)>,
+    policies: &BTreeMap<RuleId, Policy>,
+) {
+    let used = rules.iter().filter_map(|(id, (_, src))| Some((src.namespace.as_str(), policies.get(id)?)));
+    let ids = content_ids("p", used);
+    model.policies = ids.iter().map(|((_, p), id)| PolicyEntry { id: id.clone(), policy: (*p).clone() }).collect();
+    let rules: Vec<Rule> = rules
+        .iter()
+        .map(|(id, (backend, source))| Rule {
+            id: id.clone(),
+            backend: backend.clone(),
+            policy: policies.get(id).and_then(|p| ids.get(&(source.namespace.as_str(), p))).cloned(),
+            rewrite: None,
+            canary: None,
+            source: source.clone(),
+        })
+        .collect();
+    model.rules = rules;
 }
 
 /// The host tables, in a deterministic order (by bind port and host): each one's candidates in

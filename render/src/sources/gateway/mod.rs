@@ -465,9 +465,9 @@ struct Attached {
     http_binds: BTreeSet<u16>,
     /// Rule → (backend, route).
     rules: BTreeMap<RuleId, (String, ObjectRef)>,
-    actions: Vec<RuleActions>,
+    /// Rule → its filters, for the rules that have some.
+    policies: BTreeMap<RuleId, Policy>,
     backends: BTreeMap<String, PlannedBackend>,
-    need_500: bool,
     splits: Vec<Split>,
     /// (bind port, hostname) → its owner, when hostnames belong to namespaces.
     owned: BTreeMap<(u16, HostMatch), Claimant>,
@@ -583,11 +583,8 @@ fn rule_backend(
     ri: usize,
     res: Resolved,
     backends: &mut BTreeMap<String, PlannedBackend>,
-    need_500: &mut bool,
-    redirect: bool,
 ) -> String {
     if res.refs.is_empty() {
-        *need_500 = !redirect;
         return ERROR_500.to_string();
     }
     if res.refs.len() == 1 && res.invalid_weight == 0 {
@@ -758,8 +755,9 @@ fn path_modifier(p: &HttpPathModifier, prefix: Option<usize>) -> Result<PathRewr
     }
 }
 
-fn compile_filters(filters: &[HttpRouteFilter], prefix: Option<usize>) -> Result<RuleActions, String> {
-    let mut a = RuleActions::default();
+/// A rule's filters as the policy of its requests.
+fn compile_filters(filters: &[HttpRouteFilter], prefix: Option<usize>) -> Result<Policy, String> {
+    let mut a = Policy::default();
     for f in filters {
         match f.type_.as_str() {
             "RequestHeaderModifier" => {
@@ -788,7 +786,7 @@ fn compile_filters(filters: &[HttpRouteFilter], prefix: Option<usize>) -> Result
                 };
                 let port = r.port.map(|p| u16::try_from(p).map_err(|_| format!("port {p}"))).transpose()?;
                 let path = r.path.as_ref().map(|p| path_modifier(p, prefix)).transpose()?;
-                a.redirect = Some(GatewayRedirect { scheme, hostname, port, path, code });
+                a.redirect = Some(Redirect::Rewrite { scheme, hostname, port, path, code });
             }
             "URLRewrite" => {
                 let u = f.url_rewrite.clone().unwrap_or_default();
@@ -1144,6 +1142,30 @@ mod tests {
             "a path-only route changes maps only"
         );
         assert_ne!(a.files["maps/hosts.map"], c.files["maps/hosts.map"]);
+    }
+
+    #[test]
+    fn a_new_route_with_a_filter_its_namespace_already_uses_changes_maps_only() {
+        let t = crate::Templates::default();
+        let (a, _) = crate::render_gateway(&input(FIXTURE), &t).unwrap();
+        let mut i = input(FIXTURE);
+        let main = i.routes.iter().find(|r| r.metadata.name.as_deref() == Some("main")).unwrap();
+        let mut moved = main.clone();
+        moved.metadata.name = Some("moved-too".into());
+        moved.spec.hostnames = vec!["c.example.com".into()];
+        moved.spec.rules = vec![main.spec.rules[4].clone()];
+        i.routes.push(moved);
+        let (b, out) = crate::render_gateway(&i, &t).unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&a.files["haproxy.cfg"]),
+            String::from_utf8_lossy(&b.files["haproxy.cfg"]),
+            "the redirect is the policy main's /moved already has"
+        );
+        assert_ne!(a.files["maps/policies.map"], b.files["maps/policies.map"]);
+        let redirects: Vec<_> = out.model.policies.iter().filter(|p| p.policy.redirect.is_some()).collect();
+        assert_eq!(redirects.len(), 1, "{redirects:?}");
+        let users = out.model.rules.iter().filter(|r| r.policy.as_ref() == Some(&redirects[0].id)).count();
+        assert_eq!(users, 2);
     }
 
     fn one_route(host: &str, path: &str, header: &str) -> GatewayInput {

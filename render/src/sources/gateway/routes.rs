@@ -19,7 +19,7 @@ use super::{
     RouteOutcome,
 };
 use crate::model::{
-    Cause, HeaderOps, HostMatch, ObjectRef, PathKind, PathRewrite, Protocol, Refusal, RuleActions, Split, Verdict,
+    Cause, HeaderOps, HostMatch, ObjectRef, PathKind, PathRewrite, Policy, Protocol, Redirect, Refusal, Split, Verdict,
     ERROR_500,
 };
 use crate::ownership::{claim_in_age_order, shown, Claimant, HostSharing};
@@ -36,7 +36,7 @@ struct Content {
     /// The last problem found (a route with one is attached to no parent).
     bad: Option<String>,
     /// Per rule: its candidates, actions and resolved backends.
-    compiled: Vec<(Vec<Candidate>, RuleActions, Resolved)>,
+    compiled: Vec<(Vec<Candidate>, Policy, Resolved)>,
     /// The first backend reference that does not resolve.
     resolved_refs: Result<(), Unresolved>,
 }
@@ -114,7 +114,7 @@ fn matches_and_actions(
     (rank, ri): (usize, usize),
     rule: &HttpRouteRule,
     bad: &mut Option<String>,
-) -> (Vec<Candidate>, RuleActions) {
+) -> (Vec<Candidate>, Policy) {
     let field = format!("spec.rules[{ri}]");
     let default_match = [HttpRouteMatch::default()];
     let ms: &[HttpRouteMatch] = if rule.matches.is_empty() { &default_match } else { &rule.matches };
@@ -138,7 +138,7 @@ fn matches_and_actions(
         Ok(a) => a,
         Err(e) => {
             *bad = Some(format!("{field}.filters: {e}"));
-            RuleActions::default()
+            Policy::default()
         }
     };
     if let Some(t) = &rule.timeouts {
@@ -356,12 +356,7 @@ fn parent_listeners(
 /// Rule `ri` of an attached route into `acc`: its backend (the 500 backend for a split, whose
 /// backends are planned as they are), each candidate's rule and actions, and the sub-rules of a
 /// split (backends that differ in filters, or invalid ones beside valid ones).
-fn rule_into(
-    one: &One<'_>,
-    ri: usize,
-    (cands, acts, mut res): (&[Candidate], RuleActions, Resolved),
-    acc: &mut Attached,
-) {
+fn rule_into(one: &One<'_>, ri: usize, (cands, acts, mut res): (&[Candidate], Policy, Resolved), acc: &mut Attached) {
     let me = one.me;
     let split = acts.redirect.is_none()
         && res.each.len() > 1
@@ -377,17 +372,20 @@ fn rule_into(
         }
         ERROR_500.to_string()
     } else {
-        rule_backend(one.rns, &me.name, ri, res, &mut acc.backends, &mut acc.need_500, acts.redirect.is_some())
+        rule_backend(one.rns, &me.name, ri, res, &mut acc.backends)
     };
     for c in cands {
-        let mut a = acts.clone();
-        a.rule = c.rule.clone();
+        // A redirect answers the request: nothing else of the rule applies.
+        let mut a = match &acts.redirect {
+            Some(r) => Policy { redirect: Some(r.clone()), ..Policy::default() },
+            None => acts.clone(),
+        };
         // A prefix rewrite replaces this match's own prefix.
         let plen = if c.path.0 == PathKind::Prefix && c.path.1 != "/" { c.path.1.len() } else { 0 };
         if let Some(PathRewrite::Prefix { matched, .. }) = &mut a.path_rewrite {
             *matched = plen;
         }
-        if let Some(PathRewrite::Prefix { matched, .. }) = a.redirect.as_mut().and_then(|r| r.path.as_mut()) {
+        if let Some(Redirect::Rewrite { path: Some(PathRewrite::Prefix { matched, .. }), .. }) = &mut a.redirect {
             *matched = plen;
         }
         if split {
@@ -399,9 +397,10 @@ fn rule_into(
                 picks.push((sub.clone(), upto));
                 acc.rules.insert(sub.clone(), (be.clone().unwrap_or_else(|| ERROR_500.into()), me.clone()));
                 let mut sa = a.clone();
-                sa.rule = sub;
                 sa.request_headers = merge_ops(&a.request_headers, ops);
-                acc.actions.push(sa);
+                if !sa.is_empty() {
+                    acc.policies.entry(sub).or_insert(sa);
+                }
             }
             acc.splits.push(Split { rule: c.rule.clone(), picks, total: upto });
             acc.rules.insert(c.rule.clone(), (backend.clone(), me.clone()));
@@ -409,8 +408,8 @@ fn rule_into(
         }
         a.request_headers = merge_ops(&a.request_headers, &single_ops);
         acc.rules.insert(c.rule.clone(), (backend.clone(), me.clone()));
-        if a != (RuleActions { rule: c.rule.clone(), ..Default::default() }) {
-            acc.actions.push(a);
+        if !a.is_empty() {
+            acc.policies.entry(c.rule.clone()).or_insert(a);
         }
     }
 }

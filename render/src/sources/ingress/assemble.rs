@@ -15,11 +15,12 @@ use super::{
     canary_weights, host_id, kept_hosts, rule_id, slots_for, Ctx, IngressInput, Route, RouteKey, Routes, BACKUP_SLOTS,
 };
 use crate::model::{
-    Backend, Bind, Frontend, HostMatch, HostTable, Model, PathEntry, PolicyEntry, RewriteEntry, Rule, RuleCanary,
+    Backend, Bind, Frontend, HostMatch, HostTable, Model, PathEntry, PathRewrite, PolicyEntry, RewriteEntry, Rule,
+    RuleCanary,
 };
 use crate::ownership::{Claim, Owners};
 use crate::slots::{self, Endpoint, SlotMap};
-use crate::sources::common::unique_id;
+use crate::sources::common::content_ids;
 
 /// Weighted backends: name → (main, canary, weight, total).
 type Weighted = BTreeMap<String, (String, String, u32, u32)>;
@@ -63,7 +64,7 @@ pub(super) fn model(input: &IngressInput, owners: &Owners, claims: &[Claim], acc
 /// namespace's requests, never another's with an equal policy.
 struct Ids<'r> {
     policies: BTreeMap<(&'r str, &'r Policy), String>,
-    rewrites: BTreeMap<&'r (String, String), String>,
+    rewrites: BTreeMap<&'r PathRewrite, String>,
     canaries: BTreeMap<&'r CanarySelector, String>,
 }
 
@@ -102,25 +103,9 @@ impl<'r> Ids<'r> {
         model.rewrites = self
             .rewrites
             .iter()
-            .map(|((regex, target), id)| RewriteEntry { id: id.clone(), regex: regex.clone(), target: target.clone() })
+            .map(|(rewrite, id)| RewriteEntry { id: id.clone(), rewrite: (*rewrite).clone() })
             .collect();
     }
-}
-
-/// Each distinct item of `items` and its id: `prefix` and the [`unique_id`] of the item's derived
-/// `Debug` text (which shows every field), so an id stands for one content whatever else this
-/// render holds.
-fn content_ids<T: Ord + std::fmt::Debug>(prefix: &str, items: impl Iterator<Item = T>) -> BTreeMap<T, String> {
-    let mut taken = BTreeSet::new();
-    let distinct: BTreeSet<T> = items.collect();
-    distinct
-        .into_iter()
-        .map(|item| {
-            let id = unique_id(prefix, &[&format!("{item:?}")], &taken);
-            taken.insert(id.clone());
-            (item, id)
-        })
-        .collect()
 }
 
 /// The Model's rules, in host/path order then the default one, and each host's paths and the
@@ -331,7 +316,7 @@ mod tests {
             out.insert(p.id.clone(), format!("{:?} {:?}", p.policy, users.get(p.id.as_str())));
         }
         for w in &m.rewrites {
-            out.insert(w.id.clone(), format!("{} {}", w.regex, w.target));
+            out.insert(w.id.clone(), format!("{:?}", w.rewrite));
         }
         for c in &m.canaries {
             out.insert(c.id.clone(), format!("{:?}", c.selector));

@@ -32,7 +32,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend, IngressClass};
 
 use self::annotations::{Allowed, BackendOptions, Policy};
-use crate::model::{Cause, Cert, HostMatch, Model, ObjectRef, PathKind, Refusal, Verdict, UNAVAILABLE};
+use crate::model::{Cause, Cert, HostMatch, Model, ObjectRef, PathKind, PathRewrite, Refusal, Verdict, UNAVAILABLE};
 use crate::ownership::{Claim, Claimant, HostSharing, Owners};
 use crate::slots::{Endpoint, SlotMap};
 pub use crate::sources::common::SERVICE_NAME_LABEL;
@@ -218,7 +218,7 @@ struct Route {
     backend: String,
     policy: Policy,
     /// (pattern anchored at the start, `replace-path` format).
-    rewrite: Option<(String, String)>,
+    rewrite: Option<PathRewrite>,
     source: ObjectRef,
     canary: Option<RouteCanary>,
 }
@@ -274,7 +274,7 @@ pub fn canary_weights(n_main: usize, n_canary: usize, weight: u32, total: u32) -
 }
 
 /// The rewrite of a path of `kind` to `target`: the pattern HAProxy's `replace-path` matches.
-fn rewrite_of(kind: PathKind, path: &str, target: &Option<String>) -> Result<Option<(String, String)>, String> {
+fn rewrite_of(kind: PathKind, path: &str, target: &Option<String>) -> Result<Option<PathRewrite>, String> {
     let Some(t) = target else { return Ok(None) };
     let re = match kind {
         PathKind::Regex => format!("^(?i:{path})"),
@@ -282,7 +282,7 @@ fn rewrite_of(kind: PathKind, path: &str, target: &Option<String>) -> Result<Opt
         PathKind::Prefix => format!("^{}", quote::regex_literal(path).map_err(|e| e.to_string())?),
     };
     quote::config_arg(&re).map_err(|e| e.to_string())?;
-    Ok(Some((re, t.clone())))
+    Ok(Some(PathRewrite::Regex { pattern: re, with: t.clone() }))
 }
 
 struct Ctx<'a> {
@@ -797,7 +797,7 @@ mod tests {
         assert_eq!(g.allow.as_ref().unwrap()[0].to_string(), "10.0.0.0/8");
         assert_eq!((g.max_body, g.app_root.as_deref()), (Some(1024), Some("/app")));
         assert_eq!(policy_of("open.example.com").deny[0].to_string(), "192.0.2.0/24");
-        assert_eq!(policy_of("older.example.com").redirect.unwrap().code, 308);
+        assert_eq!(policy_of("older.example.com").redirect.unwrap().code(), 308);
     }
 
     #[test]
@@ -850,7 +850,10 @@ mod tests {
         let cfg = file("haproxy.cfg");
         assert!(cfg.contains("map_reg(maps/paths_regex.map)"), "{cfg}");
         let (model, _, _) = translate_ingress(&input(NGINX));
-        let rewrite = |regex: &str| model.rewrites.iter().find(|w| w.regex == regex).unwrap().id.clone();
+        let rewrite = |regex: &str| {
+            let is = |w: &&crate::model::RewriteEntry| matches!(&w.rewrite, PathRewrite::Regex { pattern, .. } if pattern == regex);
+            model.rewrites.iter().find(is).unwrap().id.clone()
+        };
         let (foo, exact) = (rewrite("^(?i:/foo(/|$)(.*))"), rewrite("^/exact$"));
         let line =
             format!("http-request replace-path '^(?i:/foo(/|$)(.*))' '/\\2' if {{ var(txn.rewrite) -m str {foo} }}");

@@ -393,7 +393,7 @@ fn redirect(r: &mut Reading<'_>, e: Entry<'_>, code_key: &str, default: u16) {
             if r.m.policy.redirect.is_some() {
                 r.bad(e.key, "permanent-redirect and temporal-redirect are both set".into());
             } else {
-                r.m.policy.redirect = Some(Redirect { location, code });
+                r.m.policy.redirect = Some(Redirect::Location { location, code });
             }
         }
         (Err(err), _) => r.bad(e.key, err),
@@ -477,7 +477,7 @@ fn rewrite_target_key(r: &mut Reading<'_>, e: Entry<'_>) {
 }
 
 fn upstream_vhost(r: &mut Reading<'_>, e: Entry<'_>) {
-    r.take(e.key, vhost(e.v()), |m, h| m.policy.upstream_vhost = Some(h));
+    r.take(e.key, vhost(e.v()), |m, h| m.policy.host_rewrite = Some(h));
 }
 
 fn server_alias(r: &mut Reading<'_>, e: Entry<'_>) {

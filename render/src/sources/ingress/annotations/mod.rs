@@ -484,8 +484,11 @@ mod tests {
             read(&ann(&[("force-ssl-redirect", "true")]), false, Allowed::default()).unwrap().0.policy.https_redirect
         );
         let r = ok(&[("permanent-redirect", "https://example.com/new"), ("permanent-redirect-code", "308")]);
-        assert_eq!(r.policy.redirect, Some(Redirect { location: "https://example.com/new".into(), code: 308 }));
-        assert_eq!(ok(&[("temporal-redirect", "/elsewhere")]).policy.redirect.unwrap().code, 302);
+        assert_eq!(
+            r.policy.redirect,
+            Some(Redirect::Location { location: "https://example.com/new".into(), code: 308 })
+        );
+        assert_eq!(ok(&[("temporal-redirect", "/elsewhere")]).policy.redirect.unwrap().code(), 302);
         assert_eq!(ok(&[("app-root", "/app")]).policy.app_root.as_deref(), Some("/app"));
         let p = ok(&[("whitelist-source-range", "10.0.0.0/8, 192.168.1.1,::1/128")]).policy;
         assert_eq!(
@@ -634,7 +637,7 @@ mod tests {
         let m = ok(&[("rewrite-target", "/$2"), ("upstream-vhost", "Internal.example:8080")]);
         assert_eq!(m.paths.rewrite.as_deref(), Some("/\\2"));
         assert!(m.paths.regex, "rewrite-target implies use-regex");
-        assert_eq!(m.policy.upstream_vhost.as_deref(), Some("internal.example:8080"));
+        assert_eq!(m.policy.host_rewrite.as_deref(), Some("internal.example:8080"));
         assert!(ok(&[("use-regex", "true")]).paths.regex);
         assert!(!ok(&[("use-regex", "false")]).paths.regex);
         assert_eq!(ok(&[("rewrite-target", "/a%b/$1x")]).paths.rewrite.as_deref(), Some("/a%b/\\1x"));
