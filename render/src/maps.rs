@@ -43,7 +43,7 @@ use std::collections::BTreeMap;
 
 use haptic_haproxy::quote::{map_line, regex_literal, Inexpressible};
 
-use crate::model::{GatewayRouting, HostMatch, Model, PathKind, NOT_FOUND_RULE};
+use crate::model::{HostLookup, HostMatch, Listeners, Model, PathKind, TlsListener, NOT_FOUND_RULE};
 
 /// What ends a host id in the regex map's keys and lookup strings; no host id holds it.
 pub const REGEX_DELIM: char = '~';
@@ -134,8 +134,16 @@ pub fn build(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, Inexpressible> 
         pt.push_str(&map_line(&p.host, &p.backend)?);
     }
     out.insert("maps/passthrough.map".to_string(), pt.into_bytes());
-    if let Some(g) = &model.gateway {
-        gateway_maps(g, &suffixes, &mut out)?;
+    let listeners: Vec<&Listeners> = model
+        .frontends
+        .iter()
+        .filter_map(|f| match &f.hosts {
+            HostLookup::Listener(l) => Some(l),
+            HostLookup::Host => None,
+        })
+        .collect();
+    if !listeners.is_empty() {
+        listener_maps(&listeners, &suffixes, &mut out)?;
     }
     Ok(out)
 }
@@ -176,18 +184,19 @@ fn rule_maps(model: &Model, out: &mut BTreeMap<String, Vec<u8>>) -> Result<(), I
     Ok(())
 }
 
-/// The Gateway API maps: host suffixes, bind port → listener port, and the TLS listeners.
-fn gateway_maps(
-    g: &GatewayRouting,
+/// The maps of frontends that look hosts up by listener: host suffixes, bind port → listener
+/// port, and the TLS listeners.
+fn listener_maps(
+    listeners: &[&Listeners],
     suffixes: &[(String, String)],
     out: &mut BTreeMap<String, Vec<u8>>,
 ) -> Result<(), Inexpressible> {
     out.insert("maps/suffixes.map".to_string(), lines(suffixes)?.into_bytes());
-    let ports: String =
-        g.ports.iter().map(|(b, l)| map_line(&b.to_string(), &l.to_string())).collect::<Result<_, _>>()?;
+    let ports = listeners.iter().flat_map(|l| l.ports.iter());
+    let ports: String = ports.map(|(b, l)| map_line(&b.to_string(), &l.to_string())).collect::<Result<_, _>>()?;
     out.insert("maps/ports.map".to_string(), ports.into_bytes());
     let (mut exact, mut suffix) = (String::new(), Vec::new());
-    for (port, host, id) in &g.tls_listeners {
+    for TlsListener { port, host, id } in listeners.iter().flat_map(|l| l.tls.iter()) {
         match host {
             Some(HostMatch::Exact(h)) => exact.push_str(&map_line(&format!("{h}@{port}"), id)?),
             Some(HostMatch::Suffix(s)) => suffix.push((format!("{s}@{port}"), id.clone())),

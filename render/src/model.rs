@@ -46,8 +46,12 @@ pub struct Model {
     pub rewrites: Vec<RewriteEntry>,
     /// Where the `health` frontend (`/healthz`, `/ready`) listens, if anywhere.
     pub health: Option<std::net::SocketAddr>,
-    /// Gateway API routing beyond host/path maps (absent for Ingress renders).
-    pub gateway: Option<GatewayRouting>,
+    /// Matches with a method, header or query condition (and the path matches that outrank
+    /// them on their host), in the order HAProxy tries them: config rules keyed by host id.
+    pub matches: Vec<MatchRule>,
+    /// Rules whose requests a random draw by weight sends to one of their sub-rules (each with
+    /// its own backend and policy).
+    pub splits: Vec<Split>,
     /// Whether request paths are normalised before routing.
     pub paths: PathNormalization,
 }
@@ -63,24 +67,6 @@ pub enum PathNormalization {
     Normalize,
     /// Route the path exactly as the client sent it.
     Off,
-}
-
-/// What Gateway API listeners add to the host/path maps: each bind port's listener port
-/// (`maps/ports.map`), the matches that need more than a path (config rules in precedence
-/// order, keyed by host id) and the rules split among sub-rules by weight.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct GatewayRouting {
-    /// Bind port → the Gateway listener port it serves.
-    pub ports: Vec<(u16, u16)>,
-    /// Matches with a method, header or query condition (and the path matches that outrank
-    /// them on their host), in the order HAProxy tries them.
-    pub matches: Vec<MatchRule>,
-    /// HTTPS listeners by bind port and hostname (`None`: any host) with an id per listener:
-    /// a request whose Host selects another listener than its SNI is answered 421.
-    pub tls_listeners: Vec<(u16, Option<HostMatch>, String)>,
-    /// Rules whose backends differ in filters or validity: a random draw by weight picks one
-    /// sub-rule each (with its own backend and policy).
-    pub splits: Vec<Split>,
 }
 
 /// A rule split among sub-rules by weight.
@@ -150,13 +136,49 @@ pub enum PathRewrite {
     },
 }
 
-/// A frontend and its binds.
+/// A frontend, its binds and how its requests find their host table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Frontend {
-    /// Our name (`http`, `https`).
+    /// Our name (`http`, `https`, `gateway`).
     pub name: String,
     /// Where it listens.
     pub binds: Vec<Bind>,
+    /// How a request's host table is found.
+    pub hosts: HostLookup,
+}
+
+/// How a frontend's requests find their host table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub enum HostLookup {
+    /// By the Host header alone: an exact host, else a one-label wildcard
+    /// ([`HostMatch::Wildcard`]), else the catch-all (`maps/hosts.map`, `maps/wildcards.map`).
+    #[default]
+    Host,
+    /// By the Host header and the listener the request arrived on (keys `host@bind port`): an
+    /// exact host, else the longest suffix ([`HostMatch::Suffix`]), else the listener's
+    /// catch-all (`maps/hosts.map`, `maps/suffixes.map`).
+    Listener(Listeners),
+}
+
+/// The listeners of a [`HostLookup::Listener`] frontend.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Listeners {
+    /// Bind port → the listener port it serves (`maps/ports.map`): what redirects name.
+    pub ports: Vec<(u16, u16)>,
+    /// The HTTPS listeners: a request whose Host selects another listener than its SNI is
+    /// answered 421 (`maps/listeners.map`, `maps/listener_suffixes.map`).
+    pub tls: Vec<TlsListener>,
+}
+
+/// An HTTPS listener as SNI and Host select it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct TlsListener {
+    /// Its bind port.
+    pub port: u16,
+    /// Its hostname (`None`: any host).
+    pub host: Option<HostMatch>,
+    /// Its id, a map value only.
+    pub id: String,
 }
 
 /// One listening address.

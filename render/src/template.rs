@@ -13,8 +13,7 @@ use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::Serialize;
 
 use crate::model::{
-    GatewayRouting, HeaderOps, Model, PathKind, PathRewrite, Policy, Protocol, Redirect, ERROR_500, NOT_FOUND,
-    UNAVAILABLE,
+    HeaderOps, HostLookup, Model, PathKind, PathRewrite, Policy, Protocol, Redirect, ERROR_500, NOT_FOUND, UNAVAILABLE,
 };
 use crate::RenderError;
 use haptic_haproxy::http::ERROR_PAGES;
@@ -77,18 +76,13 @@ struct View<'a> {
     unavailable: &'static str,
     error_500: &'static str,
     snippets: &'a Snippets,
-    /// Gateway API routing lines (absent for Ingress renders).
-    gateway: Option<GatewayView>,
-}
-
-#[derive(Serialize)]
-struct GatewayView {
     /// `http-request set-var(txn.rule) …` lines of the matches that need more than a path.
     match_lines: Vec<String>,
-    /// Whether HTTPS listeners are told apart by SNI and Host (421 when they differ).
-    misdirected: bool,
     /// `http-request …` lines drawing a split rule's sub-rule.
     split_lines: Vec<String>,
+    /// Whether the 500 backend is written: some rule names it, or some frontend looks hosts up
+    /// by listener (whose rules may come to name it by a map change).
+    error_500_backend: bool,
 }
 
 #[derive(Serialize)]
@@ -103,8 +97,10 @@ struct PassthroughView {
 struct FrontendView {
     name: String,
     binds: Vec<String>,
-    /// Routed by Gateway API rules (host keys by bind port).
-    gateway: bool,
+    /// Host tables found by host and listener ([`crate::model::HostLookup::Listener`]).
+    by_listener: bool,
+    /// HTTPS listeners told apart by SNI and Host (421 when they differ).
+    misdirected: bool,
 }
 
 #[derive(Serialize)]
@@ -177,7 +173,9 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
         canary_lines.extend(canary_lines_of(&c.id, &c.selector)?);
     }
     let health = model.health.map(|a| config_arg(&a.to_string())).transpose()?;
-    let gateway = model.gateway.as_ref().map(gateway_view).transpose()?;
+    let (match_lines, split_lines) = match_and_split_lines(model)?;
+    let by_listener = model.frontends.iter().any(|f| matches!(f.hosts, HostLookup::Listener(_)));
+    let error_500_backend = by_listener || model.rules.iter().any(|r| r.backend == ERROR_500);
     Ok(View {
         health,
         normalize_paths: model.paths == crate::model::PathNormalization::Normalize,
@@ -195,7 +193,9 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
         unavailable: UNAVAILABLE,
         error_500: ERROR_500,
         snippets,
-        gateway,
+        match_lines,
+        split_lines,
+        error_500_backend,
     })
 }
 
@@ -237,7 +237,11 @@ fn frontend_views(model: &Model) -> Result<(Vec<FrontendView>, Option<Passthroug
             binds.push(s);
         }
         if !binds.is_empty() {
-            frontends.push(FrontendView { name: f.name.clone(), binds, gateway: model.gateway.is_some() });
+            let (by_listener, misdirected) = match &f.hosts {
+                HostLookup::Host => (false, false),
+                HostLookup::Listener(l) => (true, !l.tls.is_empty()),
+            };
+            frontends.push(FrontendView { name: f.name.clone(), binds, by_listener, misdirected });
         }
     }
     Ok((frontends, passthrough))
@@ -375,8 +379,8 @@ fn header_lines(phase: &str, ops: &HeaderOps, when: &str) -> Result<Vec<String>,
     Ok(out)
 }
 
-/// The Gateway API lines: matches as config rules in order, then the draws of split rules.
-fn gateway_view(g: &GatewayRouting) -> Result<GatewayView, RenderError> {
+/// The matches as config rules in order, and the draws of split rules.
+fn match_and_split_lines(g: &Model) -> Result<(Vec<String>, Vec<String>), RenderError> {
     let mut match_lines = Vec::new();
     for m in &g.matches {
         match_lines.push(match_line(m)?);
@@ -392,7 +396,7 @@ fn gateway_view(g: &GatewayRouting) -> Result<GatewayView, RenderError> {
             ));
         }
     }
-    Ok(GatewayView { match_lines, misdirected: !g.tls_listeners.is_empty(), split_lines })
+    Ok((match_lines, split_lines))
 }
 
 /// The condition line of one Gateway match: it names its rule when the request matches.

@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{stable_id, Attached, GatewayInput, GatewayOutput};
 use crate::model::{
-    Backend, BackendOptions, Bind, Cert, Frontend, GatewayRouting, HostTable, MatchRule, Model, ObjectRef, PathEntry,
-    PathKind, Policy, PolicyEntry, Protocol, Rule, RuleId,
+    Backend, BackendOptions, Bind, Cert, Frontend, HostLookup, HostTable, Listeners, MatchRule, Model, ObjectRef,
+    PathEntry, PathKind, Policy, PolicyEntry, Protocol, Rule, RuleId,
 };
 use crate::slots::{self, SlotMap};
 use crate::sources::common::content_ids;
@@ -33,8 +33,8 @@ pub(super) fn model(input: &GatewayInput, acc: Attached, certs: BTreeMap<String,
     let model = &mut out.model;
     splits.sort_by(|a, b| a.rule.cmp(&b.rule));
     tls_listeners.sort();
-    let mut routing = GatewayRouting { ports: ports.into_iter().collect(), matches: vec![], splits, tls_listeners };
-    host_tables(model, &mut routing, tables);
+    model.splits = splits;
+    host_tables(model, tables);
     rules_and_policies(model, rules, &policies);
     plan_backends(model, &mut out.slots, input, backends);
     model.certs = certs.into_values().collect();
@@ -47,9 +47,9 @@ pub(super) fn model(input: &GatewayInput, acc: Attached, certs: BTreeMap<String,
         binds.push(Bind { address: st.bind_address, port: p, tls: true, certs: c });
     }
     if !binds.is_empty() {
-        model.frontends.push(Frontend { name: "gateway".into(), binds });
+        let listeners = Listeners { ports: ports.into_iter().collect(), tls: tls_listeners };
+        model.frontends.push(Frontend { name: "gateway".into(), binds, hosts: HostLookup::Listener(listeners) });
     }
-    model.gateway = Some(routing);
 }
 
 /// The rules, each naming its policy: one per namespace and content, with an id by content
@@ -79,11 +79,7 @@ fn rules_and_policies(
 /// The host tables, in a deterministic order (by bind port and host): each one's candidates in
 /// precedence order, those up to the last with a method, header or query match as match rules,
 /// the others as paths.
-fn host_tables(
-    model: &mut Model,
-    routing: &mut GatewayRouting,
-    tables: BTreeMap<(u16, crate::model::HostMatch), Vec<super::Candidate>>,
-) {
+fn host_tables(model: &mut Model, tables: BTreeMap<(u16, crate::model::HostMatch), Vec<super::Candidate>>) {
     for ((port, host), mut cands) in tables {
         // By content, so a host table added or removed never renames another (the config's
         // match rules name host ids).
@@ -93,7 +89,7 @@ fn host_tables(
             cands.iter().rposition(|c| c.method.is_some() || !c.headers.is_empty() || !c.query.is_empty());
         if let Some(last) = last_conditional {
             for c in &cands[..=last] {
-                routing.matches.push(MatchRule {
+                model.matches.push(MatchRule {
                     host: id.clone(),
                     path: Some(c.path.clone()).filter(|p| !(p.0 == PathKind::Prefix && p.1 == "/")),
                     method: c.method.clone(),

@@ -16,7 +16,7 @@ use super::{
     cond, gateway_host, granted, infrastructure, port_key, service_name, stable_id, Attached, Cond, GatewayInput,
     GatewayOutcome, GatewayService, Gateways, ListenerStatus, Lst,
 };
-use crate::model::{Cert, ObjectRef};
+use crate::model::{Cert, ObjectRef, TlsListener};
 use crate::sources::common::{obj, secret_pem};
 
 /// Each (Gateway, listener port)'s bind port, by [`port_key`]: kept from the previous render,
@@ -341,7 +341,11 @@ pub(super) fn binds(gw: &Gateways<'_>, acc: &mut Attached) {
                     acc.https_binds.entry(b).or_default().extend(l.certs.clone());
                 }
                 let gid = port_key(g, l.port);
-                acc.tls_listeners.push((b, l.hostname.clone(), stable_id("l", &[&gid, &l.name])));
+                acc.tls_listeners.push(TlsListener {
+                    port: b,
+                    host: l.hostname.clone(),
+                    id: stable_id("l", &[&gid, &l.name]),
+                });
             } else {
                 acc.http_binds.insert(b);
             }

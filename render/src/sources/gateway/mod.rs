@@ -461,7 +461,7 @@ struct Attached {
     /// HTTPS bind port → certificate files.
     https_binds: BTreeMap<u16, Vec<String>>,
     /// (bind port, hostname, stable id) of each HTTPS listener.
-    tls_listeners: Vec<(u16, Option<HostMatch>, String)>,
+    tls_listeners: Vec<TlsListener>,
     http_binds: BTreeSet<u16>,
     /// Rule → (backend, route).
     rules: BTreeMap<RuleId, (String, ObjectRef)>,
@@ -517,7 +517,6 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
     out.model.paths = st.paths;
     out.unserved = unserved(input);
     let Some(class) = class else {
-        out.model.gateway = Some(GatewayRouting::default());
         return out;
     };
     let cgen = class.metadata.generation.unwrap_or(0);
@@ -1100,7 +1099,7 @@ mod tests {
     #[test]
     fn precedence_puts_conditional_matches_in_config_in_order() {
         let o = translate_gateway(&input(FIXTURE));
-        let g = o.model.gateway.as_ref().unwrap();
+        let g = &o.model;
         let b80 = o.slots.bind_ports["edge/front:80"];
         let any = o.model.hosts.iter().find(|t| t.port == Some(b80) && t.host == HostMatch::Any).unwrap();
         let ms: Vec<(Option<&str>, usize)> = g
@@ -1214,7 +1213,7 @@ mod tests {
         // The routes some host table's path or match selects.
         let sources = |o: &GatewayOutput| -> BTreeSet<String> {
             let m = &o.model;
-            let matched = m.gateway.iter().flat_map(|g| g.matches.iter().map(|x| &x.rule));
+            let matched = m.matches.iter().map(|x| &x.rule);
             let ids: BTreeSet<&RuleId> =
                 m.hosts.iter().flat_map(|t| t.paths.iter().map(|p| &p.rule)).chain(matched).collect();
             m.rules

@@ -15,8 +15,8 @@ use super::{
     canary_weights, host_id, kept_hosts, rule_id, slots_for, Ctx, IngressInput, Route, RouteKey, Routes, BACKUP_SLOTS,
 };
 use crate::model::{
-    Backend, Bind, Frontend, HostMatch, HostTable, Model, PathEntry, PathRewrite, PolicyEntry, RewriteEntry, Rule,
-    RuleCanary,
+    Backend, Bind, Frontend, HostLookup, HostMatch, HostTable, Model, PathEntry, PathRewrite, PolicyEntry,
+    RewriteEntry, Rule, RuleCanary,
 };
 use crate::ownership::{Claim, Owners};
 use crate::slots::{self, Endpoint, SlotMap};
@@ -276,11 +276,13 @@ fn frontends(model: &mut Model, input: &IngressInput) {
     model.frontends.push(Frontend {
         name: "http".into(),
         binds: vec![Bind { address: st.bind_address, port: st.http_port, tls: false, certs: vec![] }],
+        hosts: HostLookup::Host,
     });
     if !model.certs.is_empty() || !model.passthrough.is_empty() {
         model.frontends.push(Frontend {
             name: "https".into(),
             binds: vec![Bind { address: st.bind_address, port: st.https_port, tls: true, certs: vec![] }],
+            hosts: HostLookup::Host,
         });
     }
 }
