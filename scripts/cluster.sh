@@ -358,6 +358,13 @@ is_up() {
   for n in $(nodes); do alive "containerd$n" && alive "kubelet$n" && alive "kube-proxy$n" || return 1; done
   api -f "$API/readyz" >/dev/null 2>&1
 }
+# The processes inside any of our network namespaces.
+netns_pids() {
+  local ns
+  for ns in $(ip netns list 2>/dev/null | awk -v p="$NS_PREFIX" 'index($1, p) == 1 {print $1}'); do
+    ip netns pids "$ns" 2>/dev/null
+  done
+}
 anything_left() {
   compgen -G "$R/*.pid" >/dev/null || grep -qF " $S/" /proc/mounts || ip netns list | grep -q "^$NS_PREFIX" ||
     ip -br link | grep -q '^hpt'
@@ -381,7 +388,12 @@ cmd_up() {
     die "a cluster is already running ($(cat "$R/nodes") node(s), KUBECONFIG=$KC): use it, or run '$0 down' first"
   fi
   if [ ! -f "$R/nodes" ] && ip netns list | grep -q "^$NS_PREFIX"; then
-    die "network namespaces $NS_PREFIX* exist but $S has no cluster: another checkout's cluster? (one per machine; run its scripts/cluster.sh down)"
+    # A namespace outlives the processes of a cluster whose session ended without a down; a
+    # cluster that still runs has its containerd, kubelet and kube-proxy inside them.
+    if [ -n "$(netns_pids)" ]; then
+      die "network namespaces $NS_PREFIX* exist with processes in them but $S has no cluster: another checkout's cluster? (one per machine; run its scripts/cluster.sh down)"
+    fi
+    log "network namespaces $NS_PREFIX* of an earlier cluster are left with no process in them: reclaiming them"
   fi
   if anything_left; then
     log "the state of an earlier cluster is left: tearing it down first"
