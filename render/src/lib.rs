@@ -3,7 +3,7 @@
 //! Owns the pure pipeline `objects + last slot map → Model → Render`: the [`model`] types, the
 //! [`sources`] (the Ingress translator [`ingress`] and its [`annotations`], the Gateway API types
 //! [`gateway_api`] and translator [`gateway`], and what they share), slot planning ([`slots`]), map building
-//! ([`maps`]), the templates ([`template`]), and the gate-narrowing decision ([`narrow`]: which
+//! ([`maps`]) and the names maps and config share ([`names`]), the templates ([`template`]), and the gate-narrowing decision ([`narrow`]: which
 //! changed objects to leave out after the gate refuses a render), and host ownership
 //! ([`ownership`]: which namespace may route a host). It must never talk to a
 //! cluster, spawn tasks or touch files: inputs
@@ -13,6 +13,7 @@
 
 pub mod maps;
 pub mod model;
+pub mod names;
 pub mod narrow;
 pub mod ownership;
 pub mod pem;
@@ -77,12 +78,11 @@ pub fn render_model(
     slots: SlotMap,
     templates: &Templates,
 ) -> Result<Render, RenderError> {
-    let model = model.clone();
-    let mut files = maps::build(&model)?;
+    let mut files = maps::build(model)?;
     for cert in model.certs.iter().chain(&model.upstream_certs) {
         files.insert(cert.path.clone(), cert.pem.clone());
     }
-    let cfg = template::render_cfg(&model, templates)?;
+    let cfg = template::render_cfg(model, templates)?;
     files.insert("haproxy.cfg".to_string(), cfg.into_bytes());
     Ok(Render { files, verdicts, slots })
 }

@@ -21,7 +21,7 @@
 //! - `maps/paths_regex.map`: `^<host id>~(?i:<regex>)` → rule id ([`regex_key`]), read with
 //!   `map_reg` after the exact map and before the prefix map (as nginx checks regex locations
 //!   before prefixes), longest pattern first. The template looks it up with `<host id>~<path>`
-//!   ([`REGEX_LOOKUP`]): no host id holds [`REGEX_DELIM`], so a key's literal part `^<id>~`
+//!   ([`regex_lookup`]): no host id holds [`REGEX_DELIM`], so a key's literal part `^<id>~`
 //!   matches the lookup string of its own host id only, whatever the regex after it consumes
 //!   (without the delimiter `^h1(?i:/?\d*/.*)` matched `h11/account`).
 //! - `maps/rules.map`: rule id → backend name (`default` → the default backend).
@@ -44,13 +44,16 @@ use std::collections::BTreeMap;
 use haptic_haproxy::quote::{map_line, regex_literal, Inexpressible};
 
 use crate::model::{HostLookup, HostMatch, Listeners, Model, PathKind, TlsListener, NOT_FOUND_RULE};
+use crate::names::{MapFile, Var};
 
 /// What ends a host id in the regex map's keys and lookup strings; no host id holds it.
 pub const REGEX_DELIM: char = '~';
 
 /// The sample expression the template's regex lookup reads: the host id, [`REGEX_DELIM`], the
 /// path.
-pub const REGEX_LOOKUP: &str = "var(txn.hostid),concat(~,txn.path,)";
+pub fn regex_lookup() -> String {
+    format!("var({}),concat({REGEX_DELIM},{},)", Var::HostId, Var::Path)
+}
 
 /// The `maps/paths_regex.map` key of `regex` (checked by `haptic_haproxy::regex::check`) under
 /// host id `hid`: `^<hid>~(?i:<regex>)`. Refuses a host id holding [`REGEX_DELIM`], whose key
@@ -124,16 +127,16 @@ pub fn build(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, Inexpressible> 
     suffixes.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(&b.0)));
     let mut out = BTreeMap::new();
     rule_maps(model, &mut out)?;
-    out.insert("maps/hosts.map".to_string(), hosts.into_bytes());
-    out.insert("maps/wildcards.map".to_string(), wild.into_bytes());
-    out.insert("maps/paths_exact.map".to_string(), lines(&exact)?.into_bytes());
-    out.insert("maps/paths_prefix.map".to_string(), lines(&prefix)?.into_bytes());
-    out.insert("maps/paths_regex.map".to_string(), lines(&regex)?.into_bytes());
+    out.insert(MapFile::Hosts.name().to_string(), hosts.into_bytes());
+    out.insert(MapFile::Wildcards.name().to_string(), wild.into_bytes());
+    out.insert(MapFile::PathsExact.name().to_string(), lines(&exact)?.into_bytes());
+    out.insert(MapFile::PathsPrefix.name().to_string(), lines(&prefix)?.into_bytes());
+    out.insert(MapFile::PathsRegex.name().to_string(), lines(&regex)?.into_bytes());
     let mut pt = String::new();
     for p in &model.passthrough {
         pt.push_str(&map_line(&p.host, &p.backend)?);
     }
-    out.insert("maps/passthrough.map".to_string(), pt.into_bytes());
+    out.insert(MapFile::Passthrough.name().to_string(), pt.into_bytes());
     let listeners: Vec<&Listeners> = model
         .frontends
         .iter()
@@ -175,12 +178,12 @@ fn rule_maps(model: &Model, out: &mut BTreeMap<String, Vec<u8>>) -> Result<(), I
             rewrites.push_str(&map_line(&r.id, w)?);
         }
     }
-    out.insert("maps/rules.map".to_string(), rules.into_bytes());
-    out.insert("maps/rewrites.map".to_string(), rewrites.into_bytes());
-    out.insert("maps/canaries.map".to_string(), canaries.into_bytes());
-    out.insert("maps/canary_backends.map".to_string(), canary_be.into_bytes());
-    out.insert("maps/main_backends.map".to_string(), main_be.into_bytes());
-    out.insert("maps/policies.map".to_string(), policies.into_bytes());
+    out.insert(MapFile::Rules.name().to_string(), rules.into_bytes());
+    out.insert(MapFile::Rewrites.name().to_string(), rewrites.into_bytes());
+    out.insert(MapFile::Canaries.name().to_string(), canaries.into_bytes());
+    out.insert(MapFile::CanaryBackends.name().to_string(), canary_be.into_bytes());
+    out.insert(MapFile::MainBackends.name().to_string(), main_be.into_bytes());
+    out.insert(MapFile::Policies.name().to_string(), policies.into_bytes());
     Ok(())
 }
 
@@ -191,10 +194,10 @@ fn listener_maps(
     suffixes: &[(String, String)],
     out: &mut BTreeMap<String, Vec<u8>>,
 ) -> Result<(), Inexpressible> {
-    out.insert("maps/suffixes.map".to_string(), lines(suffixes)?.into_bytes());
+    out.insert(MapFile::Suffixes.name().to_string(), lines(suffixes)?.into_bytes());
     let ports = listeners.iter().flat_map(|l| l.ports.iter());
     let ports: String = ports.map(|(b, l)| map_line(&b.to_string(), &l.to_string())).collect::<Result<_, _>>()?;
-    out.insert("maps/ports.map".to_string(), ports.into_bytes());
+    out.insert(MapFile::Ports.name().to_string(), ports.into_bytes());
     let (mut exact, mut suffix) = (String::new(), Vec::new());
     for TlsListener { port, host, id } in listeners.iter().flat_map(|l| l.tls.iter()) {
         match host {
@@ -204,8 +207,8 @@ fn listener_maps(
         }
     }
     suffix.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(&b.0)));
-    out.insert("maps/listeners.map".to_string(), exact.into_bytes());
-    out.insert("maps/listener_suffixes.map".to_string(), lines(&suffix)?.into_bytes());
+    out.insert(MapFile::Listeners.name().to_string(), exact.into_bytes());
+    out.insert(MapFile::ListenerSuffixes.name().to_string(), lines(&suffix)?.into_bytes());
     Ok(())
 }
 
@@ -240,22 +243,22 @@ mod tests {
     fn the_rules_map_sorts_after_every_map_naming_a_rule() {
         let names: Vec<String> = build(&Model::default()).unwrap().into_keys().collect();
         let rule_maps = [
-            "maps/paths_exact.map",
-            "maps/paths_prefix.map",
-            "maps/paths_regex.map",
-            "maps/policies.map",
-            "maps/rewrites.map",
-            "maps/canaries.map",
-            "maps/canary_backends.map",
-            "maps/main_backends.map",
+            MapFile::PathsExact.name(),
+            MapFile::PathsPrefix.name(),
+            MapFile::PathsRegex.name(),
+            MapFile::Policies.name(),
+            MapFile::Rewrites.name(),
+            MapFile::Canaries.name(),
+            MapFile::CanaryBackends.name(),
+            MapFile::MainBackends.name(),
         ];
         let at = |n: &str| names.iter().position(|m| m == n).unwrap_or_else(|| panic!("{n} not in {names:?}"));
         for m in rule_maps {
-            assert!(at(m) < at("maps/rules.map"), "{m} after maps/rules.map in {names:?}");
+            assert!(at(m) < at(MapFile::Rules.name()), "{m} after {} in {names:?}", MapFile::Rules);
         }
     }
 
-    /// The lookup string the template builds (see [`REGEX_LOOKUP`]).
+    /// The lookup string the template builds (see [`regex_lookup`]).
     fn lookup(hid: &str, path: &str) -> String {
         format!("{hid}{REGEX_DELIM}{path}")
     }
@@ -288,7 +291,7 @@ mod tests {
 
     #[test]
     fn the_template_looks_the_regex_map_up_with_the_delimited_string() {
-        assert!(REGEX_LOOKUP.contains(&format!("concat({REGEX_DELIM},")));
-        assert!(crate::template::BUILTIN.contains(&format!("{REGEX_LOOKUP},map_reg(maps/paths_regex.map)")));
+        assert_eq!(regex_lookup(), "var(txn.hostid),concat(~,txn.path,)");
+        assert!(crate::template::BUILTIN.contains("{{ regex_lookup }},map_reg({{ maps.paths_regex }})"));
     }
 }

@@ -15,6 +15,7 @@ use serde::Serialize;
 use crate::model::{
     HeaderOps, HostLookup, Model, PathKind, PathRewrite, Policy, Protocol, Redirect, ERROR_500, NOT_FOUND, UNAVAILABLE,
 };
+use crate::names::{map_table, var_table, MapFile, Var};
 use crate::RenderError;
 use haptic_haproxy::http::ERROR_PAGES;
 use haptic_haproxy::names::is_section_name;
@@ -55,7 +56,7 @@ struct View<'a> {
     /// which HAProxy 2.6 and 3.0 expose only with `expose-experimental-directives`).
     normalize_paths: bool,
     frontends: Vec<FrontendView>,
-    /// Whether some rule has a policy (`txn.policy` is then looked up).
+    /// Whether some rule has a policy (its [`Var::Policy`] is then looked up).
     policies: bool,
     /// The `http-request` lines of every policy, each ending with its condition.
     policy_lines: Vec<String>,
@@ -83,6 +84,12 @@ struct View<'a> {
     /// Whether the 500 backend is written: some rule names it, or some frontend looks hosts up
     /// by listener (whose rules may come to name it by a map change).
     error_500_backend: bool,
+    /// The map files by key (`maps.rules` is `maps/rules.map`).
+    maps: BTreeMap<&'static str, &'static str>,
+    /// The transaction variables by key (`txn.rule` is `txn.rule`).
+    txn: BTreeMap<&'static str, &'static str>,
+    /// The sample expression the regex path map is looked up with.
+    regex_lookup: String,
 }
 
 #[derive(Serialize)]
@@ -166,7 +173,7 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
     let mut rewrite_lines = Vec::new();
     for w in &model.rewrites {
         rewrite_lines
-            .extend(path_rewrite_lines(&w.rewrite, &format!("{{ var(txn.rewrite) -m str {} }}", our_id(&w.id)?))?);
+            .extend(path_rewrite_lines(&w.rewrite, &format!("{{ var({}) -m str {} }}", Var::Rewrite, our_id(&w.id)?))?);
     }
     let mut canary_lines = Vec::new();
     for c in &model.canaries {
@@ -196,6 +203,9 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
         match_lines,
         split_lines,
         error_500_backend,
+        maps: map_table(),
+        txn: var_table(),
+        regex_lookup: crate::maps::regex_lookup(),
     })
 }
 
@@ -284,7 +294,8 @@ fn backend_view(model: &Model, b: &crate::model::Backend) -> Result<BackendView,
         let Some(ms) = p.policy.timeout_ms else { continue };
         if model.rules.iter().any(|r| r.policy.as_ref() == Some(&p.id) && r.backend == b.name) {
             lines.push(format!(
-                "http-request set-timeout server {ms}ms if {{ var(txn.policy) -m str {} }}",
+                "http-request set-timeout server {ms}ms if {{ var({}) -m str {} }}",
+                Var::Policy,
                 our_id(&p.id)?
             ));
         }
@@ -335,11 +346,12 @@ fn rewritten_path(p: &PathRewrite) -> Result<Vec<(Vec<Piece>, String)>, RenderEr
         PathRewrite::Prefix { matched, with } => {
             let trimmed = with.trim_end_matches('/').to_string();
             let exact = if trimmed.is_empty() { "/".to_string() } else { trimmed.clone() };
+            let path = Var::Path;
             vec![
-                (vec![Piece::Lit(exact)], format!(" {{ var(txn.path) -m len {matched} }}")),
+                (vec![Piece::Lit(exact)], format!(" {{ var({path}) -m len {matched} }}")),
                 (
-                    vec![Piece::Lit(trimmed), Piece::Expr(format!("%[var(txn.path),bytes({matched})]"))],
-                    format!(" !{{ var(txn.path) -m len {matched} }}"),
+                    vec![Piece::Lit(trimmed), Piece::Expr(format!("%[var({path}),bytes({matched})]"))],
+                    format!(" !{{ var({path}) -m len {matched} }}"),
                 ),
             ]
         }
@@ -386,12 +398,13 @@ fn match_and_split_lines(g: &Model) -> Result<(Vec<String>, Vec<String>), Render
         match_lines.push(match_line(m)?);
     }
     let mut split_lines = Vec::new();
+    let (rule, pick) = (Var::Rule, Var::Pick);
     for sp in &g.splits {
-        let when = format!("{{ var(txn.rule) -m str {} }}", config_arg(&sp.rule)?);
-        split_lines.push(format!("http-request set-var(txn.pick) rand({}) if {when}", sp.total.max(1)));
+        let when = format!("{{ var({rule}) -m str {} }}", config_arg(&sp.rule)?);
+        split_lines.push(format!("http-request set-var({pick}) rand({}) if {when}", sp.total.max(1)));
         for (sub, upto) in &sp.picks {
             split_lines.push(format!(
-                "http-request set-var(txn.rule) str({}) if {when} {{ var(txn.pick) -m int lt {upto} }}",
+                "http-request set-var({rule}) str({}) if {when} {{ var({pick}) -m int lt {upto} }}",
                 config_arg(sub)?
             ));
         }
@@ -401,17 +414,18 @@ fn match_and_split_lines(g: &Model) -> Result<(Vec<String>, Vec<String>), Render
 
 /// The condition line of one Gateway match: it names its rule when the request matches.
 fn match_line(m: &crate::model::MatchRule) -> Result<String, RenderError> {
-    let mut c = format!("!{{ var(txn.rule) -m found }} {{ var(txn.hostid) -m str {} }}", config_arg(&m.host)?);
+    let (rule, host, path) = (Var::Rule, Var::HostId, Var::Path);
+    let mut c = format!("!{{ var({rule}) -m found }} {{ var({host}) -m str {} }}", config_arg(&m.host)?);
     match &m.path {
         None => {}
-        Some((PathKind::Exact, p)) => c.push_str(&format!(" {{ var(txn.path) -m str -- {} }}", config_arg(p)?)),
+        Some((PathKind::Exact, p)) => c.push_str(&format!(" {{ var({path}) -m str -- {} }}", config_arg(p)?)),
         Some((PathKind::Prefix, p)) => {
             let re = format!("^{}(/|$)", regex_literal(p)?);
-            c.push_str(&format!(" {{ var(txn.path) -m reg -- {} }}", config_arg(&re)?));
+            c.push_str(&format!(" {{ var({path}) -m reg -- {} }}", config_arg(&re)?));
         }
         // A regex the translator checked (`haptic_haproxy::regex::check`), anchored at the start.
         Some((PathKind::Regex, p)) => {
-            c.push_str(&format!(" {{ var(txn.path) -m reg -- {} }}", config_arg(&format!("^(?:{p})"))?));
+            c.push_str(&format!(" {{ var({path}) -m reg -- {} }}", config_arg(&format!("^(?:{p})"))?));
         }
     }
     if let Some(method) = &m.method {
@@ -423,7 +437,7 @@ fn match_line(m: &crate::model::MatchRule) -> Result<String, RenderError> {
     for (n, v) in &m.query {
         c.push_str(&format!(" {{ urlp({n}) -m str -- {} }}", config_arg(v)?));
     }
-    Ok(format!("http-request set-var(txn.rule) str({}) if {c}", config_arg(&m.rule)?))
+    Ok(format!("http-request set-var({rule}) str({}) if {c}", config_arg(&m.rule)?))
 }
 
 /// The lines of a Gateway redirect for requests matching `when`: one per port and path case.
@@ -444,7 +458,7 @@ fn redirect_lines(r: &Redirect, when: &str) -> Result<Vec<String>, RenderError> 
     };
     let host = match hostname {
         Some(h) => Piece::Lit(h.clone()),
-        None => Piece::Expr("%[var(txn.host)]".into()),
+        None => Piece::Expr(format!("%[var({})]", Var::Host)),
     };
     // (port piece, condition), the unconditional one last.
     let ports: Vec<(Option<Piece>, String)> = match (port, scheme.as_deref()) {
@@ -461,11 +475,14 @@ fn redirect_lines(r: &Redirect, when: &str) -> Result<Vec<String>, RenderError> 
             }
         }
         (None, Some(_)) => vec![(None, String::new())],
-        (None, None) => vec![
-            (None, " !{ ssl_fc } { var(txn.lport) -m int 80 }".into()),
-            (None, " { ssl_fc } { var(txn.lport) -m int 443 }".into()),
-            (Some(Piece::Expr(":%[var(txn.lport)]".into())), String::new()),
-        ],
+        (None, None) => {
+            let lport = Var::ListenerPort;
+            vec![
+                (None, format!(" !{{ ssl_fc }} {{ var({lport}) -m int 80 }}")),
+                (None, format!(" {{ ssl_fc }} {{ var({lport}) -m int 443 }}")),
+                (Some(Piece::Expr(format!(":%[var({lport})]"))), String::new()),
+            ]
+        }
     };
     let paths = match path {
         None => vec![(vec![Piece::Expr("%[pathq]".into())], String::new())],
@@ -554,7 +571,7 @@ pub(crate) fn server_params(o: &crate::model::BackendOptions) -> Result<String, 
 /// text (redirect targets, header values, hosts, paths) is a quoted config or log-format word.
 pub(crate) fn policy_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, RenderError> {
     let id = our_id(id)?;
-    let when = format!("{{ var(txn.policy) -m str {id} }}");
+    let (when, cors) = (format!("{{ var({}) -m str {id} }}", Var::Policy), Var::Cors);
     let list = |c: &[crate::model::Cidr]| c.iter().map(ToString::to_string).collect::<Vec<_>>().join(" ");
     let mut out = Vec::new();
     if let Some(allow) = &p.allow {
@@ -591,14 +608,14 @@ pub(crate) fn policy_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, Rende
                 crate::model::Origin::Exact(e) => format!("{{ req.hdr(origin) -m str -- {} }}", config_arg(e)?),
                 crate::model::Origin::Pattern(r) => format!("{{ req.hdr(origin) -m reg -- {} }}", config_arg(r)?),
             };
-            out.push(format!("http-request set-var(txn.cors) str(1) if {when} {matches}"));
+            out.push(format!("http-request set-var({cors}) str(1) if {when} {matches}"));
         }
-        out.push(format!("http-request set-var(txn.origin) req.hdr(origin) if {when} {{ var(txn.cors) -m found }}"));
+        out.push(format!("http-request set-var({}) req.hdr(origin) if {when} {{ var({cors}) -m found }}", Var::Origin));
         let mut hdrs = cors_headers(c)?;
         hdrs.push(("access-control-max-age", config_arg(&c.max_age.to_string())?));
         let hdrs: Vec<String> = hdrs.iter().map(|(k, v)| format!("hdr {k} {v}")).collect();
         out.push(format!(
-            "http-request return status 204 content-type text/plain {} if {when} {{ var(txn.cors) -m found }} METH_OPTIONS",
+            "http-request return status 204 content-type text/plain {} if {when} {{ var({cors}) -m found }} METH_OPTIONS",
             hdrs.join(" ")
         ));
     }
@@ -639,7 +656,7 @@ pub(crate) fn policy_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, Rende
 /// status without a built-in page ([`ERROR_PAGES`]), which is then answered with an empty
 /// body. The statuses are Rust integers.
 pub(crate) fn response_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, RenderError> {
-    let when = format!("{{ var(txn.policy) -m str {} }}", our_id(id)?);
+    let (when, cors) = (format!("{{ var({}) -m str {} }}", Var::Policy, our_id(id)?), Var::Cors);
     let mut out = Vec::new();
     if let Some(c) = &p.cors {
         let mut hdrs = cors_headers(c)?;
@@ -647,7 +664,7 @@ pub(crate) fn response_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, Ren
             hdrs.push(("access-control-expose-headers", log_format_arg(e)?));
         }
         for (k, v) in hdrs {
-            out.push(format!("http-response set-header {k} {v} if {when} {{ var(txn.cors) -m found }}"));
+            out.push(format!("http-response set-header {k} {v} if {when} {{ var({cors}) -m found }}"));
         }
     }
     out.extend(header_lines("http-response", &p.response_headers, &when)?);
@@ -667,7 +684,7 @@ fn cors_headers(c: &crate::model::Cors) -> Result<Vec<(&'static str, String)>, R
     let origin = if c.origins.contains(&crate::model::Origin::Any) {
         "'*'".to_string()
     } else {
-        "'%[var(txn.origin)]'".to_string()
+        format!("'%[var({})]'", Var::Origin)
     };
     let mut out = vec![
         ("access-control-allow-origin", origin),
@@ -701,18 +718,18 @@ pub(crate) fn table_line(l: &crate::model::Limit) -> String {
 }
 
 /// The lines by which a canary selector `s` (id `id`) sends a request to the rule's canary
-/// backend (`maps/canary_backends.map`) or main backend (`maps/main_backends.map`) outright:
+/// backend ([`MapFile::CanaryBackends`]) or main backend ([`MapFile::MainBackends`]) outright:
 /// the cookie first, then the header, so the header decides when both are present. Names are
 /// checked (`[A-Za-z0-9_.-]`) and quoted; a value follows `--` (never read as a flag).
 fn canary_lines_of(id: &str, s: &crate::model::CanarySelector) -> Result<Vec<String>, RenderError> {
     let id = our_id(id)?;
-    let when = format!("{{ var(txn.canary) -m str {id} }}");
-    let to = |m: &str| format!("http-request set-var(txn.backend) var(txn.rule),map_str(maps/{m}_backends.map)");
+    let when = format!("{{ var({}) -m str {id} }}", Var::Canary);
+    let to = |m: MapFile| format!("http-request set-var({}) var({}),map_str({m})", Var::Backend, Var::Rule);
     let mut out = Vec::new();
     let mut by = |fetch: String, always: String, never: Option<String>| {
-        out.push(format!("{} if {when} {{ {fetch} -m str -- {always} }}", to("canary")));
+        out.push(format!("{} if {when} {{ {fetch} -m str -- {always} }}", to(MapFile::CanaryBackends)));
         if let Some(never) = never {
-            out.push(format!("{} if {when} {{ {fetch} -m str -- {never} }}", to("main")));
+            out.push(format!("{} if {when} {{ {fetch} -m str -- {never} }}", to(MapFile::MainBackends)));
         }
     };
     if let Some(c) = &s.cookie {
@@ -722,9 +739,11 @@ fn canary_lines_of(id: &str, s: &crate::model::CanarySelector) -> Result<Vec<Str
         let fetch = config_arg(&format!("req.hdr({h})"))?;
         match (&s.header_value, &s.header_pattern) {
             (Some(v), _) => by(fetch, config_arg(v)?, None),
-            (None, Some(p)) => {
-                out.push(format!("{} if {when} {{ {fetch} -m reg -- {} }}", to("canary"), config_arg(p)?))
-            }
+            (None, Some(p)) => out.push(format!(
+                "{} if {when} {{ {fetch} -m reg -- {} }}",
+                to(MapFile::CanaryBackends),
+                config_arg(p)?
+            )),
             (None, None) => by(fetch, "always".into(), Some("never".into())),
         }
     }
