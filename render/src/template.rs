@@ -799,3 +799,53 @@ pub fn snippets_from(map: &BTreeMap<String, String>) -> Snippets {
     let get = |k: &str| map.get(k).cloned().unwrap_or_default();
     Snippets { global: get("global"), defaults: get("defaults"), frontend: get("frontend"), backend: get("backend") }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// Every key of the maps in `v`, at any depth.
+    fn keys(v: &serde_json::Value, out: &mut BTreeSet<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, x) in m {
+                    out.insert(k.clone());
+                    keys(x, out);
+                }
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|x| keys(x, out)),
+            _ => {}
+        }
+    }
+
+    /// A replacement template's author finds every key of the view in `docs/template.md`: the
+    /// views of Ingress fixtures with every part (passthrough, canaries, policies, affinity) and
+    /// of a Gateway fixture with HTTPS listeners, matches and splits.
+    #[test]
+    fn every_key_of_the_view_is_documented() {
+        let doc = include_str!("../../docs/template.md");
+        let ingress = |y: &str| crate::translate_ingress(&crate::ingress::fixture::input(y)).0;
+        let mut models: Vec<Model> = [
+            include_str!("../tests/fixtures/annotations.yaml"),
+            include_str!("../tests/fixtures/canary.yaml"),
+            include_str!("../tests/fixtures/nginx.yaml"),
+            include_str!("../tests/fixtures/tenants.yaml"),
+        ]
+        .into_iter()
+        .map(ingress)
+        .collect();
+        let gateway = crate::gateway::fixture::input(include_str!("../tests/fixtures/gateway.yaml"));
+        models.push(crate::gateway::translate_gateway(&gateway).model);
+        let mut seen = BTreeSet::new();
+        for m in &models {
+            let v = serde_json::to_value(view(m, &Snippets::default()).unwrap()).unwrap();
+            keys(&v, &mut seen);
+        }
+        for k in ["terminate", "backup", "misdirected", "split_lines", "paths_regex", "rule"] {
+            assert!(seen.contains(k), "the fixtures no longer reach {k}: {seen:?}");
+        }
+        let missing: Vec<&String> = seen.iter().filter(|k| !doc.contains(&format!("`{k}`"))).collect();
+        assert!(missing.is_empty(), "keys of the view docs/template.md does not name: {missing:?}");
+    }
+}
