@@ -27,7 +27,7 @@ pub use sources::ingress::{self, annotations};
 use std::collections::BTreeMap;
 
 pub use ingress::{snippet_checks, translate_ingress, IngressInput, SnippetCheck};
-pub use model::{Cause, Model, ObjectRef, Refusal, Verdict};
+pub use model::{Cause, Model, ObjectRef, Refusal, Verdict, Why};
 pub use slots::SlotMap;
 pub use template::{Snippets, Templates};
 

@@ -403,28 +403,78 @@ impl std::fmt::Display for ObjectRef {
     }
 }
 
-/// What kind of refusal or remark a [`Refusal`] is: what status writers and reports decide by
-/// (never by its text; an object left out of renders is [`Verdict::left_out`]).
+/// What kind of refusal or remark a [`Refusal`] is: what status writers, reports and tests
+/// decide by, never by its message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub enum Cause {
-    /// The value is refused (not valid, not allowed, or another namespace's), or a remark on one
-    /// applied with a difference from ingress-nginx.
+    /// The value is not valid (it does not parse, is out of range, or cannot be served as
+    /// written).
     Invalid,
+    /// The value is valid but not allowed here: the HAProxyConfig's admin has not allowed it
+    /// (snippets, what a snippet reads), or it names another namespace's object or host.
+    NotAllowed,
+    /// Another object of the same namespace already routes or sets it (a host and path, the
+    /// default backend, a passthrough host, a backend set up differently).
+    Conflict,
+    /// An object it names does not exist.
+    Missing,
+    /// The gate's `haproxy -c` refuses the part of the config it brings (a snippet).
+    GateRefused,
+    /// It, or a Secret it names, is left out of renders: with it the render failed
+    /// `haproxy -c` (the controller's narrowing decides which objects).
+    LeftOut,
+    /// A remark: the value is applied with a difference from ingress-nginx, or with a
+    /// consequence worth knowing (a missing Service answers 503).
+    Differs,
     /// A remark: haptic does not support the key, which is ignored.
     NotSupported,
     /// A remark: the key has no effect (another key wins, or one it needs is not set).
     Ignored,
 }
 
-/// One refused part of an object (or a remark on one): the kind, the field and why.
+/// One refused part of an object (or a remark on one): the kind, the field and a message for
+/// people.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Refusal {
     /// The kind.
     pub cause: Cause,
     /// The field path (`spec.rules[0].http.paths[1].path`).
     pub field: String,
-    /// Why.
-    pub reason: String,
+    /// Why, for people (status messages and Events); nothing decides by it.
+    pub message: String,
+}
+
+impl Refusal {
+    /// A refusal of `field` for `cause`.
+    pub fn new(cause: Cause, field: impl Into<String>, message: impl Into<String>) -> Self {
+        Refusal { cause, field: field.into(), message: message.into() }
+    }
+
+    /// The refusal of `field` for a [`Why`].
+    pub fn at(field: impl Into<String>, why: Why) -> Self {
+        Refusal { cause: why.cause, field: field.into(), message: why.message }
+    }
+}
+
+/// A refusal not yet tied to a field: what a helper that reads a value or an object answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Why {
+    /// The kind.
+    pub cause: Cause,
+    /// Why, for people.
+    pub message: String,
+}
+
+impl Why {
+    /// A `cause` with its message.
+    pub fn new(cause: Cause, message: impl Into<String>) -> Self {
+        Why { cause, message: message.into() }
+    }
+
+    /// An [`Cause::Invalid`] value.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Why::new(Cause::Invalid, message)
+    }
 }
 
 /// The outcome for one object: accepted when `refusals` is empty; otherwise the named parts
@@ -437,15 +487,22 @@ pub struct Verdict {
     pub refusals: Vec<Refusal>,
     /// Non-fatal remarks (a missing Service answers 503).
     pub warnings: Vec<Refusal>,
-    /// Whether it is refused because it, or a Secret it names, is left out of renders: with it
-    /// the render failed `haproxy -c` (the controller's narrowing decides which objects).
-    pub left_out: bool,
 }
 
 impl Verdict {
+    /// A verdict of `object` with nothing refused yet.
+    pub fn of(object: ObjectRef) -> Self {
+        Verdict { object, refusals: vec![], warnings: vec![] }
+    }
+
     /// Nothing refused.
     pub fn accepted(&self) -> bool {
         self.refusals.is_empty()
+    }
+
+    /// Refused because it, or a Secret it names, is left out of renders.
+    pub fn left_out(&self) -> bool {
+        self.refusals.iter().any(|r| r.cause == Cause::LeftOut)
     }
 }
 

@@ -100,11 +100,11 @@ async fn listed_statuses_get_haproxy_pages(bin: HaproxyBin) {
     let render = haptic_render::render(&input, &Default::default()).unwrap();
     assert!(render.verdicts.iter().all(|v| v.accepted()), "{:?}", render.verdicts);
     let pages = render.verdicts.iter().find(|v| v.object.name == "pages").unwrap();
-    assert!(pages.warnings.len() == 1 && pages.warnings[0].reason.contains("no error page for 418"), "{pages:?}");
+    assert!(pages.warnings.len() == 1 && pages.warnings[0].cause == haptic_render::Cause::Differs, "{pages:?}");
     let fallback = render.verdicts.iter().find(|v| v.object.name == "fallback").unwrap();
     assert_eq!(fallback.warnings.len(), 1, "{fallback:?}");
     assert_eq!(fallback.warnings[0].field, "metadata.annotations[haptic.dev/custom-http-errors]");
-    assert!(fallback.warnings[0].reason.contains("not the default-backend Service's"), "{fallback:?}");
+    assert_eq!(fallback.warnings[0].cause, haptic_render::Cause::Differs, "{fallback:?}");
     // Only integers of ours in the rules; the policy variable is set though no request rule needs it.
     let cfg = String::from_utf8_lossy(&render.files["haproxy.cfg"]);
     assert!(cfg.contains("    http-request set-var(txn.policy) var(txn.rule),map_str(maps/policies.map)\n"), "{cfg}");

@@ -66,7 +66,7 @@ async fn cors_limits_and_basic_auth(bin: HaproxyBin) {
     input.secrets.push(secret);
     let render = haptic_render::render(&input, &Default::default()).unwrap();
     let no_secret = render.verdicts.iter().find(|v| v.object.name == "no-secret").unwrap();
-    assert!(no_secret.refusals[0].reason.contains("does not exist"), "{no_secret:?}");
+    assert_eq!(no_secret.refusals[0].cause, haptic_render::Cause::Missing, "{no_secret:?}");
     let dir = tempfile::tempdir().unwrap();
     common::write_tree(&render, dir.path());
     let _h = Haproxy::start(&bin, HaproxyOpts::new(dir.path())).await.unwrap();

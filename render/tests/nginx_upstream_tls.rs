@@ -101,7 +101,12 @@ async fn backends_are_verified_as_asked(bin: HaproxyBin) {
     for n in ["verified", "wrong-ca", "wrong-name"] {
         assert!(v(n).accepted(), "{:?}", v(n));
     }
-    assert!(v("no-ca").refusals[0].reason.contains("has no ca.crt"), "{:?}", v("no-ca"));
+    let no_ca = &v("no-ca").refusals[0];
+    assert_eq!(
+        (no_ca.cause, no_ca.field.as_str()),
+        (haptic_render::Cause::Invalid, "metadata.annotations[nginx.ingress.kubernetes.io/proxy-ssl-secret]"),
+        "{no_ca:?}"
+    );
     assert!(render.files.contains_key("certs/upstream_shop_upstream-ca_ca.pem"));
     assert!(
         !render.files.contains_key("certs/upstream_shop_client-only_client.pem"),

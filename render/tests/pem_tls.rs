@@ -101,7 +101,7 @@ async fn a_polyglot_is_served_re_encoded_and_a_mismatched_key_refuses_its_ingres
     assert!(verdict("alpha").accepted(), "{:?}", verdict("alpha"));
     let refusals = &verdict("beta").refusals;
     assert!(
-        refusals.iter().any(|r| r.field == "spec.tls[0].secretName" && r.reason.contains("does not match")),
+        refusals.iter().any(|r| r.field == "spec.tls[0].secretName" && r.cause == haptic_render::Cause::Invalid),
         "{refusals:?}"
     );
     // The file holds the two certificates and the key, nothing of the Lua.

@@ -56,7 +56,7 @@ pub enum Action {
 }
 
 fn note(rs: &[Refusal]) -> String {
-    rs.iter().map(|r| format!("{}: {}", r.field, r.reason)).collect::<Vec<_>>().join("; ")
+    rs.iter().map(|r| format!("{}: {}", r.field, r.message)).collect::<Vec<_>>().join("; ")
 }
 
 /// What `now` calls for after `done` (pure): a status write where the address differs from
@@ -74,7 +74,7 @@ pub fn due(done: &Done, now: &IngressOutcome) -> Vec<Action> {
         let (refusals, warnings) = (&s.verdict.refusals, &s.verdict.warnings);
         let before = done.warned.get(o);
         if !refusals.is_empty() && before.map(|b| &b.0) != Some(refusals) {
-            let reason = if s.verdict.left_out { LEFT_OUT } else { REFUSED };
+            let reason = if s.verdict.left_out() { LEFT_OUT } else { REFUSED };
             out.push(Action::Warn { served: s.clone(), reason, note: note(refusals) });
         }
         if !warnings.is_empty() && before.map(|b| &b.1) != Some(warnings) {
@@ -152,14 +152,13 @@ mod tests {
 
     fn served(name: &str, refusals: &[&str], warnings: &[&str]) -> Served {
         let r = |v: &[&str]| {
-            v.iter().map(|f| Refusal { cause: Cause::Invalid, field: f.to_string(), reason: "why".into() }).collect()
+            v.iter().map(|f| Refusal { cause: Cause::Invalid, field: f.to_string(), message: "why".into() }).collect()
         };
         Served {
             verdict: Verdict {
                 object: ObjectRef { kind: "Ingress".into(), namespace: "ns".into(), name: name.into() },
                 refusals: r(refusals),
                 warnings: r(warnings),
-                left_out: false,
             },
             uid: Some(format!("uid-{name}")),
         }
@@ -217,7 +216,7 @@ mod tests {
         assert!(due(&Done::default(), &none).is_empty());
         // Left out after the gate refused renders with it: an Event of its own reason.
         let mut gated = served("d", &["metadata"], &[]);
-        gated.verdict.left_out = true;
+        gated.verdict.refusals[0].cause = Cause::LeftOut;
         let out = due(&Done::default(), &IngressOutcome { served: vec![gated], load_balancer: None });
         assert!(matches!(&out[..], [Action::Warn { reason: LEFT_OUT, .. }]), "{out:?}");
     }

@@ -395,10 +395,10 @@ pub fn verdict_lines(verdicts: &[Verdict]) -> String {
             out.push_str(&format!("accepted {}\n", v.object));
         }
         for r in &v.refusals {
-            out.push_str(&format!("refused {}: {}: {}\n", v.object, r.field, r.reason));
+            out.push_str(&format!("refused {}: {}: {}\n", v.object, r.field, r.message));
         }
         for w in &v.warnings {
-            out.push_str(&format!("warning {}: {}: {}\n", v.object, w.field, w.reason));
+            out.push_str(&format!("warning {}: {}: {}\n", v.object, w.field, w.message));
         }
     }
     out

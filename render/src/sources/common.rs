@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::model::{HostMatch, ObjectRef, PathKind};
+use crate::model::{Cause, HostMatch, ObjectRef, PathKind, Why};
 use crate::slots::Endpoint;
 
 /// The label linking an EndpointSlice to its Service.
@@ -165,14 +165,17 @@ pub(crate) fn endpoints(slices: &[&EndpointSlice], port_name: &str) -> Vec<Endpo
 
 /// The certificate file (chain, then key, parsed, checked and re-encoded by [`crate::pem`]) of
 /// the `kubernetes.io/tls` Secret `ns/name` among `secrets`, or why not.
-pub(crate) fn secret_pem(secrets: &[Secret], ns: &str, name: &str) -> Result<crate::pem::CertFile, String> {
+pub(crate) fn secret_pem(secrets: &[Secret], ns: &str, name: &str) -> Result<crate::pem::CertFile, Why> {
     let Some(s) = secrets
         .iter()
         .find(|s| s.metadata.namespace.as_deref() == Some(ns) && s.metadata.name.as_deref() == Some(name))
     else {
-        return Err(format!("Secret {ns}/{name} does not exist"));
+        return Err(Why::new(Cause::Missing, format!("Secret {ns}/{name} does not exist")));
     };
     let data = s.data.clone().unwrap_or_default();
-    let get = |k: &str| data.get(k).map(|b| b.0.as_slice()).ok_or_else(|| format!("Secret {ns}/{name} has no {k}"));
-    crate::pem::certified(get("tls.crt")?, get("tls.key")?).map_err(|e| format!("Secret {ns}/{name}: {e}"))
+    let get = |k: &str| {
+        data.get(k).map(|b| b.0.as_slice()).ok_or_else(|| Why::invalid(format!("Secret {ns}/{name} has no {k}")))
+    };
+    crate::pem::certified(get("tls.crt")?, get("tls.key")?)
+        .map_err(|e| Why::invalid(format!("Secret {ns}/{name}: {e}")))
 }

@@ -217,7 +217,7 @@ fn listener_certs(
             let sref = ObjectRef { kind: "Secret".into(), namespace: rns.clone(), name: r.name.clone() };
             let file = match input.excluded.get(&sref) {
                 Some(why) => Err(format!("Secret {rns}/{} is left out: {why}", r.name)),
-                None => secret_pem(&input.secrets, &rns, &r.name),
+                None => secret_pem(&input.secrets, &rns, &r.name).map_err(|w| w.message),
             };
             match file {
                 Ok(file) => {

@@ -55,14 +55,14 @@ pub(super) fn route(gw: &Gateways<'_>, rank: usize, r: &HttpRoute, acc: &mut Att
     let me = obj("HTTPRoute", &r.metadata);
     let rns = me.namespace.clone();
     let one = One { r, me: &me, rns: &rns };
-    let mut v = Verdict { object: me.clone(), refusals: vec![], warnings: vec![], left_out: false };
+    let mut v = Verdict::of(me.clone());
     let content = content(gw, &one, rank);
     let (parents, attachments, attached_any) = parents(gw, &one, &content, &mut v);
     if parents.is_empty() {
         return;
     }
-    if let Err((_, msg)) = &content.resolved_refs {
-        v.warnings.push(Refusal { cause: Cause::Invalid, field: "spec.rules".into(), reason: msg.clone() });
+    if let Err((reason, msg)) = &content.resolved_refs {
+        v.warnings.push(Refusal::new(cause_of(reason), "spec.rules", msg.clone()));
     }
     // Attached routes per listener (once per route).
     for (gi, li) in &attachments {
@@ -283,11 +283,8 @@ fn parents(
             }
             Err((reason, msg)) => {
                 conds.push(cond("Accepted", false, reason, msg.clone(), gen));
-                v.refusals.push(Refusal {
-                    cause: Cause::Invalid,
-                    field: "spec.parentRefs".into(),
-                    reason: format!("{}: {msg}", pr.name),
-                });
+                let cause = if gw.input.excluded.contains_key(one.me) { Cause::LeftOut } else { cause_of(reason) };
+                v.refusals.push(Refusal::new(cause, "spec.parentRefs", format!("{}: {msg}", pr.name)));
             }
         }
         match &content.resolved_refs {
@@ -442,9 +439,9 @@ fn hosts_into(
             };
             if let Err(owner) = claim_in_age_order(&mut acc.owned, (b, eff.clone()), &by) {
                 v.refusals.push(Refusal {
-                    cause: Cause::Invalid,
+                    cause: Cause::NotAllowed,
                     field: "spec.hostnames".into(),
-                    reason: format!(
+                    message: format!(
                         "{} on listener {} of Gateway {} belongs to namespace {} (HTTPRoute {}/{})",
                         shown(&eff),
                         l.name,
@@ -458,5 +455,14 @@ fn hosts_into(
             }
         }
         acc.tables.entry((b, eff)).or_default().extend(cands.iter().cloned());
+    }
+}
+
+/// The cause of a refusal a route condition's reason (a Gateway API reason) tells.
+fn cause_of(reason: &str) -> Cause {
+    match reason {
+        "BackendNotFound" => Cause::Missing,
+        "RefNotPermitted" | "NotAllowedByListeners" => Cause::NotAllowed,
+        _ => Cause::Invalid,
     }
 }

@@ -14,7 +14,7 @@ use k8s_openapi::api::networking::v1::{HTTPIngressPath, HTTPIngressRuleValue, In
 
 use super::annotations::{self, BackendOptions, Meaning};
 use super::{auth_users, join_canary, rewrite_of, tls_pem, upstream_files, IngressInput, Route, Routes};
-use crate::model::{Cause, Cert, HostMatch, ObjectRef, PathKind, Refusal, Verdict};
+use crate::model::{Cause, Cert, HostMatch, ObjectRef, PathKind, Refusal, Verdict, Why};
 use crate::ownership::Owners;
 use crate::sources::common::{obj, parse_host, parse_path};
 
@@ -40,21 +40,14 @@ impl One<'_> {
 
 /// Admits `ing` into `acc` as far as it goes, and its verdict.
 pub(super) fn ingress(input: &IngressInput, owners: &Owners, ing: &Ingress, acc: &mut Routes<'_>) -> Verdict {
-    let mut v = parts(input, owners, ing, acc);
-    let secret = |(ns, name): (String, String)| ObjectRef { kind: "Secret".into(), namespace: ns, name };
-    v.left_out = !v.refusals.is_empty()
-        && (input.excluded.contains_key(&v.object)
-            || super::tls_secret_refs(&input.class, [ing])
-                .into_iter()
-                .any(|s| input.excluded.contains_key(&secret(s))));
-    v
+    parts(input, owners, ing, acc)
 }
 
 /// Each part of `ing` into `acc` as far as it goes, and its verdict.
 fn parts(input: &IngressInput, owners: &Owners, ing: &Ingress, acc: &mut Routes<'_>) -> Verdict {
     let me = obj("Ingress", &ing.metadata);
     let ns = me.namespace.clone();
-    let mut v = Verdict { object: me.clone(), refusals: vec![], warnings: vec![], left_out: false };
+    let mut v = Verdict::of(me.clone());
     let spec = ing.spec.clone().unwrap_or_default();
     let Some(meaning) = meaning(input, ing, &spec, &mut v) else { return v };
     let Some(meaning) = secrets(input, ing, &ns, meaning, acc, &mut v) else { return v };
@@ -74,7 +67,7 @@ fn parts(input: &IngressInput, owners: &Owners, ing: &Ingress, acc: &mut Routes<
 fn meaning(input: &IngressInput, ing: &Ingress, spec: &IngressSpec, v: &mut Verdict) -> Option<Meaning> {
     let has_tls = !spec.tls.as_deref().unwrap_or_default().is_empty();
     if let Some(why) = input.excluded.get(&v.object) {
-        v.refusals.push(Refusal { cause: Cause::Invalid, field: "metadata".into(), reason: why.clone() });
+        v.refusals.push(Refusal::new(Cause::LeftOut, "metadata", why.clone()));
         return None;
     }
     let meaning = match annotations::read(
@@ -96,17 +89,13 @@ fn meaning(input: &IngressInput, ing: &Ingress, spec: &IngressSpec, v: &mut Verd
     if let Some(why) = meaning.backend.snippet.as_ref().and_then(|s| input.refused_snippets.get(s)) {
         let key = ["configuration-snippet", "server-snippet"]
             .into_iter()
-            .map(|k| annotations::field_of(&ing.metadata, k))
-            .find(|f| {
-                let key = &f["metadata.annotations[".len()..f.len() - 1];
-                ing.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(key))
-            })
+            .find_map(|k| annotations::set_field(&ing.metadata, k))
             .unwrap_or_else(|| "metadata.annotations".into());
-        v.refusals.push(Refusal {
-            cause: Cause::Invalid,
-            field: key,
-            reason: format!("haproxy -c refuses the snippet in its own backend: {why}"),
-        });
+        v.refusals.push(Refusal::new(
+            Cause::GateRefused,
+            key,
+            format!("haproxy -c refuses the snippet in its own backend: {why}"),
+        ));
         return None;
     }
     Some(meaning)
@@ -129,7 +118,7 @@ fn secrets(
         let files = if tls {
             upstream_files(input, ns, t)
         } else {
-            Err("proxy-ssl-* needs backend-protocol HTTPS or GRPCS".to_string())
+            Err(Why::invalid("proxy-ssl-* needs backend-protocol HTTPS or GRPCS"))
         };
         match files {
             Ok(files) => {
@@ -137,9 +126,9 @@ fn secrets(
                     acc.upstream_certs.insert(c.path.clone(), c);
                 }
             }
-            Err(reason) => {
+            Err(why) => {
                 // Served without what it asks of TLS, it would talk to backends unverified.
-                v.refusals.push(Refusal { cause: Cause::Invalid, field: f, reason });
+                v.refusals.push(Refusal::at(f, why));
                 return None;
             }
         }
@@ -151,9 +140,9 @@ fn secrets(
                 acc.userlists.insert(name.clone(), list);
                 meaning.policy.auth = Some(annotations::BasicAuth { userlist: name, realm: a.realm.clone() });
             }
-            Err(reason) => {
+            Err(why) => {
                 // Served without its authentication, the Ingress would be open: none of it is.
-                v.refusals.push(Refusal { cause: Cause::Invalid, field: a.field.clone(), reason });
+                v.refusals.push(Refusal::at(a.field.clone(), why));
                 return None;
             }
         }
@@ -168,17 +157,17 @@ fn default_backend(one: &One<'_>, spec: &IngressSpec, acc: &mut Routes<'_>, v: &
         v.warnings.push(Refusal {
             cause: Cause::Ignored,
             field: "spec.defaultBackend".into(),
-            reason: "ignored: a canary Ingress joins the paths of others, not the default backend".into(),
+            message: "ignored: a canary Ingress joins the paths of others, not the default backend".into(),
         });
     } else if let (Some(_), Err(e)) = (&spec.default_backend, one.owners.admits(&HostMatch::Any, one.ns)) {
-        v.refusals.push(Refusal { cause: Cause::Invalid, field: "spec.defaultBackend".into(), reason: e.to_string() });
+        v.refusals.push(Refusal::new(Cause::NotAllowed, "spec.defaultBackend", e.to_string()));
     } else if let Some(b) = &spec.default_backend {
         match acc.ctx.backend(one.ns, b, "spec.defaultBackend", one.opts(), v) {
             Ok(be) => match &acc.default {
                 Some(Route { source: by, .. }) => v.refusals.push(Refusal {
-                    cause: Cause::Invalid,
+                    cause: Cause::Conflict,
                     field: "spec.defaultBackend".into(),
-                    reason: format!("the default backend is already set by {by}"),
+                    message: format!("the default backend is already set by {by}"),
                 }),
                 None => {
                     acc.default = Some(Route {
@@ -210,7 +199,11 @@ fn rule_routes(
         Some(h) => match parse_host(h) {
             Ok(h) => h,
             Err(reason) => {
-                v.refusals.push(Refusal { cause: Cause::Invalid, field: format!("spec.rules[{ri}].host"), reason });
+                v.refusals.push(Refusal {
+                    cause: Cause::Invalid,
+                    field: format!("spec.rules[{ri}].host"),
+                    message: reason,
+                });
                 return;
             }
         },
@@ -224,9 +217,9 @@ fn rule_routes(
     };
     if let Err(e) = admitted {
         v.refusals.push(Refusal {
-            cause: Cause::Invalid,
+            cause: Cause::NotAllowed,
             field: format!("spec.rules[{ri}].host"),
-            reason: e.to_string(),
+            message: e.to_string(),
         });
         return;
     }
@@ -253,25 +246,25 @@ fn passthrough(
         v.refusals.push(Refusal {
             cause: Cause::Invalid,
             field: format!("{field}.host"),
-            reason: "ssl-passthrough routes exact hosts only (by SNI)".into(),
+            message: "ssl-passthrough routes exact hosts only (by SNI)".into(),
         });
         return;
     };
     let Some(p) = http.paths.first() else { return };
     if http.paths.len() > 1 {
         v.warnings.push(Refusal {
-            cause: Cause::Invalid,
+            cause: Cause::Differs,
             field: format!("{field}.http.paths"),
-            reason: "ssl-passthrough sends the whole connection to the first path's Service; the others are ignored"
+            message: "ssl-passthrough sends the whole connection to the first path's Service; the others are ignored"
                 .into(),
         });
     }
     if let Some(by) = acc.passthrough.get(h).map(|(_, by): &(String, ObjectRef)| by.clone()) {
         if by != *one.me {
             v.refusals.push(Refusal {
-                cause: Cause::Invalid,
+                cause: Cause::Conflict,
                 field: format!("{field}.host"),
-                reason: format!("TLS to {h} already passes through for {by}"),
+                message: format!("TLS to {h} already passes through for {by}"),
             });
         }
         return;
@@ -301,7 +294,7 @@ fn path_route(
             v.refusals.push(Refusal {
                 cause: Cause::Invalid,
                 field: format!("{field}.pathType"),
-                reason: format!("{other:?} is not Exact, Prefix or ImplementationSpecific"),
+                message: format!("{other:?} is not Exact, Prefix or ImplementationSpecific"),
             });
             return;
         }
@@ -309,14 +302,14 @@ fn path_route(
     let path = match parse_path(kind, p.path.as_deref()) {
         Ok(p) => p,
         Err(reason) => {
-            v.refusals.push(Refusal { cause: Cause::Invalid, field: format!("{field}.path"), reason });
+            v.refusals.push(Refusal { cause: Cause::Invalid, field: format!("{field}.path"), message: reason });
             return;
         }
     };
     let rewrite = match rewrite_of(kind, &path, &one.meaning.paths.rewrite) {
         Ok(r) => r,
         Err(reason) => {
-            v.refusals.push(Refusal { cause: Cause::Invalid, field: format!("{field}.path"), reason });
+            v.refusals.push(Refusal { cause: Cause::Invalid, field: format!("{field}.path"), message: reason });
             return;
         }
     };
@@ -331,9 +324,9 @@ fn path_route(
     if let Some(Route { source: by, .. }) = acc.routes.get(&key) {
         if by != one.me {
             v.refusals.push(Refusal {
-                cause: Cause::Invalid,
+                cause: Cause::Conflict,
                 field: format!("{field}.path"),
-                reason: format!("{kind:?} {path} on this host is already routed by {by}"),
+                message: format!("{kind:?} {path} on this host is already routed by {by}"),
             });
         }
         return;
@@ -362,9 +355,9 @@ fn aliases(one: &One<'_>, own: &[Own], acc: &mut Routes<'_>, v: &mut Verdict) {
     for alias in &one.meaning.paths.aliases {
         if let Err(e) = one.owners.admits(alias, one.ns) {
             v.refusals.push(Refusal {
-                cause: Cause::Invalid,
+                cause: Cause::NotAllowed,
                 field: annotations::field_of(&one.ing.metadata, "server-alias"),
-                reason: e.to_string(),
+                message: e.to_string(),
             });
             continue;
         }
@@ -372,9 +365,9 @@ fn aliases(one: &One<'_>, own: &[Own], acc: &mut Routes<'_>, v: &mut Verdict) {
             let key = (alias.clone(), path.clone(), *kind);
             match acc.routes.get(&key) {
                 Some(Route { source: by, .. }) if by != one.me => v.warnings.push(Refusal {
-                    cause: Cause::Invalid,
+                    cause: Cause::Conflict,
                     field: annotations::field_of(&one.ing.metadata, "server-alias"),
-                    reason: format!("{kind:?} {path} on alias {alias:?} is already routed by {by}: not aliased"),
+                    message: format!("{kind:?} {path} on alias {alias:?} is already routed by {by}: not aliased"),
                 }),
                 Some(_) => {}
                 None => {
@@ -398,7 +391,7 @@ fn tls(one: &One<'_>, spec: &IngressSpec, acc: &mut Routes<'_>, v: &mut Verdict)
             v.refusals.push(Refusal {
                 cause: Cause::Invalid,
                 field,
-                reason: format!("{shown:?} is not a Secret name"),
+                message: format!("{shown:?} is not a Secret name"),
             });
             continue;
         }
@@ -416,7 +409,7 @@ fn tls(one: &One<'_>, spec: &IngressSpec, acc: &mut Routes<'_>, v: &mut Verdict)
                 c.hosts.sort();
                 c.hosts.dedup();
             }
-            Err(reason) => v.refusals.push(Refusal { cause: Cause::Invalid, field, reason }),
+            Err(why) => v.refusals.push(Refusal::at(field, why)),
         }
     }
 }

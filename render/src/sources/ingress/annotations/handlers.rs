@@ -73,24 +73,29 @@ pub(super) struct Reading<'a> {
 }
 
 impl<'a> Reading<'a> {
-    /// Refuses the annotation `key` (full key).
-    pub fn bad(&mut self, key: &str, reason: String) {
-        self.errors.push(Refusal { cause: Cause::Invalid, field: field(key), reason });
+    /// Refuses the annotation `key` (full key): its value is not valid.
+    pub fn bad(&mut self, key: &str, message: String) {
+        self.errors.push(Refusal::new(Cause::Invalid, field(key), message));
+    }
+
+    /// Refuses the annotation `key` (full key): its value is not allowed here.
+    pub fn forbid(&mut self, key: &str, message: String) {
+        self.errors.push(Refusal::new(Cause::NotAllowed, field(key), message));
     }
 
     /// Remarks on the annotation `key` (full key), applied with a difference from ingress-nginx.
-    pub fn warn(&mut self, key: &str, reason: impl Into<String>) {
-        self.warnings.push(Refusal { cause: Cause::Invalid, field: field(key), reason: reason.into() });
+    pub fn warn(&mut self, key: &str, message: impl Into<String>) {
+        self.warnings.push(Refusal::new(Cause::Differs, field(key), message));
     }
 
     /// Remarks that the annotation `key` (full key) has no effect, and why.
-    pub fn ignore(&mut self, key: &str, reason: impl Into<String>) {
-        self.warnings.push(Refusal { cause: Cause::Ignored, field: field(key), reason: reason.into() });
+    pub fn ignore(&mut self, key: &str, message: impl Into<String>) {
+        self.warnings.push(Refusal::new(Cause::Ignored, field(key), message));
     }
 
     /// Remarks that haptic does not support the annotation `key` (full key), which is ignored.
-    pub fn unsupported(&mut self, key: &str, reason: impl Into<String>) {
-        self.warnings.push(Refusal { cause: Cause::NotSupported, field: field(key), reason: reason.into() });
+    pub fn unsupported(&mut self, key: &str, message: impl Into<String>) {
+        self.warnings.push(Refusal::new(Cause::NotSupported, field(key), message));
     }
 
     /// The annotation `short` as set: its full key and trimmed value.
@@ -450,9 +455,9 @@ fn backend_protocol(r: &mut Reading<'_>, e: Entry<'_>) {
 fn snippet(r: &mut Reading<'_>, e: Entry<'_>) {
     let value = e.raw;
     if !r.allowed.snippets {
-        r.bad(e.key, "snippet annotations are off; the HAProxyConfig's admin can allow them".into());
+        r.forbid(e.key, "snippet annotations are off; the HAProxyConfig's admin can allow them".into());
     } else if let Err(err) = haptic_haproxy::snippet::check(value, haptic_haproxy::snippet::Section::Backend) {
-        r.bad(e.key, format!("refused: {err}"));
+        r.forbid(e.key, format!("refused: {err}"));
     } else {
         // Only the blanks HAProxy skips are trimmed (the check refused every other
         // control byte), so the lines rendered are the lines checked.
