@@ -99,19 +99,19 @@ pub fn build(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, Inexpressible> 
         for p in &t.paths {
             let full = format!("{hid}{}", p.path);
             match p.kind {
-                PathKind::Regex => regex.push((regex_key(hid, &p.path)?, p.rule.clone())),
+                PathKind::Regex => regex.push((regex_key(hid, &p.path)?, p.rule.to_string())),
                 PathKind::Exact => {
                     exact_keys.insert(full.clone());
-                    exact.push((full, p.rule.clone()));
+                    exact.push((full, p.rule.to_string()));
                 }
                 PathKind::Prefix => {
                     // An Exact entry of the same path wins (it was sorted first).
                     if !exact_keys.contains(&full) {
                         exact_keys.insert(full.clone());
-                        exact.push((full.clone(), p.rule.clone()));
+                        exact.push((full.clone(), p.rule.to_string()));
                     }
                     let beg = if p.path == "/" { full } else { format!("{full}/") };
-                    prefix.push((beg, p.rule.clone()));
+                    prefix.push((beg, p.rule.to_string()));
                 }
             }
         }

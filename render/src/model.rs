@@ -264,9 +264,75 @@ pub struct PathEntry {
     pub rule: RuleId,
 }
 
-/// A rule id (`r` and hex digits of its host and path; `g` and those of its route in a
-/// Gateway), a map value only: changing which rule a path selects changes maps only.
-pub type RuleId = String;
+/// Declares an id: a map value and config word the translators make (never object text).
+macro_rules! id {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            /// The id `s`.
+            pub fn new(s: impl Into<String>) -> Self {
+                $name(s.into())
+            }
+
+            /// Its text.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl std::ops::Deref for $name {
+            type Target = str;
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl From<String> for $name {
+            fn from(s: String) -> Self {
+                $name(s)
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(s: &str) -> Self {
+                $name(s.to_string())
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.0 == *other
+            }
+        }
+    };
+}
+
+id! {
+    /// A rule id (`r` and hex digits of its host and path; `g` and those of its route in a
+    /// Gateway; [`DEFAULT_RULE`] for the default backend's), a map value only: changing which
+    /// rule a path selects changes maps only.
+    RuleId
+}
+
+/// The rule of requests no host and path selects (an Ingress `defaultBackend`): the template
+/// sets it when no map gave a rule.
+pub const DEFAULT_RULE: &str = "default";
 
 /// What a rule does: here, send to one backend.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -285,9 +351,11 @@ pub struct Rule {
     pub source: ObjectRef,
 }
 
-/// A policy id (`p` and hex digits), a map value only: which rules a policy applies to changes
-/// maps only.
-pub type PolicyId = String;
+id! {
+    /// A policy id (`p` and hex digits), a map value only: which rules a policy applies to
+    /// changes maps only.
+    PolicyId
+}
 
 /// A policy and its id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

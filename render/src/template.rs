@@ -13,7 +13,8 @@ use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::Serialize;
 
 use crate::model::{
-    HeaderOps, HostLookup, Model, PathKind, PathRewrite, Policy, Protocol, Redirect, ERROR_500, NOT_FOUND, UNAVAILABLE,
+    HeaderOps, HostLookup, Model, PathKind, PathRewrite, Policy, Protocol, Redirect, DEFAULT_RULE, ERROR_500,
+    NOT_FOUND, UNAVAILABLE,
 };
 use crate::names::{map_table, var_table, MapFile, Var};
 use crate::RenderError;
@@ -74,6 +75,8 @@ struct View<'a> {
     passthrough: Option<PassthroughView>,
     backends: Vec<BackendView>,
     not_found: &'static str,
+    /// The rule of requests no host and path selects.
+    default_rule: &'static str,
     unavailable: &'static str,
     error_500: &'static str,
     snippets: &'a Snippets,
@@ -197,6 +200,7 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
         passthrough,
         backends,
         not_found: NOT_FOUND,
+        default_rule: DEFAULT_RULE,
         unavailable: UNAVAILABLE,
         error_500: ERROR_500,
         snippets,

@@ -61,13 +61,14 @@ fn rules_and_policies(
 ) {
     let used = rules.iter().filter_map(|(id, (_, src))| Some((src.namespace.as_str(), policies.get(id)?)));
     let ids = content_ids("p", used);
-    model.policies = ids.iter().map(|((_, p), id)| PolicyEntry { id: id.clone(), policy: (*p).clone() }).collect();
+    model.policies =
+        ids.iter().map(|((_, p), id)| PolicyEntry { id: id.as_str().into(), policy: (*p).clone() }).collect();
     let rules: Vec<Rule> = rules
         .iter()
         .map(|(id, (backend, source))| Rule {
             id: id.clone(),
             backend: backend.clone(),
-            policy: policies.get(id).and_then(|p| ids.get(&(source.namespace.as_str(), p))).cloned(),
+            policy: policies.get(id).and_then(|p| ids.get(&(source.namespace.as_str(), p))).map(|p| p.as_str().into()),
             rewrite: None,
             canary: None,
             source: source.clone(),

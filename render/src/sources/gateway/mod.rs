@@ -698,7 +698,15 @@ fn compile_match(m: &HttpRouteMatch) -> Result<Candidate, String> {
         Reverse(headers.len()),
         Reverse(query.len()),
     );
-    Ok(Candidate { key, order: Default::default(), path: (kind, path), method, headers, query, rule: String::new() })
+    Ok(Candidate {
+        key,
+        order: Default::default(),
+        path: (kind, path),
+        method,
+        headers,
+        query,
+        rule: RuleId::default(),
+    })
 }
 
 /// The rule's header operations, then a backend's own.

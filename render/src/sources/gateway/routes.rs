@@ -19,8 +19,8 @@ use super::{
     RouteOutcome,
 };
 use crate::model::{
-    Cause, HeaderOps, HostMatch, ObjectRef, PathKind, PathRewrite, Policy, Protocol, Redirect, Refusal, Split, Verdict,
-    ERROR_500,
+    Cause, HeaderOps, HostMatch, ObjectRef, PathKind, PathRewrite, Policy, Protocol, Redirect, Refusal, RuleId, Split,
+    Verdict, ERROR_500,
 };
 use crate::ownership::{claim_in_age_order, shown, Claimant, HostSharing};
 use crate::slots::Endpoint;
@@ -128,7 +128,7 @@ fn matches_and_actions(
                     prefix_len = Some(if c.path.1 == "/" { 0 } else { c.path.1.len() });
                 }
                 c.order = (rank, ri, mi);
-                c.rule = id;
+                c.rule = id.into();
                 cands.push(c);
             }
             Err(e) => *bad = Some(format!("{field}.matches[{mi}]: {e}")),
@@ -389,7 +389,7 @@ fn rule_into(one: &One<'_>, ri: usize, (cands, acts, mut res): (&[Candidate], Po
             let mut picks = Vec::new();
             let mut upto = 0u32;
             for (bi, (be, w, ops)) in each.iter().enumerate() {
-                let sub = format!("{}b{bi}", c.rule);
+                let sub = RuleId::new(format!("{}b{bi}", c.rule));
                 upto = upto.saturating_add(*w);
                 picks.push((sub.clone(), upto));
                 acc.rules.insert(sub.clone(), (be.clone().unwrap_or_else(|| ERROR_500.into()), me.clone()));

@@ -15,8 +15,8 @@ use super::{
     canary_weights, host_id, kept_hosts, rule_id, slots_for, Ctx, IngressInput, Route, RouteKey, Routes, BACKUP_SLOTS,
 };
 use crate::model::{
-    Backend, Bind, Frontend, HostLookup, HostMatch, HostTable, Model, PathEntry, PathRewrite, PolicyEntry,
-    RewriteEntry, Rule, RuleCanary,
+    Backend, Bind, Frontend, HostLookup, HostMatch, HostTable, Model, PathEntry, PathRewrite, PolicyEntry, PolicyId,
+    RewriteEntry, Rule, RuleCanary, RuleId, DEFAULT_RULE,
 };
 use crate::ownership::{Claim, Owners};
 use crate::slots::{self, Endpoint, SlotMap};
@@ -87,14 +87,17 @@ impl<'r> Ids<'r> {
     }
 
     /// The id of `r`'s policy, none for the empty policy.
-    fn policy(&self, r: &Route) -> Option<String> {
-        self.policies.get(&(r.source.namespace.as_str(), &r.policy)).cloned()
+    fn policy(&self, r: &Route) -> Option<PolicyId> {
+        self.policies.get(&(r.source.namespace.as_str(), &r.policy)).map(|id| id.as_str().into())
     }
 
     /// The Model's policy, canary selector and rewrite tables.
     fn into_model(self, model: &mut Model) {
-        model.policies =
-            self.policies.iter().map(|((_, p), id)| PolicyEntry { id: id.clone(), policy: (*p).clone() }).collect();
+        model.policies = self
+            .policies
+            .iter()
+            .map(|((_, p), id)| PolicyEntry { id: id.as_str().into(), policy: (*p).clone() })
+            .collect();
         model.canaries = self
             .canaries
             .iter()
@@ -122,6 +125,7 @@ fn rules(
     for ((host, path, kind), r) in routes {
         let id = rule_id(host, path, *kind, &taken);
         taken.insert(id.clone());
+        let id = RuleId::new(id);
         let (backend, canary) = match &r.canary {
             None => (r.backend.clone(), None),
             Some(c) => {
@@ -143,14 +147,14 @@ fn rules(
     }
     if let Some(r) = default {
         model.rules.push(Rule {
-            id: "default".into(),
+            id: DEFAULT_RULE.into(),
             backend: r.backend.clone(),
             policy: ids.policy(r),
             rewrite: None,
             canary: None,
             source: r.source.clone(),
         });
-        model.default_rule = Some("default".into());
+        model.default_rule = Some(DEFAULT_RULE.into());
     }
     (hosts, weighted)
 }
@@ -303,19 +307,19 @@ mod tests {
         for h in &m.hosts {
             out.insert(h.id.clone(), format!("{:?}", h.host));
             for p in &h.paths {
-                out.entry(p.rule.clone()).or_default().push_str(&format!("{:?} {:?} {};", h.host, p.kind, p.path));
+                out.entry(p.rule.to_string()).or_default().push_str(&format!("{:?} {:?} {};", h.host, p.kind, p.path));
             }
         }
         let mut users: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
         for r in &m.rules {
             let what = format!("{} {:?} {:?} {:?} {:?}", r.backend, r.policy, r.rewrite, r.canary, r.source);
-            out.entry(r.id.clone()).or_default().push_str(&what);
+            out.entry(r.id.to_string()).or_default().push_str(&what);
             if let Some(p) = &r.policy {
                 users.entry(p).or_default().insert(&r.source.namespace);
             }
         }
         for p in &m.policies {
-            out.insert(p.id.clone(), format!("{:?} {:?}", p.policy, users.get(p.id.as_str())));
+            out.insert(p.id.to_string(), format!("{:?} {:?}", p.policy, users.get(p.id.as_str())));
         }
         for w in &m.rewrites {
             out.insert(w.id.clone(), format!("{:?}", w.rewrite));
