@@ -559,7 +559,7 @@ fn route_input(objects: GatewayObjects, bind: u16) -> GatewayInput {
 /// Puts `value` into `field` of the route `target` (and, for a backend name, a Service of that
 /// name with an endpoint, so the name reaches the translator's own checks).
 fn set_route(objects: &mut GatewayObjects, field: RouteField, value: &str) {
-    use haptic_render::gateway_api::{HttpPathMatch, HttpPathModifier};
+    use haptic_render::gateway_api::{HttpPathMatch, HttpPathModifier, MatchType, PathMatchType, PathModifierType};
     let spec = &mut objects.routes[0].spec;
     let path = format!("/{value}");
     let rules = &mut spec.rules;
@@ -576,19 +576,19 @@ fn set_route(objects: &mut GatewayObjects, field: RouteField, value: &str) {
         RouteField::PathExact => rules[1].matches[0].path.as_mut().unwrap().value = Some(path),
         RouteField::PathRegex => {
             rules[1].matches[0].path =
-                Some(HttpPathMatch { type_: Some("RegularExpression".into()), value: Some(path) })
+                Some(HttpPathMatch { type_: Some(PathMatchType::RegularExpression), value: Some(path) })
         }
         RouteField::Method => m0.method = Some(value.into()),
         RouteField::HeaderMatchName => m0.headers[0].name = value.into(),
         RouteField::HeaderMatchValue => m0.headers[0].value = value.into(),
         RouteField::HeaderMatchRegex => {
-            m0.headers[0].type_ = Some("RegularExpression".into());
+            m0.headers[0].type_ = Some(MatchType::RegularExpression);
             m0.headers[0].value = value.into();
         }
         RouteField::QueryName => m0.query_params[0].name = value.into(),
         RouteField::QueryValue => m0.query_params[0].value = value.into(),
         RouteField::QueryRegex => {
-            m0.query_params[0].type_ = Some("RegularExpression".into());
+            m0.query_params[0].type_ = Some(MatchType::RegularExpression);
             m0.query_params[0].value = value.into();
         }
         RouteField::RequestSetName
@@ -631,7 +631,7 @@ fn set_route(objects: &mut GatewayObjects, field: RouteField, value: &str) {
         }
         RouteField::RedirectPrefix => {
             rules[2].filters[0].request_redirect.as_mut().unwrap().path = Some(HttpPathModifier {
-                type_: "ReplacePrefixMatch".into(),
+                type_: PathModifierType::ReplacePrefixMatch,
                 replace_full_path: None,
                 replace_prefix_match: Some(path),
             })

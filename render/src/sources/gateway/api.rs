@@ -40,6 +40,152 @@ macro_rules! resource {
     };
 }
 
+/// Declares a Gateway API discriminator: its values this version knows, the first the default,
+/// and any other as written, so reading an object never fails on a value from a newer API (the
+/// translator refuses it by name).
+macro_rules! discriminator {
+    ($(#[$doc:meta])* $ty:ident { $($(#[$vdoc:meta])* $v:ident => $s:literal,)+ }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[serde(from = "String", into = "String")]
+        pub enum $ty {
+            $($(#[$vdoc])* $v,)+
+            /// A value this version does not know, as written.
+            Other(String),
+        }
+
+        impl $ty {
+            /// As the API spells it.
+            pub fn as_str(&self) -> &str {
+                match self {
+                    $($ty::$v => $s,)+
+                    $ty::Other(s) => s,
+                }
+            }
+        }
+
+        impl Default for $ty {
+            fn default() -> Self {
+                discriminator!(@first $ty $($v)+)
+            }
+        }
+
+        impl From<String> for $ty {
+            fn from(s: String) -> Self {
+                match s.as_str() {
+                    $($s => $ty::$v,)+
+                    _ => $ty::Other(s),
+                }
+            }
+        }
+
+        impl From<$ty> for String {
+            fn from(t: $ty) -> String {
+                t.as_str().to_string()
+            }
+        }
+
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+    (@first $ty:ident $first:ident $($rest:ident)*) => {
+        $ty::$first
+    };
+}
+
+discriminator! {
+    /// `listeners[].protocol`.
+    ProtocolType {
+        /// Plain HTTP.
+        Http => "HTTP",
+        /// HTTP over TLS the Gateway terminates.
+        Https => "HTTPS",
+        /// TLS (TLSRoute).
+        Tls => "TLS",
+        /// TCP (TCPRoute).
+        Tcp => "TCP",
+        /// UDP (UDPRoute).
+        Udp => "UDP",
+    }
+}
+
+discriminator! {
+    /// `listeners[].tls.mode`.
+    TlsMode {
+        /// The Gateway terminates TLS (the default).
+        Terminate => "Terminate",
+        /// The connection passes through by SNI.
+        Passthrough => "Passthrough",
+    }
+}
+
+discriminator! {
+    /// `allowedRoutes.namespaces.from`.
+    FromNamespaces {
+        /// The Gateway's namespace (the default).
+        Same => "Same",
+        /// Every namespace.
+        All => "All",
+        /// The namespaces the selector selects.
+        Selector => "Selector",
+    }
+}
+
+discriminator! {
+    /// `matches[].path.type`.
+    PathMatchType {
+        /// A path prefix by segments (the default).
+        PathPrefix => "PathPrefix",
+        /// The whole path.
+        Exact => "Exact",
+        /// A regular expression.
+        RegularExpression => "RegularExpression",
+    }
+}
+
+discriminator! {
+    /// `matches[].headers[].type` and `matches[].queryParams[].type`.
+    MatchType {
+        /// The whole value (the default).
+        Exact => "Exact",
+        /// A regular expression.
+        RegularExpression => "RegularExpression",
+    }
+}
+
+discriminator! {
+    /// `filters[].type`.
+    FilterType {
+        /// Request header changes.
+        RequestHeaderModifier => "RequestHeaderModifier",
+        /// Response header changes.
+        ResponseHeaderModifier => "ResponseHeaderModifier",
+        /// A redirect.
+        RequestRedirect => "RequestRedirect",
+        /// Host and path rewrites.
+        UrlRewrite => "URLRewrite",
+        /// Mirroring.
+        RequestMirror => "RequestMirror",
+        /// CORS.
+        Cors => "CORS",
+        /// An implementation's own filter.
+        ExtensionRef => "ExtensionRef",
+    }
+}
+
+discriminator! {
+    /// `urlRewrite.path.type` and `requestRedirect.path.type`.
+    PathModifierType {
+        /// The whole path.
+        ReplaceFullPath => "ReplaceFullPath",
+        /// The matched prefix.
+        ReplacePrefixMatch => "ReplacePrefixMatch",
+    }
+}
+
 resource!(GatewayClass, "GatewayClass", "v1", "gatewayclasses", k8s_openapi::ClusterResourceScope);
 resource!(Gateway, "Gateway", "v1", "gateways", k8s_openapi::NamespaceResourceScope);
 resource!(HttpRoute, "HTTPRoute", "v1", "httproutes", k8s_openapi::NamespaceResourceScope);
@@ -171,7 +317,7 @@ pub struct Listener {
     /// Port.
     pub port: i32,
     /// `HTTP`, `HTTPS`, `TLS`, `TCP`, `UDP` or a domain-prefixed protocol.
-    pub protocol: String,
+    pub protocol: ProtocolType,
     /// TLS settings (HTTPS, TLS).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<ListenerTls>,
@@ -186,7 +332,7 @@ pub struct Listener {
 pub struct ListenerTls {
     /// `Terminate` (default) or `Passthrough`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mode: Option<String>,
+    pub mode: Option<TlsMode>,
     /// Certificates (Secrets).
     #[serde(default)]
     pub certificate_refs: Vec<SecretObjectReference>,
@@ -227,7 +373,7 @@ pub struct AllowedRoutes {
 pub struct RouteNamespaces {
     /// `Same` (default), `All` or `Selector`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub from: Option<String>,
+    pub from: Option<FromNamespaces>,
     /// The namespaces' label selector for `Selector`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<LabelSelector>,
@@ -377,7 +523,7 @@ pub struct HttpRouteMatch {
 pub struct HttpPathMatch {
     /// `Exact`, `PathPrefix` (default) or `RegularExpression`.
     #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
-    pub type_: Option<String>,
+    pub type_: Option<PathMatchType>,
     /// The value (default `/`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
@@ -389,7 +535,7 @@ pub struct HttpPathMatch {
 pub struct HttpHeaderMatch {
     /// `Exact` (default) or `RegularExpression`.
     #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
-    pub type_: Option<String>,
+    pub type_: Option<MatchType>,
     /// Header name (case-insensitive).
     pub name: String,
     /// Value.
@@ -402,7 +548,7 @@ pub struct HttpHeaderMatch {
 pub struct HttpQueryParamMatch {
     /// `Exact` (default) or `RegularExpression`.
     #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
-    pub type_: Option<String>,
+    pub type_: Option<MatchType>,
     /// Parameter name (case-sensitive).
     pub name: String,
     /// Value.
@@ -415,7 +561,7 @@ pub struct HttpQueryParamMatch {
 pub struct HttpRouteFilter {
     /// Which one.
     #[serde(rename = "type")]
-    pub type_: String,
+    pub type_: FilterType,
     /// `RequestHeaderModifier`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_header_modifier: Option<HttpHeaderFilter>,
@@ -494,7 +640,7 @@ pub struct HttpUrlRewriteFilter {
 pub struct HttpPathModifier {
     /// `ReplaceFullPath` or `ReplacePrefixMatch`.
     #[serde(rename = "type")]
-    pub type_: String,
+    pub type_: PathModifierType,
     /// For `ReplaceFullPath`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replace_full_path: Option<String>,
@@ -600,4 +746,28 @@ pub struct ReferenceGrantTo {
     /// One name, or every object of the kind when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A value from a newer API reads (the object is not lost to a watch) and writes back as
+    /// written; the known ones read as their variants and write as the API spells them.
+    #[test]
+    fn a_discriminator_this_version_does_not_know_reads_and_writes_as_written() {
+        let f: HttpRouteFilter = serde_json::from_value(json!({"type": "example.com/Retry"})).unwrap();
+        assert_eq!(f.type_, FilterType::Other("example.com/Retry".into()));
+        assert_eq!(serde_json::to_value(&f).unwrap()["type"], "example.com/Retry");
+        let f: HttpRouteFilter = serde_json::from_value(json!({"type": "URLRewrite"})).unwrap();
+        assert_eq!((f.type_.clone(), f.type_.to_string()), (FilterType::UrlRewrite, "URLRewrite".into()));
+        let l: Listener =
+            serde_json::from_value(json!({"name": "q", "port": 443, "protocol": "example.com/QUIC"})).unwrap();
+        assert_eq!(l.protocol, ProtocolType::Other("example.com/QUIC".into()));
+        let m: HttpPathMatch = serde_json::from_value(json!({"value": "/"})).unwrap();
+        assert_eq!(m.type_.unwrap_or_default(), PathMatchType::PathPrefix, "the API's default");
+        assert_eq!(TlsMode::default(), TlsMode::Terminate);
+        assert_eq!(FromNamespaces::default(), FromNamespaces::Same);
+    }
 }

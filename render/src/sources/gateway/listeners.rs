@@ -111,7 +111,7 @@ fn listener(
     certs: &mut BTreeMap<String, Cert>,
 ) -> (Lst, ListenerStatus) {
     let mut conds = Vec::new();
-    let supported = matches!(l.protocol.as_str(), "HTTP" | "HTTPS");
+    let supported = matches!(l.protocol, ProtocolType::Http | ProtocolType::Https);
     let port = u16::try_from(l.port).unwrap_or(0);
     let hostname = match l.hostname.as_deref() {
         None | Some("") => Ok(None),
@@ -119,7 +119,7 @@ fn listener(
     };
     let (kinds, bad_kind) = route_kinds(l, supported);
     let (mut resolved, lcerts) =
-        if l.protocol == "HTTPS" { listener_certs(input, gns, l, certs) } else { (Ok(()), Vec::new()) };
+        if l.protocol == ProtocolType::Https { listener_certs(input, gns, l, certs) } else { (Ok(()), Vec::new()) };
     if bad_kind && resolved.is_ok() {
         resolved = Err(("InvalidRouteKinds", "only HTTPRoute (gateway.networking.k8s.io) is supported".into()));
     }
@@ -150,11 +150,11 @@ fn listener(
     let lst = Lst {
         name: l.name.clone(),
         port,
-        https: l.protocol == "HTTPS",
+        https: l.protocol == ProtocolType::Https,
         hostname: hostname.clone().ok().flatten(),
         usable: accepted && conflict.is_none(),
         allows_http_route: !kinds.is_empty(),
-        from: sel.from.unwrap_or_else(|| "Same".into()),
+        from: sel.from.unwrap_or_default(),
         selector: sel.selector,
         certs: if programmed { lcerts } else { vec![] },
     };
@@ -194,7 +194,7 @@ fn listener_certs(
     let mut resolved: Result<(), (&'static str, String)> = Ok(());
     let mut lcerts = Vec::new();
     let tls = l.tls.clone().unwrap_or_default();
-    if tls.mode.as_deref().unwrap_or("Terminate") != "Terminate" {
+    if tls.mode.unwrap_or_default() != TlsMode::Terminate {
         resolved = Err(("InvalidCertificateRef", "only TLS mode Terminate is supported on HTTPS".into()));
     } else if tls.certificate_refs.is_empty() {
         resolved = Err(("InvalidCertificateRef", "no certificateRefs".into()));

@@ -359,7 +359,7 @@ struct Lst {
     /// Protocol supported and not conflicted: routes may attach.
     usable: bool,
     allows_http_route: bool,
-    from: String,
+    from: FromNamespaces,
     selector: Option<LabelSelector>,
     certs: Vec<String>,
 }
@@ -650,9 +650,9 @@ pub fn duration_ms(s: &str) -> Result<u64, String> {
 /// A match, checked and ordered by the API's precedence.
 fn compile_match(m: &HttpRouteMatch) -> Result<Candidate, String> {
     let p = m.path.clone().unwrap_or_default();
-    let kind = match p.type_.as_deref().unwrap_or("PathPrefix") {
-        "Exact" => PathKind::Exact,
-        "PathPrefix" => PathKind::Prefix,
+    let kind = match p.type_.unwrap_or_default() {
+        PathMatchType::Exact => PathKind::Exact,
+        PathMatchType::PathPrefix => PathKind::Prefix,
         other => return Err(format!("path type {other} is not supported")),
     };
     let path = parse_path(kind, Some(p.value.as_deref().unwrap_or("/")))?;
@@ -666,7 +666,7 @@ fn compile_match(m: &HttpRouteMatch) -> Result<Candidate, String> {
     };
     let mut headers = Vec::new();
     for h in &m.headers {
-        if h.type_.as_deref().unwrap_or("Exact") != "Exact" {
+        if h.type_.clone().unwrap_or_default() != MatchType::Exact {
             return Err("only Exact header matches are supported".into());
         }
         if !is_fetch_arg_name(&h.name) || !is_word(&h.value) {
@@ -680,7 +680,7 @@ fn compile_match(m: &HttpRouteMatch) -> Result<Candidate, String> {
     }
     let mut query = Vec::new();
     for q in &m.query_params {
-        if q.type_.as_deref().unwrap_or("Exact") != "Exact" {
+        if q.type_.clone().unwrap_or_default() != MatchType::Exact {
             return Err("only Exact query parameter matches are supported".into());
         }
         if !is_fetch_arg_name(&q.name) || !is_word(&q.value) {
@@ -740,15 +740,15 @@ fn header_ops(f: &HttpHeaderFilter) -> Result<HeaderOps, String> {
 }
 
 fn path_modifier(p: &HttpPathModifier, prefix: Option<usize>) -> Result<PathRewrite, String> {
-    match p.type_.as_str() {
-        "ReplaceFullPath" => {
+    match &p.type_ {
+        PathModifierType::ReplaceFullPath => {
             let v = p.replace_full_path.clone().unwrap_or_else(|| "/".into());
             if !v.starts_with('/') || !is_word(&v) {
                 return Err(format!("path {v:?} cannot be written"));
             }
             Ok(PathRewrite::Full(v))
         }
-        "ReplacePrefixMatch" => {
+        PathModifierType::ReplacePrefixMatch => {
             let v = p.replace_prefix_match.clone().unwrap_or_else(|| "/".into());
             if !v.starts_with('/') || !is_word(&v) {
                 return Err(format!("path {v:?} cannot be written"));
@@ -766,14 +766,14 @@ fn path_modifier(p: &HttpPathModifier, prefix: Option<usize>) -> Result<PathRewr
 fn compile_filters(filters: &[HttpRouteFilter], prefix: Option<usize>) -> Result<Policy, String> {
     let mut a = Policy::default();
     for f in filters {
-        match f.type_.as_str() {
-            "RequestHeaderModifier" => {
+        match &f.type_ {
+            FilterType::RequestHeaderModifier => {
                 a.request_headers = header_ops(&f.request_header_modifier.clone().unwrap_or_default())?
             }
-            "ResponseHeaderModifier" => {
+            FilterType::ResponseHeaderModifier => {
                 a.response_headers = header_ops(&f.response_header_modifier.clone().unwrap_or_default())?
             }
-            "RequestRedirect" => {
+            FilterType::RequestRedirect => {
                 let r = f.request_redirect.clone().unwrap_or_default();
                 let scheme = match r.scheme.as_deref() {
                     None => None,
@@ -795,7 +795,7 @@ fn compile_filters(filters: &[HttpRouteFilter], prefix: Option<usize>) -> Result
                 let path = r.path.as_ref().map(|p| path_modifier(p, prefix)).transpose()?;
                 a.redirect = Some(Redirect::Rewrite { scheme, hostname, port, path, code });
             }
-            "URLRewrite" => {
+            FilterType::UrlRewrite => {
                 let u = f.url_rewrite.clone().unwrap_or_default();
                 if let Some(h) = &u.hostname {
                     match parse_host(h)? {

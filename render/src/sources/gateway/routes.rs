@@ -171,8 +171,8 @@ fn backends(
         let weight = u32::try_from(br.weight.unwrap_or(1)).unwrap_or(0);
         let mut ops = HeaderOps::default();
         for f in &br.filters {
-            match (f.type_.as_str(), &f.request_header_modifier) {
-                ("RequestHeaderModifier", Some(m)) => match header_ops(m) {
+            match (&f.type_, &f.request_header_modifier) {
+                (FilterType::RequestHeaderModifier, Some(m)) => match header_ops(m) {
                     Ok(o) => ops = o,
                     Err(e) => *bad = Some(format!("{at}.filters: {e}")),
                 },
@@ -326,9 +326,9 @@ fn parent_listeners(
             let l = &ls[*i];
             l.usable
                 && l.allows_http_route
-                && match l.from.as_str() {
-                    "All" => true,
-                    "Selector" => l
+                && match l.from {
+                    FromNamespaces::All => true,
+                    FromNamespaces::Selector => l
                         .selector
                         .as_ref()
                         .is_some_and(|s| gw.ns_labels.get(one.rns).is_some_and(|labels| labels_match(s, labels))),
