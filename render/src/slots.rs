@@ -5,15 +5,82 @@
 //! number of slots and never shrinks (spare slots are parked `disabled`), so endpoint churn is
 //! a runtime change of a server, not a reload; and that a backend no route names any more is
 //! kept, retired, with every slot parked (up to [`RETIRED_KEPT`], oldest dropped first), so the
-//! last route to a Service going, and coming back, is a runtime change too. It must never read
-//! a ClusterIP: endpoints come from EndpointSlices only.
+//! last route to a Service going, and coming back, is a runtime change too. [`plan_backends`]
+//! is the one backend planner every source uses. It must never read a ClusterIP: endpoints come
+//! from EndpointSlices only.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::Server;
+use crate::model::{Backend, BackendOptions, Server};
+
+/// What ends the slot map key of a backend's backup slots (`<backend>#backup`): they live and
+/// go with their backend, never retired alone.
+pub const BACKUP_SLOTS: &str = "#backup";
+
+/// A backend a render wants.
+#[derive(Debug, Clone, Default)]
+pub struct Wanted {
+    /// Its endpoints.
+    pub endpoints: Vec<Endpoint>,
+    /// The fewest slots it gets.
+    pub min_slots: usize,
+    /// Its options.
+    pub options: BackendOptions,
+    /// The weight of each endpoint that has one (the others get the default).
+    pub weights: BTreeMap<SocketAddr, u16>,
+    /// The endpoints of its backup servers (`BAK_<n>`, at least two slots), when it has some.
+    pub backups: Option<Vec<Endpoint>>,
+}
+
+/// The backends of a render, sorted by name: each wanted one's servers planned against the
+/// previous render's slot map `prev`, and those no route names any more, retired with every
+/// slot parked (at least `retired_min` slots), so a backend's last route going (and one coming
+/// back) is a change of servers and maps, not of sections; the assignments go into `slot_map`
+/// (`backends` and `retired`).
+pub fn plan_backends(
+    prev: &SlotMap,
+    wanted: BTreeMap<String, Wanted>,
+    retired_min: usize,
+    slot_map: &mut SlotMap,
+) -> Vec<Backend> {
+    let active: BTreeSet<String> = wanted.keys().cloned().collect();
+    let mains = SlotMap {
+        backends: prev
+            .backends
+            .iter()
+            .filter(|(k, _)| !k.ends_with(BACKUP_SLOTS))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        ..prev.clone()
+    };
+    slot_map.retired = retired(&mains, &active, RETIRED_KEPT);
+    let parked = Wanted { min_slots: retired_min, ..Wanted::default() };
+    let retired = slot_map.retired.iter().map(|n| (n.clone(), parked.clone()));
+    let all: BTreeMap<String, Wanted> = wanted.into_iter().chain(retired).collect();
+    let mut out = Vec::new();
+    for (name, w) in all {
+        let (mut servers, s) = plan(&w.endpoints, prev.backends.get(&name), w.min_slots);
+        for srv in &mut servers {
+            srv.weight = srv.endpoint.and_then(|a| w.weights.get(&a).copied());
+        }
+        slot_map.backends.insert(name.clone(), s);
+        if let Some(fb) = &w.backups {
+            let key = format!("{name}{BACKUP_SLOTS}");
+            let (backups, s) = plan(fb, prev.backends.get(&key), 2);
+            servers.extend(backups.into_iter().map(|mut b| {
+                b.name = b.name.replacen("SRV_", "BAK_", 1);
+                b.backup = true;
+                b
+            }));
+            slot_map.backends.insert(key, s);
+        }
+        out.push(Backend { name, servers, options: w.options });
+    }
+    out
+}
 
 /// Per backend: its slot count and which endpoint sits in which slot (0-based).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -115,6 +182,43 @@ mod tests {
 
     fn ep(i: u8) -> Endpoint {
         Endpoint { addr: SocketAddr::from(([10, 0, 0, i], 8080)), draining: false }
+    }
+
+    /// A backend's backup slots go with it: retired together, never alone; a retired backend
+    /// keeps its section with every slot parked, and the backends come sorted by name.
+    #[test]
+    fn backends_are_planned_with_their_backups_and_retired_whole() {
+        let wanted = |names: &[&str]| -> BTreeMap<String, Wanted> {
+            names
+                .iter()
+                .map(|n| {
+                    let w = Wanted {
+                        endpoints: vec![ep(1), ep(2)],
+                        min_slots: 2,
+                        weights: [(ep(2).addr, 7)].into(),
+                        backups: (*n == "b").then(|| vec![ep(9)]),
+                        ..Wanted::default()
+                    };
+                    (n.to_string(), w)
+                })
+                .collect()
+        };
+        let mut first = SlotMap::default();
+        let bs = plan_backends(&SlotMap::default(), wanted(&["b", "a"]), 4, &mut first);
+        assert_eq!(bs.iter().map(|b| b.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        let b = &bs[1].servers;
+        let names: Vec<(&str, bool, Option<u16>)> = b.iter().map(|s| (s.name.as_str(), s.backup, s.weight)).collect();
+        assert_eq!(
+            names,
+            [("SRV_1", false, None), ("SRV_2", false, Some(7)), ("BAK_1", true, None), ("BAK_2", true, None)]
+        );
+        assert!(first.backends.contains_key("b#backup"));
+        let mut second = SlotMap::default();
+        let bs = plan_backends(&first, wanted(&["a"]), 4, &mut second);
+        assert_eq!(second.retired, ["b"], "the backup slots are never retired alone");
+        let b = bs.iter().find(|b| b.name == "b").unwrap();
+        assert!(b.servers.iter().all(|s| s.endpoint.is_none() && !s.backup), "{b:?}");
+        assert_eq!(b.servers.len(), 4, "parked with at least the retired minimum");
     }
 
     #[test]

@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{stable_id, Attached, GatewayInput, GatewayOutput};
 use crate::model::{
-    Backend, BackendOptions, Bind, Cert, Frontend, HostLookup, HostTable, Listeners, MatchRule, Model, ObjectRef,
-    PathEntry, PathKind, Policy, PolicyEntry, Protocol, Rule, RuleId,
+    BackendOptions, Bind, Cert, Frontend, HostLookup, HostTable, Listeners, MatchRule, Model, ObjectRef, PathEntry,
+    PathKind, Policy, PolicyEntry, Rule, RuleId,
 };
 use crate::slots::{self, SlotMap};
 use crate::sources::common::content_ids;
@@ -119,17 +119,14 @@ fn plan_backends(
     input: &GatewayInput,
     backends: BTreeMap<String, super::PlannedBackend>,
 ) {
-    let prev = &input.previous_slots;
-    let active: BTreeSet<String> = backends.keys().cloned().collect();
-    slot_map.retired = slots::retired(prev, &active, slots::RETIRED_KEPT);
-    let retired = slot_map.retired.iter().map(|n| (n.clone(), (Vec::new(), BTreeMap::new(), Protocol::Http)));
-    let all: BTreeMap<_, _> = backends.into_iter().chain(retired).collect();
-    for (name, (eps, weights, protocol)) in all {
-        let (mut servers, s) = slots::plan(&eps, prev.backends.get(&name), input.settings.min_slots);
-        for srv in &mut servers {
-            srv.weight = srv.endpoint.and_then(|a| weights.get(&a).map(|w| u16::try_from(*w).unwrap_or(256)));
-        }
-        slot_map.backends.insert(name.clone(), s);
-        model.backends.push(Backend { name, servers, options: BackendOptions { protocol, ..Default::default() } });
-    }
+    let min_slots = input.settings.min_slots;
+    let wanted = backends
+        .into_iter()
+        .map(|(name, (endpoints, weights, protocol))| {
+            let weights = weights.into_iter().map(|(a, w)| (a, u16::try_from(w).unwrap_or(256))).collect();
+            let options = BackendOptions { protocol, ..Default::default() };
+            (name, slots::Wanted { endpoints, min_slots, options, weights, backups: None })
+        })
+        .collect();
+    model.backends = slots::plan_backends(&input.previous_slots, wanted, min_slots, slot_map);
 }

@@ -11,15 +11,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
 use super::annotations::{CanarySelector, Policy};
-use super::{
-    canary_weights, host_id, kept_hosts, rule_id, slots_for, Ctx, IngressInput, Route, RouteKey, Routes, BACKUP_SLOTS,
-};
+use super::{canary_weights, host_id, kept_hosts, rule_id, slots_for, Ctx, IngressInput, Route, RouteKey, Routes};
 use crate::model::{
-    Backend, Bind, Frontend, HostLookup, HostMatch, HostTable, Model, PathEntry, PathRewrite, PolicyEntry, PolicyId,
+    Bind, Frontend, HostLookup, HostMatch, HostTable, Model, PathEntry, PathRewrite, PolicyEntry, PolicyId,
     RewriteEntry, Rule, RuleCanary, RuleId, DEFAULT_RULE,
 };
 use crate::ownership::{Claim, Owners};
-use crate::slots::{self, Endpoint, SlotMap};
+use crate::slots::{self, SlotMap};
 use crate::sources::common::content_ids;
 
 /// Weighted backends: name → (main, canary, weight, total).
@@ -221,53 +219,28 @@ fn backends(
     weighted: &Weighted,
     canary_eps: &CanaryEps,
 ) -> SlotMap {
-    let mut slot_map = SlotMap::default();
     let prev = &input.previous_slots;
-    let active: BTreeSet<String> = ctx.backends.keys().cloned().collect();
-    // Backup slots (`<backend>#backup`) live and go with their backend: never retired alone.
-    let prev_main = SlotMap {
-        backends: prev
-            .backends
-            .iter()
-            .filter(|(k, _)| !k.ends_with(BACKUP_SLOTS))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-        retired: prev.retired.clone(),
-        bind_ports: prev.bind_ports.clone(),
-    };
-    slot_map.retired = slots::retired(&prev_main, &active, slots::RETIRED_KEPT);
-    // Retired backends keep their section with every slot parked: their last route going (and
-    // one coming back) is then a change of servers and maps, not of sections.
-    let retired = slot_map.retired.iter().map(|n| (n.clone(), Vec::new()));
-    let all: BTreeMap<String, Vec<Endpoint>> = ctx.backends.into_iter().chain(retired).collect();
-    for (name, eps) in all {
+    let mut wanted = BTreeMap::new();
+    for (name, endpoints) in std::mem::take(&mut ctx.backends) {
         let options = ctx.options.remove(&name).map(|(o, _)| o).unwrap_or_default();
-        let min =
-            slots_for(&options, eps.len(), prev.backends.get(&name).map_or(0, |p| p.count), input.settings.min_slots);
-        let (mut servers, s) = slots::plan(&eps, prev.backends.get(&name), min);
+        let min_slots = slots_for(
+            &options,
+            endpoints.len(),
+            prev.backends.get(&name).map_or(0, |p| p.count),
+            input.settings.min_slots,
+        );
+        let mut weights = BTreeMap::new();
         if let (Some((_, _, w, t)), Some(theirs)) = (weighted.get(&name), canary_eps.get(&name)) {
             let serving =
-                |canary: bool| eps.iter().filter(|e| !e.draining && theirs.contains(&e.addr) == canary).count();
+                |canary: bool| endpoints.iter().filter(|e| !e.draining && theirs.contains(&e.addr) == canary).count();
             let (wm, wc) = canary_weights(serving(false), serving(true), *w, *t);
-            for srv in &mut servers {
-                if let Some(a) = srv.endpoint {
-                    srv.weight = Some(if theirs.contains(&a) { wc } else { wm });
-                }
-            }
+            weights = endpoints.iter().map(|e| (e.addr, if theirs.contains(&e.addr) { wc } else { wm })).collect();
         }
-        slot_map.backends.insert(name.clone(), s);
-        if let Some(fb) = ctx.fallbacks.get(&name) {
-            let key = format!("{name}{BACKUP_SLOTS}");
-            let (backups, s) = slots::plan(fb, prev.backends.get(&key), 2);
-            servers.extend(backups.into_iter().map(|mut b| {
-                b.name = b.name.replacen("SRV_", "BAK_", 1);
-                b.backup = true;
-                b
-            }));
-            slot_map.backends.insert(key, s);
-        }
-        model.backends.push(Backend { name, servers, options });
+        let backups = ctx.fallbacks.get(&name).cloned();
+        wanted.insert(name, slots::Wanted { endpoints, min_slots, options, weights, backups });
     }
+    let mut slot_map = SlotMap::default();
+    model.backends = slots::plan_backends(prev, wanted, input.settings.min_slots, &mut slot_map);
     slot_map
 }
 

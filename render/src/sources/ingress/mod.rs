@@ -242,9 +242,6 @@ fn is_canary(ing: &Ingress) -> bool {
         .any(|p| a.and_then(|a| a.get(&format!("{p}canary"))).is_some_and(|v| v.trim() == "true"))
 }
 
-/// The slot map key suffix of a backend's backup slots (`<backend>#backup`).
-const BACKUP_SLOTS: &str = "#backup";
-
 /// The name of the weighted backend holding `main`'s and `canary`'s servers for the canary
 /// Ingress `ingress` (of `canary`'s namespace): one per canary Ingress, so two canaries of one
 /// pair keep their own weights. Backend names hold no `.`, so only the Ingress's name may.
