@@ -33,7 +33,7 @@ use super::real::{pod_ready, restarts, RealCluster, NAMESPACE};
 use super::real_hostile::user_client;
 use super::real_steps::{apply_params, ensure, install_reading_config_map};
 use super::scenarios::Selection;
-use super::{eventually, status, wait_converged_on_spec, Cluster, ClusterError, Result};
+use super::{eventually, status, wait_converged, wait_converged_on_spec, Cluster, ClusterError, Result};
 
 /// The step's name for `HAPTIC_E2E_STEPS`.
 pub const TENANT_STEPS: [&str; 1] = ["tenants"];
@@ -253,11 +253,15 @@ async fn attacks_under_load(c: &RealCluster) -> Result<()> {
     let svc = c.service_ip().await?;
     let admin = c.client();
     namespace_with_web(c, VICTIM).await?;
+    let without_victim = status(&admin, NAMESPACE).await?["planId"].clone();
     apply::<Ingress>(&admin, VICTIM, &ingress(VICTIM, "site", HOST, &[("/", "Prefix"), ("/admin", "Prefix")], &[]))
         .await?;
     namespace_with_web(c, ATTACKER).await?;
     attacker_rights(&admin).await?;
     served_by(c, &svc, HOST, "/admin/", VICTIM).await?;
+    // One pod answering through the Service is not every pod: the load starts once every pod
+    // runs a plan newer than the one before the victim's Ingress.
+    wait_converged(&admin, NAMESPACE, 2, Some(&without_victim)).await?;
     let before = haproxy_restarts(c).await?;
     let user = user_client(USER).await?;
     let stop = Arc::new(AtomicBool::new(false));
