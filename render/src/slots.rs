@@ -46,17 +46,10 @@ pub fn plan_backends(
     retired_min: usize,
     slot_map: &mut SlotMap,
 ) -> Vec<Backend> {
-    let active: BTreeSet<String> = wanted.keys().cloned().collect();
-    let mains = SlotMap {
-        backends: prev
-            .backends
-            .iter()
-            .filter(|(k, _)| !k.ends_with(BACKUP_SLOTS))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-        ..prev.clone()
-    };
-    slot_map.retired = retired(&mains, &active, RETIRED_KEPT);
+    // Backup slots are never retired alone: they count as active, and go with their backend.
+    let backups = prev.backends.keys().filter(|k| k.ends_with(BACKUP_SLOTS)).cloned();
+    let active: BTreeSet<String> = wanted.keys().cloned().chain(backups).collect();
+    slot_map.retired = retired(prev, &active, RETIRED_KEPT);
     let parked = Wanted { min_slots: retired_min, ..Wanted::default() };
     let retired = slot_map.retired.iter().map(|n| (n.clone(), parked.clone()));
     let all: BTreeMap<String, Wanted> = wanted.into_iter().chain(retired).collect();
