@@ -350,8 +350,9 @@ pub fn annotation_lines(id: &str, m: &Meaning) -> Result<Vec<String>, RenderErro
     let mut out = policy_lines_of(id, &m.policy)?;
     if let Some(a) = &m.auth {
         out.push(format!(
-            "http-request auth realm {} if {{ var(txn.policy) -m str {} }} !{{ http_auth(<the users of Secret {}>) }}",
+            "http-request auth realm {} if {{ var({}) -m str {} }} !{{ http_auth(<the users of Secret {}>) }}",
             config_arg(&a.realm)?,
+            crate::names::Var::Policy,
             our_id(id)?,
             a.secret
         ));
