@@ -26,8 +26,18 @@ use crate::ownership::{claim_in_age_order, shown, Claimant, HostSharing};
 use crate::slots::Endpoint;
 use crate::sources::common::{endpoints, obj};
 
-/// Why a reference does not resolve: (reason, message).
-type Unresolved = (&'static str, String);
+/// Why a reference does not resolve or a parent does not accept the route: the Gateway API
+/// reason of its condition, the cause of the route's refusal, and the message.
+struct Unresolved {
+    reason: &'static str,
+    cause: Cause,
+    message: String,
+}
+
+/// An [`Unresolved`].
+fn unresolved(reason: &'static str, cause: Cause, message: impl Into<String>) -> Unresolved {
+    Unresolved { reason, cause, message: message.into() }
+}
 
 /// A route's own content, checked once for all its parents.
 struct Content {
@@ -61,8 +71,8 @@ pub(super) fn route(gw: &Gateways<'_>, rank: usize, r: &HttpRoute, acc: &mut Att
     if parents.is_empty() {
         return;
     }
-    if let Err((reason, msg)) = &content.resolved_refs {
-        v.warnings.push(Refusal::new(cause_of(reason), "spec.rules", msg.clone()));
+    if let Err(u) = &content.resolved_refs {
+        v.warnings.push(Refusal::new(u.cause, "spec.rules", u.message.clone()));
     }
     // Attached routes per listener (once per route).
     for (gi, li) in &attachments {
@@ -212,35 +222,48 @@ fn backend_ref(
 ) -> Result<(String, Vec<Endpoint>, Protocol), Unresolved> {
     let bns = br.namespace.clone().unwrap_or_else(|| rns.to_string());
     if !br.group.as_deref().unwrap_or("").is_empty() || br.kind.as_deref().unwrap_or("Service") != "Service" {
-        return Err(("InvalidKind", format!("{at}: only Services are supported")));
+        return Err(unresolved("InvalidKind", Cause::Invalid, format!("{at}: only Services are supported")));
     }
     if bns != rns && !granted(&gw.input.grants, "HTTPRoute", rns, "Service", &bns, &br.name) {
-        return Err((
+        return Err(unresolved(
             "RefNotPermitted",
+            Cause::NotAllowed,
             format!("{at}: no ReferenceGrant in {bns} lets HTTPRoutes of {rns} use Service {}", br.name),
         ));
     }
     let Some(svc) = gw.services.get(&(bns.as_str(), br.name.as_str())) else {
-        return Err(("BackendNotFound", format!("{at}: Service {bns}/{} not found", br.name)));
+        return Err(unresolved(
+            "BackendNotFound",
+            Cause::Missing,
+            format!("{at}: Service {bns}/{} not found", br.name),
+        ));
     };
     let Some(port) = br.port else {
-        return Err(("BackendNotFound", format!("{at}: no port")));
+        return Err(unresolved("BackendNotFound", Cause::Missing, format!("{at}: no port")));
     };
     let sp = svc.spec.as_ref().and_then(|s| s.ports.as_ref()).and_then(|ps| ps.iter().find(|p| p.port == port));
     let Some(sp) = sp else {
-        return Err(("BackendNotFound", format!("{at}: Service {bns}/{} has no port {port}", br.name)));
+        return Err(unresolved(
+            "BackendNotFound",
+            Cause::Missing,
+            format!("{at}: Service {bns}/{} has no port {port}", br.name),
+        ));
     };
     let protocol = match sp.app_protocol.as_deref() {
         None | Some("http") | Some("kubernetes.io/ws") | Some("kubernetes.io/http") => Protocol::Http,
         Some("kubernetes.io/h2c") => Protocol::H2c,
         Some(other) => {
-            return Err(("UnsupportedProtocol", format!("{at}: appProtocol {other} is not supported")));
+            return Err(unresolved(
+                "UnsupportedProtocol",
+                Cause::Invalid,
+                format!("{at}: appProtocol {other} is not supported"),
+            ));
         }
     };
     let canonical = sp.name.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| sp.port.to_string());
     let name = format!("{bns}_{}_{canonical}", br.name);
     if !is_section_name(&name) {
-        return Err(("BackendNotFound", format!("{at}: {name:?} is not a backend name")));
+        return Err(unresolved("BackendNotFound", Cause::Missing, format!("{at}: {name:?} is not a backend name")));
     }
     let sl = gw.slices.get(&(bns.as_str(), br.name.as_str())).map_or(&[][..], Vec::as_slice);
     let eps = endpoints(sl, sp.name.as_deref().unwrap_or(""));
@@ -281,15 +304,14 @@ fn parents(
                     }
                 }
             }
-            Err((reason, msg)) => {
-                conds.push(cond("Accepted", false, reason, msg.clone(), gen));
-                let cause = if gw.input.excluded.contains_key(one.me) { Cause::LeftOut } else { cause_of(reason) };
-                v.refusals.push(Refusal::new(cause, "spec.parentRefs", format!("{}: {msg}", pr.name)));
+            Err(u) => {
+                conds.push(cond("Accepted", false, u.reason, u.message.clone(), gen));
+                v.refusals.push(Refusal::new(u.cause, "spec.parentRefs", format!("{}: {}", pr.name, u.message)));
             }
         }
         match &content.resolved_refs {
             Ok(()) => conds.push(cond("ResolvedRefs", true, "ResolvedRefs", "resolved", gen)),
-            Err((reason, msg)) => conds.push(cond("ResolvedRefs", false, reason, msg.clone(), gen)),
+            Err(u) => conds.push(cond("ResolvedRefs", false, u.reason, u.message.clone(), gen)),
         }
         parents.push(ParentStatus { parent_ref: pr.clone(), conditions: conds });
     }
@@ -311,13 +333,13 @@ fn parent_listeners(
         .filter(|i| pr.port.is_none_or(|p| i32::from(ls[*i].port) == p))
         .collect();
     if named.is_empty() {
-        return Err(("NoMatchingParent", "no listener matches the sectionName and port".into()));
+        return Err(unresolved("NoMatchingParent", Cause::Invalid, "no listener matches the sectionName and port"));
     }
     if let Some(why) = gw.input.excluded.get(one.me) {
-        return Err(("UnsupportedValue", why.clone()));
+        return Err(unresolved("UnsupportedValue", Cause::LeftOut, why.clone()));
     }
     if let Some(b) = &content.bad {
-        return Err(("UnsupportedValue", b.clone()));
+        return Err(unresolved("UnsupportedValue", Cause::Invalid, b.clone()));
     }
     let allowed: Vec<usize> = named
         .iter()
@@ -337,14 +359,18 @@ fn parent_listeners(
         })
         .collect();
     if allowed.is_empty() {
-        return Err(("NotAllowedByListeners", "no listener allows this route".into()));
+        return Err(unresolved("NotAllowedByListeners", Cause::NotAllowed, "no listener allows this route"));
     }
     let hosted: Vec<usize> = allowed
         .into_iter()
         .filter(|i| content.hostnames.iter().any(|h| intersect(&ls[*i].hostname, h).is_some()))
         .collect();
     if hosted.is_empty() {
-        Err(("NoMatchingListenerHostname", "no listener hostname intersects the route's hostnames".into()))
+        Err(unresolved(
+            "NoMatchingListenerHostname",
+            Cause::Invalid,
+            "no listener hostname intersects the route's hostnames",
+        ))
     } else {
         Ok(hosted)
     }
@@ -455,14 +481,5 @@ fn hosts_into(
             }
         }
         acc.tables.entry((b, eff)).or_default().extend(cands.iter().cloned());
-    }
-}
-
-/// The cause of a refusal a route condition's reason (a Gateway API reason) tells.
-fn cause_of(reason: &str) -> Cause {
-    match reason {
-        "BackendNotFound" => Cause::Missing,
-        "RefNotPermitted" | "NotAllowedByListeners" => Cause::NotAllowed,
-        _ => Cause::Invalid,
     }
 }
