@@ -169,11 +169,25 @@ pub fn map_value(s: &str) -> Result<&str, Inexpressible> {
 /// The map line `<key> <value>\n` (for a map file or an `add map` payload), within
 /// [`MAX_MAP_LINE`].
 pub fn map_line(key: &str, value: &str) -> Result<String, Inexpressible> {
-    let line = format!("{} {}\n", map_key(key)?, map_value(value)?);
-    if line.len() > MAX_MAP_LINE {
-        return Err(Inexpressible::LineTooLong { len: line.len(), max: MAX_MAP_LINE });
-    }
+    let mut line = String::new();
+    push_map_line(&mut line, key, value)?;
     Ok(line)
+}
+
+/// [`map_line`] appended to `out` (a whole map file is built without a string per line);
+/// `out` is unchanged when the line is refused.
+pub fn push_map_line(out: &mut String, key: &str, value: &str) -> Result<(), Inexpressible> {
+    let (key, value) = (map_key(key)?, map_value(value)?);
+    let len = key.len() + value.len() + 2;
+    if len > MAX_MAP_LINE {
+        return Err(Inexpressible::LineTooLong { len, max: MAX_MAP_LINE });
+    }
+    out.reserve(len);
+    out.push_str(key);
+    out.push(' ');
+    out.push_str(value);
+    out.push('\n');
+    Ok(())
 }
 
 /// A PCRE pattern matching `s` literally (not anchored: wrap it in `^…$` for an exact match):
@@ -201,6 +215,22 @@ pub fn regex_literal(s: &str) -> Result<String, Inexpressible> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_map_line_is_appended_whole_or_not_at_all() {
+        let mut out = String::from("a b\n");
+        push_map_line(&mut out, "k", "v w").unwrap();
+        assert_eq!(out, "a b\nk v w\n");
+        assert_eq!(map_line("k", "v w").unwrap(), "k v w\n");
+        let long = "x".repeat(MAX_MAP_LINE);
+        for (k, v) in [("k k", "v"), ("k", " v"), (long.as_str(), "v"), ("#k", "v")] {
+            assert!(push_map_line(&mut out, k, v).is_err(), "{k:?} {v:?}");
+            assert_eq!(out, "a b\nk v w\n");
+        }
+        let fits = "x".repeat(MAX_MAP_LINE - 3);
+        assert_eq!(map_line(&fits, "v").unwrap().len(), MAX_MAP_LINE);
+        assert!(map_line(&fits, "vv").is_err());
+    }
 
     #[test]
     fn forms() {

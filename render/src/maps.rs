@@ -37,11 +37,11 @@
 //! takes changed files sorted by path), and each map's id stands for one content whatever else
 //! comes and goes. `maps/rules.map` sorts after the path maps and the per-rule maps: a rule just
 //! added answers 404 until its policy, rewrite and canary entries are in, never without them.
-//! It must never write a line other than through `haptic_haproxy::quote::map_line`.
+//! It must never write a line other than through `haptic_haproxy::quote::map_line` (or `push_map_line`).
 
 use std::collections::BTreeMap;
 
-use haptic_haproxy::quote::{map_line, regex_literal, Inexpressible};
+use haptic_haproxy::quote::{map_line, push_map_line, regex_literal, Inexpressible};
 
 use crate::model::{HostLookup, HostMatch, Listeners, Model, PathKind, TlsListener, NOT_FOUND_RULE};
 use crate::names::{MapFile, Var};
@@ -79,11 +79,11 @@ pub fn build(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, Inexpressible> 
         let at = t.port.map(|p| format!("@{p}")).unwrap_or_default();
         let hid = match &t.host {
             HostMatch::Exact(h) => {
-                hosts.push_str(&map_line(&format!("{h}{at}"), &t.id)?);
+                push_map_line(&mut hosts, &format!("{h}{at}"), &t.id)?;
                 t.id.as_str()
             }
             HostMatch::Wildcard(suffix) => {
-                wild.push_str(&map_line(suffix, &t.id)?);
+                push_map_line(&mut wild, suffix, &t.id)?;
                 t.id.as_str()
             }
             HostMatch::Suffix(suffix) => {
@@ -91,7 +91,7 @@ pub fn build(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, Inexpressible> 
                 t.id.as_str()
             }
             HostMatch::Any if t.port.is_some() => {
-                hosts.push_str(&map_line(&at, &t.id)?);
+                push_map_line(&mut hosts, &at, &t.id)?;
                 t.id.as_str()
             }
             HostMatch::Any => "*",
@@ -134,7 +134,7 @@ pub fn build(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, Inexpressible> 
     out.insert(MapFile::PathsRegex.name().to_string(), lines(&regex)?.into_bytes());
     let mut pt = String::new();
     for p in &model.passthrough {
-        pt.push_str(&map_line(&p.host, &p.backend)?);
+        push_map_line(&mut pt, &p.host, &p.backend)?;
     }
     out.insert(MapFile::Passthrough.name().to_string(), pt.into_bytes());
     let listeners: Vec<&Listeners> = model
@@ -153,7 +153,11 @@ pub fn build(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, Inexpressible> 
 
 /// The map lines of `v`'s (key, value) pairs.
 fn lines(v: &[(String, String)]) -> Result<String, Inexpressible> {
-    v.iter().map(|(k, r)| map_line(k, r)).collect()
+    let mut out = String::with_capacity(v.iter().map(|(k, r)| k.len() + r.len() + 2).sum());
+    for (k, r) in v {
+        push_map_line(&mut out, k, r)?;
+    }
+    Ok(out)
 }
 
 /// The per-rule maps: each rule's backend, policy, rewrite and canary parts.
@@ -164,18 +168,18 @@ fn rule_maps(model: &Model, out: &mut BTreeMap<String, Vec<u8>>) -> Result<(), I
     let (mut canaries, mut canary_be, mut main_be) = (String::new(), String::new(), String::new());
     for r in &model.rules {
         if let Some(c) = &r.canary {
-            canary_be.push_str(&map_line(&r.id, &c.canary)?);
-            main_be.push_str(&map_line(&r.id, &c.main)?);
+            push_map_line(&mut canary_be, &r.id, &c.canary)?;
+            push_map_line(&mut main_be, &r.id, &c.main)?;
             if let Some(s) = &c.selector {
-                canaries.push_str(&map_line(&r.id, s)?);
+                push_map_line(&mut canaries, &r.id, s)?;
             }
         }
-        rules.push_str(&map_line(&r.id, &r.backend)?);
+        push_map_line(&mut rules, &r.id, &r.backend)?;
         if let Some(p) = &r.policy {
-            policies.push_str(&map_line(&r.id, p)?);
+            push_map_line(&mut policies, &r.id, p)?;
         }
         if let Some(w) = &r.rewrite {
-            rewrites.push_str(&map_line(&r.id, w)?);
+            push_map_line(&mut rewrites, &r.id, w)?;
         }
     }
     out.insert(MapFile::Rules.name().to_string(), rules.into_bytes());
@@ -201,9 +205,9 @@ fn listener_maps(
     let (mut exact, mut suffix) = (String::new(), Vec::new());
     for TlsListener { port, host, id } in listeners.iter().flat_map(|l| l.tls.iter()) {
         match host {
-            Some(HostMatch::Exact(h)) => exact.push_str(&map_line(&format!("{h}@{port}"), id)?),
+            Some(HostMatch::Exact(h)) => push_map_line(&mut exact, &format!("{h}@{port}"), id)?,
             Some(HostMatch::Suffix(s)) => suffix.push((format!("{s}@{port}"), id.clone())),
-            _ => exact.push_str(&map_line(&format!("@{port}"), id)?),
+            _ => push_map_line(&mut exact, &format!("@{port}"), id)?,
         }
     }
     suffix.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(&b.0)));

@@ -736,7 +736,40 @@ pub struct BasicAuth {
 impl Policy {
     /// Whether it does nothing.
     pub fn is_empty(&self) -> bool {
-        *self == Policy::default()
+        // Field by field (a new field fails to compile here until it is added), without building
+        // a default Policy per call: the render asks this of every route.
+        let Policy {
+            allow,
+            deny,
+            https_redirect,
+            max_body,
+            app_root,
+            redirect,
+            request_headers,
+            host_rewrite,
+            path_rewrite,
+            timeout_ms,
+            response_headers,
+            cors,
+            limit,
+            auth,
+            error_pages,
+        } = self;
+        allow.is_none()
+            && deny.is_empty()
+            && !https_redirect
+            && max_body.is_none()
+            && app_root.is_none()
+            && redirect.is_none()
+            && request_headers.is_empty()
+            && host_rewrite.is_none()
+            && path_rewrite.is_none()
+            && timeout_ms.is_none()
+            && response_headers.is_empty()
+            && cors.is_none()
+            && limit.is_none()
+            && auth.is_none()
+            && error_pages.is_empty()
     }
 }
 
@@ -826,5 +859,31 @@ impl CanarySelector {
     /// Whether it selects nothing (weight only).
     pub fn is_empty(&self) -> bool {
         self.header.is_none() && self.cookie.is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_policy_is_empty_exactly_when_it_is_the_default() {
+        assert!(Policy::default().is_empty());
+        let set: [fn(&mut Policy); 8] = [
+            |p| p.deny.push(Cidr { addr: IpAddr::from([10, 0, 0, 0]), len: 8 }),
+            |p| p.https_redirect = true,
+            |p| p.max_body = Some(1),
+            |p| p.app_root = Some("/a".into()),
+            |p| p.request_headers.remove.push("x".into()),
+            |p| p.timeout_ms = Some(1),
+            |p| p.response_headers.add.push(("x".into(), "y".into())),
+            |p| p.error_pages.push(503),
+        ];
+        for f in set {
+            let mut p = Policy::default();
+            f(&mut p);
+            assert!(!p.is_empty(), "{p:?}");
+            assert_ne!(p, Policy::default());
+        }
     }
 }

@@ -143,6 +143,30 @@ struct ServerView {
     weight: Option<u16>,
     /// A `backup` server.
     backup: bool,
+    /// The words the fields above stand for, each with a leading space, in the order HAProxy's
+    /// documentation lists them: what the built-in template writes after `addr`.
+    words: String,
+}
+
+/// The words after a server's address that its view's fields stand for (`disabled`, `weight`,
+/// `backup`, `cookie`), each with a leading space.
+fn server_words(s: &ServerView) -> String {
+    let mut w = String::new();
+    if s.disabled {
+        w.push_str(" disabled");
+    }
+    if s.draining {
+        w.push_str(" weight 0");
+    } else if let Some(n) = s.weight {
+        w.push_str(&format!(" weight {n}"));
+    }
+    if s.backup {
+        w.push_str(" backup");
+    }
+    if let Some(c) = &s.cookie {
+        w.push_str(&format!(" cookie {c}"));
+    }
+    w
 }
 
 fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderError> {
@@ -272,7 +296,7 @@ fn backend_view(model: &Model, b: &crate::model::Backend) -> Result<BackendView,
             // A parked slot: an address nothing listens on, never used while disabled.
             None => "127.0.0.1:1".to_string(),
         };
-        servers.push(ServerView {
+        let mut server = ServerView {
             name: s.name.clone(),
             addr,
             disabled: s.endpoint.is_none(),
@@ -280,7 +304,10 @@ fn backend_view(model: &Model, b: &crate::model::Backend) -> Result<BackendView,
             cookie: b.options.affinity.as_ref().map(|_| s.name.clone()),
             weight: s.weight.filter(|_| !s.draining && s.endpoint.is_some()),
             backup: s.backup,
-        });
+            words: String::new(),
+        };
+        server.words = server_words(&server);
+        servers.push(server);
     }
     if !is_section_name(&b.name) {
         return Err(RenderError::Template(format!("{:?} is not a backend name", b.name)));

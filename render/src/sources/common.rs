@@ -59,8 +59,11 @@ pub(crate) fn stable_id(prefix: &str, parts: &[&str]) -> String {
         bytes.extend_from_slice(p.as_bytes());
         bytes.push(0xff);
     }
-    let hex = haptic_protocol::Digest::of(&bytes).hex();
-    format!("{prefix}{}", &hex[..STABLE_ID_HEX])
+    let digest = haptic_protocol::Digest::of(&bytes);
+    let mut id = String::with_capacity(prefix.len() + STABLE_ID_HEX);
+    id.push_str(prefix);
+    id.push_str(&hex::encode(&digest.as_bytes()[..STABLE_ID_HEX / 2]));
+    id
 }
 
 /// [`stable_id`], told apart from the ids already `taken` by a counter after the digits (two
@@ -105,8 +108,10 @@ pub(crate) fn parse_path(kind: PathKind, p: Option<&str>) -> Result<String, Stri
     }
     // The longest key and value a path makes (a prefix path's key, under the longest host id
     // and rule id) must fit a map line.
-    let (hid, id) = (longest_id("h"), longest_id("r"));
-    if let Err(e) = quote::map_key(&format!("h0{p}")).and_then(|_| quote::map_line(&format!("{hid}{p}/"), &id)) {
+    static LONGEST: std::sync::LazyLock<(String, String)> =
+        std::sync::LazyLock::new(|| (longest_id("h"), longest_id("r")));
+    let (hid, id) = (&LONGEST.0, &LONGEST.1);
+    if let Err(e) = quote::map_key(&format!("h0{p}")).and_then(|_| quote::map_line(&format!("{hid}{p}/"), id)) {
         return Err(format!("{:?} cannot be a map key: {e}", p.chars().take(64).collect::<String>()));
     }
     if kind == PathKind::Regex {

@@ -20,6 +20,10 @@ mod report;
 mod stats;
 mod workload;
 
+/// The controller's allocator, so the in-process render figures are the product's.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;

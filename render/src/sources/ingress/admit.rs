@@ -340,7 +340,7 @@ fn path_route(
                 source: one.me.clone(),
                 canary: None,
             };
-            if *host != HostMatch::Any {
+            if *host != HostMatch::Any && !one.meaning.paths.aliases.is_empty() {
                 own.push((path.clone(), kind, route.clone()));
             }
             acc.routes.insert(key, route);

@@ -2,7 +2,8 @@
 //! endpoints each, translated and rendered (`haptic_render::render`), against the floor of
 //! parsing the rendered config once (`haptic_haproxy::cfg::parse`, which the gate and the plan
 //! diff pay for every render anyway). Also checks that moving one endpoint re-renders into a
-//! change the runtime claim takes as one server change. Pure CPU: no HAProxy, run once for all
+//! change the runtime claim takes as one server change, and at the largest size times that
+//! change as the controller pays for it: the render and the diff of the two configs. Pure CPU: no HAProxy, run once for all
 //! versions. It must never link the controller crate.
 
 use std::hint::black_box;
@@ -93,6 +94,7 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
     let templates = Templates::default();
     let mut rows = Vec::new();
     let mut per_path = Vec::new();
+    let mut diff_row = None;
     for &paths in sizes {
         let services = paths.min(1_000);
         let mut inp = input(paths, services);
@@ -118,12 +120,15 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
                 d.reload_reasons
             ));
         }
-        let (mut h, mut f) = (Samples::new(), Samples::new());
+        let (mut h, mut f, mut hd) = (Samples::new(), Samples::new(), Samples::new());
         for _ in 0..reps {
             let t = Instant::now();
             let r = black_box(render(black_box(&inp), &templates).map_err(fail)?);
             h.push_ms(t.elapsed());
-            drop(r);
+            // What the controller pays per change: the render and its diff against the last one.
+            let d = black_box(diff_cfg(&old, &cfg_of(&r)));
+            hd.push_ms(t.elapsed());
+            drop((r, d));
             let t = Instant::now();
             let c = black_box(parse(black_box(&old)));
             f.push_ms(t.elapsed());
@@ -140,7 +145,14 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
             h.p50().unwrap_or(0.0) * 1000.0 / paths as f64
         ));
         rows.push(r);
+        if paths == sizes[sizes.len() - 1] {
+            let metric = format!("{metric}: one endpoint moved, render + diff");
+            let mut r = Row::repeated("render_scale", &metric, "none", &hd, Some(&f), "ms").verified(&wrong);
+            r.add_note("a whole render (not incremental) and the runtime claim's diff of the two configs");
+            diff_row = Some(r);
+        }
     }
     linear_goal(&mut rows, &per_path, LINEAR_SLACK, "path");
+    rows.extend(diff_row);
     Ok(rows)
 }
