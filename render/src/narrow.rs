@@ -16,9 +16,33 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::model::ObjectRef;
 
-/// How the reason of an object left out for good begins (the verdict says so in
-/// `Verdict::left_out`).
-pub const GATE_REFUSES: &str = "left out: with it the render fails haproxy -c";
+/// Why an object is left out of a render: what its verdict says (as a [`Cause::LeftOut`]
+/// refusal, so `Verdict::left_out`).
+///
+/// [`Cause::LeftOut`]: crate::Cause::LeftOut
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exclusion {
+    /// Under suspicion while the controller narrows down which change the gate refuses.
+    Suspect,
+    /// With it the render fails `haproxy -c`: HAProxy's words.
+    GateRefused(String),
+    /// With it the render is over its size limit of this many bytes.
+    TooLarge(u64),
+}
+
+impl std::fmt::Display for Exclusion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Exclusion::Suspect => {
+                f.write_str("left out while the controller narrows down which change the gate refuses")
+            }
+            Exclusion::GateRefused(words) => write!(f, "left out: with it the render fails haproxy -c: {words}"),
+            Exclusion::TooLarge(limit) => {
+                write!(f, "left out: with it the render is over its size limit of {limit} bytes")
+            }
+        }
+    }
+}
 
 /// The objects of `now` whose version differs from `last_good`'s, or that `last_good` lacks
 /// (objects by kind, namespace and name; versions are whatever the caller compares, such as
@@ -39,9 +63,6 @@ pub enum Step {
     /// (the template, the admin's snippets), so narrowing cannot help and the gate stays pinned.
     Stuck,
 }
-
-/// How the reason of an object left out because the render is over its size limit begins.
-pub const TOO_LARGE: &str = "left out: with it the render is over its size limit";
 
 /// The objects to leave out of a render of `total` bytes so it fits in `limit`: the largest
 /// contributors first (`adds`: the bytes each object adds to the render; ties by kind,
@@ -94,18 +115,16 @@ impl Narrower {
 
     /// What the next render leaves out, each with why (for its verdict): the culprits with the
     /// gate's words, the others as still under suspicion.
-    pub fn excluded(&self) -> BTreeMap<ObjectRef, String> {
+    pub fn excluded(&self) -> BTreeMap<ObjectRef, Exclusion> {
         let trying: BTreeSet<&ObjectRef> = self.trial.iter().flatten().collect();
-        let mut out: BTreeMap<ObjectRef, String> = self
+        let mut out: BTreeMap<ObjectRef, Exclusion> = self
             .suspects
             .iter()
             .filter(|o| !self.cleared.contains(*o) && !trying.contains(o) && !self.culprits.contains_key(*o))
-            .map(|o| {
-                (o.clone(), "left out while the controller narrows down which change the gate refuses".to_string())
-            })
+            .map(|o| (o.clone(), Exclusion::Suspect))
             .collect();
         for (o, why) in &self.culprits {
-            out.insert(o.clone(), format!("{GATE_REFUSES}: {why}"));
+            out.insert(o.clone(), Exclusion::GateRefused(why.clone()));
         }
         out
     }
@@ -243,14 +262,14 @@ mod tests {
     fn excluded_says_why() {
         let mut n = Narrower::start(BTreeSet::from([ing("a"), ing("b")]));
         assert_eq!(n.excluded().len(), 2);
-        assert!(n.excluded()[&ing("a")].contains("narrows down"));
+        assert_eq!(n.excluded()[&ing("a")], Exclusion::Suspect);
         n.on_verdict(Ok(()));
         // Both let in together: refused, so split.
         assert!(n.excluded().is_empty());
         n.on_verdict(Err("parsing [haproxy.cfg:9] : unknown keyword"));
         assert_eq!(n.excluded().keys().cloned().collect::<Vec<_>>(), [ing("b")], "a is tried alone");
         n.on_verdict(Err("parsing [haproxy.cfg:9] : unknown keyword"));
-        assert!(n.excluded()[&ing("a")].contains("fails haproxy -c: parsing"), "{:?}", n.excluded());
+        assert_eq!(n.excluded()[&ing("a")], Exclusion::GateRefused("parsing [haproxy.cfg:9] : unknown keyword".into()));
         n.on_verdict(Ok(()));
         assert_eq!(*n.step(), Step::Done);
         assert_eq!(n.excluded().keys().cloned().collect::<Vec<_>>(), [ing("a")]);

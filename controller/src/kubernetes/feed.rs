@@ -17,6 +17,7 @@ use futures::stream::BoxStream;
 use futures::StreamExt;
 use haptic_protocol::PlanId;
 use haptic_render::gateway::GatewayOutput;
+use haptic_render::narrow::Exclusion;
 use haptic_render::{ObjectRef, SlotMap};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::runtime::reflector::store::Writer;
@@ -334,7 +335,7 @@ impl ClusterPass<'_> {
     /// the source accepted.
     fn once(
         &self,
-        excluded: &BTreeMap<ObjectRef, String>,
+        excluded: &BTreeMap<ObjectRef, Exclusion>,
     ) -> (Built, Option<Arc<IngressOutcome>>, Option<Arc<GatewayOutput>>) {
         let (spec, objects, previous) = (&self.spec.spec, self.objects, self.previous);
         let bundle = |files| Bundle::new(files).map_err(|why| SpecError::invalid(why.to_string()));
@@ -363,7 +364,7 @@ impl ClusterPass<'_> {
     /// renders. The outcomes are those of the last render the source accepted.
     fn fitting(
         &self,
-        excluded: &mut BTreeMap<ObjectRef, String>,
+        excluded: &mut BTreeMap<ObjectRef, Exclusion>,
     ) -> (Built, Option<Arc<IngressOutcome>>, Option<Arc<GatewayOutput>>) {
         let (mut ingress, mut gateway) = (None, None);
         // Each object's size, measured only once a render is over the limit (it serialises
@@ -399,7 +400,7 @@ impl ClusterPass<'_> {
             }
             warn!(bytes = total, limit, "the render is over its size limit: leaving out its largest contributors");
             for o in more {
-                excluded.insert(o, format!("{} of {limit} bytes", haptic_render::narrow::TOO_LARGE));
+                excluded.insert(o, Exclusion::TooLarge(limit));
             }
         }
     }

@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use haptic_protocol::PlanId;
-use haptic_render::narrow::{changed, Narrower, Step};
+use haptic_render::narrow::{changed, Exclusion, Narrower, Step};
 use haptic_render::ObjectRef;
 
 use crate::status::GateStatus;
@@ -95,7 +95,7 @@ pub struct GateNarrowing {
     /// The newest plan and every object it was rendered from (also those it left out).
     newest: Option<(PlanId, Versions)>,
     running: Option<Running>,
-    culprits: BTreeMap<ObjectRef, (String, String)>,
+    culprits: BTreeMap<ObjectRef, (String, Exclusion)>,
     /// The refused plan the last narrowing started from.
     handled: Option<PlanId>,
 }
@@ -104,12 +104,12 @@ impl GateNarrowing {
     /// What the next render (of objects at `now`) leaves out, each with why. Culprits whose
     /// version changed are judged again (not left out); a running narrowing whose objects
     /// changed is abandoned (the next refusal starts a new one).
-    pub fn excluded(&mut self, now: &Versions) -> BTreeMap<ObjectRef, String> {
+    pub fn excluded(&mut self, now: &Versions) -> BTreeMap<ObjectRef, Exclusion> {
         self.culprits.retain(|o, (v, _)| now.get(o) == Some(v));
         if self.running.as_ref().is_some_and(|r| r.base != *now) {
             self.running = None;
         }
-        let mut out: BTreeMap<ObjectRef, String> =
+        let mut out: BTreeMap<ObjectRef, Exclusion> =
             self.culprits.iter().map(|(o, (_, why))| (o.clone(), why.clone())).collect();
         if let Some(r) = &self.running {
             out.extend(r.narrower.excluded());
@@ -124,7 +124,7 @@ impl GateNarrowing {
         &mut self,
         plan: PlanId,
         mut now: Versions,
-        excluded: &BTreeMap<ObjectRef, String>,
+        excluded: &BTreeMap<ObjectRef, Exclusion>,
         gate: &GateStatus,
     ) -> bool {
         self.newest = Some((plan, now.clone()));
@@ -158,8 +158,7 @@ impl GateNarrowing {
                 Step::Done => {
                     for (o, why) in r.narrower.culprits() {
                         let v = r.base.get(o).cloned().unwrap_or_default();
-                        let why = format!("{}: {why}", haptic_render::narrow::GATE_REFUSES);
-                        self.culprits.insert(o.clone(), (v, why));
+                        self.culprits.insert(o.clone(), (v, Exclusion::GateRefused(why.clone())));
                     }
                     self.running = None;
                     return true;
@@ -286,7 +285,7 @@ mod tests {
         assert_eq!((sim.left_out(&now), sim.pinned()), (vec!["c".to_string()], false), "only the culprit stays out");
         assert!(renders <= 8, "{renders}");
         let why = sim.n.excluded(&now)[&ing("c")].clone();
-        assert!(why.contains("fails haproxy -c: parsing [haproxy.cfg:9]: bad cert"), "{why}");
+        assert_eq!(why, Exclusion::GateRefused("parsing [haproxy.cfg:9]: bad cert".into()));
         // A new version of the culprit is judged again.
         let mut fixed = now.clone();
         fixed.insert(ing("c"), "2".into());

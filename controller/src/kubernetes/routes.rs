@@ -15,6 +15,7 @@ use haptic_render::annotations::Allowed;
 use haptic_render::gateway::{GatewayInput, GatewayOutput, GatewaySettings, GATEWAY_CONTROLLER};
 use haptic_render::gateway_api::{Gateway, GatewayClass, HttpRoute, ReferenceGrant};
 use haptic_render::ingress::{IngressInput, Settings, INGRESS_CONTROLLER};
+use haptic_render::narrow::Exclusion;
 use haptic_render::{SlotMap, Templates, Verdict};
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -167,7 +168,7 @@ pub fn render(
     objects: &Objects,
     previous: &SlotMap,
     refused_snippets: &BTreeMap<String, String>,
-    excluded: &BTreeMap<haptic_render::ObjectRef, String>,
+    excluded: &BTreeMap<haptic_render::ObjectRef, Exclusion>,
 ) -> Result<Routed, SpecError> {
     let r = spec.render.as_ref().ok_or_else(|| SpecError::invalid("spec.render is not set".into()))?;
     let class = class(r, objects)?.clone();
@@ -235,7 +236,7 @@ pub fn render_gateway(
     objects: &Objects,
     previous: &SlotMap,
     namespace: &str,
-    excluded: &BTreeMap<haptic_render::ObjectRef, String>,
+    excluded: &BTreeMap<haptic_render::ObjectRef, Exclusion>,
 ) -> Result<(Routed, GatewayOutput), SpecError> {
     let r = spec.render.as_ref().ok_or_else(|| SpecError::invalid("spec.render is not set".into()))?;
     let class = gateway_class(r, objects)?;

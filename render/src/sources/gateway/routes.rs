@@ -336,7 +336,7 @@ fn parent_listeners(
         return Err(unresolved("NoMatchingParent", Cause::Invalid, "no listener matches the sectionName and port"));
     }
     if let Some(why) = gw.input.excluded.get(one.me) {
-        return Err(unresolved("UnsupportedValue", Cause::LeftOut, why.clone()));
+        return Err(unresolved("UnsupportedValue", Cause::LeftOut, why.to_string()));
     }
     if let Some(b) = &content.bad {
         return Err(unresolved("UnsupportedValue", Cause::Invalid, b.clone()));

@@ -67,7 +67,7 @@ fn parts(input: &IngressInput, owners: &Owners, ing: &Ingress, acc: &mut Routes<
 fn meaning(input: &IngressInput, ing: &Ingress, spec: &IngressSpec, v: &mut Verdict) -> Option<Meaning> {
     let has_tls = !spec.tls.as_deref().unwrap_or_default().is_empty();
     if let Some(why) = input.excluded.get(&v.object) {
-        v.refusals.push(Refusal::new(Cause::LeftOut, "metadata", why.clone()));
+        v.refusals.push(Refusal::new(Cause::LeftOut, "metadata", why.to_string()));
         return None;
     }
     let meaning = match annotations::read(

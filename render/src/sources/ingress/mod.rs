@@ -73,7 +73,7 @@ pub struct IngressInput {
     pub refused_snippets: BTreeMap<String, String>,
     /// Objects (Ingresses, Secrets) left out of this render, each with why: an Ingress is
     /// refused whole, a Secret is read as missing ([`crate::narrow`] decides which).
-    pub excluded: BTreeMap<ObjectRef, String>,
+    pub excluded: BTreeMap<ObjectRef, crate::narrow::Exclusion>,
     /// Whether namespaces may share a host ([`crate::ownership`]).
     pub sharing: HostSharing,
 }
@@ -1161,7 +1161,7 @@ services:
         i.refused_snippets.insert(checks[0].snippet.clone(), "line 7: unknown keyword".into());
         i.excluded.insert(
             ObjectRef { kind: "Ingress".into(), namespace: "shop".into(), name: "open".into() },
-            "left out: a test".into(),
+            crate::narrow::Exclusion::Suspect,
         );
         let (model, verdicts, _) = translate_ingress(&i);
         let snippet = verdict(&verdicts, "snippet");
@@ -1185,7 +1185,10 @@ services:
         assert!(!young.left_out(), "a missing Secret is the translator's own refusal: {young:?}");
         let name = i.ingresses.iter().find(|g| g.metadata.name.as_deref() == Some("young")).unwrap().spec.as_ref();
         let secret = name.and_then(|s| s.tls.as_ref()).unwrap()[0].secret_name.clone().unwrap();
-        i.excluded.insert(ObjectRef { kind: "Secret".into(), namespace: "shop".into(), name: secret }, "a test".into());
+        i.excluded.insert(
+            ObjectRef { kind: "Secret".into(), namespace: "shop".into(), name: secret },
+            crate::narrow::Exclusion::TooLarge(1),
+        );
         let (_, verdicts, _) = translate_ingress(&i);
         let young = verdict(&verdicts, "young");
         let tls = young.refusals.iter().find(|r| r.field == "spec.tls[0].secretName");

@@ -429,42 +429,67 @@ fn meaning_of(short: &str) -> String {
     SUPPORTED.iter().find(|a| a.key == short).map(|a| a.meaning.to_string()).unwrap_or_default()
 }
 
+/// Why an authentication Secret's users cannot be served.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UsersError {
+    /// An `auth-file` Secret without the key `auth`.
+    #[error("the Secret has no key `auth`")]
+    NoAuthKey,
+    /// Its `auth` is not UTF-8.
+    #[error("the Secret's `auth` is not UTF-8")]
+    NotUtf8,
+    /// A line (1-based) of `auth` is not `user:hash`.
+    #[error("line {0}: not user:hash")]
+    NotUserHash(usize),
+    /// No user at all.
+    #[error("the Secret names no user")]
+    NoUser,
+    /// A user name outside letters, digits and `._@+-` (cut to 64 characters).
+    #[error("{0:?} is not a user name (letters, digits, '._@+-')")]
+    BadUserName(String),
+    /// An Apache MD5 or SHA1 hash, which crypt(3) cannot check.
+    #[error(
+        "user {0}: an Apache MD5 or SHA1 hash, which crypt(3) cannot check: make it with `htpasswd -B` or `openssl passwd -6`"
+    )]
+    ApacheHash(String),
+    /// Not a crypt(3) hash HAProxy's `userlist` takes.
+    #[error("user {0}: not a crypt(3) hash ($1$, $5$, $6$, $2y$/$2b$ bcrypt, $y$ yescrypt)")]
+    NotCrypt(String),
+}
+
 /// The users of an auth Secret's data (`auth-file`: key `auth` with `user:hash` lines;
 /// `auth-map`: user → hash), sorted, or why not. Only crypt(3) hashes HAProxy's `userlist` can
 /// check are accepted.
-pub fn users(data: &BTreeMap<String, Vec<u8>>, map: bool) -> Result<Vec<(String, String)>, String> {
+pub fn users(data: &BTreeMap<String, Vec<u8>>, map: bool) -> Result<Vec<(String, String)>, UsersError> {
     let mut out = Vec::new();
     if map {
         for (u, h) in data {
             out.push((u.clone(), String::from_utf8_lossy(h).trim().to_string()));
         }
     } else {
-        let text = data.get("auth").ok_or("the Secret has no key `auth`")?;
-        let text = std::str::from_utf8(text).map_err(|_| "the Secret's `auth` is not UTF-8")?;
+        let text = data.get("auth").ok_or(UsersError::NoAuthKey)?;
+        let text = std::str::from_utf8(text).map_err(|_| UsersError::NotUtf8)?;
         for (i, l) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty() && !l.starts_with('#')) {
-            let (u, h) = l.trim().split_once(':').ok_or_else(|| format!("line {}: not user:hash", i + 1))?;
+            let (u, h) = l.trim().split_once(':').ok_or(UsersError::NotUserHash(i + 1))?;
             out.push((u.to_string(), h.to_string()));
         }
     }
     if out.is_empty() {
-        return Err("the Secret names no user".into());
+        return Err(UsersError::NoUser);
     }
     for (u, h) in &out {
         let user_ok =
             !u.is_empty() && u.len() <= 64 && u.bytes().all(|b| b.is_ascii_alphanumeric() || b"._@+-".contains(&b));
         if !user_ok {
-            let u: String = u.chars().take(64).collect();
-            return Err(format!("{u:?} is not a user name (letters, digits, '._@+-')"));
+            return Err(UsersError::BadUserName(u.chars().take(64).collect()));
         }
         if h.starts_with("$apr1$") || h.starts_with("{SHA}") {
-            return Err(format!(
-                "user {u}: an Apache MD5 or SHA1 hash, which crypt(3) cannot check: make it with `htpasswd -B` or `openssl passwd -6`"
-            ));
+            return Err(UsersError::ApacheHash(u.clone()));
         }
         let crypt = ["$1$", "$5$", "$6$", "$2a$", "$2b$", "$2y$", "$y$", "$7$"].iter().any(|p| h.starts_with(p));
         let chars = h.len() <= 512 && h.bytes().all(|b| b.is_ascii_alphanumeric() || b"./$=,+-".contains(&b));
         if !crypt || !chars {
-            return Err(format!("user {u}: not a crypt(3) hash ($1$, $5$, $6$, $2y$/$2b$ bcrypt, $y$ yescrypt)"));
+            return Err(UsersError::NotCrypt(u.clone()));
         }
     }
     out.sort();
@@ -822,18 +847,19 @@ mod tests {
         let map = BTreeMap::from([("carol".to_string(), b"$5$s$h".to_vec())]);
         assert_eq!(users(&map, true).unwrap(), [("carol".to_string(), "$5$s$h".to_string())]);
         for (text, want) in [
-            ("a:$apr1$abcd$oTxW9", "Apache MD5"),
-            ("a:{SHA}abc=", "Apache MD5 or SHA1"),
-            ("a:plain", "not a crypt(3) hash"),
-            ("a:$6$s$h 'x'", "not a crypt(3) hash"),
-            ("a b:$6$s$h", "not a user name"),
-            ("nocolon", "not user:hash"),
-            ("", "names no user"),
+            ("a:$apr1$abcd$oTxW9", UsersError::ApacheHash("a".into())),
+            ("a:{SHA}abc=", UsersError::ApacheHash("a".into())),
+            ("a:plain", UsersError::NotCrypt("a".into())),
+            ("a:$6$s$h 'x'", UsersError::NotCrypt("a".into())),
+            ("a b:$6$s$h", UsersError::BadUserName("a b".into())),
+            ("# c\nnocolon", UsersError::NotUserHash(2)),
+            ("", UsersError::NoUser),
         ] {
-            let e = users(&file(text), false).unwrap_err();
-            assert!(e.contains(want), "{text:?}: {e}");
+            assert_eq!(users(&file(text), false), Err(want), "{text:?}");
         }
-        assert!(users(&BTreeMap::new(), false).unwrap_err().contains("no key `auth`"));
+        assert_eq!(users(&BTreeMap::new(), false), Err(UsersError::NoAuthKey));
+        let latin1 = BTreeMap::from([("auth".to_string(), vec![b'a', b':', 0xff])]);
+        assert_eq!(users(&latin1, false), Err(UsersError::NotUtf8));
     }
 
     #[test]
