@@ -857,7 +857,7 @@ impl Deployer {
                         warn!(pod = %ep.name, "follow-up failed: {why}");
                         self.board.pod(&ep.name, |p| {
                             p.phase = Phase::Failed;
-                            p.last_error = Some(why.clone());
+                            p.last_error = Some(why.to_string());
                         });
                     }
                 }

@@ -342,7 +342,16 @@ mod tests {
         let d = diff(&Baseline::of_render(&old), &new);
         assert_eq!(d.mode, Some(Mode::Runtime), "{:?}", d.reasons);
         assert_eq!(d.op_count(), 2);
-        assert!(d.reasons[0].contains("SRV_1"), "{:?}", d.reasons);
+        let servers: Vec<&str> = d
+            .batches
+            .iter()
+            .flatten()
+            .filter_map(|op| match op {
+                Op::ServerSet(s) => Some(s.server.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(servers, ["SRV_1", "SRV_2"], "{:?}", d.batches);
         agent_agrees(&old, &new, &d);
     }
 

@@ -84,7 +84,33 @@ pub enum Step {
     /// Not yet; poll again.
     Wait,
     /// The pod will not run the plan through this reload: failed, with why.
-    Failed(String),
+    Failed(Failure),
+}
+
+/// Why a follow-up failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// The pod's applied plan is no longer the one followed up (another writer, or a rollback).
+    MovedAway(PlanId),
+    /// Past the deadline, the plan applied but not running: the agent's last error, if any.
+    NotRunning(PlanId, Option<String>),
+    /// Past the deadline, the pod did not answer: why.
+    Unreachable(String),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::MovedAway(p) => {
+                write!(f, "the pod's applied plan moved away from {} before its reload ran", p.short())
+            }
+            Failure::NotRunning(_, Some(error)) => f.write_str(error),
+            Failure::NotRunning(p, None) => {
+                write!(f, "plan {} applied but not running by the follow-up deadline", p.short())
+            }
+            Failure::Unreachable(why) => f.write_str(why),
+        }
+    }
 }
 
 /// What the pod answered to one poll.
@@ -122,16 +148,10 @@ pub fn poll_delay(polls: u32, due_in: Duration) -> Duration {
 /// time plus the sync timeout has passed.
 pub fn judge(target: PlanId, poll: Poll, past_deadline: bool) -> Step {
     match poll {
-        Poll::State { applied, .. } if applied != Some(target) => {
-            Step::Failed(format!("the pod's applied plan moved away from {} before its reload ran", target.short()))
-        }
+        Poll::State { applied, .. } if applied != Some(target) => Step::Failed(Failure::MovedAway(target)),
         Poll::State { running, .. } if running == Some(target) => Step::Converged,
-        Poll::State { last_error, .. } if past_deadline => {
-            Step::Failed(last_error.unwrap_or_else(|| {
-                format!("plan {} applied but not running by the follow-up deadline", target.short())
-            }))
-        }
-        Poll::Unreachable(why) if past_deadline => Step::Failed(why),
+        Poll::State { last_error, .. } if past_deadline => Step::Failed(Failure::NotRunning(target, last_error)),
+        Poll::Unreachable(why) if past_deadline => Step::Failed(Failure::Unreachable(why)),
         _ => Step::Wait,
     }
 }
@@ -192,11 +212,16 @@ mod tests {
         assert_eq!(judge(t, state("t", "o"), false), Step::Wait);
         assert_eq!(judge(t, state("t", "t"), false), Step::Converged);
         assert_eq!(judge(t, state("t", "t"), true), Step::Converged, "converged wins over the deadline");
-        assert!(matches!(judge(t, state("n", "o"), false), Step::Failed(w) if w.contains("moved away")));
-        assert!(matches!(judge(t, state("t", "o"), true), Step::Failed(w) if w.contains("deadline")));
+        assert_eq!(judge(t, state("n", "o"), false), Step::Failed(Failure::MovedAway(t)));
+        assert_eq!(judge(t, state("t", "o"), true), Step::Failed(Failure::NotRunning(t, None)));
         let failed = Poll::State { applied: Some(t), running: Some(pid("o")), last_error: Some("[ALERT] x".into()) };
-        assert_eq!(judge(t, failed, true), Step::Failed("[ALERT] x".into()), "HAProxy's words when it had any");
+        let alert = Failure::NotRunning(t, Some("[ALERT] x".into()));
+        assert_eq!(judge(t, failed, true), Step::Failed(alert.clone()));
+        assert_eq!(alert.to_string(), "[ALERT] x", "HAProxy's words when it had any");
         assert_eq!(judge(t, Poll::Unreachable("refused".into()), false), Step::Wait);
-        assert_eq!(judge(t, Poll::Unreachable("refused".into()), true), Step::Failed("refused".into()));
+        assert_eq!(
+            judge(t, Poll::Unreachable("refused".into()), true),
+            Step::Failed(Failure::Unreachable("refused".into()))
+        );
     }
 }

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use haptic_haproxy::paths::PathViolation;
 use haptic_protocol::{Digest, PlanId, RelPath};
 use serde::{Deserialize, Serialize};
 
@@ -176,7 +177,11 @@ impl Checker {
     /// time); such an outcome is not kept.
     pub async fn check(&self, render: &Bundle) -> Result<Verdict, Error> {
         // The path rules come first: `haproxy -c` would read whatever the config names.
-        if let Some(why) = precheck(render).or_else(|| path_refusal(render)) {
+        let paths = || {
+            let lines = |why: Vec<PathViolation>| why.iter().map(|w| format!("[path rules] {w}")).collect::<Vec<_>>();
+            path_refusal(render).map(|why| lines(why).join("\n"))
+        };
+        if let Some(why) = precheck(render).or_else(paths) {
             return Ok(Verdict::Refused(why));
         }
         let key = render.plan_id().0;
@@ -260,8 +265,8 @@ pub(crate) fn ending(end: &haptic_sandbox::End) -> haptic_haproxy::check_output:
 /// The path rules the agents enforce (`haptic_haproxy::paths::check_paths`), over a render: every file the config makes
 /// HAProxy read resolves inside the tree or under the default allowed prefixes, and `global` has
 /// `default-path config`. Sockets are left to the agents, which know their socket directory.
-/// `Some(reasons)` when the render breaks them. Pure.
-pub fn path_refusal(render: &Bundle) -> Option<String> {
+/// `Some(violations)` when the render breaks them. Pure.
+pub fn path_refusal(render: &Bundle) -> Option<Vec<PathViolation>> {
     use haptic_haproxy::paths::{check_paths, file_refs, PathPolicy, RefKind};
     let read = |p: &str| -> Option<String> {
         let rel = haptic_protocol::RelPath::new(p).ok()?;
@@ -270,9 +275,7 @@ pub fn path_refusal(render: &Bundle) -> Option<String> {
     let refs: Vec<_> = file_refs(render.cfg_text(), &read).into_iter().filter(|r| r.kind != RefKind::Socket).collect();
     let policy =
         PathPolicy { allowed: PathPolicy::DEFAULT_ALLOWED.iter().map(|s| s.to_string()).collect(), socket_dir: None };
-    check_paths(render.cfg_text(), &refs, &policy)
-        .err()
-        .map(|why| format!("[path rules] {}", why.join("\n[path rules] ")))
+    check_paths(render.cfg_text(), &refs, &policy).err()
 }
 
 #[cfg(test)]
@@ -291,8 +294,7 @@ mod tests {
             "global\n  # default-path config\n",
             "defaults\n  default-path config\n",
         ] {
-            let why = precheck(&r(bad)).unwrap_or_else(|| panic!("accepted {bad:?}"));
-            assert!(why.contains("default-path config"), "{why}");
+            assert!(precheck(&r(bad)).is_some(), "accepted {bad:?}");
         }
     }
 
@@ -302,11 +304,11 @@ mod tests {
         assert_eq!(path_refusal(&Bundle::from_texts([("haproxy.cfg", ok), ("maps/a.map", "k v\n")]).unwrap()), None);
         let bad = ok.replace("maps/a.map", "/etc/passwd");
         let why = path_refusal(&Bundle::from_texts([("haproxy.cfg", bad.as_str())]).unwrap()).unwrap();
-        assert!(why.contains("line 5") && why.contains("map()") && why.contains("/etc/passwd"), "{why}");
+        let r = why.iter().find_map(PathViolation::reference).unwrap();
+        assert_eq!((r.line, r.directive.as_str(), r.path.as_str()), (5, "map()", "/etc/passwd"), "{why:?}");
         let nodp = ok.replace("    default-path config\n", "");
-        assert!(path_refusal(&Bundle::from_texts([("haproxy.cfg", nodp.as_str()), ("maps/a.map", "k v\n")]).unwrap())
-            .unwrap()
-            .contains("default-path config"));
+        let why = path_refusal(&Bundle::from_texts([("haproxy.cfg", nodp.as_str()), ("maps/a.map", "k v\n")]).unwrap());
+        assert_eq!(why, Some(vec![PathViolation::NoDefaultPath]));
     }
 
     #[test]

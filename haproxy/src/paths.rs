@@ -339,41 +339,86 @@ pub fn has_default_path_config(cfg_text: &str) -> bool {
         .any(|l| l.len() >= 2 && l[0] == "default-path" && l[1] == "config")
 }
 
-/// Checks every path of [`file_refs`] against the policy; `Err` lists one clear line per
-/// offending reference (directive and line), plus a missing `default-path config`.
-pub fn check_paths(cfg_text: &str, refs: &[FileRef], policy: &PathPolicy) -> Result<(), Vec<String>> {
+/// What breaks the path rules; shown as one clear line (directive and line).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathViolation {
+    /// The global section has no `default-path config`.
+    NoDefaultPath,
+    /// A path naming an environment variable.
+    EnvVar(FileRef),
+    /// A path climbing out of the tree.
+    LeavesTree(FileRef),
+    /// A socket outside the socket directory (the directory, if there is one).
+    SocketOutside(FileRef, Option<String>),
+    /// An absolute path outside the allowed directories (those allowed).
+    AbsoluteOutside(FileRef, Vec<String>),
+}
+
+impl PathViolation {
+    /// The reference at fault (none for a missing `default-path config`).
+    pub fn reference(&self) -> Option<&FileRef> {
+        match self {
+            PathViolation::NoDefaultPath => None,
+            PathViolation::EnvVar(r)
+            | PathViolation::LeavesTree(r)
+            | PathViolation::SocketOutside(r, _)
+            | PathViolation::AbsoluteOutside(r, _) => Some(r),
+        }
+    }
+}
+
+impl fmt::Display for PathViolation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PathViolation::NoDefaultPath => f.write_str(
+                "the config has no `default-path config` in its global section: relative paths would not resolve \
+                 inside the tree",
+            ),
+            PathViolation::EnvVar(r) => write!(f, "{r}: environment variables in paths are not allowed"),
+            PathViolation::LeavesTree(r) => write!(f, "{r}: the path leaves the tree"),
+            PathViolation::SocketOutside(r, dir) => {
+                write!(
+                    f,
+                    "{r}: sockets may only live under the socket directory {}",
+                    dir.as_deref().unwrap_or("(none)")
+                )
+            }
+            PathViolation::AbsoluteOutside(r, allowed) => write!(
+                f,
+                "{r}: an absolute path outside the tree (allowed: {})",
+                if allowed.is_empty() { "none".to_string() } else { allowed.join(", ") }
+            ),
+        }
+    }
+}
+
+/// Checks every path of [`file_refs`] against the policy; `Err` lists every violation, in
+/// order: a missing `default-path config`, then one per offending reference.
+pub fn check_paths(cfg_text: &str, refs: &[FileRef], policy: &PathPolicy) -> Result<(), Vec<PathViolation>> {
     let mut why = Vec::new();
     if !has_default_path_config(cfg_text) {
-        why.push(
-            "the config has no `default-path config` in its global section: relative paths would not resolve \
-             inside the tree"
-                .to_string(),
-        );
+        why.push(PathViolation::NoDefaultPath);
     }
     for r in refs {
         let path = r.path.strip_prefix("unix@").unwrap_or(&r.path);
         if path.contains('$') {
-            why.push(format!("{r}: environment variables in paths are not allowed"));
+            why.push(PathViolation::EnvVar(r.clone()));
             continue;
         }
         let Some(norm) = normalize(path) else {
-            why.push(format!("{r}: the path leaves the tree"));
+            why.push(PathViolation::LeavesTree(r.clone()));
             continue;
         };
         match r.kind {
             RefKind::Socket => {
                 let ok = policy.socket_dir.as_deref().is_some_and(|d| norm.starts_with('/') && under(&norm, d));
                 if !ok {
-                    let dir = policy.socket_dir.as_deref().unwrap_or("(none)");
-                    why.push(format!("{r}: sockets may only live under the socket directory {dir}"));
+                    why.push(PathViolation::SocketOutside(r.clone(), policy.socket_dir.clone()));
                 }
             }
             RefKind::File | RefKind::Dir => {
                 if norm.starts_with('/') && !policy.allowed.iter().any(|a| under(&norm, a)) {
-                    why.push(format!(
-                        "{r}: an absolute path outside the tree (allowed: {})",
-                        if policy.allowed.is_empty() { "none".to_string() } else { policy.allowed.join(", ") }
-                    ));
+                    why.push(PathViolation::AbsoluteOutside(r.clone(), policy.allowed.clone()));
                 }
             }
         }
@@ -455,7 +500,8 @@ mod tests {
         ] {
             let text = format!("{HEAD}frontend f\n{line}\n");
             let why = check_paths(&text, &file_refs(&text, &|_| None), &policy()).unwrap_err();
-            assert!(why.iter().any(|w| w.starts_with("line 4: ") && w.contains(bad)), "{line}: {why:?}");
+            let at = |w: &PathViolation| w.reference().is_some_and(|r| r.line == 4 && r.directive == bad);
+            assert!(why.iter().any(at), "{line}: {why:?}");
         }
         let sock = format!("{HEAD}    stats socket /var/run/x.sock\n");
         assert!(check_paths(&sock, &file_refs(&sock, &|_| None), &policy()).is_err());
@@ -465,7 +511,7 @@ mod tests {
     fn default_path_config_is_required() {
         let text = "global\n    daemon\nfrontend f\n    bind :80\n";
         let why = check_paths(text, &file_refs(text, &|_| None), &policy()).unwrap_err();
-        assert!(why[0].contains("default-path config"), "{why:?}");
+        assert_eq!(why, [PathViolation::NoDefaultPath]);
     }
 
     #[test]

@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use haptic_haproxy::paths::PathViolation;
 use haptic_protocol::api::{ConflictKind, Nack};
 use haptic_protocol::{ApplyRequest, FileEntry, Mode, RelPath};
 
@@ -102,8 +103,8 @@ impl Agent {
             Some(Nack {
                 error: "the config makes HAProxy read paths outside the tree".into(),
                 rejected: true,
-                haproxy_output: why.join("\n"),
-                reason: format!("path rules: {}", why.first().map(String::as_str).unwrap_or_default()),
+                haproxy_output: why.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"),
+                reason: format!("path rules: {}", why.first().map(ToString::to_string).unwrap_or_default()),
             })
         } else if mode == Mode::Runtime {
             None
@@ -139,7 +140,7 @@ impl Agent {
     /// The path rules (every path inside the tree or under an allowed prefix, sockets under the
     /// socket directory, `default-path config`) over the staged config, before `haproxy -c`
     /// reads anything.
-    fn check_paths(&self, staged: &Staged) -> Result<(), Vec<String>> {
+    fn check_paths(&self, staged: &Staged) -> Result<(), Vec<PathViolation>> {
         use haptic_haproxy::paths::{check_paths, file_refs};
         let dir = staged.dir.clone();
         let read = move |p: &str| -> Option<String> {

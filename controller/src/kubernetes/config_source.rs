@@ -21,18 +21,20 @@ use super::watch::Named;
 pub struct SpecError {
     /// `MissingReference` or `InvalidSpec` (the `Validated` condition's reason).
     pub reason: &'static str,
-    /// What is wrong, naming the field and object.
+    /// The field of the resource at fault (`spec.files[0].path`; `spec` for the whole).
+    pub field: String,
+    /// What is wrong, naming the field and object (the condition's message).
     pub message: String,
 }
 
 impl SpecError {
-    /// A referenced object (or key) is missing.
-    pub fn missing(message: String) -> Self {
-        Self { reason: "MissingReference", message }
+    /// A referenced object (or key) at `field` is missing.
+    pub fn missing(field: impl Into<String>, message: String) -> Self {
+        Self { reason: "MissingReference", field: field.into(), message }
     }
-    /// The spec cannot be rendered as written.
-    pub fn invalid(message: String) -> Self {
-        Self { reason: "InvalidSpec", message }
+    /// The spec cannot be rendered as written: `field` is at fault.
+    pub fn invalid(field: impl Into<String>, message: String) -> Self {
+        Self { reason: "InvalidSpec", field: field.into(), message }
     }
 }
 
@@ -46,28 +48,38 @@ pub trait Lookup {
 
 /// One key of a ConfigMap (text or binary data), with `field` named when it is missing.
 pub fn config_map_key(l: &dyn Lookup, name: &str, key: &str, field: &str) -> Result<Vec<u8>, SpecError> {
-    let cm = l.config_map(name).ok_or_else(|| SpecError::missing(format!("{field}: ConfigMap {name} not found")))?;
+    let cm =
+        l.config_map(name).ok_or_else(|| SpecError::missing(field, format!("{field}: ConfigMap {name} not found")))?;
     if let Some(t) = cm.data.as_ref().and_then(|d| d.get(key)) {
         return Ok(t.as_bytes().to_vec());
     }
     if let Some(b) = cm.binary_data.as_ref().and_then(|d| d.get(key)) {
         return Ok(b.0.clone());
     }
-    Err(SpecError::missing(format!("{field}: ConfigMap {name} has no key {key:?}")))
+    Err(SpecError::missing(field, format!("{field}: ConfigMap {name} has no key {key:?}")))
 }
 
 /// Builds the file set of a spec with `config` or `configFrom`: `haproxy.cfg`, then every file.
 pub fn build(spec: &HAProxyConfigSpec, l: &dyn Lookup) -> Result<BTreeMap<RelPath, Vec<u8>>, SpecError> {
-    pod_selector(&spec.pod_selector).map_err(SpecError::invalid)?;
+    pod_selector(&spec.pod_selector).map_err(|e| SpecError::invalid("spec.podSelector", e))?;
     let cfg = match (&spec.config, &spec.config_from, &spec.render) {
         (Some(text), None, None) => text.as_bytes().to_vec(),
         (None, Some(from), None) => {
             let r = &from.config_map_key_ref;
             config_map_key(l, &r.name, &r.key, "spec.configFrom.configMapKeyRef")?
         }
-        (None, None, None) => return Err(SpecError::invalid("set spec.config, spec.configFrom or spec.render".into())),
-        (None, None, Some(_)) => return Err(SpecError::invalid("spec.render is rendered from cluster objects".into())),
-        _ => return Err(SpecError::invalid("set only one of spec.config, spec.configFrom and spec.render".into())),
+        (None, None, None) => {
+            return Err(SpecError::invalid("spec", "set spec.config, spec.configFrom or spec.render".into()))
+        }
+        (None, None, Some(_)) => {
+            return Err(SpecError::invalid("spec.render", "spec.render is rendered from cluster objects".into()))
+        }
+        _ => {
+            return Err(SpecError::invalid(
+                "spec",
+                "set only one of spec.config, spec.configFrom and spec.render".into(),
+            ))
+        }
     };
     let mut files = BTreeMap::from([(RelPath::haproxy_cfg(), cfg)]);
     add_files(spec, l, &mut files)?;
@@ -82,50 +94,87 @@ pub fn add_files(
 ) -> Result<(), SpecError> {
     for (i, f) in spec.files.iter().enumerate() {
         let field = format!("spec.files[{i}]");
-        let path = RelPath::new(&f.path).map_err(|e| SpecError::invalid(format!("{field}.path {:?}: {e}", f.path)))?;
+        let path = RelPath::new(&f.path)
+            .map_err(|e| SpecError::invalid(format!("{field}.path"), format!("{field}.path {:?}: {e}", f.path)))?;
         if path.is_haproxy_cfg() {
-            return Err(SpecError::invalid(format!("{field}.path: haproxy.cfg comes from the spec's source")));
+            return Err(SpecError::invalid(
+                format!("{field}.path"),
+                format!("{field}.path: haproxy.cfg comes from the spec's source"),
+            ));
         }
         let sources = [f.config_map_key_ref.is_some(), f.secret_ref.is_some(), f.content.is_some()];
         if sources.iter().filter(|s| **s).count() != 1 {
-            return Err(SpecError::invalid(format!(
-                "{field} ({}): set exactly one of configMapKeyRef, secretRef, content",
-                f.path
-            )));
+            return Err(SpecError::invalid(
+                &field,
+                format!("{field} ({}): set exactly one of configMapKeyRef, secretRef, content", f.path),
+            ));
         }
         let bytes = if let Some(r) = &f.config_map_key_ref {
             config_map_key(l, &r.name, &r.key, &format!("{field}.configMapKeyRef"))?
         } else if let Some(r) = &f.secret_ref {
-            let s = l
-                .secret(&r.name)
-                .ok_or_else(|| SpecError::missing(format!("{field}.secretRef: Secret {} not found", r.name)))?;
-            secret_file(&s, r.key.as_deref()).map_err(|why| SpecError::missing(format!("{field}.secretRef: {why}")))?
+            let s = l.secret(&r.name).ok_or_else(|| {
+                SpecError::missing(
+                    format!("{field}.secretRef"),
+                    format!("{field}.secretRef: Secret {} not found", r.name),
+                )
+            })?;
+            secret_file(&s, r.key.as_deref())
+                .map_err(|why| SpecError::missing(format!("{field}.secretRef"), format!("{field}.secretRef: {why}")))?
         } else {
             f.content.clone().unwrap_or_default().into_bytes()
         };
         if files.insert(path, bytes).is_some() {
-            return Err(SpecError::invalid(format!("{field}.path {:?} appears twice", f.path)));
+            return Err(SpecError::invalid(
+                format!("{field}.path"),
+                format!("{field}.path {:?} appears twice", f.path),
+            ));
         }
     }
     Ok(())
+}
+
+/// Why a Secret is not one file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SecretFileError {
+    /// The Secret (named) lacks the key.
+    NoKey(String, String),
+    /// No key named and the Secret (named) is not `kubernetes.io/tls`.
+    NotTls(String),
+    /// The TLS Secret (named) has neither or not both of `tls.crt` and `tls.key`: the one missing.
+    NoTlsKey(String, &'static str),
+    /// The TLS Secret (named) is not a certificate and its key.
+    Pem(String, haptic_render::pem::PemError),
+}
+
+impl std::fmt::Display for SecretFileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SecretFileError::NoKey(name, k) => write!(f, "Secret {name} has no key {k:?}"),
+            SecretFileError::NotTls(name) => {
+                write!(f, "Secret {name} is not of type kubernetes.io/tls: name the key to use")
+            }
+            SecretFileError::NoTlsKey(name, k) => write!(f, "Secret {name} has no {k}"),
+            SecretFileError::Pem(name, e) => write!(f, "Secret {name}: {e}"),
+        }
+    }
 }
 
 /// A Secret as one file: the `key`'s bytes (the fleet admin's choice of file), or for a
 /// `kubernetes.io/tls` Secret without a key the certificate chain followed by the private key
 /// (one PEM, as HAProxy's `crt` wants it), parsed, checked and re-encoded by
 /// [`haptic_render::pem`].
-pub fn secret_file(s: &Secret, key: Option<&str>) -> Result<Vec<u8>, String> {
+pub fn secret_file(s: &Secret, key: Option<&str>) -> Result<Vec<u8>, SecretFileError> {
     let name = s.metadata.name.clone().unwrap_or_default();
     let data = s.data.clone().unwrap_or_default();
     if let Some(k) = key {
-        return data.get(k).map(|b| b.0.clone()).ok_or_else(|| format!("Secret {name} has no key {k:?}"));
+        return data.get(k).map(|b| b.0.clone()).ok_or_else(|| SecretFileError::NoKey(name, k.to_string()));
     }
     if s.type_.as_deref() != Some("kubernetes.io/tls") {
-        return Err(format!("Secret {name} is not of type kubernetes.io/tls: name the key to use"));
+        return Err(SecretFileError::NotTls(name));
     }
-    let crt = data.get("tls.crt").ok_or_else(|| format!("Secret {name} has no tls.crt"))?;
-    let key = data.get("tls.key").ok_or_else(|| format!("Secret {name} has no tls.key"))?;
-    haptic_render::pem::certified(&crt.0, &key.0).map(|f| f.pem).map_err(|e| format!("Secret {name}: {e}"))
+    let crt = data.get("tls.crt").ok_or_else(|| SecretFileError::NoTlsKey(name.clone(), "tls.crt"))?;
+    let key = data.get("tls.key").ok_or_else(|| SecretFileError::NoTlsKey(name.clone(), "tls.key"))?;
+    haptic_render::pem::certified(&crt.0, &key.0).map(|f| f.pem).map_err(|e| SecretFileError::Pem(name, e))
 }
 
 /// The names of the objects a spec references: every ConfigMap and Secret a render reads, and
@@ -261,10 +310,10 @@ mod tests {
         let missing = spec(json!({"config": "global\n",
             "files": [{"path": "maps/x.map", "configMapKeyRef": {"name": "nope", "key": "k"}}]}));
         let e = build(&missing, &f).unwrap_err();
-        assert_eq!(e.reason, "MissingReference");
-        assert!(e.message.contains("ConfigMap nope not found") && e.message.contains("spec.files[0]"), "{e:?}");
+        assert_eq!((e.reason, e.field.as_str()), ("MissingReference", "spec.files[0].configMapKeyRef"));
         let bad_key = spec(json!({"configFrom": {"configMapKeyRef": {"name": "cfg", "key": "other"}}}));
-        assert!(build(&bad_key, &f).unwrap_err().message.contains("no key \"other\""));
+        let e = build(&bad_key, &f).unwrap_err();
+        assert_eq!((e.reason, e.field.as_str()), ("MissingReference", "spec.configFrom.configMapKeyRef"));
     }
 
     #[test]
@@ -291,26 +340,30 @@ mod tests {
     #[test]
     fn refuses_bad_specs_with_the_field_named() {
         let f = Fake::default();
-        for (v, needle) in [
-            (json!({}), "set spec.config, spec.configFrom or spec.render"),
+        for (v, field) in [
+            (json!({}), "spec"),
+            (json!({"config": "g", "render": {}}), "spec"),
+            (json!({"render": {}}), "spec.render"),
             (json!({"config": "g", "files": [{"path": "../x", "content": "x"}]}), "spec.files[0].path"),
+            (json!({"config": "g", "files": [{"path": "haproxy.cfg", "content": "x"}]}), "spec.files[0].path"),
+            (json!({"config": "g", "files": [{"path": "a"}]}), "spec.files[0]"),
             (
-                json!({"config": "g", "files": [{"path": "haproxy.cfg", "content": "x"}]}),
-                "comes from the spec's source",
+                json!({"config": "g", "files": [{"path": "a", "content": "1"}, {"path": "a", "content": "2"}]}),
+                "spec.files[1].path",
             ),
-            (json!({"config": "g", "files": [{"path": "a"}]}), "exactly one of"),
-            (json!({"config": "g", "files": [{"path": "a", "content": "1"}, {"path": "a", "content": "2"}]}), "twice"),
             (
                 json!({"config": "g", "podSelector": {"matchExpressions": [{"key": "tier", "operator": "In"}]}}),
                 "spec.podSelector",
             ),
         ] {
-            let e = build(&spec(v), &f).unwrap_err();
-            assert_eq!(e.reason, "InvalidSpec");
-            assert!(e.message.contains(needle), "{needle:?} not in {:?}", e.message);
+            let e = build(&spec(v.clone()), &f).unwrap_err();
+            assert_eq!((e.reason, e.field.as_str()), ("InvalidSpec", field), "{v}: {e:?}");
         }
         let mut opaque = Secret::default();
         opaque.metadata.name = Some("o".into());
-        assert!(secret_file(&opaque, None).unwrap_err().contains("not of type kubernetes.io/tls"));
+        assert_eq!(secret_file(&opaque, None), Err(SecretFileError::NotTls("o".into())));
+        assert_eq!(secret_file(&opaque, Some("k")), Err(SecretFileError::NoKey("o".into(), "k".into())));
+        opaque.type_ = Some("kubernetes.io/tls".into());
+        assert_eq!(secret_file(&opaque, None), Err(SecretFileError::NoTlsKey("o".into(), "tls.crt")));
     }
 }

@@ -104,16 +104,37 @@ pub fn candidate(pod: &Pod, agent: &AgentSpec, tls: bool) -> Result<Candidate, R
     })
 }
 
+/// Why the agent Secret gives no credentials: the Secret and the key at fault.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CredentialsError {
+    /// The key is missing.
+    Missing(String, &'static str),
+    /// The key's value is not UTF-8.
+    NotUtf8(String, &'static str),
+    /// The key's value is empty (after line ends are trimmed).
+    Empty(String, &'static str),
+}
+
+impl std::fmt::Display for CredentialsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CredentialsError::Missing(name, k) => write!(f, "Secret {name} has no key {k:?}"),
+            CredentialsError::NotUtf8(name, k) => write!(f, "Secret {name}: {k} is not UTF-8"),
+            CredentialsError::Empty(name, k) => write!(f, "Secret {name}: {k} is empty"),
+        }
+    }
+}
+
 /// Credentials from the agent Secret's `username` and `password` keys.
-pub fn secret_credentials(s: &Secret) -> Result<Credentials, String> {
+pub fn secret_credentials(s: &Secret) -> Result<Credentials, CredentialsError> {
     let name = s.metadata.name.clone().unwrap_or_default();
     let data = s.data.clone().unwrap_or_default();
-    let get = |k: &str| -> Result<String, String> {
-        let v = data.get(k).ok_or_else(|| format!("Secret {name} has no key {k:?}"))?;
-        let t = String::from_utf8(v.0.clone()).map_err(|_| format!("Secret {name}: {k} is not UTF-8"))?;
+    let get = |k: &'static str| -> Result<String, CredentialsError> {
+        let v = data.get(k).ok_or_else(|| CredentialsError::Missing(name.clone(), k))?;
+        let t = String::from_utf8(v.0.clone()).map_err(|_| CredentialsError::NotUtf8(name.clone(), k))?;
         let t = t.trim_end_matches(['\r', '\n']).to_string();
         if t.is_empty() {
-            return Err(format!("Secret {name}: {k} is empty"));
+            return Err(CredentialsError::Empty(name.clone(), k));
         }
         Ok(t)
     };
@@ -358,7 +379,7 @@ pub async fn discover(
         let (new_creds, creds_err) =
             match ctx.stores.secrets.get(&ctx.namespace, secret).as_deref().map(secret_credentials) {
                 Some(Ok(c)) => (Some(c), None),
-                Some(Err(e)) => (None, Some(e)),
+                Some(Err(e)) => (None, Some(e.to_string())),
                 None => (None, Some(format!("Secret {secret} not found"))),
             };
         if new_creds != creds {
@@ -604,6 +625,10 @@ mod tests {
         ]));
         assert_eq!(secret_credentials(&s).unwrap(), Credentials { user: "haptic".into(), password: "pw".into() });
         s.data.as_mut().unwrap().remove("password");
-        assert!(secret_credentials(&s).unwrap_err().contains("no key \"password\""));
+        assert_eq!(secret_credentials(&s), Err(CredentialsError::Missing("creds".into(), "password")));
+        s.data.as_mut().unwrap().insert("password".into(), k8s_openapi::ByteString(b"\n".to_vec()));
+        assert_eq!(secret_credentials(&s), Err(CredentialsError::Empty("creds".into(), "password")));
+        s.data.as_mut().unwrap().insert("username".into(), k8s_openapi::ByteString(vec![0xff]));
+        assert_eq!(secret_credentials(&s), Err(CredentialsError::NotUtf8("creds".into(), "username")));
     }
 }

@@ -228,7 +228,7 @@ impl Feed {
             },
             (Some(c), None) => Produced {
                 bundle: Some(build(&c.spec, &s).and_then(|files| {
-                    Bundle::new(files).map(Arc::new).map_err(|why| SpecError::invalid(why.to_string()))
+                    Bundle::new(files).map(Arc::new).map_err(|why| SpecError::invalid("spec", why.to_string()))
                 })),
                 ..Produced::default()
             },
@@ -338,7 +338,7 @@ impl ClusterPass<'_> {
         excluded: &BTreeMap<ObjectRef, Exclusion>,
     ) -> (Built, Option<Arc<IngressOutcome>>, Option<Arc<GatewayOutput>>) {
         let (spec, objects, previous) = (&self.spec.spec, self.objects, self.previous);
-        let bundle = |files| Bundle::new(files).map_err(|why| SpecError::invalid(why.to_string()));
+        let bundle = |files| Bundle::new(files).map_err(|why| SpecError::invalid("spec", why.to_string()));
         if self.render_spec.gateway_class_name.is_some() {
             match routes::render_gateway(spec, self.stores, objects, previous, self.namespace, excluded) {
                 Ok((out, mut status)) => {

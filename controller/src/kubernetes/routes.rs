@@ -80,17 +80,17 @@ fn named_class<'a, T>(
     name_of: impl Fn(&T) -> Option<&str>,
     controller_of: impl Fn(&T) -> &str,
 ) -> Result<&'a T, SpecError> {
-    let name = name.ok_or_else(|| SpecError::invalid(format!("spec.render needs {field}")))?;
-    let c = classes
-        .iter()
-        .find(|c| name_of(c) == Some(name))
-        .map(|c| &**c)
-        .ok_or_else(|| SpecError::missing(format!("spec.render.{field}: {kind} {name} not found")))?;
+    let name =
+        name.ok_or_else(|| SpecError::invalid(format!("spec.render.{field}"), format!("spec.render needs {field}")))?;
+    let c = classes.iter().find(|c| name_of(c) == Some(name)).map(|c| &**c).ok_or_else(|| {
+        SpecError::missing(format!("spec.render.{field}"), format!("spec.render.{field}: {kind} {name} not found"))
+    })?;
     let controller = controller_of(c);
     if controller != ours {
-        return Err(SpecError::invalid(format!(
-            "spec.render.{field}: {kind} {name} names the controller {controller:?}, not {ours}"
-        )));
+        return Err(SpecError::invalid(
+            format!("spec.render.{field}"),
+            format!("spec.render.{field}: {kind} {name} names the controller {controller:?}, not {ours}"),
+        ));
     }
     Ok(c)
 }
@@ -98,7 +98,10 @@ fn named_class<'a, T>(
 /// The translator's settings from `spec.render`.
 pub fn settings(r: &RenderSpec) -> Result<Settings, SpecError> {
     let bind_address = r.bind_address.parse().map_err(|e| {
-        SpecError::invalid(format!("spec.render.bindAddress: {:?} is not an IP address ({e})", r.bind_address))
+        SpecError::invalid(
+            "spec.render.bindAddress",
+            format!("spec.render.bindAddress: {:?} is not an IP address ({e})", r.bind_address),
+        )
     })?;
     Ok(Settings {
         bind_address,
@@ -118,7 +121,10 @@ pub fn templates(r: &RenderSpec, l: &dyn Lookup) -> Result<Templates, SpecError>
             let k = &t.config_map_key_ref;
             let bytes = config_map_key(l, &k.name, &k.key, "spec.render.template.configMapKeyRef")?;
             Some(String::from_utf8(bytes).map_err(|_| {
-                SpecError::invalid(format!("spec.render.template: ConfigMap {} key {:?} is not UTF-8", k.name, k.key))
+                SpecError::invalid(
+                    "spec.render.template",
+                    format!("spec.render.template: ConfigMap {} key {:?} is not UTF-8", k.name, k.key),
+                )
             })?)
         }
     };
@@ -170,7 +176,7 @@ pub fn render(
     refused_snippets: &BTreeMap<String, String>,
     excluded: &BTreeMap<haptic_render::ObjectRef, Exclusion>,
 ) -> Result<Routed, SpecError> {
-    let r = spec.render.as_ref().ok_or_else(|| SpecError::invalid("spec.render is not set".into()))?;
+    let r = spec.render.as_ref().ok_or_else(|| SpecError::invalid("spec.render", "spec.render is not set".into()))?;
     let class = class(r, objects)?.clone();
     let input = IngressInput {
         class,
@@ -186,10 +192,11 @@ pub fn render(
         sharing: r.ingress.host_sharing.into(),
     };
     let out = haptic_render::render(&input, &templates(r, l)?)
-        .map_err(|e| SpecError::invalid(format!("spec.render: {e}")))?;
+        .map_err(|e| SpecError::invalid("spec.render", format!("spec.render: {e}")))?;
     let mut files = BTreeMap::new();
     for (p, b) in out.files {
-        let path = RelPath::new(&p).map_err(|e| SpecError::invalid(format!("rendered path {p:?}: {e}")))?;
+        let path =
+            RelPath::new(&p).map_err(|e| SpecError::invalid("spec.render", format!("rendered path {p:?}: {e}")))?;
         files.insert(path, b);
     }
     add_files(spec, l, &mut files)?;
@@ -238,7 +245,7 @@ pub fn render_gateway(
     namespace: &str,
     excluded: &BTreeMap<haptic_render::ObjectRef, Exclusion>,
 ) -> Result<(Routed, GatewayOutput), SpecError> {
-    let r = spec.render.as_ref().ok_or_else(|| SpecError::invalid("spec.render is not set".into()))?;
+    let r = spec.render.as_ref().ok_or_else(|| SpecError::invalid("spec.render", "spec.render is not set".into()))?;
     let class = gateway_class(r, objects)?;
     let s = settings(r)?;
     let input = GatewayInput {
@@ -265,10 +272,11 @@ pub fn render_gateway(
         excluded: excluded.clone(),
     };
     let (out, status) = haptic_render::render_gateway(&input, &templates(r, l)?)
-        .map_err(|e| SpecError::invalid(format!("spec.render: {e}")))?;
+        .map_err(|e| SpecError::invalid("spec.render", format!("spec.render: {e}")))?;
     let mut files = BTreeMap::new();
     for (p, b) in out.files {
-        let path = RelPath::new(&p).map_err(|e| SpecError::invalid(format!("rendered path {p:?}: {e}")))?;
+        let path =
+            RelPath::new(&p).map_err(|e| SpecError::invalid("spec.render", format!("rendered path {p:?}: {e}")))?;
         files.insert(path, b);
     }
     add_files(spec, l, &mut files)?;
@@ -490,12 +498,12 @@ mod tests {
         assert_eq!(class(&r, &o).unwrap_err().reason, "MissingReference");
         o.classes.push(class_named("haptic", "k8s.io/ingress-nginx"));
         let e = class(&r, &o).unwrap_err();
-        assert!(e.message.contains("ingress-nginx") && e.reason == "InvalidSpec", "{e:?}");
+        assert_eq!((e.reason, e.field.as_str()), ("InvalidSpec", "spec.render.ingressClassName"), "{e:?}");
         o.classes[0] = class_named("haptic", INGRESS_CONTROLLER);
         assert!(class(&r, &o).is_ok());
         let bad: RenderSpec =
             serde_json::from_value(serde_json::json!({"ingressClassName": "haptic", "bindAddress": "any"})).unwrap();
-        assert!(settings(&bad).unwrap_err().message.contains("spec.render.bindAddress"));
+        assert_eq!(settings(&bad).unwrap_err().field, "spec.render.bindAddress");
         assert_eq!(settings(&r).unwrap().min_slots, 8);
     }
 }
