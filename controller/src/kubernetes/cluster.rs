@@ -1,6 +1,7 @@
 //! The cluster-wide reflectors of render mode: IngressClasses, Ingresses, Services and
 //! EndpointSlices of every namespace (or, serving a GatewayClass, GatewayClasses, Gateways,
-//! HTTPRoutes, ReferenceGrants and Namespaces instead of the Ingress kinds), and exactly the
+//! HTTPRoutes, GRPCRoutes where the cluster serves them, ReferenceGrants and Namespaces instead
+//! of the Ingress kinds), and exactly the
 //! TLS Secrets that served Ingresses or listeners name (one watch per Secret, by name in its
 //! namespace).
 //!
@@ -10,8 +11,10 @@
 //! does. Every reflector backs off on errors and drops managed fields.
 
 use std::collections::BTreeSet;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
-use haptic_render::gateway_api::{Gateway, GatewayClass, HttpRoute, ReferenceGrant};
+use haptic_render::gateway_api::{Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant};
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
@@ -19,6 +22,7 @@ use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
 
 use super::routes::Objects;
 use super::settle::Change;
@@ -42,6 +46,7 @@ struct GatewayStores {
     classes: Store<GatewayClass>,
     gateways: Store<Gateway>,
     routes: Store<HttpRoute>,
+    grpc_routes: IfServed<GrpcRoute>,
     grants: Store<ReferenceGrant>,
     namespaces: Store<Namespace>,
 }
@@ -67,6 +72,45 @@ where
     watch_into(Api::all(client.clone()), watcher::Config::default(), what, kind, changes.clone(), stop.clone())
 }
 
+/// The store of a kind the cluster may not serve (a CRD not installed): unset until discovery
+/// answers, then the store, or `None` when the API does not serve the kind (none are read).
+type IfServed<K> = Arc<OnceLock<Option<Store<K>>>>;
+
+/// How long to wait before asking discovery again after it failed.
+const DISCOVERY_RETRY: Duration = Duration::from_secs(2);
+
+/// Watches every `K` once discovery says the cluster serves it; a change is sent on `changes`
+/// when that is known either way.
+fn if_served<K>(client: &Client, changes: &Changes, stop: &CancellationToken) -> IfServed<K>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone + Default,
+{
+    let slot: IfServed<K> = Arc::default();
+    let (out, client, changes, stop) = (slot.clone(), client.clone(), changes.clone(), stop.clone());
+    tokio::spawn(async move {
+        let dt = K::DynamicType::default();
+        let (gv, plural, kind) = (K::api_version(&dt).into_owned(), K::plural(&dt).into_owned(), K::kind(&dt));
+        let served = loop {
+            match client.list_api_group_resources(&gv).await {
+                Ok(list) => break list.resources.iter().any(|r| r.name == plural),
+                Err(kube::Error::Api(e)) if e.code == 404 => break false,
+                Err(e) => warn!("cannot tell whether the cluster serves {kind}: {e}; asking again"),
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(DISCOVERY_RETRY) => {}
+            }
+        };
+        if !served {
+            info!("the cluster does not serve {kind} ({gv}): none are read");
+        }
+        let _ = out.set(served.then(|| all::<K>(&client, Change::Objects, &changes, &stop)));
+        let _ = changes.unbounded_send(Change::Objects);
+    });
+    slot
+}
+
 impl ClusterWatch {
     /// Starts the cluster-wide reflectors (the Gateway API ones when `gateway`, else the
     /// Ingress ones); each event is sent on `changes` (an EndpointSlice's as
@@ -77,6 +121,7 @@ impl ClusterWatch {
             classes: all(client, Change::Objects, changes, &stop),
             gateways: all(client, Change::Objects, changes, &stop),
             routes: all(client, Change::Objects, changes, &stop),
+            grpc_routes: if_served(client, changes, &stop),
             grants: all(client, Change::Objects, changes, &stop),
             namespaces: all(client, Change::Objects, changes, &stop),
         });
@@ -95,7 +140,13 @@ impl ClusterWatch {
     /// Whether every first list has arrived.
     pub fn ready(&self) -> bool {
         let gw = self.gateway.as_ref().is_none_or(|g| {
-            ready(&g.classes) && ready(&g.gateways) && ready(&g.routes) && ready(&g.grants) && ready(&g.namespaces)
+            let grpc = g.grpc_routes.get().is_some_and(|s| s.as_ref().is_none_or(ready));
+            ready(&g.classes)
+                && ready(&g.gateways)
+                && ready(&g.routes)
+                && grpc
+                && ready(&g.grants)
+                && ready(&g.namespaces)
         });
         self.classes.as_ref().is_none_or(ready)
             && self.ingresses.as_ref().is_none_or(ready)
@@ -121,6 +172,7 @@ impl ClusterWatch {
             gateway_classes: g.map(|g| g.classes.state()).unwrap_or_default(),
             gateways: g.map(|g| g.gateways.state()).unwrap_or_default(),
             routes: g.map(|g| g.routes.state()).unwrap_or_default(),
+            grpc_routes: g.and_then(|g| g.grpc_routes.get()?.as_ref().map(Store::state)).unwrap_or_default(),
             grants: g.map(|g| g.grants.state()).unwrap_or_default(),
             namespaces: g.map(|g| g.namespaces.state()).unwrap_or_default(),
         }

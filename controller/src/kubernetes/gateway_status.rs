@@ -1,24 +1,24 @@
 //! Serving a GatewayClass, the leader's writes besides the fleet's own status: each Gateway's
 //! Service in the fleet's namespace (selecting the fleet's pods, each listener port to its
 //! bind port; Services of Gateways that are gone are deleted), and the status of the
-//! GatewayClass, of every Gateway (addresses, conditions, listeners) and of every HTTPRoute
-//! with a parent among them (its `status.parents[]` entries with our controllerName).
+//! GatewayClass, of every Gateway (addresses, conditions, listeners) and of every HTTPRoute and
+//! GRPCRoute with a parent among them (its `status.parents[]` entries with our controllerName).
 //!
 //! Owns turning the translator's decisions into API objects: the pure [`service`],
 //! [`class_status`], [`gateway_status`] and [`route_parents`] (conditions keep their
 //! `lastTransitionTime` while their status stays), and the loop that writes them with
-//! server-side apply as field manager `haptic-controller` (an HTTPRoute's `parents` is an
+//! server-side apply as field manager `haptic-controller` (a route's `parents` is an
 //! atomic list, so it is read, the entries of other controllers kept, and written back). It
 //! must never change a spec, nor decide anything the translator decides.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use haptic_render::gateway::{ClassStatus, Cond, GatewayOutcome, GatewayOutput, RouteOutcome, GATEWAY_CONTROLLER};
-use haptic_render::gateway_api::{Gateway, GatewayClass, HttpRoute};
+use haptic_render::gateway_api::{Gateway, GatewayClass, GrpcRoute, HttpRoute, RouteKind};
 use haptic_render::ObjectRef;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::Api;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -293,8 +293,17 @@ async fn write_gateways(ctx: &Context, now: &GatewayOutput, params: &PatchParams
     }
 }
 
-/// Writes our `status.parents[]` entries of every HTTPRoute whose outcome changed; routes that
-/// no longer have a parent of ours lose our entries.
+/// The API of the routes of kind `kind` in `namespace` (`None` for a kind no listener takes).
+fn route_api(ctx: &Context, kind: &str, namespace: &str) -> Option<Api<DynamicObject>> {
+    let resource = match RouteKind::of(kind)? {
+        RouteKind::Http => ApiResource::erase::<HttpRoute>(&()),
+        RouteKind::Grpc => ApiResource::erase::<GrpcRoute>(&()),
+    };
+    Some(Api::namespaced_with(ctx.client.clone(), namespace, &resource))
+}
+
+/// Writes our `status.parents[]` entries of every route whose outcome changed; routes that no
+/// longer have a parent of ours lose our entries.
 async fn write_routes(ctx: &Context, now: &GatewayOutput, at: &str, done: &mut Done) {
     let current: BTreeSet<&ObjectRef> = now.routes.iter().map(|r| &r.object).collect();
     let gone: Vec<ObjectRef> = done.routes.keys().filter(|o| !current.contains(o)).cloned().collect();
@@ -304,9 +313,9 @@ async fn write_routes(ctx: &Context, now: &GatewayOutput, at: &str, done: &mut D
         if done.routes.get(&r.object) == Some(r) {
             continue;
         }
-        let api: Api<HttpRoute> = Api::namespaced(ctx.client.clone(), &r.object.namespace);
+        let Some(api) = route_api(ctx, &r.object.kind, &r.object.namespace) else { continue };
         let old: Vec<Value> = match api.get_status(&r.object.name).await {
-            Ok(o) => o.status.map(|s| s.parents.iter().filter_map(|p| serde_json::to_value(p).ok()).collect()),
+            Ok(o) => o.data.get("status").and_then(|s| s.get("parents")).and_then(Value::as_array).cloned(),
             Err(kube::Error::Api(e)) if e.code == 404 => {
                 done.routes.remove(&r.object);
                 continue;

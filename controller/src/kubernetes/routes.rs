@@ -13,7 +13,7 @@ use std::sync::Arc;
 use haptic_protocol::{PlanId, RelPath};
 use haptic_render::annotations::Allowed;
 use haptic_render::gateway::{GatewayInput, GatewayOutput, GatewaySettings, GATEWAY_CONTROLLER};
-use haptic_render::gateway_api::{Gateway, GatewayClass, HttpRoute, ReferenceGrant};
+use haptic_render::gateway_api::{Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant};
 use haptic_render::ingress::{IngressInput, Settings, INGRESS_CONTROLLER};
 use haptic_render::narrow::Exclusion;
 use haptic_render::{SlotMap, Templates, Verdict};
@@ -43,6 +43,8 @@ pub struct Objects {
     pub gateways: Vec<Arc<Gateway>>,
     /// HTTPRoutes.
     pub routes: Vec<Arc<HttpRoute>>,
+    /// GRPCRoutes (none when the cluster has no GRPCRoute API).
+    pub grpc_routes: Vec<Arc<GrpcRoute>>,
     /// ReferenceGrants.
     pub grants: Vec<Arc<ReferenceGrant>>,
     /// Namespaces.
@@ -253,6 +255,7 @@ pub fn render_gateway(
         classes: objects.gateway_classes.iter().map(|o| (**o).clone()).collect(),
         gateways: objects.gateways.iter().map(|o| (**o).clone()).collect(),
         routes: objects.routes.iter().map(|o| (**o).clone()).collect(),
+        grpc_routes: objects.grpc_routes.iter().map(|o| (**o).clone()).collect(),
         grants: objects.grants.iter().map(|o| (**o).clone()).collect(),
         namespaces: objects.namespaces.iter().map(|o| (**o).clone()).collect(),
         services: objects.services.iter().map(|o| (**o).clone()).collect(),

@@ -1,5 +1,6 @@
 //! Gateway API types (`gateway.networking.k8s.io/v1`, standard channel, v1.6.3): GatewayClass,
-//! Gateway, HTTPRoute and ReferenceGrant, written by hand for the fields haptic reads and writes.
+//! Gateway, HTTPRoute, GRPCRoute and ReferenceGrant, written by hand for the fields haptic reads
+//! and writes.
 //!
 //! Owns the serde shapes of those kinds and their `k8s_openapi::Resource` / `Metadata` impls
 //! (which give them kube's `Resource` in the controller, so a kube client can list, watch and
@@ -189,6 +190,7 @@ discriminator! {
 resource!(GatewayClass, "GatewayClass", "v1", "gatewayclasses", k8s_openapi::ClusterResourceScope);
 resource!(Gateway, "Gateway", "v1", "gateways", k8s_openapi::NamespaceResourceScope);
 resource!(HttpRoute, "HTTPRoute", "v1", "httproutes", k8s_openapi::NamespaceResourceScope);
+resource!(GrpcRoute, "GRPCRoute", "v1", "grpcroutes", k8s_openapi::NamespaceResourceScope);
 resource!(ReferenceGrant, "ReferenceGrant", "v1", "referencegrants", k8s_openapi::NamespaceResourceScope);
 
 /// A GatewayClass.
@@ -695,6 +697,108 @@ pub struct RouteParentStatus {
     /// Conditions.
     #[serde(default)]
     pub conditions: Vec<Condition>,
+}
+
+/// The route kinds a listener can take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RouteKind {
+    /// `HTTPRoute`.
+    Http,
+    /// `GRPCRoute`.
+    Grpc,
+}
+
+impl RouteKind {
+    /// Every kind, in the order a listener lists them.
+    pub const ALL: [RouteKind; 2] = [RouteKind::Http, RouteKind::Grpc];
+
+    /// The kind's name (`kind` of the object and of `allowedRoutes.kinds[]`).
+    pub fn name(self) -> &'static str {
+        match self {
+            RouteKind::Http => "HTTPRoute",
+            RouteKind::Grpc => "GRPCRoute",
+        }
+    }
+
+    /// The kind called `name` in the Gateway API group, if a listener can take it.
+    pub fn of(name: &str) -> Option<RouteKind> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+/// A GRPCRoute.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GrpcRoute {
+    /// Metadata.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// Spec.
+    #[serde(default)]
+    pub spec: GrpcRouteSpec,
+    /// Status (read only here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<HttpRouteStatus>,
+}
+
+/// `GRPCRoute.spec`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GrpcRouteSpec {
+    /// Where it attaches.
+    #[serde(default)]
+    pub parent_refs: Vec<ParentReference>,
+    /// Hosts it serves.
+    #[serde(default)]
+    pub hostnames: Vec<String>,
+    /// Rules (none: every request to its hostnames goes nowhere but is matched).
+    #[serde(default)]
+    pub rules: Vec<GrpcRouteRule>,
+}
+
+/// GRPCRoute `rules[]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GrpcRouteRule {
+    /// Optional rule name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Matches (none: every gRPC request).
+    #[serde(default)]
+    pub matches: Vec<GrpcRouteMatch>,
+    /// Filters applied to every request the rule takes (header modifiers, mirrors).
+    #[serde(default)]
+    pub filters: Vec<HttpRouteFilter>,
+    /// Backends (gRPC `backendRefs[]` take the HTTPRoute fields).
+    #[serde(default)]
+    pub backend_refs: Vec<HttpBackendRef>,
+}
+
+/// GRPCRoute `matches[]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GrpcRouteMatch {
+    /// The gRPC service and method.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<GrpcMethodMatch>,
+    /// Headers (all must match).
+    #[serde(default)]
+    pub headers: Vec<HttpHeaderMatch>,
+}
+
+/// GRPCRoute `matches[].method`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GrpcMethodMatch {
+    /// `Exact` (default) or `RegularExpression`.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<MatchType>,
+    /// The service, fully qualified (`package.Service`); any when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+    /// The method; any when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
 }
 
 /// A ReferenceGrant.

@@ -121,7 +121,8 @@ fn listener(
     let (mut resolved, lcerts) =
         if l.protocol == ProtocolType::Https { listener_certs(input, gns, l, certs) } else { (Ok(()), Vec::new()) };
     if bad_kind && resolved.is_ok() {
-        resolved = Err(("InvalidRouteKinds", "only HTTPRoute (gateway.networking.k8s.io) is supported".into()));
+        resolved =
+            Err(("InvalidRouteKinds", "only HTTPRoute and GRPCRoute (gateway.networking.k8s.io) are supported".into()));
     }
     let accepted = supported && hostname.is_ok() && port != 0;
     let (areason, amsg) = if !supported {
@@ -153,13 +154,18 @@ fn listener(
         https: l.protocol == ProtocolType::Https,
         hostname: hostname.clone().ok().flatten(),
         usable: accepted && conflict.is_none(),
-        allows_http_route: !kinds.is_empty(),
+        kinds: kinds.iter().filter_map(|k| RouteKind::of(&k.kind)).collect(),
         from: sel.from.unwrap_or_default(),
         selector: sel.selector,
         certs: if programmed { lcerts } else { vec![] },
     };
     let status = ListenerStatus { name: l.name.clone(), supported_kinds: kinds, attached_routes: 0, conditions: conds };
     (lst, status)
+}
+
+/// `kind` as a listener status lists it.
+fn group_kind(kind: RouteKind) -> RouteGroupKind {
+    RouteGroupKind { group: Some(GROUP.into()), kind: kind.name().into() }
 }
 
 /// The route kinds listener `l` takes, and whether it names one not supported.
@@ -169,14 +175,13 @@ fn route_kinds(l: &Listener, supported: bool) -> (Vec<RouteGroupKind>, bool) {
     match l.allowed_routes.as_ref().and_then(|a| a.kinds.as_ref()) {
         Some(ks) => {
             for k in ks {
-                if k.group.as_deref().unwrap_or(GROUP) == GROUP && k.kind == "HTTPRoute" {
-                    kinds.push(RouteGroupKind { group: Some(GROUP.into()), kind: "HTTPRoute".into() });
-                } else {
-                    bad_kind = true;
+                match RouteKind::of(&k.kind).filter(|_| k.group.as_deref().unwrap_or(GROUP) == GROUP) {
+                    Some(kind) => kinds.push(group_kind(kind)),
+                    None => bad_kind = true,
                 }
             }
         }
-        None if supported => kinds.push(RouteGroupKind { group: Some(GROUP.into()), kind: "HTTPRoute".into() }),
+        None if supported => kinds.extend(RouteKind::ALL.map(group_kind)),
         None => {}
     }
     kinds.dedup();

@@ -1,5 +1,5 @@
 //! The Gateway API translator: the GatewayClass a fleet serves, its Gateways and the HTTPRoutes
-//! attached to them (with ReferenceGrants, Namespaces, Services, EndpointSlices and the TLS
+//! and GRPCRoutes (lowered to the HTTPRoutes they mean, [`grpc_route`]) attached to them (with ReferenceGrants, Namespaces, Services, EndpointSlices and the TLS
 //! Secrets listeners name) to the [`Model`] and to every status the API defines.
 //!
 //! Owns the Gateway API semantics: listeners (HTTP, HTTPS terminating TLS from Secrets,
@@ -39,6 +39,7 @@ use crate::sources::common::{obj, parse_host, parse_path, stable_id, SERVICE_NAM
 
 pub mod api;
 mod assemble;
+mod grpc_route;
 mod listeners;
 mod routes;
 
@@ -85,6 +86,8 @@ pub struct GatewayInput {
     pub gateways: Vec<Gateway>,
     /// HTTPRoutes (those attached to no Gateway of the class get no status).
     pub routes: Vec<HttpRoute>,
+    /// GRPCRoutes (likewise).
+    pub grpc_routes: Vec<GrpcRoute>,
     /// ReferenceGrants.
     pub grants: Vec<ReferenceGrant>,
     /// Namespaces (for `allowedRoutes.namespaces.selector`).
@@ -358,7 +361,8 @@ struct Lst {
     hostname: Option<HostMatch>,
     /// Protocol supported and not conflicted: routes may attach.
     usable: bool,
-    allows_http_route: bool,
+    /// The route kinds it takes.
+    kinds: Vec<RouteKind>,
     from: FromNamespaces,
     selector: Option<LabelSelector>,
     certs: Vec<String>,
@@ -564,9 +568,22 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
     };
     let mut acc = Attached::default();
     listeners::binds(&gw, &mut acc);
-    let mut routes: Vec<&HttpRoute> = input.routes.iter().collect();
-    routes.sort_by_key(|r| (r.metadata.creation_timestamp.as_ref().map(|t| t.0), obj("HTTPRoute", &r.metadata)));
-    for (rank, r) in routes.into_iter().enumerate() {
+    let lowered: Vec<grpc_route::Lowered> = input.grpc_routes.iter().map(grpc_route::lower).collect();
+    let mut all: Vec<routes::RouteIn<'_>> = input
+        .routes
+        .iter()
+        .map(|route| routes::RouteIn { kind: RouteKind::Http, route, lowering: None })
+        .chain(lowered.iter().map(|l| routes::RouteIn {
+            kind: RouteKind::Grpc,
+            route: &l.route,
+            lowering: l.bad.clone(),
+        }))
+        .collect();
+    // By age, HTTPRoutes and GRPCRoutes together: the older route wins a conflict.
+    all.sort_by_key(|r| {
+        (r.route.metadata.creation_timestamp.as_ref().map(|t| t.0), obj(r.kind.name(), &r.route.metadata))
+    });
+    for (rank, r) in all.into_iter().enumerate() {
         routes::route(&gw, rank, r, &mut acc, &mut out);
     }
     assemble::model(input, acc, certs, &mut out);
@@ -820,6 +837,8 @@ pub struct GatewayObjects {
     pub gateways: Vec<Gateway>,
     /// HTTPRoutes.
     pub routes: Vec<HttpRoute>,
+    /// GRPCRoutes.
+    pub grpc_routes: Vec<GrpcRoute>,
     /// ReferenceGrants.
     pub grants: Vec<ReferenceGrant>,
     /// Namespaces.
@@ -845,6 +864,7 @@ impl GatewayObjects {
             classes: vec![c],
             gateways: self.gateways,
             routes: self.routes,
+            grpc_routes: self.grpc_routes,
             grants: self.grants,
             namespaces: self.namespaces,
             services: self.services,
@@ -926,7 +946,8 @@ mod tests {
         let g = gw(&o, "front");
         assert!(g.conditions.iter().all(|c| c.observed_generation == 3));
         let http = listener(g, "http");
-        assert_eq!(http.supported_kinds.len(), 1);
+        let kinds: Vec<&str> = http.supported_kinds.iter().map(|k| k.kind.as_str()).collect();
+        assert_eq!(kinds, ["HTTPRoute", "GRPCRoute"], "every kind an HTTP listener takes, when it names none");
         assert!(has(&http.conditions, "Programmed", true, "Programmed"));
         // main (sectionName http) and exact-host (no sectionName, any host) attach.
         assert_eq!(http.attached_routes, 2);

@@ -1,4 +1,5 @@
-//! The HTTPRoutes' side of a render, one route at a time: its own content checked once
+//! The routes' side of a render (HTTPRoutes, and GRPCRoutes as [`super::grpc_route`] lowers
+//! them), one route at a time: its own content checked once
 //! (hostnames, matches, filters, timeouts, backend references resolved), its parentRefs
 //! attached to the listeners that allow it, then its rules into the [`Attached`] the render
 //! gathers (rule backends, actions, weighted splits) and its matches into the host tables of
@@ -54,19 +55,33 @@ struct Content {
 /// The route being translated.
 struct One<'r> {
     r: &'r HttpRoute,
+    /// Its kind (a GRPCRoute comes lowered to the HTTPRoute it means).
+    kind: RouteKind,
     me: &'r ObjectRef,
     /// Its namespace.
     rns: &'r str,
 }
 
+/// A route to translate: its kind, the route (lowered when a GRPCRoute) and what its lowering
+/// could not express.
+pub(super) struct RouteIn<'r> {
+    pub kind: RouteKind,
+    pub route: &'r HttpRoute,
+    pub lowering: Option<String>,
+}
+
 /// Translates route `r` (of age rank `rank`) into `acc`, its outcome and verdict into `out`
 /// when a parent is a Gateway of the class.
-pub(super) fn route(gw: &Gateways<'_>, rank: usize, r: &HttpRoute, acc: &mut Attached, out: &mut GatewayOutput) {
-    let me = obj("HTTPRoute", &r.metadata);
+pub(super) fn route(gw: &Gateways<'_>, rank: usize, input: RouteIn<'_>, acc: &mut Attached, out: &mut GatewayOutput) {
+    let r = input.route;
+    let me = obj(input.kind.name(), &r.metadata);
     let rns = me.namespace.clone();
-    let one = One { r, me: &me, rns: &rns };
+    let one = One { r, kind: input.kind, me: &me, rns: &rns };
     let mut v = Verdict::of(me.clone());
-    let content = content(gw, &one, rank);
+    let mut content = content(gw, &one, rank);
+    if let Some(why) = input.lowering {
+        content.bad = Some(why);
+    }
     let (parents, attachments, attached_any) = parents(gw, &one, &content, &mut v);
     if parents.is_empty() {
         return;
@@ -111,7 +126,7 @@ fn content(gw: &Gateways<'_>, one: &One<'_>, rank: usize) -> Content {
     for (ri, rule) in rules_in.iter().enumerate() {
         let (cands, acts) = matches_and_actions(one, (rank, ri), rule, &mut bad);
         let field = format!("spec.rules[{ri}]");
-        let res = backends(gw, one.rns, (&field, rule), &mut bad, &mut resolved_refs);
+        let res = backends(gw, one, (&field, rule), &mut bad, &mut resolved_refs);
         compiled.push((cands, acts, res));
     }
     Content { hostnames, bad, compiled, resolved_refs }
@@ -165,12 +180,11 @@ fn matches_and_actions(
     (cands, acts)
 }
 
-/// The backends of rule `rule` (at `field`) of a route of namespace `rns`, resolved: a
-/// backend filter problem goes to `bad`, the first reference that does not resolve to
-/// `resolved_refs`.
+/// The backends of rule `rule` (at `field`) of route `one`, resolved: a backend filter problem
+/// goes to `bad`, the first reference that does not resolve to `resolved_refs`.
 fn backends(
     gw: &Gateways<'_>,
-    rns: &str,
+    one: &One<'_>,
     (field, rule): (&str, &HttpRouteRule),
     bad: &mut Option<String>,
     resolved_refs: &mut Result<(), Unresolved>,
@@ -192,7 +206,7 @@ fn backends(
         if weight > 0 {
             res.each.push((None, weight, ops));
         }
-        match backend_ref(gw, rns, &at, br) {
+        match backend_ref(gw, one, &at, br) {
             Err(unresolved) => {
                 res.invalid_weight += weight;
                 if resolved_refs.is_ok() {
@@ -212,23 +226,26 @@ fn backends(
     res
 }
 
-/// Backend reference `br` (at `at`) of a route of namespace `rns`: its backend name, endpoints
-/// and protocol, or why it does not resolve.
+/// Backend reference `br` (at `at`) of route `one`: its backend name, endpoints and protocol,
+/// or why it does not resolve. A GRPCRoute speaks HTTP/2 to a Service port that does not say
+/// otherwise, through a backend of its own (`.grpc`), so an HTTPRoute's HTTP/1 backend of the
+/// same port stays as it is.
 fn backend_ref(
     gw: &Gateways<'_>,
-    rns: &str,
+    one: &One<'_>,
     at: &str,
     br: &HttpBackendRef,
 ) -> Result<(String, Vec<Endpoint>, Protocol), Unresolved> {
+    let (rns, kind) = (one.rns, one.kind.name());
     let bns = br.namespace.clone().unwrap_or_else(|| rns.to_string());
     if !br.group.as_deref().unwrap_or("").is_empty() || br.kind.as_deref().unwrap_or("Service") != "Service" {
         return Err(unresolved("InvalidKind", Cause::Invalid, format!("{at}: only Services are supported")));
     }
-    if bns != rns && !granted(&gw.input.grants, "HTTPRoute", rns, "Service", &bns, &br.name) {
+    if bns != rns && !granted(&gw.input.grants, kind, rns, "Service", &bns, &br.name) {
         return Err(unresolved(
             "RefNotPermitted",
             Cause::NotAllowed,
-            format!("{at}: no ReferenceGrant in {bns} lets HTTPRoutes of {rns} use Service {}", br.name),
+            format!("{at}: no ReferenceGrant in {bns} lets {kind}s of {rns} use Service {}", br.name),
         ));
     }
     let Some(svc) = gw.services.get(&(bns.as_str(), br.name.as_str())) else {
@@ -260,8 +277,12 @@ fn backend_ref(
             ));
         }
     };
+    let (protocol, suffix) = match (one.kind, protocol) {
+        (RouteKind::Grpc, Protocol::Http) => (Protocol::H2c, ".grpc"),
+        (_, p) => (p, ""),
+    };
     let canonical = sp.name.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| sp.port.to_string());
-    let name = format!("{bns}_{}_{canonical}", br.name);
+    let name = format!("{bns}_{}_{canonical}{suffix}", br.name);
     if !is_section_name(&name) {
         return Err(unresolved("BackendNotFound", Cause::Missing, format!("{at}: {name:?} is not a backend name")));
     }
@@ -347,7 +368,7 @@ fn parent_listeners(
         .filter(|i| {
             let l = &ls[*i];
             l.usable
-                && l.allows_http_route
+                && l.kinds.contains(&one.kind)
                 && match l.from {
                     FromNamespaces::All => true,
                     FromNamespaces::Selector => l
