@@ -33,8 +33,39 @@ pub enum GateMode {
 pub enum Verdict {
     /// `haproxy -c` accepted it.
     Pass,
-    /// Refused, with HAProxy's words (or why the check could not run).
-    Refused(String),
+    /// Refused, and why.
+    Refused(Refused),
+}
+
+/// Why the gate refused a render; shown as the gate's words (its `Display`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// The global section has no `default-path config` ([`precheck`]).
+    NoDefaultPath,
+    /// The path rules the agents enforce refuse it ([`path_refusal`]).
+    PathRules(Vec<PathViolation>),
+    /// `haproxy -c` refused it: HAProxy's words.
+    Haproxy(String),
+    /// The check could not run: why.
+    CouldNotRun(String),
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refused::NoDefaultPath => f.write_str(
+                "haproxy.cfg: the global section has no `default-path config` line; without it HAProxy \
+                 looks up relative paths (maps/, certs/, errors/ ...) in its working directory instead of \
+                 next to haproxy.cfg, so the render would not load the same files in the pod",
+            ),
+            Refused::PathRules(why) => {
+                let lines: Vec<String> = why.iter().map(|w| format!("[path rules] {w}")).collect();
+                f.write_str(&lines.join("\n"))
+            }
+            Refused::Haproxy(words) => f.write_str(words),
+            Refused::CouldNotRun(why) => write!(f, "the gate could not run: {why}"),
+        }
+    }
 }
 
 /// The latch: pure state, moved by verdicts.
@@ -77,9 +108,9 @@ impl Latch {
                 self.pinned = false;
                 self.last_good = Some(plan);
             }
-            Verdict::Refused(output) => {
+            Verdict::Refused(why) => {
                 self.pinned = true;
-                self.last_refused = Some(Refusal { plan_id: plan, output: output.clone() });
+                self.last_refused = Some(Refusal { plan_id: plan, output: why.to_string() });
             }
         }
     }
@@ -90,14 +121,9 @@ impl Latch {
 /// (`maps/…`, `certs/…`) against its working directory, so the same render would load other
 /// files (or none) in the gate, in the agent's check and in the pod. The agent's path rules
 /// (`haptic_haproxy::paths::check_paths`) refuse such a config too.
-pub fn precheck(render: &Bundle) -> Option<String> {
+pub fn precheck(render: &Bundle) -> Option<Refused> {
     let has = haptic_haproxy::paths::has_default_path_config(render.cfg_text());
-    (!has).then(|| {
-        "haproxy.cfg: the global section has no `default-path config` line; without it HAProxy \
-         looks up relative paths (maps/, certs/, errors/ ...) in its working directory instead of \
-         next to haproxy.cfg, so the render would not load the same files in the pod"
-            .to_string()
-    })
+    (!has).then_some(Refused::NoDefaultPath)
 }
 
 /// Whether `new` passes `haproxy -c` exactly when `passed` (a render that passed it) does,
@@ -177,11 +203,7 @@ impl Checker {
     /// time); such an outcome is not kept.
     pub async fn check(&self, render: &Bundle) -> Result<Verdict, Error> {
         // The path rules come first: `haproxy -c` would read whatever the config names.
-        let paths = || {
-            let lines = |why: Vec<PathViolation>| why.iter().map(|w| format!("[path rules] {w}")).collect::<Vec<_>>();
-            path_refusal(render).map(|why| lines(why).join("\n"))
-        };
-        if let Some(why) = precheck(render).or_else(paths) {
+        if let Some(why) = precheck(render).or_else(|| path_refusal(render).map(Refused::PathRules)) {
             return Ok(Verdict::Refused(why));
         }
         let key = render.plan_id().0;
@@ -225,7 +247,7 @@ impl Checker {
         }
         let v = match self.check(render).await {
             Ok(v) => v,
-            Err(e) => Verdict::Refused(format!("the gate could not run: {e}")),
+            Err(e) => Verdict::Refused(Refused::CouldNotRun(e.to_string())),
         };
         if v == Verdict::Pass {
             self.remember(render);
@@ -248,7 +270,7 @@ fn verdict_of(out: &haptic_sandbox::Outcome, root: &Path) -> Result<Verdict, Err
     match summary.into_result() {
         Ok(_) => Ok(Verdict::Pass),
         Err(why) if timed_out => Err(Error::Gate(why)),
-        Err(why) => Ok(Verdict::Refused(why)),
+        Err(why) => Ok(Verdict::Refused(Refused::Haproxy(why))),
     }
 }
 
@@ -294,7 +316,7 @@ mod tests {
             "global\n  # default-path config\n",
             "defaults\n  default-path config\n",
         ] {
-            assert!(precheck(&r(bad)).is_some(), "accepted {bad:?}");
+            assert_eq!(precheck(&r(bad)), Some(Refused::NoDefaultPath), "{bad:?}");
         }
     }
 
@@ -344,7 +366,11 @@ mod tests {
         let cfg = "global\n    default-path config\ndefaults\n    mode http\n    timeout connect 1s\n    timeout client 1s\n    timeout server 1s\nfrontend f\n    bind 127.0.0.1:0\n    http-request set-var(txn.x) req.hdr(host),map(/etc/passwd,none)\n    http-request return status 200\n";
         let c = Checker::new(&bin.path, Duration::from_secs(30));
         match c.check(&Bundle::from_texts([("haproxy.cfg", cfg)]).unwrap()).await.unwrap() {
-            Verdict::Refused(why) => assert!(why.contains("/etc/passwd") && why.contains("line 10"), "{why}"),
+            Verdict::Refused(Refused::PathRules(why)) => {
+                let r = why.iter().find_map(PathViolation::reference).unwrap();
+                assert_eq!((r.line, r.path.as_str()), (10, "/etc/passwd"), "{why:?}");
+            }
+            Verdict::Refused(other) => panic!("refused, but not by the path rules: {other}"),
             Verdict::Pass => panic!("a map outside the tree passed the gate"),
         }
     }
@@ -370,7 +396,7 @@ mod tests {
             let c = Checker::new(&bin.path, Duration::from_secs(30));
             let bad = Bundle::from_texts([("haproxy.cfg", cfg(&quoted).as_str())]).unwrap();
             match c.check(&bad).await.unwrap() {
-                Verdict::Refused(why) => assert!(!why.contains("s3cr3t"), "{}: {why}", bin.label()),
+                Verdict::Refused(why) => assert!(!why.to_string().contains("s3cr3t"), "{}: {why}", bin.label()),
                 Verdict::Pass => panic!("{}: a file outside the render was loaded", bin.label()),
             }
             let good =
@@ -403,7 +429,7 @@ mod tests {
         assert!(l.dispatch_before_verdict());
         l.on_verdict(a, &Verdict::Pass);
         assert_eq!(l.last_good, Some(a));
-        l.on_verdict(b, &Verdict::Refused("bad".into()));
+        l.on_verdict(b, &Verdict::Refused(Refused::Haproxy("bad".into())));
         assert!(l.pinned && !l.dispatch_before_verdict());
         assert_eq!(l.last_good, Some(a), "a refusal never replaces the last good render");
         l.on_verdict(b, &Verdict::Pass);

@@ -753,8 +753,9 @@ impl Driver {
     /// Logs, metrics and status of what comes in (the core decides nothing here).
     fn observe(&self, input: &Input) {
         match input {
-            Input::Verdict(r, Verdict::Refused(out)) => {
+            Input::Verdict(r, Verdict::Refused(why)) => {
                 self.metrics.gate_rejections.inc();
+                let out = why.to_string();
                 let first = out.lines().find(|l| l.contains("ALERT")).unwrap_or(out.as_str());
                 warn!(plan = %r.plan_id().short(), "the gate refused the render: {first}");
             }
@@ -794,6 +795,7 @@ async fn sleep_until_opt(at: Option<Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gate::Refused;
     use haptic_protocol::Mode;
 
     fn r(n: u32) -> Arc<Bundle> {
@@ -1084,7 +1086,7 @@ mod tests {
         // A refused render never deploys; the target stays the last good.
         c.on(t0(), Input::Finished(1, ok(r(1).plan_id())));
         c.on(t0(), Input::Bundle(Ok(r(2))));
-        let a = c.on(t0(), Input::Verdict(r(2), Verdict::Refused("bad".into())));
+        let a = c.on(t0(), Input::Verdict(r(2), Verdict::Refused(Refused::Haproxy("bad".into()))));
         assert!(deploys(&a).is_empty());
         assert_eq!(c.target(), Some(r(1).plan_id()));
     }
@@ -1099,7 +1101,7 @@ mod tests {
         // Bad render 2 dispatches at once (optimistic), then the gate refuses it.
         let a = c.on(t0(), Input::Bundle(Ok(r(2))));
         assert_eq!(deploys(&a), vec![(2, r(2).plan_id(), DeployKind::Normal)]);
-        let a = c.on(t0(), Input::Verdict(r(2), Verdict::Refused("bad".into())));
+        let a = c.on(t0(), Input::Verdict(r(2), Verdict::Refused(Refused::Haproxy("bad".into()))));
         assert!(deploys(&a).is_empty(), "deployment 2 still in flight");
         assert!(c.latch().pinned);
         assert_eq!(c.pending(), Some(r(1).plan_id()), "revert queued");
@@ -1121,7 +1123,7 @@ mod tests {
         c.on(t0(), Input::Bundle(Ok(r(2))));
         assert_eq!(c.pending(), Some(r(2).plan_id()));
         c.on(t0(), Input::Verdict(r(1), Verdict::Pass));
-        c.on(t0(), Input::Verdict(r(2), Verdict::Refused("bad".into())));
+        c.on(t0(), Input::Verdict(r(2), Verdict::Refused(Refused::Haproxy("bad".into()))));
         assert_eq!(c.pending(), None);
         let a = c.on(t0(), Input::Finished(1, ok(r(1).plan_id())));
         assert!(deploys(&a).is_empty());
