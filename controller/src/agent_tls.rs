@@ -114,7 +114,8 @@ impl ServerCertVerifier for AgentTrust {
     ) -> Result<ServerCertVerified, rustls::Error> {
         let v = self.current.read().unwrap_or_else(|e| e.into_inner()).as_ref().map(|(_, v)| v.clone());
         let Some(v) = v else {
-            return Err(rustls::Error::General("no agent CA loaded yet: every agent is refused".into()));
+            let none = rustls::OtherError(std::sync::Arc::new(crate::client::NoAgentCa));
+            return Err(rustls::Error::InvalidCertificate(rustls::CertificateError::Other(none)));
         };
         let name = self.name.as_ref().unwrap_or(server_name);
         v.verify_server_cert(end_entity, intermediates, name, ocsp_response, now)

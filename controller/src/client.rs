@@ -77,6 +77,8 @@ pub enum CallError {
         request: String,
         /// Why, with its cause chain.
         cause: String,
+        /// Why TLS refused the agent, when that is why.
+        tls: Option<TlsRefusal>,
     },
     /// No answer within the client's timeout.
     #[error("{request}: {cause}")]
@@ -116,14 +118,67 @@ pub enum CallError {
     },
 }
 
+/// Why the controller's TLS refused an agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsRefusal {
+    /// Its certificate is not signed by an agent CA the controller trusts.
+    UnknownIssuer,
+    /// Its certificate is not for the name the controller expects.
+    WrongName,
+    /// The controller has no agent CA yet, so it trusts no agent.
+    NoCa,
+    /// Another certificate or handshake problem.
+    Other,
+}
+
+/// The verifier's error for a handshake before any agent CA is loaded.
+#[derive(Debug, thiserror::Error)]
+#[error("no agent CA loaded yet: every agent is refused")]
+pub struct NoAgentCa;
+
+impl TlsRefusal {
+    /// What rustls said, as a refusal.
+    fn of(e: &rustls::Error) -> Self {
+        use rustls::CertificateError as C;
+        match e {
+            rustls::Error::InvalidCertificate(C::UnknownIssuer) => TlsRefusal::UnknownIssuer,
+            rustls::Error::InvalidCertificate(C::NotValidForName | C::NotValidForNameContext { .. }) => {
+                TlsRefusal::WrongName
+            }
+            rustls::Error::InvalidCertificate(C::Other(o)) if o.0.downcast_ref::<NoAgentCa>().is_some() => {
+                TlsRefusal::NoCa
+            }
+            _ => TlsRefusal::Other,
+        }
+    }
+
+    /// The refusal in an error's cause chain, if TLS refused: rustls' error is found as itself or
+    /// inside an I/O error (whose `source` skips what it wraps).
+    fn in_chain(e: &(dyn std::error::Error + 'static)) -> Option<Self> {
+        let mut cur = Some(e);
+        while let Some(c) = cur {
+            if let Some(r) = c.downcast_ref::<rustls::Error>() {
+                return Some(TlsRefusal::of(r));
+            }
+            let wrapped = c.downcast_ref::<std::io::Error>().and_then(std::io::Error::get_ref);
+            cur = match wrapped {
+                Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+                None => c.source(),
+            };
+        }
+        None
+    }
+}
+
 impl CallError {
     fn transport(request: String, e: reqwest::Error) -> Self {
         let timeout = e.is_timeout();
-        let cause = error_chain(&e.without_url());
+        let e = e.without_url();
+        let cause = error_chain(&e);
         if timeout {
             CallError::Timeout { request, cause }
         } else {
-            CallError::Connect { request, cause }
+            CallError::Connect { request, cause, tls: TlsRefusal::in_chain(&e) }
         }
     }
 }
@@ -404,7 +459,7 @@ mod tests {
         }
         let untrusting = AgentClient::new(creds, Duration::from_secs(10)).unwrap();
         let err = untrusting.apply(&ep, &req).await.unwrap_err();
-        assert!(matches!(err, CallError::Connect { .. }), "an untrusted certificate was accepted: {err}");
+        assert!(matches!(err, CallError::Connect { tls: Some(TlsRefusal::UnknownIssuer), .. }), "{err}");
         assert!(AgentClient::with_ca(
             Credentials { user: "u".into(), password: "p".into() },
             Duration::from_secs(1),
