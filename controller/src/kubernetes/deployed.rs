@@ -75,7 +75,11 @@ mod tests {
             format!("deployed plan {} to 3/3 pods: 2 reload, 1 runtime", b.short())
         );
         let grown = fleet(Some(b), &[Some(Mode::Reload), rt, Some(Mode::Reload), rt], 4);
-        assert!(deployed_note(Some(&mixed), &grown).unwrap().contains("4/4"), "a pod joined");
+        assert_eq!(
+            deployed_note(Some(&mixed), &grown).unwrap(),
+            format!("deployed plan {} to 4/4 pods: 2 reload, 2 runtime", b.short()),
+            "a pod joined"
+        );
         assert_eq!(deployed_note(None, &fleet(None, &[], 0)), None);
     }
 }
