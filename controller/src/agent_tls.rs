@@ -103,6 +103,11 @@ impl AgentTrust {
     }
 }
 
+/// The verifier's error for a handshake before any agent CA is loaded.
+#[derive(Debug, thiserror::Error)]
+#[error("no agent CA loaded yet: every agent is refused")]
+pub struct NoAgentCa;
+
 impl ServerCertVerifier for AgentTrust {
     fn verify_server_cert(
         &self,
@@ -114,7 +119,7 @@ impl ServerCertVerifier for AgentTrust {
     ) -> Result<ServerCertVerified, rustls::Error> {
         let v = self.current.read().unwrap_or_else(|e| e.into_inner()).as_ref().map(|(_, v)| v.clone());
         let Some(v) = v else {
-            let none = rustls::OtherError(std::sync::Arc::new(crate::client::NoAgentCa));
+            let none = rustls::OtherError(std::sync::Arc::new(NoAgentCa));
             return Err(rustls::Error::InvalidCertificate(rustls::CertificateError::Other(none)));
         };
         let name = self.name.as_ref().unwrap_or(server_name);

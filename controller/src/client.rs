@@ -131,11 +131,6 @@ pub enum TlsRefusal {
     Other,
 }
 
-/// The verifier's error for a handshake before any agent CA is loaded.
-#[derive(Debug, thiserror::Error)]
-#[error("no agent CA loaded yet: every agent is refused")]
-pub struct NoAgentCa;
-
 impl TlsRefusal {
     /// What rustls said, as a refusal.
     fn of(e: &rustls::Error) -> Self {
@@ -145,7 +140,9 @@ impl TlsRefusal {
             rustls::Error::InvalidCertificate(C::NotValidForName | C::NotValidForNameContext { .. }) => {
                 TlsRefusal::WrongName
             }
-            rustls::Error::InvalidCertificate(C::Other(o)) if o.0.downcast_ref::<NoAgentCa>().is_some() => {
+            rustls::Error::InvalidCertificate(C::Other(o))
+                if o.0.downcast_ref::<crate::agent_tls::NoAgentCa>().is_some() =>
+            {
                 TlsRefusal::NoCa
             }
             _ => TlsRefusal::Other,
