@@ -13,7 +13,8 @@
 //! response and backend header filters, URLRewrite and RequestRedirect hostnames and paths,
 //! timeouts, backend names with a Service of that name): refused in the route's own status (a
 //! refusal, or a parent condition False) and nowhere in the render, or accepted with `haproxy -c`
-//! passing and the structure unchanged. Each accepted header value then arrives byte for byte:
+//! passing and the structure unchanged (and likewise through a GRPCRoute's hostname, service,
+//! method, header match and backend name). Each accepted header value then arrives byte for byte:
 //! a request carrying it in a header matches, the backend receives the request and backend filter
 //! headers set to it, the client the response headers, and a redirect's `Location` ends in it.
 
@@ -741,6 +742,114 @@ fn route_hostile_values_are_refused_or_stay_values(bin: HaproxyBin) {
         }
     }
     // Some values are fine where they land (a quote in a header value), most are not.
+    assert!(accepted > 0 && refused > 0, "{accepted} accepted, {refused} refused");
+}
+
+/// The fields of a GRPCRoute the corpus is fed into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GrpcField {
+    Hostname,
+    Service,
+    Method,
+    HeaderName,
+    HeaderValue,
+    BackendName,
+}
+
+/// One Gateway and the GRPCRoute `target`: a service and method with a header match, and a
+/// service alone.
+const GRPC_YAML: &str = r#"
+gateways:
+  - metadata: {name: gw, namespace: web}
+    spec:
+      gatewayClassName: haptic
+      listeners: [{name: http, port: 80, protocol: HTTP}]
+grpcRoutes:
+  - metadata: {name: target, namespace: web, creationTimestamp: "2026-01-01T00:00:00Z"}
+    spec:
+      parentRefs: [{name: gw}]
+      hostnames: [g.example.com]
+      rules:
+        - matches: [{method: {service: pkg.Svc, method: Call}, headers: [{name: X-M, value: m}]}]
+          backendRefs: [{name: web, port: 80}]
+        - matches: [{method: {service: pkg.Other}}]
+          backendRefs: [{name: web, port: 80}]
+services:
+  - metadata: {name: web, namespace: web}
+    spec: {ports: [{name: http, port: 80}]}
+endpointSlices:
+  - metadata: {name: web-1, namespace: web, labels: {kubernetes.io/service-name: web}}
+    addressType: IPv4
+    ports: [{name: http, port: 1}]
+    endpoints: [{addresses: [127.0.0.1]}]
+"#;
+
+/// Puts `value` into `field` of the GRPCRoute `target` (a backend name with its Service).
+fn set_grpc(objects: &mut GatewayObjects, field: GrpcField, value: &str) {
+    let spec = &mut objects.grpc_routes[0].spec;
+    let m0 = &mut spec.rules[0].matches[0];
+    match field {
+        GrpcField::Hostname => spec.hostnames = vec![value.into()],
+        GrpcField::Service => m0.method.as_mut().unwrap().service = Some(value.into()),
+        GrpcField::Method => m0.method.as_mut().unwrap().method = Some(value.into()),
+        GrpcField::HeaderName => m0.headers[0].name = value.into(),
+        GrpcField::HeaderValue => m0.headers[0].value = value.into(),
+        GrpcField::BackendName => {
+            spec.rules[0].backend_refs[0].name = value.into();
+            let mut svc = objects.services[0].clone();
+            svc.metadata.name = Some(value.into());
+            objects.services.push(svc);
+            let mut slice = objects.endpoint_slices[0].clone();
+            slice.metadata.name = Some(format!("{value}-1"));
+            slice.metadata.labels = Some([("kubernetes.io/service-name".to_string(), value.to_string())].into());
+            objects.endpoint_slices.push(slice);
+        }
+    }
+}
+
+/// Whether the GRPCRoute's own status refuses something.
+fn grpc_refused(render: &haptic_render::Render, out: &GatewayOutput) -> bool {
+    let v = render.verdicts.iter().find(|v| v.object.kind == "GRPCRoute" && v.object.name == "target").unwrap();
+    let route = out.routes.iter().find(|r| r.object.kind == "GRPCRoute").unwrap();
+    !v.refusals.is_empty() || route.parents.iter().flat_map(|p| &p.conditions).any(|c| !c.status)
+}
+
+// The corpus through a GRPCRoute: each value is refused in the route's own status and nowhere
+// in the render, or accepted with `haproxy -c` passing and the structure unchanged.
+haptic_e2e::on_each_version!(sync grpc_route_hostile_values_are_refused_or_stay_values);
+fn grpc_route_hostile_values_are_refused_or_stay_values(bin: HaproxyBin) {
+    use GrpcField::*;
+    let harmless_value = format!("{MARK}x{MARK}");
+    let (mut accepted, mut refused) = (0, 0);
+    for field in [Hostname, Service, Method, HeaderName, HeaderValue, BackendName] {
+        let input = |value: &str| {
+            let mut objects: GatewayObjects = serde_saphyr::from_str(GRPC_YAML).unwrap();
+            set_grpc(&mut objects, field, value);
+            route_input(objects, 20000)
+        };
+        let (harmless, out) = haptic_render::render_gateway(&input(&harmless_value), &Default::default()).unwrap();
+        assert!(!grpc_refused(&harmless, &out), "{field:?}: the harmless value is refused");
+        let harmless_cfg = String::from_utf8_lossy(&harmless.files["haproxy.cfg"]).into_owned();
+        for v in hostile() {
+            let marked = format!("{MARK}{v}{MARK}");
+            let what = format!("{field:?} = {:?}", v.chars().take(40).collect::<String>());
+            let (render, out) = haptic_render::render_gateway(&input(&marked), &Default::default())
+                .unwrap_or_else(|e| panic!("{what}: the render failed as a whole: {e}"));
+            if grpc_refused(&render, &out) {
+                assert!(!contains_any_case(&render, &marked), "{what}: refused, yet in the render");
+                refused += 1;
+                continue;
+            }
+            accepted += 1;
+            haproxy_c(&bin, &render).unwrap_or_else(|e| panic!("{what}: accepted, but haproxy -c refuses it: {e}"));
+            let cfg = String::from_utf8_lossy(&render.files["haproxy.cfg"]);
+            assert_eq!(
+                route_structure(&cfg, &marked, &harmless_value),
+                route_structure(&harmless_cfg, &harmless_value, &harmless_value),
+                "{what}: the structure changed\n{cfg}"
+            );
+        }
+    }
     assert!(accepted > 0 && refused > 0, "{accepted} accepted, {refused} refused");
 }
 
