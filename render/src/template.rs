@@ -143,8 +143,8 @@ struct ServerView {
     weight: Option<u16>,
     /// A `backup` server.
     backup: bool,
-    /// The words the fields above stand for, each with a leading space, in the order HAProxy's
-    /// documentation lists them: what the built-in template writes after `addr`.
+    /// The words the fields above stand for, each with a leading space (`disabled`, `weight`,
+    /// `backup`, `cookie`, in that order): what the built-in template writes after `addr`.
     words: String,
 }
 

@@ -643,13 +643,7 @@ fn set_route(objects: &mut GatewayObjects, field: RouteField, value: &str) {
         RouteField::RequestTimeout => rules[0].timeouts.as_mut().unwrap().request = Some(value.into()),
         RouteField::BackendName => {
             rules[0].backend_refs[0].name = value.into();
-            let mut svc = objects.services[0].clone();
-            svc.metadata.name = Some(value.into());
-            objects.services.push(svc);
-            let mut slice = objects.endpoint_slices[0].clone();
-            slice.metadata.name = Some(format!("{value}-1"));
-            slice.metadata.labels = Some([("kubernetes.io/service-name".to_string(), value.to_string())].into());
-            objects.endpoint_slices.push(slice);
+            add_service_like_the_first(objects, value);
         }
         RouteField::BackendFilterName | RouteField::BackendFilterValue => {
             let h = &mut rules[0].backend_refs[0].filters[0].request_header_modifier.as_mut().unwrap().set[0];
@@ -660,6 +654,18 @@ fn set_route(objects: &mut GatewayObjects, field: RouteField, value: &str) {
             }
         }
     }
+}
+
+/// A Service `name` with an EndpointSlice, copies of the first ones of `objects`, so a backend
+/// name reaches the translator's own checks.
+fn add_service_like_the_first(objects: &mut GatewayObjects, name: &str) {
+    let mut svc = objects.services[0].clone();
+    svc.metadata.name = Some(name.into());
+    objects.services.push(svc);
+    let mut slice = objects.endpoint_slices[0].clone();
+    slice.metadata.name = Some(format!("{name}-1"));
+    slice.metadata.labels = Some([("kubernetes.io/service-name".to_string(), name.to_string())].into());
+    objects.endpoint_slices.push(slice);
 }
 
 /// Like [`structure`], with `marked` written as `harmless` in section headers (a backend's name
@@ -796,13 +802,7 @@ fn set_grpc(objects: &mut GatewayObjects, field: GrpcField, value: &str) {
         GrpcField::HeaderValue => m0.headers[0].value = value.into(),
         GrpcField::BackendName => {
             spec.rules[0].backend_refs[0].name = value.into();
-            let mut svc = objects.services[0].clone();
-            svc.metadata.name = Some(value.into());
-            objects.services.push(svc);
-            let mut slice = objects.endpoint_slices[0].clone();
-            slice.metadata.name = Some(format!("{value}-1"));
-            slice.metadata.labels = Some([("kubernetes.io/service-name".to_string(), value.to_string())].into());
-            objects.endpoint_slices.push(slice);
+            add_service_like_the_first(objects, value);
         }
     }
 }

@@ -47,6 +47,8 @@ pub(crate) fn parse_host(h: &str) -> Result<HostMatch, String> {
 /// Hex digits of SHA-256 an id keeps: 64 bits, so no object can be written to collide with
 /// another namespace's id (that takes a second preimage of SHA-256 cut to 64 bits).
 pub(crate) const STABLE_ID_HEX: usize = 16;
+// Whole bytes of the digest are hex-encoded.
+const _: () = assert!(STABLE_ID_HEX.is_multiple_of(2));
 
 /// A stable short id from parts: `prefix`, then [`STABLE_ID_HEX`] hex digits of SHA-256 over the
 /// parts (each ended by a 0xff byte, which no UTF-8 text holds). It depends on the parts alone,

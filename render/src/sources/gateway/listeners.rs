@@ -154,12 +154,13 @@ fn listener(
         https: l.protocol == ProtocolType::Https,
         hostname: hostname.clone().ok().flatten(),
         usable: accepted && conflict.is_none(),
-        kinds: kinds.iter().filter_map(|k| RouteKind::of(&k.kind)).collect(),
+        kinds: kinds.clone(),
         from: sel.from.unwrap_or_default(),
         selector: sel.selector,
         certs: if programmed { lcerts } else { vec![] },
     };
-    let status = ListenerStatus { name: l.name.clone(), supported_kinds: kinds, attached_routes: 0, conditions: conds };
+    let supported_kinds = kinds.into_iter().map(group_kind).collect();
+    let status = ListenerStatus { name: l.name.clone(), supported_kinds, attached_routes: 0, conditions: conds };
     (lst, status)
 }
 
@@ -169,19 +170,19 @@ fn group_kind(kind: RouteKind) -> RouteGroupKind {
 }
 
 /// The route kinds listener `l` takes, and whether it names one not supported.
-fn route_kinds(l: &Listener, supported: bool) -> (Vec<RouteGroupKind>, bool) {
+fn route_kinds(l: &Listener, supported: bool) -> (Vec<RouteKind>, bool) {
     let mut kinds = Vec::new();
     let mut bad_kind = false;
     match l.allowed_routes.as_ref().and_then(|a| a.kinds.as_ref()) {
         Some(ks) => {
             for k in ks {
                 match RouteKind::of(&k.kind).filter(|_| k.group.as_deref().unwrap_or(GROUP) == GROUP) {
-                    Some(kind) => kinds.push(group_kind(kind)),
+                    Some(kind) => kinds.push(kind),
                     None => bad_kind = true,
                 }
             }
         }
-        None if supported => kinds.extend(RouteKind::ALL.map(group_kind)),
+        None if supported => kinds.extend(RouteKind::ALL),
         None => {}
     }
     kinds.dedup();
