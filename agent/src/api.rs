@@ -343,6 +343,7 @@ async fn readyz(State(st): State<AppState>) -> Response {
 }
 
 async fn metrics(State(st): State<AppState>) -> Response {
+    st.agent.count_old_workers().await;
     (
         [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
         st.agent.metrics().encode(),

@@ -127,6 +127,11 @@ pub struct RunArgs {
     /// `info,haptic_agent=debug`); `RUST_LOG` overrides it.
     #[arg(long, env = "HAPTIC_AGENT_LOG_LEVEL", default_value = "info", value_parser = parse_log_level)]
     pub log_level: String,
+    /// On SIGTERM, SIGUSR1 or SIGINT: refuse further applies and keep serving `/v1/state` and
+    /// `/metrics` until HAProxy's master stops answering (it exits once its draining workers
+    /// are gone), for at most this long; 0 stops at once.
+    #[arg(long, env = "HAPTIC_AGENT_DRAIN_WAIT", default_value = "0s", value_parser = parse_duration)]
+    pub drain_wait: Duration,
     /// The pod's name for logs (defaults to the root path).
     #[arg(long, env = "HAPTIC_AGENT_POD_NAME")]
     pub pod_name: Option<String>,

@@ -89,12 +89,22 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
     );
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
+    // The image's stop signal (HAProxy's soft stop, which the pod's containers share).
+    let mut usr1 = signal(SignalKind::user_defined1())?;
+    let (draining, drain_wait) = (agent.clone(), a.drain_wait);
     let shutdown = async move {
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
+        let sig = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+            _ = usr1.recv() => "SIGUSR1",
+        };
+        info!(signal = sig, "stopping: finishing the apply in flight, refusing new ones");
+        draining.stop_applies().await;
+        if !drain_wait.is_zero() {
+            info!(limit = ?drain_wait, "waiting for HAProxy to drain its connections and exit");
+            let gone = draining.wait_haproxy_gone(drain_wait).await;
+            info!(haproxy_stopped = gone, "done waiting for HAProxy");
         }
-        info!("shutting down: finishing in-flight applies");
     };
     let limits = Limits {
         max_body: a.max_body,

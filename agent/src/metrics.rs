@@ -81,6 +81,9 @@ pub struct Metrics {
     pub pending_reload: Gauge,
     /// `haptic_agent_reload_coalesced_total`.
     pub reload_coalesced: Counter,
+    /// `haptic_agent_haproxy_old_workers`: HAProxy workers still draining connections after a
+    /// reload (the master's `# old workers`), read at each scrape; -1 when the master did not answer.
+    pub old_workers: Gauge,
 }
 
 impl Default for Metrics {
@@ -108,6 +111,7 @@ impl Metrics {
         let reloads_avoided = Counter::default();
         let pending_reload = Gauge::default();
         let reload_coalesced = Counter::default();
+        let old_workers = Gauge::default();
         let build_info = Family::<BuildLabels, Gauge>::default();
         build_info
             .get_or_create(&BuildLabels { component: "agent".into(), version: env!("CARGO_PKG_VERSION").into() })
@@ -140,6 +144,11 @@ impl Metrics {
             "Scheduled reloads replaced by a later plan",
             reload_coalesced.clone(),
         );
+        registry.register(
+            "haptic_agent_haproxy_old_workers",
+            "HAProxy workers still draining after a reload (-1: the master did not answer)",
+            old_workers.clone(),
+        );
         Self {
             registry,
             applies,
@@ -153,6 +162,7 @@ impl Metrics {
             reloads_avoided,
             pending_reload,
             reload_coalesced,
+            old_workers,
         }
     }
 

@@ -11,6 +11,7 @@
 //! value from an object reaches `haproxy.cfg` only through `haptic_haproxy::quote` or as a map
 //! entry; route semantics are decided in Rust here, never in template logic.
 
+pub mod edge;
 pub mod maps;
 pub mod model;
 pub mod names;

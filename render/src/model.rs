@@ -54,6 +54,8 @@ pub struct Model {
     pub splits: Vec<Split>,
     /// Whether request paths are normalised before routing.
     pub paths: PathNormalization,
+    /// What every request meets before it is routed (logs, forwarded headers, timeouts, …).
+    pub edge: crate::edge::Edge,
 }
 
 /// What HAProxy does to a request's path before it is routed (and before the backend sees it).

@@ -93,6 +93,21 @@ struct View<'a> {
     txn: BTreeMap<&'static str, &'static str>,
     /// The sample expression the regex path map is looked up with.
     regex_lookup: String,
+    /// The edge's lines ([`crate::edge`]).
+    edge: EdgeView,
+}
+
+/// The lines of [`crate::edge::Edge`], by section.
+#[derive(Serialize)]
+struct EdgeView {
+    /// For `global`.
+    global: Vec<String>,
+    /// For `defaults` (the timeouts among them).
+    defaults: Vec<String>,
+    /// For every HTTP frontend, before routing.
+    frontend: Vec<String>,
+    /// The stats and exporter frontend's bind, when there is one.
+    stats: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -234,6 +249,12 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
         maps: map_table(),
         txn: var_table(),
         regex_lookup: crate::maps::regex_lookup(),
+        edge: EdgeView {
+            global: model.edge.global_lines(),
+            defaults: model.edge.defaults_lines(),
+            frontend: model.edge.frontend_lines(),
+            stats: model.edge.stats.map(|a| config_arg(&a.to_string())).transpose()?,
+        },
     })
 }
 
@@ -250,7 +271,8 @@ fn frontend_views(model: &Model) -> Result<(Vec<FrontendView>, Option<Passthroug
         let mut binds = Vec::new();
         for b in &f.binds {
             let addr = std::net::SocketAddr::new(b.address, b.port).to_string();
-            let mut s = config_arg(&addr)?;
+            // A client-facing bind: PROXY protocol when the edge says so.
+            let mut s = format!("{}{}", config_arg(&addr)?, model.edge.bind_words());
             if b.tls {
                 if let Some(pt) = passthrough.as_mut() {
                     pt.binds.push(s);
@@ -268,9 +290,10 @@ fn frontend_views(model: &Model) -> Result<(Vec<FrontendView>, Option<Passthroug
                     let own: Vec<String> =
                         b.certs.iter().map(|p| config_arg(p).map(|p| format!("crt {p}"))).collect::<Result<_, _>>()?;
                     s.push_str(&own.join(" "));
-                    // Gateway API listeners speak HTTP/2 to clients that offer it.
-                    s.push_str(" alpn h2,http/1.1");
                 }
+                // HTTP/2 to clients that offer it, on every version (2.6 offers only HTTP/1.1
+                // without it).
+                s.push_str(" alpn h2,http/1.1");
             }
             binds.push(s);
         }

@@ -140,6 +140,8 @@ pub struct Agent {
     pacing: Pacing,
     /// Stamps of the live tree's files and the last parsed `haproxy.cfg`.
     cache: TreeCache,
+    /// Set once the pod is stopping: no apply runs after it ([`Agent::stop_applies`]).
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 fn now_rfc3339() -> String {
@@ -193,6 +195,7 @@ impl Agent {
             haproxy: HaproxyView::default(),
             pacing,
             cache: TreeCache::default(),
+            stopping: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
@@ -285,6 +288,12 @@ impl Agent {
                     .collect();
                 parts.extend(spool.checked(&req.files).map_err(|e| Refusal::BadRequest(e.to_string()))?);
                 let mut guard = me.inner.lock().await;
+                if me.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+                    // A reload now would start a new worker beside the draining ones.
+                    return Err(Refusal::Unavailable(
+                        "the pod is stopping: HAProxy is draining its connections".into(),
+                    ));
+                }
                 let p = &mut guard.p;
                 let res = me.apply_fenced(p, &req, parts).await;
                 if res.is_err() {
@@ -375,6 +384,38 @@ impl Agent {
         self.store.save_deferred(p);
         self.publish(p);
         Ok(ack)
+    }
+
+    /// Refuses every later apply (503) once the one in flight, if any, ends: the pod is
+    /// stopping and HAProxy drains; the last state record is written.
+    pub async fn stop_applies(&self) {
+        let _g = self.inner.lock().await;
+        self.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Err(e) = blocking(|| self.store.flush()) {
+            warn!("writing the last state record failed: {e}");
+        }
+    }
+
+    /// Waits until HAProxy's master stops answering (it exits once its draining workers are
+    /// gone), or `limit` passed; whether it stopped.
+    pub async fn wait_haproxy_gone(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while self.state_cli.ping().await {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        true
+    }
+
+    /// Sets `haptic_agent_haproxy_old_workers` from the master's `show proc`.
+    pub async fn count_old_workers(&self) {
+        let n = match self.state_cli.master("show proc").await.map(|t| haptic_haproxy::cli::parse_show_proc(&t)) {
+            Ok(Ok(p)) => i64::try_from(p.old_workers.len()).unwrap_or(i64::MAX),
+            _ => -1,
+        };
+        self.metrics.old_workers.set(n);
     }
 
     /// Waits for an in-flight apply or reload to finish and for its record to be on disk (used

@@ -211,6 +211,125 @@ pub struct RenderSpec {
     /// What Gateways may bring to the objects the controller creates for them.
     #[serde(default)]
     pub gateway: GatewayRenderSpec,
+    /// The access log on HAProxy's standard output: `Http` (the default: HAProxy's HTTP log
+    /// format), `Json` (one JSON object per request) or `Off`.
+    #[serde(default)]
+    pub access_log: AccessLogSpec,
+    /// The `X-Forwarded-For`, `-Proto`, `-Host` and `-Port` headers the backends get.
+    #[serde(default)]
+    pub forwarded_headers: ForwardedHeadersSpec,
+    /// Every client-facing bind expects the PROXY protocol (v1 or v2): for a load balancer in
+    /// front that speaks it; the client address it gives is the one logged and forwarded.
+    /// Connections without it are closed.
+    #[serde(default)]
+    pub proxy_protocol: bool,
+    /// Timeouts (ingress-nginx's defaults).
+    #[serde(default)]
+    pub timeouts: TimeoutsSpec,
+    /// `Strict-Transport-Security` on every response over TLS; none when unset (the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hsts: Option<HstsSpec>,
+    /// A `stats` frontend on this port: HAProxy's Prometheus exporter on `/metrics` and its
+    /// stats page on `/stats` (the chart sets `haproxy.metricsPort`); none when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub stats_port: Option<u16>,
+    /// How long a stopping HAProxy worker (after a reload, or when its pod stops) may keep
+    /// serving its open connections before they are closed (`hard-stop-after`); the chart sets
+    /// `haproxy.drainSeconds`. Unbounded when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub drain_seconds: Option<u32>,
+}
+
+/// `spec.render.accessLog`.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+pub enum AccessLogSpec {
+    /// HAProxy's HTTP log format.
+    #[default]
+    Http,
+    /// One JSON object per request.
+    Json,
+    /// No access log.
+    Off,
+}
+
+/// `spec.render.forwardedHeaders`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ForwardedHeadersSpec {
+    /// Set the headers (the default).
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Clients (CIDRs or addresses) whose own `X-Forwarded-*` headers are kept, the client
+    /// address appended to their `X-Forwarded-For`: the load balancers in front. Any other
+    /// client's headers are replaced, so no client can pass for another address or scheme.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256), inner(length(min = 2, max = 49)))]
+    pub trusted_proxies: Vec<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for ForwardedHeadersSpec {
+    fn default() -> Self {
+        ForwardedHeadersSpec { enabled: true, trusted_proxies: Vec::new() }
+    }
+}
+
+/// `spec.render.timeouts`, in seconds.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TimeoutsSpec {
+    /// To connect to a server (5).
+    #[schemars(range(min = 1, max = 3600))]
+    pub connect_seconds: u32,
+    /// Of a client that sends nothing (60).
+    #[schemars(range(min = 1, max = 86400))]
+    pub client_seconds: u32,
+    /// Of a server that answers nothing (60).
+    #[schemars(range(min = 1, max = 86400))]
+    pub server_seconds: u32,
+    /// Of an idle websocket or other tunnel (3600).
+    #[schemars(range(min = 1, max = 604800))]
+    pub tunnel_seconds: u32,
+    /// For a client to send a whole request's headers (10).
+    #[schemars(range(min = 1, max = 3600))]
+    pub http_request_seconds: u32,
+}
+
+impl Default for TimeoutsSpec {
+    fn default() -> Self {
+        let t = haptic_render::edge::Timeouts::default();
+        TimeoutsSpec {
+            connect_seconds: t.connect,
+            client_seconds: t.client,
+            server_seconds: t.server,
+            tunnel_seconds: t.tunnel,
+            http_request_seconds: t.http_request,
+        }
+    }
+}
+
+/// `spec.render.hsts`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct HstsSpec {
+    /// `max-age`, in seconds (a year by default).
+    #[serde(default = "a_year")]
+    pub max_age_seconds: u32,
+    /// `includeSubDomains`.
+    #[serde(default)]
+    pub include_sub_domains: bool,
+    /// `preload`.
+    #[serde(default)]
+    pub preload: bool,
+}
+
+fn a_year() -> u32 {
+    31_536_000
 }
 
 /// `spec.render.pathNormalization`.

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use haptic_protocol::{PlanId, RelPath};
 use haptic_render::annotations::Allowed;
+use haptic_render::edge::{AccessLog, Edge, Forwarded, Hsts, Timeouts};
 use haptic_render::gateway::{GatewayInput, GatewayOutput, GatewaySettings, GATEWAY_CONTROLLER};
 use haptic_render::gateway_api::{Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant};
 use haptic_render::ingress::{IngressInput, Settings, INGRESS_CONTROLLER};
@@ -22,7 +23,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass, IngressLoadBalancerIngress};
 
 use super::config_source::{add_files, config_map_key, Lookup, SpecError};
-use super::crd::{HAProxyConfigSpec, RenderSpec};
+use super::crd::{AccessLogSpec, HAProxyConfigSpec, RenderSpec};
 
 /// The cluster's objects render mode reads (all namespaces; Secrets only those Ingresses name).
 #[derive(Debug, Clone, Default)]
@@ -112,6 +113,46 @@ pub fn settings(r: &RenderSpec) -> Result<Settings, SpecError> {
         min_slots: usize::from(r.server_slots),
         health_port: r.health_port,
         paths: r.path_normalization.into(),
+        edge: edge(r, bind_address)?,
+    })
+}
+
+/// The edge settings from `spec.render`; the stats frontend binds `bind_address`.
+fn edge(r: &RenderSpec, bind_address: std::net::IpAddr) -> Result<Edge, SpecError> {
+    let field = "spec.render.forwardedHeaders.trustedProxies";
+    let trusted = r
+        .forwarded_headers
+        .trusted_proxies
+        .iter()
+        .map(|t| {
+            t.parse::<ipnet::IpNet>().or_else(|_| t.parse::<std::net::IpAddr>().map(ipnet::IpNet::from)).map_err(|e| {
+                SpecError::invalid(field, format!("{field}: {t:?} is neither a CIDR nor an address ({e})"))
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    let t = &r.timeouts;
+    Ok(Edge {
+        access_log: match r.access_log {
+            AccessLogSpec::Http => AccessLog::Http,
+            AccessLogSpec::Json => AccessLog::Json,
+            AccessLogSpec::Off => AccessLog::Off,
+        },
+        forwarded: Forwarded { enabled: r.forwarded_headers.enabled, trusted },
+        proxy_protocol: r.proxy_protocol,
+        timeouts: Timeouts {
+            connect: t.connect_seconds,
+            client: t.client_seconds,
+            server: t.server_seconds,
+            tunnel: t.tunnel_seconds,
+            http_request: t.http_request_seconds,
+        },
+        hsts: r.hsts.map(|h| Hsts {
+            max_age: h.max_age_seconds,
+            include_subdomains: h.include_sub_domains,
+            preload: h.preload,
+        }),
+        stats: r.stats_port.map(|p| std::net::SocketAddr::new(bind_address, p)),
+        drain_seconds: r.drain_seconds,
     })
 }
 
@@ -269,6 +310,7 @@ pub fn render_gateway(
             health_port: s.health_port,
             namespace: namespace.to_string(),
             paths: s.paths,
+            edge: s.edge.clone(),
             infrastructure_keys: r.gateway.infrastructure_keys.clone(),
             host_sharing: r.gateway.host_sharing.into(),
         },

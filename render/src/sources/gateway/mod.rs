@@ -123,6 +123,8 @@ pub struct GatewaySettings {
     pub namespace: String,
     /// What is done to request paths before routing.
     pub paths: crate::model::PathNormalization,
+    /// What every request meets before it is routed (logs, forwarded headers, timeouts, …).
+    pub edge: crate::edge::Edge,
     /// The `spec.infrastructure` label and annotation keys that pass to a Gateway's Service:
     /// exact keys, or prefixes written with a trailing `*` ([`infrastructure_key_allowed`]).
     pub infrastructure_keys: Vec<String>,
@@ -141,6 +143,7 @@ impl Default for GatewaySettings {
             health_port: None,
             namespace: "default".into(),
             paths: crate::model::PathNormalization::Normalize,
+            edge: crate::edge::Edge::default(),
             infrastructure_keys: Vec::new(),
             host_sharing: HostSharing::Shared,
         }
@@ -519,6 +522,7 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
     let st = &input.settings;
     out.model.health = st.health_port.map(|p| SocketAddr::new(st.bind_address, p));
     out.model.paths = st.paths;
+    out.model.edge = st.edge.clone();
     out.unserved = unserved(input);
     let Some(class) = class else {
         return out;

@@ -250,6 +250,7 @@ fn frontends(model: &mut Model, input: &IngressInput) {
     let st = &input.settings;
     model.health = st.health_port.map(|p| SocketAddr::new(st.bind_address, p));
     model.paths = st.paths;
+    model.edge = st.edge.clone();
     model.frontends.push(Frontend {
         name: "http".into(),
         binds: vec![Bind { address: st.bind_address, port: st.http_port, tls: false, certs: vec![] }],

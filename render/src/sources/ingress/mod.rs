@@ -130,6 +130,8 @@ pub struct Settings {
     pub health_port: Option<u16>,
     /// What is done to request paths before routing.
     pub paths: crate::model::PathNormalization,
+    /// What every request meets before it is routed (logs, forwarded headers, timeouts, …).
+    pub edge: crate::edge::Edge,
 }
 
 impl Default for Settings {
@@ -141,6 +143,7 @@ impl Default for Settings {
             min_slots: 8,
             health_port: None,
             paths: crate::model::PathNormalization::Normalize,
+            edge: crate::edge::Edge::default(),
         }
     }
 }

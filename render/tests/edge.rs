@@ -1,0 +1,313 @@
+//! The edge on real HAProxy 2.6 and 3.0: what the backend learns of the client
+//! (`X-Forwarded-*`, which a client cannot forge unless trusted), the PROXY protocol, one access
+//! log line per request (HTTP and JSON), the stats and exporter frontend, and HTTP/2 on an
+//! Ingress's TLS bind.
+
+use std::net::SocketAddr;
+
+use haptic_e2e::net::free_port;
+use haptic_e2e::process::{Haproxy, HaproxyOpts};
+use haptic_render::edge::{AccessLog, Edge, Forwarded};
+use haptic_render::ingress::Settings;
+
+mod common;
+
+/// An Ingress `site.example.com/` → Service `web`, with TLS from the Secret `site` when `tls`.
+fn objects(tls: bool) -> String {
+    let tls = if tls { "\n      tls: [{hosts: [site.example.com], secretName: site}]" } else { "" };
+    format!(
+        r#"
+ingresses:
+  - metadata: {{name: site, namespace: web}}
+    spec:
+      ingressClassName: haptic{tls}
+      rules:
+        - host: site.example.com
+          http:
+            paths:
+              - {{path: /, pathType: Prefix, backend: {{service: {{name: web, port: {{number: 80}}}}}}}}
+services:
+  - metadata: {{name: web, namespace: web}}
+    spec: {{ports: [{{port: 80}}]}}
+endpointSlices:
+  - metadata: {{name: web-1, namespace: web, labels: {{kubernetes.io/service-name: web}}}}
+    addressType: IPv4
+    ports: [{{port: 1}}]
+    endpoints: [{{addresses: [127.0.0.1]}}]
+"#
+    )
+}
+
+/// A running render of [`objects`] with `edge`, its HTTP address and HAProxy.
+struct Site {
+    http: SocketAddr,
+    https: u16,
+    stats: SocketAddr,
+    haproxy: Haproxy,
+    _dir: tempfile::TempDir,
+}
+
+async fn site(bin: &haptic_e2e::HaproxyBin, edge: Edge, tls: bool) -> Site {
+    let web = common::echo_backend("web");
+    let (http_port, https_port, stats) = (free_port(), free_port(), SocketAddr::from(([127, 0, 0, 1], free_port())));
+    let settings = Settings {
+        bind_address: [127, 0, 0, 1].into(),
+        http_port,
+        https_port,
+        min_slots: 1,
+        edge: Edge { stats: Some(stats), ..edge },
+        ..Settings::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut input = common::input(&objects(tls), settings);
+    if tls {
+        input.secrets.push(common::tls_secret(dir.path(), "web", "site"));
+    }
+    common::endpoints_on_loopback(&mut input, |_| web);
+    let render = haptic_render::render(&input, &Default::default()).unwrap();
+    assert!(render.verdicts.iter().all(|v| v.accepted()), "{:?}", render.verdicts);
+    let tree = dir.path().join("tree");
+    common::write_tree(&render, &tree);
+    let haproxy = Haproxy::start(bin, HaproxyOpts::new(&tree)).await.unwrap();
+    Site { http: SocketAddr::from(([127, 0, 0, 1], http_port)), https: https_port, stats, haproxy, _dir: dir }
+}
+
+/// The request head the backend saw (names lower-cased), after `GET /` with `extra` headers.
+async fn seen(addr: SocketAddr, extra: &str) -> String {
+    common::raw(addr, &format!("GET /x HTTP/1.1\r\nHost: site.example.com\r\n{extra}Connection: close\r\n\r\n")).await
+}
+
+/// The values of header `name` in a head the echo backend returned.
+fn values(head: &str, name: &str) -> Vec<String> {
+    let prefix = format!("{name}:");
+    head.lines().filter_map(|l| l.strip_prefix(&prefix)).map(|v| v.trim().to_string()).collect()
+}
+
+haptic_e2e::on_each_version!(a_client_cannot_forge_its_forwarded_headers);
+async fn a_client_cannot_forge_its_forwarded_headers(bin: haptic_e2e::HaproxyBin) {
+    let s = site(&bin, Edge::default(), false).await;
+    // The benign request: the backend learns the client's address, scheme, host and port.
+    let head = seen(s.http, "").await;
+    assert_eq!(values(&head, "x-forwarded-for"), ["127.0.0.1"], "{head}");
+    assert_eq!(values(&head, "x-forwarded-proto"), ["http"]);
+    assert_eq!(values(&head, "x-forwarded-host"), ["site.example.com"]);
+    assert_eq!(values(&head, "x-forwarded-port"), [s.http.port().to_string()]);
+    // The attack: an untrusted client's own headers are dropped, never passed on.
+    let forged = "X-Forwarded-For: 6.6.6.6\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: bank.example\r\n";
+    let head = seen(s.http, forged).await;
+    assert_eq!(values(&head, "x-forwarded-for"), ["127.0.0.1"], "{head}");
+    assert_eq!(values(&head, "x-forwarded-proto"), ["http"]);
+    assert_eq!(values(&head, "x-forwarded-host"), ["site.example.com"]);
+}
+
+haptic_e2e::on_each_version!(a_trusted_proxy_keeps_its_forwarded_headers);
+async fn a_trusted_proxy_keeps_its_forwarded_headers(bin: haptic_e2e::HaproxyBin) {
+    let edge = Edge {
+        forwarded: Forwarded { enabled: true, trusted: vec!["127.0.0.0/8".parse().unwrap()] },
+        ..Edge::default()
+    };
+    let s = site(&bin, edge, false).await;
+    let head = seen(s.http, "X-Forwarded-For: 203.0.113.9\r\nX-Forwarded-Proto: https\r\n").await;
+    // HAProxy appends its own header line: the chain is the proxy's client, then the proxy.
+    assert_eq!(values(&head, "x-forwarded-for"), ["203.0.113.9", "127.0.0.1"], "{head}");
+    assert_eq!(values(&head, "x-forwarded-proto"), ["https"]);
+    // A trusted proxy that sent none still gets them set.
+    let head = seen(s.http, "").await;
+    assert_eq!(values(&head, "x-forwarded-proto"), ["http"]);
+}
+
+haptic_e2e::on_each_version!(the_proxy_protocol_gives_the_real_client);
+async fn the_proxy_protocol_gives_the_real_client(bin: haptic_e2e::HaproxyBin) {
+    let s = site(&bin, Edge { proxy_protocol: true, ..Edge::default() }, false).await;
+    // A connection without the PROXY header is closed unanswered: no client passes for another.
+    let head = {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut c = tokio::net::TcpStream::connect(s.http).await.unwrap();
+        let req = "GET /x HTTP/1.1\r\nHost: site.example.com\r\nX-Forwarded-For: 6.6.6.6\r\n\r\n";
+        let mut out = Vec::new();
+        let _ = c.write_all(req.as_bytes()).await;
+        let _ = c.read_to_end(&mut out).await;
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    assert_eq!(head, "", "a connection without the PROXY header");
+    let req = "PROXY TCP4 198.51.100.7 127.0.0.1 40000 80\r\n\
+               GET /x HTTP/1.1\r\nHost: site.example.com\r\nConnection: close\r\n\r\n";
+    let head = common::raw(s.http, req).await;
+    assert_eq!(values(&head, "x-forwarded-for"), ["198.51.100.7"], "{head}");
+    assert_eq!(values(&head, "x-forwarded-port"), ["80"]);
+}
+
+haptic_e2e::on_each_version!(one_access_log_line_per_request);
+async fn one_access_log_line_per_request(bin: haptic_e2e::HaproxyBin) {
+    for log in [AccessLog::Http, AccessLog::Json] {
+        let s = site(&bin, Edge { access_log: log, ..Edge::default() }, false).await;
+        for i in 0..3 {
+            let head = common::raw(
+                s.http,
+                &format!("GET /n{i}?q=\"x\" HTTP/1.1\r\nHost: site.example.com\r\nConnection: close\r\n\r\n"),
+            )
+            .await;
+            assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        }
+        // The line is written when the stream ends, a moment after the response.
+        let lines = haptic_e2e::wait::eventually("three access log lines", std::time::Duration::from_secs(10), || {
+            let out = s.haproxy.stderr_text();
+            let lines: Vec<String> = out.lines().filter(|l| l.contains("/n")).map(str::to_string).collect();
+            let n = lines.len();
+            async move {
+                if n >= 3 {
+                    Ok(lines)
+                } else {
+                    Err(format!("{n} lines"))
+                }
+            }
+        })
+        .await;
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        if log == AccessLog::Json {
+            for (i, l) in lines.iter().enumerate() {
+                let start = l.find('{').unwrap();
+                let v: serde_json::Value = serde_json::from_str(&l[start..]).unwrap_or_else(|e| panic!("{e}: {l}"));
+                assert_eq!(v["status"], 200, "{l}");
+                assert_eq!(v["host"], "site.example.com");
+                assert_eq!(v["path"], format!("/n{i}?q=\"x\""));
+                assert_eq!(v["method"], "GET");
+            }
+        } else {
+            assert!(lines.iter().all(|l| l.contains(" 200 ") && l.contains("GET /n")), "{lines:?}");
+        }
+    }
+}
+
+haptic_e2e::on_each_version!(stats_and_exporter_answer);
+async fn stats_and_exporter_answer(bin: haptic_e2e::HaproxyBin) {
+    let s = site(&bin, Edge::default(), false).await;
+    let get = |path: &str| format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let metrics = common::raw(s.stats, &get("/metrics")).await;
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    assert!(metrics.contains("haproxy_process_"), "the exporter's metrics");
+    assert!(common::raw(s.stats, &get("/stats")).await.starts_with("HTTP/1.1 200"));
+}
+
+haptic_e2e::on_each_version!(an_ingress_tls_bind_speaks_http2);
+async fn an_ingress_tls_bind_speaks_http2(bin: haptic_e2e::HaproxyBin) {
+    let s = site(&bin, Edge::default(), true).await;
+    let out = std::process::Command::new("curl")
+        .args(["-sk", "-w", "\n%{http_code} %{http_version}", "--http2", "--max-time", "10"])
+        .arg("--resolve")
+        .arg(format!("site.example.com:{}:127.0.0.1", s.https))
+        .arg(format!("https://site.example.com:{}/", s.https))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.ends_with("200 2"), "{out}");
+    // Over TLS the backend is told so.
+    assert_eq!(values(&out, "x-forwarded-proto"), ["https"], "{out}");
+}
+
+/// A backend answering `web` after `delay` (a thread per connection), and how many requests
+/// it has read.
+fn slow_backend(delay: std::time::Duration) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = seen.clone();
+    std::thread::spawn(move || {
+        for mut s in l.incoming().flatten() {
+            let counter = counter.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf);
+                counter.fetch_add(1, Ordering::SeqCst);
+                std::thread::sleep(delay);
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\nweb");
+            });
+        }
+    });
+    (port, seen)
+}
+
+haptic_e2e::on_each_version!(a_soft_stop_finishes_requests_and_hard_stop_after_bounds_it);
+async fn a_soft_stop_finishes_requests_and_hard_stop_after_bounds_it(bin: haptic_e2e::HaproxyBin) {
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+    let ((slow, slow_seen), (stuck, stuck_seen)) =
+        (slow_backend(Duration::from_secs(1)), slow_backend(Duration::from_secs(3600)));
+    let http_port = free_port();
+    let settings = Settings {
+        bind_address: [127, 0, 0, 1].into(),
+        http_port,
+        min_slots: 1,
+        edge: Edge { drain_seconds: Some(3), ..Edge::default() },
+        ..Settings::default()
+    };
+    let yaml = objects(false).replace("path: /, pathType: Prefix", "path: /slow, pathType: Prefix");
+    let mut input = common::input(&yaml, settings);
+    let mut ing = input.ingresses[0].clone();
+    ing.metadata.name = Some("stuck".into());
+    let stuck_path = serde_json::json!({"path": "/stuck", "pathType": "Prefix",
+        "backend": {"service": {"name": "stuck", "port": {"number": 80}}}});
+    ing.spec.as_mut().unwrap().rules.as_mut().unwrap()[0].http.as_mut().unwrap().paths =
+        vec![serde_json::from_value(stuck_path).unwrap()];
+    input.ingresses.push(ing);
+    let mut svc = input.services[0].clone();
+    svc.metadata.name = Some("stuck".into());
+    input.services.push(svc);
+    let mut slice = input.endpoint_slices[0].clone();
+    slice.metadata.name = Some("stuck-1".into());
+    slice.metadata.labels = Some([("kubernetes.io/service-name".to_string(), "stuck".to_string())].into());
+    input.endpoint_slices.push(slice);
+    common::endpoints_on_loopback(&mut input, |svc| if svc == "stuck" { stuck } else { slow });
+    let render = haptic_render::render(&input, &Default::default()).unwrap();
+    assert!(render.verdicts.iter().all(|v| v.accepted()), "{:?}", render.verdicts);
+    let dir = tempfile::tempdir().unwrap();
+    common::write_tree(&render, dir.path());
+    let h = Haproxy::start(&bin, HaproxyOpts::new(dir.path())).await.unwrap();
+    let addr = SocketAddr::from(([127, 0, 0, 1], http_port));
+    let get = |path: &'static str| async move {
+        let req = format!("GET {path} HTTP/1.1\r\nHost: site.example.com\r\nConnection: close\r\n\r\n");
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut c = tokio::net::TcpStream::connect(addr).await?;
+        c.write_all(req.as_bytes()).await?;
+        let mut out = Vec::new();
+        c.read_to_end(&mut out).await?;
+        Ok::<_, std::io::Error>(String::from_utf8_lossy(&out).into_owned())
+    };
+    let (slow_req, stuck_req) = (tokio::spawn(get("/slow")), tokio::spawn(get("/stuck")));
+    // Both requests reached their backends before HAProxy is told to stop.
+    haptic_e2e::wait::eventually("both requests at their backends", Duration::from_secs(10), || {
+        let (a, b) = (slow_seen.load(Ordering::SeqCst), stuck_seen.load(Ordering::SeqCst));
+        async move {
+            if a == 1 && b == 1 {
+                Ok(())
+            } else {
+                Err(format!("slow {a}, stuck {b}"))
+            }
+        }
+    })
+    .await;
+    let stopped_at = std::time::Instant::now();
+    let kill = std::process::Command::new("kill").args(["-USR1", &h.master_pid().to_string()]).status().unwrap();
+    assert!(kill.success());
+    // The request in flight is answered by the stopping worker.
+    let answer = slow_req.await.unwrap().unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200") && answer.ends_with("web"), "{answer}");
+    // The stuck one is cut at `hard-stop-after`, and the master leaves with its last worker.
+    let cut = stuck_req.await.unwrap();
+    let held = stopped_at.elapsed();
+    assert!(!cut.as_deref().unwrap_or_default().starts_with("HTTP/1.1 200"), "{cut:?}");
+    assert!(held >= Duration::from_secs(3), "the stuck request was held until hard-stop-after: {held:?}");
+    haptic_e2e::wait::eventually("the master to exit", Duration::from_secs(10), || {
+        let alive = h.master_alive();
+        async move {
+            if alive {
+                Err("alive".to_string())
+            } else {
+                Ok(())
+            }
+        }
+    })
+    .await;
+}
