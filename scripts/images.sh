@@ -11,7 +11,7 @@
 #                                  # the same images from binaries built on this host (default
 #                                  # release; `cargo build` first if missing): each Dockerfile's
 #                                  # `runtime` stage (`--target runtime`, cached), plus the binary
-#                                  # and the final stage's USER/ENTRYPOINT/CMD read from the file.
+#                                  # and the final stage's USER/ENTRYPOINT/CMD/STOPSIGNAL read from the file.
 #                                  # Seconds instead of two in-container release builds; what
 #                                  # scripts/cluster.sh load uses. No smoke runs (the
 #                                  # cluster that loads them runs every container).
@@ -166,6 +166,7 @@ if [ "$mode" = prebuilt ]; then
     user=$(sed -n 's/^USER //p' <<<"$final")
     entrypoint=$(sed -n 's/^ENTRYPOINT //p' <<<"$final")
     cmd=$(sed -n 's/^CMD //p' <<<"$final")
+    stopsignal=$(sed -n 's/^STOPSIGNAL //p' <<<"$final")
     dest=$(sed -n 's#^COPY --from=build /out/[^ ]* \(.*\)$#\1#p' <<<"$final")
     if [ -z "$user" ] || [ -z "$entrypoint" ] || [ -z "$dest" ]; then die "cannot read USER/ENTRYPOINT/COPY of the final stage of $file"; fi
     img="localhost/haptic-$which:$tag"
@@ -173,7 +174,7 @@ if [ "$mode" = prebuilt ]; then
     stripped="$work/haptic-$which.$profile"
     cp "$bindir/haptic-$which" "$stripped.tmp" && strip --strip-debug "$stripped.tmp" && mv "$stripped.tmp" "$stripped"
     "${B[@]}" copy --chmod 0755 "$c" "$stripped" "$dest" >/dev/null
-    "${B[@]}" config --user "$user" --entrypoint "$entrypoint" ${cmd:+--cmd "$cmd"} \
+    "${B[@]}" config --user "$user" --entrypoint "$entrypoint" ${cmd:+--cmd "$cmd"} ${stopsignal:+--stop-signal "$stopsignal"} \
       --label "org.opencontainers.image.revision=$revision" "$c"
     old_id=$("${B[@]}" inspect --type image --format '{{.FromImageID}}' "$img" 2>/dev/null || true)
     "${B[@]}" commit --quiet "$c" "$img" >/dev/null

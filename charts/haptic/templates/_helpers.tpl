@@ -132,3 +132,43 @@ app.kubernetes.io/component: haproxy
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+The edge fields of spec.render (both render modes): the access log, forwarded headers, PROXY
+protocol, timeouts, HSTS, the stats frontend on haproxy.metricsPort and hard-stop-after from
+haproxy.drainSeconds.
+*/}}
+{{- define "haptic.renderEdge" -}}
+accessLog: {{ .Values.render.accessLog }}
+forwardedHeaders:
+  enabled: {{ .Values.render.forwardedHeaders.enabled }}
+  {{- with .Values.render.forwardedHeaders.trustedProxies }}
+  trustedProxies:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+proxyProtocol: {{ .Values.render.proxyProtocol }}
+{{- with .Values.render.timeouts }}
+timeouts:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.render.hsts }}
+hsts:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.haproxy.metricsPort }}
+statsPort: {{ . }}
+{{- end }}
+drainSeconds: {{ .Values.haproxy.drainSeconds }}
+{{- end }}
+
+{{/*
+The HAProxy pods' grace period: haproxy.terminationGracePeriodSeconds, or the preStop sleep, the
+drain and 10 s for the agent to see HAProxy gone.
+*/}}
+{{- define "haptic.haproxy.grace" -}}
+{{- if kindIs "invalid" .Values.haproxy.terminationGracePeriodSeconds -}}
+{{ add .Values.haproxy.preStopSleepSeconds .Values.haproxy.drainSeconds 10 }}
+{{- else -}}
+{{ .Values.haproxy.terminationGracePeriodSeconds }}
+{{- end -}}
+{{- end }}

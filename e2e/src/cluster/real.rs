@@ -165,6 +165,12 @@ impl RealCluster {
         matches!(self.provider, Provider::Local { .. })
     }
 
+    /// Whether the host reaches the Service's ClusterIP directly (this machine's cluster), or
+    /// only through a node (kind).
+    pub fn is_routed(&self) -> bool {
+        self.routed()
+    }
+
     fn helm(&self) -> Command {
         let mut c = Command::new(&self.helm);
         c.args(["--namespace", NAMESPACE]);

@@ -30,8 +30,8 @@ use super::{eventually, status, status_table, wait_converged, wait_converged_on_
 use crate::pod::base64;
 
 /// The Ingress steps' names for `HAPTIC_E2E_STEPS`, in run order.
-pub const INGRESS_STEPS: [&str; 5] =
-    ["ingress-scale", "ingress-hosts", "ingress-tls", "ingress-missing", "ingress-refused"];
+pub const INGRESS_STEPS: [&str; 6] =
+    ["ingress-scale", "ingress-drain", "ingress-hosts", "ingress-tls", "ingress-missing", "ingress-refused"];
 
 /// The chart's IngressClass (`ingress.className`).
 const CLASS: &str = "haptic";
@@ -71,6 +71,9 @@ pub async fn run_ingress(c: &mut RealCluster, selection: &Selection) -> Result<(
 
     if selection.wants("ingress-scale") {
         scale_under_load(c, &svc).await?;
+    }
+    if selection.wants("ingress-drain") {
+        drain_on_rollout(c, &svc).await?;
     }
     if selection.wants("ingress-hosts") {
         two_on_one_host(c, &svc).await?;
@@ -138,14 +141,17 @@ async fn echo_backend(c: &RealCluster, replicas: usize) -> Result<()> {
 }
 
 /// A Deployment `app` of `replicas` busybox httpd pods (labelled `app.kubernetes.io/name=app`)
-/// answering their pod name on `/`, `a <pod>` on `/a/`, `b <pod>` on `/b/`, sleeping in preStop
+/// answering their pod name on `/`, `a <pod>` on `/a/`, `b <pod>` on `/b/`, `slow <pod>` on
+/// `/cgi-bin/slow` after 10 s (a CGI script), sleeping in preStop
 /// so a stopping pod serves until the endpoints drop it; the Services `services` over them (port
 /// 80); waits until every pod is Ready.
 pub(super) async fn web(c: &RealCluster, app: &str, replicas: usize, services: &[&str]) -> Result<()> {
     let client = c.client();
     let labels = json!({"app.kubernetes.io/name": app});
-    let script = "h=$(hostname); mkdir -p /www/a /www/b; echo \"$h\" > /www/index.html; \
-                  echo \"a $h\" > /www/a/index.html; echo \"b $h\" > /www/b/index.html; exec httpd -f -p 8000 -h /www";
+    let script = "h=$(hostname); mkdir -p /www/a /www/b /www/cgi-bin; echo \"$h\" > /www/index.html; \
+                  echo \"a $h\" > /www/a/index.html; echo \"b $h\" > /www/b/index.html; \
+                  printf '#!/bin/sh\\nsleep 10\\nprintf \"Content-Type: text/plain\\\\r\\\\n\\\\r\\\\nslow %%s\\\\n\" \"$(hostname)\"\\n' \
+                    > /www/cgi-bin/slow; chmod 755 /www/cgi-bin/slow; exec httpd -f -p 8000 -h /www";
     let dep = json!({
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": app, "labels": labels},
         "spec": {"replicas": replicas, "selector": {"matchLabels": labels}, "template": {
@@ -440,6 +446,80 @@ fn start_load(
         }
         true
     })
+}
+
+/// The host of the drain step's Ingress.
+const DRAIN_HOST: &str = "drain.example";
+/// Slow requests in flight when the HAProxy pods are replaced.
+const SLOW_REQUESTS: usize = 5;
+
+/// `GET path` for `host` through the Service at `ip`, answered in a task: on this machine's
+/// cluster the request is on the wire (connected, written) when this returns.
+async fn sent(
+    c: &RealCluster,
+    ip: &str,
+    host: &str,
+    path: &str,
+) -> Result<tokio::task::JoinHandle<Result<(u16, String)>>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    let Ok(addr) = format!("{ip}:{}", super::real::SERVICE_PORT).parse::<SocketAddr>() else {
+        return Err(ClusterError(format!("{ip} is not an address")));
+    };
+    if !c.is_routed() {
+        let (c, ip, host, path) = (c.clone(), ip.to_string(), host.to_string(), path.to_string());
+        return Ok(tokio::spawn(async move { c.service_get(&ip, &host, &path).await }));
+    }
+    let mut s =
+        tokio::net::TcpStream::connect(addr).await.map_err(|e| ClusterError::of("connect to the Service", e))?;
+    s.write_all(req.as_bytes()).await.map_err(|e| ClusterError::of("send a slow request", e))?;
+    Ok(tokio::spawn(async move {
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await.map_err(|e| ClusterError::of("read a slow answer", e))?;
+        crate::net::parse_http_response(&buf).map_err(|e| ClusterError::of("a slow answer", e))
+    }))
+}
+
+/// A rollout restart of the HAProxy pods while bounded sequential requests and
+/// [`SLOW_REQUESTS`] requests the echo backend answers after 10 s run through the Service: a
+/// stopping HAProxy leaves the Service first, then stops softly (the image's SIGUSR1) and
+/// finishes what it has, so every request is answered 200 and no slow one is cut.
+async fn drain_on_rollout(c: &mut RealCluster, svc: &str) -> Result<()> {
+    put_ingress(c, &ingress("drain", DRAIN_HOST, &[("/cgi-bin/", "Prefix", ECHO, json!({"number": 80}))])).await?;
+    answered(c, svc, DRAIN_HOST, "/cgi-bin/slow", |b| b.starts_with("slow echo-")).await?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let load = start_load(c, svc.to_string(), ECHO_HOST, stop.clone(), seen.clone());
+    let mut slow = Vec::new();
+    for _ in 0..SLOW_REQUESTS {
+        slow.push(sent(c, svc, DRAIN_HOST, "/cgi-bin/slow").await?);
+    }
+    let restarted = c.replace_all_haproxy().await;
+    let mut answers = Vec::new();
+    for t in slow {
+        answers.push(t.await.map_err(|e| ClusterError::of("a slow request's task", e))?);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let bounded = load.await.map_err(|e| ClusterError::of("the load task", e))?;
+    restarted?;
+    let cut: Vec<String> = answers
+        .iter()
+        .filter(|a| !matches!(a, Ok((200, b)) if b.trim().starts_with("slow echo-")))
+        .map(|a| format!("{a:?}"))
+        .collect();
+    ensure(cut.is_empty(), || format!("slow requests cut by the rollout: {cut:?}"))?;
+    let (ok_n, failed) = {
+        let s = seen.lock().unwrap_or_else(|e| e.into_inner());
+        (s.ok, s.failed.clone())
+    };
+    ensure(bounded && failed.is_empty() && ok_n > 0, || {
+        format!("{ok_n} requests ok, {} failed: {:?}", failed.len(), &failed[..failed.len().min(10)])
+    })?;
+    delete_ingress(c, "drain").await?;
+    ok(&format!(
+        "ingress-drain: a rollout restart of the HAProxy pods under load: {ok_n} requests and {SLOW_REQUESTS} requests of 10 s through the Service, every one answered 200, none cut"
+    ));
+    Ok(())
 }
 
 async fn scale(c: &RealCluster, app: &str, n: usize) -> Result<()> {
