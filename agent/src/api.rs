@@ -320,6 +320,7 @@ async fn post_apply(State(st): State<AppState>, req: Request) -> Response {
                 r.message()
             );
             match r {
+                Refusal::Stopping => error(StatusCode::SERVICE_UNAVAILABLE, Refusal::Stopping.message()),
                 Refusal::BadRequest(m) => error(StatusCode::BAD_REQUEST, m),
                 Refusal::Conflict(c) => (StatusCode::CONFLICT, Json(c)).into_response(),
                 Refusal::Nack(n) => (StatusCode::UNPROCESSABLE_ENTITY, Json(n)).into_response(),

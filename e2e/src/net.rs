@@ -21,6 +21,11 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> io::Result<(u16, String)>
 /// Sends one raw HTTP/1.1 request (which must say `Connection: close`) to `addr` and returns
 /// `(status, body)`; 5 s timeout.
 pub async fn http_request(addr: SocketAddr, request: &str) -> io::Result<(u16, String)> {
+    http_request_within(addr, request, Duration::from_secs(5)).await
+}
+
+/// [`http_request`] with its own timeout.
+pub async fn http_request_within(addr: SocketAddr, request: &str, timeout: Duration) -> io::Result<(u16, String)> {
     let fut = async {
         let mut s = TcpStream::connect(addr).await?;
         s.write_all(request.as_bytes()).await?;
@@ -29,7 +34,7 @@ pub async fn http_request(addr: SocketAddr, request: &str) -> io::Result<(u16, S
         parse_http_response(&buf)
     };
     let line = request.lines().next().unwrap_or_default().to_string();
-    tokio::time::timeout(Duration::from_secs(5), fut)
+    tokio::time::timeout(timeout, fut)
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, format!("{addr} {line}: timed out")))?
 }

@@ -14,11 +14,16 @@ mod common;
 
 /// An Ingress `site.example.com/` → Service `web`, with TLS from the Secret `site` when `tls`.
 fn objects(tls: bool) -> String {
+    annotated(tls, "{}")
+}
+
+/// [`objects`] with the Ingress's `annotations` (a YAML flow mapping).
+fn annotated(tls: bool, annotations: &str) -> String {
     let tls = if tls { "\n      tls: [{hosts: [site.example.com], secretName: site}]" } else { "" };
     format!(
         r#"
 ingresses:
-  - metadata: {{name: site, namespace: web}}
+  - metadata: {{name: site, namespace: web, annotations: {annotations}}}
     spec:
       ingressClassName: haptic{tls}
       rules:
@@ -165,14 +170,18 @@ async fn one_access_log_line_per_request(bin: haptic_e2e::HaproxyBin) {
         .await;
         assert_eq!(lines.len(), 3, "{lines:?}");
         if log == AccessLog::Json {
-            for (i, l) in lines.iter().enumerate() {
+            // Each line is written when its stream ends: not necessarily in request order.
+            let mut paths = Vec::new();
+            for l in &lines {
                 let start = l.find('{').unwrap();
                 let v: serde_json::Value = serde_json::from_str(&l[start..]).unwrap_or_else(|e| panic!("{e}: {l}"));
                 assert_eq!(v["status"], 200, "{l}");
                 assert_eq!(v["host"], "site.example.com");
-                assert_eq!(v["path"], format!("/n{i}?q=\"x\""));
                 assert_eq!(v["method"], "GET");
+                paths.push(v["path"].as_str().unwrap().to_string());
             }
+            paths.sort();
+            assert_eq!(paths, (0..3).map(|i| format!("/n{i}?q=\"x\"")).collect::<Vec<_>>());
         } else {
             assert!(lines.iter().all(|l| l.contains(" 200 ") && l.contains("GET /n")), "{lines:?}");
         }
@@ -310,4 +319,34 @@ async fn a_soft_stop_finishes_requests_and_hard_stop_after_bounds_it(bin: haptic
         }
     })
     .await;
+}
+
+haptic_e2e::on_each_version!(plain_http_to_a_tls_ingress_is_redirected_unless_it_says_not);
+async fn plain_http_to_a_tls_ingress_is_redirected_unless_it_says_not(bin: haptic_e2e::HaproxyBin) {
+    let s = site(&bin, Edge::default(), true).await;
+    let head = seen(s.http, "").await;
+    assert!(head.starts_with("HTTP/1.1 308"), "{head}");
+    assert!(head.to_ascii_lowercase().contains("location: https://site.example.com/x"), "{head}");
+    drop(s);
+    let web = common::echo_backend("web");
+    let dir = tempfile::tempdir().unwrap();
+    let http_port = free_port();
+    let yaml = annotated(true, r#"{nginx.ingress.kubernetes.io/ssl-redirect: "false"}"#);
+    let settings = Settings {
+        bind_address: [127, 0, 0, 1].into(),
+        http_port,
+        https_port: free_port(),
+        min_slots: 1,
+        ..Settings::default()
+    };
+    let mut input = common::input(&yaml, settings);
+    input.secrets.push(common::tls_secret(dir.path(), "web", "site"));
+    common::endpoints_on_loopback(&mut input, |_| web);
+    let render = haptic_render::render(&input, &Default::default()).unwrap();
+    assert!(render.verdicts.iter().all(|v| v.accepted()), "{:?}", render.verdicts);
+    let tree = dir.path().join("tree");
+    common::write_tree(&render, &tree);
+    let _h = Haproxy::start(&bin, HaproxyOpts::new(&tree)).await.unwrap();
+    let head = seen(SocketAddr::from(([127, 0, 0, 1], http_port)), "").await;
+    assert!(head.starts_with("HTTP/1.1 200"), "ssl-redirect: \"false\" serves plain HTTP: {head}");
 }

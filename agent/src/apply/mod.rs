@@ -86,6 +86,8 @@ pub enum Refusal {
     Internal(String),
     /// 503: HAProxy is not running; the tree was written (HAProxy starts on it when it restarts).
     Unavailable(String),
+    /// 503: the pod is stopping and HAProxy drains its connections; nothing was written.
+    Stopping,
 }
 
 impl Refusal {
@@ -95,6 +97,7 @@ impl Refusal {
             Refusal::BadRequest(m) | Refusal::Internal(m) | Refusal::Unavailable(m) => m.clone(),
             Refusal::Conflict(c) => c.error.clone(),
             Refusal::Nack(n) => n.error.clone(),
+            Refusal::Stopping => "the pod is stopping: HAProxy is draining its connections".to_string(),
         }
     }
 
@@ -106,6 +109,7 @@ impl Refusal {
             Refusal::Nack(_) => "nack",
             Refusal::Internal(_) => "error",
             Refusal::Unavailable(_) => "haproxy_unavailable",
+            Refusal::Stopping => "stopping",
         }
     }
 }
@@ -290,9 +294,7 @@ impl Agent {
                 let mut guard = me.inner.lock().await;
                 if me.stopping.load(std::sync::atomic::Ordering::SeqCst) {
                     // A reload now would start a new worker beside the draining ones.
-                    return Err(Refusal::Unavailable(
-                        "the pod is stopping: HAProxy is draining its connections".into(),
-                    ));
+                    return Err(Refusal::Stopping);
                 }
                 let p = &mut guard.p;
                 let res = me.apply_fenced(p, &req, parts).await;

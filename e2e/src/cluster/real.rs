@@ -31,7 +31,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{eventually, Cluster, ClusterError, Result};
 use crate::bins::workspace_root;
-use crate::net::{http_request, parse_http_response};
+use crate::net::{http_request, http_request_within, parse_http_response};
 use crate::pod::base64;
 
 /// The helm release, and the prefix of the chart's object names.
@@ -239,13 +239,19 @@ impl RealCluster {
         svc.spec.and_then(|s| s.cluster_ip).ok_or_else(|| ClusterError("the HAProxy Service has no ClusterIP".into()))
     }
 
-    /// `GET path` (with `Host: host`) through the HAProxy Service, from the host (kind: from a node).
+    /// `GET path` (with `Host: host`) through the HAProxy Service, from the host (kind: from a
+    /// node); 5 s timeout.
     pub async fn service_get(&self, ip: &str, host: &str, path: &str) -> Result<(u16, String)> {
+        self.service_get_within(ip, host, path, Duration::from_secs(5)).await
+    }
+
+    /// [`RealCluster::service_get`] with its own timeout.
+    pub async fn service_get_within(&self, ip: &str, host: &str, path: &str, t: Duration) -> Result<(u16, String)> {
         if self.routed() {
             let addr: SocketAddr =
                 format!("{ip}:{SERVICE_PORT}").parse().map_err(|e| ClusterError::of("Service address", e))?;
             let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-            return http_request(addr, &req).await.map_err(|e| ClusterError::of("Service request", e));
+            return http_request_within(addr, &req, t).await.map_err(|e| ClusterError::of("Service request", e));
         }
         let node = self.nodes().await?.into_iter().next().ok_or_else(|| ClusterError("no node".into()))?;
         let out = run(Command::new("docker").args([
@@ -255,7 +261,7 @@ impl RealCluster {
             "-s",
             "-i",
             "--max-time",
-            "5",
+            &t.as_secs().max(1).to_string(),
             "-H",
             &format!("Host: {host}"),
             &format!("http://{ip}:{SERVICE_PORT}{path}"),

@@ -468,7 +468,7 @@ async fn sent(
     };
     if !c.is_routed() {
         let (c, ip, host, path) = (c.clone(), ip.to_string(), host.to_string(), path.to_string());
-        return Ok(tokio::spawn(async move { c.service_get(&ip, &host, &path).await }));
+        return Ok(tokio::spawn(async move { c.service_get_within(&ip, &host, &path, Duration::from_secs(60)).await }));
     }
     let mut s =
         tokio::net::TcpStream::connect(addr).await.map_err(|e| ClusterError::of("connect to the Service", e))?;
@@ -486,7 +486,15 @@ async fn sent(
 /// finishes what it has, so every request is answered 200 and no slow one is cut.
 async fn drain_on_rollout(c: &mut RealCluster, svc: &str) -> Result<()> {
     put_ingress(c, &ingress("drain", DRAIN_HOST, &[("/cgi-bin/", "Prefix", ECHO, json!({"number": 80}))])).await?;
-    answered(c, svc, DRAIN_HOST, "/cgi-bin/slow", |b| b.starts_with("slow echo-")).await?;
+    // The first answer takes the script's 10 s: each try waits up to 30 s for its own.
+    eventually("200 for the slow path through the HAProxy Service", Duration::from_secs(120), || async {
+        let t = sent(c, svc, DRAIN_HOST, "/cgi-bin/slow").await.ok()?;
+        match tokio::time::timeout(Duration::from_secs(30), t).await {
+            Ok(Ok(Ok((200, b)))) if b.trim().starts_with("slow echo-") => Some(()),
+            _ => None,
+        }
+    })
+    .await?;
     let stop = Arc::new(AtomicBool::new(false));
     let seen = Arc::new(Mutex::new(Seen::default()));
     let load = start_load(c, svc.to_string(), ECHO_HOST, stop.clone(), seen.clone());

@@ -161,6 +161,11 @@ pub fn read(
         }
     }
     passthrough_alone(&mut r);
+    // As ingress-nginx: plain HTTP to an Ingress with TLS is redirected to HTTPS unless
+    // `ssl-redirect` says "false" (a passthrough Ingress's HTTPS is its backend's own).
+    if has_tls && !r.keys.contains_key("ssl-redirect") && !r.m.backend.passthrough {
+        r.m.policy.https_redirect = true;
+    }
     if r.errors.is_empty() {
         Ok((r.m, r.warnings))
     } else {
@@ -524,6 +529,11 @@ mod tests {
     #[test]
     fn each_supported_key_has_its_meaning() {
         assert!(ok(&[("ssl-redirect", "true")]).policy.https_redirect);
+        // As ingress-nginx: an Ingress with TLS redirects unless told not to.
+        assert!(ok(&[]).policy.https_redirect);
+        assert!(!ok(&[("ssl-redirect", "false")]).policy.https_redirect);
+        assert!(!read(&ann(&[]), false, Allowed::default()).unwrap().0.policy.https_redirect);
+        assert!(!ok(&[("ssl-passthrough", "true")]).policy.https_redirect);
         assert!(!read(&ann(&[("ssl-redirect", "true")]), false, Allowed::default()).unwrap().0.policy.https_redirect);
         assert!(
             read(&ann(&[("force-ssl-redirect", "true")]), false, Allowed::default()).unwrap().0.policy.https_redirect
@@ -1000,7 +1010,7 @@ mod tests {
 
     #[test]
     fn custom_http_errors_render_as_returns_of_the_policy() {
-        let m = ok(&[("custom-http-errors", "503,404,418")]);
+        let m = read(&ann(&[("custom-http-errors", "503,404,418")]), false, Allowed::default()).unwrap().0;
         let lines = annotation_lines("p1", &m).unwrap();
         assert_eq!(
             lines,
