@@ -26,7 +26,7 @@ pub use sources::ingress::{self, annotations};
 
 use std::collections::BTreeMap;
 
-pub use ingress::{snippet_checks, translate_ingress, IngressInput, SnippetCheck};
+pub use ingress::{snippet_checks, translate_ingress, Incremental, IngressInput, SnippetCheck};
 pub use model::{Cause, Model, ObjectRef, Refusal, Verdict, Why};
 pub use slots::SlotMap;
 pub use template::{Snippets, Templates};
@@ -78,11 +78,18 @@ pub fn render_model(
     slots: SlotMap,
     templates: &Templates,
 ) -> Result<Render, RenderError> {
+    let mut files = model_files(model)?;
+    let cfg = template::render_cfg(model, templates)?;
+    files.insert("haproxy.cfg".to_string(), cfg.into_bytes());
+    Ok(Render { files, verdicts, slots })
+}
+
+/// The files of a Model but `haproxy.cfg`: its maps and certificates. None of them depends on
+/// the Model's backends.
+fn model_files(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, RenderError> {
     let mut files = maps::build(model)?;
     for cert in model.certs.iter().chain(&model.upstream_certs) {
         files.insert(cert.path.clone(), cert.pem.clone());
     }
-    let cfg = template::render_cfg(model, templates)?;
-    files.insert("haproxy.cfg".to_string(), cfg.into_bytes());
-    Ok(Render { files, verdicts, slots })
+    Ok(files)
 }
