@@ -5,7 +5,9 @@
 //! [`gateway_api`] and translator [`gateway`], and what they share), slot planning ([`slots`]), map building
 //! ([`maps`]) and the names maps and config share ([`names`]), the templates ([`template`]), and the gate-narrowing decision ([`narrow`]: which
 //! changed objects to leave out after the gate refuses a render), and host ownership
-//! ([`ownership`]: which namespace may route a host). It must never talk to a
+//! ([`ownership`]: which namespace may route a host), and [`Incremental`]: the Ingress render
+//! that, while only EndpointSlices changed, redoes only the endpoints, slots and template. It
+//! must never talk to a
 //! cluster, spawn tasks or touch files: inputs
 //! are plain typed objects, outputs are bytes by relative path plus per-object verdicts. Every
 //! value from an object reaches `haproxy.cfg` only through `haptic_haproxy::quote` or as a map
