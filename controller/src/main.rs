@@ -486,9 +486,10 @@ fn render_cmd(dir: PathBuf, out: Option<PathBuf>) -> anyhow::Result<ExitCode> {
                 eprintln!("note: no IngressClass {class} in {}: using the chart's (controller haptic.dev/ingress-controller, not the default class)", dir.display());
                 m.objects.classes.push(std::sync::Arc::new(haptic_controller::manifests::chart_class(&class)));
             }
+            let mut once = haptic_render::Incremental::new();
+            let (none, slots) = (Default::default(), Default::default());
             let r =
-                routes::render(&spec, &m, &m.objects, &Default::default(), &Default::default(), &Default::default())
-                    .map_err(fail)?;
+                routes::render(&spec, &m, &m.objects, &slots, &none, &Default::default(), &mut once).map_err(fail)?;
             (r.files, r.verdicts)
         }
         None => (haptic_controller::kubernetes::config_source::build(&spec, &m).map_err(fail)?, Vec::new()),

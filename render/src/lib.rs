@@ -5,7 +5,9 @@
 //! [`gateway_api`] and translator [`gateway`], and what they share), slot planning ([`slots`]), map building
 //! ([`maps`]) and the names maps and config share ([`names`]), the templates ([`template`]), and the gate-narrowing decision ([`narrow`]: which
 //! changed objects to leave out after the gate refuses a render), and host ownership
-//! ([`ownership`]: which namespace may route a host). It must never talk to a
+//! ([`ownership`]: which namespace may route a host), and [`Incremental`]: the Ingress render
+//! that, while only EndpointSlices changed, redoes only the endpoints, slots and template. It
+//! must never talk to a
 //! cluster, spawn tasks or touch files: inputs
 //! are plain typed objects, outputs are bytes by relative path plus per-object verdicts. Every
 //! value from an object reaches `haproxy.cfg` only through `haptic_haproxy::quote` or as a map
@@ -27,7 +29,7 @@ pub use sources::ingress::{self, annotations};
 
 use std::collections::BTreeMap;
 
-pub use ingress::{snippet_checks, translate_ingress, IngressInput, SnippetCheck};
+pub use ingress::{snippet_checks, translate_ingress, Incremental, IngressInput, SnippetCheck};
 pub use model::{Cause, Model, ObjectRef, Refusal, Verdict, Why};
 pub use slots::SlotMap;
 pub use template::{Snippets, Templates};
@@ -79,11 +81,18 @@ pub fn render_model(
     slots: SlotMap,
     templates: &Templates,
 ) -> Result<Render, RenderError> {
+    let mut files = model_files(model)?;
+    let cfg = template::render_cfg(model, templates)?;
+    files.insert("haproxy.cfg".to_string(), cfg.into_bytes());
+    Ok(Render { files, verdicts, slots })
+}
+
+/// The files of a Model but `haproxy.cfg`: its maps and certificates. None of them depends on
+/// the Model's backends.
+fn model_files(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, RenderError> {
     let mut files = maps::build(model)?;
     for cert in model.certs.iter().chain(&model.upstream_certs) {
         files.insert(cert.path.clone(), cert.pem.clone());
     }
-    let cfg = template::render_cfg(model, templates)?;
-    files.insert("haproxy.cfg".to_string(), cfg.into_bytes());
-    Ok(Render { files, verdicts, slots })
+    Ok(files)
 }

@@ -31,6 +31,7 @@ async fn each_annotation_behaves(bin: HaproxyBin) {
     input.allowed = Allowed { snippets: true };
     // The test's client is 127.0.0.1: `guarded` lets it in, `open` denies it.
     for ing in &mut input.ingresses {
+        let ing = std::sync::Arc::make_mut(ing);
         let a = ing.metadata.annotations.get_or_insert_with(Default::default);
         if let Some(v) = a.get_mut("nginx.ingress.kubernetes.io/whitelist-source-range") {
             *v = "10.0.0.0/8, 127.0.0.0/8".into();

@@ -164,7 +164,7 @@ fn base() -> IngressInput {
     let mut i =
         common::input(YAML, Settings { bind_address: [127, 0, 0, 1].into(), min_slots: 2, ..Settings::default() });
     i.allowed = Allowed { snippets: true };
-    i.secrets.push(tls_secret("tls"));
+    i.secrets.push(std::sync::Arc::new(tls_secret("tls")));
     i
 }
 
@@ -193,7 +193,7 @@ fn tls_secret(name: &str) -> k8s_openapi::api::core::v1::Secret {
 
 /// Puts `value` into `field` of `ing` (and, for a Secret name, a Secret of that name).
 fn set(input: &mut IngressInput, field: Field, value: &str) {
-    let ing: &mut Ingress = &mut input.ingresses[0];
+    let ing: &mut Ingress = std::sync::Arc::make_mut(&mut input.ingresses[0]);
     let spec = ing.spec.as_mut().unwrap();
     let rule = &mut spec.rules.as_mut().unwrap()[0];
     let path = &mut rule.http.as_mut().unwrap().paths[0];
@@ -205,7 +205,7 @@ fn set(input: &mut IngressInput, field: Field, value: &str) {
         Field::SecretName => {
             spec.tls.as_mut().unwrap()[0].secret_name = Some(value.into());
             let s = tls_secret(value);
-            input.secrets.push(s);
+            input.secrets.push(std::sync::Arc::new(s));
         }
         Field::DefaultBackendName => {
             spec.default_backend.as_mut().unwrap().service.as_mut().unwrap().name = value.into()
@@ -261,7 +261,7 @@ fn set_annotation(input: &mut IngressInput, key: &'static str, value: &str) {
             with.push(("canary-by-header", "X-Canary".into()));
         }
     }
-    let a = input.ingresses[0].metadata.annotations.get_or_insert_with(Default::default);
+    let a = std::sync::Arc::make_mut(&mut input.ingresses[0]).metadata.annotations.get_or_insert_with(Default::default);
     for (k, v) in with {
         a.insert(format!("{NGINX_PREFIX}{k}"), v);
     }
@@ -271,7 +271,7 @@ fn set_annotation(input: &mut IngressInput, key: &'static str, value: &str) {
         let mut s = tls_secret(name);
         let ca = s.data.as_ref().unwrap()["tls.crt"].clone();
         s.data = Some([("ca.crt".to_string(), ca)].into_iter().collect());
-        input.secrets.push(s);
+        input.secrets.push(std::sync::Arc::new(s));
     }
     if key.starts_with("auth-") {
         // The users' Secret, under the name the annotation gives.
@@ -281,11 +281,11 @@ fn set_annotation(input: &mut IngressInput, key: &'static str, value: &str) {
         s.metadata.namespace = Some("shop".into());
         s.data =
             Some([("auth".to_string(), k8s_openapi::ByteString(b"u:$6$salt$hash".to_vec()))].into_iter().collect());
-        input.secrets.push(s);
+        input.secrets.push(std::sync::Arc::new(s));
     }
     if key.starts_with("canary") {
         // The Ingress a canary joins (after the target among the verdicts).
-        let mut main = input.ingresses[0].clone();
+        let mut main = (*input.ingresses[0]).clone();
         main.metadata.name = Some("z-main".into());
         main.metadata.annotations = None;
         main.spec.as_mut().unwrap().rules.as_mut().unwrap()[0].http.as_mut().unwrap().paths[0]
@@ -294,10 +294,10 @@ fn set_annotation(input: &mut IngressInput, key: &'static str, value: &str) {
             .as_mut()
             .unwrap()
             .name = "main".into();
-        input.ingresses.push(main);
-        let mut svc = input.services[0].clone();
+        input.ingresses.push(std::sync::Arc::new(main));
+        let mut svc = (*input.services[0]).clone();
         svc.metadata.name = Some("main".into());
-        input.services.push(svc);
+        input.services.push(std::sync::Arc::new(svc));
     }
 }
 
@@ -368,7 +368,7 @@ async fn redirect_targets_arrive_literally(bin: HaproxyBin) {
     let mut input = base();
     input.settings.http_port = http_port;
     // One Ingress per accepted target, each on its own host.
-    let template = input.ingresses[0].clone();
+    let template = (*input.ingresses[0]).clone();
     input.ingresses.clear();
     let mut want = Vec::new();
     for (i, v) in hostile().into_iter().enumerate() {
@@ -380,7 +380,7 @@ async fn redirect_targets_arrive_literally(bin: HaproxyBin) {
         ing.spec.as_mut().unwrap().rules.as_mut().unwrap()[0].host = Some(host.clone());
         let target = format!("https://x.example/{v}");
         ing.metadata.annotations = Some([(format!("{NGINX_PREFIX}permanent-redirect"), target.clone())].into());
-        input.ingresses.push(ing);
+        input.ingresses.push(std::sync::Arc::new(ing));
         want.push((i, host, target));
     }
     let render = haptic_render::render(&input, &Default::default()).unwrap();

@@ -114,7 +114,7 @@ async fn tls_passes_through_by_sni(bin: HaproxyBin) {
             .map(|(k, v)| (k.to_string(), k8s_openapi::ByteString(v)))
             .collect(),
     );
-    input.secrets.push(s);
+    input.secrets.push(std::sync::Arc::new(s));
     let render = haptic_render::render(&input, &Default::default()).unwrap();
     assert!(render.verdicts.iter().all(|v| v.accepted()), "{:?}", render.verdicts);
     let dir = tempfile::tempdir().unwrap();

@@ -63,7 +63,7 @@ async fn cors_limits_and_basic_auth(bin: HaproxyBin) {
     secret.metadata.name = Some("basic".into());
     secret.metadata.namespace = Some("shop".into());
     secret.data = Some([("auth".to_string(), k8s_openapi::ByteString(format!("alice:{HASH}\n").into_bytes()))].into());
-    input.secrets.push(secret);
+    input.secrets.push(std::sync::Arc::new(secret));
     let render = haptic_render::render(&input, &Default::default()).unwrap();
     let no_secret = render.verdicts.iter().find(|v| v.object.name == "no-secret").unwrap();
     assert_eq!(no_secret.refusals[0].cause, haptic_render::Cause::Missing, "{no_secret:?}");

@@ -52,6 +52,7 @@ async fn regex_rewrite_vhost_alias_and_affinity(bin: HaproxyBin) {
         Settings { bind_address: [127, 0, 0, 1].into(), http_port, min_slots: 2, ..Settings::default() },
     );
     for s in &mut input.endpoint_slices {
+        let s = std::sync::Arc::make_mut(s);
         let port = match s.metadata.name.as_deref() {
             Some("pair-1") => one,
             Some("pair-2") => two,

@@ -90,12 +90,12 @@ async fn backends_are_verified_as_asked(bin: HaproxyBin) {
         Settings { bind_address: [127, 0, 0, 1].into(), http_port, min_slots: 2, ..Settings::default() },
     );
     common::endpoints_on_loopback(&mut input, |_| tls_port);
-    input.secrets.push(secret("upstream-ca", &[("ca.crt", read(pki.path(), "ca.pem"))]));
-    input.secrets.push(secret("other-ca", &[("ca.crt", read(other.path(), "ca.pem"))]));
-    input.secrets.push(secret(
+    input.secrets.push(std::sync::Arc::new(secret("upstream-ca", &[("ca.crt", read(pki.path(), "ca.pem"))])));
+    input.secrets.push(std::sync::Arc::new(secret("other-ca", &[("ca.crt", read(other.path(), "ca.pem"))])));
+    input.secrets.push(std::sync::Arc::new(secret(
         "client-only",
         &[("tls.crt", read(other.path(), "x.pem")), ("tls.key", read(other.path(), "x.key"))],
-    ));
+    )));
     let render = haptic_render::render(&input, &Default::default()).unwrap();
     let v = |n: &str| render.verdicts.iter().find(|v| v.object.name == n).unwrap().clone();
     for n in ["verified", "wrong-ca", "wrong-name"] {

@@ -95,7 +95,10 @@ async fn a_polyglot_is_served_re_encoded_and_a_mismatched_key_refuses_its_ingres
         tls("alpha", polyglot, [lua.clone(), read("good.key")].concat()),
         // beta's certificate with alpha's key.
         tls("beta", read("bad.pem"), read("good.key")),
-    ];
+    ]
+    .into_iter()
+    .map(std::sync::Arc::new)
+    .collect();
     let render = haptic_render::render(&input, &Default::default()).unwrap();
     let verdict = |ns: &str| render.verdicts.iter().find(|v| v.object.namespace == ns).unwrap();
     assert!(verdict("alpha").accepted(), "{:?}", verdict("alpha"));

@@ -47,7 +47,9 @@ fn input_with(hosts: &[(&str, &str)], http_port: u16) -> IngressInput {
 }
 
 fn set_snippet(input: &mut IngressInput, name: &str, snippet: &str) {
-    let ing = input.ingresses.iter_mut().find(|i| i.metadata.name.as_deref() == Some(name)).unwrap();
+    let ing = std::sync::Arc::make_mut(
+        input.ingresses.iter_mut().find(|i| i.metadata.name.as_deref() == Some(name)).unwrap(),
+    );
     ing.metadata.annotations.get_or_insert_with(Default::default).insert(SNIPPET_KEY.into(), snippet.into());
 }
 

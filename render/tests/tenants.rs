@@ -100,7 +100,8 @@ fn a_wildcard_never_takes_a_host_whose_routes_are_all_refused() {
     // The victim's api.test routes a Service port that does not exist: no route of it is
     // accepted, yet api.test keeps a table of its own (404), never the attacker's wildcard.
     let mut i = case(&["v-api", "a-wild", "a-default"], HostSharing::Namespace, Settings::default());
-    let ing = i.ingresses.iter_mut().find(|i| i.metadata.name.as_deref() == Some("v-api")).unwrap();
+    let ing =
+        std::sync::Arc::make_mut(i.ingresses.iter_mut().find(|i| i.metadata.name.as_deref() == Some("v-api")).unwrap());
     let rules = ing.spec.as_mut().unwrap().rules.as_mut().unwrap();
     rules[0].http.as_mut().unwrap().paths[0].backend.service.as_mut().unwrap().port.as_mut().unwrap().number = Some(81);
     let (model, v, _) = translate_ingress(&i);
@@ -146,7 +147,9 @@ fn shared_hosts_merge_by_path_but_canaries_and_passthrough_stay_in_their_namespa
 fn a_passthrough_host_is_its_namespace_alone_even_when_shared() {
     // The attacker claims the victim's passthrough host with HTTP routes: refused, whatever the sharing.
     let mut i = case(&["v-pt", "a-same"], HostSharing::Shared, Settings::default());
-    let ing = i.ingresses.iter_mut().find(|i| i.metadata.name.as_deref() == Some("a-same")).unwrap();
+    let ing = std::sync::Arc::make_mut(
+        i.ingresses.iter_mut().find(|i| i.metadata.name.as_deref() == Some("a-same")).unwrap(),
+    );
     ing.spec.as_mut().unwrap().rules.as_mut().unwrap()[0].host = Some("pt.test".into());
     let (model, v, _) = translate_ingress(&i);
     let r = refused(&v, "a-same");

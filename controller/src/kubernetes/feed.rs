@@ -6,8 +6,10 @@
 //! With `spec.render` the same loop also runs [`super::cluster`]'s reflectors and renders
 //! through [`super::routes`] with the slots of the newest plan a pod applied, after checking each
 //! allowed snippet alone ([`super::snippet_check`]), and, when the gate still refuses a render,
-//! leaving out the objects [`super::narrowing`] names until the culprits are found. Owns the loop
-//! and [`FeedBundles`], the render source over its snapshots. It must never deploy, and
+//! leaving out the objects [`super::narrowing`] names until the culprits are found. Owns the loop,
+//! the one [`Incremental`] Ingress render its passes share (so an EndpointSlice change redoes
+//! only the endpoints) and [`FeedBundles`], the render source over its snapshots. It must never
+//! deploy, and
 //! outside render mode never read objects outside its namespace nor list a kind wholesale.
 
 use std::collections::BTreeMap;
@@ -18,7 +20,7 @@ use futures::StreamExt;
 use haptic_protocol::PlanId;
 use haptic_render::gateway::GatewayOutput;
 use haptic_render::narrow::Exclusion;
-use haptic_render::{ObjectRef, SlotMap};
+use haptic_render::{Incremental, ObjectRef, SlotMap};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::{watcher, WatchStreamExt};
@@ -81,6 +83,9 @@ struct Feed {
     last: Option<PublishedKey>,
     cluster: Option<ClusterWatch>,
     slots: SlotHistory,
+    /// The Ingress render keeping its last translation, so an EndpointSlice change redoes only
+    /// the endpoints.
+    incremental: Incremental,
     snippets: SnippetVerdicts,
     narrowing: GateNarrowing,
     board: watch::Receiver<u64>,
@@ -143,6 +148,7 @@ impl Feed {
             last: None,
             cluster: None,
             slots: SlotHistory::default(),
+            incremental: Incremental::new(),
             snippets: SnippetVerdicts::default(),
             narrowing: GateNarrowing::default(),
             board,
@@ -278,7 +284,7 @@ impl Feed {
             refused: &refused,
             namespace: &self.ctx.namespace,
         };
-        let (out, ingress, gateway) = pass.fitting(&mut excluded);
+        let (out, ingress, gateway) = pass.fitting(&mut excluded, &mut self.incremental);
         let out = out.map(|(render, slot_map)| {
             self.slots.record(render.plan_id(), slot_map);
             render
@@ -336,6 +342,7 @@ impl ClusterPass<'_> {
     fn once(
         &self,
         excluded: &BTreeMap<ObjectRef, Exclusion>,
+        incremental: &mut Incremental,
     ) -> (Built, Option<Arc<IngressOutcome>>, Option<Arc<GatewayOutput>>) {
         let (spec, objects, previous) = (&self.spec.spec, self.objects, self.previous);
         let bundle = |files| Bundle::new(files).map_err(|why| SpecError::invalid("spec", why.to_string()));
@@ -349,7 +356,7 @@ impl ClusterPass<'_> {
                 Err(e) => (Err(e), None, None),
             }
         } else {
-            match routes::render(spec, self.stores, objects, previous, self.refused, excluded) {
+            match routes::render(spec, self.stores, objects, previous, self.refused, excluded, incremental) {
                 Ok(out) => {
                     let ingress = routes::outcome(self.render_spec, self.namespace, objects, &out.verdicts);
                     (bundle(out.files).map(|r| (Arc::new(r), out.slots)), Some(Arc::new(ingress)), None)
@@ -365,6 +372,7 @@ impl ClusterPass<'_> {
     fn fitting(
         &self,
         excluded: &mut BTreeMap<ObjectRef, Exclusion>,
+        incremental: &mut Incremental,
     ) -> (Built, Option<Arc<IngressOutcome>>, Option<Arc<GatewayOutput>>) {
         let (mut ingress, mut gateway) = (None, None);
         // Each object's size, measured only once a render is over the limit (it serialises
@@ -376,7 +384,7 @@ impl ClusterPass<'_> {
                 let names: Vec<String> = excluded.keys().map(ToString::to_string).collect();
                 info!("leaving out of the render: {}", names.join(", "));
             }
-            let (out, i, g) = self.once(excluded);
+            let (out, i, g) = self.once(excluded, incremental);
             ingress = i.or(ingress);
             gateway = g.or(gateway);
             let total: u64 = match &out {

@@ -2,7 +2,9 @@
 //! map, to a file set, per-object verdicts and the slot map of this render.
 //!
 //! Owns the pure [`render`] (the class check, the settings and templates from `spec.render`,
-//! the call into `haptic-render`, the spec's extra `files`), the choice of the previous slot map
+//! the call into `haptic-render` through the caller's [`Incremental`], the spec's extra
+//! `files`), the inputs of `haptic-render` as the stores' own `Arc`s (no object copied), the
+//! choice of the previous slot map
 //! ([`SlotHistory`]: the slots of the newest render a pod has applied) and the offline summary
 //! of verdicts. It must never talk to the apiserver, and never decide a route itself: route
 //! semantics live in `haptic-render`.
@@ -15,7 +17,7 @@ use haptic_render::annotations::Allowed;
 use haptic_render::edge::{AccessLog, Edge, Forwarded, Hsts, Timeouts};
 use haptic_render::gateway::{GatewayInput, GatewayOutput, GatewaySettings, GATEWAY_CONTROLLER};
 use haptic_render::gateway_api::{Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant};
-use haptic_render::ingress::{IngressInput, Settings, INGRESS_CONTROLLER};
+use haptic_render::ingress::{Incremental, IngressInput, Settings, INGRESS_CONTROLLER};
 use haptic_render::narrow::Exclusion;
 use haptic_render::{SlotMap, Templates, Verdict};
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
@@ -200,7 +202,7 @@ pub fn snippet_checks(r: &RenderSpec, objects: &Objects) -> Vec<haptic_render::S
     let Ok(class) = class(r, objects) else { return Vec::new() };
     let input = IngressInput {
         class: class.clone(),
-        ingresses: objects.ingresses.iter().map(|o| (**o).clone()).collect(),
+        ingresses: objects.ingresses.clone(),
         allowed: Allowed { snippets: true },
         ..Default::default()
     };
@@ -210,7 +212,8 @@ pub fn snippet_checks(r: &RenderSpec, objects: &Objects) -> Vec<haptic_render::S
 /// Renders a spec with `spec.render` (pure): the class, then the translator and templates, then
 /// the spec's extra `files` (which must not collide with a rendered path). `refused_snippets`:
 /// the allowed snippets `haproxy -c` refused alone (see [`snippet_checks`]), with its words;
-/// `excluded`: objects left out, with why (see [`super::narrowing`]).
+/// `excluded`: objects left out, with why (see [`super::narrowing`]). `incremental` keeps the
+/// last translation, so a render after an EndpointSlice change redoes only the endpoints.
 pub fn render(
     spec: &HAProxyConfigSpec,
     l: &dyn Lookup,
@@ -218,15 +221,16 @@ pub fn render(
     previous: &SlotMap,
     refused_snippets: &BTreeMap<String, String>,
     excluded: &BTreeMap<haptic_render::ObjectRef, Exclusion>,
+    incremental: &mut Incremental,
 ) -> Result<Routed, SpecError> {
     let r = spec.render.as_ref().ok_or_else(|| SpecError::invalid("spec.render", "spec.render is not set".into()))?;
     let class = class(r, objects)?.clone();
     let input = IngressInput {
         class,
-        ingresses: objects.ingresses.iter().map(|o| (**o).clone()).collect(),
-        services: objects.services.iter().map(|o| (**o).clone()).collect(),
-        endpoint_slices: objects.endpoint_slices.iter().map(|o| (**o).clone()).collect(),
-        secrets: objects.secrets.iter().map(|o| (**o).clone()).collect(),
+        ingresses: objects.ingresses.clone(),
+        services: objects.services.clone(),
+        endpoint_slices: objects.endpoint_slices.clone(),
+        secrets: objects.secrets.clone(),
         previous_slots: previous.clone(),
         settings: settings(r)?,
         allowed: Allowed { snippets: r.allow_snippet_annotations },
@@ -234,7 +238,8 @@ pub fn render(
         excluded: excluded.clone(),
         sharing: r.ingress.host_sharing.into(),
     };
-    let out = haptic_render::render(&input, &templates(r, l)?)
+    let out = incremental
+        .render(&input, &templates(r, l)?)
         .map_err(|e| SpecError::invalid("spec.render", format!("spec.render: {e}")))?;
     let mut files = BTreeMap::new();
     for (p, b) in out.files {
@@ -293,15 +298,15 @@ pub fn render_gateway(
     let s = settings(r)?;
     let input = GatewayInput {
         class_name: class.metadata.name.clone().unwrap_or_default(),
-        classes: objects.gateway_classes.iter().map(|o| (**o).clone()).collect(),
-        gateways: objects.gateways.iter().map(|o| (**o).clone()).collect(),
-        routes: objects.routes.iter().map(|o| (**o).clone()).collect(),
-        grpc_routes: objects.grpc_routes.iter().map(|o| (**o).clone()).collect(),
-        grants: objects.grants.iter().map(|o| (**o).clone()).collect(),
-        namespaces: objects.namespaces.iter().map(|o| (**o).clone()).collect(),
-        services: objects.services.iter().map(|o| (**o).clone()).collect(),
-        endpoint_slices: objects.endpoint_slices.iter().map(|o| (**o).clone()).collect(),
-        secrets: objects.secrets.iter().map(|o| (**o).clone()).collect(),
+        classes: objects.gateway_classes.clone(),
+        gateways: objects.gateways.clone(),
+        routes: objects.routes.clone(),
+        grpc_routes: objects.grpc_routes.clone(),
+        grants: objects.grants.clone(),
+        namespaces: objects.namespaces.clone(),
+        services: objects.services.clone(),
+        endpoint_slices: objects.endpoint_slices.clone(),
+        secrets: objects.secrets.clone(),
         previous_slots: previous.clone(),
         settings: GatewaySettings {
             bind_address: s.bind_address,

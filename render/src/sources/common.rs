@@ -172,10 +172,15 @@ pub(crate) fn endpoints(slices: &[&EndpointSlice], port_name: &str) -> Vec<Endpo
 
 /// The certificate file (chain, then key, parsed, checked and re-encoded by [`crate::pem`]) of
 /// the `kubernetes.io/tls` Secret `ns/name` among `secrets`, or why not.
-pub(crate) fn secret_pem(secrets: &[Secret], ns: &str, name: &str) -> Result<crate::pem::CertFile, Why> {
+pub(crate) fn secret_pem<S: std::borrow::Borrow<Secret>>(
+    secrets: &[S],
+    ns: &str,
+    name: &str,
+) -> Result<crate::pem::CertFile, Why> {
     let Some(s) = secrets
         .iter()
-        .find(|s| s.metadata.namespace.as_deref() == Some(ns) && s.metadata.name.as_deref() == Some(name))
+        .map(std::borrow::Borrow::borrow)
+        .find(|s: &&Secret| s.metadata.namespace.as_deref() == Some(ns) && s.metadata.name.as_deref() == Some(name))
     else {
         return Err(Why::new(Cause::Missing, format!("Secret {ns}/{name} does not exist")));
     };

@@ -33,10 +33,10 @@ pub fn input(yaml: &str, settings: Settings) -> IngressInput {
     class.spec = Some(IngressClassSpec { controller: Some(INGRESS_CONTROLLER.into()), ..Default::default() });
     IngressInput {
         class,
-        ingresses: f.ingresses,
-        services: f.services,
-        endpoint_slices: f.endpoint_slices,
-        secrets: f.secrets,
+        ingresses: f.ingresses.into_iter().map(std::sync::Arc::new).collect(),
+        services: f.services.into_iter().map(std::sync::Arc::new).collect(),
+        endpoint_slices: f.endpoint_slices.into_iter().map(std::sync::Arc::new).collect(),
+        secrets: f.secrets.into_iter().map(std::sync::Arc::new).collect(),
         previous_slots: Default::default(),
         settings,
         allowed: Default::default(),
@@ -144,6 +144,7 @@ pub async fn raw(addr: std::net::SocketAddr, req: &str) -> String {
 #[allow(dead_code)]
 pub fn endpoints_on_loopback(input: &mut IngressInput, port_of: impl Fn(&str) -> u16) {
     for s in &mut input.endpoint_slices {
+        let s = std::sync::Arc::make_mut(s);
         let svc =
             s.metadata.labels.as_ref().and_then(|l| l.get("kubernetes.io/service-name")).cloned().unwrap_or_default();
         let port = port_of(&svc);

@@ -272,10 +272,11 @@ fn input(http_port: u16, cases: &[Case], ports: (u16, u16)) -> IngressInput {
     let settings = Settings { bind_address: [127, 0, 0, 1].into(), http_port, min_slots: 1, ..Settings::default() };
     let mut input = common::input(SERVICES, settings);
     input.allowed = Allowed { snippets: true };
-    input.secrets.push(mismatched_pair());
-    input.ingresses = victim();
-    input.ingresses.extend(cases.iter().map(|c| c.ingress.clone()));
+    input.secrets.push(std::sync::Arc::new(mismatched_pair()));
+    input.ingresses = victim().into_iter().map(std::sync::Arc::new).collect();
+    input.ingresses.extend(cases.iter().map(|c| std::sync::Arc::new(c.ingress.clone())));
     for s in &mut input.endpoint_slices {
+        let s = std::sync::Arc::make_mut(s);
         let port = if s.metadata.namespace.as_deref() == Some(VICTIM) { ports.0 } else { ports.1 };
         for p in s.ports.iter_mut().flatten() {
             p.port = Some(port.into());

@@ -81,23 +81,23 @@ pub struct GatewayInput {
     /// The class this fleet serves.
     pub class_name: String,
     /// GatewayClasses.
-    pub classes: Vec<GatewayClass>,
+    pub classes: Vec<std::sync::Arc<GatewayClass>>,
     /// Gateways (those of other classes are ignored).
-    pub gateways: Vec<Gateway>,
+    pub gateways: Vec<std::sync::Arc<Gateway>>,
     /// HTTPRoutes (those attached to no Gateway of the class get no status).
-    pub routes: Vec<HttpRoute>,
+    pub routes: Vec<std::sync::Arc<HttpRoute>>,
     /// GRPCRoutes (likewise).
-    pub grpc_routes: Vec<GrpcRoute>,
+    pub grpc_routes: Vec<std::sync::Arc<GrpcRoute>>,
     /// ReferenceGrants.
-    pub grants: Vec<ReferenceGrant>,
+    pub grants: Vec<std::sync::Arc<ReferenceGrant>>,
     /// Namespaces (for `allowedRoutes.namespaces.selector`).
-    pub namespaces: Vec<Namespace>,
+    pub namespaces: Vec<std::sync::Arc<Namespace>>,
     /// Services (backends, and the Gateways' own Services in the fleet's namespace).
-    pub services: Vec<Service>,
+    pub services: Vec<std::sync::Arc<Service>>,
     /// EndpointSlices.
-    pub endpoint_slices: Vec<EndpointSlice>,
+    pub endpoint_slices: Vec<std::sync::Arc<EndpointSlice>>,
     /// The Secrets listeners name.
-    pub secrets: Vec<Secret>,
+    pub secrets: Vec<std::sync::Arc<Secret>>,
     /// The last ACKed render's slot map (server slots and bind ports).
     pub previous_slots: SlotMap,
     /// Listening and slot settings.
@@ -339,7 +339,7 @@ fn labels_match(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> bool 
 /// Whether a ReferenceGrant in `to_ns` lets a `from_kind` in `from_ns` refer to the
 /// `to_kind` (core group) named `to_name`.
 fn granted(
-    grants: &[ReferenceGrant],
+    grants: &[std::sync::Arc<ReferenceGrant>],
     from_kind: &str,
     from_ns: &str,
     to_kind: &str,
@@ -535,7 +535,7 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
         supported_features: SUPPORTED_FEATURES.to_vec(),
     });
     let mut gws: Vec<&Gateway> =
-        input.gateways.iter().filter(|g| g.spec.gateway_class_name == input.class_name).collect();
+        input.gateways.iter().map(|g| &**g).filter(|g| g.spec.gateway_class_name == input.class_name).collect();
     gws.sort_by_key(|g| (g.metadata.creation_timestamp.as_ref().map(|t| t.0), obj("Gateway", &g.metadata)));
     let bind_ports = listeners::bind_ports(input, &gws);
     out.slots.bind_ports = bind_ports.clone();
@@ -550,7 +550,7 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
     for sl in &input.endpoint_slices {
         let svc = sl.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)).map(String::as_str);
         if let (Some(ns), Some(svc)) = (sl.metadata.namespace.as_deref(), svc) {
-            slices.entry((ns, svc)).or_default().push(sl);
+            slices.entry((ns, svc)).or_default().push(&**sl);
         }
     }
     let gw = Gateways {
@@ -566,13 +566,13 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
         services: input
             .services
             .iter()
-            .filter_map(|s| Some(((s.metadata.namespace.as_deref()?, s.metadata.name.as_deref()?), s)))
+            .filter_map(|s| Some(((s.metadata.namespace.as_deref()?, s.metadata.name.as_deref()?), &**s)))
             .collect(),
         slices,
     };
     let mut acc = Attached::default();
     listeners::binds(&gw, &mut acc);
-    let lowered: Vec<grpc_route::Lowered> = input.grpc_routes.iter().map(grpc_route::lower).collect();
+    let lowered: Vec<grpc_route::Lowered> = input.grpc_routes.iter().map(|r| grpc_route::lower(r)).collect();
     let mut all: Vec<routes::RouteIn<'_>> = input
         .routes
         .iter()
@@ -865,20 +865,25 @@ impl GatewayObjects {
         c.spec.controller_name = GATEWAY_CONTROLLER.into();
         GatewayInput {
             class_name: class.into(),
-            classes: vec![c],
-            gateways: self.gateways,
-            routes: self.routes,
-            grpc_routes: self.grpc_routes,
-            grants: self.grants,
-            namespaces: self.namespaces,
-            services: self.services,
-            endpoint_slices: self.endpoint_slices,
-            secrets: self.secrets,
+            classes: vec![c.into()],
+            gateways: arcs(self.gateways),
+            routes: arcs(self.routes),
+            grpc_routes: arcs(self.grpc_routes),
+            grants: arcs(self.grants),
+            namespaces: arcs(self.namespaces),
+            services: arcs(self.services),
+            endpoint_slices: arcs(self.endpoint_slices),
+            secrets: arcs(self.secrets),
             previous_slots: SlotMap::default(),
             settings,
             excluded: BTreeMap::new(),
         }
     }
+}
+
+/// Each of `v` in an `Arc`.
+fn arcs<T>(v: Vec<T>) -> Vec<std::sync::Arc<T>> {
+    v.into_iter().map(std::sync::Arc::new).collect()
 }
 
 /// Fixture loading for the tests.
@@ -929,17 +934,17 @@ mod tests {
         assert!(o.unserved.is_empty());
         // Another class naming our controller, which no fleet has decided on: Pending.
         let mut i = input(FIXTURE);
-        let mut other = i.classes[0].clone();
+        let mut other = (*i.classes[0]).clone();
         other.metadata.name = Some("spare".into());
         other.metadata.generation = Some(4);
-        i.classes.push(other);
+        i.classes.push(other.into());
         let o = translate_gateway(&i);
         assert_eq!(o.unserved.len(), 1);
         assert_eq!((o.unserved[0].name.as_str(), o.unserved[0].conditions[0].observed_generation), ("spare", 4));
         assert!(has(&o.unserved[0].conditions, "Accepted", false, "Pending"));
         // A class naming another controller is not served.
         let mut i = input(FIXTURE);
-        i.classes[0].spec.controller_name = "example.com/other".into();
+        std::sync::Arc::make_mut(&mut i.classes[0]).spec.controller_name = "example.com/other".into();
         let o = translate_gateway(&i);
         assert!(o.class.is_none() && o.gateways.is_empty() && o.routes.is_empty());
     }
@@ -1000,7 +1005,7 @@ mod tests {
     fn a_secret_whose_key_does_not_match_is_an_invalid_certificate_ref() {
         let mut i = input(FIXTURE);
         let other = rcgen::generate_simple_self_signed(vec!["x.example".into()]).unwrap();
-        let data = i.secrets[0].data.as_mut().unwrap();
+        let data = std::sync::Arc::make_mut(&mut i.secrets[0]).data.as_mut().unwrap();
         data.insert("tls.key".into(), k8s_openapi::ByteString(other.signing_key.serialize_pem().into_bytes()));
         let o = translate_gateway(&i);
         let https = listener(gw(&o, "front"), "https");
@@ -1026,7 +1031,7 @@ mod tests {
             cluster_ip: Some("10.0.0.42".into()),
             ..Default::default()
         });
-        i.services.push(s);
+        i.services.push(s.into());
         let o = translate_gateway(&i);
         let g = gw(&o, "front");
         assert_eq!(g.addresses, ["10.0.0.42"]);
@@ -1037,10 +1042,10 @@ mod tests {
     fn bind_ports_stay_when_gateways_come_and_go() {
         let mut i = input(FIXTURE);
         let first = translate_gateway(&i);
-        let mut g2 = i.gateways[0].clone();
+        let mut g2 = (*i.gateways[0]).clone();
         g2.metadata.name = Some("aaa-first".into());
         g2.metadata.creation_timestamp = None;
-        i.gateways.push(g2);
+        i.gateways.push(g2.into());
         i.previous_slots = first.slots.clone();
         let second = translate_gateway(&i);
         for (k, p) in &first.slots.bind_ports {
@@ -1163,10 +1168,10 @@ mod tests {
         assert!(cfg.contains("crt 'certs/edge_site.pem'"), "{cfg}");
         // Another path-only route on a host without conditional matches: maps only.
         let mut i = input(FIXTURE);
-        let mut extra = i.routes.iter().find(|r| r.metadata.name.as_deref() == Some("blue-route")).unwrap().clone();
+        let mut extra = (**i.routes.iter().find(|r| r.metadata.name.as_deref() == Some("blue-route")).unwrap()).clone();
         extra.metadata.name = Some("blue-2".into());
         extra.spec.hostnames = vec!["b.wild.example.com".into()];
-        i.routes.push(extra);
+        i.routes.push(extra.into());
         let (c, _) = crate::render_gateway(&i, &t).unwrap();
         assert_eq!(
             String::from_utf8_lossy(&a.files["haproxy.cfg"]),
@@ -1182,11 +1187,11 @@ mod tests {
         let (a, _) = crate::render_gateway(&input(FIXTURE), &t).unwrap();
         let mut i = input(FIXTURE);
         let main = i.routes.iter().find(|r| r.metadata.name.as_deref() == Some("main")).unwrap();
-        let mut moved = main.clone();
+        let mut moved = (**main).clone();
         moved.metadata.name = Some("moved-too".into());
         moved.spec.hostnames = vec!["c.example.com".into()];
         moved.spec.rules = vec![main.spec.rules[4].clone()];
-        i.routes.push(moved);
+        i.routes.push(moved.into());
         let (b, out) = crate::render_gateway(&i, &t).unwrap();
         assert_eq!(
             String::from_utf8_lossy(&a.files["haproxy.cfg"]),
@@ -1202,7 +1207,8 @@ mod tests {
 
     fn one_route(host: &str, path: &str, header: &str) -> GatewayInput {
         let mut i = input(FIXTURE);
-        let r = i.routes.iter_mut().find(|r| r.metadata.name.as_deref() == Some("main")).unwrap();
+        let r =
+            std::sync::Arc::make_mut(i.routes.iter_mut().find(|r| r.metadata.name.as_deref() == Some("main")).unwrap());
         r.spec.hostnames = vec![host.to_string()];
         r.spec.rules[2].matches[0].path.as_mut().unwrap().value = Some(path.to_string());
         r.spec.rules[2].matches[0].headers[0].value = header.to_string();
@@ -1242,7 +1248,7 @@ mod tests {
 "#,
         )
         .unwrap();
-        i.routes.extend(extra);
+        i.routes.extend(extra.into_iter().map(std::sync::Arc::new));
         // The routes some host table's path or match selects.
         let sources = |o: &GatewayOutput| -> BTreeSet<String> {
             let m = &o.model;
@@ -1281,7 +1287,7 @@ mod tests {
         assert!(!infrastructure_key_allowed(&allow, "sub.example.com/x"), "a prefix is a prefix");
         assert!(!infrastructure_key_allowed(&[], "team"), "nothing passes by default");
         let mut i = input(FIXTURE);
-        let g = &mut i.gateways[0];
+        let g = std::sync::Arc::make_mut(&mut i.gateways[0]);
         g.spec.infrastructure = Some(GatewayInfrastructure {
             labels: [("team".into(), "a".into()), ("app.kubernetes.io/name".into(), "x".into())].into(),
             annotations: [
@@ -1328,7 +1334,7 @@ mod tests {
         let with_refused = out.conditions.iter().find(|c| c.type_ == "Accepted").unwrap().clone();
         assert!(with_refused.status, "{with_refused:?}");
         // Without spec.infrastructure, the condition is the plain one.
-        i.gateways[0].spec.infrastructure = None;
+        std::sync::Arc::make_mut(&mut i.gateways[0]).spec.infrastructure = None;
         let o = translate_gateway(&i);
         let plain = gw(&o, &name).conditions.iter().find(|c| c.type_ == "Accepted").unwrap().clone();
         assert_eq!((plain.status, plain.reason), (true, "Accepted"));

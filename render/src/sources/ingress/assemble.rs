@@ -1,23 +1,28 @@
 //! The [`Routes`] the served Ingresses gathered to the [`Model`] and the slot map of this render:
 //! policies (per namespace), rewrites and canary selectors with ids by content, rules in host/path
 //! order with ids by host and path, host tables (with the hosts kept empty for their owners),
-//! weighted canary backends, backends with their slots (retired ones parked), certificates,
-//! userlists, passthrough and frontends.
+//! weighted canary backends, certificates, userlists, passthrough and frontends; then, apart,
+//! what the backends want ([`Wants`]) to their endpoints and slots (retired ones parked).
 //!
 //! Owns every id and order the Model shows, each depending on content alone, so a route added or
-//! removed never renumbers another. It must never refuse or warn: whatever reaches it is served.
+//! removed never renumbers another, and the line between the two steps: the first never reads
+//! an EndpointSlice nor the previous slot map, so its result holds for as long as every other
+//! input does. It must never refuse or warn: whatever reaches it is served.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
 use super::annotations::{CanarySelector, Policy};
-use super::{canary_weights, host_id, kept_hosts, rule_id, slots_for, Ctx, IngressInput, Route, RouteKey, Routes};
+use super::{
+    canary_weights, host_id, kept_hosts, resolve, rule_id, slice_index, slots_for, EndpointSource, IngressInput, Route,
+    RouteKey, Routes,
+};
 use crate::model::{
-    Bind, Frontend, HostLookup, HostMatch, HostTable, Model, PathEntry, PathRewrite, PolicyEntry, PolicyId,
-    RewriteEntry, Rule, RuleCanary, RuleId, DEFAULT_RULE,
+    Backend, BackendOptions, Bind, Frontend, HostLookup, HostMatch, HostTable, Model, PathEntry, PathRewrite,
+    PolicyEntry, PolicyId, RewriteEntry, Rule, RuleCanary, RuleId, DEFAULT_RULE,
 };
 use crate::ownership::{Claim, Owners};
-use crate::slots::{self, SlotMap};
+use crate::slots::{self, Endpoint, SlotMap};
 use crate::sources::common::content_ids;
 
 /// Weighted backends: name → (main, canary, weight, total).
@@ -26,26 +31,43 @@ type Weighted = BTreeMap<String, (String, String, u32, u32)>;
 /// Each weighted backend's canary servers (those not the main's too).
 type CanaryEps = BTreeMap<String, BTreeSet<SocketAddr>>;
 
-/// The Model and slot map of `acc`, with `owners` and `claims` of the served Ingresses.
-pub(super) fn model(input: &IngressInput, owners: &Owners, claims: &[Claim], acc: Routes<'_>) -> (Model, SlotMap) {
-    let Routes { mut ctx, routes, default, certs, userlists, upstream_certs, passthrough } = acc;
+/// What the backends of a translation want, before any endpoint: where each one's endpoints
+/// come from, its options, where its backup servers' come from, and the weighted backends.
+#[derive(Debug, Clone)]
+pub(super) struct Wants {
+    sources: BTreeMap<String, EndpointSource>,
+    /// Each backend's options (a weighted backend's are its main's).
+    options: BTreeMap<String, BackendOptions>,
+    fallbacks: BTreeMap<String, Option<EndpointSource>>,
+    weighted: Weighted,
+}
+
+/// The Model (without its backends: see [`Wants::backends`]) of `acc`, with `owners` and
+/// `claims` of the served Ingresses, and what its backends want.
+pub(super) fn model(input: &IngressInput, owners: &Owners, claims: &[Claim], acc: Routes<'_>) -> (Model, Wants) {
+    let Routes { ctx, routes, default, certs, userlists, upstream_certs, passthrough } = acc;
     let mut model = Model::default();
     let ids = Ids::of(&routes, default.as_ref());
     let (hosts, weighted) = rules(&mut model, &routes, default.as_ref(), &ids);
     ids.into_model(&mut model);
     host_tables(&mut model, (owners, claims), hosts, default.as_ref());
-    let canary_eps = weigh(&mut ctx, &weighted);
-    let slot_map = backends(&mut model, input, ctx, &weighted, &canary_eps);
+    let mut options: BTreeMap<String, BackendOptions> = ctx.options.into_iter().map(|(n, (o, _))| (n, o)).collect();
+    for (name, (main, _, _, _)) in &weighted {
+        if let Some(o) = options.get(main).cloned() {
+            options.insert(name.clone(), o);
+        }
+    }
+    let wants = Wants { sources: ctx.backends, options, fallbacks: ctx.fallbacks, weighted };
     model.certs = certs.into_values().collect();
     model.passthrough = passthrough
         .into_iter()
         .map(|(host, (backend, source))| crate::model::Passthrough { host, backend, source })
         .collect();
-    // Only the files a backend of this render names.
-    let named: BTreeSet<&str> = model
-        .backends
-        .iter()
-        .filter_map(|b| b.options.upstream_tls.as_ref())
+    // Only the files a backend of this render names (a retired backend has no options).
+    let named: BTreeSet<&str> = wants
+        .options
+        .values()
+        .filter_map(|o| o.upstream_tls.as_ref())
         .flat_map(|t| t.ca_file.iter().chain(&t.client_cert).map(String::as_str))
         .collect();
     model.upstream_certs = upstream_certs.into_values().filter(|c| named.contains(c.path.as_str())).collect();
@@ -54,7 +76,7 @@ pub(super) fn model(input: &IngressInput, owners: &Owners, claims: &[Claim], acc
         model.policies.iter().filter_map(|p| p.policy.auth.as_ref()).map(|a| a.userlist.as_str()).collect();
     model.userlists = userlists.into_values().filter(|u| named.contains(u.name.as_str())).collect();
     frontends(&mut model, input);
-    (model, slot_map)
+    (model, wants)
 }
 
 /// Policy, rewrite and canary selector ids, by content, so a route added or removed never
@@ -186,62 +208,61 @@ fn host_tables(
     }
 }
 
-/// The weighted backends into `ctx`: each holds its main's endpoints, then those of its canary
-/// that are not the main's too; its options are the main's (a canary with other options is
-/// refused). Gives each one's canary servers.
-fn weigh(ctx: &mut Ctx<'_>, weighted: &Weighted) -> CanaryEps {
+impl Wants {
+    /// The backends with their endpoints from `input`'s EndpointSlices and their slots planned
+    /// against its previous slot map (weighted ones' servers weighed, backup slots for a
+    /// `default-backend`, the retired ones with every slot parked), and the slot map.
+    pub(super) fn backends(&self, input: &IngressInput) -> (Vec<Backend>, SlotMap) {
+        let index = slice_index(&input.endpoint_slices);
+        let mut eps: BTreeMap<String, Vec<Endpoint>> =
+            self.sources.iter().map(|(name, src)| (name.clone(), resolve(&index, src))).collect();
+        let canary_eps = weigh(&mut eps, &self.weighted);
+        let prev = &input.previous_slots;
+        let mut wanted = BTreeMap::new();
+        for (name, endpoints) in eps {
+            let options = self.options.get(&name).cloned().unwrap_or_default();
+            let min_slots = slots_for(
+                &options,
+                endpoints.len(),
+                prev.backends.get(&name).map_or(0, |p| p.count),
+                input.settings.min_slots,
+            );
+            let mut weights = BTreeMap::new();
+            if let (Some((_, _, w, t)), Some(theirs)) = (self.weighted.get(&name), canary_eps.get(&name)) {
+                let serving = |canary: bool| {
+                    endpoints.iter().filter(|e| !e.draining && theirs.contains(&e.addr) == canary).count()
+                };
+                let (wm, wc) = canary_weights(serving(false), serving(true), *w, *t);
+                weights = endpoints.iter().map(|e| (e.addr, if theirs.contains(&e.addr) { wc } else { wm })).collect();
+            }
+            let backups =
+                self.fallbacks.get(&name).map(|src| src.as_ref().map(|s| resolve(&index, s)).unwrap_or_default());
+            wanted.insert(name, slots::Wanted { endpoints, min_slots, options, weights, backups });
+        }
+        let mut slot_map = SlotMap::default();
+        let backends = slots::plan_backends(prev, wanted, input.settings.min_slots, &mut slot_map);
+        (backends, slot_map)
+    }
+}
+
+/// The weighted backends into `eps`: each holds its main's endpoints, then those of its canary
+/// that are not the main's too. Gives each one's canary servers.
+fn weigh(eps: &mut BTreeMap<String, Vec<Endpoint>>, weighted: &Weighted) -> CanaryEps {
     let mut canary_eps = CanaryEps::new();
     for (name, (main, canary, _, _)) in weighted {
-        let main_eps = ctx.backends.get(main).cloned().unwrap_or_default();
-        let mut eps = main_eps.clone();
+        let main_eps = eps.get(main).cloned().unwrap_or_default();
+        let mut all = main_eps.clone();
         let mut theirs = BTreeSet::new();
-        for e in ctx.backends.get(canary).into_iter().flatten() {
+        for e in eps.get(canary).into_iter().flatten() {
             if !main_eps.iter().any(|m| m.addr == e.addr) {
-                eps.push(*e);
+                all.push(*e);
                 theirs.insert(e.addr);
             }
         }
         canary_eps.insert(name.clone(), theirs);
-        if let Some(o) = ctx.options.get(main).cloned() {
-            ctx.options.insert(name.clone(), o);
-        }
-        ctx.backends.insert(name.clone(), eps);
+        eps.insert(name.clone(), all);
     }
     canary_eps
-}
-
-/// The Model's backends with their slots (weighted ones' servers weighed, backup slots for a
-/// `default-backend`), the retired ones with every slot parked, and the slot map.
-fn backends(
-    model: &mut Model,
-    input: &IngressInput,
-    mut ctx: Ctx<'_>,
-    weighted: &Weighted,
-    canary_eps: &CanaryEps,
-) -> SlotMap {
-    let prev = &input.previous_slots;
-    let mut wanted = BTreeMap::new();
-    for (name, endpoints) in std::mem::take(&mut ctx.backends) {
-        let options = ctx.options.remove(&name).map(|(o, _)| o).unwrap_or_default();
-        let min_slots = slots_for(
-            &options,
-            endpoints.len(),
-            prev.backends.get(&name).map_or(0, |p| p.count),
-            input.settings.min_slots,
-        );
-        let mut weights = BTreeMap::new();
-        if let (Some((_, _, w, t)), Some(theirs)) = (weighted.get(&name), canary_eps.get(&name)) {
-            let serving =
-                |canary: bool| endpoints.iter().filter(|e| !e.draining && theirs.contains(&e.addr) == canary).count();
-            let (wm, wc) = canary_weights(serving(false), serving(true), *w, *t);
-            weights = endpoints.iter().map(|e| (e.addr, if theirs.contains(&e.addr) { wc } else { wm })).collect();
-        }
-        let backups = ctx.fallbacks.get(&name).cloned();
-        wanted.insert(name, slots::Wanted { endpoints, min_slots, options, weights, backups });
-    }
-    let mut slot_map = SlotMap::default();
-    model.backends = slots::plan_backends(prev, wanted, input.settings.min_slots, &mut slot_map);
-    slot_map
 }
 
 /// The Model's health address, path normalization and frontends: `http` always, `https` when a
@@ -315,19 +336,28 @@ mod tests {
                 None => format!("a-{h}"),
             }
         };
-        for mut ing in i.ingresses.clone() {
+        for ing in &i.ingresses {
+            let mut ing = (**ing).clone();
             ing.metadata.namespace = ns.clone();
             ing.metadata.creation_timestamp =
                 Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time("2030-01-01T00:00:00Z".parse().unwrap()));
             let spec = ing.spec.as_mut().unwrap();
             spec.rules.iter_mut().flatten().filter_map(|r| r.host.as_mut()).for_each(host);
             spec.tls.iter_mut().flatten().flat_map(|t| t.hosts.iter_mut().flatten()).for_each(host);
-            out.ingresses.push(ing);
+            out.ingresses.push(ing.into());
         }
-        out.services.extend(i.services.iter().cloned().map(|mut s| (s.metadata.namespace.clone_from(&ns), s).1));
-        out.endpoint_slices
-            .extend(i.endpoint_slices.iter().cloned().map(|mut s| (s.metadata.namespace.clone_from(&ns), s).1));
-        out.secrets.extend(i.secrets.iter().cloned().map(|mut s| (s.metadata.namespace.clone_from(&ns), s).1));
+        out.services.extend(
+            i.services.iter().map(|s| (**s).clone()).map(|mut s| (s.metadata.namespace.clone_from(&ns), s.into()).1),
+        );
+        out.endpoint_slices.extend(
+            i.endpoint_slices
+                .iter()
+                .map(|s| (**s).clone())
+                .map(|mut s| (s.metadata.namespace.clone_from(&ns), s.into()).1),
+        );
+        out.secrets.extend(
+            i.secrets.iter().map(|s| (**s).clone()).map(|mut s| (s.metadata.namespace.clone_from(&ns), s.into()).1),
+        );
         out
     }
 

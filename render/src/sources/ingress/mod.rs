@@ -25,6 +25,7 @@
 use haptic_haproxy::names::is_section_name;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use haptic_haproxy::quote;
 use k8s_openapi::api::core::v1::{Secret, Service};
@@ -43,6 +44,9 @@ use crate::sources::common::{endpoints, obj, parse_host, secret_pem, unique_id};
 mod admit;
 pub mod annotations;
 mod assemble;
+mod incremental;
+
+pub use incremental::Incremental;
 
 /// The controller name an IngressClass must have for haptic to serve it.
 pub const INGRESS_CONTROLLER: &str = "haptic.dev/ingress-controller";
@@ -55,13 +59,13 @@ pub struct IngressInput {
     /// The class served.
     pub class: IngressClass,
     /// All Ingresses seen (those of other classes are ignored, without verdict).
-    pub ingresses: Vec<Ingress>,
+    pub ingresses: Vec<Arc<Ingress>>,
     /// Services.
-    pub services: Vec<Service>,
+    pub services: Vec<Arc<Service>>,
     /// EndpointSlices.
-    pub endpoint_slices: Vec<EndpointSlice>,
+    pub endpoint_slices: Vec<Arc<EndpointSlice>>,
     /// TLS Secrets the Ingresses name.
-    pub secrets: Vec<Secret>,
+    pub secrets: Vec<Arc<Secret>>,
     /// The last ACKed render's slot map.
     pub previous_slots: SlotMap,
     /// Listening and slot settings.
@@ -95,7 +99,7 @@ pub struct SnippetCheck {
 /// The allowed snippets the served Ingresses bring, once each, in object order.
 pub fn snippet_checks(input: &IngressInput) -> Vec<SnippetCheck> {
     let mut out: Vec<SnippetCheck> = Vec::new();
-    let mut ings: Vec<&Ingress> = input.ingresses.iter().filter(|i| served(&input.class, i)).collect();
+    let mut ings: Vec<&Ingress> = input.ingresses.iter().map(|i| &**i).filter(|i| served(&input.class, i)).collect();
     ings.sort_by_key(|i| obj("Ingress", &i.metadata));
     for ing in ings {
         let has_tls = ing.spec.as_ref().and_then(|s| s.tls.as_ref()).is_some_and(|t| !t.is_empty());
@@ -287,35 +291,55 @@ fn rewrite_of(kind: PathKind, path: &str, target: &Option<String>) -> Result<Opt
     Ok(Some(PathRewrite::Regex { pattern: re, with: t.clone() }))
 }
 
+/// Where a backend's endpoints come from: the EndpointSlices of a Service (`service` in `ns`)
+/// and the port of theirs named `port` (`""` for the Service port without name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct EndpointSource {
+    ns: String,
+    service: String,
+    port: String,
+}
+
 struct Ctx<'a> {
     /// Services by (namespace, name).
     services: BTreeMap<(&'a str, &'a str), &'a Service>,
-    /// EndpointSlices by (namespace, Service name from their label).
-    slices: BTreeMap<(&'a str, &'a str), Vec<&'a EndpointSlice>>,
-    backends: BTreeMap<String, Vec<Endpoint>>,
+    /// Where each backend's endpoints come from.
+    backends: BTreeMap<String, EndpointSource>,
     /// Each backend's options and the Ingress that set them first.
     options: BTreeMap<String, (BackendOptions, ObjectRef)>,
-    /// The `default-backend` endpoints of the backends that have one.
-    fallbacks: BTreeMap<String, Vec<Endpoint>>,
+    /// Where the `default-backend` endpoints of the backends that have one come from (none: its
+    /// Service is missing or has no port, so no endpoints).
+    fallbacks: BTreeMap<String, Option<EndpointSource>>,
 }
 
 impl<'a> Ctx<'a> {
-    /// Indexes the input's Services and EndpointSlices once, so each lookup is a map lookup.
+    /// Indexes the input's Services once, so each lookup is a map lookup.
     fn new(input: &'a IngressInput) -> Self {
-        let key = |m: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta, name: Option<&'a str>| {
-            Some((m.namespace.as_deref()?, name?))
-        };
-        let services =
-            input.services.iter().filter_map(|s| Some((key(&s.metadata, s.metadata.name.as_deref())?, s))).collect();
-        let mut slices: BTreeMap<_, Vec<_>> = BTreeMap::new();
-        for sl in &input.endpoint_slices {
-            let svc = sl.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)).map(String::as_str);
-            if let Some(k) = key(&sl.metadata, svc) {
-                slices.entry(k).or_default().push(sl);
-            }
-        }
-        Ctx { services, slices, backends: BTreeMap::new(), options: BTreeMap::new(), fallbacks: BTreeMap::new() }
+        let services = input
+            .services
+            .iter()
+            .filter_map(|s| Some(((s.metadata.namespace.as_deref()?, s.metadata.name.as_deref()?), &**s)))
+            .collect();
+        Ctx { services, backends: BTreeMap::new(), options: BTreeMap::new(), fallbacks: BTreeMap::new() }
     }
+}
+
+/// The EndpointSlices by (namespace, Service name from their label).
+fn slice_index(slices: &[Arc<EndpointSlice>]) -> BTreeMap<(&str, &str), Vec<&EndpointSlice>> {
+    let mut out: BTreeMap<_, Vec<_>> = BTreeMap::new();
+    for sl in slices {
+        let svc = sl.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)).map(String::as_str);
+        if let (Some(ns), Some(svc)) = (sl.metadata.namespace.as_deref(), svc) {
+            out.entry((ns, svc)).or_default().push(&**sl);
+        }
+    }
+    out
+}
+
+/// The endpoints `src` names among the indexed EndpointSlices.
+fn resolve(index: &BTreeMap<(&str, &str), Vec<&EndpointSlice>>, src: &EndpointSource) -> Vec<Endpoint> {
+    let slices = index.get(&(src.ns.as_str(), src.service.as_str())).map_or(&[][..], Vec::as_slice);
+    endpoints(slices, &src.port)
 }
 
 impl Ctx<'_> {
@@ -376,15 +400,17 @@ impl Ctx<'_> {
             }
         }
         if !self.backends.contains_key(&name) {
-            let slices = self.slices.get(&(ns, svc_ref.name.as_str())).map_or(&[][..], Vec::as_slice);
-            let eps = endpoints(slices, sp.name.as_deref().unwrap_or(""));
-            self.backends.insert(name.clone(), eps);
+            let port = sp.name.clone().unwrap_or_default();
+            self.backends.insert(name.clone(), EndpointSource { ns: ns.into(), service: svc_ref.name.clone(), port });
             if let Some(fb) = &opts.0.fallback {
-                let eps = match self.services.get(&(ns, fb.as_str())).copied() {
+                let src = match self.services.get(&(ns, fb.as_str())).copied() {
                     Some(svc) => {
                         let first = svc.spec.as_ref().and_then(|s| s.ports.as_deref()).and_then(|p| p.first());
-                        let slices = self.slices.get(&(ns, fb.as_str())).map_or(&[][..], Vec::as_slice);
-                        first.map(|p| endpoints(slices, p.name.as_deref().unwrap_or(""))).unwrap_or_default()
+                        first.map(|p| EndpointSource {
+                            ns: ns.into(),
+                            service: fb.clone(),
+                            port: p.name.clone().unwrap_or_default(),
+                        })
                     }
                     None => {
                         v.warnings.push(Refusal {
@@ -392,10 +418,10 @@ impl Ctx<'_> {
                             field: annotations::field_of_key("default-backend"),
                             message: format!("Service {ns}/{fb} does not exist: no backup servers"),
                         });
-                        Vec::new()
+                        None
                     }
                 };
-                self.fallbacks.insert(name.clone(), eps);
+                self.fallbacks.insert(name.clone(), src);
             }
         }
         Ok(name)
@@ -489,10 +515,19 @@ struct Routes<'a> {
     passthrough: BTreeMap<String, (String, ObjectRef)>,
 }
 
-/// Translates: the Model, one verdict per served Ingress (and per Secret problem, inside the
-/// Ingress's verdict), and the slot map of this render.
-pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap) {
-    let mut ings: Vec<&Ingress> = input.ingresses.iter().filter(|i| served(&input.class, i)).collect();
+/// What an input translates to before its endpoints: the Model without its backends, one
+/// verdict per served Ingress, and what each backend wants. None of it reads an EndpointSlice
+/// or the previous slot map.
+#[derive(Debug)]
+struct Translated {
+    model: Model,
+    verdicts: Vec<Verdict>,
+    wants: assemble::Wants,
+}
+
+/// Translates all but the endpoints (see [`Translated`]).
+fn translate_routes(input: &IngressInput) -> Translated {
+    let mut ings: Vec<&Ingress> = input.ingresses.iter().map(|i| &**i).filter(|i| served(&input.class, i)).collect();
     // Canaries last: they join the routes the others made.
     ings.sort_by_key(|i| {
         (is_canary(i), i.metadata.creation_timestamp.as_ref().map(|t| t.0), obj("Ingress", &i.metadata))
@@ -511,7 +546,16 @@ pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap)
     let mut verdicts: Vec<Verdict> =
         ings.into_iter().map(|ing| admit::ingress(input, &owners, ing, &mut acc)).collect();
     verdicts.sort_by(|a, b| a.object.cmp(&b.object));
-    let (model, slot_map) = assemble::model(input, &owners, &all_claims, acc);
+    let (model, wants) = assemble::model(input, &owners, &all_claims, acc);
+    Translated { model, verdicts, wants }
+}
+
+/// Translates: the Model, one verdict per served Ingress (and per Secret problem, inside the
+/// Ingress's verdict), and the slot map of this render.
+pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap) {
+    let Translated { mut model, verdicts, wants } = translate_routes(input);
+    let (backends, slot_map) = wants.backends(input);
+    model.backends = backends;
     (model, verdicts, slot_map)
 }
 
@@ -705,10 +749,10 @@ pub(crate) mod fixture {
         let f: Fixture = serde_saphyr::from_str(yaml).unwrap();
         IngressInput {
             class: class(),
-            ingresses: f.ingresses,
-            services: f.services,
-            endpoint_slices: f.endpoint_slices,
-            secrets: f.secrets,
+            ingresses: f.ingresses.into_iter().map(Arc::new).collect(),
+            services: f.services.into_iter().map(Arc::new).collect(),
+            endpoint_slices: f.endpoint_slices.into_iter().map(Arc::new).collect(),
+            secrets: f.secrets.into_iter().map(Arc::new).collect(),
             previous_slots: SlotMap::default(),
             settings: Settings { min_slots: 2, ..Settings::default() },
             allowed: Allowed::default(),
@@ -824,12 +868,12 @@ mod tests {
         let render = |i: &IngressInput| crate::render(i, &Default::default()).unwrap();
         let before = render(&base);
         let mut more = base.clone();
-        let mut extra = more.ingresses.iter().find(|i| i.metadata.name.as_deref() == Some("open")).unwrap().clone();
+        let mut extra = (**more.ingresses.iter().find(|i| i.metadata.name.as_deref() == Some("open")).unwrap()).clone();
         extra.metadata.name = Some("open-2".into());
         extra.metadata.creation_timestamp = None;
         let rule = &mut extra.spec.as_mut().unwrap().rules.as_mut().unwrap()[0];
         rule.host = Some("another.example.com".into());
-        more.ingresses.push(extra);
+        more.ingresses.push(std::sync::Arc::new(extra));
         let after = render(&more);
         assert_eq!(
             String::from_utf8_lossy(&before.files["haproxy.cfg"]),
@@ -896,20 +940,22 @@ mod tests {
     #[test]
     fn an_alias_never_takes_another_ingress_path() {
         let mut i = input(NGINX);
-        let vhost = i.ingresses.iter_mut().find(|i| i.metadata.name.as_deref() == Some("vhost")).unwrap();
+        let vhost = std::sync::Arc::make_mut(
+            i.ingresses.iter_mut().find(|i| i.metadata.name.as_deref() == Some("vhost")).unwrap(),
+        );
         vhost
             .metadata
             .annotations
             .as_mut()
             .unwrap()
             .insert("nginx.ingress.kubernetes.io/server-alias".into(), "rw.example.com".into());
-        let mut exact = i.ingresses[0].clone();
+        let mut exact = (*i.ingresses[0]).clone();
         exact.metadata.name = Some("rw-root".into());
         exact.metadata.annotations = None;
         let rule = &mut exact.spec.as_mut().unwrap().rules.as_mut().unwrap()[0];
         rule.http.as_mut().unwrap().paths.truncate(1);
         rule.http.as_mut().unwrap().paths[0].path = Some("/".into());
-        i.ingresses.push(exact);
+        i.ingresses.push(std::sync::Arc::new(exact));
         let (_, verdicts, _) = translate_ingress(&i);
         let v = verdict(&verdicts, "vhost");
         assert!(v.accepted(), "{v:?}");
@@ -982,7 +1028,9 @@ mod tests {
         };
         let (before, slots) = render(&i);
         i.previous_slots = slots;
-        let preview = i.ingresses.iter_mut().find(|i| i.metadata.name.as_deref() == Some("preview")).unwrap();
+        let preview = std::sync::Arc::make_mut(
+            i.ingresses.iter_mut().find(|i| i.metadata.name.as_deref() == Some("preview")).unwrap(),
+        );
         preview
             .metadata
             .annotations
@@ -1001,7 +1049,9 @@ mod tests {
     #[test]
     fn a_canary_with_other_backend_options_is_refused() {
         let mut i = input(CANARY);
-        let preview = i.ingresses.iter_mut().find(|i| i.metadata.name.as_deref() == Some("preview")).unwrap();
+        let preview = std::sync::Arc::make_mut(
+            i.ingresses.iter_mut().find(|i| i.metadata.name.as_deref() == Some("preview")).unwrap(),
+        );
         preview
             .metadata
             .annotations
@@ -1075,7 +1125,9 @@ services:
     #[test]
     fn a_default_backend_becomes_backup_servers() {
         let mut i = input(BASIC);
-        let ing = i.ingresses.iter_mut().find(|i| i.metadata.name.as_deref() == Some("old")).unwrap();
+        let ing = std::sync::Arc::make_mut(
+            i.ingresses.iter_mut().find(|i| i.metadata.name.as_deref() == Some("old")).unwrap(),
+        );
         ing.metadata.annotations =
             Some([("nginx.ingress.kubernetes.io/default-backend".to_string(), "web".to_string())].into());
         let (model, verdicts, slots) = translate_ingress(&i);
@@ -1102,14 +1154,16 @@ services:
         assert!(model.backends.iter().all(|b| is_section_name(&b.name)), "{:?}", s2.retired);
         // The default backend gaining an endpoint beyond its slots is a runtime server add.
         let mut i = input(BASIC);
-        let ing = i.ingresses.iter_mut().find(|i| i.metadata.name.as_deref() == Some("old")).unwrap();
+        let ing = std::sync::Arc::make_mut(
+            i.ingresses.iter_mut().find(|i| i.metadata.name.as_deref() == Some("old")).unwrap(),
+        );
         ing.metadata.annotations =
             Some([("nginx.ingress.kubernetes.io/default-backend".to_string(), "web".to_string())].into());
         let before = crate::render(&i, &Default::default()).unwrap();
         i.previous_slots = before.slots.clone();
         let mut extra = i.endpoint_slices[0].endpoints[0].clone();
         extra.addresses = vec!["10.0.0.7".into()];
-        i.endpoint_slices[0].endpoints.push(extra);
+        Arc::make_mut(&mut i.endpoint_slices[0]).endpoints.push(extra);
         let after = crate::render(&i, &Default::default()).unwrap();
         let text = |r: &crate::Render| String::from_utf8(r.files["haproxy.cfg"].clone()).unwrap();
         let d = haptic_haproxy::claim::diff_cfg(&text(&before), &text(&after));
@@ -1121,7 +1175,9 @@ services:
         );
         // A missing default backend warns; the Ingress serves.
         let mut i = input(BASIC);
-        let ing = i.ingresses.iter_mut().find(|i| i.metadata.name.as_deref() == Some("old")).unwrap();
+        let ing = std::sync::Arc::make_mut(
+            i.ingresses.iter_mut().find(|i| i.metadata.name.as_deref() == Some("old")).unwrap(),
+        );
         ing.metadata.annotations =
             Some([("nginx.ingress.kubernetes.io/default-backend".to_string(), "nope".to_string())].into());
         let (_, verdicts, _) = translate_ingress(&i);
@@ -1224,19 +1280,23 @@ services:
     #[test]
     fn only_served_ingresses_name_secrets() {
         let i = input(BASIC);
-        let refs = tls_secret_refs(&i.class, &i.ingresses);
+        let refs = tls_secret_refs(&i.class, i.ingresses.iter().map(|i| &**i));
         assert_eq!(refs.into_iter().collect::<Vec<_>>(), [("shop".to_string(), "nowhere".to_string())]);
         let mut other = i.class.clone();
         other.metadata.name = Some("nginx".into());
-        assert!(tls_secret_refs(&other, &i.ingresses).is_empty(), "the nginx Ingress has no tls and is not ours");
+        assert!(
+            tls_secret_refs(&other, i.ingresses.iter().map(|i| &**i)).is_empty(),
+            "the nginx Ingress has no tls and is not ours"
+        );
     }
 
     #[test]
     fn a_backend_name_haproxy_cannot_name_is_refused() {
         let mut i = input(BASIC);
         // Only the apiserver keeps names lowercase; a manifest read offline may not.
-        i.services[1].metadata.name = Some("Api".into());
+        Arc::make_mut(&mut i.services[1]).metadata.name = Some("Api".into());
         for ing in &mut i.ingresses {
+            let ing = std::sync::Arc::make_mut(ing);
             for r in ing.spec.as_mut().unwrap().rules.iter_mut().flatten() {
                 for p in r.http.iter_mut().flat_map(|h| h.paths.iter_mut()) {
                     let svc = p.backend.service.as_mut().unwrap();
@@ -1259,7 +1319,7 @@ services:
         let (_, _, s1) = translate_ingress(&i);
         // 10.0.0.1 goes away, two new endpoints come.
         i.previous_slots = s1.clone();
-        let eps = &mut i.endpoint_slices[0].endpoints;
+        let eps = &mut Arc::make_mut(&mut i.endpoint_slices[0]).endpoints;
         eps[0].addresses = vec!["10.0.0.9".into()];
         eps[2].addresses = vec!["10.0.0.8".into()];
         eps[2].conditions = None;
@@ -1273,7 +1333,7 @@ services:
     fn a_named_port_is_one_backend_by_name_and_by_number() {
         let mut i = input(BASIC);
         // The old Ingress's /api names api's port `http`; now also by its number, on another path.
-        let rules = i.ingresses[0].spec.as_mut().unwrap().rules.as_mut().unwrap();
+        let rules = Arc::make_mut(&mut i.ingresses[0]).spec.as_mut().unwrap().rules.as_mut().unwrap();
         let mut by_number = rules[0].http.as_ref().unwrap().paths[0].clone();
         by_number.path = Some("/api-by-number".into());
         by_number.backend.service.as_mut().unwrap().port =
@@ -1346,12 +1406,12 @@ services:
         };
         let before = ids(&input(BASIC));
         let mut more = input(BASIC);
-        let mut extra = more.ingresses[0].clone();
+        let mut extra = (*more.ingresses[0]).clone();
         extra.metadata.name = Some("extra".into());
         let rules = extra.spec.as_mut().unwrap().rules.as_mut().unwrap();
         rules[0].host = Some("a.example.com".into());
         rules.truncate(1);
-        more.ingresses.push(extra);
+        more.ingresses.push(std::sync::Arc::new(extra));
         let after = ids(&more);
         assert_eq!(after.len(), before.len() + 1, "{after:?}");
         for (host, id) in &before {

@@ -56,9 +56,12 @@ fn input(http_port: u16, port: u16) -> IngressInput {
     }));
     IngressInput {
         class,
-        ingresses: vec![ing("regex", "r.example.com", WORST, true), ing("prefix", "p.example.com", "/p", false)],
-        services: vec![svc],
-        endpoint_slices: vec![eps],
+        ingresses: vec![
+            ing("regex", "r.example.com", WORST, true).into(),
+            ing("prefix", "p.example.com", "/p", false).into(),
+        ],
+        services: vec![svc.into()],
+        endpoint_slices: vec![eps.into()],
         settings: Settings { bind_address: [127, 0, 0, 1].into(), http_port, min_slots: 1, ..Settings::default() },
         ..Default::default()
     }

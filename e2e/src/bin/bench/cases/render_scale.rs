@@ -3,15 +3,18 @@
 //! parsing the rendered config once (`haptic_haproxy::cfg::parse`, which the gate and the plan
 //! diff pay for every render anyway). Also checks that moving one endpoint re-renders into a
 //! change the runtime claim takes as one server change, and at the largest size times that
-//! change as the controller pays for it: the render and the diff of the two configs. Pure CPU: no HAProxy, run once for all
-//! versions. It must never link the controller crate.
+//! change as the controller pays for it: the render and the diff of the two configs, once by a
+//! whole render and once by the endpoint-only render ([`Incremental`], checked to give the whole
+//! render's bytes). Pure CPU: no HAProxy, run once for all versions. It must never link the
+//! controller crate.
 
 use std::hint::black_box;
+use std::sync::Arc;
 use std::time::Instant;
 
 use haptic_haproxy::cfg::parse;
 use haptic_haproxy::claim::diff_cfg;
-use haptic_render::ingress::{IngressInput, INGRESS_CONTROLLER};
+use haptic_render::ingress::{Incremental, IngressInput, INGRESS_CONTROLLER};
 use haptic_render::{render, Templates};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -50,20 +53,20 @@ fn input(paths: usize, services: usize) -> IngressInput {
                            "backend": {"service": {"name": format!("svc-{}", n % services), "port": {"number": 80}}}})
                 })
                 .collect();
-            from_json::<Ingress>(json!({
+            Arc::new(from_json::<Ingress>(json!({
                 "metadata": {"name": format!("ing-{i}"), "namespace": "bench",
                              "creationTimestamp": "2026-01-01T00:00:00Z"},
                 "spec": {"ingressClassName": "haptic",
                          "rules": [{"host": format!("h{i}.example.com"), "http": {"paths": paths}}]}
-            }))
+            })))
         })
         .collect();
     let svcs = (0..services)
         .map(|s| {
-            from_json::<Service>(json!({
+            Arc::new(from_json::<Service>(json!({
                 "metadata": {"name": format!("svc-{s}"), "namespace": "bench"},
                 "spec": {"ports": [{"port": 80, "targetPort": 8080}]}
-            }))
+            })))
         })
         .collect();
     let slices = (0..services)
@@ -74,11 +77,11 @@ fn input(paths: usize, services: usize) -> IngressInput {
                            "conditions": {"ready": true}})
                 })
                 .collect();
-            from_json::<EndpointSlice>(json!({
+            Arc::new(from_json::<EndpointSlice>(json!({
                 "metadata": {"name": format!("svc-{s}-1"), "namespace": "bench",
                              "labels": {"kubernetes.io/service-name": format!("svc-{s}")}},
                 "addressType": "IPv4", "ports": [{"port": 8080}], "endpoints": eps
-            }))
+            })))
         })
         .collect();
     IngressInput { class, ingresses, services: svcs, endpoint_slices: slices, ..Default::default() }
@@ -94,7 +97,7 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
     let templates = Templates::default();
     let mut rows = Vec::new();
     let mut per_path = Vec::new();
-    let mut diff_row = None;
+    let mut diff_rows = Vec::new();
     for &paths in sizes {
         let services = paths.min(1_000);
         let mut inp = input(paths, services);
@@ -108,8 +111,9 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
         let old = cfg_of(&first);
         // One endpoint moves: the next render keeps every other endpoint in its slot, and the
         // runtime claim sees one server change.
+        let before = inp.clone();
         inp.previous_slots = first.slots.clone();
-        let moved = &mut inp.endpoint_slices[services / 2].endpoints[3].addresses[0];
+        let moved = &mut Arc::make_mut(&mut inp.endpoint_slices[services / 2]).endpoints[3].addresses[0];
         *moved = "10.255.0.1".into();
         let second = render(&inp, &templates).map_err(fail)?;
         let d = diff_cfg(&old, &cfg_of(&second));
@@ -146,13 +150,55 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
         ));
         rows.push(r);
         if paths == sizes[sizes.len() - 1] {
-            let metric = format!("{metric}: one endpoint moved, render + diff");
-            let mut r = Row::repeated("render_scale", &metric, "none", &hd, Some(&f), "ms").verified(&wrong);
+            let changed = Change { before: &before, after: &inp, old: &old, want: &second };
+            let hi = incremental(&changed, &templates, reps, &mut wrong)?;
+            let m = format!("{metric}: one endpoint moved, render + diff");
+            let mut r = Row::repeated("render_scale", &m, "none", &hd, Some(&f), "ms").verified(&wrong);
             r.add_note("a whole render (not incremental) and the runtime claim's diff of the two configs");
-            diff_row = Some(r);
+            diff_rows.push(r);
+            let m = format!("{metric}: one endpoint moved, incremental render + diff");
+            let mut r = Row::repeated("render_scale", &m, "none", &hi, Some(&f), "ms").verified(&wrong);
+            r.add_note(
+                "the endpoint-only render (translation and maps kept) and the diff, checked to equal the whole render",
+            );
+            diff_rows.push(r);
         }
     }
     linear_goal(&mut rows, &per_path, LINEAR_SLACK, "path");
-    rows.extend(diff_row);
+    rows.extend(diff_rows);
     Ok(rows)
+}
+
+/// One endpoint moved: the input `before` and `after` it, the config rendered of `before`, and
+/// the whole render of `after`.
+struct Change<'a> {
+    before: &'a IngressInput,
+    after: &'a IngressInput,
+    old: &'a str,
+    want: &'a haptic_render::Render,
+}
+
+/// Times the endpoint-only render of `c.after` and its diff against `c.old`, as the controller
+/// pays for them with an [`Incremental`] that last rendered `c.before`; each render must reuse
+/// the translation and give the whole render's bytes, verdicts and slots (else into `wrong`).
+fn incremental(c: &Change<'_>, templates: &Templates, reps: usize, wrong: &mut Vec<String>) -> Result<Samples> {
+    let fail = |e: haptic_render::RenderError| BenchError::Unexpected(format!("incremental render: {e}"));
+    let mut samples = Samples::new();
+    for _ in 0..reps {
+        let mut inc = Incremental::new();
+        inc.render(c.before, templates).map_err(fail)?;
+        let t = Instant::now();
+        let r = black_box(inc.render(black_box(c.after), templates).map_err(fail)?);
+        let d = black_box(diff_cfg(c.old, &cfg_of(&r)));
+        samples.push_ms(t.elapsed());
+        if !inc.reused() {
+            wrong.push("the incremental render translated again on an endpoint change".into());
+        }
+        if r != *c.want {
+            wrong.push("the incremental render differs from the whole render".into());
+        }
+        drop((r, d));
+    }
+    wrong.dedup();
+    Ok(samples)
 }
