@@ -66,7 +66,7 @@ async fn site(bin: &haptic_e2e::HaproxyBin, edge: Edge, tls: bool) -> Site {
     let dir = tempfile::tempdir().unwrap();
     let mut input = common::input(&objects(tls), settings);
     if tls {
-        input.secrets.push(common::tls_secret(dir.path(), "web", "site"));
+        input.secrets.push(std::sync::Arc::new(common::tls_secret(dir.path(), "web", "site")));
     }
     common::endpoints_on_loopback(&mut input, |_| web);
     let render = haptic_render::render(&input, &Default::default()).unwrap();
@@ -254,20 +254,20 @@ async fn a_soft_stop_finishes_requests_and_hard_stop_after_bounds_it(bin: haptic
     };
     let yaml = objects(false).replace("path: /, pathType: Prefix", "path: /slow, pathType: Prefix");
     let mut input = common::input(&yaml, settings);
-    let mut ing = input.ingresses[0].clone();
+    let mut ing = (*input.ingresses[0]).clone();
     ing.metadata.name = Some("stuck".into());
     let stuck_path = serde_json::json!({"path": "/stuck", "pathType": "Prefix",
         "backend": {"service": {"name": "stuck", "port": {"number": 80}}}});
     ing.spec.as_mut().unwrap().rules.as_mut().unwrap()[0].http.as_mut().unwrap().paths =
         vec![serde_json::from_value(stuck_path).unwrap()];
-    input.ingresses.push(ing);
-    let mut svc = input.services[0].clone();
+    input.ingresses.push(std::sync::Arc::new(ing));
+    let mut svc = (*input.services[0]).clone();
     svc.metadata.name = Some("stuck".into());
-    input.services.push(svc);
-    let mut slice = input.endpoint_slices[0].clone();
+    input.services.push(std::sync::Arc::new(svc));
+    let mut slice = (*input.endpoint_slices[0]).clone();
     slice.metadata.name = Some("stuck-1".into());
     slice.metadata.labels = Some([("kubernetes.io/service-name".to_string(), "stuck".to_string())].into());
-    input.endpoint_slices.push(slice);
+    input.endpoint_slices.push(std::sync::Arc::new(slice));
     common::endpoints_on_loopback(&mut input, |svc| if svc == "stuck" { stuck } else { slow });
     let render = haptic_render::render(&input, &Default::default()).unwrap();
     assert!(render.verdicts.iter().all(|v| v.accepted()), "{:?}", render.verdicts);
@@ -340,7 +340,7 @@ async fn plain_http_to_a_tls_ingress_is_redirected_unless_it_says_not(bin: hapti
         ..Settings::default()
     };
     let mut input = common::input(&yaml, settings);
-    input.secrets.push(common::tls_secret(dir.path(), "web", "site"));
+    input.secrets.push(std::sync::Arc::new(common::tls_secret(dir.path(), "web", "site")));
     common::endpoints_on_loopback(&mut input, |_| web);
     let render = haptic_render::render(&input, &Default::default()).unwrap();
     assert!(render.verdicts.iter().all(|v| v.accepted()), "{:?}", render.verdicts);

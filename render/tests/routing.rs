@@ -24,7 +24,7 @@ async fn routes_by_host_and_path(bin: haptic_e2e::HaproxyBin) {
     common::endpoints_on_loopback(&mut input, |svc| if svc == "web" { web } else { api });
     // The Ingress with TLS serves plain HTTP too (else it is redirected to HTTPS).
     let young = input.ingresses.iter_mut().find(|i| i.metadata.name.as_deref() == Some("young")).unwrap();
-    young.metadata.annotations =
+    std::sync::Arc::make_mut(young).metadata.annotations =
         Some([("nginx.ingress.kubernetes.io/ssl-redirect".to_string(), "false".to_string())].into());
     let render = haptic_render::render(&input, &Default::default()).unwrap();
     let dir = tempfile::tempdir().unwrap();
