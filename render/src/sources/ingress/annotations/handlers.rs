@@ -131,7 +131,7 @@ pub(super) fn handler(short: &str) -> Option<Handler> {
 pub const SUPPORTED: &[Annotation] = &[
     Annotation {
         key: "ssl-redirect",
-        meaning: "`true`: plain-HTTP requests to this Ingress's routes are redirected to HTTPS (308) when it has `spec.tls`",
+        meaning: "`true` (also when absent, as ingress-nginx): plain-HTTP requests to this Ingress's routes are redirected to HTTPS (308) when it has `spec.tls`; `false`: served over plain HTTP",
         read: ssl_redirect,
     },
     Annotation {
