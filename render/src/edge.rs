@@ -26,6 +26,10 @@ pub struct Edge {
     /// A frontend at this address serving HAProxy's Prometheus exporter on `/metrics` and its
     /// stats page on `/stats`; none when unset.
     pub stats: Option<std::net::SocketAddr>,
+    /// The certificate served first on the Ingresses' TLS bind: to a client whose SNI names no
+    /// tenant's certificate (or that sends none), and for an Ingress TLS entry without
+    /// `secretName`. (A Gateway listener serves its own certificates.)
+    pub default_certificate: Option<DefaultCertificate>,
     /// How long a stopping worker (after a reload, or when its pod stops) may keep serving the
     /// connections it has before HAProxy closes them (`hard-stop-after`), in seconds; unbounded
     /// when unset.
@@ -41,10 +45,26 @@ impl Default for Edge {
             timeouts: Timeouts::default(),
             hsts: None,
             stats: None,
+            default_certificate: None,
             drain_seconds: None,
         }
     }
 }
+
+/// The default certificate: a chain and its key, checked and re-encoded
+/// ([`crate::pem::certified`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DefaultCertificate {
+    /// The PEM file (chain, then key).
+    #[serde(skip)]
+    pub pem: Vec<u8>,
+    /// Its earliest notAfter, in seconds since the Unix epoch.
+    pub not_after: i64,
+}
+
+/// Where the default certificate is written, relative to `haproxy.cfg` (a tenant's is
+/// `certs/<namespace>_<name>.pem`, never this name).
+pub const DEFAULT_CERTIFICATE_PATH: &str = "certs/default.pem";
 
 /// The access log's format.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

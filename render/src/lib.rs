@@ -94,5 +94,8 @@ fn model_files(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, RenderError> 
     for cert in model.certs.iter().chain(&model.upstream_certs) {
         files.insert(cert.path.clone(), cert.pem.clone());
     }
+    if let Some(d) = &model.edge.default_certificate {
+        files.insert(edge::DEFAULT_CERTIFICATE_PATH.to_string(), d.pem.clone());
+    }
     Ok(files)
 }

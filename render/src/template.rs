@@ -260,8 +260,19 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
 
 /// The frontends' binds, and the passthrough frontend when some host passes TLS through.
 fn frontend_views(model: &Model) -> Result<(Vec<FrontendView>, Option<PassthroughView>), RenderError> {
-    let certs: Vec<String> =
-        model.certs.iter().map(|c| config_arg(&c.path).map(|p| format!("crt {p}"))).collect::<Result<_, _>>()?;
+    // The default certificate first on the binds that serve every Ingress's certificates:
+    // HAProxy serves a bind's first `crt` to an SNI no other certificate names, so an unknown
+    // name never sees a tenant's certificate.
+    let default = match &model.edge.default_certificate {
+        Some(_) => vec![format!("crt {}", config_arg(crate::edge::DEFAULT_CERTIFICATE_PATH)?)],
+        None => vec![],
+    };
+    let certs: Vec<String> = default
+        .iter()
+        .cloned()
+        .map(Ok)
+        .chain(model.certs.iter().map(|c| config_arg(&c.path).map(|p| format!("crt {p}"))))
+        .collect::<Result<_, _>>()?;
     let mut frontends = Vec::new();
     // With passthrough hosts, a `mode tcp` frontend takes the TLS binds and routes by SNI; the
     // other connections go on, through an abstract socket, to the TLS-terminating frontend.
@@ -287,6 +298,8 @@ fn frontend_views(model: &Model) -> Result<(Vec<FrontendView>, Option<Passthroug
                 if b.certs.is_empty() {
                     s.push_str(&certs.join(" "));
                 } else {
+                    // A Gateway listener's own certificates (its Gateway's, not a route's): the
+                    // listener's first one answers an SNI none names, as before.
                     let own: Vec<String> =
                         b.certs.iter().map(|p| config_arg(p).map(|p| format!("crt {p}"))).collect::<Result<_, _>>()?;
                     s.push_str(&own.join(" "));

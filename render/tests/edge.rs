@@ -350,3 +350,81 @@ async fn plain_http_to_a_tls_ingress_is_redirected_unless_it_says_not(bin: hapti
     let head = seen(SocketAddr::from(([127, 0, 0, 1], http_port)), "").await;
     assert!(head.starts_with("HTTP/1.1 200"), "ssl-redirect: \"false\" serves plain HTTP: {head}");
 }
+
+/// A self-signed certificate for `cn` and its key, as a default certificate (openssl).
+fn default_certificate(dir: &std::path::Path, cn: &str) -> haptic_render::edge::DefaultCertificate {
+    let (c, k) = (dir.join("default.crt"), dir.join("default.key"));
+    let ok = std::process::Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj"])
+        .arg(format!("/CN={cn}"))
+        .arg("-keyout")
+        .arg(&k)
+        .arg("-out")
+        .arg(&c)
+        .output()
+        .unwrap();
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    let file = haptic_render::pem::certified(&std::fs::read(c).unwrap(), &std::fs::read(k).unwrap()).unwrap();
+    haptic_render::edge::DefaultCertificate { pem: file.pem, not_after: file.not_after }
+}
+
+/// The subject of the certificate the TLS port `port` serves to SNI `sni` (none: no SNI).
+fn served_subject(port: u16, sni: Option<&str>) -> String {
+    let mut c = std::process::Command::new("openssl");
+    c.args(["s_client", "-connect", &format!("127.0.0.1:{port}")]);
+    match sni {
+        Some(s) => c.args(["-servername", s]),
+        None => c.arg("-noservername"),
+    };
+    let out = c.stdin(std::process::Stdio::null()).output().unwrap();
+    let pem = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut x = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-subject"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    x.stdin.take().unwrap().write_all(pem.as_bytes()).unwrap();
+    String::from_utf8_lossy(&x.wait_with_output().unwrap().stdout).trim().to_string()
+}
+
+haptic_e2e::on_each_version!(an_unknown_name_gets_the_default_certificate_never_a_tenants);
+async fn an_unknown_name_gets_the_default_certificate_never_a_tenants(bin: haptic_e2e::HaproxyBin) {
+    let dir = tempfile::tempdir().unwrap();
+    let edge = Edge { default_certificate: Some(default_certificate(dir.path(), "haptic default")), ..Edge::default() };
+    let s = site(&bin, edge, true).await;
+    // The tenant's own name still gets its certificate.
+    assert!(served_subject(s.https, Some("site.example.com")).contains("site.example.com"));
+    // Any other name, or none, gets the default one: never the tenant's.
+    assert!(served_subject(s.https, Some("bank.example")).contains("haptic default"));
+    assert!(served_subject(s.https, None).contains("haptic default"));
+}
+
+haptic_e2e::on_each_version!(a_tls_entry_without_a_secret_is_served_the_default_certificate);
+async fn a_tls_entry_without_a_secret_is_served_the_default_certificate(bin: haptic_e2e::HaproxyBin) {
+    let dir = tempfile::tempdir().unwrap();
+    let web = common::echo_backend("web");
+    let (http_port, https_port) = (free_port(), free_port());
+    let edge = Edge { default_certificate: Some(default_certificate(dir.path(), "haptic default")), ..Edge::default() };
+    let settings = Settings {
+        bind_address: [127, 0, 0, 1].into(),
+        http_port,
+        https_port,
+        min_slots: 1,
+        edge,
+        ..Settings::default()
+    };
+    let yaml = objects(true).replace(", secretName: site}", "}");
+    let mut input = common::input(&yaml, settings);
+    common::endpoints_on_loopback(&mut input, |_| web);
+    let render = haptic_render::render(&input, &Default::default()).unwrap();
+    let v = &render.verdicts[0];
+    assert!(v.accepted(), "{v:?}");
+    assert_eq!(v.warnings.len(), 1, "the entry's Event says it: {v:?}");
+    assert_eq!(v.warnings[0].field, "spec.tls[0].secretName");
+    let tree = dir.path().join("tree");
+    common::write_tree(&render, &tree);
+    let _h = Haproxy::start(&bin, HaproxyOpts::new(&tree)).await.unwrap();
+    assert!(served_subject(https_port, Some("site.example.com")).contains("haptic default"));
+}

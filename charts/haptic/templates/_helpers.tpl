@@ -158,6 +158,8 @@ hsts:
 {{- with .Values.haproxy.metricsPort }}
 statsPort: {{ . }}
 {{- end }}
+defaultCertificate:
+  name: {{ include "haptic.defaultCertificateSecret" . }}
 drainSeconds: {{ .Values.haproxy.drainSeconds }}
 {{- end }}
 
@@ -171,4 +173,9 @@ drain and 10 s for the agent to see HAProxy gone.
 {{- else -}}
 {{ .Values.haproxy.terminationGracePeriodSeconds }}
 {{- end -}}
+{{- end }}
+
+{{/* Render mode's default certificate Secret: the one given, else the chart's. */}}
+{{- define "haptic.defaultCertificateSecret" -}}
+{{- default (printf "%s-default-tls" (include "haptic.fullname" .)) .Values.render.defaultCertificate.existingSecret }}
 {{- end }}

@@ -196,6 +196,9 @@ pub fn references(spec: &HAProxyConfigSpec) -> References {
     if let Some(t) = spec.render.as_ref().and_then(|r| r.template.as_ref()) {
         r.config_maps.insert(t.config_map_key_ref.name.clone());
     }
+    if let Some(d) = spec.render.as_ref().and_then(|r| r.default_certificate.as_ref()) {
+        r.secrets.insert(d.name.clone());
+    }
     for f in &spec.files {
         if let Some(k) = &f.config_map_key_ref {
             r.config_maps.insert(k.name.clone());

@@ -234,6 +234,12 @@ pub struct RenderSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 65535))]
     pub stats_port: Option<u16>,
+    /// A `kubernetes.io/tls` Secret (this namespace) served first on the Ingresses' TLS bind:
+    /// to a client whose SNI names no Ingress's certificate, or that sends none, so it never
+    /// sees a tenant's; and for an Ingress TLS entry without `secretName`. Unset: a self-signed one the
+    /// controller generates when it starts (the chart names one it generates once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_certificate: Option<LocalObjectRef>,
     /// How long a stopping HAProxy worker (after a reload, or when its pod stops) may keep
     /// serving its open connections before they are closed (`hard-stop-after`); the chart sets
     /// `haproxy.drainSeconds`. Unbounded when unset.

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use haptic_protocol::{PlanId, RelPath};
 use haptic_render::annotations::Allowed;
-use haptic_render::edge::{AccessLog, Edge, Forwarded, Hsts, Timeouts};
+use haptic_render::edge::{AccessLog, DefaultCertificate, Edge, Forwarded, Hsts, Timeouts};
 use haptic_render::gateway::{GatewayInput, GatewayOutput, GatewaySettings, GATEWAY_CONTROLLER};
 use haptic_render::gateway_api::{Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant};
 use haptic_render::ingress::{Incremental, IngressInput, Settings, INGRESS_CONTROLLER};
@@ -100,8 +100,8 @@ fn named_class<'a, T>(
     Ok(c)
 }
 
-/// The translator's settings from `spec.render`.
-pub fn settings(r: &RenderSpec) -> Result<Settings, SpecError> {
+/// The translator's settings from `spec.render` (its default certificate's Secret from `l`).
+pub fn settings(r: &RenderSpec, l: &dyn Lookup) -> Result<Settings, SpecError> {
     let bind_address = r.bind_address.parse().map_err(|e| {
         SpecError::invalid(
             "spec.render.bindAddress",
@@ -115,7 +115,50 @@ pub fn settings(r: &RenderSpec) -> Result<Settings, SpecError> {
         min_slots: usize::from(r.server_slots),
         health_port: r.health_port,
         paths: r.path_normalization.into(),
-        edge: edge(r, bind_address)?,
+        edge: Edge { default_certificate: Some(default_certificate(r, l)?), ..edge(r, bind_address)? },
+    })
+}
+
+/// The Secret `spec.render.defaultCertificate` names, checked and re-encoded; else
+/// [`generated_certificate`].
+fn default_certificate(r: &RenderSpec, l: &dyn Lookup) -> Result<DefaultCertificate, SpecError> {
+    const FIELD: &str = "spec.render.defaultCertificate";
+    let Some(name) = r.default_certificate.as_ref().map(|n| n.name.as_str()) else {
+        return Ok(generated_certificate().clone());
+    };
+    let s = l.secret(name).ok_or_else(|| SpecError::missing(FIELD, format!("{FIELD}: Secret {name} not found")))?;
+    let data = s.data.clone().unwrap_or_default();
+    let part = |k: &'static str| {
+        data.get(k)
+            .map(|b| b.0.clone())
+            .ok_or_else(|| SpecError::invalid(FIELD, format!("{FIELD}: Secret {name} has no {k}")))
+    };
+    let file = haptic_render::pem::certified(&part("tls.crt")?, &part("tls.key")?)
+        .map_err(|e| SpecError::invalid(FIELD, format!("{FIELD}: Secret {name}: {e}")))?;
+    Ok(DefaultCertificate { pem: file.pem, not_after: file.not_after })
+}
+
+/// A self-signed certificate (`CN=haptic default`, for the name `haptic-default.invalid`)
+/// generated once per process: the default certificate without `spec.render.defaultCertificate`.
+/// A new leader generates its own, so its first render changes the certificate (a reload).
+fn generated_certificate() -> &'static DefaultCertificate {
+    static GENERATED: std::sync::OnceLock<DefaultCertificate> = std::sync::OnceLock::new();
+    GENERATED.get_or_init(|| {
+        let made = (|| {
+            let mut params = rcgen::CertificateParams::new(vec!["haptic-default.invalid".to_string()])?;
+            params.distinguished_name.push(rcgen::DnType::CommonName, "haptic default");
+            let key = rcgen::KeyPair::generate()?;
+            let cert = params.self_signed(&key)?;
+            Ok::<_, rcgen::Error>((cert.pem(), key.serialize_pem()))
+        })();
+        // rcgen fails only on parameters, and these are fixed: a failure is a bug.
+        let (crt, key) = made.expect("a self-signed certificate from fixed parameters");
+        let file = haptic_render::pem::certified(crt.as_bytes(), key.as_bytes())
+            .expect("rcgen's certificate and key pass the PEM checks");
+        tracing::info!(
+            "no spec.render.defaultCertificate: serving a generated self-signed default certificate (CN=haptic default)"
+        );
+        DefaultCertificate { pem: file.pem, not_after: file.not_after }
     })
 }
 
@@ -134,6 +177,7 @@ fn edge(r: &RenderSpec, bind_address: std::net::IpAddr) -> Result<Edge, SpecErro
         .collect::<Result<_, _>>()?;
     let t = &r.timeouts;
     Ok(Edge {
+        default_certificate: None,
         access_log: match r.access_log {
             AccessLogSpec::Http => AccessLog::Http,
             AccessLogSpec::Json => AccessLog::Json,
@@ -232,7 +276,7 @@ pub fn render(
         endpoint_slices: objects.endpoint_slices.clone(),
         secrets: objects.secrets.clone(),
         previous_slots: previous.clone(),
-        settings: settings(r)?,
+        settings: settings(r, l)?,
         allowed: Allowed { snippets: r.allow_snippet_annotations },
         refused_snippets: refused_snippets.clone(),
         excluded: excluded.clone(),
@@ -295,7 +339,7 @@ pub fn render_gateway(
 ) -> Result<(Routed, GatewayOutput), SpecError> {
     let r = spec.render.as_ref().ok_or_else(|| SpecError::invalid("spec.render", "spec.render is not set".into()))?;
     let class = gateway_class(r, objects)?;
-    let s = settings(r)?;
+    let s = settings(r, l)?;
     let input = GatewayInput {
         class_name: class.metadata.name.clone().unwrap_or_default(),
         classes: objects.gateway_classes.clone(),
@@ -553,7 +597,34 @@ mod tests {
         assert!(class(&r, &o).is_ok());
         let bad: RenderSpec =
             serde_json::from_value(serde_json::json!({"ingressClassName": "haptic", "bindAddress": "any"})).unwrap();
-        assert_eq!(settings(&bad).unwrap_err().field, "spec.render.bindAddress");
-        assert_eq!(settings(&r).unwrap().min_slots, 8);
+        assert_eq!(settings(&bad, &NoObjects).unwrap_err().field, "spec.render.bindAddress");
+        assert_eq!(settings(&r, &NoObjects).unwrap().min_slots, 8);
+    }
+
+    /// A namespace with no ConfigMap or Secret.
+    struct NoObjects;
+
+    impl Lookup for NoObjects {
+        fn config_map(&self, _: &str) -> Option<Arc<k8s_openapi::api::core::v1::ConfigMap>> {
+            None
+        }
+        fn secret(&self, _: &str) -> Option<Arc<Secret>> {
+            None
+        }
+    }
+
+    #[test]
+    fn the_default_certificate_is_the_named_secret_or_one_generated_once() {
+        let r: RenderSpec = serde_json::from_value(serde_json::json!({"ingressClassName": "haptic"})).unwrap();
+        let (a, b) = (settings(&r, &NoObjects).unwrap(), settings(&r, &NoObjects).unwrap());
+        let generated = a.edge.default_certificate.expect("a generated one");
+        assert!(!generated.pem.is_empty());
+        assert_eq!(Some(generated), b.edge.default_certificate, "the same one for the process's life");
+        let named: RenderSpec = serde_json::from_value(
+            serde_json::json!({"ingressClassName": "haptic", "defaultCertificate": {"name": "edge-tls"}}),
+        )
+        .unwrap();
+        let e = settings(&named, &NoObjects).unwrap_err();
+        assert_eq!((e.reason, e.field.as_str()), ("MissingReference", "spec.render.defaultCertificate"), "{e:?}");
     }
 }

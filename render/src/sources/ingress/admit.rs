@@ -384,7 +384,16 @@ fn tls(one: &One<'_>, spec: &IngressSpec, acc: &mut Routes<'_>, v: &mut Verdict)
     let ns = one.ns;
     for (ti, tls) in spec.tls.as_deref().unwrap_or_default().iter().enumerate() {
         let field = format!("spec.tls[{ti}].secretName");
-        let Some(name) = tls.secret_name.as_deref() else { continue };
+        let Some(name) = tls.secret_name.as_deref().filter(|n| !n.is_empty()) else {
+            let message = if one.input.settings.edge.default_certificate.is_some() {
+                acc.default_tls = true;
+                "no secretName: its hosts are served the default certificate".to_string()
+            } else {
+                "no secretName, and no default certificate: its hosts have no certificate of their own".to_string()
+            };
+            v.warnings.push(Refusal { cause: Cause::Missing, field, message });
+            continue;
+        };
         // The name becomes a file name under certs/: a Secret's name (a DNS subdomain) only.
         if !is_section_name(name) || name.len() > 253 || !is_section_name(ns) {
             let shown: String = name.chars().take(64).collect();

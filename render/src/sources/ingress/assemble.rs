@@ -45,7 +45,7 @@ pub(super) struct Wants {
 /// The Model (without its backends: see [`Wants::backends`]) of `acc`, with `owners` and
 /// `claims` of the served Ingresses, and what its backends want.
 pub(super) fn model(input: &IngressInput, owners: &Owners, claims: &[Claim], acc: Routes<'_>) -> (Model, Wants) {
-    let Routes { ctx, routes, default, certs, userlists, upstream_certs, passthrough } = acc;
+    let Routes { ctx, routes, default, certs, userlists, upstream_certs, passthrough, default_tls } = acc;
     let mut model = Model::default();
     let ids = Ids::of(&routes, default.as_ref());
     let (hosts, weighted) = rules(&mut model, &routes, default.as_ref(), &ids);
@@ -75,7 +75,7 @@ pub(super) fn model(input: &IngressInput, owners: &Owners, claims: &[Claim], acc
     let named: BTreeSet<&str> =
         model.policies.iter().filter_map(|p| p.policy.auth.as_ref()).map(|a| a.userlist.as_str()).collect();
     model.userlists = userlists.into_values().filter(|u| named.contains(u.name.as_str())).collect();
-    frontends(&mut model, input);
+    frontends(&mut model, input, default_tls);
     (model, wants)
 }
 
@@ -266,8 +266,8 @@ fn weigh(eps: &mut BTreeMap<String, Vec<Endpoint>>, weighted: &Weighted) -> Cana
 }
 
 /// The Model's health address, path normalization and frontends: `http` always, `https` when a
-/// certificate or a passthrough host needs it.
-fn frontends(model: &mut Model, input: &IngressInput) {
+/// certificate, a passthrough host or a TLS entry served the default certificate needs it.
+fn frontends(model: &mut Model, input: &IngressInput, default_tls: bool) {
     let st = &input.settings;
     model.health = st.health_port.map(|p| SocketAddr::new(st.bind_address, p));
     model.paths = st.paths;
@@ -277,7 +277,7 @@ fn frontends(model: &mut Model, input: &IngressInput) {
         binds: vec![Bind { address: st.bind_address, port: st.http_port, tls: false, certs: vec![] }],
         hosts: HostLookup::Host,
     });
-    if !model.certs.is_empty() || !model.passthrough.is_empty() {
+    if !model.certs.is_empty() || !model.passthrough.is_empty() || default_tls {
         model.frontends.push(Frontend {
             name: "https".into(),
             binds: vec![Bind { address: st.bind_address, port: st.https_port, tls: true, certs: vec![] }],

@@ -513,6 +513,8 @@ struct Routes<'a> {
     upstream_certs: BTreeMap<String, Cert>,
     /// SNI host → (backend, Ingress).
     passthrough: BTreeMap<String, (String, ObjectRef)>,
+    /// Some TLS entry has no Secret and is served the default certificate (HTTPS is needed).
+    default_tls: bool,
 }
 
 /// What an input translates to before its endpoints: the Model without its backends, one
@@ -542,6 +544,7 @@ fn translate_routes(input: &IngressInput) -> Translated {
         userlists: BTreeMap::new(),
         upstream_certs: BTreeMap::new(),
         passthrough: BTreeMap::new(),
+        default_tls: false,
     };
     let mut verdicts: Vec<Verdict> =
         ings.into_iter().map(|ing| admit::ingress(input, &owners, ing, &mut acc)).collect();
