@@ -119,7 +119,8 @@ uninstall() {
   "$helm" uninstall haptic --namespace haptic --wait --timeout 2m >/dev/null 2>&1 || true
 }
 trap uninstall EXIT
-"$root/scripts/cluster.sh" install --set gateway.enabled=true
+# No load-balancer provider here: the Gateways' Services are ClusterIP (reached from the host).
+"$root/scripts/cluster.sh" install --set gateway.enabled=true --set gateway.service.type=ClusterIP
 
 # What the fleet did: the controllers' counters (only the Lease holder deploys; summed over both
 # replicas), read before and after the suite. `haptic_applies` counts one per HAProxy pod and

@@ -5,6 +5,7 @@
 //! small pure helpers that turn durations and the status roll-up into the resource's fields. It
 //! must never talk to the apiserver: the watchers and the status writer do.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
@@ -409,6 +410,9 @@ pub struct GatewayRenderSpec {
     /// hostname there (its Events say whose it is).
     #[serde(default = "shared")]
     pub host_sharing: HostSharing,
+    /// The kind of Service each Gateway gets (the chart: `LoadBalancer`).
+    #[serde(default)]
+    pub service: GatewayServiceSpec,
 }
 
 fn shared() -> HostSharing {
@@ -417,8 +421,65 @@ fn shared() -> HostSharing {
 
 impl Default for GatewayRenderSpec {
     fn default() -> Self {
-        GatewayRenderSpec { infrastructure_keys: Vec::new(), host_sharing: HostSharing::Shared }
+        GatewayRenderSpec {
+            infrastructure_keys: Vec::new(),
+            host_sharing: HostSharing::Shared,
+            service: GatewayServiceSpec::default(),
+        }
     }
+}
+
+/// `spec.render.gateway.service`: the Service of every Gateway. Its address (a LoadBalancer's
+/// once its provider assigned one, else the cluster IP) is the Gateway's `status.addresses`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayServiceSpec {
+    /// `ClusterIP` (the default), `NodePort` or `LoadBalancer`.
+    #[serde(default, rename = "type")]
+    pub type_: GatewayServiceType,
+    /// `Cluster` or `Local` (NodePort and LoadBalancer Services).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_traffic_policy: Option<TrafficPolicy>,
+    /// The load-balancer implementation (LoadBalancer Services).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub load_balancer_class: Option<String>,
+    /// Annotations on every Gateway's Service (a provider's load-balancer settings); a
+    /// Gateway's own `spec.infrastructure` annotations, within the keys allowed, win.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// A Gateway Service's type.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+pub enum GatewayServiceType {
+    /// Reached inside the cluster only.
+    #[default]
+    ClusterIP,
+    /// On a port of every node.
+    NodePort,
+    /// Through the cluster's load-balancer provider.
+    LoadBalancer,
+}
+
+impl GatewayServiceType {
+    /// The Service `spec.type` value.
+    pub fn name(self) -> &'static str {
+        match self {
+            GatewayServiceType::ClusterIP => "ClusterIP",
+            GatewayServiceType::NodePort => "NodePort",
+            GatewayServiceType::LoadBalancer => "LoadBalancer",
+        }
+    }
+}
+
+/// `externalTrafficPolicy`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+pub enum TrafficPolicy {
+    /// Any node forwards (the client address is lost).
+    Cluster,
+    /// Only nodes with a pod answer (the client address is kept).
+    Local,
 }
 
 fn default_bind_address() -> String {

@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::context::Context;
+use super::crd::{GatewayServiceSpec, GatewayServiceType};
 use super::status::FIELD_MANAGER;
 
 /// The label on every Service made for a Gateway.
@@ -60,15 +61,24 @@ pub fn conditions(new: &[Cond], old: &[Condition], at: &str) -> Vec<Value> {
         .collect()
 }
 
-/// The Service of one Gateway (none while it has no usable listener port).
-pub fn service(g: &GatewayOutcome, namespace: &str, selector: &BTreeMap<String, String>) -> Option<Value> {
+/// The Service of one Gateway (none while it has no usable listener port), of the kind `kind`
+/// says (`spec.render.gateway.service`).
+pub fn service(
+    g: &GatewayOutcome,
+    namespace: &str,
+    selector: &BTreeMap<String, String>,
+    kind: &GatewayServiceSpec,
+) -> Option<Value> {
     if g.service.ports.is_empty() {
         return None;
     }
     let mut labels = g.service.labels.clone();
     labels.insert(SERVICE_LABEL.into(), "true".into());
     labels.insert("app.kubernetes.io/managed-by".into(), "haptic".into());
-    let mut annotations = g.service.annotations.clone();
+    // The HAProxyConfig's annotations first: a Gateway's own (`spec.infrastructure`, within the
+    // keys allowed) win, and ours last.
+    let mut annotations = kind.annotations.clone();
+    annotations.extend(g.service.annotations.clone());
     annotations.insert(GATEWAY_ANNOTATION.into(), format!("{}/{}", g.object.namespace, g.object.name));
     let ports: Vec<Value> = g
         .service
@@ -76,11 +86,22 @@ pub fn service(g: &GatewayOutcome, namespace: &str, selector: &BTreeMap<String, 
         .iter()
         .map(|(port, bind)| json!({"name": format!("p{port}"), "port": port, "targetPort": bind, "protocol": "TCP"}))
         .collect();
+    let mut spec = json!({"type": kind.type_.name(), "selector": selector, "ports": ports});
+    if kind.type_ != GatewayServiceType::ClusterIP {
+        if let Some(p) = kind.external_traffic_policy {
+            spec["externalTrafficPolicy"] = json!(p);
+        }
+    }
+    if kind.type_ == GatewayServiceType::LoadBalancer {
+        if let Some(c) = &kind.load_balancer_class {
+            spec["loadBalancerClass"] = json!(c);
+        }
+    }
     Some(json!({
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": g.service.name, "namespace": namespace, "labels": labels, "annotations": annotations},
-        "spec": {"type": "ClusterIP", "selector": selector, "ports": ports},
+        "spec": spec,
     }))
 }
 
@@ -121,7 +142,14 @@ pub fn gateway_status(g: &GatewayOutcome, old: Option<&Value>, at: &str) -> Valu
             })
         })
         .collect();
-    let addresses: Vec<Value> = g.addresses.iter().map(|a| json!({"type": "IPAddress", "value": a})).collect();
+    let addresses: Vec<Value> = g
+        .addresses
+        .iter()
+        .map(|a| {
+            let kind = if a.parse::<std::net::IpAddr>().is_ok() { "IPAddress" } else { "Hostname" };
+            json!({"type": kind, "value": a})
+        })
+        .collect();
     json!({
         "apiVersion": "gateway.networking.k8s.io/v1",
         "kind": "Gateway",
@@ -186,7 +214,8 @@ pub async fn write_loop(ctx: Context, token: CancellationToken) {
         };
         if let (Some(now), Some(config)) = (outcome, config) {
             let selector = config.spec.pod_selector.match_labels.clone().unwrap_or_default();
-            write(&ctx, &now, &selector, &mut done).await;
+            let kind = config.spec.render.as_ref().map(|r| r.gateway.service.clone()).unwrap_or_default();
+            write(&ctx, &now, (&selector, &kind), &mut done).await;
         }
         tokio::select! {
             _ = token.cancelled() => return,
@@ -195,11 +224,16 @@ pub async fn write_loop(ctx: Context, token: CancellationToken) {
     }
 }
 
-async fn write(ctx: &Context, now: &GatewayOutput, selector: &BTreeMap<String, String>, done: &mut Done) {
+async fn write(
+    ctx: &Context,
+    now: &GatewayOutput,
+    (selector, kind): (&BTreeMap<String, String>, &GatewayServiceSpec),
+    done: &mut Done,
+) {
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let at = now_string();
-    // Services first: their cluster IPs become the Gateways' addresses on the next render.
-    write_services(ctx, now, selector, &params, done).await;
+    // Services first: their addresses become the Gateways' addresses on the next render.
+    write_services(ctx, now, (selector, kind), &params, done).await;
     write_classes(ctx, now, &params, &at, done).await;
     write_gateways(ctx, now, &params, &at, done).await;
     write_routes(ctx, now, &at, done).await;
@@ -210,14 +244,14 @@ async fn write(ctx: &Context, now: &GatewayOutput, selector: &BTreeMap<String, S
 async fn write_services(
     ctx: &Context,
     now: &GatewayOutput,
-    selector: &BTreeMap<String, String>,
+    (selector, kind): (&BTreeMap<String, String>, &GatewayServiceSpec),
     params: &PatchParams,
     done: &mut Done,
 ) {
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     let mut wanted = BTreeSet::new();
     for g in &now.gateways {
-        let Some(svc) = service(g, &ctx.namespace, selector) else { continue };
+        let Some(svc) = service(g, &ctx.namespace, selector, kind) else { continue };
         wanted.insert(g.service.name.clone());
         if done.services.get(&g.service.name) == Some(&svc) {
             continue;
@@ -346,6 +380,7 @@ fn now_string() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kubernetes::crd::TrafficPolicy;
 
     fn cond(type_: &'static str, status: bool) -> Cond {
         Cond { type_, status, reason: "Accepted", message: "m".into(), observed_generation: 2 }
@@ -402,12 +437,26 @@ mod tests {
             },
         };
         let sel = BTreeMap::from([("app".to_string(), "haproxy".to_string())]);
-        let s = service(&g, "fleet", &sel).unwrap();
+        let s = service(&g, "fleet", &sel, &GatewayServiceSpec::default()).unwrap();
+        assert_eq!(s["spec"]["type"], "ClusterIP");
+        assert_eq!(s["spec"].get("externalTrafficPolicy"), None);
         assert_eq!(s["spec"]["selector"]["app"], "haproxy");
         assert_eq!(s["spec"]["ports"][1]["port"], 443);
         assert_eq!(s["spec"]["ports"][1]["targetPort"], 20001);
         assert_eq!(s["metadata"]["labels"]["team"], "blue");
         assert_eq!(s["metadata"]["labels"][SERVICE_LABEL], "true");
+        assert_eq!(s["metadata"]["annotations"][GATEWAY_ANNOTATION], "a/gw");
+        let lb = GatewayServiceSpec {
+            type_: GatewayServiceType::LoadBalancer,
+            external_traffic_policy: Some(TrafficPolicy::Local),
+            load_balancer_class: Some("example.com/lb".into()),
+            annotations: BTreeMap::from([("lb.example.com/scheme".to_string(), "internet-facing".to_string())]),
+        };
+        let s = service(&g, "fleet", &sel, &lb).unwrap();
+        assert_eq!(s["spec"]["type"], "LoadBalancer");
+        assert_eq!(s["spec"]["externalTrafficPolicy"], "Local");
+        assert_eq!(s["spec"]["loadBalancerClass"], "example.com/lb");
+        assert_eq!(s["metadata"]["annotations"]["lb.example.com/scheme"], "internet-facing");
         assert_eq!(s["metadata"]["annotations"][GATEWAY_ANNOTATION], "a/gw");
     }
 }

@@ -461,8 +461,8 @@ pub fn outcome(r: &RenderSpec, namespace: &str, objects: &Objects, verdicts: &[V
 }
 
 /// The addresses a Service answers on, as an Ingress's `status.loadBalancer.ingress`: a
-/// LoadBalancer's assigned IPs and hostnames, else its external IPs, else its cluster IP
-/// (none for a headless Service).
+/// LoadBalancer's assigned IPs and hostnames, else its external IPs, else (not a LoadBalancer)
+/// its cluster IP (none for a headless Service).
 pub fn service_address(s: &Service) -> Vec<IngressLoadBalancerIngress> {
     let lb = |ip: Option<String>, hostname: Option<String>| IngressLoadBalancerIngress { ip, hostname, ports: None };
     let spec = s.spec.clone().unwrap_or_default();
@@ -482,6 +482,11 @@ pub fn service_address(s: &Service) -> Vec<IngressLoadBalancerIngress> {
     }
     if let Some(ext) = spec.external_ips.filter(|e| !e.is_empty()) {
         return ext.into_iter().map(|ip| lb(Some(ip), None)).collect();
+    }
+    // A LoadBalancer whose provider assigned nothing yet: no address (its cluster IP is not
+    // where outside clients reach it, and external-dns would publish it).
+    if spec.type_.as_deref() == Some("LoadBalancer") {
+        return Vec::new();
     }
     match spec.cluster_ip.filter(|ip| !ip.is_empty() && ip != "None") {
         Some(ip) => vec![lb(Some(ip), None)],
@@ -543,7 +548,7 @@ mod tests {
         let cluster = svc(serde_json::json!({"spec": {"type": "ClusterIP", "clusterIP": "10.96.0.5"}}));
         assert_eq!(ips(service_address(&cluster)), ["10.96.0.5"]);
         let pending = svc(serde_json::json!({"spec": {"type": "LoadBalancer", "clusterIP": "10.96.0.6"}}));
-        assert_eq!(ips(service_address(&pending)), ["10.96.0.6"], "no address assigned yet");
+        assert!(service_address(&pending).is_empty(), "no address assigned yet: never the cluster IP");
         let lb = svc(serde_json::json!({"spec": {"type": "LoadBalancer", "clusterIP": "10.96.0.6"},
             "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}, {"hostname": "lb.example.com"}]}}}));
         assert_eq!(ips(service_address(&lb)), ["203.0.113.7", "lb.example.com"]);

@@ -98,7 +98,8 @@ async fn route_condition(c: &RealCluster, name: &str, type_: &str) -> Result<Val
 /// Runs the Gateway steps on `c`: installs the release with `gateway.enabled=true`, makes the
 /// Gateway and backends, runs every step, and removes it all (the release too).
 pub async fn run_gateway(c: &mut RealCluster) -> Result<()> {
-    c.install(&["gateway.enabled=true"])?;
+    // No load-balancer provider on these clusters: the Gateways' Services are ClusterIP.
+    c.install(&["gateway.enabled=true", "gateway.service.type=ClusterIP"])?;
     let client = c.client();
     let pods = c.haproxy_pods().await?.len();
     wait_converged(&client, NAMESPACE, pods, None).await?;

@@ -273,10 +273,8 @@ fn outcome(
             s.metadata.namespace.as_deref() == Some(st.namespace.as_str())
                 && s.metadata.name.as_deref() == Some(service.name.as_str())
         })
-        .and_then(|s| s.spec.as_ref()?.cluster_ip.clone())
-        .filter(|ip| !ip.is_empty() && ip != "None")
-        .into_iter()
-        .collect();
+        .map(|s| service_addresses(s))
+        .unwrap_or_default();
     let mut conds = Vec::new();
     let static_addr = g.spec.addresses.iter().any(|a| a.value.as_deref().is_some_and(|v| !v.is_empty()));
     if static_addr {
@@ -291,7 +289,7 @@ fn outcome(
             "Programmed",
             false,
             "AddressNotAssigned",
-            format!("Service {} has no cluster IP yet", service.name),
+            format!("Service {} has no address yet (a LoadBalancer's is assigned by its provider)", service.name),
             gen,
         ));
     } else {
@@ -359,5 +357,42 @@ pub(super) fn binds(gw: &Gateways<'_>, acc: &mut Attached) {
                 acc.tables.entry((b, h.clone())).or_default();
             }
         }
+    }
+}
+
+/// Where clients reach a Gateway's Service: a LoadBalancer's assigned addresses (none while
+/// its provider has assigned none: never its cluster IP, which no outside client reaches), else
+/// its cluster IP.
+fn service_addresses(s: &k8s_openapi::api::core::v1::Service) -> Vec<String> {
+    let spec = s.spec.as_ref();
+    if spec.and_then(|sp| sp.type_.as_deref()) == Some("LoadBalancer") {
+        return s
+            .status
+            .as_ref()
+            .and_then(|st| st.load_balancer.as_ref())
+            .and_then(|l| l.ingress.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|i| i.ip.clone().or_else(|| i.hostname.clone()))
+            .filter(|a| !a.is_empty())
+            .collect();
+    }
+    spec.and_then(|sp| sp.cluster_ip.clone()).filter(|ip| !ip.is_empty() && ip != "None").into_iter().collect()
+}
+
+#[cfg(test)]
+mod address_tests {
+    use super::service_addresses;
+
+    #[test]
+    fn a_load_balancer_publishes_only_its_assigned_addresses() {
+        let svc = |v: serde_json::Value| -> k8s_openapi::api::core::v1::Service { serde_json::from_value(v).unwrap() };
+        let cluster = svc(serde_json::json!({"spec": {"type": "ClusterIP", "clusterIP": "10.96.0.5"}}));
+        assert_eq!(service_addresses(&cluster), ["10.96.0.5"]);
+        let pending = svc(serde_json::json!({"spec": {"type": "LoadBalancer", "clusterIP": "10.96.0.6"}}));
+        assert!(service_addresses(&pending).is_empty(), "never the cluster IP of a LoadBalancer");
+        let lb = svc(serde_json::json!({"spec": {"type": "LoadBalancer", "clusterIP": "10.96.0.6"},
+            "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}, {"hostname": "lb.example.com"}]}}}));
+        assert_eq!(service_addresses(&lb), ["203.0.113.7", "lb.example.com"]);
     }
 }
