@@ -4,10 +4,11 @@
 //! Owns the pure [`render`] (the class check, the settings and templates from `spec.render`,
 //! the call into `haptic-render` through the caller's [`Incremental`], the spec's extra
 //! `files`), the inputs of `haptic-render` as the stores' own `Arc`s (no object copied), the
-//! choice of the previous slot map
-//! ([`SlotHistory`]: the slots of the newest render a pod has applied) and the offline summary
-//! of verdicts. It must never talk to the apiserver, and never decide a route itself: route
-//! semantics live in `haptic-render`.
+//! choice of the previous slot map ([`SlotHistory`]: the slots of the newest render a pod has
+//! applied) and the offline summary of verdicts. One value here is not a function of its
+//! inputs: without `spec.render.defaultCertificate`, the default certificate is one generated
+//! once per process. It must never talk to the apiserver, and never decide a route itself:
+//! route semantics live in `haptic-render`.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
