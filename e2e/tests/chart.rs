@@ -626,9 +626,15 @@ fn check_monitoring(objs: &[Value]) {
     let rule = one(objs, "PrometheusRule", "");
     let alerts: BTreeSet<&str> =
         rule["spec"]["groups"][0]["rules"].as_array().unwrap().iter().map(|r| r["alert"].as_str().unwrap()).collect();
-    let want: BTreeSet<&str> =
-        ["HapticNoLeader", "HapticGatePinned", "HapticPodsNotConverged", "HapticApplyRejected", "HapticReloadFailures"]
-            .into();
+    let want: BTreeSet<&str> = [
+        "HapticNoLeader",
+        "HapticGatePinned",
+        "HapticPodsNotConverged",
+        "HapticApplyRejected",
+        "HapticReloadFailures",
+        "HapticOldWorkersPiling",
+    ]
+    .into();
     assert_eq!(alerts, want);
     for r in rule["spec"]["groups"][0]["rules"].as_array().unwrap() {
         assert!(r["expr"].as_str().unwrap().contains(&format!("namespace=\"{NAMESPACE}\"")), "{r}");
@@ -661,7 +667,7 @@ fn the_prometheus_rules_pass_promtool_check_rules() {
     let path = rule_file(dir.path());
     let (ok, said) = promtool(&["check", "rules", "--lint=all", "--lint-fatal", path.to_str().unwrap()], "");
     assert!(ok, "promtool check rules:\n{said}");
-    assert!(said.contains("SUCCESS: 5 rules found"), "{said}");
+    assert!(said.contains("SUCCESS: 6 rules found"), "{said}");
 }
 
 /// `promtool test rules`: each alert fires on the series that mean its condition, with the
@@ -689,13 +695,22 @@ fn each_alert_fires_on_its_condition_and_not_on_a_healthy_fleet() {
                 {"series": format!("haptic_pods_converged{{{}}}", ctl("c1")), "values": "0x30"},
                 {"series": format!("haptic_apply_rejected_total{{{},haproxy_pod=\"edge-haproxy-1\"}}", ctl("c0")), "values": "0x20 1x10"},
                 {"series": format!("haptic_agent_reloads_total{{{agent},result=\"ok\"}}"), "values": "0+1x30"},
-                {"series": format!("haptic_agent_reloads_total{{{agent},result=\"timeout\"}}"), "values": "0x24 1x6"}
+                {"series": format!("haptic_agent_reloads_total{{{agent},result=\"timeout\"}}"), "values": "0x24 1x6"},
+                {"series": format!("haptic_agent_haproxy_old_workers{{{agent}}}"), "values": "1x10 5x20"}
             ],
             "alert_rule_test": [
                 {"eval_time": "4m", "alertname": "HapticNoLeader", "exp_alerts": []},
                 {"eval_time": "4m", "alertname": "HapticGatePinned", "exp_alerts": []},
                 {"eval_time": "4m", "alertname": "HapticApplyRejected", "exp_alerts": []},
                 {"eval_time": "4m", "alertname": "HapticReloadFailures", "exp_alerts": []},
+                {"eval_time": "20m", "alertname": "HapticOldWorkersPiling", "exp_alerts": []},
+                {"eval_time": "27m", "alertname": "HapticOldWorkersPiling", "exp_alerts": [{
+                    "exp_labels": {"severity": "warning", "namespace": ns, "job": format!("{ns}/edge-haproxy"), "pod": "edge-haproxy-0"},
+                    "exp_annotations": {
+                        "summary": "Old HAProxy workers pile up",
+                        "description": "5 HAProxy workers in pod edge-haproxy-0 still drain connections after reloads: reloads come faster than long connections end (each holds its memory); `hard-stop-after` (haproxy.drainSeconds) bounds how long they stay."
+                    }
+                }]},
                 {"eval_time": "11m", "alertname": "HapticPodsNotConverged", "exp_alerts": []},
                 {"eval_time": "14m", "alertname": "HapticPodsNotConverged", "exp_alerts": [{
                     "exp_labels": {"severity": "warning", "namespace": ns, "job": "edge-controller", "pod": "c0"},
