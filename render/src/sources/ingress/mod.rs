@@ -2,7 +2,8 @@
 //! Services, EndpointSlices and TLS Secrets, to the [`Model`].
 //!
 //! Owns the Ingress semantics: which Ingresses the class serves (`spec.ingressClassName`, or
-//! none and the class is the default), hosts (exact, lowercased; `*.suffix` matches exactly one
+//! none and the legacy `kubernetes.io/ingress.class` annotation, or neither and the class is
+//! the default), hosts (exact, lowercased; `*.suffix` matches exactly one
 //! label), `pathType` Exact, Prefix (segment-wise: `/foo` matches `/foo` and `/foo/…`, never
 //! `/foobar`; a trailing `/` is ignored) and ImplementationSpecific (here: the same as Prefix),
 //! longest match first and Exact before Prefix on equal paths, host ownership (by
@@ -152,15 +153,22 @@ impl Default for Settings {
     }
 }
 
-/// Whether `class` is ours and serves `ing`.
+/// The class an Ingress names without `spec.ingressClassName`, deprecated by Kubernetes but
+/// still set by some tools (cert-manager's HTTP-01 solver Ingresses, older charts).
+pub const LEGACY_CLASS_ANNOTATION: &str = "kubernetes.io/ingress.class";
+
+/// Whether `class` is ours and serves `ing`: `spec.ingressClassName` names it, or, without
+/// one, the legacy class annotation does, or, without either, it is the default class.
 pub fn served(class: &IngressClass, ing: &Ingress) -> bool {
     let ours = class.spec.as_ref().and_then(|s| s.controller.as_deref()) == Some(INGRESS_CONTROLLER);
     let name = class.metadata.name.as_deref().unwrap_or_default();
     let default = class.metadata.annotations.as_ref().and_then(|a| a.get(DEFAULT_CLASS_ANNOTATION)).map(String::as_str)
         == Some("true");
-    ours && match ing.spec.as_ref().and_then(|s| s.ingress_class_name.as_deref()) {
-        Some(c) => c == name,
-        None => default,
+    let legacy = ing.metadata.annotations.as_ref().and_then(|a| a.get(LEGACY_CLASS_ANNOTATION));
+    ours && match (ing.spec.as_ref().and_then(|s| s.ingress_class_name.as_deref()), legacy) {
+        (Some(c), _) => c == name,
+        (None, Some(c)) => c.trim() == name,
+        (None, None) => default,
     }
 }
 
@@ -775,6 +783,40 @@ mod tests {
 
     fn verdict<'a>(v: &'a [Verdict], name: &str) -> &'a Verdict {
         v.iter().find(|v| v.object.name == name).unwrap()
+    }
+
+    #[test]
+    fn the_class_is_named_by_the_field_else_the_legacy_annotation_else_the_default() {
+        let class = |default: bool| -> IngressClass {
+            let mut c = IngressClass::default();
+            c.metadata.name = Some("haptic".into());
+            c.spec = Some(k8s_openapi::api::networking::v1::IngressClassSpec {
+                controller: Some(INGRESS_CONTROLLER.into()),
+                ..Default::default()
+            });
+            if default {
+                c.metadata.annotations = Some([(DEFAULT_CLASS_ANNOTATION.to_string(), "true".to_string())].into());
+            }
+            c
+        };
+        let ing = |field: Option<&str>, legacy: Option<&str>| -> Ingress {
+            let mut i = Ingress {
+                spec: Some(k8s_openapi::api::networking::v1::IngressSpec {
+                    ingress_class_name: field.map(str::to_string),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            i.metadata.annotations = legacy.map(|l| [(LEGACY_CLASS_ANNOTATION.to_string(), l.to_string())].into());
+            i
+        };
+        let (ours, default) = (class(false), class(true));
+        assert!(served(&ours, &ing(Some("haptic"), None)));
+        assert!(!served(&ours, &ing(Some("nginx"), Some("haptic"))), "the field wins over the annotation");
+        assert!(served(&ours, &ing(None, Some("haptic"))), "cert-manager's solver Ingresses");
+        assert!(!served(&default, &ing(None, Some("nginx"))), "another class's, even for the default class");
+        assert!(served(&default, &ing(None, None)));
+        assert!(!served(&ours, &ing(None, None)));
     }
 
     #[test]
