@@ -510,6 +510,12 @@ fn default_render_is_wired_as_the_brief_says() {
     let hap = one(&objs, "Deployment", "-haproxy");
     let metrics_port = port_named(container(&hap["spec"]["template"]["spec"], "haproxy"), "metrics");
     assert_eq!(metrics_port, 8405);
+    // Rollouts drain: the grace period covers the preStop sleep and the drain; the agent waits.
+    let pod = &hap["spec"]["template"]["spec"];
+    assert_eq!(pod["terminationGracePeriodSeconds"], 75, "5 s preStop + 60 s drain + 10 s");
+    let args = container(pod, "agent")["command"].as_array().unwrap().clone();
+    assert!(args.contains(&json!("--drain-wait=70s")), "{args:?}");
+    assert_eq!(pod["topologySpreadConstraints"][0]["whenUnsatisfiable"], "ScheduleAnyway", "a soft spread by default");
     let cfg = one(&objs, "HAProxyConfig", "")["spec"]["config"].as_str().unwrap().to_string();
     let exporter = cfg.split("\nfrontend ").find(|f| f.starts_with("prometheus")).expect("a frontend prometheus");
     assert!(exporter.contains(&format!("bind :{metrics_port}")), "{exporter}");
@@ -853,7 +859,16 @@ fn daemonset_mode_with_host_network_and_every_extension_point() {
     assert!(agent_env.contains(&&json!("HAPROXY_EXTRA")), "{agent_env:?}");
     assert_eq!(agent["lifecycle"]["preStop"]["exec"]["command"], json!(["sleep", "1"]));
     assert_eq!(container(pod, "logger")["image"], "busybox:1.36");
+    assert_eq!(hap["envFrom"][0]["configMapRef"]["name"], "haproxy-vars");
+    assert_eq!(agent["envFrom"], hap["envFrom"], "the agent's haproxy -c sees HAProxy's variables");
+    let inits: Vec<&Value> = pod["initContainers"].as_array().unwrap().iter().map(|c| &c["name"]).collect();
+    assert_eq!(inits, [&json!("init"), &json!("warm-geoip")], "the chart's first");
+    assert!(pod.get("topologySpreadConstraints").is_none(), "no default spread for a DaemonSet");
     let ctl = one(&objs, "Deployment", "-controller");
+    assert_eq!(
+        mounts(container(&ctl["spec"]["template"]["spec"], "controller")).get("templates").map(String::as_str),
+        Some("/templates")
+    );
     let image = container(&ctl["spec"]["template"]["spec"], "controller")["image"].as_str().unwrap().to_string();
     assert!(image.starts_with("mirror.internal:5000/haptic/haptic-controller:"), "{image}");
     let svc = one(&objs, "Service", "-haproxy");
