@@ -7,7 +7,8 @@
 //! `haptic_gate_pinned`, `haptic_drift_repairs_total`, `haptic_apply_rejected_total{haproxy_pod}`
 //! (not `pod`: prometheus-operator renames a target's own `pod` label to `exported_pod`), plus
 //! `haptic_apply_conflicts_total{conflict}`, `haptic_apply_retries_total`,
-//! `haptic_build_info{component,version}` and `haptic_leader`) and their text encoding. It
+//! `haptic_build_info{component,version}` and `haptic_leader`; in render mode
+//! `haptic_render_valid{config}` and `haptic_render_refusals{kind,cause}`) and their text encoding. It
 //! removes a pod's series once the pod has left the fleet. It must never decide anything from a
 //! metric value.
 
@@ -70,6 +71,62 @@ pub struct ReasonLabel {
     pub reason: String,
 }
 
+/// `{kind,cause}` of a refusal in a render's verdicts.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusalLabels {
+    /// The refused object's kind (`Ingress`, `HTTPRoute`, …).
+    pub kind: String,
+    /// Why, as the render's typed cause (`Invalid`, `NotAllowed`, `Conflict`, …).
+    pub cause: String,
+}
+
+/// `{config}`: the HAProxyConfig.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConfigLabel {
+    /// Its name.
+    pub config: String,
+}
+
+/// Render mode's health: whether the spec renders, and the refusals in its verdicts.
+#[derive(Debug, Default)]
+pub struct RenderHealth {
+    /// `haptic_render_valid{config}`: 1 while the HAProxyConfig renders, 0 while it cannot (its
+    /// status says why); no series outside render mode.
+    pub valid: Family<ConfigLabel, Gauge>,
+    /// `haptic_render_refusals{kind,cause}`: refusals in the last render's verdicts.
+    pub refusals: Family<RefusalLabels, Gauge>,
+}
+
+impl RenderHealth {
+    fn register(registry: &mut Registry) -> Self {
+        let h = RenderHealth::default();
+        registry.register(
+            "haptic_render_valid",
+            "1 while the HAProxyConfig's spec.render renders, 0 while it cannot",
+            h.valid.clone(),
+        );
+        registry.register(
+            "haptic_render_refusals",
+            "Refusals in the last render's verdicts, by object kind and cause",
+            h.refusals.clone(),
+        );
+        h
+    }
+
+    /// Sets both from one published render of `config`: `valid` (none outside render mode:
+    /// no series) and the count of refusals by (kind, cause).
+    pub fn set(&self, config: &str, valid: Option<bool>, refusals: &std::collections::BTreeMap<(String, String), i64>) {
+        self.valid.clear();
+        if let Some(v) = valid {
+            self.valid.get_or_create(&ConfigLabel { config: config.to_string() }).set(i64::from(v));
+        }
+        self.refusals.clear();
+        for ((kind, cause), n) in refusals {
+            self.refusals.get_or_create(&RefusalLabels { kind: kind.clone(), cause: cause.clone() }).set(*n);
+        }
+    }
+}
+
 /// Every metric, registered.
 #[derive(Debug)]
 pub struct Metrics {
@@ -106,6 +163,8 @@ pub struct Metrics {
     pub pods_rejected: Family<ReasonLabel, Counter>,
     /// `haptic_apply_retries_total`: exact retries (same fence and plan) after no answer.
     pub apply_retries: Counter,
+    /// Render mode's health.
+    pub render: RenderHealth,
 }
 
 impl Default for Metrics {
@@ -178,6 +237,7 @@ impl Metrics {
             "HAProxy pods not admitted as deployment targets, by reason",
             pods_rejected.clone(),
         );
+        let render = RenderHealth::register(&mut registry);
         Metrics {
             registry,
             deployments,
@@ -196,6 +256,7 @@ impl Metrics {
             conflicts,
             pods_rejected,
             apply_retries,
+            render,
         }
     }
 
@@ -254,6 +315,21 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn render_health_shows_validity_and_only_the_last_renders_refusals() {
+        let m = Metrics::new();
+        let one = std::collections::BTreeMap::from([(("Ingress".to_string(), "Invalid".to_string()), 2)]);
+        assert!(!m.encode().contains("haptic_render_valid{"), "no series outside render mode");
+        m.render.set("edge", Some(false), &one);
+        let text = m.encode();
+        assert!(text.contains("haptic_render_valid{config=\"edge\"} 0"), "{text}");
+        assert!(text.contains("haptic_render_refusals{kind=\"Ingress\",cause=\"Invalid\"} 2"), "{text}");
+        m.render.set("edge", Some(true), &std::collections::BTreeMap::new());
+        let text = m.encode();
+        assert!(text.contains("haptic_render_valid{config=\"edge\"} 1"), "{text}");
+        assert!(!text.contains("haptic_render_refusals{"), "a refusal gone is a series gone: {text}");
+    }
 
     #[test]
     fn names() {

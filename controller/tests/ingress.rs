@@ -299,6 +299,13 @@ async fn ingresses_route_and_change_at_runtime(bin: HaproxyBin) {
     let plan = serves_and_publishes(&st).await;
     runtime_churn(&st, plan).await;
     refused_ingress(&st, by_name).await;
+    // The controller's /metrics: the spec renders, with the refused Ingress's refusal counted.
+    eventually("haptic_render_valid and haptic_render_refusals", || async {
+        let valid = ctl.metric("haptic_render_valid{config=\"edge\"}").await;
+        let refused = ctl.metric("haptic_render_refusals{kind=\"Ingress\",cause=\"Invalid\"}").await;
+        (valid == 1.0 && refused >= 1.0).then_some(())
+    })
+    .await;
     mismatched_certificate(&st).await;
     drop(ctl);
 }

@@ -63,6 +63,9 @@ async fn live_metrics_have_the_operator_names_pass_promtool_and_serve_the_dashbo
     }
     let wanted = names_read(&chart_monitoring_queries()).unwrap_or_else(|e| panic!("{e}"));
     assert!(wanted.keys().any(|n| n.starts_with("haptic_agent_")) && wanted.contains_key("haptic_leader"));
+    // Served in Kubernetes render mode only (this controller is standalone): tests/ingress.rs
+    // reads it from a render-mode controller.
+    served.insert("haptic_render_valid".to_string());
     let absent = missing(&wanted, "haptic_", &served);
     assert!(absent.is_empty(), "the dashboard or the rules read metrics no controller or agent serves: {absent:?}");
     let m = ctl.metrics().clone();

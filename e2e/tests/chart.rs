@@ -638,6 +638,7 @@ fn check_monitoring(objs: &[Value]) {
         "HapticPodsNotConverged",
         "HapticApplyRejected",
         "HapticReloadFailures",
+        "HapticRenderInvalid",
         "HapticOldWorkersPiling",
     ]
     .into();
@@ -673,7 +674,7 @@ fn the_prometheus_rules_pass_promtool_check_rules() {
     let path = rule_file(dir.path());
     let (ok, said) = promtool(&["check", "rules", "--lint=all", "--lint-fatal", path.to_str().unwrap()], "");
     assert!(ok, "promtool check rules:\n{said}");
-    assert!(said.contains("SUCCESS: 6 rules found"), "{said}");
+    assert!(said.contains("SUCCESS: 7 rules found"), "{said}");
 }
 
 /// `promtool test rules`: each alert fires on the series that mean its condition, with the
@@ -702,13 +703,23 @@ fn each_alert_fires_on_its_condition_and_not_on_a_healthy_fleet() {
                 {"series": format!("haptic_apply_rejected_total{{{},haproxy_pod=\"edge-haproxy-1\"}}", ctl("c0")), "values": "0x20 1x10"},
                 {"series": format!("haptic_agent_reloads_total{{{agent},result=\"ok\"}}"), "values": "0+1x30"},
                 {"series": format!("haptic_agent_reloads_total{{{agent},result=\"timeout\"}}"), "values": "0x24 1x6"},
-                {"series": format!("haptic_agent_haproxy_old_workers{{{agent}}}"), "values": "1x10 5x20"}
+                {"series": format!("haptic_agent_haproxy_old_workers{{{agent}}}"), "values": "1x10 5x20"},
+                {"series": format!("haptic_render_valid{{{},config=\"edge\"}}", ctl("c0")), "values": "1x12 0x18"},
+                {"series": format!("haptic_render_valid{{{},config=\"edge\"}}", ctl("c1")), "values": "1x12 0x18"}
             ],
             "alert_rule_test": [
                 {"eval_time": "4m", "alertname": "HapticNoLeader", "exp_alerts": []},
                 {"eval_time": "4m", "alertname": "HapticGatePinned", "exp_alerts": []},
                 {"eval_time": "4m", "alertname": "HapticApplyRejected", "exp_alerts": []},
                 {"eval_time": "4m", "alertname": "HapticReloadFailures", "exp_alerts": []},
+                {"eval_time": "12m", "alertname": "HapticRenderInvalid", "exp_alerts": []},
+                {"eval_time": "18m", "alertname": "HapticRenderInvalid", "exp_alerts": [{
+                    "exp_labels": {"severity": "warning", "namespace": ns, "job": "edge-controller", "config": "edge"},
+                    "exp_annotations": {
+                        "summary": "The HAProxyConfig does not render",
+                        "description": format!("spec.render in {ns} has not rendered for 5m (a missing template, Secret or class); the pods keep their last config. `kubectl describe hapc` shows why.")
+                    }
+                }]},
                 {"eval_time": "20m", "alertname": "HapticOldWorkersPiling", "exp_alerts": []},
                 {"eval_time": "27m", "alertname": "HapticOldWorkersPiling", "exp_alerts": [{
                     "exp_labels": {"severity": "warning", "namespace": ns, "job": format!("{ns}/edge-haproxy"), "pod": "edge-haproxy-0"},

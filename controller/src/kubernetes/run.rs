@@ -9,6 +9,7 @@
 //! with a higher epoch. In render mode the term also writes the served Ingresses' status. It must never hold deployment logic itself.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -144,6 +145,8 @@ pub async fn start_kubernetes(s: KubernetesSettings, client: Client) -> Result<R
         disc_tx,
         shutdown.clone(),
     )));
+    let health = (ctx.snapshots.clone(), ctx.names.config.clone());
+    tasks.push(tokio::spawn(follow_render_health(health, shared.metrics.clone(), shutdown.clone())));
     // `spec.controller` as the running loop's tuning: a change reaches it without a restart.
     let (tuning_tx, tuning) = watch::channel(term_settings(&common, None).tuning());
     tasks.push(tokio::spawn(follow_tuning(ctx.snapshots.clone(), common.clone(), tuning_tx, shutdown.clone())));
@@ -180,6 +183,38 @@ pub async fn start_kubernetes(s: KubernetesSettings, client: Client) -> Result<R
     }));
     info!(admin = %admin_addr, "kubernetes mode started");
     Ok(Running::from_parts(admin_addr, board, metrics, shutdown, tasks))
+}
+
+/// Sets `haptic_render_valid` and `haptic_render_refusals` from each published render.
+async fn follow_render_health(
+    (mut snapshots, config): (watch::Receiver<Snapshot>, String),
+    metrics: Arc<crate::metrics::Metrics>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let (valid, refusals) = render_health(&snapshots.borrow_and_update());
+        metrics.render.set(&config, valid, &refusals);
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = snapshots.changed() => if r.is_err() { return },
+        }
+    }
+}
+
+/// Whether a render-mode snapshot renders (none outside render mode), and its refusals by
+/// (object kind, cause).
+fn render_health(s: &Snapshot) -> (Option<bool>, BTreeMap<(String, String), i64>) {
+    let render_mode = s.config.as_ref().is_some_and(|c| c.spec.render.is_some());
+    let valid = render_mode.then_some(matches!(s.bundle, Some(Ok(_))));
+    let mut refusals = BTreeMap::new();
+    let ingress = s.ingress.iter().flat_map(|o| o.served.iter().map(|v| &v.verdict));
+    let gateway = s.gateway.iter().flat_map(|o| o.verdicts.iter());
+    for v in ingress.chain(gateway) {
+        for r in &v.refusals {
+            *refusals.entry((v.object.kind.clone(), format!("{:?}", r.cause))).or_insert(0) += 1;
+        }
+    }
+    (valid, refusals)
 }
 
 /// Publishes the tuning of each published resource's `spec.controller` (only on a change).
