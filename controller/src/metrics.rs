@@ -8,7 +8,8 @@
 //! (not `pod`: prometheus-operator renames a target's own `pod` label to `exported_pod`), plus
 //! `haptic_apply_conflicts_total{conflict}`, `haptic_apply_retries_total`,
 //! `haptic_build_info{component,version}` and `haptic_leader`; in render mode
-//! `haptic_render_valid{config}` and `haptic_render_refusals{kind,cause}`) and their text encoding. It
+//! `haptic_render_valid{config}`, `haptic_render_refusals{kind,cause}` and
+//! `haptic_certificate_expiry_timestamp_seconds{secret_namespace,secret}`) and their text encoding. It
 //! removes a pod's series once the pod has left the fleet. It must never decide anything from a
 //! metric value.
 
@@ -87,9 +88,23 @@ pub struct ConfigLabel {
     pub config: String,
 }
 
-/// Render mode's health: whether the spec renders, and the refusals in its verdicts.
+/// `{secret_namespace,secret}`: a certificate's Secret (not `namespace`, which a scrape sets
+/// to the controller's own).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SecretLabels {
+    /// The Secret's namespace.
+    pub secret_namespace: String,
+    /// Its name.
+    pub secret: String,
+}
+
+/// Render mode's health: whether the spec renders, the refusals in its verdicts, and when the
+/// certificates it serves expire.
 #[derive(Debug, Default)]
 pub struct RenderHealth {
+    /// `haptic_certificate_expiry_timestamp_seconds{secret_namespace,secret}`: the earliest
+    /// notAfter of each certificate the last render serves to clients.
+    pub expiry: Family<SecretLabels, Gauge>,
     /// `haptic_render_valid{config}`: 1 while the HAProxyConfig renders, 0 while it cannot (its
     /// status says why); no series outside render mode.
     pub valid: Family<ConfigLabel, Gauge>,
@@ -104,6 +119,11 @@ impl RenderHealth {
             "haptic_render_valid",
             "1 while the HAProxyConfig's spec.render renders, 0 while it cannot",
             h.valid.clone(),
+        );
+        registry.register(
+            "haptic_certificate_expiry_timestamp_seconds",
+            "When each certificate the last render serves expires (Unix time), by its Secret",
+            h.expiry.clone(),
         );
         registry.register(
             "haptic_render_refusals",
@@ -123,6 +143,14 @@ impl RenderHealth {
         self.refusals.clear();
         for ((kind, cause), n) in refusals {
             self.refusals.get_or_create(&RefusalLabels { kind: kind.clone(), cause: cause.clone() }).set(*n);
+        }
+    }
+
+    /// Sets the expiry of every certificate served: `(secret namespace, name) → notAfter`.
+    pub fn set_expiry(&self, certs: &std::collections::BTreeMap<(String, String), i64>) {
+        self.expiry.clear();
+        for ((ns, name), at) in certs {
+            self.expiry.get_or_create(&SecretLabels { secret_namespace: ns.clone(), secret: name.clone() }).set(*at);
         }
     }
 }
@@ -329,6 +357,15 @@ mod tests {
         let text = m.encode();
         assert!(text.contains("haptic_render_valid{config=\"edge\"} 1"), "{text}");
         assert!(!text.contains("haptic_render_refusals{"), "a refusal gone is a series gone: {text}");
+        m.render
+            .set_expiry(&std::collections::BTreeMap::from([(("shop".to_string(), "tls".to_string()), 1_900_000_000)]));
+        let text = m.encode();
+        assert!(
+            text.contains(
+                "haptic_certificate_expiry_timestamp_seconds{secret_namespace=\"shop\",secret=\"tls\"} 1900000000"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

@@ -66,6 +66,8 @@ async fn live_metrics_have_the_operator_names_pass_promtool_and_serve_the_dashbo
     // Served in Kubernetes render mode only (this controller is standalone): tests/ingress.rs
     // reads it from a render-mode controller.
     served.insert("haptic_render_valid".to_string());
+    // Likewise (and only with TLS Ingresses); its encoding and source are unit-tested.
+    served.insert("haptic_certificate_expiry_timestamp_seconds".to_string());
     let absent = missing(&wanted, "haptic_", &served);
     assert!(absent.is_empty(), "the dashboard or the rules read metrics no controller or agent serves: {absent:?}");
     let m = ctl.metrics().clone();

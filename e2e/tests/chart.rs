@@ -639,6 +639,7 @@ fn check_monitoring(objs: &[Value]) {
         "HapticApplyRejected",
         "HapticReloadFailures",
         "HapticRenderInvalid",
+        "HapticCertificateExpiring",
         "HapticOldWorkersPiling",
     ]
     .into();
@@ -674,7 +675,7 @@ fn the_prometheus_rules_pass_promtool_check_rules() {
     let path = rule_file(dir.path());
     let (ok, said) = promtool(&["check", "rules", "--lint=all", "--lint-fatal", path.to_str().unwrap()], "");
     assert!(ok, "promtool check rules:\n{said}");
-    assert!(said.contains("SUCCESS: 7 rules found"), "{said}");
+    assert!(said.contains("SUCCESS: 8 rules found"), "{said}");
 }
 
 /// `promtool test rules`: each alert fires on the series that mean its condition, with the
@@ -705,7 +706,9 @@ fn each_alert_fires_on_its_condition_and_not_on_a_healthy_fleet() {
                 {"series": format!("haptic_agent_reloads_total{{{agent},result=\"timeout\"}}"), "values": "0x24 1x6"},
                 {"series": format!("haptic_agent_haproxy_old_workers{{{agent}}}"), "values": "1x10 5x20"},
                 {"series": format!("haptic_render_valid{{{},config=\"edge\"}}", ctl("c0")), "values": "1x12 0x18"},
-                {"series": format!("haptic_render_valid{{{},config=\"edge\"}}", ctl("c1")), "values": "1x12 0x18"}
+                {"series": format!("haptic_render_valid{{{},config=\"edge\"}}", ctl("c1")), "values": "1x12 0x18"},
+                {"series": format!("haptic_certificate_expiry_timestamp_seconds{{{},secret_namespace=\"shop\",secret=\"far\"}}", ctl("c0")), "values": "90000000x70"},
+                {"series": format!("haptic_certificate_expiry_timestamp_seconds{{{},secret_namespace=\"shop\",secret=\"soon\"}}", ctl("c0")), "values": "900000x70"}
             ],
             "alert_rule_test": [
                 {"eval_time": "4m", "alertname": "HapticNoLeader", "exp_alerts": []},
@@ -721,6 +724,14 @@ fn each_alert_fires_on_its_condition_and_not_on_a_healthy_fleet() {
                     }
                 }]},
                 {"eval_time": "20m", "alertname": "HapticOldWorkersPiling", "exp_alerts": []},
+                {"eval_time": "20m", "alertname": "HapticCertificateExpiring", "exp_alerts": []},
+                {"eval_time": "61m", "alertname": "HapticCertificateExpiring", "exp_alerts": [{
+                    "exp_labels": {"severity": "warning", "namespace": ns, "job": "edge-controller", "secret_namespace": "shop", "secret": "soon"},
+                    "exp_annotations": {
+                        "summary": "A certificate the fleet serves expires soon",
+                        "description": "The certificate of Secret shop/soon expires within 14 days (or has expired); clients that check it will refuse it."
+                    }
+                }]},
                 {"eval_time": "27m", "alertname": "HapticOldWorkersPiling", "exp_alerts": [{
                     "exp_labels": {"severity": "warning", "namespace": ns, "job": format!("{ns}/edge-haproxy"), "pod": "edge-haproxy-0"},
                     "exp_annotations": {

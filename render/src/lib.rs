@@ -55,6 +55,22 @@ pub struct Render {
     pub verdicts: Vec<Verdict>,
     /// Endpoint → slot assignments of this render (input to the next one).
     pub slots: SlotMap,
+    /// When each served TLS certificate expires, by the Secret it came from.
+    pub certificates: Vec<CertExpiry>,
+}
+
+/// When a served certificate expires.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertExpiry {
+    /// The Secret it came from.
+    pub source: ObjectRef,
+    /// Its earliest notAfter, in seconds since the Unix epoch.
+    pub not_after: i64,
+}
+
+/// The expiry of every certificate `model` serves to clients.
+pub fn certificates(model: &Model) -> Vec<CertExpiry> {
+    model.certs.iter().map(|c| CertExpiry { source: c.source.clone(), not_after: c.not_after }).collect()
 }
 
 /// Translates the Ingress input and renders it: the one entry the controller calls.
@@ -84,7 +100,7 @@ pub fn render_model(
     let mut files = model_files(model)?;
     let cfg = template::render_cfg(model, templates)?;
     files.insert("haproxy.cfg".to_string(), cfg.into_bytes());
-    Ok(Render { files, verdicts, slots })
+    Ok(Render { files, verdicts, slots, certificates: certificates(model) })
 }
 
 /// The files of a Model but `haproxy.cfg`: its maps and certificates. None of them depends on

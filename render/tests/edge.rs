@@ -428,3 +428,19 @@ async fn a_tls_entry_without_a_secret_is_served_the_default_certificate(bin: hap
     let _h = Haproxy::start(&bin, HaproxyOpts::new(&tree)).await.unwrap();
     assert!(served_subject(https_port, Some("site.example.com")).contains("haptic default"));
 }
+
+#[test]
+fn a_render_tells_when_each_served_certificate_expires() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut input = common::input(&objects(true), Settings::default());
+    input.secrets.push(std::sync::Arc::new(common::tls_secret(dir.path(), "web", "site")));
+    let render = haptic_render::render(&input, &Default::default()).unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    let [c] = &render.certificates[..] else { panic!("{:?}", render.certificates) };
+    assert_eq!(
+        (c.source.kind.as_str(), c.source.namespace.as_str(), c.source.name.as_str()),
+        ("Secret", "web", "site")
+    );
+    // `openssl req -days 1`: valid for about a day from now.
+    assert!(c.not_after > now && c.not_after <= now + 2 * 86_400, "{c:?}");
+}

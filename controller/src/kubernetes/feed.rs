@@ -358,7 +358,8 @@ impl ClusterPass<'_> {
         } else {
             match routes::render(spec, self.stores, objects, previous, self.refused, excluded, incremental) {
                 Ok(out) => {
-                    let ingress = routes::outcome(self.render_spec, self.namespace, objects, &out.verdicts);
+                    let mut ingress = routes::outcome(self.render_spec, self.namespace, objects, &out.verdicts);
+                    ingress.certificates = out.certificates;
                     (bundle(out.files).map(|r| (Arc::new(r), out.slots)), Some(Arc::new(ingress)), None)
                 }
                 Err(e) => (Err(e), None, None),

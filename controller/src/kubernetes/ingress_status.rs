@@ -186,6 +186,7 @@ mod tests {
         let now = IngressOutcome {
             served: vec![served("a", &[], &[]), served("b", &["spec.rules[0].host"], &[])],
             load_balancer: Some(lb("10.0.0.1")),
+            ..Default::default()
         };
         let first = due(&done, &now);
         assert_eq!(first.iter().filter(|a| matches!(a, Action::Status(..))).count(), 2);
@@ -206,18 +207,19 @@ mod tests {
         let moved = IngressOutcome {
             served: vec![served("a", &[], &[]), served("b", &["spec.rules[0].host"], &["spec.defaultBackend"])],
             load_balancer: Some(lb("10.0.0.2")),
+            ..Default::default()
         };
         let next = due(&done, &moved);
         assert_eq!(next.iter().filter(|a| matches!(a, Action::Status(..))).count(), 2);
         assert!(next.iter().any(|a| matches!(a, Action::Warn { reason: WARNING, .. })));
         assert!(!next.iter().any(|a| matches!(a, Action::Warn { reason: REFUSED, .. })), "the refusal is old news");
         // Without a publish Service nothing is written.
-        let none = IngressOutcome { served: vec![served("c", &[], &[])], load_balancer: None };
+        let none = IngressOutcome { served: vec![served("c", &[], &[])], ..Default::default() };
         assert!(due(&Done::default(), &none).is_empty());
         // Left out after the gate refused renders with it: an Event of its own reason.
         let mut gated = served("d", &["metadata"], &[]);
         gated.verdict.refusals[0].cause = Cause::LeftOut;
-        let out = due(&Done::default(), &IngressOutcome { served: vec![gated], load_balancer: None });
+        let out = due(&Done::default(), &IngressOutcome { served: vec![gated], ..Default::default() });
         assert!(matches!(&out[..], [Action::Warn { reason: LEFT_OUT, .. }]), "{out:?}");
     }
 }

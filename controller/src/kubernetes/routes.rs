@@ -64,6 +64,8 @@ pub struct Routed {
     pub verdicts: Vec<Verdict>,
     /// The slot map of this render.
     pub slots: SlotMap,
+    /// When each served certificate expires.
+    pub certificates: Vec<haptic_render::CertExpiry>,
 }
 
 /// The IngressClass `spec.render.ingressClassName` names, checked to be ours.
@@ -293,7 +295,7 @@ pub fn render(
         files.insert(path, b);
     }
     add_files(spec, l, &mut files)?;
-    Ok(Routed { files, verdicts: out.verdicts, slots: out.slots })
+    Ok(Routed { files, verdicts: out.verdicts, slots: out.slots, certificates: out.certificates })
 }
 
 /// The first bind port a Gateway listener port gets (each (Gateway, port) its own, kept).
@@ -375,7 +377,7 @@ pub fn render_gateway(
         files.insert(path, b);
     }
     add_files(spec, l, &mut files)?;
-    Ok((Routed { files, verdicts: out.verdicts, slots: out.slots }, status))
+    Ok((Routed { files, verdicts: out.verdicts, slots: out.slots, certificates: out.certificates }, status))
 }
 
 /// The slot maps of recent renders, newest last, so the next render keeps every endpoint in the
@@ -420,6 +422,8 @@ pub struct IngressOutcome {
     /// `status.loadBalancer.ingress` of every served Ingress; `None` without a publish Service
     /// (nothing is written then).
     pub load_balancer: Option<Vec<IngressLoadBalancerIngress>>,
+    /// When each served certificate expires.
+    pub certificates: Vec<haptic_render::CertExpiry>,
 }
 
 /// One served Ingress.
@@ -458,7 +462,7 @@ pub fn outcome(r: &RenderSpec, namespace: &str, objects: &Objects, verdicts: &[V
             .map(|s| service_address(s))
             .filter(|a| !a.is_empty())
     });
-    IngressOutcome { served, load_balancer }
+    IngressOutcome { served, load_balancer, certificates: Vec::new() }
 }
 
 /// The addresses a Service answers on, as an Ingress's `status.loadBalancer.ingress`: a

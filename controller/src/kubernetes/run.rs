@@ -185,15 +185,21 @@ pub async fn start_kubernetes(s: KubernetesSettings, client: Client) -> Result<R
     Ok(Running::from_parts(admin_addr, board, metrics, shutdown, tasks))
 }
 
-/// Sets `haptic_render_valid` and `haptic_render_refusals` from each published render.
+/// Sets `haptic_render_valid`, `haptic_render_refusals` and the certificates' expiry from each
+/// published render.
 async fn follow_render_health(
     (mut snapshots, config): (watch::Receiver<Snapshot>, String),
     metrics: Arc<crate::metrics::Metrics>,
     shutdown: CancellationToken,
 ) {
     loop {
-        let (valid, refusals) = render_health(&snapshots.borrow_and_update());
+        let (valid, refusals, expiry) = {
+            let snap = snapshots.borrow_and_update();
+            let (valid, refusals) = render_health(&snap);
+            (valid, refusals, certificate_expiry(&snap))
+        };
         metrics.render.set(&config, valid, &refusals);
+        metrics.render.set_expiry(&expiry);
         tokio::select! {
             _ = shutdown.cancelled() => return,
             r = snapshots.changed() => if r.is_err() { return },
@@ -215,6 +221,15 @@ fn render_health(s: &Snapshot) -> (Option<bool>, BTreeMap<(String, String), i64>
         }
     }
     (valid, refusals)
+}
+
+/// When each certificate a snapshot's render serves expires, by its Secret (namespace, name).
+fn certificate_expiry(s: &Snapshot) -> BTreeMap<(String, String), i64> {
+    s.ingress
+        .iter()
+        .flat_map(|o| o.certificates.iter())
+        .map(|c| ((c.source.namespace.clone(), c.source.name.clone()), c.not_after))
+        .collect()
 }
 
 /// Publishes the tuning of each published resource's `spec.controller` (only on a change).
@@ -336,5 +351,45 @@ impl Terms {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use haptic_render::{Cause, CertExpiry, ObjectRef, Refusal, Verdict};
+
+    #[test]
+    fn a_render_mode_snapshot_gives_validity_refusals_and_expiry() {
+        let secret = ObjectRef { kind: "Secret".into(), namespace: "shop".into(), name: "tls".into() };
+        let mut refused =
+            Verdict::of(ObjectRef { kind: "Ingress".into(), namespace: "shop".into(), name: "bad".into() });
+        refused.refusals.push(Refusal::new(Cause::Invalid, "spec", "why"));
+        let outcome = super::super::routes::IngressOutcome {
+            served: vec![super::super::routes::Served { verdict: refused, uid: None }],
+            certificates: vec![CertExpiry { source: secret, not_after: 1_900_000_000 }],
+            ..Default::default()
+        };
+        let mut config: HAProxyConfig = serde_json::from_value(serde_json::json!({
+            "apiVersion": "haptic.dev/v1alpha1", "kind": "HAProxyConfig", "metadata": {"name": "edge"},
+            "spec": {"podSelector": {}, "agent": {"port": 9080}, "render": {"ingressClassName": "haptic"}}
+        }))
+        .unwrap();
+        let snap = Snapshot {
+            config: Some(Arc::new(config.clone())),
+            bundle: Some(Err(crate::kubernetes::config_source::SpecError::invalid("spec.render", "no".into()))),
+            ingress: Some(Arc::new(outcome)),
+            gateway: None,
+        };
+        let (valid, refusals) = render_health(&snap);
+        assert_eq!(valid, Some(false));
+        assert_eq!(refusals, BTreeMap::from([(("Ingress".to_string(), "Invalid".to_string()), 1)]));
+        assert_eq!(
+            certificate_expiry(&snap),
+            BTreeMap::from([(("shop".to_string(), "tls".to_string()), 1_900_000_000)])
+        );
+        config.spec.render = None;
+        let plain = Snapshot { config: Some(Arc::new(config)), ..snap };
+        assert_eq!(render_health(&plain).0, None, "no series outside render mode");
     }
 }

@@ -118,7 +118,7 @@ impl Incremental {
         let cfg = template::render_cfg(&t.model, templates)?;
         let mut files = kept.files.clone();
         files.insert("haproxy.cfg".to_string(), cfg.into_bytes());
-        Ok(Render { files, verdicts: t.verdicts.clone(), slots })
+        Ok(Render { files, verdicts: t.verdicts.clone(), slots, certificates: crate::certificates(&t.model) })
     }
 
     /// Whether the last [`Incremental::render`] reused the translation before it.
