@@ -263,15 +263,11 @@ fn frontend_views(model: &Model) -> Result<(Vec<FrontendView>, Option<Passthroug
     // The default certificate first on the binds that serve every Ingress's certificates:
     // HAProxy serves a bind's first `crt` to an SNI no other certificate names, so an unknown
     // name never sees a tenant's certificate.
-    let default = match &model.edge.default_certificate {
-        Some(_) => vec![format!("crt {}", config_arg(crate::edge::DEFAULT_CERTIFICATE_PATH)?)],
-        None => vec![],
-    };
+    let default = model.edge.default_certificate.as_ref().map(|_| crate::edge::DEFAULT_CERTIFICATE_PATH);
     let certs: Vec<String> = default
-        .iter()
-        .cloned()
-        .map(Ok)
-        .chain(model.certs.iter().map(|c| config_arg(&c.path).map(|p| format!("crt {p}"))))
+        .into_iter()
+        .chain(model.certs.iter().map(|c| c.path.as_str()))
+        .map(|p| config_arg(p).map(|p| format!("crt {p}")))
         .collect::<Result<_, _>>()?;
     let mut frontends = Vec::new();
     // With passthrough hosts, a `mode tcp` frontend takes the TLS binds and routes by SNI; the

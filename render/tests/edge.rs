@@ -351,20 +351,10 @@ async fn plain_http_to_a_tls_ingress_is_redirected_unless_it_says_not(bin: hapti
     assert!(head.starts_with("HTTP/1.1 200"), "ssl-redirect: \"false\" serves plain HTTP: {head}");
 }
 
-/// A self-signed certificate for `cn` and its key, as a default certificate (openssl).
+/// A self-signed certificate for `cn` and its key, as a default certificate.
 fn default_certificate(dir: &std::path::Path, cn: &str) -> haptic_render::edge::DefaultCertificate {
-    let (c, k) = (dir.join("default.crt"), dir.join("default.key"));
-    let ok = std::process::Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj"])
-        .arg(format!("/CN={cn}"))
-        .arg("-keyout")
-        .arg(&k)
-        .arg("-out")
-        .arg(&c)
-        .output()
-        .unwrap();
-    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
-    let file = haptic_render::pem::certified(&std::fs::read(c).unwrap(), &std::fs::read(k).unwrap()).unwrap();
+    let (crt, key) = common::self_signed(dir, "default", cn, &[]);
+    let file = haptic_render::pem::certified(&crt, &key).unwrap();
     haptic_render::edge::DefaultCertificate { pem: file.pem, not_after: file.not_after }
 }
 

@@ -118,7 +118,7 @@ pub fn settings(r: &RenderSpec, l: &dyn Lookup) -> Result<Settings, SpecError> {
         min_slots: usize::from(r.server_slots),
         health_port: r.health_port,
         paths: r.path_normalization.into(),
-        edge: Edge { default_certificate: Some(default_certificate(r, l)?), ..edge(r, bind_address)? },
+        edge: edge(r, bind_address, default_certificate(r, l)?)?,
     })
 }
 
@@ -165,8 +165,9 @@ fn generated_certificate() -> &'static DefaultCertificate {
     })
 }
 
-/// The edge settings from `spec.render`; the stats frontend binds `bind_address`.
-fn edge(r: &RenderSpec, bind_address: std::net::IpAddr) -> Result<Edge, SpecError> {
+/// The edge settings from `spec.render`, serving `default`; the stats frontend binds
+/// `bind_address`.
+fn edge(r: &RenderSpec, bind_address: std::net::IpAddr, default: DefaultCertificate) -> Result<Edge, SpecError> {
     let field = "spec.render.forwardedHeaders.trustedProxies";
     let trusted = r
         .forwarded_headers
@@ -180,7 +181,7 @@ fn edge(r: &RenderSpec, bind_address: std::net::IpAddr) -> Result<Edge, SpecErro
         .collect::<Result<_, _>>()?;
     let t = &r.timeouts;
     Ok(Edge {
-        default_certificate: None,
+        default_certificate: Some(default),
         access_log: match r.access_log {
             AccessLogSpec::Http => AccessLog::Http,
             AccessLogSpec::Json => AccessLog::Json,

@@ -161,27 +161,30 @@ pub fn endpoints_on_loopback(input: &mut IngressInput, port_of: impl Fn(&str) ->
 /// `site.example.com` and `*.site.example.com`.
 #[allow(dead_code)]
 pub fn tls_secret(dir: &std::path::Path, ns: &str, name: &str) -> k8s_openapi::api::core::v1::Secret {
-    let (c, k) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
-    let ok = std::process::Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=site.example.com", "-days", "1"])
-        .args(["-addext", "subjectAltName=DNS:site.example.com,DNS:*.site.example.com"])
-        .arg("-keyout")
-        .arg(&k)
-        .arg("-out")
-        .arg(&c)
-        .output()
-        .unwrap();
-    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    let (c, k) = self_signed(dir, name, "site.example.com", &["site.example.com", "*.site.example.com"]);
     let mut s = k8s_openapi::api::core::v1::Secret::default();
     s.metadata.name = Some(name.into());
     s.metadata.namespace = Some(ns.into());
     s.type_ = Some("kubernetes.io/tls".into());
     s.data = Some(
-        [
-            ("tls.crt".to_string(), k8s_openapi::ByteString(std::fs::read(c).unwrap())),
-            ("tls.key".to_string(), k8s_openapi::ByteString(std::fs::read(k).unwrap())),
-        ]
-        .into(),
+        [("tls.crt".to_string(), k8s_openapi::ByteString(c)), ("tls.key".to_string(), k8s_openapi::ByteString(k))]
+            .into(),
     );
     s
+}
+
+/// A fresh self-signed certificate for `cn` (and `names`, when any) valid for a day, written
+/// by openssl under `dir` as `file.crt` and `file.key`: (certificate PEM, key PEM).
+#[allow(dead_code)]
+pub fn self_signed(dir: &std::path::Path, file: &str, cn: &str, names: &[&str]) -> (Vec<u8>, Vec<u8>) {
+    let (c, k) = (dir.join(format!("{file}.crt")), dir.join(format!("{file}.key")));
+    let mut cmd = std::process::Command::new("openssl");
+    cmd.args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj"]).arg(format!("/CN={cn}"));
+    if !names.is_empty() {
+        let sans: Vec<String> = names.iter().map(|n| format!("DNS:{n}")).collect();
+        cmd.arg("-addext").arg(format!("subjectAltName={}", sans.join(",")));
+    }
+    let ok = cmd.arg("-keyout").arg(&k).arg("-out").arg(&c).output().unwrap();
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    (std::fs::read(c).unwrap(), std::fs::read(k).unwrap())
 }
