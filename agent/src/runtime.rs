@@ -1,5 +1,5 @@
 //! Runtime-API op batches: `server.set`, `server.add`, `server.del`, `map.replace`,
-//! `acl.replace`, `cert.set`.
+//! `map.load`, `acl.replace`, `cert.set`, and `backend.add` on HAProxy 3.4.
 //!
 //! This module owns the runtime-op table: which HAProxy commands each op becomes and in which
 //! order, sent to the current worker through the master CLI, checking *every* reply against what
@@ -22,16 +22,18 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use haptic_haproxy::cli::command::{
-    self, PatternFile, WorkerLine, ADDR_CHANGED, CERT_COMMITTED, CERT_TRANSACTION, CHUNKS_PER_CONNECTION, MAX_PAYLOAD,
-    NEW_VERSION, SERVER_DELETED, SERVER_REGISTERED,
+    self, PatternFile, WorkerLine, ADDR_CHANGED, BACKEND_PUBLISHED, BACKEND_REGISTERED, CERT_COMMITTED,
+    CERT_TRANSACTION, CHUNKS_PER_CONNECTION, MAX_PAYLOAD, NEW_VERSION, SERVER_DELETED, SERVER_REGISTERED,
 };
 use haptic_haproxy::cli::{self, Expect};
-use haptic_protocol::{Capabilities, Op, OpKind, ServerAdd, ServerDel, ServerSet, ServerState};
+use haptic_protocol::{BackendAdd, Capabilities, Op, OpKind, ServerAdd, ServerDel, ServerSet, ServerState};
 
 use crate::master::MasterCli;
 
 /// The oldest HAProxy whose runtime API this agent has been tested against.
 const MIN_RUNTIME_VERSION: (u32, u32, u32) = (2, 6, 0);
+/// The oldest HAProxy that adds and publishes backends at runtime (`add backend … from`).
+const MIN_BACKEND_ADD_VERSION: (u32, u32, u32) = (3, 4, 0);
 /// Longest HAProxy reply kept in an error.
 const MAX_ERROR_TEXT: usize = 2000;
 /// How long `server.del` waits for the connections still using a server in maintenance to end
@@ -42,13 +44,18 @@ const DEL_SERVER_RETRY: Duration = Duration::from_millis(100);
 
 /// What this agent can run over the runtime API of HAProxy `version`.
 ///
-/// 2.6 and 3.0 run the same six kinds (all tested against both; `server.add` carries only the
-/// parameters both take); older versions get no runtime batches, so every change reloads.
+/// 2.6, 3.0 and 3.2 run the same seven kinds (all tested against each; `server.add` carries
+/// only the parameters they all take); 3.4 adds `backend.add`; older versions get no runtime
+/// batches, so every change reloads.
 pub fn capabilities(version: (u32, u32, u32)) -> Capabilities {
     if version < MIN_RUNTIME_VERSION {
         return Capabilities { runtime_batches: false, ops: Vec::new() };
     }
-    Capabilities { runtime_batches: true, ops: OpKind::ALL.iter().map(|k| k.as_str().to_string()).collect() }
+    let runs = |k: &&OpKind| **k != OpKind::BackendAdd || version >= MIN_BACKEND_ADD_VERSION;
+    Capabilities {
+        runtime_batches: true,
+        ops: OpKind::ALL.iter().filter(runs).map(|k| k.as_str().to_string()).collect(),
+    }
 }
 
 /// How many ops of each kind ran, and how long the batch took.
@@ -95,6 +102,10 @@ pub async fn run_ops(cli: &MasterCli, version: (u32, u32, u32), tree: &Path, ops
     for (index, op) in ops.iter().enumerate() {
         let bad = match op {
             Op::ServerAdd(a) => command::add_server(a).err().map(|e| e.to_string()),
+            Op::BackendAdd(b) => command::add_backend(b)
+                .err()
+                .map(|e| e.to_string())
+                .or_else(|| b.servers.iter().find_map(|a| command::add_server(a).err().map(|e| e.to_string()))),
             Op::ServerDel(d) => d.validate().err(),
             _ => None,
         };
@@ -130,6 +141,7 @@ pub async fn run_ops(cli: &MasterCli, version: (u32, u32, u32), tree: &Path, ops
             Op::MapLoad { path } => runner.map_load(path.as_str(), tree).await,
             Op::AclReplace { path, patterns } => runner.acl_replace(path.as_str(), patterns).await,
             Op::CertSet { path } => runner.cert_set(path.as_str(), tree).await,
+            Op::BackendAdd(b) => runner.backend_add(b).await,
             Op::Unknown { .. } => unreachable!("unknown kinds are refused above"),
         };
         if let Err(Failure { command, reply }) = result {
@@ -227,6 +239,19 @@ impl Runner<'_> {
             self.command(cmd, expect).await?;
             expect = Expect::Empty;
         }
+        Ok(())
+    }
+
+    /// `add backend … from`, each server as [`Runner::server_add`] adds it, then `publish
+    /// backend`: rules reach the backend only once its servers are in. A failure leaves an
+    /// unpublished (or published, partly served) backend that the reload from the tree replaces.
+    async fn backend_add(&self, b: &BackendAdd) -> Result<(), Failure> {
+        let (add, publish) = command::add_backend(b).map_err(|e| Failure::local(e.to_string()))?;
+        self.exec(&self.line.experimental(&add), &add, Expect::Starts(BACKEND_REGISTERED)).await?;
+        for a in &b.servers {
+            self.server_add(a).await?;
+        }
+        self.exec(&self.line.experimental(&publish), &publish, Expect::Starts(BACKEND_PUBLISHED)).await?;
         Ok(())
     }
 
@@ -347,14 +372,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn capabilities_are_the_same_on_2_6_and_3_0() {
-        // HAProxy 2.6 and 3.0 run the same six kinds (tests/haproxy_ops.rs runs each on both).
+    fn capabilities_by_version() {
+        // 2.6, 3.0 and 3.2 run the same seven kinds (tests/haproxy_ops.rs runs each on each);
+        // 3.4 adds backend.add.
         let c26 = capabilities((2, 6, 12));
-        let c30 = capabilities((3, 0, 11));
-        assert_eq!(c26, c30, "2.6 and 3.0 do not differ in runnable op kinds");
+        assert_eq!(c26, capabilities((3, 0, 11)), "2.6 and 3.0 do not differ in runnable op kinds");
+        assert_eq!(c26, capabilities((3, 2, 26)), "2.6 and 3.2 do not differ in runnable op kinds");
         assert!(c26.runtime_batches);
         for k in OpKind::ALL {
-            assert!(c26.supports(k), "{k}");
+            assert_eq!(c26.supports(k), k != OpKind::BackendAdd, "{k}");
+            assert!(capabilities((3, 4, 7)).supports(k), "{k} on 3.4");
         }
         assert!(!capabilities((2, 4, 0)).runtime_batches);
     }

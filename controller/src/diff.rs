@@ -108,12 +108,35 @@ pub fn plan(baseline: Option<&Baseline>, desired: &Bundle, api: ApiVersion, caps
     if !caps.supports(OpKind::MapLoad) {
         map_loads_as_entries(&mut d, desired);
     }
+    if !caps.supports(OpKind::BackendAdd) {
+        backends_by_reload(&mut d);
+    }
     let missing: Vec<&str> = d.op_kinds().into_iter().filter(|k| !caps.supports(*k)).map(OpKind::as_str).collect();
     if !missing.is_empty() {
         let why = format!("agent cannot run {}: complete state and a reload", missing.join(", "));
         return PlanDiff { skew: Some(why.clone()), ..complete_state(why) };
     }
     PlanDiff { mode: d.mode, reasons: d.reasons, batches: d.batches, baseline: Some(base.plan_id), skew: None }
+}
+
+/// Makes a diff that adds backends a reload, for an agent whose HAProxy adds none at runtime
+/// (before 3.4): not version skew, the way that HAProxy takes a new backend.
+fn backends_by_reload(d: &mut Diff) {
+    let added: Vec<String> = d
+        .batches
+        .iter()
+        .flatten()
+        .filter_map(|op| match op {
+            Op::BackendAdd(b) => Some(format!(
+                "{} (this HAProxy adds backends only by reload)",
+                haptic_haproxy::claim::backend_added_reason(b)
+            )),
+            _ => None,
+        })
+        .collect();
+    if !added.is_empty() {
+        *d = Diff { mode: Some(Mode::Reload), reasons: added, batches: Vec::new() };
+    }
 }
 
 /// Turns every `map.load` into the `map.replace` an agent before API 1.1 runs: the same map,
@@ -149,6 +172,8 @@ pub fn diff(base: &Baseline, desired: &Bundle) -> Diff {
     if !cfg_unchanged {
         let cd = diff_cfg_cached(old_cfg, &base.cfg_index, new_cfg, desired.cfg_index());
         t.reload.extend(cd.reload_reasons.iter().cloned());
+        t.runtime.extend(cd.backend_reasons());
+        t.backend_ops.extend(cd.backend_ops());
         t.runtime.extend(cd.runtime_reasons());
         t.server_ops.extend(cd.server_ops());
     }
@@ -162,6 +187,8 @@ struct Tally {
     reload: Vec<String>,
     runtime: Vec<String>,
     file_only: Vec<String>,
+    /// `backend.add` ops: first in the batch, before the map that routes to the backend.
+    backend_ops: Vec<Op>,
     file_ops: Vec<Op>,
     server_ops: Vec<Op>,
 }
@@ -170,11 +197,12 @@ impl Tally {
     /// The diff of what was collected: any reload reason reloads; runtime changes with a
     /// file_only change reload too; else runtime, else file_only.
     fn decide(self, cfg_unchanged: bool) -> Diff {
-        let Tally { reload, mut runtime, file_only, file_ops, server_ops } = self;
+        let Tally { reload, mut runtime, file_only, backend_ops, file_ops, server_ops } = self;
         if !reload.is_empty() {
             return Diff { mode: Some(Mode::Reload), reasons: reload, batches: Vec::new() };
         }
-        let runtime_needed = !file_ops.is_empty() || !server_ops.is_empty() || !cfg_unchanged;
+        let runtime_needed =
+            !backend_ops.is_empty() || !file_ops.is_empty() || !server_ops.is_empty() || !cfg_unchanged;
         if runtime_needed && !file_only.is_empty() {
             // One apply is either runtime (every changed file covered by an op, as the agent's claim
             // check demands) or file_only (the config text unchanged): both at once reload.
@@ -186,13 +214,14 @@ impl Tally {
             return Diff { mode: Some(Mode::Reload), reasons, batches: Vec::new() };
         }
         if runtime_needed {
-            if file_ops.is_empty() && server_ops.is_empty() {
+            if backend_ops.is_empty() && file_ops.is_empty() && server_ops.is_empty() {
                 // Only comments or whitespace changed: the running config is equivalent and the
                 // runtime claim (which compares normalized lines) holds with no ops at all.
                 runtime.push("haproxy.cfg: only comments or whitespace changed".into());
                 return Diff { mode: Some(Mode::Runtime), reasons: runtime, batches: Vec::new() };
             }
-            let mut batch = file_ops;
+            let mut batch = backend_ops;
+            batch.extend(file_ops);
             batch.extend(server_ops);
             return Diff { mode: Some(Mode::Runtime), reasons: runtime, batches: vec![batch] };
         }
@@ -389,6 +418,33 @@ mod tests {
         assert_eq!(p.skew.as_deref(), Some("agent cannot run server.add: complete state and a reload"));
         let p = plan(Some(&Baseline::of_render(&old)), &new, API_VERSION, &caps_all());
         assert_eq!((p.mode, p.skew), (Some(Mode::Runtime), None));
+    }
+
+    #[test]
+    fn a_backend_added_is_runtime_where_the_agent_adds_backends_and_a_reload_elsewhere() {
+        let named = CFG.replace("defaults\n", "defaults haptic\n");
+        let old = render(&named, &base_files());
+        let grown =
+            format!("{named}backend be_new\n  server SRV_1 127.0.0.1:9005\n  server SRV_2 127.0.0.1:1 disabled\n");
+        let new = render(&grown, &with("maps/hosts.map", "a.example be_app\nb.example be_new\n"));
+        let d = diff(&Baseline::of_render(&old), &new);
+        assert_eq!(d.mode, Some(Mode::Runtime), "{:?}", d.reasons);
+        // The backend first: the map that routes to it loads once it is there.
+        let kinds: Vec<OpKind> = d.batches[0].iter().filter_map(Op::kind).collect();
+        assert_eq!(kinds, vec![OpKind::BackendAdd, OpKind::MapLoad]);
+        assert_eq!(d.reasons[0], "backend be_new added from defaults haptic (2 servers)");
+        agent_agrees(&old, &new, &d);
+        let p = plan(Some(&Baseline::of_render(&old)), &new, API_VERSION, &caps_all());
+        assert_eq!((p.mode, p.skew, p.baseline.is_some()), (Some(Mode::Runtime), None, true));
+        // An agent on HAProxy before 3.4: a reload against the same baseline, and no skew.
+        let before_3_4 =
+            Capabilities { ops: caps_all().ops.into_iter().filter(|o| o != "backend.add").collect(), ..caps_all() };
+        let p = plan(Some(&Baseline::of_render(&old)), &new, API_VERSION, &before_3_4);
+        assert_eq!((p.mode, p.skew, p.baseline.is_some()), (Some(Mode::Reload), None, true));
+        assert_eq!(
+            p.reasons,
+            vec!["backend be_new added from defaults haptic (2 servers) (this HAProxy adds backends only by reload)"]
+        );
     }
 
     #[test]

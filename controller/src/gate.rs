@@ -129,14 +129,18 @@ pub fn precheck(render: &Bundle) -> Option<Refused> {
 /// Whether `new` passes `haproxy -c` exactly when `passed` (a render that passed it) does,
 /// without running it: the same files besides `haproxy.cfg`, and configs that differ only in
 /// what the runtime claim allows (server address, port, weight, enabled, with well-formed values:
-/// the same rule that lets the agent skip its own `haproxy -c` for a runtime apply). Pure.
+/// the rule that lets the agent skip its own `haproxy -c` for a runtime apply), with no backend
+/// section added (a new section always gets its `haproxy -c` here). Pure.
 pub fn runtime_equivalent(passed: &Bundle, new: &Bundle) -> bool {
     let others = |r: &Bundle| -> Vec<(RelPath, Digest)> {
         r.manifest().iter().filter(|e| !e.path.is_haproxy_cfg()).map(|e| (e.path.clone(), e.digest)).collect()
     };
-    others(passed) == others(new)
-        && crate::bundle::diff_cfg_cached(passed.cfg_text(), passed.cfg_index(), new.cfg_text(), new.cfg_index())
-            .runtime_eligible()
+    if others(passed) != others(new) {
+        return false;
+    }
+    // A backend added at runtime is a new section: `haproxy -c` checks it.
+    let d = crate::bundle::diff_cfg_cached(passed.cfg_text(), passed.cfg_index(), new.cfg_text(), new.cfg_index());
+    d.runtime_eligible() && d.backends_added.is_empty()
 }
 
 /// The variables the operator named (`--gate-env`) with their values from `lookup` (the

@@ -1,5 +1,5 @@
 //! Render mode end to end: a real kube-apiserver + etcd, HAProxy pods run for real by the kubelet
-//! stand-in (`LocalPods`, HAProxy 2.6 and 3.0 as separate cases), the controller binary, and
+//! stand-in (`LocalPods`, HAProxy 2.6, 3.0, 3.2 and 3.4 as separate cases), the controller binary, and
 //! Services, EndpointSlices and Ingresses created by the test. Needs `scripts/install-k8s.sh`.
 //!
 //! The apiserver refuses EndpointSlice addresses in 127.0.0.0/8, and traffic here stays on
@@ -187,7 +187,7 @@ async fn serves_and_publishes(st: &Story<'_>) -> String {
 
 /// EndpointSlice changes are runtime server changes; a path added, retargeted and removed
 /// changes maps only, and a Service's backend stays, parked, while no path leads to it.
-async fn runtime_churn(st: &Story<'_>, mut plan: String) {
+async fn runtime_churn(st: &Story<'_>, mut plan: String) -> String {
     let Story { c, api, pods, fe } = *st;
     apply(c, slice("web", &["192.0.2.1", "192.0.2.2"])).await;
     plan = runtime_change(api, pods, &plan, "an endpoint added").await;
@@ -213,7 +213,31 @@ async fn runtime_churn(st: &Story<'_>, mut plan: String) {
     plan = runtime_change(api, pods, &plan, "the last path to a Service removed").await;
     answers(pods, fe, "shop.example.com", "/new/x", 404).await;
     apply(c, paths(&[("/web", "web"), ("/new", "empty")])).await;
-    runtime_change(api, pods, &plan, "the last path to a Service added back").await;
+    plan = runtime_change(api, pods, &plan, "the last path to a Service added back").await;
+    answers(pods, fe, "shop.example.com", "/new/x", 503).await;
+    plan
+}
+
+/// A path to a Service the fleet has never served: a new backend section. HAProxy 3.4 adds it
+/// at runtime (`backend.add`: worker pids unchanged); before 3.4 it costs each pod one reload.
+async fn a_new_service(st: &Story<'_>, plan: String, bin: &HaproxyBin) {
+    let Story { c, api, pods, fe } = *st;
+    apply(c, service("fresh")).await;
+    apply(c, slice("fresh", &["192.0.2.5"])).await;
+    let paths = [("/web", "web"), ("/new", "empty"), ("/fresh", "fresh")];
+    apply(c, ingress("shop", "shop.example.com", &paths, json!({"name": "http"}))).await;
+    let what = "a path to a Service never served before";
+    if bin.version >= (3, 4, 0) {
+        runtime_change(api, pods, &plan, what).await;
+    } else {
+        let s = converged(api, 2, Some(&plan)).await;
+        for p in s["deployedToPods"].as_array().unwrap() {
+            assert_eq!(p["mode"], "reload", "{what} on {}: {p}", bin.label());
+        }
+    }
+    serving(pods, "shop_fresh_http", &["192.0.2.5:8080"]).await;
+    let key = format!("{}/fresh/", shop_host_id());
+    assert_eq!(routed_to(pods, &key).await, ["shop_fresh_http", "shop_fresh_http"], "{}", bin.label());
     answers(pods, fe, "shop.example.com", "/new/x", 503).await;
 }
 
@@ -297,7 +321,8 @@ async fn ingresses_route_and_change_at_runtime(bin: HaproxyBin) {
     let ctl = Controller::start(&e.cp, "fleet", &bin, "ctl-a", e.dir.path());
     let st = Story { c, api: &api, pods: &pods, fe };
     let plan = serves_and_publishes(&st).await;
-    runtime_churn(&st, plan).await;
+    let plan = runtime_churn(&st, plan).await;
+    a_new_service(&st, plan, &bin).await;
     refused_ingress(&st, by_name).await;
     // The controller's /metrics: the spec renders, with the refused Ingress's refusal counted.
     eventually("haptic_render_valid and haptic_render_refusals", || async {

@@ -47,9 +47,11 @@ pub fn workspace_root() -> PathBuf {
     manifest.parent().unwrap_or(manifest).to_path_buf()
 }
 
-/// The default binaries: Debian's 2.6 and the 3.0 installed by `scripts/install-haproxy.sh`.
+/// The default binaries: Debian's 2.6 and the 3.0, 3.2 and 3.4 installed by
+/// `scripts/install-haproxy.sh`.
 pub fn default_bin_paths() -> Vec<PathBuf> {
-    vec![PathBuf::from("/usr/sbin/haproxy"), workspace_root().join("target/haproxy/3.0/haproxy")]
+    let installed = ["3.0", "3.2", "3.4"].map(|v| workspace_root().join(format!("target/haproxy/{v}/haproxy")));
+    std::iter::once(PathBuf::from("/usr/sbin/haproxy")).chain(installed).collect()
 }
 
 /// Every HAProxy binary to test against, from `HAPTIC_HAPROXY_BINS` (colon-separated) or the defaults.
@@ -90,8 +92,9 @@ pub fn haproxy_bin(major: u32, minor: u32) -> HaproxyBin {
         .unwrap_or_else(|| panic!("no HAProxy {major}.{minor} among the test binaries (HAPTIC_HAPROXY_BINS)"))
 }
 
-/// Makes `fn $name(bin: HaproxyBin)` one test case per HAProxy version, `$name::on_2_6` and
-/// `$name::on_3_0`, so one version's failure cannot hide the other's result.
+/// Makes `fn $name(bin: HaproxyBin)` one test case per HAProxy version, `$name::on_2_6`,
+/// `$name::on_3_0`, `$name::on_3_2` and `$name::on_3_4`, so one version's failure cannot hide
+/// another's result.
 ///
 /// `on_each_version!(name)` for an `async fn` (a 2-thread tokio runtime),
 /// `on_each_version!(name, worker_threads = N)` for more threads, `on_each_version!(sync name)`
@@ -103,28 +106,28 @@ macro_rules! on_each_version {
     };
     ($name:ident, worker_threads = $n:literal) => {
         mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = $n)]
-            async fn on_2_6() {
-                super::$name($crate::haproxy_bin(2, 6)).await
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = $n)]
-            async fn on_3_0() {
-                super::$name($crate::haproxy_bin(3, 0)).await
-            }
+            $crate::on_each_version!(@async $name, $n, on_2_6 = (2, 6), on_3_0 = (3, 0), on_3_2 = (3, 2), on_3_4 = (3, 4));
         }
     };
     (sync $name:ident) => {
         mod $name {
-            #[test]
-            fn on_2_6() {
-                super::$name($crate::haproxy_bin(2, 6))
-            }
-
-            #[test]
-            fn on_3_0() {
-                super::$name($crate::haproxy_bin(3, 0))
-            }
+            $crate::on_each_version!(@sync $name, on_2_6 = (2, 6), on_3_0 = (3, 0), on_3_2 = (3, 2), on_3_4 = (3, 4));
         }
+    };
+    (@async $name:ident, $n:literal, $($case:ident = ($major:literal, $minor:literal)),*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = $n)]
+            async fn $case() {
+                super::$name($crate::haproxy_bin($major, $minor)).await
+            }
+        )*
+    };
+    (@sync $name:ident, $($case:ident = ($major:literal, $minor:literal)),*) => {
+        $(
+            #[test]
+            fn $case() {
+                super::$name($crate::haproxy_bin($major, $minor))
+            }
+        )*
     };
 }

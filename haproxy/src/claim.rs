@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::cfg::{self, parse_server, ServerLine};
 use crate::cli::command::check_add_server_params;
-use haptic_protocol::ops::{valid_name, Op, ServerAdd, ServerDel, ServerSet, ServerState, MAX_WEIGHT};
+use haptic_protocol::ops::{valid_name, BackendAdd, Op, ServerAdd, ServerDel, ServerSet, ServerState, MAX_WEIGHT};
 use haptic_protocol::RelPath;
 
 mod incremental;
@@ -77,6 +77,9 @@ pub struct CfgDiff {
     pub added: Vec<ServerAdd>,
     /// Servers a backend lost, as the `server.del` ops that delete them.
     pub removed: Vec<ServerDel>,
+    /// Backend sections the new config gains, as the `backend.add` ops that create them (which
+    /// only HAProxy 3.4 runs; the controller fits the diff to each agent's capabilities).
+    pub backends_added: Vec<BackendAdd>,
     /// Human reasons for every change that needs a reload; empty means runtime-eligible.
     pub reload_reasons: Vec<String>,
 }
@@ -84,6 +87,11 @@ pub struct CfgDiff {
 /// A human reason for a `server.add`, e.g. `backend be_app: server SRV_3 added (10.0.0.3:80)`.
 pub fn added_reason(op: &ServerAdd) -> String {
     format!("backend {}: server {} added ({})", op.backend, op.server, op.socket_addr())
+}
+
+/// A human reason for a `backend.add`, e.g. `backend be_new added from defaults haptic (4 servers)`.
+pub fn backend_added_reason(op: &BackendAdd) -> String {
+    format!("backend {} added from defaults {} ({} servers)", op.backend, op.defaults, op.servers.len())
 }
 
 /// A human reason for a `server.del`, e.g. `backend be_app: server SRV_3 removed`.
@@ -94,7 +102,22 @@ pub fn removed_reason(op: &ServerDel) -> String {
 impl CfgDiff {
     /// Whether the configs are equal once normalized.
     pub fn is_empty(&self) -> bool {
-        self.servers.is_empty() && self.added.is_empty() && self.removed.is_empty() && self.reload_reasons.is_empty()
+        self.servers.is_empty()
+            && self.added.is_empty()
+            && self.removed.is_empty()
+            && self.backends_added.is_empty()
+            && self.reload_reasons.is_empty()
+    }
+
+    /// The `backend.add` ops, in config order. They go before every other op of the apply: a
+    /// map entry that routes to a new backend is loaded only once the backend is there.
+    pub fn backend_ops(&self) -> Vec<Op> {
+        self.backends_added.iter().cloned().map(Op::BackendAdd).collect()
+    }
+
+    /// A human reason per [`CfgDiff::backend_ops`] op.
+    pub fn backend_reasons(&self) -> Vec<String> {
+        self.backends_added.iter().map(backend_added_reason).collect()
     }
 
     /// The ops that make every runtime change, new capacity before old goes: `server.add` first,
@@ -140,11 +163,21 @@ pub fn diff_parsed(old: &cfg::Config, new: &cfg::Config) -> CfgDiff {
     }
     let old_headers: Vec<&str> = old.sections.iter().map(|s| s.header.as_str()).collect();
     let new_headers: Vec<&str> = new.sections.iter().map(|s| s.header.as_str()).collect();
+    let mut kept: Vec<&cfg::Section> = new.sections.iter().collect();
     if old_headers != new_headers {
-        section_set_reasons(&old_headers, &new_headers, &mut out.reload_reasons);
-        return out;
+        let Some(added) = added_sections(&old_headers, &new_headers) else {
+            section_set_reasons(&old_headers, &new_headers, &mut out.reload_reasons);
+            return out;
+        };
+        for &i in &added {
+            match backend_add(old, new, i) {
+                Ok(op) => out.backends_added.push(op),
+                Err(why) => out.reload_reasons.push(format!("section added: {} ({why})", new_headers[i])),
+            }
+        }
+        kept = new.sections.iter().enumerate().filter(|(i, _)| !added.contains(i)).map(|(_, s)| s).collect();
     }
-    for (o, n) in old.sections.iter().zip(&new.sections) {
+    for (o, n) in old.sections.iter().zip(kept) {
         let mut reasons = Vec::new();
         match align(o, n) {
             Some(al) => {
@@ -347,6 +380,55 @@ fn membership(
     }
 }
 
+/// The indexes of the sections `new` adds to `old` when that is the only change of the
+/// section list (every old header still there, in order); `None` otherwise.
+fn added_sections(old: &[&str], new: &[&str]) -> Option<Vec<usize>> {
+    let mut next_old = old.iter().peekable();
+    let mut added = Vec::new();
+    for (i, h) in new.iter().enumerate() {
+        if next_old.peek() == Some(&h) {
+            next_old.next();
+        } else {
+            added.push(i);
+        }
+    }
+    next_old.peek().is_none().then_some(added)
+}
+
+/// The `backend.add` that creates section `i` of `new` at runtime, when one can: a plain
+/// `backend` section of `server` lines only (each one `add server` takes), after a named
+/// `defaults` section (the one it inherits from on a cold load, and the one `add backend …
+/// from` names), with nothing in either that servers added at runtime would not follow.
+fn backend_add(old: &cfg::Config, new: &cfg::Config, i: usize) -> Result<BackendAdd, String> {
+    let n = &new.sections[i];
+    if n.kind != "backend" || n.header.split_whitespace().count() != 2 {
+        return Err("only a plain `backend` section is added at runtime".into());
+    }
+    let backend = n.name.clone().unwrap_or_default();
+    if !valid_name(&backend) {
+        return Err(format!("backend name {backend:?} cannot be named on the runtime API"));
+    }
+    let defaults = new.sections[..i].iter().rev().find(|s| s.kind == "defaults");
+    let defaults = match defaults.map(|d| (d.header.split_whitespace().count(), d.name.as_deref())) {
+        Some((2, Some(name))) if valid_name(name) => name.to_string(),
+        _ => return Err("the `defaults` section before it has no name for `add backend … from`".into()),
+    };
+    dynamic_backend(old, new, n)?;
+    let mut servers: Vec<ServerAdd> = Vec::new();
+    for l in &n.lines {
+        if servers.iter().any(|s| Some(s.server.as_str()) == server_name(l)) {
+            return Err(format!("server {} is named twice", l[1]));
+        }
+        if server_name(l).is_none() {
+            return Err(format!("it has `{}`, which a backend added at runtime does not carry", l[0]));
+        }
+        servers.push(addable(&backend, l).map_err(|why| format!("{:?}: {why}", l.join(" ")))?);
+    }
+    let op = BackendAdd { backend, defaults, servers };
+    op.validate()?;
+    Ok(op)
+}
+
 /// Names the lines a section gained and lost (as multisets, in file order), e.g.
 /// `backend be_app: added "server SRV_3 127.0.0.1:9003"`.
 fn added_and_removed(o: &cfg::Section, n: &cfg::Section, reasons: &mut Vec<String>) {
@@ -466,6 +548,7 @@ pub(crate) struct OpsByTarget<'a> {
     pub(crate) server: BTreeMap<(&'a str, &'a str), Vec<&'a ServerSet>>,
     pub(crate) add: BTreeMap<(&'a str, &'a str), Vec<&'a ServerAdd>>,
     pub(crate) del: BTreeMap<(&'a str, &'a str), usize>,
+    pub(crate) backend: BTreeMap<&'a str, Vec<&'a BackendAdd>>,
     pub(crate) file: BTreeMap<&'a RelPath, Vec<&'a Op>>,
     /// A reason per op of a kind this crate does not know.
     pub(crate) unknown: Vec<String>,
@@ -477,6 +560,7 @@ impl<'a> OpsByTarget<'a> {
             server: BTreeMap::new(),
             add: BTreeMap::new(),
             del: BTreeMap::new(),
+            backend: BTreeMap::new(),
             file: BTreeMap::new(),
             unknown: Vec::new(),
         };
@@ -485,6 +569,7 @@ impl<'a> OpsByTarget<'a> {
                 Op::ServerSet(s) => by.server.entry((&s.backend, &s.server)).or_default().push(s),
                 Op::ServerAdd(a) => by.add.entry((&a.backend, &a.server)).or_default().push(a),
                 Op::ServerDel(d) => *by.del.entry((&d.backend, &d.server)).or_default() += 1,
+                Op::BackendAdd(b) => by.backend.entry(&b.backend).or_default().push(b),
                 Op::Unknown { op, .. } => by.unknown.push(format!("unknown op kind {op:?}")),
                 other => {
                     if let Some(p) = other.path() {
@@ -527,6 +612,7 @@ pub(crate) fn check_claim(
         }
     }
     membership(&mut reasons);
+    backend_ops_match(diff, &by.backend, &mut reasons);
 
     let changed_paths: BTreeSet<&RelPath> = changed.iter().map(|c| c.path).collect();
     for c in changed {
@@ -618,6 +704,25 @@ fn membership_ops_match(
     }
 }
 
+/// Checks the `backend.add` ops against the backends the new config gains: exactly one op
+/// each, equal to what the new config's section says, and none for anything else.
+fn backend_ops_match(diff: &CfgDiff, adds: &BTreeMap<&str, Vec<&BackendAdd>>, reasons: &mut Vec<String>) {
+    for want in &diff.backends_added {
+        match adds.get(want.backend.as_str()).map(Vec::as_slice) {
+            None | Some([]) => reasons.push(format!("{} has no backend.add op", backend_added_reason(want))),
+            Some([got]) if *got == want => {}
+            Some([_]) => reasons.push(format!(
+                "backend.add {}: differs from the new config's section (defaults or servers)",
+                want.backend
+            )),
+            Some(_) => reasons.push(format!("backend.add {}: sent more than once", want.backend)),
+        }
+    }
+    for backend in adds.keys().filter(|b| !diff.backends_added.iter().any(|w| w.backend == **b)) {
+        reasons.push(format!("backend.add {backend}: the new config does not add this backend"));
+    }
+}
+
 fn servers_by_name(parsed: &cfg::Config) -> BTreeMap<(String, String), ServerLine> {
     let mut out = BTreeMap::new();
     for s in parsed.sections.iter().filter(|s| s.has_servers()) {
@@ -673,7 +778,7 @@ fn file_op_matches(op: &Op, bytes: &[u8]) -> Result<(), String> {
             text()?;
         }
         Op::CertSet { .. } => {}
-        Op::ServerSet(_) | Op::ServerAdd(_) | Op::ServerDel(_) | Op::Unknown { .. } => {
+        Op::ServerSet(_) | Op::ServerAdd(_) | Op::ServerDel(_) | Op::BackendAdd(_) | Op::Unknown { .. } => {
             return Err("not a file op".into())
         }
     }
@@ -875,6 +980,88 @@ mod tests {
             .replace("  server SRV_1 10.0.0.1:8080 weight 10 check\n", "")
             .replace("disabled\n", "disabled\n  server SRV_1 10.0.0.1:8080 weight 10 check\n");
         assert!(!diff_cfg(BASE, &swapped).runtime_eligible());
+    }
+
+    /// [`BASE`] with a named `defaults` section, plus `extra` appended after `be_app`.
+    fn named(extra: &str) -> String {
+        BASE.replace("defaults\n", "defaults haptic\n") + extra
+    }
+
+    #[test]
+    fn a_plain_backend_after_named_defaults_is_added_at_runtime() {
+        let old = named("");
+        let new = named("backend be_new\n  server SRV_1 10.0.0.7:80 check\n  server SRV_2 127.0.0.1:1 disabled\n");
+        let d = diff_cfg(&old, &new);
+        assert!(d.runtime_eligible(), "{:?}", d.reload_reasons);
+        let want = BackendAdd {
+            backend: "be_new".into(),
+            defaults: "haptic".into(),
+            servers: vec![
+                added("SRV_1", "10.0.0.7:80", None, ServerState::Ready, &["check"]),
+                added("SRV_2", "127.0.0.1:1", None, ServerState::Maint, &[]),
+            ]
+            .into_iter()
+            .map(|a| ServerAdd { backend: "be_new".into(), ..a })
+            .collect(),
+        };
+        assert_eq!(d.backends_added, vec![want.clone()]);
+        assert_eq!(d.backend_reasons(), vec!["backend be_new added from defaults haptic (2 servers)".to_string()]);
+        // Between two kept sections too, and beside a server change of a kept backend.
+        let between = old.replace("frontend fe", "backend be_mid\n  server SRV_1 10.0.0.8:80\nfrontend fe");
+        let between = between.replace("10.0.0.1:8080", "10.0.0.9:8080");
+        let d = diff_cfg(&old, &between);
+        assert!(d.runtime_eligible(), "{:?}", d.reload_reasons);
+        assert_eq!((d.backends_added.len(), d.servers.len()), (1, 1));
+
+        let ops = [Op::BackendAdd(want.clone())];
+        assert_eq!(verify_runtime_claim(&old, &new, &[], &ops), Ok(()));
+        let missing = verify_runtime_claim(&old, &new, &[], &[]).unwrap_err().reasons.join("; ");
+        assert!(missing.contains("be_new added from defaults haptic (2 servers) has no backend.add op"), "{missing}");
+        let mut wrong = want.clone();
+        wrong.servers.pop();
+        let e = verify_runtime_claim(&old, &new, &[], &[Op::BackendAdd(wrong)]).unwrap_err().reasons.join("; ");
+        assert!(e.contains("backend.add be_new: differs from the new config's section"), "{e}");
+        let twice = [Op::BackendAdd(want.clone()), Op::BackendAdd(want.clone())];
+        assert!(verify_runtime_claim(&old, &new, &[], &twice)
+            .unwrap_err()
+            .reasons
+            .join("; ")
+            .contains("more than once"));
+        let stray = BackendAdd { backend: "be_other".into(), servers: vec![], ..want };
+        let e = verify_runtime_claim(&old, &old, &[], &[Op::BackendAdd(stray)]).unwrap_err().reasons.join("; ");
+        assert!(e.contains("backend.add be_other: the new config does not add this backend"), "{e}");
+    }
+
+    #[test]
+    fn a_backend_runtime_cannot_build_as_the_file_does_reloads() {
+        let server = "  server SRV_1 10.0.0.7:80\n";
+        for (what, old, new, why) in [
+            ("unnamed defaults", BASE.to_string(), format!("{BASE}backend be_new\n{server}"), "has no name"),
+            ("a timeout", named(""), named(&format!("backend be_new\n  timeout server 5s\n{server}")), "`timeout`"),
+            ("balance source", named(""), named(&format!("backend be_new\n  balance source\n{server}")), "\"source\""),
+            ("a hostname", named(""), named("backend be_new\n  server SRV_1 app.local:80\n"), "not an IP"),
+            ("a listen section", named(""), named(&format!("listen be_new\n{server}")), "plain `backend`"),
+            ("a frontend", named(""), named("frontend fe2\n  bind 127.0.0.1:81\n"), "plain `backend`"),
+            ("a name twice", named(""), named(&format!("backend be_new\n{server}{server}")), "named twice"),
+            (
+                "cookie in defaults",
+                named(""),
+                named(&format!("backend be_new\n{server}")).replace("mode http", "mode http\n  cookie SRV insert"),
+                "`cookie`",
+            ),
+        ] {
+            let d = diff_cfg(&old, &new);
+            assert!(!d.runtime_eligible() && d.backends_added.is_empty(), "{what}");
+            assert!(d.reload_reasons.iter().any(|r| r.contains(why)), "{what}: {:?}", d.reload_reasons);
+        }
+        // A section removed or reordered is no addition.
+        let two = named("backend be_b\n  server SRV_1 10.0.0.7:80\n");
+        let reordered =
+            two.replace("backend be_app\n", "backend be_tmp\n").replace("backend be_b\n", "backend be_app\n");
+        for (old, new) in [(two.as_str(), named("")), (two.as_str(), reordered)] {
+            let d = diff_cfg(old, &new);
+            assert!(!d.runtime_eligible() && d.backends_added.is_empty(), "{new}");
+        }
     }
 
     #[test]

@@ -1,11 +1,11 @@
-//! The quoting functions against real HAProxy 2.6 and 3.0: a config built from arbitrary strings
+//! The quoting functions against real HAProxy 2.6, 3.0, 3.2 and 3.4: a config built from arbitrary strings
 //! through them passes `haproxy -c`, and the running HAProxy serves exactly the original strings
 //! over real HTTP on 127.0.0.1 (as a `string` body, a `lf-string` body and a header, a map value
 //! looked up by its key, and the rule whose literal regex matches).
 //!
 //! Each HAProxy version is its own test case. The binaries come from `HAPTIC_HAPROXY_BINS`
-//! (colon-separated; default `/usr/sbin/haproxy` and `target/haproxy/3.0/haproxy`, both put
-//! there by `scripts/install-haproxy.sh`). Work is bounded by count: a few configs per version,
+//! (colon-separated; default `/usr/sbin/haproxy` and `target/haproxy/{3.0,3.2,3.4}/haproxy`, all
+//! put there by `scripts/install-haproxy.sh`). Work is bounded by count: a few configs per version,
 //! each carrying a batch of values.
 
 use std::io::{Read, Write};
@@ -26,8 +26,9 @@ const CONFIGS: u32 = 3;
 
 fn haproxy(major: u32, minor: u32) -> PathBuf {
     let listed = std::env::var("HAPTIC_HAPROXY_BINS").unwrap_or_else(|_| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/haproxy/3.0/haproxy");
-        format!("/usr/sbin/haproxy:{}", root.display())
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/haproxy");
+        let installed = ["3.0", "3.2", "3.4"].map(|v| root.join(v).join("haproxy").display().to_string());
+        format!("/usr/sbin/haproxy:{}", installed.join(":"))
     });
     let found = listed.split(':').filter(|p| !p.is_empty()).map(PathBuf::from).find(|bin| {
         Command::new(bin)
@@ -280,4 +281,14 @@ fn quoted_values_reach_http_exactly_on_2_6() {
 #[test]
 fn quoted_values_reach_http_exactly_on_3_0() {
     run_on(3, 0);
+}
+
+#[test]
+fn quoted_values_reach_http_exactly_on_3_2() {
+    run_on(3, 2);
+}
+
+#[test]
+fn quoted_values_reach_http_exactly_on_3_4() {
+    run_on(3, 4);
 }

@@ -20,6 +20,6 @@ pub use api::{
 };
 pub use digest::{Digest, DigestError, Hasher};
 pub use fence::{decide as decide_fence, Fence, FenceDecision};
-pub use ops::{Op, OpKind, ServerAdd, ServerDel, ServerSet, ServerState};
+pub use ops::{BackendAdd, Op, OpKind, ServerAdd, ServerDel, ServerSet, ServerState};
 pub use path::{PathError, RelPath};
 pub use plan::{changed_paths, plan_id, FileEntry, PlanError, PlanId};

@@ -31,11 +31,14 @@ pub enum OpKind {
     AclReplace,
     /// `cert.set`: replace a loaded certificate from the tree.
     CertSet,
+    /// `backend.add`: a new backend, created from a named `defaults` section with its servers,
+    /// then published (API 1.2; HAProxy 3.4).
+    BackendAdd,
 }
 
 impl OpKind {
     /// Every kind this protocol version knows.
-    pub const ALL: [OpKind; 7] = [
+    pub const ALL: [OpKind; 8] = [
         OpKind::ServerSet,
         OpKind::ServerAdd,
         OpKind::ServerDel,
@@ -43,6 +46,7 @@ impl OpKind {
         OpKind::MapLoad,
         OpKind::AclReplace,
         OpKind::CertSet,
+        OpKind::BackendAdd,
     ];
 
     /// The wire name, e.g. `server.set`.
@@ -55,6 +59,7 @@ impl OpKind {
             OpKind::MapLoad => "map.load",
             OpKind::AclReplace => "acl.replace",
             OpKind::CertSet => "cert.set",
+            OpKind::BackendAdd => "backend.add",
         }
     }
 
@@ -214,6 +219,41 @@ impl ServerDel {
     }
 }
 
+/// `backend.add`: a backend the new config gains, as its section says: created from the named
+/// `defaults` section it follows, given its servers (each as a `server.add`), then published so
+/// rules can route to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendAdd {
+    /// The backend's name.
+    pub backend: String,
+    /// The named `defaults` section it is created from.
+    pub defaults: String,
+    /// Its servers, in config order; each names this backend.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub servers: Vec<ServerAdd>,
+}
+
+impl BackendAdd {
+    /// Checks the names and every server (which must name this backend).
+    pub fn validate(&self) -> Result<(), String> {
+        for (what, name) in [("backend", &self.backend), ("defaults", &self.defaults)] {
+            if !valid_name(name) {
+                return Err(format!(
+                    "{what} name {name:?} is not 1-{MAX_NAME_LEN} ASCII letters, digits, '_', '-', '.' or ':'"
+                ));
+            }
+        }
+        for s in &self.servers {
+            if s.backend != self.backend {
+                return Err(format!("server {} names backend {:?}, not {:?}", s.server, s.backend, self.backend));
+            }
+            s.validate()?;
+        }
+        Ok(())
+    }
+}
+
 /// One runtime-API operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
@@ -247,6 +287,8 @@ pub enum Op {
         /// The certificate file's path in the tree.
         path: RelPath,
     },
+    /// Create and publish a backend with its servers.
+    BackendAdd(BackendAdd),
     /// A kind this version does not know; kept so it can be refused by name.
     Unknown {
         /// The kind's wire name.
@@ -267,6 +309,7 @@ impl Op {
             Op::MapLoad { .. } => Some(OpKind::MapLoad),
             Op::AclReplace { .. } => Some(OpKind::AclReplace),
             Op::CertSet { .. } => Some(OpKind::CertSet),
+            Op::BackendAdd(_) => Some(OpKind::BackendAdd),
             Op::Unknown { .. } => None,
         }
     }
@@ -299,6 +342,7 @@ impl Op {
             Op::MapLoad { path } => format!("map.load {path}"),
             Op::AclReplace { path, patterns } => format!("acl.replace {path} ({} patterns)", patterns.len()),
             Op::CertSet { path } => format!("cert.set {path}"),
+            Op::BackendAdd(b) => format!("backend.add {} ({} servers)", b.backend, b.servers.len()),
             Op::Unknown { op, .. } => format!("unknown op {op:?}"),
         }
     }
@@ -350,6 +394,7 @@ impl Serialize for Op {
             }
             Op::MapLoad { path } => with_tag("map.load", &PathWire { path: path.clone() }),
             Op::CertSet { path } => with_tag("cert.set", &PathWire { path: path.clone() }),
+            Op::BackendAdd(x) => with_tag("backend.add", x),
             Op::Unknown { raw, .. } => Ok(raw.clone()),
         }
         .map_err(S::Error::custom)?;
@@ -397,6 +442,11 @@ impl<'de> Deserialize<'de> for Op {
                 let w: PathWire = serde_json::from_value(body).map_err(err)?;
                 Op::CertSet { path: w.path }
             }
+            "backend.add" => {
+                let b: BackendAdd = serde_json::from_value(body).map_err(err)?;
+                b.validate().map_err(|e| D::Error::custom(format!("op {kind}: {e}")))?;
+                Op::BackendAdd(b)
+            }
             _ => Op::Unknown { op: kind, raw },
         })
     }
@@ -408,10 +458,10 @@ mod tests {
 
     #[test]
     fn unknown_kind_decodes_and_round_trips() {
-        let j = r#"{"op":"backend.add","name":"be_x"}"#;
+        let j = r#"{"op":"frontend.add","name":"fe_x"}"#;
         let op: Op = serde_json::from_str(j).unwrap();
         assert_eq!(op.kind(), None);
-        assert_eq!(op.kind_name(), "backend.add");
+        assert_eq!(op.kind_name(), "frontend.add");
         let back: serde_json::Value = serde_json::to_value(&op).unwrap();
         assert_eq!(back, serde_json::from_str::<serde_json::Value>(j).unwrap());
     }
@@ -445,6 +495,20 @@ mod tests {
         assert_eq!((a.socket_addr().to_string(), a.weight, a.params.len()), ("[::1]:80".into(), None, 0));
         let d: Op = serde_json::from_str(r#"{"op":"server.del","backend":"be_app","server":"SRV_1"}"#).unwrap();
         assert_eq!((d.kind_name(), d.describe()), ("server.del", "server.del be_app/SRV_1".into()));
+    }
+
+    #[test]
+    fn backend_add_round_trips_and_refuses_a_stranger_server() {
+        let j = r#"{"op":"backend.add","backend":"be_new","defaults":"haptic","servers":[{"backend":"be_new","server":"SRV_1","addr":"10.0.0.3","port":8080,"state":"ready"},{"backend":"be_new","server":"SRV_2","addr":"127.0.0.1","port":1,"state":"maint"}]}"#;
+        let op: Op = serde_json::from_str(j).unwrap();
+        assert_eq!((op.kind(), op.describe()), (Some(OpKind::BackendAdd), "backend.add be_new (2 servers)".into()));
+        assert_eq!(serde_json::to_value(&op).unwrap(), serde_json::from_str::<serde_json::Value>(j).unwrap());
+        let stranger =
+            j.replacen(r#""backend":"be_new","server":"SRV_2""#, r#""backend":"be_other","server":"SRV_2""#, 1);
+        let e = serde_json::from_str::<Op>(&stranger).unwrap_err().to_string();
+        assert!(e.contains("names backend \"be_other\""), "{e}");
+        let e = serde_json::from_str::<Op>(&j.replace(r#""defaults":"haptic""#, r#""defaults":"a b""#)).unwrap_err();
+        assert!(e.to_string().contains("defaults name \"a b\""), "{e}");
     }
 
     #[test]

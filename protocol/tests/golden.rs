@@ -231,10 +231,10 @@ fn apply_checks_refuse_bad_requests() {
 #[test]
 fn unknown_op_kind_decodes_in_a_request() {
     let mut v = fixture("apply.json");
-    v["batches"][0][0] = json!({"op": "backend.add", "name": "be_new"});
+    v["batches"][0][0] = json!({"op": "frontend.add", "name": "fe_new"});
     let req: ApplyRequest = serde_json::from_value(v).unwrap();
     assert_eq!(req.ops().next().unwrap().kind(), None);
-    assert_eq!(req.ops().next().unwrap().kind_name(), "backend.add");
+    assert_eq!(req.ops().next().unwrap().kind_name(), "frontend.add");
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! Contained `haproxy -c` runs with the real HAProxy binaries (2.6 and 3.0): a file outside the
+//! Contained `haproxy -c` runs with the real HAProxy binaries (2.6, 3.0, 3.2 and 3.4): a file outside the
 //! render is not readable (its content never appears in the output), a file inside is, endless
 //! files and endless output are cut, and the environment is cleared.
 
@@ -7,13 +7,15 @@ use std::time::{Duration, Instant};
 
 use haptic_sandbox::{run, End, Run};
 
-/// `HAPTIC_HAPROXY_BINS` (colon-separated) or the two installed binaries.
+/// `HAPTIC_HAPROXY_BINS` (colon-separated) or the four installed binaries.
 fn bins() -> Vec<PathBuf> {
     let v = std::env::var("HAPTIC_HAPROXY_BINS").unwrap_or_default();
     let mut out: Vec<PathBuf> = v.split(':').filter(|s| !s.is_empty()).map(PathBuf::from).collect();
     if out.is_empty() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
-        out = vec![PathBuf::from("/usr/sbin/haproxy"), root.join("target/haproxy/3.0/haproxy")];
+        out = std::iter::once(PathBuf::from("/usr/sbin/haproxy"))
+            .chain(["3.0", "3.2", "3.4"].map(|v| root.join("target/haproxy").join(v).join("haproxy")))
+            .collect();
     }
     for b in &out {
         assert!(b.exists(), "HAProxy binary {} is missing: run scripts/install-haproxy.sh", b.display());

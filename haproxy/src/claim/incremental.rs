@@ -181,7 +181,7 @@ pub fn verify_runtime_claim_indexed(
     changed: &[ChangedFile<'_>],
     ops: &[Op],
 ) -> (Result<(), ClaimError>, NewCfg) {
-    let membership_ops = ops.iter().any(|op| matches!(op, Op::ServerAdd(_) | Op::ServerDel(_)));
+    let membership_ops = ops.iter().any(|op| matches!(op, Op::ServerAdd(_) | Op::ServerDel(_) | Op::BackendAdd(_)));
     let edits = if membership_ops { None } else { old.line_edits(old_text, new_text) };
     let Some(edits) = edits else {
         let new = IndexedCfg::parse(new_text);

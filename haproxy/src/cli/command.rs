@@ -44,6 +44,10 @@ pub const CERT_COMMITTED: &str = "Success!";
 
 /// Successful reply of `add server`.
 pub const SERVER_REGISTERED: &[&str] = &["New server registered."];
+/// Successful reply of `add backend` (HAProxy 3.4).
+pub const BACKEND_REGISTERED: &[&str] = &["New backend registered."];
+/// Successful reply of `publish backend` (HAProxy 3.4).
+pub const BACKEND_PUBLISHED: &[&str] = &["Backend published."];
 /// Successful reply of `del server`.
 pub const SERVER_DELETED: &[&str] = &["Server deleted."];
 /// The start of `del server`'s refusal while connections still use the server (2.6 and 3.0).
@@ -53,6 +57,14 @@ pub const SERVER_BUSY: &str = "Server still has connections attached to it";
 /// retrying once they ended).
 pub fn del_server_busy(reply: &str) -> bool {
     reply.contains(SERVER_BUSY)
+}
+
+/// `add backend NAME from DEFAULTS` and `publish backend NAME` (HAProxy 3.4, experimental: sent
+/// with [`WorkerLine::experimental`]); the backend's servers go in between, each as
+/// [`add_server`] makes it, so the backend takes traffic only once they are there.
+pub fn add_backend(op: &haptic_protocol::BackendAdd) -> Result<(String, String), CommandError> {
+    op.validate().map_err(CommandError::Argument)?;
+    Ok((format!("add backend {} from {}", op.backend, op.defaults), format!("publish backend {}", op.backend)))
 }
 
 /// `server` parameters that `add server` takes on both HAProxy 2.6 and 3.0, with the same
@@ -191,6 +203,13 @@ impl WorkerLine {
     /// One worker command.
     pub fn command(&self, cmd: &str) -> String {
         format!("{}@1 {cmd}", self.tag())
+    }
+
+    /// One worker command that HAProxy marks experimental (`add backend`, `publish backend` on
+    /// 3.4): the master's `experimental-mode on` carries over to the command it forwards (a
+    /// worker-side `experimental-mode on` would end with its own forwarded session).
+    pub fn experimental(&self, cmd: &str) -> String {
+        format!("{}experimental-mode on; @1 {cmd}", self.tag())
     }
 
     /// One worker command with its payload (`<cmd> <<`, the payload, a blank line).

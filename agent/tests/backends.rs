@@ -1,0 +1,117 @@
+//! On HAProxy 2.6, 3.0, 3.2 and 3.4, each its own test case: a plan that adds a backend (a plain
+//! section after the named `defaults` it inherits from) and the map entry that routes to it.
+//! On 3.4 it lands at runtime through `/v1/apply` (`backend.add`: same worker, no reload), the
+//! host is served by the new backend, the tree on disk holds the section, and a later reload
+//! of the tree (a cold load of the file) serves it the same. Before 3.4 the agent does not
+//! advertise `backend.add`, so the same runtime claim lands as a checked reload and the host is
+//! served all the same.
+
+mod common;
+use haptic_e2e::on_each_version;
+
+use std::net::SocketAddr;
+
+use common::*;
+use haptic_e2e::net::http_request;
+use haptic_e2e::HaproxyBin;
+use haptic_haproxy::claim::diff_cfg;
+use haptic_protocol::{Mode, Op, OpKind, RelPath};
+use serde_json::json;
+
+const MAP: &str = "maps/hosts.map";
+
+/// A config routing by Host through `maps/hosts.map`, with `backends` (name, server port) after
+/// a `defaults haptic` section, and the map's entries (host, backend).
+fn files(health: &str, fe: u16, backends: &[(&str, u16)], hosts: &[(&str, &str)], extra: &str) -> Files {
+    let mut cfg = format!(
+        "global\n    default-path config\n    stats timeout 30s\n\n\
+         defaults haptic\n    mode http\n    timeout connect 2s\n    timeout client 5s\n    timeout server 5s\n\n\
+         frontend health\n    bind {health}\n\
+         \x20   http-request return status 200 content-type text/plain string \"ok\" if {{ path /healthz }}\n\
+         \x20   http-request return status 200 content-type text/plain string \"ready\" if {{ path /ready }}\n\n\
+         frontend fe_main\n    bind 127.0.0.1:{fe}\n{extra}\
+         \x20   http-request set-var(txn.be) req.hdr(host),lower,map({MAP},be_none)\n\
+         \x20   use_backend %[var(txn.be)]\n    default_backend be_none\n\n\
+         backend be_none\n    http-request return status 404\n"
+    );
+    for (name, port) in backends {
+        cfg.push_str(&format!(
+            "\nbackend {name}\n    server SRV_1 127.0.0.1:{port}\n    server SRV_2 127.0.0.1:1 disabled\n"
+        ));
+    }
+    let map: String = hosts.iter().map(|(h, b)| format!("{h} {b}\n")).collect();
+    let mut f = only_cfg(&cfg);
+    f.insert(MAP.to_string(), map.into_bytes());
+    f
+}
+
+/// One GET of `/` with `Host: host` → (status, body).
+async fn get_host(fe: u16, host: &str) -> (u16, String) {
+    let addr = SocketAddr::from(([127, 0, 0, 1], fe));
+    http_request(addr, &format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"))
+        .await
+        .unwrap_or((0, String::new()))
+}
+
+on_each_version!(a_new_backend_lands_at_runtime_on_3_4_and_by_reload_before);
+async fn a_new_backend_lands_at_runtime_on_3_4_and_by_reload_before(bin: HaproxyBin) {
+    let label = bin.label();
+    let adds_backends = bin.version >= (3, 4, 0);
+    let pod = pod(&bin).await;
+    let fe = port();
+    let (a, b) = (backend("A").await, backend("B").await);
+    let v1 = files(pod.health_bind(), fe, &[("be_a", a.port)], &[("a.example", "be_a")], "");
+    apply_ok(&pod, &request((1, 1), None, Mode::Reload, &v1, |_| true, vec![])).await;
+    assert_eq!(get_host(fe, "a.example").await, (200, "A".into()), "{label}");
+    assert_eq!(get_host(fe, "b.example").await.0, 404, "{label}");
+    let (w0, m0) = (worker(&pod).await, master_reloads(&pod).await);
+
+    // A second Service: a backend section and its map entry, as the controller's diff sends it.
+    let hosts = [("a.example", "be_a"), ("b.example", "be_b")];
+    let v2 = files(pod.health_bind(), fe, &[("be_a", a.port), ("be_b", b.port)], &hosts, "");
+    let text = |f: &Files| String::from_utf8(f["haproxy.cfg"].clone()).unwrap();
+    let d = diff_cfg(&text(&v1), &text(&v2));
+    assert!(d.runtime_eligible(), "{:?}", d.reload_reasons);
+    let mut batch = d.backend_ops();
+    batch.push(Op::MapLoad { path: RelPath::new(MAP).unwrap() });
+    assert_eq!(batch.iter().filter_map(Op::kind).collect::<Vec<_>>(), [OpKind::BackendAdd, OpKind::MapLoad]);
+    let ack = apply_ok(&pod, &request((1, 2), Some(pid(&v1)), Mode::Runtime, &v2, |_| true, vec![batch])).await;
+    assert_eq!(ack["running"], json!(pid(&v2)), "{label}: {ack}");
+    if adds_backends {
+        assert_eq!(ack["mode"], "runtime", "{label}: {ack}\n{}", pod.agent_log());
+        assert_eq!(get_host(fe, "b.example").await, (200, "B".into()), "{label}");
+        assert_eq!((worker(&pod).await, master_reloads(&pod).await), (w0, m0), "{label}: backend.add reloaded");
+        let listed = pod.haproxy().worker_cmd("show backend").await.unwrap();
+        assert!(listed.lines().any(|l| l == "be_b"), "{label}: {listed}");
+        let servers = pod.haproxy().worker_cmd("show servers state be_b").await.unwrap();
+        // SRV_1 ready (admin state 0), SRV_2 parked in maintenance (the config's `disabled`).
+        let mut admin: Vec<(&str, &str)> = servers
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty() && !l.starts_with('1'))
+            .filter_map(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                Some((*w.get(3)?, *w.get(6)?))
+            })
+            .collect();
+        admin.sort();
+        assert_eq!(admin, [("SRV_1", "0"), ("SRV_2", "1")], "{label}: {servers}");
+    } else {
+        assert_eq!(ack["mode"], "reload", "{label}: {ack}");
+        assert!(ack["reasons"].to_string().contains("op kind backend.add is not supported here"), "{label}: {ack}");
+        wait_state(&pod, "v2 runs", |s| s.running.as_ref().map(|r| r.plan_id) == Some(pid(&v2))).await;
+        assert_eq!(get_host(fe, "b.example").await, (200, "B".into()), "{label}");
+        assert_ne!(worker(&pod).await, w0, "{label}: the checked reload ran");
+    }
+    let on_disk = std::fs::read_to_string(live(&pod, "haproxy.cfg")).unwrap();
+    assert!(on_disk.contains("\nbackend be_b\n"), "{label}: {on_disk}");
+    assert_eq!(state(&pod, true).await.files, state(&pod, false).await.files, "{label}: the index matches the disk");
+
+    // A reload of the tree: the section in the file gives the same backend.
+    let v3 = files(pod.health_bind(), fe, &[("be_a", a.port), ("be_b", b.port)], &hosts, "    timeout client 6s\n");
+    let ack = apply_ok(&pod, &request((1, 3), Some(pid(&v2)), Mode::Reload, &v3, |_| true, vec![])).await;
+    assert_eq!(ack["mode"], "reload", "{label}: {ack}");
+    wait_state(&pod, "v3 runs", |s| s.running.as_ref().map(|r| r.plan_id) == Some(pid(&v3))).await;
+    assert_eq!(get_host(fe, "b.example").await, (200, "B".into()), "{label}");
+    assert_eq!(get_host(fe, "a.example").await, (200, "A".into()), "{label}");
+    println!("{label}: a new backend landed {}", if adds_backends { "at runtime" } else { "by a checked reload" });
+}
