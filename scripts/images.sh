@@ -24,7 +24,7 @@
 #      the official `rust` image (RUST_IMAGE).
 # 2. `buildah bud` of both Dockerfiles with those two images passed through the ARGs, tagged
 #    localhost/haptic-agent:dev and localhost/haptic-controller:dev.
-# 3. Smoke: versions, `haproxy -vv` (3.0), uid 65532, `haptic-agent init` into a bind mount,
+# 3. Smoke: versions, `haproxy -vv` (3.4), uid 65532, `haptic-agent init` into a bind mount,
 #    `haptic-controller validate` on a sample render (and a refused one). Prints image sizes.
 # 4. A pod: init, then the HAProxy container and the agent container from the agent image sharing
 #    bind-mounted /etc/haproxy and /run/haptic, host network on free loopback ports; the controller
@@ -44,6 +44,13 @@ ctl_img="localhost/haptic-controller:$tag"
 base_img="localhost/haptic-base:trixie-slim"
 mirror="${HAPTIC_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 B=(buildah --storage-driver vfs)
+# The images take HAProxy 3.4 from Debian experimental and its libraries from sid. Where this
+# machine's apt skips the Release files' freshness check (a snapshot mirror, whose sid and
+# experimental Release files expire while trixie's never do), the image builds skip it too.
+apt_options=""
+if apt-config dump 2>/dev/null | grep -q '^Acquire::Check-Valid-Until "false"'; then
+  apt_options="-o Acquire::Check-Valid-Until=false -o Acquire::Check-Date=false"
+fi
 sudo=""
 if [ "$(id -u)" != 0 ]; then sudo="sudo"; B=(sudo "${B[@]}"); fi
 start=$(date +%s)
@@ -157,7 +164,7 @@ if [ "$mode" = prebuilt ]; then
     if [ "$("${B[@]}" inspect --type image --format '{{index .ImageAnnotations "dev.haptic.key"}}' "$runtime_img" 2>/dev/null)" != "$key" ]; then
       log "buildah bud --target runtime -f $file -t $runtime_img"
       "${B[@]}" bud --isolation chroot --network host --layers=false --target runtime \
-        --build-arg "BASE_IMAGE=$base_img" --build-arg "REVISION=$revision" \
+        --build-arg "BASE_IMAGE=$base_img" --build-arg "REVISION=$revision" --build-arg "APT_OPTIONS=$apt_options" \
         --annotation "dev.haptic.key=$key" -f "$file" -t "$runtime_img" . >"$work/build-$which-runtime.log" 2>&1 ||
         { tail -30 "$work/build-$which-runtime.log" >&2; die "building $runtime_img (see $work/build-$which-runtime.log)"; }
     fi
@@ -236,7 +243,7 @@ for which in agent controller; do
   # `apt-get install ca-certificates` must write there.
   "${B[@]}" bud --isolation chroot --network host --layers=false \
     --build-arg "RUST_IMAGE=$rust_img" --build-arg "BASE_IMAGE=$base_img" \
-    --build-arg "REVISION=$revision" \
+    --build-arg "REVISION=$revision" --build-arg "APT_OPTIONS=$apt_options" \
     -f "Dockerfile.$which" -t "$img" . >"$work/build-$which.log" 2>&1 ||
     { tail -30 "$work/build-$which.log" >&2; die "building $img (see $work/build-$which.log)"; }
   log "built $img in $(($(date +%s) - t0))s"
@@ -272,10 +279,10 @@ expect() { # WHAT PATTERN OUTPUT
   if [[ $3 =~ $2 ]]; then log "ok: $1"; else echo "$3" >&2; die "$1: want /$2/"; fi
 }
 out=$(run_in "$agent_img" -- haptic-agent --version) || die "agent --version"; expect "agent: $out" '^haptic-agent [0-9]' "$out"
-out=$(run_in "$agent_img" -- haproxy -vv) || die "haproxy -vv"; expect "agent image: $(head -1 <<<"$out")" 'HAProxy version 3\.0\.' "$out"
+out=$(run_in "$agent_img" -- haproxy -vv) || die "haproxy -vv"; expect "agent image: $(head -1 <<<"$out")" 'HAProxy version 3\.4\.' "$out"
 out=$(run_in "$agent_img" -- id -u) || die "id -u"; expect "agent image runs as uid $out" '^65532' "$out"
 out=$(run_in "$ctl_img" -- haptic-controller --version) || die "controller --version"; expect "controller: $out" '^haptic-controller [0-9]' "$out"
-out=$(run_in "$ctl_img" -- haproxy -v) || die "haproxy -v"; expect "controller image: $(head -1 <<<"$out")" 'HAProxy version 3\.0\.' "$out"
+out=$(run_in "$ctl_img" -- haproxy -v) || die "haproxy -v"; expect "controller image: $(head -1 <<<"$out")" 'HAProxy version 3\.4\.' "$out"
 out=$(run_in "$ctl_img" -- id -u) || die "id -u"; expect "controller image runs as uid $out" '^65532' "$out"
 
 smoke="$work/smoke"

@@ -196,6 +196,10 @@ impl Pod {
         hopts.cfg = root.join("current/haproxy.cfg");
         hopts.env = opts.env.clone();
         let hap = Haproxy::start(bin, hopts).await?;
+        // HAProxy 3.4 lists its worker in `show proc` before the worker has bound every
+        // listener: the pod is started once the bootstrap health listener accepts, as a
+        // readiness probe would have it.
+        wait_listening(&health, AGENT_START).await?;
         let (user, password) = opts
             .credentials
             .clone()
@@ -388,6 +392,20 @@ impl Pod {
     pub async fn restart_agent(&mut self) -> Result<(), HarnessError> {
         self.kill_agent_9();
         self.start_agent().await
+    }
+}
+
+/// Waits until a TCP connection to `addr` is accepted, for at most `within`.
+async fn wait_listening(addr: &str, within: Duration) -> Result<(), HarnessError> {
+    let deadline = Instant::now() + within;
+    loop {
+        if tokio::net::TcpStream::connect(addr).await.is_ok() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(HarnessError::Timeout(format!("nothing listens on {addr} after {within:?}")));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

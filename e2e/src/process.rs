@@ -198,8 +198,10 @@ impl Haproxy {
                     return Err(HarnessError::MasterGone(format!("{status}\n{}", hap.stderr_text())));
                 }
             }
+            // HAProxy 3.2 and 3.4 list the worker in `show proc` before `@1` reaches it ("Can't
+            // find the target PID"): started means the worker answers too.
             if let Ok(p) = hap.show_proc().await {
-                if p.serving_worker().is_some() {
+                if p.serving_worker().is_some() && hap.worker_pid().await.is_ok() {
                     return Ok(hap);
                 }
             }

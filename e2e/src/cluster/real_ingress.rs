@@ -728,24 +728,47 @@ async fn two_on_one_host(c: &mut RealCluster, svc: &str) -> Result<()> {
     println!("   two Ingresses on {host} (/a by port number, /b by port name), then /b removed: {}", cost.line());
     cost.expect_reloads("two Ingresses on one host over an existing backend, then one removed", 0.0)?;
 
-    // A path to another Service: a new backend. Then its last path goes.
-    let before = counters(c).await?;
-    let plan = current_plan(c).await?;
-    put_ingress(c, &ingress("other", "other.example", &[("/", "Prefix", ECHO2, json!({"number": 80}))])).await?;
-    answered(c, svc, "other.example", "/", |b| b.starts_with("echo-")).await?;
-    wait_converged(&c.client(), NAMESPACE, 2, Some(&plan)).await?;
-    let added = Cost::of(&before, &counters(c).await?)?;
-    println!("   a path to a second Service (its first use): {}", added.line());
-    let before = counters(c).await?;
-    let plan = current_plan(c).await?;
-    delete_ingress(c, "other").await?;
-    answers_code(c, svc, "other.example", "/", 404).await?;
-    wait_converged(&c.client(), NAMESPACE, 2, Some(&plan)).await?;
-    let removed = Cost::of(&before, &counters(c).await?)?;
-    println!("   the last path to that Service removed: {}", removed.line());
-    added.expect_reloads("the first path to a second Service", 1.0)?;
+    // A path to another Service: a new backend, added at runtime by the image's HAProxy 3.4
+    // (`backend.add`). Then its last path goes. All under load on another host.
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let load = start_load(c, svc.to_string(), ECHO_HOST, stop.clone(), seen.clone());
+    let changes = async {
+        let before = counters(c).await?;
+        let plan = current_plan(c).await?;
+        put_ingress(c, &ingress("other", "other.example", &[("/", "Prefix", ECHO2, json!({"number": 80}))])).await?;
+        answered(c, svc, "other.example", "/", |b| b.starts_with("echo-")).await?;
+        wait_converged(&c.client(), NAMESPACE, 2, Some(&plan)).await?;
+        let added = Cost::of(&before, &counters(c).await?)?;
+        println!("   a path to a second Service (its first use): {}", added.line());
+        let before = counters(c).await?;
+        let plan = current_plan(c).await?;
+        delete_ingress(c, "other").await?;
+        answers_code(c, svc, "other.example", "/", 404).await?;
+        wait_converged(&c.client(), NAMESPACE, 2, Some(&plan)).await?;
+        let removed = Cost::of(&before, &counters(c).await?)?;
+        println!("   the last path to that Service removed: {}", removed.line());
+        Ok::<_, ClusterError>((added, removed))
+    }
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    let finished = load.await.map_err(|e| ClusterError::of("the load task", e))?;
+    let (added, removed) = changes?;
+    let (ok_n, failed) = {
+        let s = seen.lock().unwrap_or_else(|e| e.into_inner());
+        (s.ok, s.failed.clone())
+    };
+    ensure(finished && ok_n > 0 && failed.is_empty(), || {
+        format!("load on {ECHO_HOST} while a Service came and went: {ok_n} ok, {} failed: {failed:?}", failed.len())
+    })?;
+    added.expect_reloads("the first path to a second Service (HAProxy 3.4: backend.add)", 0.0)?;
+    ensure(added.ops.get("backend.add").copied().unwrap_or(0.0) >= 2.0, || {
+        format!("a new Service's backend on 2 pods without backend.add: {}", added.line())
+    })?;
     removed.expect_reloads("the last path to a Service removed", 0.0)?;
-    ok("two Ingresses on one host both served (0 reloads over an existing backend); a new Service's first path 1 reload, its removal 0");
+    ok(&format!(
+        "two Ingresses on one host both served (0 reloads over an existing backend); a new Service's first path 0 reloads (backend.add), its removal 0; {ok_n} requests on {ECHO_HOST} meanwhile, 0 failed"
+    ));
     Ok(())
 }
 
