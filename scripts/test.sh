@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's test command: installs HAProxy 2.6 and 3.0 (scripts/install-haproxy.sh), the local
+# The README's test command: installs HAProxy 2.6, 3.0, 3.2 and 3.4 (scripts/install-haproxy.sh), the local
 # Kubernetes control plane (scripts/install-k8s.sh) and helm (scripts/install-helm.sh), then runs
 # formatting, clippy and the whole test suite against real HAProxy processes and a real
 # kube-apiserver on 127.0.0.1; then a real cluster on this machine (scripts/cluster.sh: up, our
@@ -11,7 +11,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # message out of a CI log's excerpt (HAPTIC_TEST_BACKTRACE=1 brings the stacks back).
 export RUST_BACKTRACE="${HAPTIC_TEST_BACKTRACE:-0}"
 
-echo "==> installing HAProxy (2.6 from Debian, 3.0 from trixie into target/haproxy)"
+echo "==> installing HAProxy (2.6 from Debian; 3.0, 3.2 and 3.4 from trixie, forky and experimental into target/haproxy)"
 # (Not `mapfile < <(script)`: a failing install must stop the run.)
 hap_paths=$(scripts/install-haproxy.sh)
 mapfile -t bins <<<"$hap_paths"

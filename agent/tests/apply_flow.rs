@@ -1,4 +1,4 @@
-//! On HAProxy 2.6 and 3.0, each its own test case: bootstrap, complete-state apply,
+//! On HAProxy 2.6, 3.0, 3.2 and 3.4, each its own test case: bootstrap, complete-state apply,
 //! traffic, state digests, parts for new files only, missing parts, baselines, a config HAProxy
 //! refuses, and a file edited behind the agent's back.
 

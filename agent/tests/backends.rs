@@ -115,3 +115,85 @@ async fn a_new_backend_lands_at_runtime_on_3_4_and_by_reload_before(bin: Haproxy
     assert_eq!(get_host(fe, "a.example").await, (200, "A".into()), "{label}");
     println!("{label}: a new backend landed {}", if adds_backends { "at runtime" } else { "by a checked reload" });
 }
+
+/// Kill trials per version of [`kill_9_during_backend_adds_loses_nothing`].
+const KILL_TRIALS: u16 = 8;
+
+on_each_version!(kill_9_during_backend_adds_loses_nothing);
+/// `kill -9` of the agent at random moments during runtime applies that add a backend (on 3.4
+/// `backend.add`, before it a checked reload): after each restart the agent converges (running
+/// == applied, by a reload from the tree when the ops did not all run), the applied plan is the
+/// previous or the new one, and every host its map names is served by its backend.
+async fn kill_9_during_backend_adds_loses_nothing(bin: HaproxyBin) {
+    let label = bin.label();
+    let mut pod = pod(&bin).await;
+    let fe = port();
+    let mut servers = Vec::new();
+    for i in 0..=KILL_TRIALS + 1 {
+        servers.push(backend(&format!("S{i}")).await);
+    }
+    let mut backends = vec![("be_0".to_string(), servers[0].port)];
+    let mut hosts = vec![("h0.example".to_string(), "be_0".to_string())];
+    let health = pod.health_bind().to_string();
+    let make = |backends: &[(String, u16)], hosts: &[(String, String)]| {
+        let b: Vec<(&str, u16)> = backends.iter().map(|(n, p)| (n.as_str(), *p)).collect();
+        let h: Vec<(&str, &str)> = hosts.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+        files(&health, fe, &b, &h, "")
+    };
+    let mut cur = make(&backends, &hosts);
+    apply_ok(&pod, &request((1, 1), None, Mode::Reload, &cur, |_| true, vec![])).await;
+    // Trial 0 is not killed: it times one such apply (not asserted: it only scales the delays).
+    let mut span_ms = 1;
+    let (mut landed_new, mut kept_prev) = (0u32, 0u32);
+    let mut rng = rand::rng();
+    for trial in 1..=KILL_TRIALS + 1 {
+        let name = format!("be_{trial}");
+        let mut nb = backends.clone();
+        nb.push((name.clone(), servers[usize::from(trial)].port));
+        let mut nh = hosts.clone();
+        nh.push((format!("h{trial}.example"), name));
+        let next = make(&nb, &nh);
+        let text = |f: &Files| String::from_utf8(f["haproxy.cfg"].clone()).unwrap();
+        let mut batch = diff_cfg(&text(&cur), &text(&next)).backend_ops();
+        batch.push(Op::MapLoad { path: RelPath::new(MAP).unwrap() });
+        let req = request((1, 1 + u64::from(trial)), Some(pid(&cur)), Mode::Runtime, &next, |_| true, vec![batch]);
+        if trial == 1 {
+            let t0 = std::time::Instant::now();
+            apply_ok(&pod, &req).await;
+            span_ms = (t0.elapsed().as_millis() as u64).max(1) * 3 / 2;
+            wait_state(&pod, "trial 0 runs", |s| s.running.as_ref().map(|r| r.plan_id) == Some(pid(&next))).await;
+            (backends, hosts, cur) = (nb, nh, next);
+            continue;
+        }
+        let client = pod.client();
+        let body = req.to_string();
+        let inflight = tokio::spawn(async move { client.post_json("/v1/apply", &body).await });
+        let delay = rand::RngExt::random_range(&mut rng, 0..=span_ms);
+        tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+        pod.kill_agent_9();
+        let _ = inflight.await;
+        pod.restart_agent().await.unwrap_or_else(|e| panic!("{label} trial {trial}: restart: {e}"));
+        let s = wait_state(&pod, "running == applied after the restart", |s| {
+            s.applied.is_some() && s.applied.as_ref().map(|a| a.plan_id) == s.running.as_ref().map(|r| r.plan_id)
+        })
+        .await;
+        let applied = s.applied.map(|a| a.plan_id);
+        if applied == Some(pid(&next)) {
+            landed_new += 1;
+            (backends, hosts, cur) = (nb, nh, next);
+        } else {
+            assert_eq!(applied, Some(pid(&cur)), "{label} trial {trial} (kill after {delay} ms)");
+            kept_prev += 1;
+        }
+        for (host, backend) in &hosts {
+            let got = get_host(fe, host).await;
+            assert_eq!(
+                got,
+                (200, backend.replace("be_", "S")),
+                "{label} trial {trial} (kill after {delay} ms): {host}\n{}",
+                pod.agent_log()
+            );
+        }
+    }
+    println!("{label}: {KILL_TRIALS} kill -9 trials during backend adds: {landed_new} landed, {kept_prev} kept the previous plan");
+}

@@ -1,4 +1,4 @@
-//! On HAProxy 2.6 and 3.0, each its own test case: bad input → 400 / 401 / 413 (and a planted symlink
+//! On HAProxy 2.6, 3.0, 3.2 and 3.4, each its own test case: bad input → 400 / 401 / 413 (and a planted symlink
 //! → 409 missing_parts), with no file change and no reload.
 
 mod common;

@@ -1,4 +1,4 @@
-//! On HAProxy 2.6 and 3.0, each its own test case: `kill -9` of the agent at random moments during
+//! On HAProxy 2.6, 3.0, 3.2 and 3.4, each its own test case: `kill -9` of the agent at random moments during
 //! applies (25 trials per version). After each restart `current` is a whole plan (the previous
 //! or the new one), its digests match `.state`, HAProxy still serves, and staging garbage stays
 //! bounded. The kill delays span one measured apply, and the test counts the trials that landed

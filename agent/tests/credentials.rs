@@ -1,4 +1,4 @@
-//! Credential rotation on a running agent (real process on 127.0.0.1, real HAProxy 2.6 and 3.0):
+//! Credential rotation on a running agent (real process on 127.0.0.1, real HAProxy 2.6, 3.0, 3.2 and 3.4):
 //! rewriting `--credentials-file` the way the kubelet updates a mounted Secret makes the new
 //! credential work without a restart; the previous one is accepted for `--credentials-grace`,
 //! then refused. A malformed file keeps the last good credential.

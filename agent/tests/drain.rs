@@ -1,4 +1,4 @@
-//! On HAProxy 2.6 and 3.0: the pod stops. The agent, told to stop (SIGUSR1, the image's stop
+//! On HAProxy 2.6, 3.0, 3.2 and 3.4: the pod stops. The agent, told to stop (SIGUSR1, the image's stop
 //! signal, as HAProxy gets), refuses every apply from then on with a 503 that claims nothing was
 //! written, keeps answering `/v1/state` while HAProxy drains, and exits only once HAProxy's
 //! master is gone (`--drain-wait`).

@@ -1,4 +1,4 @@
-//! On HAProxy 2.6 and 3.0, each its own test case: the raised fence is persisted before staging
+//! On HAProxy 2.6, 3.0, 3.2 and 3.4, each its own test case: the raised fence is persisted before staging
 //! (check the fence, persist it, then stage), so while `haproxy -c` runs (held here by a gate in front of the real binary) and after
 //! a `kill -9` of the agent at that moment, `/v1/state` shows the fence the agent enforces. A
 //! runtime apply's raised fence is written with its intent record: after its ACK, or after a

@@ -1,4 +1,4 @@
-//! On HAProxy 2.6 and 3.0, each its own test case: HAProxy gone (`kill -9` of the master, or of the worker,
+//! On HAProxy 2.6, 3.0, 3.2 and 3.4, each its own test case: HAProxy gone (`kill -9` of the master, or of the worker,
 //! after which the master exits) is not a config rejection. The agent reports `running: null` and `haproxy.running: false`, answers applies with
 //! 503 `haproxy_unavailable` after writing the tree, and picks a new HAProxy up again (new master,
 //! new pids) without a restart of its own; the next apply lands and clears `last_error`.

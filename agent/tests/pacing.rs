@@ -1,4 +1,4 @@
-//! On HAProxy 2.6 and 3.0, each its own test case: a failing runtime op falls back to a reload from
+//! On HAProxy 2.6, 3.0, 3.2 and 3.4, each its own test case: a failing runtime op falls back to a reload from
 //! the tree; a burst of reload-needing applies costs at most two verified reloads; a runtime
 //! apply while a reload is scheduled lands at once and survives the reload; an unverifiable
 //! runtime claim takes the checked reload path.

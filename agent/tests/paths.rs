@@ -1,4 +1,4 @@
-//! On HAProxy 2.6 and 3.0, each its own test case: paths stay inside the tree. A config that
+//! On HAProxy 2.6, 3.0, 3.2 and 3.4, each its own test case: paths stay inside the tree. A config that
 //! makes HAProxy read a file outside the tree (absolute, or climbing out with `..`), a socket
 //! outside the socket dir, or that lacks `default-path config` is refused with 422 naming the
 //! directive and the line, before `haproxy -c` reads anything; nothing changes.

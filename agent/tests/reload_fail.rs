@@ -1,4 +1,4 @@
-//! On HAProxy 2.6 and 3.0, each its own test case: a config that passes `haproxy -c` but fails on
+//! On HAProxy 2.6, 3.0, 3.2 and 3.4, each its own test case: a config that passes `haproxy -c` but fails on
 //! reload (a port already held by another socket) → 422; the last good tree is live again and
 //! HAProxy still serves the old config. With the bind pre-check (the default) the agent refuses
 //! it before touching anything; without it, HAProxy's failed reload is rolled back, and its

@@ -1,4 +1,4 @@
-//! On HAProxy 2.6 and 3.0, each its own test case: the agent's HTTP resources are bounded. Slow headers
+//! On HAProxy 2.6, 3.0, 3.2 and 3.4, each its own test case: the agent's HTTP resources are bounded. Slow headers
 //! and slow bodies are cut by timeouts, idle connections beyond `--max-connections` never pile up
 //! file descriptors, a declared `Content-Length` over `--max-body` gets its 413 before any body
 //! byte is sent, and only one apply runs with one waiting (the rest: 429, `Retry-After`, JSON).

@@ -1,4 +1,4 @@
-//! On HAProxy 2.6 and 3.0, each its own test case: `running` always names what the worker runs.
+//! On HAProxy 2.6, 3.0, 3.2 and 3.4, each its own test case: `running` always names what the worker runs.
 //!
 //! - A runtime apply made while a reload is pending never puts its ops into the worker: when that
 //!   pending reload then fails (a port held by another socket, with the bind pre-check off), the

@@ -1,4 +1,4 @@
-//! On HAProxy 2.6 and 3.0, each its own test case: a plan that adds servers to a backend, and a
+//! On HAProxy 2.6, 3.0, 3.2 and 3.4, each its own test case: a plan that adds servers to a backend, and a
 //! later one that deletes some, land at runtime through `/v1/apply` (same worker, no reload),
 //! traffic reaches exactly the servers the tree names, the tree on disk says so, and a following
 //! reload keeps them. An apply whose `server.add` names a backend the config lacks is not run.

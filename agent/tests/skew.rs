@@ -1,4 +1,4 @@
-//! On HAProxy 2.6 and 3.0, each its own test case: an apply with a mode from a newer minor version is
+//! On HAProxy 2.6, 3.0, 3.2 and 3.4, each its own test case: an apply with a mode from a newer minor version is
 //! not refused: the agent lands it as a checked reload and says why.
 
 mod common;
@@ -23,7 +23,7 @@ async fn unknown_mode_lands_as_a_checked_reload(bin: HaproxyBin) {
 }
 
 on_each_version!(warnings_of_a_landed_config_are_kept);
-/// On HAProxy 2.6 and 3.0: a config that loads with warnings lands, and
+/// On HAProxy 2.6, 3.0, 3.2 and 3.4: a config that loads with warnings lands, and
 /// HAProxy's warnings are kept in `last_warnings` until a checked apply without warnings.
 async fn warnings_of_a_landed_config_are_kept(bin: HaproxyBin) {
     let label = bin.label();

@@ -1,4 +1,4 @@
-//! `/v1/state?verify=1` is never torn, on HAProxy 2.6 and 3.0 (each its own test case): while
+//! `/v1/state?verify=1` is never torn, on HAProxy 2.6, 3.0, 3.2 and 3.4 (each its own test case): while
 //! applies land one after another, every verified read's `files` hash to its own
 //! `applied.plan_id`, and the reads see every applied plan (the writer waits, after each ACK,
 //! for two reads to finish, so the second began after the ACK and before the next apply).

@@ -1,4 +1,4 @@
-//! On HAProxy 2.6 and 3.0, each its own test case: the agent serves HTTPS (`--tls-cert-file`,
+//! On HAProxy 2.6, 3.0, 3.2 and 3.4, each its own test case: the agent serves HTTPS (`--tls-cert-file`,
 //! `--tls-key-file`) with a certificate from a CA generated here (openssl); a client trusting that
 //! CA reads the state and applies; a client that does not trust it, or speaks plain HTTP, gets
 //! nothing. Replacing the files with a certificate of another CA (as a renewed Secret does) makes

@@ -1,4 +1,4 @@
-//! The `haptic-controller` command line: `validate` (against HAProxy 2.6 and 3.0), `diff`,
+//! The `haptic-controller` command line: `validate` (against HAProxy 2.6, 3.0, 3.2 and 3.4), `diff`,
 //! `status` (against a real admin server) and `run`'s refusals of bad settings.
 
 use std::process::Command;

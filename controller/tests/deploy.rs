@@ -1,4 +1,4 @@
-//! Deploying to a real fleet (3 pods: HAProxy 2.6 and 3.0 + the agent): runtime endpoint and
+//! Deploying to a real fleet (3 pods: HAProxy 2.6, 3.0, 3.2 and 3.4 + the agent): runtime endpoint and
 //! map changes without reloads, paced frontend reloads, render bursts, the gate.
 
 mod common;

@@ -1,6 +1,6 @@
 //! Serving a GatewayClass end to end: a real kube-apiserver + etcd with the Gateway API v1.6.3
 //! standard CRDs (from the Go module conformance/tools pins), HAProxy pods run for real by the
-//! kubelet stand-in (`LocalPods`, HAProxy 2.6 and 3.0 as separate cases), the controller binary,
+//! kubelet stand-in (`LocalPods`, HAProxy 2.6, 3.0, 3.2 and 3.4 as separate cases), the controller binary,
 //! and Gateways, HTTPRoutes, Services and EndpointSlices created by the test.
 //!
 //! As in `ingress.rs`, endpoints are TEST-NET-1 addresses no request is routed to: HTTP checks
@@ -243,6 +243,31 @@ async fn gateways_get_addresses_statuses_and_runtime_routes(bin: HaproxyBin) {
     assert_eq!(codes(&pods, bind, "shop.example.com", "/more").await, [503, 503]);
     let p = our_parent(c, "more").await;
     assert_eq!(cond(&p["conditions"], "ResolvedRefs")["status"], "True", "{p}");
+
+    // A route to a Service the fleet has never served: a new backend section, added at runtime
+    // on HAProxy 3.4 (`backend.add`: worker pids unchanged); one reload per pod before 3.4.
+    apply(c, service("fresh")).await;
+    apply(c, slice("fresh", &["192.0.2.5"])).await;
+    apply(
+        c,
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+               "metadata": {"name": "fresh", "namespace": "shop"},
+               "spec": {"parentRefs": [{"name": "gw"}], "hostnames": ["fresh.example.com"],
+                        "rules": [{"backendRefs": [{"name": "fresh", "port": 80}]}]}}),
+    )
+    .await;
+    let what = "a route to a Service never served before";
+    let plan = if bin.version >= (3, 4, 0) {
+        runtime_change(&api, &pods, &plan, what).await
+    } else {
+        let s = converged(&api, 2, Some(&plan)).await;
+        for p in s["deployedToPods"].as_array().unwrap() {
+            assert_eq!(p["mode"], "reload", "{what} on {}: {p}", bin.label());
+        }
+        s["planId"].as_str().unwrap().to_string()
+    };
+    let fresh = weights(&pods, "shop_fresh_http").await;
+    assert!(fresh.iter().all(|w| w.iter().any(|(a, _)| a == "192.0.2.5")), "{what}: {fresh:?}");
 
     // A route haptic cannot express is refused in its own status; the others keep serving.
     apply(

@@ -1,5 +1,5 @@
 //! Kubernetes mode end to end: a real kube-apiserver + etcd (`ControlPlane`), HAProxy pods run
-//! for real by the kubelet stand-in (`LocalPods`, HAProxy 2.6 and 3.0), and the controller
+//! for real by the kubelet stand-in (`LocalPods`, HAProxy 2.6, 3.0, 3.2 and 3.4), and the controller
 //! binary in `run --kubernetes` as a separate process. Needs `scripts/install-k8s.sh`.
 
 use std::collections::BTreeMap;

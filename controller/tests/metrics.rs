@@ -1,5 +1,5 @@
 //! Live `/metrics` of a running controller (standalone) and of its agents (2 real pods of
-//! HAProxy 2.6 and 3.0), scraped over HTTP on 127.0.0.1: the names operators query
+//! HAProxy 2.6, 3.0, 3.2 and 3.4), scraped over HTTP on 127.0.0.1: the names operators query
 //! (`haptic_pods`, `haptic_leader`, `haptic_build_info`, the `haproxy_pod` label), and both
 //! expositions accepted by Prometheus's own `promtool check metrics` (`scripts/install-promtool.sh`;
 //! or `HAPTIC_PROMTOOL`), and every `haptic_*` name the chart's Grafana dashboard and

@@ -1,4 +1,4 @@
-//! Paced reloads and the deployment timeout on a real fleet (HAProxy 2.6 and 3.0): a render the
+//! Paced reloads and the deployment timeout on a real fleet (HAProxy 2.6, 3.0, 3.2 and 3.4): a render the
 //! pods can take at runtime is never held behind their scheduled reload, and a deployment stuck
 //! on a pod that never answers is cancelled by the deployment timeout and retried.
 

@@ -1,4 +1,4 @@
-//! Conflicts and recovery on a real fleet (3 pods, HAProxy 2.6 and 3.0): `missing_parts`,
+//! Conflicts and recovery on a real fleet (3 pods, HAProxy 2.6, 3.0, 3.2 and 3.4): `missing_parts`,
 //! an apply behind the controller's back (`stale_epoch` then `prev_mismatch`), a controller
 //! restart that reloads nothing, drift repair, and a second controller that stands down.
 

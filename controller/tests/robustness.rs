@@ -1,4 +1,4 @@
-//! The controller on a real fleet when things go wrong (2 pods, HAProxy 2.6 and 3.0; pod 1 is
+//! The controller on a real fleet when things go wrong (2 pods, HAProxy 2.6, 3.0, 3.2 and 3.4; pod 1 is
 //! reached through a real proxy on 127.0.0.1 that can lose answers, hold applies and report
 //! other capabilities, or let another writer in first): version skew, the exact retry of an
 //! apply whose answer was lost, `unknown_baseline` from a wiped pod, `max_parallel`, the

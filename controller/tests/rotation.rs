@@ -1,5 +1,5 @@
 //! The controller's side of a credential rotation, against a real agent process on 127.0.0.1
-//! (real HAProxy 2.6 and 3.0): after `set_credentials`, an agent still on the previous
+//! (real HAProxy 2.6, 3.0, 3.2 and 3.4): after `set_credentials`, an agent still on the previous
 //! credential is reached with the previous one; once the agent has the new one, the new one is
 //! used; a client that never knew the previous credential is refused.
 

@@ -1,5 +1,5 @@
 //! A backend growing and shrinking deploys at runtime (`server.add` / `server.del`) to a real
-//! fleet (2 pods of HAProxy + the agent), on HAProxy 2.6 and 3.0, each its own test case: no
+//! fleet (2 pods of HAProxy + the agent), on HAProxy 2.6, 3.0, 3.2 and 3.4, each its own test case: no
 //! worker changes, and traffic reaches exactly the servers the config names.
 
 mod common;

@@ -1,4 +1,4 @@
-//! The real-HAProxy harness tested against every installed HAProxy version (2.6 and 3.0).
+//! The real-HAProxy harness tested against every installed HAProxy version (2.6, 3.0, 3.2 and 3.4).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

@@ -1,6 +1,6 @@
 //! The end-to-end scenario suite on Kubernetes. One suite, three backends, chosen by
 //! `HAPTIC_E2E_CLUSTER`:
-//! - `local` (default): the local control plane, `LocalPods` with real HAProxy 2.6 and 3.0, two
+//! - `local` (default): the local control plane, `LocalPods` with real HAProxy 2.6, 3.0, 3.2 and 3.4, two
 //!   controller processes (needs `scripts/install-k8s.sh`);
 //! - `real`: the cluster of `scripts/cluster.sh` (kubelet + containerd nodes on this machine),
 //!   images loaded with `scripts/cluster.sh load`; the suite installs the chart with helm;

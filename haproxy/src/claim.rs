@@ -1,12 +1,14 @@
 //! The runtime claim: whether a change can land through the runtime API alone.
 //!
 //! Owns the structural comparison of two `haproxy.cfg` texts (only server address, port, weight
-//! and enabled/disabled may differ, and a plain backend may gain or lose `server` lines that
-//! HAProxy 2.6 and 3.0 can add or delete at runtime) and the check that a set of ops covers
-//! exactly what changed. The controller's plan diff and the agent's verification both call it,
-//! so both sides agree on what "runtime" means. It must never do I/O and never call a change
-//! runtime-safe unless every changed token is one HAProxy can set at runtime with a
-//! well-formed value, on both versions.
+//! and enabled/disabled may differ, a plain backend may gain or lose `server` lines that HAProxy
+//! 2.6 to 3.4 can add or delete at runtime, and the config may gain plain backend sections of
+//! such lines after a named `defaults` section, which HAProxy 3.4 adds at runtime) and the check
+//! that a set of ops covers exactly what changed. The controller's plan diff and the agent's
+//! verification both call it, so both sides agree on what "runtime" means; which op kinds an
+//! agent's HAProxy runs is the agent's capabilities, not this module's. It must never do I/O and
+//! never call a change runtime-safe unless every changed token is one HAProxy can set at runtime
+//! with a well-formed value, on every version that runs the op.
 
 use std::collections::{BTreeMap, BTreeSet};
 

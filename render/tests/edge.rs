@@ -1,4 +1,4 @@
-//! The edge on real HAProxy 2.6 and 3.0: what the backend learns of the client
+//! The edge on real HAProxy 2.6, 3.0, 3.2 and 3.4: what the backend learns of the client
 //! (`X-Forwarded-*`, which a client cannot forge unless trusted), the PROXY protocol, one access
 //! log line per request (HTTP and JSON), the stats and exporter frontend, and HTTP/2 on an
 //! Ingress's TLS bind.

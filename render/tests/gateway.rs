@@ -1,4 +1,4 @@
-//! A Gateway API render is a configuration real HAProxy accepts: on HAProxy 2.6 and 3.0 (one
+//! A Gateway API render is a configuration real HAProxy accepts: on HAProxy 2.6, 3.0, 3.2 and 3.4 (one
 //! test case per version), `haproxy -c` accepts the render of the Gateway fixture (every match
 //! kind, filters, a redirect, weights, 500, TLS with a real certificate).
 

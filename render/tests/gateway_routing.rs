@@ -1,4 +1,4 @@
-//! Real HAProxy on 127.0.0.1 serving a Gateway API render (HAProxy 2.6 and 3.0, one case each):
+//! Real HAProxy on 127.0.0.1 serving a Gateway API render (HAProxy 2.6, 3.0, 3.2 and 3.4, one case each):
 //! precedence across exact, prefix, header, method and query matches, the filters as a backend
 //! and a client see them (rewritten path and host, request and response headers), a redirect
 //! with scheme, port and prefix replacement, backends with their own filters, and 500 for a

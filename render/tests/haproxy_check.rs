@@ -1,5 +1,5 @@
 //! The render of a fixture set is a configuration real HAProxy accepts (`haproxy -c`), on HAProxy
-//! 2.6 and 3.0 (one test case per version; a missing version fails).
+//! 2.6, 3.0, 3.2 and 3.4 (one test case per version; a missing version fails).
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! Secrets reach HAProxy only as parsed, re-encoded PEM: on HAProxy 2.6 and 3.0 (one test case
+//! Secrets reach HAProxy only as parsed, re-encoded PEM: on HAProxy 2.6, 3.0, 3.2 and 3.4 (one test case
 //! per version), a Secret whose `tls.crt` wraps its PEM blocks in Lua text is served on SNI from
 //! a file holding only the re-encoded blocks, while an Ingress in another namespace whose
 //! Secret pairs a certificate with another certificate's key is refused in its own verdict and

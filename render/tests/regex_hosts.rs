@@ -1,4 +1,4 @@
-//! A regex path cannot take another host's requests: real HAProxy 2.6 and 3.0, eleven hosts. The
+//! A regex path cannot take another host's requests: real HAProxy 2.6, 3.0, 3.2 and 3.4, eleven hosts. The
 //! attacker's host carries the regex path `/?\d*/account`, which under a key of the form
 //! `^h1(?i:…)` matched the lookup string `h11/account` of another host when host ids were
 //! positional (`h1`…`h11`); with ids of one width that end at `~`, the victim's requests must

@@ -1,6 +1,6 @@
 //! Snippets by allow-list, end to end. A property: whatever snippet the check accepts, the
 //! rendered config keeps its sections and every line outside the snippet (and every map) as the
-//! render without it has them. Real HAProxy 2.6 and 3.0: an allowed snippet renders, passes
+//! render without it has them. Real HAProxy 2.6, 3.0, 3.2 and 3.4: an allowed snippet renders, passes
 //! `haproxy -c` and its header is seen on a real request; each attack seen against the old
 //! deny-list refuses its own Ingress and never reaches the rendered config.
 

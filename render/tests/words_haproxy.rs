@@ -1,4 +1,4 @@
-//! `haptic_haproxy::words::split` against real HAProxy 2.6 and 3.0: for random config words
+//! `haptic_haproxy::words::split` against real HAProxy 2.6, 3.0, 3.2 and 3.4: for random config words
 //! built from quotes, escapes, `#` and blanks that `split` reads as one word, HAProxy serves that
 //! exact word as a `string` body (`http-request return … string <word>`). So what the snippet
 //! check judges is what HAProxy runs.

@@ -67,7 +67,7 @@ pub fn add_backend(op: &haptic_protocol::BackendAdd) -> Result<(String, String),
     Ok((format!("add backend {} from {}", op.backend, op.defaults), format!("publish backend {}", op.backend)))
 }
 
-/// `server` parameters that `add server` takes on both HAProxy 2.6 and 3.0, with the same
+/// `server` parameters that `add server` takes on HAProxy 2.6, 3.0, 3.2 and 3.4, with the same
 /// meaning as on a `server` line, and that need no other config object: flags first, then
 /// keywords followed by one value. Anything else (`cookie` is refused by 2.6, `enabled` by 3.0,
 /// `init-addr`/`resolvers` by both, `ssl`/`track`/`agent-check` need more than the line) keeps

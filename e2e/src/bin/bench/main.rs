@@ -42,7 +42,7 @@ struct Args {
     /// Small sizes and fewer repetitions (finishes in under two minutes).
     #[arg(long)]
     quick: bool,
-    /// Run only this case (repeatable): plan_diff, render_scale, runtime_apply, reload_apply,
+    /// Run only this case (repeatable): plan_diff, render_scale, runtime_apply, reload_apply, new_backend (3.4),
     /// map_replace, regex_path, verify_state, delta_transfer, fleet_runtime, runtime_while_reload_pending,
     /// fleet_reload, burst, traffic_under_churn, fleet_scale, k8s_runtime, endpoint_churn, gateway_route, footprint; real_cluster only when
     /// named (root; brings scripts/cluster.sh's cluster up and down).
@@ -134,6 +134,7 @@ async fn run_version(ctx: &Ctx, out: &mut Results) {
         ("runtime_apply", &["runtime_apply"], Box::pin(cases::agent_cases::runtime_apply(ctx))),
         ("reload_apply", &["reload_apply"], Box::pin(cases::agent_cases::reload_apply(ctx))),
         ("map_replace", &["map_replace"], Box::pin(cases::agent_cases::map_replace(ctx))),
+        ("new_backend", &["new_backend"], Box::pin(cases::new_backend::run(ctx))),
         ("regex_path", &["regex_path"], Box::pin(cases::regex_path::run(ctx))),
         (
             "tree (footprint/verify_state/delta_transfer)",

@@ -8,6 +8,7 @@ pub mod fleet;
 pub mod k8s;
 pub mod k8s_endpoints;
 pub mod k8s_gateway;
+pub mod new_backend;
 pub mod plan_diff;
 pub mod real_cluster;
 pub mod regex_path;
@@ -31,6 +32,7 @@ pub const ALL: &[&str] = &[
     "runtime_apply",
     "reload_apply",
     "map_replace",
+    "new_backend",
     "regex_path",
     "verify_state",
     "delta_transfer",
