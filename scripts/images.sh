@@ -47,8 +47,11 @@ B=(buildah --storage-driver vfs)
 # The images take HAProxy 3.4 from Debian experimental and its libraries from sid. Where this
 # machine's apt skips the Release files' freshness check (a snapshot mirror, whose sid and
 # experimental Release files expire while trixie's never do), the image builds skip it too.
+# (Read whole first: `apt-config dump | grep -q` under pipefail fails when grep's early exit
+# kills apt-config with SIGPIPE.)
 apt_options=""
-if apt-config dump 2>/dev/null | grep -q '^Acquire::Check-Valid-Until "false"'; then
+apt_config=$(apt-config dump 2>/dev/null || true)
+if grep -q '^Acquire::Check-Valid-Until "false"' <<<"$apt_config"; then
   apt_options="-o Acquire::Check-Valid-Until=false -o Acquire::Check-Date=false"
 fi
 sudo=""

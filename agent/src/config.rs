@@ -139,6 +139,11 @@ pub struct RunArgs {
     /// of letting HAProxy pause its listeners for ~2 s of bind retries and fail.
     #[arg(long, env = "HAPTIC_AGENT_BIND_PRECHECK", default_value_t = true, action = clap::ArgAction::Set)]
     pub bind_precheck: bool,
+    /// Add backends at runtime where HAProxy can (3.4: `add backend`, which HAProxy marks
+    /// experimental); `false` leaves `backend.add` out of the capabilities, so a new backend
+    /// reloads as before 3.4.
+    #[arg(long, env = "HAPTIC_AGENT_RUNTIME_BACKENDS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub runtime_backends: bool,
 }
 
 /// A log filter `tracing_subscriber::EnvFilter` accepts.

@@ -68,6 +68,7 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
         reload_timeout: a.reload_timeout,
         pod: a.pod_name.clone().unwrap_or_else(|| a.root.display().to_string()),
         bind_precheck: a.bind_precheck,
+        runtime_backends: a.runtime_backends,
         check_exec: a.check_exec_path.clone(),
         check_env: haptic_agent::check::haproxy_env(std::env::vars_os()),
         path_policy: haptic_haproxy::paths::PathPolicy {

@@ -13,6 +13,7 @@ use std::net::SocketAddr;
 
 use common::*;
 use haptic_e2e::net::http_request;
+use haptic_e2e::pod::PodOpts;
 use haptic_e2e::HaproxyBin;
 use haptic_haproxy::claim::diff_cfg;
 use haptic_protocol::{Mode, Op, OpKind, RelPath};
@@ -196,4 +197,29 @@ async fn kill_9_during_backend_adds_loses_nothing(bin: HaproxyBin) {
         }
     }
     println!("{label}: {KILL_TRIALS} kill -9 trials during backend adds: {landed_new} landed, {kept_prev} kept the previous plan");
+}
+
+/// On HAProxy 3.4 with `--runtime-backends false`: the agent leaves `backend.add` out of its
+/// capabilities, and the same runtime claim lands as a checked reload that serves the host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runtime_backends_off_reloads_on_3_4() {
+    let bin = haptic_e2e::haproxy_bin(3, 4);
+    let opts = PodOpts { extra_args: vec!["--runtime-backends".into(), "false".into()], ..PodOpts::default() };
+    let pod = pod_with(&bin, opts).await;
+    let caps = state(&pod, false).await.capabilities;
+    assert!(caps.supports(OpKind::ServerAdd) && !caps.supports(OpKind::BackendAdd), "{caps:?}");
+    let fe = port();
+    let (a, b) = (backend("A").await, backend("B").await);
+    let v1 = files(pod.health_bind(), fe, &[("be_a", a.port)], &[("a.example", "be_a")], "");
+    apply_ok(&pod, &request((1, 1), None, Mode::Reload, &v1, |_| true, vec![])).await;
+    let hosts = [("a.example", "be_a"), ("b.example", "be_b")];
+    let v2 = files(pod.health_bind(), fe, &[("be_a", a.port), ("be_b", b.port)], &hosts, "");
+    let text = |f: &Files| String::from_utf8(f["haproxy.cfg"].clone()).unwrap();
+    let mut batch = diff_cfg(&text(&v1), &text(&v2)).backend_ops();
+    batch.push(Op::MapLoad { path: RelPath::new(MAP).unwrap() });
+    let ack = apply_ok(&pod, &request((1, 2), Some(pid(&v1)), Mode::Runtime, &v2, |_| true, vec![batch])).await;
+    assert_eq!(ack["mode"], "reload", "{ack}");
+    assert!(ack["reasons"].to_string().contains("op kind backend.add is not supported here"), "{ack}");
+    wait_state(&pod, "v2 runs", |s| s.running.as_ref().map(|r| r.plan_id) == Some(pid(&v2))).await;
+    assert_eq!(get_host(fe, "b.example").await, (200, "B".into()));
 }

@@ -515,6 +515,8 @@ fn default_render_is_wired_as_the_brief_says() {
     assert_eq!(pod["terminationGracePeriodSeconds"], 75, "5 s preStop + 60 s drain + 10 s");
     let args = container(pod, "agent")["command"].as_array().unwrap().clone();
     assert!(args.contains(&json!("--drain-wait=70s")), "{args:?}");
+    // New backends at runtime where HAProxy can, by default.
+    assert!(args.contains(&json!("--runtime-backends=true")), "{args:?}");
     assert_eq!(pod["topologySpreadConstraints"][0]["whenUnsatisfiable"], "ScheduleAnyway", "a soft spread by default");
     let cfg = one(&objs, "HAProxyConfig", "")["spec"]["config"].as_str().unwrap().to_string();
     let exporter = cfg.split("\nfrontend ").find(|f| f.starts_with("prometheus")).expect("a frontend prometheus");

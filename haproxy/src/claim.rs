@@ -171,12 +171,15 @@ pub fn diff_parsed(old: &cfg::Config, new: &cfg::Config) -> CfgDiff {
             section_set_reasons(&old_headers, &new_headers, &mut out.reload_reasons);
             return out;
         };
+        // What every added backend shares (the `defaults` sections, `track`), checked once.
+        let config = dynamic_config(old, new);
         for &i in &added {
-            match backend_add(old, new, i) {
+            match config.clone().and_then(|()| backend_add(new, i)) {
                 Ok(op) => out.backends_added.push(op),
                 Err(why) => out.reload_reasons.push(format!("section added: {} ({why})", new_headers[i])),
             }
         }
+        let added: BTreeSet<usize> = added.into_iter().collect();
         kept = new.sections.iter().enumerate().filter(|(i, _)| !added.contains(i)).map(|(_, s)| s).collect();
     }
     for (o, n) in old.sections.iter().zip(kept) {
@@ -294,18 +297,32 @@ fn dynamic_backend(old: &cfg::Config, new: &cfg::Config, n: &cfg::Section) -> Re
     if n.kind != "backend" || n.header.split_whitespace().count() != 2 {
         return Err("servers are added or deleted at runtime only in a plain `backend` section".into());
     }
-    let defaults = new.sections.iter().filter(|s| s.kind == "defaults");
-    for (section, line) in std::iter::once(n).chain(defaults).flat_map(|s| s.lines.iter().map(move |l| (s, l))) {
+    dynamic_lines(n)?;
+    dynamic_config(old, new)
+}
+
+/// Why section `s`'s own lines keep servers added at runtime from being the file's servers.
+fn dynamic_lines(s: &cfg::Section) -> Result<(), String> {
+    for line in &s.lines {
         let kw = line[0].as_str();
         if NOT_DYNAMIC.contains(&kw) || kw.starts_with("stick") {
-            return Err(format!("{} has `{kw}`, which servers added at runtime do not follow", section.label()));
+            return Err(format!("{} has `{kw}`, which servers added at runtime do not follow", s.label()));
         }
         if kw == "balance" {
             let algo = line.get(1).map(|a| a.split('(').next().unwrap_or(a)).unwrap_or("");
             if !DYNAMIC_BALANCE.contains(&algo) {
-                return Err(format!("{} balances with {algo:?}, which takes no servers at runtime", section.label()));
+                return Err(format!("{} balances with {algo:?}, which takes no servers at runtime", s.label()));
             }
         }
+    }
+    Ok(())
+}
+
+/// Why nothing is added or deleted at runtime anywhere in `new`: its `defaults` sections' lines,
+/// or a server of either config that `track`s another.
+fn dynamic_config(old: &cfg::Config, new: &cfg::Config) -> Result<(), String> {
+    for d in new.sections.iter().filter(|s| s.kind == "defaults") {
+        dynamic_lines(d)?;
     }
     let tracks = |c: &cfg::Config| {
         c.sections.iter().flat_map(|s| &s.lines).any(|l| server_name(l).is_some() && l.iter().any(|t| t == "track"))
@@ -400,8 +417,8 @@ fn added_sections(old: &[&str], new: &[&str]) -> Option<Vec<usize>> {
 /// The `backend.add` that creates section `i` of `new` at runtime, when one can: a plain
 /// `backend` section of `server` lines only (each one `add server` takes), after a named
 /// `defaults` section (the one it inherits from on a cold load, and the one `add backend …
-/// from` names), with nothing in either that servers added at runtime would not follow.
-fn backend_add(old: &cfg::Config, new: &cfg::Config, i: usize) -> Result<BackendAdd, String> {
+/// from` names). What the configs share is the caller's check ([`dynamic_config`]).
+fn backend_add(new: &cfg::Config, i: usize) -> Result<BackendAdd, String> {
     let n = &new.sections[i];
     if n.kind != "backend" || n.header.split_whitespace().count() != 2 {
         return Err("only a plain `backend` section is added at runtime".into());
@@ -415,7 +432,6 @@ fn backend_add(old: &cfg::Config, new: &cfg::Config, i: usize) -> Result<Backend
         Some((2, Some(name))) if valid_name(name) => name.to_string(),
         _ => return Err("the `defaults` section before it has no name for `add backend … from`".into()),
     };
-    dynamic_backend(old, new, n)?;
     let mut servers: Vec<ServerAdd> = Vec::new();
     for l in &n.lines {
         if servers.iter().any(|s| Some(s.server.as_str()) == server_name(l)) {
@@ -1040,7 +1056,7 @@ mod tests {
         for (what, old, new, why) in [
             ("unnamed defaults", BASE.to_string(), format!("{BASE}backend be_new\n{server}"), "has no name"),
             ("a timeout", named(""), named(&format!("backend be_new\n  timeout server 5s\n{server}")), "`timeout`"),
-            ("balance source", named(""), named(&format!("backend be_new\n  balance source\n{server}")), "\"source\""),
+            ("balance source", named(""), named(&format!("backend be_new\n  balance source\n{server}")), "`balance`"),
             ("a hostname", named(""), named("backend be_new\n  server SRV_1 app.local:80\n"), "not an IP"),
             ("a listen section", named(""), named(&format!("listen be_new\n{server}")), "plain `backend`"),
             ("a frontend", named(""), named("frontend fe2\n  bind 127.0.0.1:81\n"), "plain `backend`"),

@@ -54,6 +54,8 @@ pub struct AgentConfig {
     pub pod: String,
     /// Refuse a reload whose new TCP binds are held by another socket (see [`crate::check::precheck_binds`]).
     pub bind_precheck: bool,
+    /// Advertise and run `backend.add` where HAProxy can (`--runtime-backends`).
+    pub runtime_backends: bool,
     /// Where config paths may point outside the tree, and where sockets may live.
     pub path_policy: haptic_haproxy::paths::PathPolicy,
     /// Directories besides the HAProxy binary's whose programs its contained `haproxy -c` may
@@ -187,6 +189,7 @@ impl Agent {
             metrics.tree(a.files.len(), a.files.iter().map(|f| f.size).sum());
         }
         let pacing = Pacing::new(cfg.min_reload_interval);
+        let haproxy = HaproxyView::new(cfg.runtime_backends);
         Ok(Arc::new(Self {
             cfg,
             tree,
@@ -196,7 +199,7 @@ impl Agent {
             metrics,
             snapshot: RwLock::new(Arc::new(p.clone())),
             inner: tokio::sync::Mutex::new(Inner { p }),
-            haproxy: HaproxyView::default(),
+            haproxy,
             pacing,
             cache: TreeCache::default(),
             stopping: std::sync::atomic::AtomicBool::new(false),

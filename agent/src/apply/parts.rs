@@ -34,9 +34,16 @@ pub(super) struct HaproxyView {
     /// run yet (during a pending reload): a failed reload must then reset the worker to the
     /// restored tree, or `running` would name a plan the worker runs with extra ops.
     ops_ahead: AtomicBool,
+    /// `backend.add` left out of the capabilities whatever the version (`--runtime-backends false`).
+    no_runtime_backends: bool,
 }
 
 impl HaproxyView {
+    /// Nothing known yet; `runtime_backends` false leaves `backend.add` out of the capabilities.
+    pub(super) fn new(runtime_backends: bool) -> Self {
+        Self { no_runtime_backends: !runtime_backends, ..Self::default() }
+    }
+
     /// The last probe.
     pub(super) fn probe(&self) -> Option<Probe> {
         self.probe.read().unwrap_or_else(|e| e.into_inner()).clone()
@@ -75,9 +82,14 @@ impl HaproxyView {
         }
     }
 
-    /// What the agent can run over the runtime API of the probed HAProxy (nothing unprobed).
+    /// What the agent can run over the runtime API of the probed HAProxy (nothing unprobed),
+    /// without `backend.add` when runtime backends are turned off.
     pub(super) fn capabilities(&self) -> Capabilities {
-        self.version().map(crate::runtime::capabilities).unwrap_or_default()
+        let mut caps = self.version().map(crate::runtime::capabilities).unwrap_or_default();
+        if self.no_runtime_backends {
+            caps.ops.retain(|k| k != haptic_protocol::OpKind::BackendAdd.as_str());
+        }
+        caps
     }
 
     /// Why HAProxy was last seen gone.
