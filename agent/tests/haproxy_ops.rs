@@ -1,5 +1,5 @@
-//! The agent's HAProxy-facing modules (`master`, `reload`, `runtime`) against real HAProxy 2.6 and
-//! 3.0: verified reloads (success, refused config, port conflict), and every runtime op kind with
+//! The agent's HAProxy-facing modules (`master`, `reload`, `runtime`) against real HAProxy 2.6, 3.0,
+//! 3.2 and 3.4: verified reloads (success, refused config, port conflict), and every runtime op kind with
 //! its effect checked from outside (HTTP traffic, `get map`, TLS handshakes) and no reload.
 
 mod common;

@@ -2,7 +2,7 @@
 //! reload (a port already held by another socket) → 422; the last good tree is live again and
 //! HAProxy still serves the old config. With the bind pre-check (the default) the agent refuses
 //! it before touching anything; without it, HAProxy's failed reload is rolled back, and its
-//! answer names the held address on both versions.
+//! answer names the held address on every version.
 
 mod common;
 use haptic_e2e::on_each_version;
