@@ -46,6 +46,16 @@ fn files(health: &str, fe: u16, backends: &[(&str, u16)], hosts: &[(&str, &str)]
     f
 }
 
+/// The batch the controller's diff sends from `old` to `new`: the `backend.add` ops, then the map.
+fn backend_batch(old: &Files, new: &Files) -> Vec<Op> {
+    let text = |f: &Files| String::from_utf8(f["haproxy.cfg"].clone()).unwrap();
+    let d = diff_cfg(&text(old), &text(new));
+    assert!(d.runtime_eligible(), "{:?}", d.reload_reasons);
+    let mut batch = d.backend_ops();
+    batch.push(Op::MapLoad { path: RelPath::new(MAP).unwrap() });
+    batch
+}
+
 /// One GET of `/` with `Host: host` → (status, body).
 async fn get_host(fe: u16, host: &str) -> (u16, String) {
     let addr = SocketAddr::from(([127, 0, 0, 1], fe));
@@ -70,11 +80,7 @@ async fn a_new_backend_lands_at_runtime_on_3_4_and_by_reload_before(bin: Haproxy
     // A second Service: a backend section and its map entry, as the controller's diff sends it.
     let hosts = [("a.example", "be_a"), ("b.example", "be_b")];
     let v2 = files(pod.health_bind(), fe, &[("be_a", a.port), ("be_b", b.port)], &hosts, "");
-    let text = |f: &Files| String::from_utf8(f["haproxy.cfg"].clone()).unwrap();
-    let d = diff_cfg(&text(&v1), &text(&v2));
-    assert!(d.runtime_eligible(), "{:?}", d.reload_reasons);
-    let mut batch = d.backend_ops();
-    batch.push(Op::MapLoad { path: RelPath::new(MAP).unwrap() });
+    let batch = backend_batch(&v1, &v2);
     assert_eq!(batch.iter().filter_map(Op::kind).collect::<Vec<_>>(), [OpKind::BackendAdd, OpKind::MapLoad]);
     let ack = apply_ok(&pod, &request((1, 2), Some(pid(&v1)), Mode::Runtime, &v2, |_| true, vec![batch])).await;
     assert_eq!(ack["running"], json!(pid(&v2)), "{label}: {ack}");
@@ -88,10 +94,9 @@ async fn a_new_backend_lands_at_runtime_on_3_4_and_by_reload_before(bin: Haproxy
         // SRV_1 ready (admin state 0), SRV_2 parked in maintenance (the config's `disabled`).
         let mut admin: Vec<(&str, &str)> = servers
             .lines()
-            .filter(|l| !l.starts_with('#') && !l.trim().is_empty() && !l.starts_with('1'))
             .filter_map(|l| {
                 let w: Vec<&str> = l.split_whitespace().collect();
-                Some((*w.get(3)?, *w.get(6)?))
+                (w.get(1) == Some(&"be_b")).then(|| Some((*w.get(3)?, *w.get(6)?))).flatten()
             })
             .collect();
         admin.sort();
@@ -154,9 +159,7 @@ async fn kill_9_during_backend_adds_loses_nothing(bin: HaproxyBin) {
         let mut nh = hosts.clone();
         nh.push((format!("h{trial}.example"), name));
         let next = make(&nb, &nh);
-        let text = |f: &Files| String::from_utf8(f["haproxy.cfg"].clone()).unwrap();
-        let mut batch = diff_cfg(&text(&cur), &text(&next)).backend_ops();
-        batch.push(Op::MapLoad { path: RelPath::new(MAP).unwrap() });
+        let batch = backend_batch(&cur, &next);
         let req = request((1, 1 + u64::from(trial)), Some(pid(&cur)), Mode::Runtime, &next, |_| true, vec![batch]);
         if trial == 1 {
             let t0 = std::time::Instant::now();
@@ -214,9 +217,7 @@ async fn runtime_backends_off_reloads_on_3_4() {
     apply_ok(&pod, &request((1, 1), None, Mode::Reload, &v1, |_| true, vec![])).await;
     let hosts = [("a.example", "be_a"), ("b.example", "be_b")];
     let v2 = files(pod.health_bind(), fe, &[("be_a", a.port), ("be_b", b.port)], &hosts, "");
-    let text = |f: &Files| String::from_utf8(f["haproxy.cfg"].clone()).unwrap();
-    let mut batch = diff_cfg(&text(&v1), &text(&v2)).backend_ops();
-    batch.push(Op::MapLoad { path: RelPath::new(MAP).unwrap() });
+    let batch = backend_batch(&v1, &v2);
     let ack = apply_ok(&pod, &request((1, 2), Some(pid(&v1)), Mode::Runtime, &v2, |_| true, vec![batch])).await;
     assert_eq!(ack["mode"], "reload", "{ack}");
     assert!(ack["reasons"].to_string().contains("op kind backend.add is not supported here"), "{ack}");

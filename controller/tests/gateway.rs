@@ -257,15 +257,7 @@ async fn gateways_get_addresses_statuses_and_runtime_routes(bin: HaproxyBin) {
     )
     .await;
     let what = "a route to a Service never served before";
-    let plan = if bin.version >= (3, 4, 0) {
-        runtime_change(&api, &pods, &plan, what).await
-    } else {
-        let s = converged(&api, 2, Some(&plan)).await;
-        for p in s["deployedToPods"].as_array().unwrap() {
-            assert_eq!(p["mode"], "reload", "{what} on {}: {p}", bin.label());
-        }
-        s["planId"].as_str().unwrap().to_string()
-    };
+    let plan = new_backend_change(&api, &pods, &plan, what, &bin).await;
     let fresh = weights(&pods, "shop_fresh_http").await;
     assert!(fresh.iter().all(|w| w.iter().any(|(a, _)| a == "192.0.2.5")), "{what}: {fresh:?}");
 

@@ -227,14 +227,7 @@ async fn a_new_service(st: &Story<'_>, plan: String, bin: &HaproxyBin) {
     let paths = [("/web", "web"), ("/new", "empty"), ("/fresh", "fresh")];
     apply(c, ingress("shop", "shop.example.com", &paths, json!({"name": "http"}))).await;
     let what = "a path to a Service never served before";
-    if bin.version >= (3, 4, 0) {
-        runtime_change(api, pods, &plan, what).await;
-    } else {
-        let s = converged(api, 2, Some(&plan)).await;
-        for p in s["deployedToPods"].as_array().unwrap() {
-            assert_eq!(p["mode"], "reload", "{what} on {}: {p}", bin.label());
-        }
-    }
+    new_backend_change(api, pods, &plan, what, bin).await;
     serving(pods, "shop_fresh_http", &["192.0.2.5:8080"]).await;
     let key = format!("{}/fresh/", shop_host_id());
     assert_eq!(routed_to(pods, &key).await, ["shop_fresh_http", "shop_fresh_http"], "{}", bin.label());

@@ -434,11 +434,11 @@ fn backend_add(new: &cfg::Config, i: usize) -> Result<BackendAdd, String> {
     };
     let mut servers: Vec<ServerAdd> = Vec::new();
     for l in &n.lines {
-        if servers.iter().any(|s| Some(s.server.as_str()) == server_name(l)) {
-            return Err(format!("server {} is named twice", l[1]));
-        }
-        if server_name(l).is_none() {
+        let Some(name) = server_name(l) else {
             return Err(format!("it has `{}`, which a backend added at runtime does not carry", l[0]));
+        };
+        if servers.iter().any(|s| s.server == name) {
+            return Err(format!("server {name} is named twice"));
         }
         servers.push(addable(&backend, l).map_err(|why| format!("{:?}: {why}", l.join(" ")))?);
     }

@@ -246,3 +246,23 @@ pub async fn runtime_change(api: &Api<HAProxyConfig>, pods: &LocalPods, plan: &s
     assert_eq!(worker_pids(pods).await, before, "{what} must not reload");
     s["planId"].as_str().unwrap().to_string()
 }
+
+/// Waits for a change that adds a backend section: a [`runtime_change`] on HAProxy 3.4
+/// (`backend.add`), a reload on every pod before 3.4; returns the new plan.
+#[allow(dead_code)]
+pub async fn new_backend_change(
+    api: &Api<HAProxyConfig>,
+    pods: &LocalPods,
+    plan: &str,
+    what: &str,
+    bin: &HaproxyBin,
+) -> String {
+    if bin.version >= (3, 4, 0) {
+        return runtime_change(api, pods, plan, what).await;
+    }
+    let s = converged(api, 2, Some(plan)).await;
+    for p in s["deployedToPods"].as_array().unwrap() {
+        assert_eq!(p["mode"], "reload", "{what} on {}: {p}", bin.label());
+    }
+    s["planId"].as_str().unwrap().to_string()
+}
