@@ -30,7 +30,9 @@ out="$root/target/conformance/$V"
 S="$root/target/cluster"
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
 # The extended features haptic claims (README "Gateway API conformance" says why not the rest).
-FEATURES=${HAPTIC_CONFORMANCE_FEATURES:-Gateway,HTTPRoute,ReferenceGrant,GatewayPort8080,GatewayAddressEmpty,GatewayHTTPListenerIsolation,HTTPRouteQueryParamMatching,HTTPRouteMethodMatching,HTTPRouteResponseHeaderModification,HTTPRoutePortRedirect,HTTPRouteSchemeRedirect,HTTPRoutePathRedirect,HTTPRouteHostRewrite,HTTPRoutePathRewrite,HTTPRoute303RedirectStatusCode,HTTPRoute307RedirectStatusCode,HTTPRoute308RedirectStatusCode,HTTPRouteParentRefPort,HTTPRouteNamedRouteRule,HTTPRouteBackendProtocolH2C,HTTPRouteBackendProtocolWebSocket,HTTPRouteRequestTimeout,HTTPRouteBackendTimeout,HTTPRouteBackendRequestHeaderModification,GatewayHTTPSListenerDetectMisdirectedRequests}
+FEATURES=${HAPTIC_CONFORMANCE_FEATURES:-Gateway,HTTPRoute,ReferenceGrant,GatewayPort8080,GatewayAddressEmpty,GatewayHTTPListenerIsolation,HTTPRouteQueryParamMatching,HTTPRouteMethodMatching,HTTPRouteResponseHeaderModification,HTTPRoutePortRedirect,HTTPRouteSchemeRedirect,HTTPRoutePathRedirect,HTTPRouteHostRewrite,HTTPRoutePathRewrite,HTTPRoute303RedirectStatusCode,HTTPRoute307RedirectStatusCode,HTTPRoute308RedirectStatusCode,HTTPRouteParentRefPort,HTTPRouteNamedRouteRule,HTTPRouteBackendProtocolH2C,HTTPRouteBackendProtocolWebSocket,HTTPRouteRequestTimeout,HTTPRouteBackendTimeout,HTTPRouteBackendRequestHeaderModification,GatewayHTTPSListenerDetectMisdirectedRequests,GRPCRoute,GRPCRouteNamedRouteRule}
+# The profiles it runs.
+PROFILES=${HAPTIC_CONFORMANCE_PROFILES:-GATEWAY-HTTP,GATEWAY-GRPC}
 
 log() { echo "conformance: [$(date +%T)] $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -142,12 +144,12 @@ read -r d0 rt0 rl0 <<<"$(counters)"
 pods=$("$kubectl" -n haptic get pods -l app.kubernetes.io/component=haproxy --no-headers | wc -l)
 report="$root/conformance/report.yaml"
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$root/Cargo.toml" | head -1)
-log "running GATEWAY-HTTP ($FEATURES); log: $out/run.log"
+log "running $PROFILES ($FEATURES); log: $out/run.log"
 t0=$SECONDS
 read -ra extra <<<"${HAPTIC_CONFORMANCE_ARGS:-}"
 set +e
 "$out/conformance.test" -test.run '^TestConformance$' -test.v -test.timeout 90m \
-  --gateway-class=haptic --conformance-profiles=GATEWAY-HTTP --supported-features="$FEATURES" \
+  --gateway-class=haptic --conformance-profiles="$PROFILES" --supported-features="$FEATURES" \
   --report-output="$report.tmp" --organization=haptic --project=haptic \
   --url=https://example.invalid/haptic --version="v$version" --contact=haptic-maintainers \
   --mode=default --cleanup-base-resources=true \

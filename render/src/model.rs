@@ -160,6 +160,10 @@ pub enum HostLookup {
     /// exact host, else the longest suffix ([`HostMatch::Suffix`]), else the listener's
     /// catch-all (`maps/hosts.map`, `maps/suffixes.map`).
     Listener(Listeners),
+    /// As [`HostLookup::Listener`], by the SNI of a TLS ClientHello instead of a Host header:
+    /// the frontend is `mode tcp` and passes each connection, undecrypted, to the backend of
+    /// its host table's `/` entry (a Gateway's TLS Passthrough listeners).
+    Sni,
 }
 
 /// The listeners of a [`HostLookup::Listener`] frontend.

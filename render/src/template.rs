@@ -126,6 +126,8 @@ struct FrontendView {
     by_listener: bool,
     /// HTTPS listeners told apart by SNI and Host (421 when they differ).
     misdirected: bool,
+    /// `mode tcp`, host tables found by SNI ([`crate::model::HostLookup::Sni`]).
+    sni: bool,
 }
 
 #[derive(Serialize)]
@@ -308,10 +310,11 @@ fn frontend_views(model: &Model) -> Result<(Vec<FrontendView>, Option<Passthroug
         }
         if !binds.is_empty() {
             let (by_listener, misdirected) = match &f.hosts {
-                HostLookup::Host => (false, false),
+                HostLookup::Host | HostLookup::Sni => (false, false),
                 HostLookup::Listener(l) => (true, !l.tls.is_empty()),
             };
-            frontends.push(FrontendView { name: f.name.clone(), binds, by_listener, misdirected });
+            let sni = f.hosts == HostLookup::Sni;
+            frontends.push(FrontendView { name: f.name.clone(), binds, by_listener, misdirected, sni });
         }
     }
     Ok((frontends, passthrough))

@@ -17,7 +17,7 @@ use haptic_protocol::{PlanId, RelPath};
 use haptic_render::annotations::Allowed;
 use haptic_render::edge::{AccessLog, DefaultCertificate, Edge, Forwarded, Hsts, Timeouts};
 use haptic_render::gateway::{GatewayInput, GatewayOutput, GatewaySettings, GATEWAY_CONTROLLER};
-use haptic_render::gateway_api::{Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant};
+use haptic_render::gateway_api::{Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TlsRoute};
 use haptic_render::ingress::{Incremental, IngressInput, Settings, INGRESS_CONTROLLER};
 use haptic_render::narrow::Exclusion;
 use haptic_render::{SlotMap, Templates, Verdict};
@@ -49,6 +49,8 @@ pub struct Objects {
     pub routes: Vec<Arc<HttpRoute>>,
     /// GRPCRoutes (none when the cluster has no GRPCRoute API).
     pub grpc_routes: Vec<Arc<GrpcRoute>>,
+    /// TLSRoutes (none when the cluster has no TLSRoute API).
+    pub tls_routes: Vec<Arc<TlsRoute>>,
     /// ReferenceGrants.
     pub grants: Vec<Arc<ReferenceGrant>>,
     /// Namespaces.
@@ -350,6 +352,7 @@ pub fn render_gateway(
         gateways: objects.gateways.clone(),
         routes: objects.routes.clone(),
         grpc_routes: objects.grpc_routes.clone(),
+        tls_routes: objects.tls_routes.clone(),
         grants: objects.grants.clone(),
         namespaces: objects.namespaces.clone(),
         services: objects.services.clone(),

@@ -191,6 +191,7 @@ resource!(GatewayClass, "GatewayClass", "v1", "gatewayclasses", k8s_openapi::Clu
 resource!(Gateway, "Gateway", "v1", "gateways", k8s_openapi::NamespaceResourceScope);
 resource!(HttpRoute, "HTTPRoute", "v1", "httproutes", k8s_openapi::NamespaceResourceScope);
 resource!(GrpcRoute, "GRPCRoute", "v1", "grpcroutes", k8s_openapi::NamespaceResourceScope);
+resource!(TlsRoute, "TLSRoute", "v1", "tlsroutes", k8s_openapi::NamespaceResourceScope);
 resource!(ReferenceGrant, "ReferenceGrant", "v1", "referencegrants", k8s_openapi::NamespaceResourceScope);
 
 /// A GatewayClass.
@@ -706,17 +707,20 @@ pub enum RouteKind {
     Http,
     /// `GRPCRoute`.
     Grpc,
+    /// `TLSRoute`.
+    Tls,
 }
 
 impl RouteKind {
     /// Every kind, in the order a listener lists them.
-    pub const ALL: [RouteKind; 2] = [RouteKind::Http, RouteKind::Grpc];
+    pub const ALL: [RouteKind; 3] = [RouteKind::Http, RouteKind::Grpc, RouteKind::Tls];
 
     /// The kind's name (`kind` of the object and of `allowedRoutes.kinds[]`).
     pub fn name(self) -> &'static str {
         match self {
             RouteKind::Http => "HTTPRoute",
             RouteKind::Grpc => "GRPCRoute",
+            RouteKind::Tls => "TLSRoute",
         }
     }
 
@@ -799,6 +803,48 @@ pub struct GrpcMethodMatch {
     /// The method; any when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub method: Option<String>,
+}
+
+/// A TLSRoute.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsRoute {
+    /// Metadata.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// Spec.
+    #[serde(default)]
+    pub spec: TlsRouteSpec,
+    /// Status (read only here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<HttpRouteStatus>,
+}
+
+/// `TLSRoute.spec`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsRouteSpec {
+    /// Where it attaches.
+    #[serde(default)]
+    pub parent_refs: Vec<ParentReference>,
+    /// The SNI host names it takes (at least one in `v1`).
+    #[serde(default)]
+    pub hostnames: Vec<String>,
+    /// Rules (exactly one in `v1`).
+    #[serde(default)]
+    pub rules: Vec<TlsRouteRule>,
+}
+
+/// TLSRoute `rules[]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsRouteRule {
+    /// Optional rule name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Backends (the connection goes, undecrypted, to one of them by weight).
+    #[serde(default)]
+    pub backend_refs: Vec<HttpBackendRef>,
 }
 
 /// A ReferenceGrant.

@@ -1,6 +1,7 @@
 //! What the Gateways and their routes gathered ([`Attached`]) to the Model and slot map of this
 //! render: host tables with their paths and the match rules that need more than a path, rules,
-//! backends with their slots (retired ones parked), certificates and the `gateway` frontend.
+//! backends with their slots (retired ones parked), certificates, the `gateway` frontend and the
+//! `gateway_tls` one (TLS passed through by SNI).
 //!
 //! Owns every order the Model shows (host tables by bind port and host, ids by content, so a
 //! host table added or removed never renames another). It must never refuse or change a
@@ -24,6 +25,8 @@ pub(super) fn model(input: &GatewayInput, acc: Attached, certs: BTreeMap<String,
         https_binds,
         mut tls_listeners,
         http_binds,
+        sni_binds,
+        tcp_backends,
         rules,
         policies,
         backends,
@@ -36,7 +39,7 @@ pub(super) fn model(input: &GatewayInput, acc: Attached, certs: BTreeMap<String,
     model.splits = splits;
     host_tables(model, tables);
     rules_and_policies(model, rules, &policies);
-    plan_backends(model, &mut out.slots, input, backends);
+    plan_backends(model, &mut out.slots, input, (backends, &tcp_backends));
     model.certs = certs.into_values().collect();
     let st = &input.settings;
     let mut binds: Vec<Bind> =
@@ -49,6 +52,11 @@ pub(super) fn model(input: &GatewayInput, acc: Attached, certs: BTreeMap<String,
     if !binds.is_empty() {
         let listeners = Listeners { ports: ports.into_iter().collect(), tls: tls_listeners };
         model.frontends.push(Frontend { name: "gateway".into(), binds, hosts: HostLookup::Listener(listeners) });
+    }
+    let binds: Vec<Bind> =
+        sni_binds.iter().map(|p| Bind { address: st.bind_address, port: *p, tls: false, certs: vec![] }).collect();
+    if !binds.is_empty() {
+        model.frontends.push(Frontend { name: "gateway_tls".into(), binds, hosts: HostLookup::Sni });
     }
 }
 
@@ -112,19 +120,20 @@ fn host_tables(model: &mut Model, tables: BTreeMap<(u16, crate::model::HostMatch
     }
 }
 
-/// The backends: slots planned per backend, kept across renders; retired ones parked.
+/// The backends: slots planned per backend, kept across renders; retired ones parked. Those in
+/// `tcp` take TLS connections passed through.
 fn plan_backends(
     model: &mut Model,
     slot_map: &mut SlotMap,
     input: &GatewayInput,
-    backends: BTreeMap<String, super::PlannedBackend>,
+    (backends, tcp): (BTreeMap<String, super::PlannedBackend>, &BTreeSet<String>),
 ) {
     let min_slots = input.settings.min_slots;
     let wanted = backends
         .into_iter()
         .map(|(name, (endpoints, weights, protocol))| {
             let weights = weights.into_iter().map(|(a, w)| (a, u16::try_from(w).unwrap_or(256))).collect();
-            let options = BackendOptions { protocol, ..Default::default() };
+            let options = BackendOptions { protocol, passthrough: tcp.contains(&name), ..Default::default() };
             (name, slots::Wanted { endpoints, min_slots, options, weights, backups: None })
         })
         .collect();

@@ -111,21 +111,30 @@ fn listener(
     certs: &mut BTreeMap<String, Cert>,
 ) -> (Lst, ListenerStatus) {
     let mut conds = Vec::new();
-    let supported = matches!(l.protocol, ProtocolType::Http | ProtocolType::Https);
+    let mode = l.tls.as_ref().and_then(|t| t.mode.clone()).unwrap_or_default();
+    let passthrough = l.protocol == ProtocolType::Tls && mode == TlsMode::Passthrough;
+    let supported = matches!(l.protocol, ProtocolType::Http | ProtocolType::Https) || passthrough;
+    // TLS terminated here for TLSRoutes is not served: the protocol is, that mode is not.
+    let terminate = l.protocol == ProtocolType::Tls && !passthrough;
     let port = u16::try_from(l.port).unwrap_or(0);
     let hostname = match l.hostname.as_deref() {
         None | Some("") => Ok(None),
         Some(h) => gateway_host(h).map(Some),
     };
-    let (kinds, bad_kind) = route_kinds(l, supported);
+    let (kinds, bad_kind) = route_kinds(l, supported, passthrough);
     let (mut resolved, lcerts) =
         if l.protocol == ProtocolType::Https { listener_certs(input, gns, l, certs) } else { (Ok(()), Vec::new()) };
     if bad_kind && resolved.is_ok() {
-        resolved =
-            Err(("InvalidRouteKinds", "only HTTPRoute and GRPCRoute (gateway.networking.k8s.io) are supported".into()));
+        let served = if passthrough { "TLSRoute" } else { "HTTPRoute and GRPCRoute" };
+        resolved = Err(("InvalidRouteKinds", format!("only {served} (gateway.networking.k8s.io) are served here")));
     }
     let accepted = supported && hostname.is_ok() && port != 0;
-    let (areason, amsg) = if !supported {
+    let (areason, amsg) = if terminate {
+        (
+            "UnsupportedValue",
+            "TLS listeners pass connections through (tls.mode Passthrough); Terminate is not supported".into(),
+        )
+    } else if !supported {
         ("UnsupportedProtocol", format!("protocol {} is not supported", l.protocol))
     } else if let Err(e) = &hostname {
         ("UnsupportedValue", e.clone())
@@ -154,6 +163,7 @@ fn listener(
         https: l.protocol == ProtocolType::Https,
         hostname: hostname.clone().ok().flatten(),
         usable: accepted && conflict.is_none(),
+        passthrough,
         kinds: kinds.clone(),
         from: sel.from.unwrap_or_default(),
         selector: sel.selector,
@@ -169,20 +179,22 @@ fn group_kind(kind: RouteKind) -> RouteGroupKind {
     RouteGroupKind { group: Some(GROUP.into()), kind: kind.name().into() }
 }
 
-/// The route kinds listener `l` takes, and whether it names one not supported.
-fn route_kinds(l: &Listener, supported: bool) -> (Vec<RouteKind>, bool) {
+/// The route kinds listener `l` takes (a TLS `passthrough` listener TLSRoutes, the others
+/// HTTPRoutes and GRPCRoutes), and whether it names one it cannot take.
+fn route_kinds(l: &Listener, supported: bool, passthrough: bool) -> (Vec<RouteKind>, bool) {
+    let fits = |k: &RouteKind| (*k == RouteKind::Tls) == passthrough;
     let mut kinds = Vec::new();
     let mut bad_kind = false;
     match l.allowed_routes.as_ref().and_then(|a| a.kinds.as_ref()) {
         Some(ks) => {
             for k in ks {
-                match RouteKind::of(&k.kind).filter(|_| k.group.as_deref().unwrap_or(GROUP) == GROUP) {
+                match RouteKind::of(&k.kind).filter(|k2| k.group.as_deref().unwrap_or(GROUP) == GROUP && fits(k2)) {
                     Some(kind) => kinds.push(kind),
                     None => bad_kind = true,
                 }
             }
         }
-        None if supported => kinds.extend(RouteKind::ALL),
+        None if supported => kinds.extend(RouteKind::ALL.into_iter().filter(fits)),
         None => {}
     }
     kinds.dedup();
@@ -330,7 +342,8 @@ fn accepted(statuses: &[ListenerStatus], refused_keys: &[String], gen: i64) -> C
 }
 
 /// The bind ports and host tables the usable listeners open: each bind port's listener port,
-/// HTTPS binds with their certificates, TLS listeners by stable id, HTTP binds, and a table for
+/// HTTPS binds with their certificates, TLS listeners by stable id, HTTP binds, TLS Passthrough
+/// binds, and a table for
 /// every listener hostname so its requests never reach a less specific listener's routes.
 pub(super) fn binds(gw: &Gateways<'_>, acc: &mut Attached) {
     for (gi, g) in gw.gws.iter().enumerate() {
@@ -340,7 +353,9 @@ pub(super) fn binds(gw: &Gateways<'_>, acc: &mut Attached) {
             }
             let b = gw.bind_ports[&port_key(g, l.port)];
             acc.ports.insert(b, l.port);
-            if l.https {
+            if l.passthrough {
+                acc.sni_binds.insert(b);
+            } else if l.https {
                 if !l.certs.is_empty() {
                     acc.https_binds.entry(b).or_default().extend(l.certs.clone());
                 }

@@ -1,9 +1,11 @@
-//! The Gateway API translator: the GatewayClass a fleet serves, its Gateways and the HTTPRoutes
-//! and GRPCRoutes (lowered to the HTTPRoutes they mean, [`grpc_route`]) attached to them (with ReferenceGrants, Namespaces, Services, EndpointSlices and the TLS
-//! Secrets listeners name) to the [`Model`] and to every status the API defines.
+//! The Gateway API translator: the GatewayClass a fleet serves, its Gateways and the
+//! HTTPRoutes, GRPCRoutes and TLSRoutes (the last two lowered to the HTTPRoutes they mean,
+//! [`grpc_route`], [`tls_route`]) attached to them (with ReferenceGrants, Namespaces, Services,
+//! EndpointSlices and the TLS Secrets listeners name) to the [`Model`] and to every status the
+//! API defines.
 //!
-//! Owns the Gateway API semantics: listeners (HTTP, HTTPS terminating TLS from Secrets,
-//! hostnames, `allowedRoutes` by namespace `Same` / `All` / `Selector` and by kind), conflicts
+//! Owns the Gateway API semantics: listeners (HTTP, HTTPS terminating TLS from Secrets, TLS
+//! passing connections through by SNI, hostnames, `allowedRoutes` by namespace `Same` / `All` / `Selector` and by kind), conflicts
 //! between listeners of one port, attachment by `parentRefs` (name, `sectionName`, `port`),
 //! hostname intersection (the more specific of listener and route hostname; a request goes to
 //! the most specific listener of its port only), match precedence (Exact path, then the longest
@@ -42,6 +44,7 @@ mod assemble;
 mod grpc_route;
 mod listeners;
 mod routes;
+mod tls_route;
 
 /// The controller name a GatewayClass must have for haptic to serve it.
 pub const GATEWAY_CONTROLLER: &str = "haptic.dev/gateway-controller";
@@ -52,6 +55,9 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "GatewayAddressEmpty",
     "GatewayHTTPListenerIsolation",
     "GatewayPort8080",
+    "GRPCRoute",
+    "GRPCRouteNamedRouteRule",
+    "TLSRoute",
     "HTTPRoute",
     "HTTPRoute303RedirectStatusCode",
     "HTTPRoute307RedirectStatusCode",
@@ -88,6 +94,8 @@ pub struct GatewayInput {
     pub routes: Vec<std::sync::Arc<HttpRoute>>,
     /// GRPCRoutes (likewise).
     pub grpc_routes: Vec<std::sync::Arc<GrpcRoute>>,
+    /// TLSRoutes (likewise).
+    pub tls_routes: Vec<std::sync::Arc<TlsRoute>>,
     /// ReferenceGrants.
     pub grants: Vec<std::sync::Arc<ReferenceGrant>>,
     /// Namespaces (for `allowedRoutes.namespaces.selector`).
@@ -364,6 +372,8 @@ struct Lst {
     hostname: Option<HostMatch>,
     /// Protocol supported and not conflicted: routes may attach.
     usable: bool,
+    /// A TLS listener passing connections through by SNI (`mode tcp`).
+    passthrough: bool,
     /// The route kinds it takes.
     kinds: Vec<RouteKind>,
     from: FromNamespaces,
@@ -470,6 +480,10 @@ struct Attached {
     /// (bind port, hostname, stable id) of each HTTPS listener.
     tls_listeners: Vec<TlsListener>,
     http_binds: BTreeSet<u16>,
+    /// The bind ports of TLS Passthrough listeners.
+    sni_binds: BTreeSet<u16>,
+    /// The backends TLS connections pass through to (`mode tcp`).
+    tcp_backends: BTreeSet<String>,
     /// Rule → (backend, route).
     rules: BTreeMap<RuleId, (String, ObjectRef)>,
     /// Rule → its filters, for the rules that have some.
@@ -573,6 +587,7 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
     let mut acc = Attached::default();
     listeners::binds(&gw, &mut acc);
     let lowered: Vec<grpc_route::Lowered> = input.grpc_routes.iter().map(|r| grpc_route::lower(r)).collect();
+    let tls: Vec<HttpRoute> = input.tls_routes.iter().map(|r| tls_route::lower(r)).collect();
     let mut all: Vec<routes::RouteIn<'_>> = input
         .routes
         .iter()
@@ -582,8 +597,9 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
             route: &l.route,
             lowering: l.bad.clone(),
         }))
+        .chain(tls.iter().map(|route| routes::RouteIn { kind: RouteKind::Tls, route, lowering: None }))
         .collect();
-    // By age, HTTPRoutes and GRPCRoutes together: the older route wins a conflict.
+    // By age, every kind together: the older route wins a conflict.
     all.sort_by_key(|r| {
         (r.route.metadata.creation_timestamp.as_ref().map(|t| t.0), obj(r.kind.name(), &r.route.metadata))
     });
@@ -843,6 +859,8 @@ pub struct GatewayObjects {
     pub routes: Vec<HttpRoute>,
     /// GRPCRoutes.
     pub grpc_routes: Vec<GrpcRoute>,
+    /// TLSRoutes.
+    pub tls_routes: Vec<TlsRoute>,
     /// ReferenceGrants.
     pub grants: Vec<ReferenceGrant>,
     /// Namespaces.
@@ -869,6 +887,7 @@ impl GatewayObjects {
             gateways: arcs(self.gateways),
             routes: arcs(self.routes),
             grpc_routes: arcs(self.grpc_routes),
+            tls_routes: arcs(self.tls_routes),
             grants: arcs(self.grants),
             namespaces: arcs(self.namespaces),
             services: arcs(self.services),
