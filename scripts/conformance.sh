@@ -30,9 +30,9 @@ out="$root/target/conformance/$V"
 S="$root/target/cluster"
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
 # The extended features haptic claims (README "Gateway API conformance" says why not the rest).
-FEATURES=${HAPTIC_CONFORMANCE_FEATURES:-Gateway,HTTPRoute,ReferenceGrant,GatewayPort8080,GatewayAddressEmpty,GatewayHTTPListenerIsolation,HTTPRouteQueryParamMatching,HTTPRouteMethodMatching,HTTPRouteResponseHeaderModification,HTTPRoutePortRedirect,HTTPRouteSchemeRedirect,HTTPRoutePathRedirect,HTTPRouteHostRewrite,HTTPRoutePathRewrite,HTTPRoute303RedirectStatusCode,HTTPRoute307RedirectStatusCode,HTTPRoute308RedirectStatusCode,HTTPRouteParentRefPort,HTTPRouteNamedRouteRule,HTTPRouteBackendProtocolH2C,HTTPRouteBackendProtocolWebSocket,HTTPRouteRequestTimeout,HTTPRouteBackendTimeout,HTTPRouteBackendRequestHeaderModification,GatewayHTTPSListenerDetectMisdirectedRequests,GRPCRoute,GRPCRouteNamedRouteRule}
+FEATURES=${HAPTIC_CONFORMANCE_FEATURES:-Gateway,HTTPRoute,ReferenceGrant,GatewayPort8080,GatewayAddressEmpty,GatewayHTTPListenerIsolation,HTTPRouteQueryParamMatching,HTTPRouteMethodMatching,HTTPRouteResponseHeaderModification,HTTPRoutePortRedirect,HTTPRouteSchemeRedirect,HTTPRoutePathRedirect,HTTPRouteHostRewrite,HTTPRoutePathRewrite,HTTPRoute303RedirectStatusCode,HTTPRoute307RedirectStatusCode,HTTPRoute308RedirectStatusCode,HTTPRouteParentRefPort,HTTPRouteNamedRouteRule,HTTPRouteBackendProtocolH2C,HTTPRouteBackendProtocolWebSocket,HTTPRouteRequestTimeout,HTTPRouteBackendTimeout,HTTPRouteBackendRequestHeaderModification,GatewayHTTPSListenerDetectMisdirectedRequests,GRPCRoute,GRPCRouteNamedRouteRule,TLSRoute,TCPRoute}
 # The profiles it runs.
-PROFILES=${HAPTIC_CONFORMANCE_PROFILES:-GATEWAY-HTTP,GATEWAY-GRPC}
+PROFILES=${HAPTIC_CONFORMANCE_PROFILES:-GATEWAY-HTTP,GATEWAY-GRPC,GATEWAY-TLS,GATEWAY-TCP}
 
 log() { echo "conformance: [$(date +%T)] $*" >&2; }
 die() { log "error: $*"; exit 1; }

@@ -3,7 +3,7 @@
 //!
 //! Owns reading `*.yaml` / `*.yml` files (several documents each, `kind: List` unwrapped),
 //! sorting the documents by `kind` (Ingress, IngressClass, GatewayClass, Gateway, HTTPRoute, GRPCRoute,
-//! TLSRoute, ReferenceGrant, Namespace, Service, EndpointSlice, Secret, ConfigMap, exactly one
+//! TLSRoute, TCPRoute, ReferenceGrant, Namespace, Service, EndpointSlice, Secret, ConfigMap, exactly one
 //! HAProxyConfig; other kinds are skipped and named) and the lookup of
 //! ConfigMaps and Secrets a render names. It must never talk to a cluster or write files.
 
@@ -174,6 +174,7 @@ fn read_docs(dir: &Path) -> Result<Docs, ManifestError> {
                 "HTTPRoute" => objects.routes.push(Arc::new(serde_json::from_value(with_ns(d)).map_err(parse)?)),
                 "GRPCRoute" => objects.grpc_routes.push(Arc::new(serde_json::from_value(with_ns(d)).map_err(parse)?)),
                 "TLSRoute" => objects.tls_routes.push(Arc::new(serde_json::from_value(with_ns(d)).map_err(parse)?)),
+                "TCPRoute" => objects.tcp_routes.push(Arc::new(serde_json::from_value(with_ns(d)).map_err(parse)?)),
                 "ReferenceGrant" => objects.grants.push(Arc::new(serde_json::from_value(with_ns(d)).map_err(parse)?)),
                 "Namespace" => objects.namespaces.push(Arc::new(serde_json::from_value(d).map_err(parse)?)),
                 "Service" => objects.services.push(Arc::new(serde_json::from_value(with_ns(d)).map_err(parse)?)),

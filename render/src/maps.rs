@@ -142,7 +142,7 @@ pub fn build(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, Inexpressible> 
         .iter()
         .filter_map(|f| match &f.hosts {
             HostLookup::Listener(l) => Some(l),
-            HostLookup::Host | HostLookup::Sni => None,
+            HostLookup::Host | HostLookup::Sni | HostLookup::Port => None,
         })
         .collect();
     if !listeners.is_empty() {

@@ -164,6 +164,10 @@ pub enum HostLookup {
     /// the frontend is `mode tcp` and passes each connection, undecrypted, to the backend of
     /// its host table's `/` entry (a Gateway's TLS Passthrough listeners).
     Sni,
+    /// By the listener port alone (its catch-all table, `@<port>`): the frontend is `mode tcp`
+    /// and passes each connection to the backend of that table's `/` entry (a Gateway's TCP
+    /// listeners).
+    Port,
 }
 
 /// The listeners of a [`HostLookup::Listener`] frontend.

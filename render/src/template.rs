@@ -128,6 +128,8 @@ struct FrontendView {
     misdirected: bool,
     /// `mode tcp`, host tables found by SNI ([`crate::model::HostLookup::Sni`]).
     sni: bool,
+    /// `mode tcp`, the listener port's table ([`crate::model::HostLookup::Port`]).
+    by_port: bool,
 }
 
 #[derive(Serialize)]
@@ -310,11 +312,11 @@ fn frontend_views(model: &Model) -> Result<(Vec<FrontendView>, Option<Passthroug
         }
         if !binds.is_empty() {
             let (by_listener, misdirected) = match &f.hosts {
-                HostLookup::Host | HostLookup::Sni => (false, false),
+                HostLookup::Host | HostLookup::Sni | HostLookup::Port => (false, false),
                 HostLookup::Listener(l) => (true, !l.tls.is_empty()),
             };
-            let sni = f.hosts == HostLookup::Sni;
-            frontends.push(FrontendView { name: f.name.clone(), binds, by_listener, misdirected, sni });
+            let (sni, by_port) = (f.hosts == HostLookup::Sni, f.hosts == HostLookup::Port);
+            frontends.push(FrontendView { name: f.name.clone(), binds, by_listener, misdirected, sni, by_port });
         }
     }
     Ok((frontends, passthrough))

@@ -1,6 +1,6 @@
 //! The cluster-wide reflectors of render mode: IngressClasses, Ingresses, Services and
 //! EndpointSlices of every namespace (or, serving a GatewayClass, GatewayClasses, Gateways,
-//! HTTPRoutes, GRPCRoutes and TLSRoutes where the cluster serves them, ReferenceGrants and Namespaces instead
+//! HTTPRoutes, GRPCRoutes, TLSRoutes and TCPRoutes where the cluster serves them, ReferenceGrants and Namespaces instead
 //! of the Ingress kinds), and exactly the
 //! TLS Secrets that served Ingresses or listeners name (one watch per Secret, by name in its
 //! namespace).
@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use haptic_render::gateway_api::{Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TlsRoute};
+use haptic_render::gateway_api::{Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TcpRoute, TlsRoute};
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
@@ -48,6 +48,7 @@ struct GatewayStores {
     routes: Store<HttpRoute>,
     grpc_routes: IfServed<GrpcRoute>,
     tls_routes: IfServed<TlsRoute>,
+    tcp_routes: IfServed<TcpRoute>,
     grants: Store<ReferenceGrant>,
     namespaces: Store<Namespace>,
 }
@@ -124,6 +125,7 @@ impl ClusterWatch {
             routes: all(client, Change::Objects, changes, &stop),
             grpc_routes: if_served(client, changes, &stop),
             tls_routes: if_served(client, changes, &stop),
+            tcp_routes: if_served(client, changes, &stop),
             grants: all(client, Change::Objects, changes, &stop),
             namespaces: all(client, Change::Objects, changes, &stop),
         });
@@ -144,11 +146,13 @@ impl ClusterWatch {
         let gw = self.gateway.as_ref().is_none_or(|g| {
             let grpc = g.grpc_routes.get().is_some_and(|s| s.as_ref().is_none_or(ready));
             let tls = g.tls_routes.get().is_some_and(|s| s.as_ref().is_none_or(ready));
+            let tcp = g.tcp_routes.get().is_some_and(|s| s.as_ref().is_none_or(ready));
             ready(&g.classes)
                 && ready(&g.gateways)
                 && ready(&g.routes)
                 && grpc
                 && tls
+                && tcp
                 && ready(&g.grants)
                 && ready(&g.namespaces)
         });
@@ -178,6 +182,7 @@ impl ClusterWatch {
             routes: g.map(|g| g.routes.state()).unwrap_or_default(),
             grpc_routes: g.and_then(|g| g.grpc_routes.get()?.as_ref().map(Store::state)).unwrap_or_default(),
             tls_routes: g.and_then(|g| g.tls_routes.get()?.as_ref().map(Store::state)).unwrap_or_default(),
+            tcp_routes: g.and_then(|g| g.tcp_routes.get()?.as_ref().map(Store::state)).unwrap_or_default(),
             grants: g.map(|g| g.grants.state()).unwrap_or_default(),
             namespaces: g.map(|g| g.namespaces.state()).unwrap_or_default(),
         }

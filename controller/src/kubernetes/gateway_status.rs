@@ -2,7 +2,7 @@
 //! Service in the fleet's namespace (selecting the fleet's pods, each listener port to its
 //! bind port; Services of Gateways that are gone are deleted), and the status of the
 //! GatewayClass, of every Gateway (addresses, conditions, listeners) and of every HTTPRoute and
-//! GRPCRoute and TLSRoute with a parent among them (its `status.parents[]` entries with our controllerName).
+//! GRPCRoute, TLSRoute and TCPRoute with a parent among them (its `status.parents[]` entries with our controllerName).
 //!
 //! Owns turning the translator's decisions into API objects: the pure [`service`],
 //! [`class_status`], [`gateway_status`] and [`route_parents`] (conditions keep their
@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use haptic_render::gateway::{ClassStatus, Cond, GatewayOutcome, GatewayOutput, RouteOutcome, GATEWAY_CONTROLLER};
-use haptic_render::gateway_api::{Gateway, GatewayClass, GrpcRoute, HttpRoute, RouteKind, TlsRoute};
+use haptic_render::gateway_api::{Gateway, GatewayClass, GrpcRoute, HttpRoute, RouteKind, TcpRoute, TlsRoute};
 use haptic_render::ObjectRef;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -333,6 +333,7 @@ fn route_api(ctx: &Context, kind: &str, namespace: &str) -> Option<Api<DynamicOb
         RouteKind::Http => ApiResource::erase::<HttpRoute>(&()),
         RouteKind::Grpc => ApiResource::erase::<GrpcRoute>(&()),
         RouteKind::Tls => ApiResource::erase::<TlsRoute>(&()),
+        RouteKind::Tcp => ApiResource::erase::<TcpRoute>(&()),
     };
     Some(Api::namespaced_with(ctx.client.clone(), namespace, &resource))
 }

@@ -54,6 +54,7 @@ pub fn object_versions(o: &super::routes::Objects) -> Versions {
         .chain(o.routes.iter().map(|r| v("HTTPRoute", &r.metadata)))
         .chain(o.grpc_routes.iter().map(|r| v("GRPCRoute", &r.metadata)))
         .chain(o.tls_routes.iter().map(|r| v("TLSRoute", &r.metadata)))
+        .chain(o.tcp_routes.iter().map(|r| v("TCPRoute", &r.metadata)))
         .chain(o.secrets.iter().map(|s| v("Secret", &s.metadata)))
         .collect()
 }
@@ -79,6 +80,7 @@ pub fn object_sizes(o: &super::routes::Objects) -> BTreeMap<ObjectRef, u64> {
         .chain(o.routes.iter().map(|h| (r("HTTPRoute", &h.metadata), json_len(&h.spec))))
         .chain(o.grpc_routes.iter().map(|g| (r("GRPCRoute", &g.metadata), json_len(&g.spec))))
         .chain(o.tls_routes.iter().map(|t| (r("TLSRoute", &t.metadata), json_len(&t.spec))))
+        .chain(o.tcp_routes.iter().map(|t| (r("TCPRoute", &t.metadata), json_len(&t.spec))))
         .chain(o.secrets.iter().map(|s| {
             let data = s.data.as_ref().map(|d| d.values().map(|b| b.0.len() as u64).sum()).unwrap_or(0);
             (r("Secret", &s.metadata), data)

@@ -17,7 +17,7 @@ use haptic_protocol::{PlanId, RelPath};
 use haptic_render::annotations::Allowed;
 use haptic_render::edge::{AccessLog, DefaultCertificate, Edge, Forwarded, Hsts, Timeouts};
 use haptic_render::gateway::{GatewayInput, GatewayOutput, GatewaySettings, GATEWAY_CONTROLLER};
-use haptic_render::gateway_api::{Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TlsRoute};
+use haptic_render::gateway_api::{Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TcpRoute, TlsRoute};
 use haptic_render::ingress::{Incremental, IngressInput, Settings, INGRESS_CONTROLLER};
 use haptic_render::narrow::Exclusion;
 use haptic_render::{SlotMap, Templates, Verdict};
@@ -51,6 +51,8 @@ pub struct Objects {
     pub grpc_routes: Vec<Arc<GrpcRoute>>,
     /// TLSRoutes (none when the cluster has no TLSRoute API).
     pub tls_routes: Vec<Arc<TlsRoute>>,
+    /// TCPRoutes (none when the cluster has no TCPRoute API).
+    pub tcp_routes: Vec<Arc<TcpRoute>>,
     /// ReferenceGrants.
     pub grants: Vec<Arc<ReferenceGrant>>,
     /// Namespaces.
@@ -353,6 +355,7 @@ pub fn render_gateway(
         routes: objects.routes.clone(),
         grpc_routes: objects.grpc_routes.clone(),
         tls_routes: objects.tls_routes.clone(),
+        tcp_routes: objects.tcp_routes.clone(),
         grants: objects.grants.clone(),
         namespaces: objects.namespaces.clone(),
         services: objects.services.clone(),

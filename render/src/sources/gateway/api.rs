@@ -192,6 +192,7 @@ resource!(Gateway, "Gateway", "v1", "gateways", k8s_openapi::NamespaceResourceSc
 resource!(HttpRoute, "HTTPRoute", "v1", "httproutes", k8s_openapi::NamespaceResourceScope);
 resource!(GrpcRoute, "GRPCRoute", "v1", "grpcroutes", k8s_openapi::NamespaceResourceScope);
 resource!(TlsRoute, "TLSRoute", "v1", "tlsroutes", k8s_openapi::NamespaceResourceScope);
+resource!(TcpRoute, "TCPRoute", "v1", "tcproutes", k8s_openapi::NamespaceResourceScope);
 resource!(ReferenceGrant, "ReferenceGrant", "v1", "referencegrants", k8s_openapi::NamespaceResourceScope);
 
 /// A GatewayClass.
@@ -709,11 +710,13 @@ pub enum RouteKind {
     Grpc,
     /// `TLSRoute`.
     Tls,
+    /// `TCPRoute`.
+    Tcp,
 }
 
 impl RouteKind {
     /// Every kind, in the order a listener lists them.
-    pub const ALL: [RouteKind; 3] = [RouteKind::Http, RouteKind::Grpc, RouteKind::Tls];
+    pub const ALL: [RouteKind; 4] = [RouteKind::Http, RouteKind::Grpc, RouteKind::Tls, RouteKind::Tcp];
 
     /// The kind's name (`kind` of the object and of `allowedRoutes.kinds[]`).
     pub fn name(self) -> &'static str {
@@ -721,7 +724,13 @@ impl RouteKind {
             RouteKind::Http => "HTTPRoute",
             RouteKind::Grpc => "GRPCRoute",
             RouteKind::Tls => "TLSRoute",
+            RouteKind::Tcp => "TCPRoute",
         }
+    }
+
+    /// Whether its connections pass through as they are (`mode tcp`): TLSRoute and TCPRoute.
+    pub fn is_l4(self) -> bool {
+        matches!(self, RouteKind::Tls | RouteKind::Tcp)
     }
 
     /// The kind called `name` in the Gateway API group, if a listener can take it.
@@ -845,6 +854,33 @@ pub struct TlsRouteRule {
     /// Backends (the connection goes, undecrypted, to one of them by weight).
     #[serde(default)]
     pub backend_refs: Vec<HttpBackendRef>,
+}
+
+/// A TCPRoute.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TcpRoute {
+    /// Metadata.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// Spec.
+    #[serde(default)]
+    pub spec: TcpRouteSpec,
+    /// Status (read only here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<HttpRouteStatus>,
+}
+
+/// `TCPRoute.spec`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TcpRouteSpec {
+    /// Where it attaches.
+    #[serde(default)]
+    pub parent_refs: Vec<ParentReference>,
+    /// Rules (exactly one in `v1`), with the fields of a TLSRoute rule.
+    #[serde(default)]
+    pub rules: Vec<TlsRouteRule>,
 }
 
 /// A ReferenceGrant.

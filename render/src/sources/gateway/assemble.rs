@@ -1,7 +1,7 @@
 //! What the Gateways and their routes gathered ([`Attached`]) to the Model and slot map of this
 //! render: host tables with their paths and the match rules that need more than a path, rules,
 //! backends with their slots (retired ones parked), certificates, the `gateway` frontend and the
-//! `gateway_tls` one (TLS passed through by SNI).
+//! `mode tcp` ones: `gateway_tls` (TLS passed through by SNI) and `gateway_tcp`.
 //!
 //! Owns every order the Model shows (host tables by bind port and host, ids by content, so a
 //! host table added or removed never renames another). It must never refuse or change a
@@ -26,6 +26,7 @@ pub(super) fn model(input: &GatewayInput, acc: Attached, certs: BTreeMap<String,
         mut tls_listeners,
         http_binds,
         sni_binds,
+        tcp_binds,
         tcp_backends,
         rules,
         policies,
@@ -53,10 +54,14 @@ pub(super) fn model(input: &GatewayInput, acc: Attached, certs: BTreeMap<String,
         let listeners = Listeners { ports: ports.into_iter().collect(), tls: tls_listeners };
         model.frontends.push(Frontend { name: "gateway".into(), binds, hosts: HostLookup::Listener(listeners) });
     }
-    let binds: Vec<Bind> =
-        sni_binds.iter().map(|p| Bind { address: st.bind_address, port: *p, tls: false, certs: vec![] }).collect();
-    if !binds.is_empty() {
-        model.frontends.push(Frontend { name: "gateway_tls".into(), binds, hosts: HostLookup::Sni });
+    for (name, ports, hosts) in
+        [("gateway_tls", sni_binds, HostLookup::Sni), ("gateway_tcp", tcp_binds, HostLookup::Port)]
+    {
+        let binds: Vec<Bind> =
+            ports.iter().map(|p| Bind { address: st.bind_address, port: *p, tls: false, certs: vec![] }).collect();
+        if !binds.is_empty() {
+            model.frontends.push(Frontend { name: name.into(), binds, hosts });
+        }
     }
 }
 

@@ -13,8 +13,8 @@ use haptic_haproxy::names::is_section_name;
 
 use super::api::*;
 use super::{
-    cond, gateway_host, granted, infrastructure, port_key, service_name, stable_id, Attached, Cond, GatewayInput,
-    GatewayOutcome, GatewayService, Gateways, ListenerStatus, Lst,
+    cond, gateway_host, granted, infrastructure, port_key, service_name, stable_id, Attached, Carries, Cond,
+    GatewayInput, GatewayOutcome, GatewayService, Gateways, ListenerStatus, Lst,
 };
 use crate::model::{Cert, ObjectRef, TlsListener};
 use crate::sources::common::{obj, secret_pem};
@@ -113,7 +113,12 @@ fn listener(
     let mut conds = Vec::new();
     let mode = l.tls.as_ref().and_then(|t| t.mode.clone()).unwrap_or_default();
     let passthrough = l.protocol == ProtocolType::Tls && mode == TlsMode::Passthrough;
-    let supported = matches!(l.protocol, ProtocolType::Http | ProtocolType::Https) || passthrough;
+    let carries = match l.protocol {
+        ProtocolType::Tcp => Carries::Tcp,
+        _ if passthrough => Carries::Sni,
+        _ => Carries::Http,
+    };
+    let supported = matches!(l.protocol, ProtocolType::Http | ProtocolType::Https | ProtocolType::Tcp) || passthrough;
     // TLS terminated here for TLSRoutes is not served: the protocol is, that mode is not.
     let terminate = l.protocol == ProtocolType::Tls && !passthrough;
     let port = u16::try_from(l.port).unwrap_or(0);
@@ -121,11 +126,15 @@ fn listener(
         None | Some("") => Ok(None),
         Some(h) => gateway_host(h).map(Some),
     };
-    let (kinds, bad_kind) = route_kinds(l, supported, passthrough);
+    let (kinds, bad_kind) = route_kinds(l, supported, carries);
     let (mut resolved, lcerts) =
         if l.protocol == ProtocolType::Https { listener_certs(input, gns, l, certs) } else { (Ok(()), Vec::new()) };
     if bad_kind && resolved.is_ok() {
-        let served = if passthrough { "TLSRoute" } else { "HTTPRoute and GRPCRoute" };
+        let served = match carries {
+            Carries::Http => "HTTPRoute and GRPCRoute",
+            Carries::Sni => "TLSRoute",
+            Carries::Tcp => "TCPRoute",
+        };
         resolved = Err(("InvalidRouteKinds", format!("only {served} (gateway.networking.k8s.io) are served here")));
     }
     let accepted = supported && hostname.is_ok() && port != 0;
@@ -163,7 +172,7 @@ fn listener(
         https: l.protocol == ProtocolType::Https,
         hostname: hostname.clone().ok().flatten(),
         usable: accepted && conflict.is_none(),
-        passthrough,
+        carries,
         kinds: kinds.clone(),
         from: sel.from.unwrap_or_default(),
         selector: sel.selector,
@@ -179,10 +188,10 @@ fn group_kind(kind: RouteKind) -> RouteGroupKind {
     RouteGroupKind { group: Some(GROUP.into()), kind: kind.name().into() }
 }
 
-/// The route kinds listener `l` takes (a TLS `passthrough` listener TLSRoutes, the others
-/// HTTPRoutes and GRPCRoutes), and whether it names one it cannot take.
-fn route_kinds(l: &Listener, supported: bool, passthrough: bool) -> (Vec<RouteKind>, bool) {
-    let fits = |k: &RouteKind| (*k == RouteKind::Tls) == passthrough;
+/// The route kinds listener `l` takes (by what it `carries`), and whether it names one it
+/// cannot take.
+fn route_kinds(l: &Listener, supported: bool, carries: Carries) -> (Vec<RouteKind>, bool) {
+    let fits = |k: &RouteKind| carries.takes(*k);
     let mut kinds = Vec::new();
     let mut bad_kind = false;
     match l.allowed_routes.as_ref().and_then(|a| a.kinds.as_ref()) {
@@ -343,7 +352,7 @@ fn accepted(statuses: &[ListenerStatus], refused_keys: &[String], gen: i64) -> C
 
 /// The bind ports and host tables the usable listeners open: each bind port's listener port,
 /// HTTPS binds with their certificates, TLS listeners by stable id, HTTP binds, TLS Passthrough
-/// binds, and a table for
+/// and TCP binds, and a table for
 /// every listener hostname so its requests never reach a less specific listener's routes.
 pub(super) fn binds(gw: &Gateways<'_>, acc: &mut Attached) {
     for (gi, g) in gw.gws.iter().enumerate() {
@@ -353,8 +362,10 @@ pub(super) fn binds(gw: &Gateways<'_>, acc: &mut Attached) {
             }
             let b = gw.bind_ports[&port_key(g, l.port)];
             acc.ports.insert(b, l.port);
-            if l.passthrough {
+            if l.carries == Carries::Sni {
                 acc.sni_binds.insert(b);
+            } else if l.carries == Carries::Tcp {
+                acc.tcp_binds.insert(b);
             } else if l.https {
                 if !l.certs.is_empty() {
                     acc.https_binds.entry(b).or_default().extend(l.certs.clone());

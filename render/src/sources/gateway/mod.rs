@@ -1,11 +1,11 @@
 //! The Gateway API translator: the GatewayClass a fleet serves, its Gateways and the
-//! HTTPRoutes, GRPCRoutes and TLSRoutes (the last two lowered to the HTTPRoutes they mean,
-//! [`grpc_route`], [`tls_route`]) attached to them (with ReferenceGrants, Namespaces, Services,
+//! HTTPRoutes, GRPCRoutes, TLSRoutes and TCPRoutes (the others lowered to the HTTPRoutes they
+//! mean, [`grpc_route`], [`l4_routes`]) attached to them (with ReferenceGrants, Namespaces, Services,
 //! EndpointSlices and the TLS Secrets listeners name) to the [`Model`] and to every status the
 //! API defines.
 //!
 //! Owns the Gateway API semantics: listeners (HTTP, HTTPS terminating TLS from Secrets, TLS
-//! passing connections through by SNI, hostnames, `allowedRoutes` by namespace `Same` / `All` / `Selector` and by kind), conflicts
+//! passing connections through by SNI, TCP, hostnames, `allowedRoutes` by namespace `Same` / `All` / `Selector` and by kind), conflicts
 //! between listeners of one port, attachment by `parentRefs` (name, `sectionName`, `port`),
 //! hostname intersection (the more specific of listener and route hostname; a request goes to
 //! the most specific listener of its port only), match precedence (Exact path, then the longest
@@ -42,9 +42,9 @@ use crate::sources::common::{obj, parse_host, parse_path, stable_id, SERVICE_NAM
 pub mod api;
 mod assemble;
 mod grpc_route;
+mod l4_routes;
 mod listeners;
 mod routes;
-mod tls_route;
 
 /// The controller name a GatewayClass must have for haptic to serve it.
 pub const GATEWAY_CONTROLLER: &str = "haptic.dev/gateway-controller";
@@ -57,6 +57,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "GatewayPort8080",
     "GRPCRoute",
     "GRPCRouteNamedRouteRule",
+    "TCPRoute",
     "TLSRoute",
     "HTTPRoute",
     "HTTPRoute303RedirectStatusCode",
@@ -96,6 +97,8 @@ pub struct GatewayInput {
     pub grpc_routes: Vec<std::sync::Arc<GrpcRoute>>,
     /// TLSRoutes (likewise).
     pub tls_routes: Vec<std::sync::Arc<TlsRoute>>,
+    /// TCPRoutes (likewise).
+    pub tcp_routes: Vec<std::sync::Arc<TcpRoute>>,
     /// ReferenceGrants.
     pub grants: Vec<std::sync::Arc<ReferenceGrant>>,
     /// Namespaces (for `allowedRoutes.namespaces.selector`).
@@ -372,13 +375,35 @@ struct Lst {
     hostname: Option<HostMatch>,
     /// Protocol supported and not conflicted: routes may attach.
     usable: bool,
-    /// A TLS listener passing connections through by SNI (`mode tcp`).
-    passthrough: bool,
+    /// What the listener carries, and so which route kinds it takes.
+    carries: Carries,
     /// The route kinds it takes.
     kinds: Vec<RouteKind>,
     from: FromNamespaces,
     selector: Option<LabelSelector>,
     certs: Vec<String>,
+}
+
+/// What a listener carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Carries {
+    /// HTTP requests, in clear or over TLS it terminates: HTTPRoutes and GRPCRoutes.
+    Http,
+    /// TLS connections passed through by SNI: TLSRoutes.
+    Sni,
+    /// TCP connections: TCPRoutes.
+    Tcp,
+}
+
+impl Carries {
+    /// Whether a route of `kind` can attach to a listener that carries this.
+    fn takes(self, kind: RouteKind) -> bool {
+        match kind {
+            RouteKind::Http | RouteKind::Grpc => self == Carries::Http,
+            RouteKind::Tls => self == Carries::Sni,
+            RouteKind::Tcp => self == Carries::Tcp,
+        }
+    }
 }
 
 /// The intersection of a listener hostname and a route hostname, if any.
@@ -482,7 +507,9 @@ struct Attached {
     http_binds: BTreeSet<u16>,
     /// The bind ports of TLS Passthrough listeners.
     sni_binds: BTreeSet<u16>,
-    /// The backends TLS connections pass through to (`mode tcp`).
+    /// The bind ports of TCP listeners.
+    tcp_binds: BTreeSet<u16>,
+    /// The backends TLS and TCP connections pass through to (`mode tcp`).
     tcp_backends: BTreeSet<String>,
     /// Rule → (backend, route).
     rules: BTreeMap<RuleId, (String, ObjectRef)>,
@@ -587,7 +614,8 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
     let mut acc = Attached::default();
     listeners::binds(&gw, &mut acc);
     let lowered: Vec<grpc_route::Lowered> = input.grpc_routes.iter().map(|r| grpc_route::lower(r)).collect();
-    let tls: Vec<HttpRoute> = input.tls_routes.iter().map(|r| tls_route::lower(r)).collect();
+    let tls: Vec<HttpRoute> = input.tls_routes.iter().map(|r| l4_routes::lower_tls(r)).collect();
+    let tcp: Vec<HttpRoute> = input.tcp_routes.iter().map(|r| l4_routes::lower_tcp(r)).collect();
     let mut all: Vec<routes::RouteIn<'_>> = input
         .routes
         .iter()
@@ -598,6 +626,7 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
             lowering: l.bad.clone(),
         }))
         .chain(tls.iter().map(|route| routes::RouteIn { kind: RouteKind::Tls, route, lowering: None }))
+        .chain(tcp.iter().map(|route| routes::RouteIn { kind: RouteKind::Tcp, route, lowering: None }))
         .collect();
     // By age, every kind together: the older route wins a conflict.
     all.sort_by_key(|r| {
@@ -861,6 +890,8 @@ pub struct GatewayObjects {
     pub grpc_routes: Vec<GrpcRoute>,
     /// TLSRoutes.
     pub tls_routes: Vec<TlsRoute>,
+    /// TCPRoutes.
+    pub tcp_routes: Vec<TcpRoute>,
     /// ReferenceGrants.
     pub grants: Vec<ReferenceGrant>,
     /// Namespaces.
@@ -888,6 +919,7 @@ impl GatewayObjects {
             routes: arcs(self.routes),
             grpc_routes: arcs(self.grpc_routes),
             tls_routes: arcs(self.tls_routes),
+            tcp_routes: arcs(self.tcp_routes),
             grants: arcs(self.grants),
             namespaces: arcs(self.namespaces),
             services: arcs(self.services),

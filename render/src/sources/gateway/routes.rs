@@ -1,5 +1,5 @@
-//! The routes' side of a render (HTTPRoutes, and GRPCRoutes and TLSRoutes as
-//! [`super::grpc_route`] and [`super::tls_route`] lower them), one route at a time: its own content checked once
+//! The routes' side of a render (HTTPRoutes, and GRPCRoutes, TLSRoutes and TCPRoutes as
+//! [`super::grpc_route`] and [`super::l4_routes`] lower them), one route at a time: its own content checked once
 //! (hostnames, matches, filters, timeouts, backend references resolved), its parentRefs
 //! attached to the listeners that allow it, then its rules into the [`Attached`] the render
 //! gathers (rule backends, actions, weighted splits) and its matches into the host tables of
@@ -226,13 +226,13 @@ fn backends(
     res
 }
 
-/// What ends the name of a backend TLS connections pass through to (`mode tcp`).
+/// What ends the name of a backend TLS or TCP connections pass through to (`mode tcp`).
 const TCP_SUFFIX: &str = ".tcp";
 
 /// Backend reference `br` (at `at`) of route `one`: its backend name, endpoints and protocol,
 /// or why it does not resolve. A GRPCRoute speaks HTTP/2 to a Service port that does not say
 /// otherwise, through a backend of its own (`.grpc`), so an HTTPRoute's HTTP/1 backend of the
-/// same port stays as it is; a TLSRoute passes connections to one of its own (`.tcp`).
+/// same port stays as it is; a TLSRoute or TCPRoute passes connections to one of their own (`.tcp`).
 fn backend_ref(
     gw: &Gateways<'_>,
     one: &One<'_>,
@@ -270,8 +270,8 @@ fn backend_ref(
         ));
     };
     let protocol = match sp.app_protocol.as_deref() {
-        // A TLSRoute's connections pass through as they are, whatever the port speaks.
-        _ if one.kind == RouteKind::Tls => Protocol::Http,
+        // TLS and TCP connections pass through as they are, whatever the port speaks.
+        _ if one.kind.is_l4() => Protocol::Http,
         None | Some("http") | Some("kubernetes.io/ws") | Some("kubernetes.io/http") => Protocol::Http,
         Some("kubernetes.io/h2c") => Protocol::H2c,
         Some(other) => {
@@ -284,7 +284,7 @@ fn backend_ref(
     };
     let (protocol, suffix) = match (one.kind, protocol) {
         (RouteKind::Grpc, Protocol::Http) => (Protocol::H2c, ".grpc"),
-        (RouteKind::Tls, p) => (p, TCP_SUFFIX),
+        (RouteKind::Tls | RouteKind::Tcp, p) => (p, TCP_SUFFIX),
         (_, p) => (p, ""),
     };
     let canonical = sp.name.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| sp.port.to_string());
@@ -408,8 +408,8 @@ fn parent_listeners(
 /// split (backends that differ in filters, or invalid ones beside valid ones).
 fn rule_into(one: &One<'_>, ri: usize, (cands, acts, mut res): (&[Candidate], Policy, Resolved), acc: &mut Attached) {
     let me = one.me;
-    // A TLS connection has no request to answer 500 or to modify: never split.
-    let split = one.kind != RouteKind::Tls
+    // A TLS or TCP connection has no request to answer 500 or to modify: never split.
+    let split = !one.kind.is_l4()
         && acts.redirect.is_none()
         && res.each.len() > 1
         && (res.each.iter().any(|e| !e.2.is_empty()) || (res.invalid_weight > 0 && !res.refs.is_empty()));
@@ -428,11 +428,12 @@ fn rule_into(one: &One<'_>, ri: usize, (cands, acts, mut res): (&[Candidate], Po
         let name = match one.kind {
             RouteKind::Http => me.name.clone(),
             RouteKind::Grpc => format!("{}.grpc", me.name),
-            RouteKind::Tls => format!("{}{TCP_SUFFIX}", me.name),
+            RouteKind::Tls => format!("{}.tls", me.name),
+            RouteKind::Tcp => format!("{}{TCP_SUFFIX}", me.name),
         };
         rule_backend(one.rns, &name, ri, res, &mut acc.backends)
     };
-    if one.kind == RouteKind::Tls && backend != ERROR_500 {
+    if one.kind.is_l4() && backend != ERROR_500 {
         acc.tcp_backends.insert(backend.clone());
     }
     for c in cands {
