@@ -1,7 +1,8 @@
-//! Real HAProxy on 127.0.0.1 serving GRPCRoutes beside an HTTPRoute on one listener (HAProxy 2.6
-//! and 3.0, one case each): a call (an HTTP/2 `POST` in clear, as gRPC sends it) goes by its
+//! Real HAProxy on 127.0.0.1 serving GRPCRoutes beside an HTTPRoute on one listener (every HAProxy
+//! version): a call (an HTTP/2 `POST` in clear, as gRPC sends it) goes by its
 //! service and method to its rule's backend, spoken to in HTTP/2; a service's other methods go
-//! to the service's rule, an unknown service nowhere; the HTTPRoute's HTTP/1 path still answers.
+//! to the service's rule (whose filters set a request header and add a response header), an
+//! unknown service nowhere; the HTTPRoute's HTTP/1 path still answers.
 //! A GRPCRoute the translator cannot lower (a method without its service) is refused in its own
 //! status and routes nothing. The backends are HAProxy too, answering with the HTTP version and
 //! path they received.
@@ -37,6 +38,9 @@ grpcRoutes:
         - matches: [{method: {service: pkg.v1.Echo, method: Say}}]
           backendRefs: [{name: say, port: 80}]
         - matches: [{method: {service: pkg.v1.Echo}}]
+          filters:
+            - {type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: x-tenant, value: web}]}}
+            - {type: ResponseHeaderModifier, responseHeaderModifier: {add: [{name: x-served-by, value: echo-rule}]}}
           backendRefs: [{name: echo, port: 80}]
   - metadata: {name: method-only, namespace: web, creationTimestamp: "2026-01-03T00:00:00Z"}
     spec:
@@ -72,7 +76,7 @@ async fn h2c_backend(bin: &haptic_e2e::HaproxyBin, dir: &std::path::Path, name: 
     let cfg = format!(
         "global\n    default-path config\ndefaults\n    mode http\n    timeout connect 1s\n    timeout client 5s\n    \
          timeout server 5s\nfrontend h2c\n    bind 127.0.0.1:{port} proto h2\n    \
-         http-request return status 200 content-type text/plain lf-string \"{name} %HV %[path]\"\n"
+         http-request return status 200 content-type text/plain lf-string \"{name} %HV %[path]%[req.hdr(x-tenant)]\"\n"
     );
     std::fs::create_dir_all(dir).unwrap();
     std::fs::write(dir.join("haproxy.cfg"), cfg).unwrap();
@@ -83,7 +87,7 @@ async fn h2c_backend(bin: &haptic_e2e::HaproxyBin, dir: &std::path::Path, name: 
 /// gRPC client) or `GET` in HTTP/1.1; the status and the body.
 fn call(port: u16, path: &str, h2: bool) -> String {
     let mut c = std::process::Command::new("curl");
-    c.args(["-s", "-w", " %{http_code}", "-H", "Host: grpc.test"]);
+    c.args(["-s", "-w", " %{http_code}%header{x-served-by}", "-H", "Host: grpc.test"]);
     if h2 {
         c.args(["--http2-prior-knowledge", "-X", "POST", "-H", "content-type: application/grpc"]);
     }
@@ -131,7 +135,8 @@ async fn grpc_calls_go_by_service_and_method_in_http2(bin: haptic_e2e::HaproxyBi
     common::write_tree(&render, &tree);
     let _h = Haproxy::start(&bin, HaproxyOpts::new(&tree)).await.unwrap();
     assert_eq!(call(bind, "/pkg.v1.Echo/Say", true), "say HTTP/2.0 /pkg.v1.Echo/Say 200");
-    assert_eq!(call(bind, "/pkg.v1.Echo/Shout", true), "echo HTTP/2.0 /pkg.v1.Echo/Shout 200");
+    // The service's rule sets a request header and adds a response header.
+    assert_eq!(call(bind, "/pkg.v1.Echo/Shout", true), "echo HTTP/2.0 /pkg.v1.Echo/Shoutweb 200echo-rule");
     assert!(call(bind, "/pkg.v1.Other/Say", true).ends_with(" 404"), "no rule for another service");
     assert!(call(bind, "/pkg.v1.EchoX/Say", true).ends_with(" 404"), "a service is matched whole");
     assert!(call(bind, "/web/x", false).starts_with("page\nGET /web/x HTTP/1.1"), "the HTTPRoute beside it");

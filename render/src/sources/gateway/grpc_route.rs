@@ -3,14 +3,15 @@
 //! attaches, resolves and reports both kinds, and a GRPCRoute lands in the same neutral Model.
 //!
 //! Owns the lowering: an exact service and method to an exact path, a service alone to its path
-//! prefix, header matches as written, backends as written (their Services are spoken to in
-//! HTTP/2, [`super::routes`] decides that by the route's kind). What it cannot lower yet (a
-//! method without its service, regular expressions, filters) is the route's problem, refused in
-//! its own status. It must never attach, resolve or write status.
+//! prefix, header matches as written, the header modifier filters (request and response) as
+//! written, backends as written (their Services are spoken to in HTTP/2, [`super::routes`]
+//! decides that by the route's kind). What it cannot lower yet (a method without its service,
+//! regular expressions, mirrors and extension filters) is the route's problem, refused in its
+//! own status. It must never attach, resolve or write status.
 
 use super::api::{
-    GrpcMethodMatch, GrpcRoute, GrpcRouteRule, HttpPathMatch, HttpRoute, HttpRouteMatch, HttpRouteRule, HttpRouteSpec,
-    MatchType, PathMatchType,
+    FilterType, GrpcMethodMatch, GrpcRoute, GrpcRouteRule, HttpPathMatch, HttpRoute, HttpRouteFilter, HttpRouteMatch,
+    HttpRouteRule, HttpRouteSpec, MatchType, PathMatchType,
 };
 
 /// A GRPCRoute lowered: the HTTPRoute it means, and the last problem found (a route with one is
@@ -32,9 +33,18 @@ pub(super) fn lower(r: &GrpcRoute) -> Lowered {
 
 fn lower_rule(ri: usize, rule: &GrpcRouteRule, bad: &mut Option<String>) -> HttpRouteRule {
     let field = format!("spec.rules[{ri}]");
-    if !rule.filters.is_empty() {
-        *bad = Some(format!("{field}.filters: filters on a GRPCRoute are not supported yet"));
-    }
+    let filters: Vec<HttpRouteFilter> = rule
+        .filters
+        .iter()
+        .enumerate()
+        .filter_map(|(fi, f)| match f.type_ {
+            FilterType::RequestHeaderModifier | FilterType::ResponseHeaderModifier => Some(f.clone()),
+            ref other => {
+                *bad = Some(format!("{field}.filters[{fi}]: {other} is not supported on a GRPCRoute"));
+                None
+            }
+        })
+        .collect();
     let matches = rule
         .matches
         .iter()
@@ -50,13 +60,7 @@ fn lower_rule(ri: usize, rule: &GrpcRouteRule, bad: &mut Option<String>) -> Http
             HttpRouteMatch { path, headers: m.headers.clone(), ..HttpRouteMatch::default() }
         })
         .collect();
-    HttpRouteRule {
-        name: rule.name.clone(),
-        matches,
-        filters: Vec::new(),
-        backend_refs: rule.backend_refs.clone(),
-        timeouts: None,
-    }
+    HttpRouteRule { name: rule.name.clone(), matches, filters, backend_refs: rule.backend_refs.clone(), timeouts: None }
 }
 
 /// The path match of a method match: `/<service>/<method>` exactly, or `/<service>` as a prefix.
@@ -101,6 +105,27 @@ mod tests {
         assert_eq!((p.type_, p.value.as_deref()), (Some(PathMatchType::Exact), Some("/pkg.v1.Echo/Say")));
         let p = method_path(&exact(Some("Echo"), None)).unwrap();
         assert_eq!((p.type_, p.value.as_deref()), (Some(PathMatchType::PathPrefix), Some("/Echo")));
+    }
+
+    #[test]
+    fn header_filters_lower_as_written_and_others_are_refused() {
+        let rule: GrpcRouteRule = serde_json::from_value(serde_json::json!({
+            "filters": [
+                {"type": "RequestHeaderModifier", "requestHeaderModifier": {"set": [{"name": "x-a", "value": "1"}]}},
+                {"type": "ResponseHeaderModifier", "responseHeaderModifier": {"remove": ["x-b"]}},
+            ]
+        }))
+        .unwrap();
+        let mut bad = None;
+        let lowered = lower_rule(0, &rule, &mut bad);
+        assert_eq!((lowered.filters.len(), bad), (2, None));
+        let mirror: GrpcRouteRule = serde_json::from_value(serde_json::json!({
+            "filters": [{"type": "RequestMirror", "requestMirror": {"backendRef": {"name": "m", "port": 80}}}]
+        }))
+        .unwrap();
+        let mut bad = None;
+        assert!(lower_rule(0, &mirror, &mut bad).filters.is_empty());
+        assert_eq!(bad.as_deref(), Some("spec.rules[0].filters[0]: RequestMirror is not supported on a GRPCRoute"));
     }
 
     #[test]
