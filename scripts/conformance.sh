@@ -149,7 +149,7 @@ set +e
 "$out/conformance.test" -test.run '^TestConformance$' -test.v -test.timeout 90m \
   --gateway-class=haptic --conformance-profiles=GATEWAY-HTTP --supported-features="$FEATURES" \
   --report-output="$report.tmp" --organization=haptic --project=haptic \
-  --url=https://example.invalid/haptic --version="v$version" --contact=haptic-maintainers \
+  --url=https://github.com/haptic/haptic --version="v$version" --contact=haptic-maintainers \
   --mode=default --cleanup-base-resources=true \
   --timeout-config-overrides="${HAPTIC_CONFORMANCE_TIMEOUTS:-MaxTimeToConsistency:60}" \
   "${extra[@]}" >"$out/run.log" 2>&1
