@@ -49,6 +49,9 @@ if ! command -v shellcheck >/dev/null 2>&1; then
 fi
 shellcheck scripts/*.sh .ci/run
 
+echo "==> docs/crd-reference.md is the CRD's schema (scripts/crd-reference.sh --check)"
+scripts/crd-reference.sh --check
+
 echo "==> cargo fmt --check"
 cargo fmt --all --check
 
