@@ -29,7 +29,7 @@ tools="$root/conformance/tools"
 out="$root/target/conformance/$V"
 S="$root/target/cluster"
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
-# The extended features haptic claims (README "Gateway API conformance" says why not the rest).
+# The extended features haptic claims (conformance/README.md says why not the rest).
 FEATURES=${HAPTIC_CONFORMANCE_FEATURES:-Gateway,HTTPRoute,ReferenceGrant,GatewayPort8080,GatewayAddressEmpty,GatewayHTTPListenerIsolation,HTTPRouteQueryParamMatching,HTTPRouteMethodMatching,HTTPRouteResponseHeaderModification,HTTPRoutePortRedirect,HTTPRouteSchemeRedirect,HTTPRoutePathRedirect,HTTPRouteHostRewrite,HTTPRoutePathRewrite,HTTPRoute303RedirectStatusCode,HTTPRoute307RedirectStatusCode,HTTPRoute308RedirectStatusCode,HTTPRouteParentRefPort,HTTPRouteNamedRouteRule,HTTPRouteBackendProtocolH2C,HTTPRouteBackendProtocolWebSocket,HTTPRouteRequestTimeout,HTTPRouteBackendTimeout,HTTPRouteBackendRequestHeaderModification,GatewayHTTPSListenerDetectMisdirectedRequests}
 
 log() { echo "conformance: [$(date +%T)] $*" >&2; }
