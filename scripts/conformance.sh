@@ -29,7 +29,7 @@ tools="$root/conformance/tools"
 out="$root/target/conformance/$V"
 S="$root/target/cluster"
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
-# The extended features haptic claims (README "Gateway API conformance" says why not the rest).
+# The extended features haptic claims (conformance/README.md says why not the rest).
 FEATURES=${HAPTIC_CONFORMANCE_FEATURES:-Gateway,HTTPRoute,ReferenceGrant,GatewayPort8080,GatewayAddressEmpty,GatewayHTTPListenerIsolation,HTTPRouteQueryParamMatching,HTTPRouteMethodMatching,HTTPRouteResponseHeaderModification,HTTPRoutePortRedirect,HTTPRouteSchemeRedirect,HTTPRoutePathRedirect,HTTPRouteHostRewrite,HTTPRoutePathRewrite,HTTPRoute303RedirectStatusCode,HTTPRoute307RedirectStatusCode,HTTPRoute308RedirectStatusCode,HTTPRouteParentRefPort,HTTPRouteNamedRouteRule,HTTPRouteBackendProtocolH2C,HTTPRouteBackendProtocolWebSocket,HTTPRouteRequestTimeout,HTTPRouteBackendTimeout,HTTPRouteBackendRequestHeaderModification,GatewayHTTPSListenerDetectMisdirectedRequests,GRPCRoute,GRPCRouteNamedRouteRule,TLSRoute,TCPRoute}
 # The profiles it runs.
 PROFILES=${HAPTIC_CONFORMANCE_PROFILES:-GATEWAY-HTTP,GATEWAY-GRPC,GATEWAY-TLS,GATEWAY-TCP}
@@ -151,7 +151,7 @@ set +e
 "$out/conformance.test" -test.run '^TestConformance$' -test.v -test.timeout 90m \
   --gateway-class=haptic --conformance-profiles="$PROFILES" --supported-features="$FEATURES" \
   --report-output="$report.tmp" --organization=haptic --project=haptic \
-  --url=https://example.invalid/haptic --version="v$version" --contact=haptic-maintainers \
+  --url=https://github.com/haptic/haptic --version="v$version" --contact=haptic-maintainers \
   --mode=default --cleanup-base-resources=true \
   --timeout-config-overrides="${HAPTIC_CONFORMANCE_TIMEOUTS:-MaxTimeToConsistency:60}" \
   "${extra[@]}" >"$out/run.log" 2>&1

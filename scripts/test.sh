@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: installs HAProxy 2.6, 3.0, 3.2 and 3.4 (scripts/install-haproxy.sh), the local
-# Kubernetes control plane (scripts/install-k8s.sh) and helm (scripts/install-helm.sh), then runs
+# Kubernetes control plane (scripts/install-k8s.sh), helm (scripts/install-helm.sh), promtool and
+# actionlint (scripts/install-promtool.sh, scripts/install-actionlint.sh), then runs
 # formatting, clippy and the whole test suite against real HAProxy processes and a real
 # kube-apiserver on 127.0.0.1; then a real cluster on this machine (scripts/cluster.sh: up, our
 # images loaded, the e2e suite with the chart installed by helm, the Gateway API conformance
@@ -35,6 +36,11 @@ HAPTIC_PROMTOOL="${HAPTIC_PROMTOOL:-$(scripts/install-promtool.sh)}"
 export HAPTIC_PROMTOOL
 echo "    $("$HAPTIC_PROMTOOL" --version | head -1)  ($HAPTIC_PROMTOOL)"
 
+echo "==> installing actionlint (the Go module's CLI, pinned, into target/actionlint)"
+HAPTIC_ACTIONLINT="${HAPTIC_ACTIONLINT:-$(scripts/install-actionlint.sh)}"
+export HAPTIC_ACTIONLINT
+echo "    actionlint $("$HAPTIC_ACTIONLINT" -version | head -1)  ($HAPTIC_ACTIONLINT)"
+
 echo "==> shellcheck (every script, the CI entry; shellcheck from Debian)"
 if ! command -v shellcheck >/dev/null 2>&1; then
   sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
@@ -42,6 +48,9 @@ if ! command -v shellcheck >/dev/null 2>&1; then
     { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq shellcheck >/dev/null; }
 fi
 shellcheck scripts/*.sh .ci/run
+
+echo "==> docs/crd-reference.md is the CRD's schema (scripts/crd-reference.sh --check)"
+scripts/crd-reference.sh --check
 
 echo "==> cargo fmt --check"
 cargo fmt --all --check
@@ -70,6 +79,9 @@ PROPTEST_CASES="${HAPTIC_FUZZ_CASES:-256}" cargo test --locked -p haptic-protoco
 
 echo "==> Helm chart: lint, render, assertions, server-side dry run against the real apiserver (output shown)"
 cargo test --locked -p haptic-e2e --test chart -- --nocapture
+
+echo "==> GitHub Actions workflows: actionlint (with shellcheck on every run: step), the release against the chart"
+cargo test --locked -p haptic-e2e --test workflows
 
 echo "==> cargo test (whole workspace)"
 cargo test --workspace --locked -- --test-threads="${HAPTIC_TEST_THREADS:-2}"

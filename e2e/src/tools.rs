@@ -1,6 +1,6 @@
-//! The external tools tests check the chart and the metrics with: the real `helm` and
-//! Prometheus's `promtool`, found at the pinned versions the install scripts put under `target/`
-//! (or at `HAPTIC_HELM` / `HAPTIC_PROMTOOL`).
+//! The external tools tests check the chart, the metrics and the CI workflows with: the real
+//! `helm`, Prometheus's `promtool` and `actionlint`, found at the pinned versions the install
+//! scripts put under `target/` (or at `HAPTIC_HELM` / `HAPTIC_PROMTOOL` / `HAPTIC_ACTIONLINT`).
 //!
 //! Owns running them and reading their verdicts. It must never soften a verdict: the one report
 //! it sets aside is named and explained where it is.
@@ -17,6 +17,8 @@ use crate::bins::workspace_root;
 pub const HELM_VERSION: &str = "v3.22.0";
 /// The promtool version `scripts/install-promtool.sh` builds.
 pub const PROMTOOL_VERSION: &str = "v0.316.0";
+/// The actionlint version `scripts/install-actionlint.sh` builds.
+pub const ACTIONLINT_VERSION: &str = "v1.7.12";
 
 /// The helm binary: `HAPTIC_HELM`, else what `scripts/install-helm.sh` installs. Panics when missing.
 pub fn helm_bin() -> PathBuf {
@@ -36,6 +38,20 @@ pub fn promtool_bin() -> PathBuf {
     assert!(
         path.is_file(),
         "promtool is missing at {}: run scripts/install-promtool.sh (or set HAPTIC_PROMTOOL)",
+        path.display()
+    );
+    path
+}
+
+/// The actionlint binary: `HAPTIC_ACTIONLINT`, else what `scripts/install-actionlint.sh` builds.
+/// Panics when missing.
+pub fn actionlint_bin() -> PathBuf {
+    let path = std::env::var_os("HAPTIC_ACTIONLINT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join(format!("target/actionlint/{ACTIONLINT_VERSION}/actionlint")));
+    assert!(
+        path.is_file(),
+        "actionlint is missing at {}: run scripts/install-actionlint.sh (or set HAPTIC_ACTIONLINT)",
         path.display()
     );
     path
