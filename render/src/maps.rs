@@ -28,6 +28,8 @@
 //! - `maps/policies.map`: rule id → policy id, for the rules that have a policy.
 //! - `maps/rewrites.map`: rule id → rewrite id, for the rules that rewrite their path.
 //! - `maps/passthrough.map`: SNI host → `mode tcp` backend, for `ssl-passthrough` hosts.
+//! - `maps/tls_terminate.map`: host id → bind port, for the host tables of Gateway TLS
+//!   listeners that terminate TLS (their connections go to that port's decrypting frontend).
 //! - `maps/canaries.map`: rule id → canary selector id; `maps/canary_backends.map` and
 //!   `maps/main_backends.map`: rule id → its canary's and its main backend, for the rules with
 //!   a canary (whose `rules.map` backend is the weighted one holding both).
@@ -137,12 +139,23 @@ pub fn build(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, Inexpressible> 
         push_map_line(&mut pt, &p.host, &p.backend)?;
     }
     out.insert(MapFile::Passthrough.name().to_string(), pt.into_bytes());
+    let mut term = String::new();
+    for f in &model.frontends {
+        if let HostLookup::Sni(ts) = &f.hosts {
+            for t in ts {
+                for id in &t.tables {
+                    push_map_line(&mut term, id, &t.port.to_string())?;
+                }
+            }
+        }
+    }
+    out.insert(MapFile::TlsTerminate.name().to_string(), term.into_bytes());
     let listeners: Vec<&Listeners> = model
         .frontends
         .iter()
         .filter_map(|f| match &f.hosts {
             HostLookup::Listener(l) => Some(l),
-            HostLookup::Host | HostLookup::Sni | HostLookup::Port => None,
+            HostLookup::Host | HostLookup::Sni(_) | HostLookup::Port => None,
         })
         .collect();
     if !listeners.is_empty() {

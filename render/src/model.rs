@@ -162,12 +162,26 @@ pub enum HostLookup {
     Listener(Listeners),
     /// As [`HostLookup::Listener`], by the SNI of a TLS ClientHello instead of a Host header:
     /// the frontend is `mode tcp` and passes each connection, undecrypted, to the backend of
-    /// its host table's `/` entry (a Gateway's TLS Passthrough listeners).
-    Sni,
+    /// its host table's `/` entry (a Gateway's TLS listeners). A connection whose host table
+    /// belongs to a listener that terminates TLS goes first, with its original destination in
+    /// the PROXY protocol, to a `mode tcp` frontend that decrypts it with the listener's
+    /// certificates and finds the same table by the SNI it decrypted.
+    Sni(Vec<TlsTermination>),
     /// By the listener port alone (its catch-all table, `@<port>`): the frontend is `mode tcp`
     /// and passes each connection to the backend of that table's `/` entry (a Gateway's TCP
     /// listeners).
     Port,
+}
+
+/// The TLS listeners of one bind port of a [`HostLookup::Sni`] frontend that terminate TLS.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TlsTermination {
+    /// The bind port.
+    pub port: u16,
+    /// Their certificate files (the first one answers a name none of them names).
+    pub certs: Vec<String>,
+    /// Their host tables' ids (`maps/tls_terminate.map`).
+    pub tables: Vec<String>,
 }
 
 /// The listeners of a [`HostLookup::Listener`] frontend.

@@ -81,6 +81,7 @@ names! {
         MainBackends => "main_backends",
         /// SNI host → `mode tcp` backend.
         Passthrough => "passthrough",
+        TlsTerminate => "tls_terminate",
     }
 }
 
@@ -125,6 +126,7 @@ names! {
         Origin => "origin",
         /// The backend an SNI passes TLS through to.
         PassthroughBackend => "pt",
+        Terminate => "term",
     }
 }
 

@@ -126,10 +126,25 @@ struct FrontendView {
     by_listener: bool,
     /// HTTPS listeners told apart by SNI and Host (421 when they differ).
     misdirected: bool,
-    /// `mode tcp`, host tables found by SNI ([`crate::model::HostLookup::Sni`]).
-    sni: bool,
-    /// `mode tcp`, the listener port's table ([`crate::model::HostLookup::Port`]).
-    by_port: bool,
+    /// `mode tcp` ([`crate::model::HostLookup::Sni`], [`crate::model::HostLookup::Port`]).
+    l4: bool,
+    /// The fetch of the SNI the host table is found by (none: the listener port's table).
+    sni_fetch: Option<&'static str>,
+    /// Wait for the TLS ClientHello (`req.ssl_sni`).
+    hello: bool,
+    /// The bind ports whose TLS listeners terminate TLS, of an SNI frontend.
+    terminate: Vec<TerminateView>,
+}
+
+/// A bind port of a `sni` frontend whose TLS listeners terminate TLS: its connections go to
+/// `socket` with the PROXY protocol, where a `mode tcp` bind decrypts them with `certs`.
+#[derive(Serialize)]
+struct TerminateView {
+    port: u16,
+    /// `abns@…`, quoted.
+    socket: String,
+    /// `crt <path>` words.
+    certs: String,
 }
 
 #[derive(Serialize)]
@@ -312,14 +327,46 @@ fn frontend_views(model: &Model) -> Result<(Vec<FrontendView>, Option<Passthroug
         }
         if !binds.is_empty() {
             let (by_listener, misdirected) = match &f.hosts {
-                HostLookup::Host | HostLookup::Sni | HostLookup::Port => (false, false),
+                HostLookup::Host | HostLookup::Sni(_) | HostLookup::Port => (false, false),
                 HostLookup::Listener(l) => (true, !l.tls.is_empty()),
             };
-            let (sni, by_port) = (f.hosts == HostLookup::Sni, f.hosts == HostLookup::Port);
-            frontends.push(FrontendView { name: f.name.clone(), binds, by_listener, misdirected, sni, by_port });
+            let terminate: Vec<TerminateView> = match &f.hosts {
+                HostLookup::Sni(ts) => ts.iter().map(terminate_view).collect::<Result<_, _>>()?,
+                _ => Vec::new(),
+            };
+            let sni = matches!(f.hosts, HostLookup::Sni(_));
+            let decrypted = (!terminate.is_empty()).then(|| FrontendView {
+                name: format!("{}_terminated", f.name),
+                binds: terminate.iter().map(|t| format!("{} accept-proxy ssl {}", t.socket, t.certs)).collect(),
+                by_listener: false,
+                misdirected: false,
+                l4: true,
+                sni_fetch: Some("ssl_fc_sni"),
+                hello: false,
+                terminate: Vec::new(),
+            });
+            frontends.push(FrontendView {
+                name: f.name.clone(),
+                binds,
+                by_listener,
+                misdirected,
+                l4: sni || f.hosts == HostLookup::Port,
+                sni_fetch: sni.then_some("req.ssl_sni"),
+                hello: sni,
+                terminate,
+            });
+            frontends.extend(decrypted);
         }
     }
     Ok((frontends, passthrough))
+}
+
+/// A bind port whose TLS listeners terminate TLS, as the template writes it.
+fn terminate_view(t: &crate::model::TlsTermination) -> Result<TerminateView, RenderError> {
+    let socket = config_arg(&format!("abns@haptic-tls-{}", t.port))?;
+    let certs: Vec<String> =
+        t.certs.iter().map(|p| config_arg(p).map(|p| format!("crt {p}"))).collect::<Result<_, _>>()?;
+    Ok(TerminateView { port: t.port, socket, certs: certs.join(" ") })
 }
 
 /// One backend's section.

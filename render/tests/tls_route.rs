@@ -2,7 +2,8 @@
 //! an HTTPRoute on its HTTP listener: a connection goes, undecrypted, by its SNI to its route's
 //! backend (curl verifies the backend's own certificate, and the backend sees the SNI); an
 //! exact host wins over a wildcard one; a name no route takes, or whose route's backends do not
-//! exist, is closed. The attack: a TLSRoute
+//! exist, is closed. A TLS Terminate listener on the same port (mixed): its host's connections
+//! are decrypted with the listener's certificate and reach a plain backend. The attack: a TLSRoute
 //! of another namespace naming the same host on a listener that allows only its own namespace
 //! is refused in its own status, and the host still reaches its owner. The backends are HAProxy
 //! too, each terminating TLS with its own certificate.
@@ -25,6 +26,11 @@ gateways:
       gatewayClassName: haptic
       listeners:
         - {name: tls, port: 443, protocol: TLS, hostname: "*.example.com", tls: {mode: Passthrough}}
+        - name: term
+          port: 443
+          protocol: TLS
+          hostname: t.example.com
+          tls: {mode: Terminate, certificateRefs: [{name: t-cert}]}
         - {name: web, port: 80, protocol: HTTP}
 routes:
   - metadata: {name: page, namespace: shop, creationTimestamp: "2026-01-01T00:00:00Z"}
@@ -44,9 +50,14 @@ tlsRoutes:
       rules: [{backendRefs: [{name: a, port: 443}]}]
   - metadata: {name: wild, namespace: shop, creationTimestamp: "2026-01-03T00:00:00Z"}
     spec:
-      parentRefs: [{name: gw}]
+      parentRefs: [{name: gw, sectionName: tls}]
       hostnames: ["*.example.com"]
       rules: [{backendRefs: [{name: b, port: 443}]}]
+  - metadata: {name: plain, namespace: shop, creationTimestamp: "2026-01-05T00:00:00Z"}
+    spec:
+      parentRefs: [{name: gw, sectionName: term}]
+      hostnames: [t.example.com]
+      rules: [{backendRefs: [{name: page, port: 80}]}]
   - metadata: {name: gone, namespace: shop, creationTimestamp: "2026-01-04T00:00:00Z"}
     spec:
       parentRefs: [{name: gw}]
@@ -119,7 +130,7 @@ haptic_e2e::on_each_version!(tls_routes_pass_connections_through_by_sni);
 async fn tls_routes_pass_connections_through_by_sni(bin: HaproxyBin) {
     let pki = tempfile::tempdir().unwrap();
     haptic_e2e::tls::make_ca_for(pki.path(), "a", "DNS:a.example.com");
-    for (name, host) in [("b", "b.example.com"), ("grab", "a.example.com")] {
+    for (name, host) in [("b", "b.example.com"), ("grab", "a.example.com"), ("t", "t.example.com")] {
         haptic_e2e::tls::make_host_cert(pki.path(), name, host);
     }
     let (a, b, grab) = (free_port(), free_port(), free_port());
@@ -128,6 +139,13 @@ async fn tls_routes_pass_connections_through_by_sni(bin: HaproxyBin) {
     let _grab = tls_backend(&bin, pki.path(), "grab", grab).await;
     let page = common::echo_backend("page");
     let mut objects: GatewayObjects = serde_saphyr::from_str(OBJECTS).unwrap();
+    let mut secret = k8s_openapi::api::core::v1::Secret::default();
+    secret.metadata.name = Some("t-cert".into());
+    secret.metadata.namespace = Some("shop".into());
+    secret.type_ = Some("kubernetes.io/tls".into());
+    let read = |f: &str| k8s_openapi::ByteString(std::fs::read(pki.path().join(f)).unwrap());
+    secret.data = Some([("tls.crt".to_string(), read("t.pem")), ("tls.key".to_string(), read("t.key"))].into());
+    objects.secrets.push(secret);
     for s in &mut objects.endpoint_slices {
         let port = match s.metadata.name.as_deref() {
             Some("a") => a,
@@ -149,7 +167,9 @@ async fn tls_routes_pass_connections_through_by_sni(bin: HaproxyBin) {
         let r = out.routes.iter().find(|r| r.object.name == name).unwrap();
         r.parents[0].conditions.iter().find(|c| c.type_ == "Accepted").unwrap().clone()
     };
-    assert!(accepted("a").status && accepted("wild").status && accepted("page").status, "{:?}", out.routes);
+    for name in ["a", "wild", "page", "plain"] {
+        assert!(accepted(name).status, "{name}: {:?}", out.routes);
+    }
     let thief = accepted("thief");
     assert_eq!((thief.status, thief.reason), (false, "NotAllowedByListeners"), "{thief:?}");
     let listeners = &out.gateways[0].listeners;
@@ -158,8 +178,9 @@ async fn tls_routes_pass_connections_through_by_sni(bin: HaproxyBin) {
     let gone = out.routes.iter().find(|r| r.object.name == "gone").unwrap();
     let resolved = gone.parents[0].conditions.iter().find(|c| c.type_ == "ResolvedRefs").unwrap();
     assert_eq!((resolved.status, resolved.reason), (false, "BackendNotFound"), "{resolved:?}");
-    let kinds: Vec<&str> = listeners[1].supported_kinds.iter().map(|k| k.kind.as_str()).collect();
-    assert_eq!((kinds, listeners[1].attached_routes), (vec!["HTTPRoute", "GRPCRoute"], 1), "{listeners:?}");
+    assert_eq!(listeners[1].attached_routes, 1, "{listeners:?}");
+    let kinds: Vec<&str> = listeners[2].supported_kinds.iter().map(|k| k.kind.as_str()).collect();
+    assert_eq!((kinds, listeners[2].attached_routes), (vec!["HTTPRoute", "GRPCRoute"], 1), "{listeners:?}");
     let port_of = |listener: u16| out.gateways[0].service.ports.iter().find(|p| p.0 == listener).unwrap().1;
     let (tls, web) = (port_of(443), port_of(80));
     let tree = tempfile::tempdir().unwrap();
@@ -170,6 +191,10 @@ async fn tls_routes_pass_connections_through_by_sni(bin: HaproxyBin) {
     // Through, undecrypted: curl verifies each backend's own certificate.
     assert_eq!(curl("a.example.com", tls, &ca).await, (Some(0), "a sni=a.example.com".into()));
     assert_eq!(curl("b.example.com", tls, &ca).await, (Some(0), "b sni=b.example.com".into()));
+    // Decrypted here with the Terminate listener's certificate (curl verifies it), then plain.
+    let (code, body) = curl("t.example.com", tls, &ca).await;
+    assert_eq!(code, Some(0), "{body}");
+    assert!(body.starts_with("page\nGET / HTTP/1.1"), "{body}");
     // A name no route takes, and one whose route has no backend: closed, never answered (an
     // HTTP answer would be a "wrong version number" from curl's TLS).
     for host in ["a.example.org", "gone.example.com"] {

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::{stable_id, Attached, GatewayInput, GatewayOutput};
 use crate::model::{
     BackendOptions, Bind, Cert, Frontend, HostLookup, HostTable, Listeners, MatchRule, Model, ObjectRef, PathEntry,
-    PathKind, Policy, PolicyEntry, Rule, RuleId,
+    PathKind, Policy, PolicyEntry, Rule, RuleId, TlsTermination,
 };
 use crate::slots::{self, SlotMap};
 use crate::sources::common::content_ids;
@@ -27,6 +27,8 @@ pub(super) fn model(input: &GatewayInput, acc: Attached, certs: BTreeMap<String,
         http_binds,
         sni_binds,
         tcp_binds,
+        tls_terminate,
+        terminated,
         tcp_backends,
         rules,
         policies,
@@ -54,9 +56,17 @@ pub(super) fn model(input: &GatewayInput, acc: Attached, certs: BTreeMap<String,
         let listeners = Listeners { ports: ports.into_iter().collect(), tls: tls_listeners };
         model.frontends.push(Frontend { name: "gateway".into(), binds, hosts: HostLookup::Listener(listeners) });
     }
-    for (name, ports, hosts) in
-        [("gateway_tls", sni_binds, HostLookup::Sni), ("gateway_tcp", tcp_binds, HostLookup::Port)]
-    {
+    let terminations = tls_terminate
+        .into_iter()
+        .map(|(port, mut certs)| {
+            certs.sort();
+            certs.dedup();
+            let tables = terminated.iter().filter(|(p, _)| *p == port).map(|(p, h)| table_id(*p, h)).collect();
+            TlsTermination { port, certs, tables }
+        })
+        .collect();
+    let l4 = [("gateway_tls", sni_binds, HostLookup::Sni(terminations)), ("gateway_tcp", tcp_binds, HostLookup::Port)];
+    for (name, ports, hosts) in l4 {
         let binds: Vec<Bind> =
             ports.iter().map(|p| Bind { address: st.bind_address, port: *p, tls: false, certs: vec![] }).collect();
         if !binds.is_empty() {
@@ -90,14 +100,18 @@ fn rules_and_policies(
     model.rules = rules;
 }
 
+/// The id of the host table of `host` on bind port `port`: by content, so a host table added
+/// or removed never renames another (the config's match rules name host ids).
+fn table_id(port: u16, host: &crate::model::HostMatch) -> String {
+    stable_id("h", &[&port.to_string(), &format!("{host:?}")])
+}
+
 /// The host tables, in a deterministic order (by bind port and host): each one's candidates in
 /// precedence order, those up to the last with a method, header or query match as match rules,
 /// the others as paths.
 fn host_tables(model: &mut Model, tables: BTreeMap<(u16, crate::model::HostMatch), Vec<super::Candidate>>) {
     for ((port, host), mut cands) in tables {
-        // By content, so a host table added or removed never renames another (the config's
-        // match rules name host ids).
-        let id = stable_id("h", &[&port.to_string(), &format!("{host:?}")]);
+        let id = table_id(port, &host);
         cands.sort_by(|a, b| a.key.cmp(&b.key).then_with(|| a.order.cmp(&b.order)));
         let last_conditional =
             cands.iter().rposition(|c| c.method.is_some() || !c.headers.is_empty() || !c.query.is_empty());

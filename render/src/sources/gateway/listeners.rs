@@ -112,23 +112,26 @@ fn listener(
 ) -> (Lst, ListenerStatus) {
     let mut conds = Vec::new();
     let mode = l.tls.as_ref().and_then(|t| t.mode.clone()).unwrap_or_default();
-    let passthrough = l.protocol == ProtocolType::Tls && mode == TlsMode::Passthrough;
+    // A TLS listener terminates TLS (with its certificates) or passes it through.
+    let terminate = l.protocol == ProtocolType::Tls && mode == TlsMode::Terminate;
     let carries = match l.protocol {
         ProtocolType::Tcp => Carries::Tcp,
-        _ if passthrough => Carries::Sni,
+        ProtocolType::Tls => Carries::Sni,
         _ => Carries::Http,
     };
-    let supported = matches!(l.protocol, ProtocolType::Http | ProtocolType::Https | ProtocolType::Tcp) || passthrough;
-    // TLS terminated here for TLSRoutes is not served: the protocol is, that mode is not.
-    let terminate = l.protocol == ProtocolType::Tls && !passthrough;
+    let supported =
+        matches!(l.protocol, ProtocolType::Http | ProtocolType::Https | ProtocolType::Tcp | ProtocolType::Tls);
     let port = u16::try_from(l.port).unwrap_or(0);
     let hostname = match l.hostname.as_deref() {
         None | Some("") => Ok(None),
         Some(h) => gateway_host(h).map(Some),
     };
     let (kinds, bad_kind) = route_kinds(l, supported, carries);
-    let (mut resolved, lcerts) =
-        if l.protocol == ProtocolType::Https { listener_certs(input, gns, l, certs) } else { (Ok(()), Vec::new()) };
+    let (mut resolved, lcerts) = if l.protocol == ProtocolType::Https || terminate {
+        listener_certs(input, gns, l, certs)
+    } else {
+        (Ok(()), Vec::new())
+    };
     if bad_kind && resolved.is_ok() {
         let served = match carries {
             Carries::Http => "HTTPRoute and GRPCRoute",
@@ -138,12 +141,7 @@ fn listener(
         resolved = Err(("InvalidRouteKinds", format!("only {served} (gateway.networking.k8s.io) are served here")));
     }
     let accepted = supported && hostname.is_ok() && port != 0;
-    let (areason, amsg) = if terminate {
-        (
-            "UnsupportedValue",
-            "TLS listeners pass connections through (tls.mode Passthrough); Terminate is not supported".into(),
-        )
-    } else if !supported {
+    let (areason, amsg) = if !supported {
         ("UnsupportedProtocol", format!("protocol {} is not supported", l.protocol))
     } else if let Err(e) = &hostname {
         ("UnsupportedValue", e.clone())
@@ -173,6 +171,7 @@ fn listener(
         hostname: hostname.clone().ok().flatten(),
         usable: accepted && conflict.is_none(),
         carries,
+        terminate,
         kinds: kinds.clone(),
         from: sel.from.unwrap_or_default(),
         selector: sel.selector,
@@ -222,7 +221,7 @@ fn listener_certs(
     let mut lcerts = Vec::new();
     let tls = l.tls.clone().unwrap_or_default();
     if tls.mode.unwrap_or_default() != TlsMode::Terminate {
-        resolved = Err(("InvalidCertificateRef", "only TLS mode Terminate is supported on HTTPS".into()));
+        resolved = Err(("InvalidCertificateRef", format!("only TLS mode Terminate is supported on {}", l.protocol)));
     } else if tls.certificate_refs.is_empty() {
         resolved = Err(("InvalidCertificateRef", "no certificateRefs".into()));
     }
@@ -364,6 +363,12 @@ pub(super) fn binds(gw: &Gateways<'_>, acc: &mut Attached) {
             acc.ports.insert(b, l.port);
             if l.carries == Carries::Sni {
                 acc.sni_binds.insert(b);
+                if l.terminate {
+                    acc.tls_terminate.entry(b).or_default().extend(l.certs.clone());
+                    if let Some(h) = &l.hostname {
+                        acc.terminated.insert((b, h.clone()));
+                    }
+                }
             } else if l.carries == Carries::Tcp {
                 acc.tcp_binds.insert(b);
             } else if l.https {

@@ -59,6 +59,8 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "GRPCRouteNamedRouteRule",
     "TCPRoute",
     "TLSRoute",
+    "TLSRouteModeMixed",
+    "TLSRouteModeTerminate",
     "HTTPRoute",
     "HTTPRoute303RedirectStatusCode",
     "HTTPRoute307RedirectStatusCode",
@@ -377,6 +379,8 @@ struct Lst {
     usable: bool,
     /// What the listener carries, and so which route kinds it takes.
     carries: Carries,
+    /// A TLS listener that terminates TLS (for TLSRoutes) with its certificates.
+    terminate: bool,
     /// The route kinds it takes.
     kinds: Vec<RouteKind>,
     from: FromNamespaces,
@@ -509,6 +513,10 @@ struct Attached {
     sni_binds: BTreeSet<u16>,
     /// The bind ports of TCP listeners.
     tcp_binds: BTreeSet<u16>,
+    /// Bind port → the certificate files of its TLS listeners that terminate TLS.
+    tls_terminate: BTreeMap<u16, Vec<String>>,
+    /// The (bind port, host) tables of TLS listeners that terminate TLS.
+    terminated: BTreeSet<(u16, HostMatch)>,
     /// The backends TLS and TCP connections pass through to (`mode tcp`).
     tcp_backends: BTreeSet<String>,
     /// Rule → (backend, route).

@@ -519,6 +519,9 @@ fn hosts_into(
                 continue;
             }
         }
+        if l.terminate {
+            acc.terminated.insert((b, eff.clone()));
+        }
         acc.tables.entry((b, eff)).or_default().extend(cands.iter().cloned());
     }
 }
