@@ -730,6 +730,10 @@ pub struct Cors {
     pub credentials: bool,
     /// `Access-Control-Max-Age`, seconds.
     pub max_age: u32,
+    /// As the Gateway API's CORS filter: a `*` origin answers with the request's origin, `*`
+    /// methods or headers answer a preflight with what it asked for (so credentials can go with
+    /// them), and only preflights carry the methods and headers. Otherwise as ingress-nginx.
+    pub reflect: bool,
 }
 
 /// Per client address limits: over either, 503.

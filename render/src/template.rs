@@ -726,13 +726,20 @@ pub(crate) fn policy_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, Rende
             out.push(format!("http-request set-var({cors}) str(1) if {when} {matches}"));
         }
         out.push(format!("http-request set-var({}) req.hdr(origin) if {when} {{ var({cors}) -m found }}", Var::Origin));
-        let mut hdrs = cors_headers(c)?;
+        let mut hdrs = cors_headers(c, true)?;
         hdrs.push(("access-control-max-age", config_arg(&c.max_age.to_string())?));
         let hdrs: Vec<String> = hdrs.iter().map(|(k, v)| format!("hdr {k} {v}")).collect();
         out.push(format!(
             "http-request return status 204 content-type text/plain {} if {when} {{ var({cors}) -m found }} METH_OPTIONS",
             hdrs.join(" ")
         ));
+        if c.reflect {
+            // A preflight from an origin not allowed is answered too, without any CORS header.
+            out.push(format!(
+                "http-request return status 204 if {when} METH_OPTIONS {{ req.hdr(origin) -m found }} \
+                 {{ req.hdr(access-control-request-method) -m found }}"
+            ));
+        }
     }
     if let Some(a) = &p.auth {
         if !is_section_name(&a.userlist) {
@@ -774,7 +781,7 @@ pub(crate) fn response_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, Ren
     let (when, cors) = (format!("{{ var({}) -m str {} }}", Var::Policy, our_id(id)?), Var::Cors);
     let mut out = Vec::new();
     if let Some(c) = &p.cors {
-        let mut hdrs = cors_headers(c)?;
+        let mut hdrs = cors_headers(c, false)?;
         if let Some(e) = &c.expose {
             hdrs.push(("access-control-expose-headers", log_format_arg(e)?));
         }
@@ -793,19 +800,33 @@ pub(crate) fn response_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, Ren
     Ok(out)
 }
 
-/// The CORS headers both a preflight and a response carry, values as quoted log-format words:
-/// the origin (`*`, or the request's own once it matched), methods, headers, credentials.
-fn cors_headers(c: &crate::model::Cors) -> Result<Vec<(&'static str, String)>, RenderError> {
-    let origin = if c.origins.contains(&crate::model::Origin::Any) {
+/// The CORS headers of a `preflight` answer or of a response, values as quoted log-format
+/// words: the origin (`*`, or the request's own once it matched), methods, headers,
+/// credentials, and (a preflight, reflecting, [`crate::model::Cors::reflect`]) the exposed
+/// headers, which a response gets from [`response_lines_of`]. Reflecting, `*` methods or headers are
+/// what the preflight asked for (`req.fhdr`: the whole header, commas and all), and responses
+/// carry neither.
+fn cors_headers(c: &crate::model::Cors, preflight: bool) -> Result<Vec<(&'static str, String)>, RenderError> {
+    let origin = if c.origins.contains(&crate::model::Origin::Any) && !c.reflect {
         "'*'".to_string()
     } else {
         format!("'%[var({})]'", Var::Origin)
     };
-    let mut out = vec![
-        ("access-control-allow-origin", origin),
-        ("access-control-allow-methods", log_format_arg(&c.methods)?),
-        ("access-control-allow-headers", log_format_arg(&c.headers)?),
-    ];
+    let mut out = vec![("access-control-allow-origin", origin)];
+    for (name, list, asked) in [
+        ("access-control-allow-methods", &c.methods, "access-control-request-method"),
+        ("access-control-allow-headers", &c.headers, "access-control-request-headers"),
+    ] {
+        match (c.reflect, preflight, list.as_str()) {
+            (false, _, _) => out.push((name, log_format_arg(list)?)),
+            (true, false, _) | (true, true, "") => {}
+            (true, true, "*") => out.push((name, format!("'%[req.fhdr({asked})]'"))),
+            (true, true, _) => out.push((name, log_format_arg(list)?)),
+        }
+    }
+    if let Some(e) = c.expose.as_ref().filter(|_| c.reflect && preflight) {
+        out.push(("access-control-expose-headers", log_format_arg(e)?));
+    }
     if c.credentials {
         out.push(("access-control-allow-credentials", "'true'".to_string()));
     }

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::model::{Cause, HostMatch, ObjectRef, PathKind, Why};
+use crate::model::{Cause, HostMatch, ObjectRef, Origin, PathKind, Why};
 use crate::slots::Endpoint;
 
 /// The label linking an EndpointSlice to its Service.
@@ -190,4 +190,41 @@ pub(crate) fn secret_pem<S: std::borrow::Borrow<Secret>>(
     };
     crate::pem::certified(get("tls.crt")?, get("tls.key")?)
         .map_err(|e| Why::invalid(format!("Secret {ns}/{name}: {e}")))
+}
+
+/// CORS origins (an Ingress's comma-separated `cors-allow-origin`, a CORS filter's
+/// `allowOrigins`): each `*`, or `scheme://host[:port]` where the host may start with `*.` (one or
+/// more labels, as ingress-nginx and the Gateway API match it).
+pub(crate) fn origins<'a>(list: impl IntoIterator<Item = &'a str>) -> Result<Vec<Origin>, String> {
+    let mut out = Vec::new();
+    for o in list {
+        if o == "*" {
+            out.push(Origin::Any);
+            continue;
+        }
+        let err = || format!("{o:?} is not `*` or an origin (http(s)://host[:port], the host may start with `*.`)");
+        let (scheme, rest) = o.split_once("://").ok_or_else(err)?;
+        if !matches!(scheme, "http" | "https") {
+            return Err(err());
+        }
+        let (host, port) = match rest.rsplit_once(':') {
+            Some((h, p)) if !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => (h, Some(p)),
+            _ => (rest, None),
+        };
+        let port = port.map(|p| format!(":{p}")).unwrap_or_default();
+        match parse_host(host).map_err(|_| err())? {
+            crate::model::HostMatch::Exact(h) => out.push(Origin::Exact(format!("{scheme}://{h}{port}"))),
+            crate::model::HostMatch::Wildcard(suffix) => {
+                let lit = |s: &str| haptic_haproxy::quote::regex_literal(s).map_err(|_| err());
+                out.push(Origin::Pattern(format!("^{}://[^/]+{}{}$", lit(scheme)?, lit(&suffix)?, lit(&port)?)));
+            }
+            crate::model::HostMatch::Suffix(_) | crate::model::HostMatch::Any => return Err(err()),
+        }
+    }
+    if out.is_empty() {
+        return Err("no origin given".into());
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
 }

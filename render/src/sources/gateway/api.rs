@@ -578,6 +578,33 @@ pub struct HttpRouteFilter {
     /// `URLRewrite`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url_rewrite: Option<HttpUrlRewriteFilter>,
+    /// `CORS`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cors: Option<HttpCorsFilter>,
+}
+
+/// A CORS filter.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpCorsFilter {
+    /// Origins (`*`, `scheme://host[:port]`, the host may start with `*.`).
+    #[serde(default)]
+    pub allow_origins: Vec<String>,
+    /// Methods (`*`: any).
+    #[serde(default)]
+    pub allow_methods: Vec<String>,
+    /// Request headers (`*`: any).
+    #[serde(default)]
+    pub allow_headers: Vec<String>,
+    /// Response headers a client may read.
+    #[serde(default)]
+    pub expose_headers: Vec<String>,
+    /// Whether credentials may go with the request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_credentials: Option<bool>,
+    /// How long a preflight's answer may be cached, seconds (the API's default: 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_age: Option<i32>,
 }
 
 /// A header modifier.

@@ -55,6 +55,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "GatewayAddressEmpty",
     "GatewayHTTPListenerIsolation",
     "GatewayPort8080",
+    "HTTPRouteCORS",
     "GRPCRoute",
     "GRPCRouteNamedRouteRule",
     "TCPRoute",
@@ -836,6 +837,31 @@ fn path_modifier(p: &HttpPathModifier, prefix: Option<usize>) -> Result<PathRewr
     }
 }
 
+/// A CORS filter as the policy answers it: preflights of an allowed origin answered here,
+/// its responses with the CORS headers; wildcards reflect what the request sent.
+fn cors(f: &HttpCorsFilter) -> Result<Cors, String> {
+    let origins = crate::sources::common::origins(f.allow_origins.iter().map(String::as_str))?;
+    let list = |what: &str, l: &[String]| -> Result<String, String> {
+        if l.iter().any(|t| t == "*") {
+            return Ok("*".into());
+        }
+        match l.iter().find(|t| !is_fetch_arg_name(t)) {
+            Some(t) => Err(format!("{what} {t:?} is not a token")),
+            None => Ok(l.join(", ")),
+        }
+    };
+    let expose = list("header", &f.expose_headers)?;
+    Ok(Cors {
+        origins,
+        methods: list("method", &f.allow_methods)?,
+        headers: list("header", &f.allow_headers)?,
+        expose: (!expose.is_empty()).then_some(expose),
+        credentials: f.allow_credentials.unwrap_or(false),
+        max_age: u32::try_from(f.max_age.unwrap_or(5)).map_err(|_| "maxAge is negative".to_string())?,
+        reflect: true,
+    })
+}
+
 /// A rule's filters as the policy of its requests.
 fn compile_filters(filters: &[HttpRouteFilter], prefix: Option<usize>) -> Result<Policy, String> {
     let mut a = Policy::default();
@@ -869,6 +895,7 @@ fn compile_filters(filters: &[HttpRouteFilter], prefix: Option<usize>) -> Result
                 let path = r.path.as_ref().map(|p| path_modifier(p, prefix)).transpose()?;
                 a.redirect = Some(Redirect::Rewrite { scheme, hostname, port, path, code });
             }
+            FilterType::Cors => a.cors = Some(cors(&f.cors.clone().unwrap_or_default())?),
             FilterType::UrlRewrite => {
                 let u = f.url_rewrite.clone().unwrap_or_default();
                 if let Some(h) = &u.hostname {

@@ -14,8 +14,8 @@ use haptic_haproxy::http::ERROR_PAGES;
 use haptic_haproxy::names::is_section_name;
 
 use super::values::{
-    app_root, bool_of, cidrs, location, name_of, origins, redirect_code, rewrite_target, seconds, size, statuses,
-    token, tokens, vhost,
+    app_root, bool_of, cidrs, location, name_of, redirect_code, rewrite_target, seconds, size, statuses, token, tokens,
+    vhost,
 };
 use super::{
     field, Affinity, Allowed, AuthRequest, Canary, CanarySelector, Cors, Limit, Meaning, Origin, Protocol, Redirect,
@@ -652,9 +652,10 @@ fn cors(r: &mut Reading<'_>) -> Cors {
         expose: None,
         credentials: true,
         max_age: 1_728_000,
+        reflect: false,
     };
     if let Some((full, o)) = r.get("cors-allow-origin") {
-        match origins(o) {
+        match crate::sources::common::origins(o.split(',').map(str::trim).filter(|s| !s.is_empty())) {
             Ok(o) => c.origins = o,
             Err(err) => r.bad(full, err),
         }

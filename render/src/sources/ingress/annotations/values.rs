@@ -5,7 +5,7 @@
 
 use haptic_haproxy::names::is_header_name;
 
-use super::{Cidr, Origin, MAX_ERROR_PAGES};
+use super::{Cidr, MAX_ERROR_PAGES};
 
 pub(super) fn bool_of(v: &str) -> Result<bool, String> {
     match v {
@@ -77,42 +77,6 @@ pub(super) fn tokens(v: &str) -> Result<String, String> {
         return Err(format!("{v:?} is not a comma-separated list of names"));
     }
     list.into_iter().map(token).collect::<Result<Vec<_>, _>>().map(|l| l.join(", "))
-}
-
-/// `cors-allow-origin`: `*`, or comma-separated `scheme://host[:port]` where the host may start
-/// with `*.` (one or more labels, as ingress-nginx matches it).
-pub(super) fn origins(v: &str) -> Result<Vec<Origin>, String> {
-    let mut out = Vec::new();
-    for o in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        if o == "*" {
-            out.push(Origin::Any);
-            continue;
-        }
-        let err = || format!("{o:?} is not `*` or an origin (http(s)://host[:port], the host may start with `*.`)");
-        let (scheme, rest) = o.split_once("://").ok_or_else(err)?;
-        if !matches!(scheme, "http" | "https") {
-            return Err(err());
-        }
-        let (host, port) = match rest.rsplit_once(':') {
-            Some((h, p)) if !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => (h, Some(p)),
-            _ => (rest, None),
-        };
-        let port = port.map(|p| format!(":{p}")).unwrap_or_default();
-        match crate::sources::common::parse_host(host).map_err(|_| err())? {
-            crate::model::HostMatch::Exact(h) => out.push(Origin::Exact(format!("{scheme}://{h}{port}"))),
-            crate::model::HostMatch::Wildcard(suffix) => {
-                let lit = |s: &str| haptic_haproxy::quote::regex_literal(s).map_err(|_| err());
-                out.push(Origin::Pattern(format!("^{}://[^/]+{}{}$", lit(scheme)?, lit(&suffix)?, lit(&port)?)));
-            }
-            crate::model::HostMatch::Suffix(_) | crate::model::HostMatch::Any => return Err(err()),
-        }
-    }
-    if out.is_empty() {
-        return Err("no origin given".into());
-    }
-    out.sort();
-    out.dedup();
-    Ok(out)
 }
 
 /// A header or cookie name HAProxy takes as a sample fetch argument: `[A-Za-z0-9_.-]`.
