@@ -802,7 +802,7 @@ impl Policy {
 }
 
 /// How HAProxy talks to a backend's servers.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub enum Protocol {
     /// HTTP/1.1 in clear.
     #[default]

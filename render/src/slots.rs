@@ -50,9 +50,20 @@ pub fn plan_backends(
     let backups = prev.backends.keys().filter(|k| k.ends_with(BACKUP_SLOTS)).cloned();
     let active: BTreeSet<String> = wanted.keys().cloned().chain(backups).collect();
     slot_map.retired = retired(prev, &active, RETIRED_KEPT);
-    let parked = Wanted { min_slots: retired_min, ..Wanted::default() };
-    let retired = slot_map.retired.iter().map(|n| (n.clone(), parked.clone()));
+    // A retired backend keeps its shape (the protocol its servers speak, `mode tcp`), so its
+    // section's text does not change with its last route going.
+    let parked = |name: &String| {
+        let shape = prev.shapes.get(name).copied().unwrap_or_default();
+        let options = BackendOptions { protocol: shape.protocol, passthrough: shape.passthrough, ..Default::default() };
+        Wanted { min_slots: retired_min, options, ..Wanted::default() }
+    };
+    let retired = slot_map.retired.iter().map(|n| (n.clone(), parked(n)));
     let all: BTreeMap<String, Wanted> = wanted.into_iter().chain(retired).collect();
+    slot_map.shapes = all
+        .iter()
+        .map(|(n, w)| (n.clone(), Shape { protocol: w.options.protocol, passthrough: w.options.passthrough }))
+        .filter(|(_, s)| *s != Shape::default())
+        .collect();
     let mut out = Vec::new();
     for (name, w) in all {
         let (mut servers, s) = plan(&w.endpoints, prev.backends.get(&name), w.min_slots);
@@ -86,6 +97,20 @@ pub struct SlotMap {
     /// Gateway API: `<namespace>/<gateway>:<listener port>` → the bind port serving it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub bind_ports: BTreeMap<String, u16>,
+    /// Backend name → its [`Shape`], for those (retired ones included) not of the default one.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub shapes: BTreeMap<String, Shape>,
+}
+
+/// What of a backend's options a retired one keeps: what its servers speak and whether it is
+/// `mode tcp`. Never a file its options name (a CA, a client certificate), which a render
+/// without its route no longer writes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shape {
+    /// The protocol its servers speak.
+    pub protocol: crate::model::Protocol,
+    /// `mode tcp`.
+    pub passthrough: bool,
 }
 
 /// How many retired backends a render keeps. Dropping one removes its `backend` section, which
@@ -175,6 +200,36 @@ mod tests {
 
     fn ep(i: u8) -> Endpoint {
         Endpoint { addr: SocketAddr::from(([10, 0, 0, i], 8080)), draining: false }
+    }
+
+    /// A retired backend keeps its shape (`mode tcp`, the protocol of its servers) and so its
+    /// section's text; only the shape is kept, and only for backends not of the default one.
+    #[test]
+    fn a_retired_backend_keeps_its_shape() {
+        use crate::model::Protocol;
+        let shaped = |protocol, passthrough| Wanted {
+            endpoints: vec![ep(1)],
+            min_slots: 2,
+            options: BackendOptions { protocol, passthrough, connect_timeout: Some(3), ..Default::default() },
+            ..Wanted::default()
+        };
+        let wanted: BTreeMap<String, Wanted> = [
+            ("tcp".to_string(), shaped(Protocol::Http, true)),
+            ("grpc".to_string(), shaped(Protocol::H2c, false)),
+            ("plain".to_string(), shaped(Protocol::Http, false)),
+        ]
+        .into();
+        let mut first = SlotMap::default();
+        plan_backends(&SlotMap::default(), wanted, 2, &mut first);
+        assert_eq!(first.shapes.len(), 2, "{:?}", first.shapes);
+        let mut second = SlotMap::default();
+        let bs = plan_backends(&first, BTreeMap::new(), 2, &mut second);
+        let opts = |n: &str| bs.iter().find(|b| b.name == n).unwrap().options.clone();
+        assert_eq!((opts("tcp").passthrough, opts("tcp").protocol), (true, Protocol::Http));
+        assert_eq!((opts("grpc").passthrough, opts("grpc").protocol), (false, Protocol::H2c));
+        assert_eq!(opts("tcp").connect_timeout, None, "only the shape is kept");
+        assert_eq!(second.shapes, first.shapes, "kept while retired");
+        assert!(bs.iter().all(|b| b.servers.iter().all(|s| s.endpoint.is_none())), "every slot parked");
     }
 
     /// A backend's backup slots go with it: retired together, never alone; a retired backend

@@ -7,13 +7,14 @@
 //! failed requests, 0 reloads), a weight shift 90/10 → 10/90 between two backends (a runtime
 //! change, the split measured over a bounded count of requests), an HTTPRoute refused in its own
 //! status while the others keep serving (nothing deployed), and new HTTPRoutes timed from
-//! creation to their first 200 (printed, with what they cost). It must never assert on timing,
+//! creation to their first 200 (printed, with what they cost), and TCP listeners whose
+//! TCPRoute, retargeted to a Service another TCPRoute already uses, costs no reload. It must never assert on timing,
 //! send traffic anywhere but the Gateway's Service, nor leave its objects or the release behind
 //! on success.
 
 use std::time::{Duration, Instant};
 
-use haptic_render::gateway_api::{Gateway, HttpRoute};
+use haptic_render::gateway_api::{Gateway, HttpRoute, TcpRoute};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch};
@@ -36,6 +37,8 @@ const SCALE_HOST: &str = "scale.gw.example";
 const SPLIT_HOST: &str = "split.gw.example";
 /// Requests counted per weight split (sequential, each a new connection).
 const SPLIT_REQUESTS: usize = 1000;
+/// The TCP listeners' ports: `tcp` and `tcp2`.
+const TCP_PORTS: [u16; 2] = [9000, 9001];
 /// HTTPRoutes created one after another, each timed to its first 200.
 const TIMED_ROUTES: usize = 20;
 /// The controller name HTTPRoute parents carry for us.
@@ -51,6 +54,28 @@ fn gateways(c: &RealCluster) -> Api<DynamicObject> {
 
 fn routes(c: &RealCluster) -> Api<DynamicObject> {
     Api::namespaced_with(c.client(), NAMESPACE, &ApiResource::erase::<HttpRoute>(&()))
+}
+
+fn tcp_routes(c: &RealCluster) -> Api<DynamicObject> {
+    Api::namespaced_with(c.client(), NAMESPACE, &ApiResource::erase::<TcpRoute>(&()))
+}
+
+/// [`GATEWAY`]: its HTTP listener, and the TCP ones when `tcp`.
+fn gateway(tcp: bool) -> Value {
+    let mut listeners = vec![json!({"name": "http", "protocol": "HTTP", "port": 80})];
+    if tcp {
+        listeners.push(json!({"name": "tcp", "protocol": "TCP", "port": TCP_PORTS[0]}));
+        listeners.push(json!({"name": "tcp2", "protocol": "TCP", "port": TCP_PORTS[1]}));
+    }
+    json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway", "metadata": {"name": GATEWAY},
+           "spec": {"gatewayClassName": CLASS, "listeners": listeners}})
+}
+
+/// TCPRoute `listener` on [`GATEWAY`]'s TCP listener of that name, to Service `to` port 80.
+fn tcp_route_to(listener: &str, to: &str) -> Value {
+    json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "TCPRoute", "metadata": {"name": listener},
+           "spec": {"parentRefs": [{"name": GATEWAY, "sectionName": listener}],
+                    "rules": [{"backendRefs": [{"name": to, "port": 80}]}]}})
 }
 
 async fn put(api: &Api<DynamicObject>, obj: Value) -> Result<()> {
@@ -104,13 +129,7 @@ pub async fn run_gateway(c: &mut RealCluster) -> Result<()> {
     let pods = c.haproxy_pods().await?.len();
     wait_converged(&client, NAMESPACE, pods, None).await?;
     web(c, APP_A, 2, &[APP_A]).await?;
-    put(
-        &gateways(c),
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway", "metadata": {"name": GATEWAY},
-               "spec": {"gatewayClassName": CLASS,
-                        "listeners": [{"name": "http", "protocol": "HTTP", "port": 80}]}}),
-    )
-    .await?;
+    put(&gateways(c), gateway(false)).await?;
     let api = gateways(c);
     let ip = eventually("the Gateway's address and Programmed condition", Duration::from_secs(120), || async {
         let g = api.get(GATEWAY).await.ok()?;
@@ -130,12 +149,19 @@ pub async fn run_gateway(c: &mut RealCluster) -> Result<()> {
     weight_shift(c, &ip).await?;
     refused_route(c, &ip).await?;
     timed_routes(c, &ip).await?;
+    // Through a node only (kind): the TCP listener is not reached from the host there.
+    if c.is_routed() {
+        tcp_route(c, &ip).await?;
+    }
 
     for r in ["scale", "split", "regex"] {
         let _ = routes(c).delete(r, &DeleteParams::default()).await;
     }
     for i in 0..TIMED_ROUTES {
         let _ = routes(c).delete(&format!("timed-{i}"), &DeleteParams::default()).await;
+    }
+    for r in ["tcp", "tcp2"] {
+        let _ = tcp_routes(c).delete(r, &DeleteParams::default()).await;
     }
     let _ = gateways(c).delete(GATEWAY, &DeleteParams::default()).await;
     for app in [APP_A, APP_B] {
@@ -226,6 +252,42 @@ async fn refused_route(c: &RealCluster, ip: &str) -> Result<()> {
         "an HTTPRoute with a RegularExpression path is refused in its status (Accepted False, UnsupportedValue: {}); the others serve; nothing deployed",
         accepted["message"].as_str().unwrap_or_default()
     ));
+    Ok(())
+}
+
+/// Waits until `expect` answers an HTTP request sent through the TCP listener on `port` (the
+/// bytes pass as they are).
+async fn through_tcp(ip: &str, port: u16, expect: &str) -> Result<()> {
+    let addr: std::net::SocketAddr =
+        format!("{ip}:{port}").parse().map_err(|e| ClusterError::of("the TCP listener's address", e))?;
+    let req = "GET / HTTP/1.1\r\nHost: tcp.gw.example\r\nConnection: close\r\n\r\n";
+    eventually(&format!("{expect} through the TCP listener on {port}"), Duration::from_secs(120), || async {
+        let (code, body) = crate::net::http_request_within(addr, req, Duration::from_secs(5)).await.ok()?;
+        (code == 200 && body.trim().starts_with(expect)).then_some(())
+    })
+    .await
+}
+
+/// Two TCP listeners (new bind ports: a reload) with a TCPRoute each, to [`APP_A`] and
+/// [`APP_B`]; the first retargeted to [`APP_B`], whose `mode tcp` backend the second route
+/// already brought, changes maps only: 0 reloads. (A Service no TLS or TCP route used yet brings
+/// a new `mode tcp` backend, which HAProxy cannot add at runtime: a reload.)
+async fn tcp_route(c: &RealCluster, ip: &str) -> Result<()> {
+    put(&gateways(c), gateway(true)).await?;
+    put(&tcp_routes(c), tcp_route_to("tcp", APP_A)).await?;
+    put(&tcp_routes(c), tcp_route_to("tcp2", APP_B)).await?;
+    through_tcp(ip, TCP_PORTS[0], APP_A).await?;
+    through_tcp(ip, TCP_PORTS[1], APP_B).await?;
+    let pods = c.haproxy_pods().await?.len();
+    wait_converged(&c.client(), NAMESPACE, pods, None).await?;
+    let plan = current_plan(c).await?;
+    let at = counters(c).await?;
+    put(&tcp_routes(c), tcp_route_to("tcp", APP_B)).await?;
+    wait_converged(&c.client(), NAMESPACE, pods, Some(&plan)).await?;
+    through_tcp(ip, TCP_PORTS[0], APP_B).await?;
+    let cost = Cost::of(&at, &counters(c).await?)?;
+    cost.expect_reloads("a TCPRoute retargeted", 0.0)?;
+    ok(&format!("TCP listeners and TCPRoutes: {APP_A} answers; retargeted to {APP_B}: {}", cost.line()));
     Ok(())
 }
 
