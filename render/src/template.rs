@@ -137,7 +137,8 @@ struct FrontendView {
 }
 
 /// A bind port of a `sni` frontend whose TLS listeners terminate TLS: its connections go to
-/// `socket` with the PROXY protocol, where a `mode tcp` bind decrypts them with `certs`.
+/// `socket` with the PROXY protocol, where a `mode tcp` bind decrypts them with `certs` (none:
+/// no certificate resolved, its connections are refused).
 #[derive(Serialize)]
 struct TerminateView {
     port: u16,
@@ -335,9 +336,16 @@ fn frontend_views(model: &Model) -> Result<(Vec<FrontendView>, Option<Passthroug
                 _ => Vec::new(),
             };
             let sni = matches!(f.hosts, HostLookup::Sni(_));
-            let decrypted = (!terminate.is_empty()).then(|| FrontendView {
+            // A port whose terminating listeners have no usable certificate is not decrypted: its
+            // connections are refused (the template's `reject`), never passed through.
+            let decrypting: Vec<String> = terminate
+                .iter()
+                .filter(|t| !t.certs.is_empty())
+                .map(|t| format!("{} accept-proxy ssl {}", t.socket, t.certs))
+                .collect();
+            let decrypted = (!decrypting.is_empty()).then(|| FrontendView {
                 name: format!("{}_terminated", f.name),
-                binds: terminate.iter().map(|t| format!("{} accept-proxy ssl {}", t.socket, t.certs)).collect(),
+                binds: decrypting,
                 by_listener: false,
                 misdirected: false,
                 l4: true,

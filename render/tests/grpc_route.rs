@@ -2,7 +2,9 @@
 //! version): a call (an HTTP/2 `POST` in clear, as gRPC sends it) goes by its
 //! service and method to its rule's backend, spoken to in HTTP/2; a service's other methods go
 //! to the service's rule (whose filters set a request header and add a response header), an
-//! unknown service nowhere; the HTTPRoute's HTTP/1 path still answers.
+//! unknown service nowhere; the HTTPRoute's HTTP/1 path still answers. Over TLS (an HTTPS
+//! listener, HTTP/2 by ALPN, curl verifying the listener's certificate) the same call goes the
+//! same way.
 //! A GRPCRoute the translator cannot lower (a method without its service) is refused in its own
 //! status and routes nothing. The backends are HAProxy too, answering with the HTTP version and
 //! path they received.
@@ -20,7 +22,9 @@ gateways:
   - metadata: {name: gw, namespace: web}
     spec:
       gatewayClassName: haptic
-      listeners: [{name: http, port: 80, protocol: HTTP}]
+      listeners:
+        - {name: http, port: 80, protocol: HTTP}
+        - {name: https, port: 443, protocol: HTTPS, tls: {certificateRefs: [{name: grpc-cert}]}}
 routes:
   - metadata: {name: page, namespace: web, creationTimestamp: "2026-01-01T00:00:00Z"}
     spec:
@@ -95,6 +99,20 @@ fn call(port: u16, path: &str, h2: bool) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// A gRPC call (`POST` in HTTP/2, offered by ALPN) over TLS to `grpc.test` on `port`, trusting
+/// only `ca`: the status and the body.
+fn call_tls(port: u16, path: &str, ca: &std::path::Path) -> String {
+    let out = std::process::Command::new("curl")
+        .args(["-s", "-w", " %{http_code}", "--http2", "-X", "POST", "-H", "content-type: application/grpc"])
+        .arg("--cacert")
+        .arg(ca)
+        .args(["--resolve", &format!("grpc.test:{port}:127.0.0.1")])
+        .arg(format!("https://grpc.test:{port}{path}"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 haptic_e2e::on_each_version!(grpc_calls_go_by_service_and_method_in_http2);
 async fn grpc_calls_go_by_service_and_method_in_http2(bin: haptic_e2e::HaproxyBin) {
     let dir = tempfile::tempdir().unwrap();
@@ -103,6 +121,15 @@ async fn grpc_calls_go_by_service_and_method_in_http2(bin: haptic_e2e::HaproxyBi
     let _say = h2c_backend(&bin, &dir.path().join("say"), "say", say).await;
     let _echo = h2c_backend(&bin, &dir.path().join("echo"), "echo", echo).await;
     let mut objects: GatewayObjects = serde_saphyr::from_str(OBJECTS).unwrap();
+    let pki = tempfile::tempdir().unwrap();
+    haptic_e2e::tls::make_ca_for(pki.path(), "grpc", "DNS:grpc.test");
+    let read = |f: &str| k8s_openapi::ByteString(std::fs::read(pki.path().join(f)).unwrap());
+    let mut secret = k8s_openapi::api::core::v1::Secret::default();
+    secret.metadata.name = Some("grpc-cert".into());
+    secret.metadata.namespace = Some("web".into());
+    secret.type_ = Some("kubernetes.io/tls".into());
+    secret.data = Some([("tls.crt".to_string(), read("grpc.pem")), ("tls.key".to_string(), read("grpc.key"))].into());
+    objects.secrets.push(secret);
     for s in &mut objects.endpoint_slices {
         let port = match s.metadata.name.as_deref() {
             Some("say") => say,
@@ -111,10 +138,9 @@ async fn grpc_calls_go_by_service_and_method_in_http2(bin: haptic_e2e::HaproxyBi
         };
         s.ports.as_mut().unwrap()[0].port = Some(port.into());
     }
-    let bind = free_port();
     let settings = GatewaySettings {
         bind_address: IpAddr::from([127, 0, 0, 1]),
-        first_bind_port: bind,
+        first_bind_port: free_port(),
         min_slots: 2,
         ..Default::default()
     };
@@ -131,6 +157,8 @@ async fn grpc_calls_go_by_service_and_method_in_http2(bin: haptic_e2e::HaproxyBi
     let listener = &out.gateways[0].listeners[0];
     let kinds: Vec<&str> = listener.supported_kinds.iter().map(|k| k.kind.as_str()).collect();
     assert_eq!((kinds, listener.attached_routes), (vec!["HTTPRoute", "GRPCRoute"], 2));
+    let port_of = |listener: u16| out.gateways[0].service.ports.iter().find(|p| p.0 == listener).unwrap().1;
+    let (bind, tls) = (port_of(80), port_of(443));
     let tree = dir.path().join("tree");
     common::write_tree(&render, &tree);
     let _h = Haproxy::start(&bin, HaproxyOpts::new(&tree)).await.unwrap();
@@ -140,4 +168,8 @@ async fn grpc_calls_go_by_service_and_method_in_http2(bin: haptic_e2e::HaproxyBi
     assert!(call(bind, "/pkg.v1.Other/Say", true).ends_with(" 404"), "no rule for another service");
     assert!(call(bind, "/pkg.v1.EchoX/Say", true).ends_with(" 404"), "a service is matched whole");
     assert!(call(bind, "/web/x", false).starts_with("page\nGET /web/x HTTP/1.1"), "the HTTPRoute beside it");
+    // Over TLS: HTTP/2 by ALPN, the same rules.
+    let ca = pki.path().join("ca.pem");
+    assert_eq!(call_tls(tls, "/pkg.v1.Echo/Say", &ca), "say HTTP/2.0 /pkg.v1.Echo/Say 200");
+    assert!(call_tls(tls, "/pkg.v1.Other/Say", &ca).ends_with(" 404"), "no rule for another service");
 }

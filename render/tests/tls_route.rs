@@ -3,7 +3,8 @@
 //! backend (curl verifies the backend's own certificate, and the backend sees the SNI); an
 //! exact host wins over a wildcard one; a name no route takes, or whose route's backends do not
 //! exist, is closed. A TLS Terminate listener on the same port (mixed): its host's connections
-//! are decrypted with the listener's certificate and reach a plain backend. The attack: a TLSRoute
+//! are decrypted with the listener's certificate and reach a plain backend; one whose
+//! certificate does not resolve closes its connections, never passing them through. The attack: a TLSRoute
 //! of another namespace naming the same host on a listener that allows only its own namespace
 //! is refused in its own status, and the host still reaches its owner. The backends are HAProxy
 //! too, each terminating TLS with its own certificate.
@@ -31,6 +32,11 @@ gateways:
           protocol: TLS
           hostname: t.example.com
           tls: {mode: Terminate, certificateRefs: [{name: t-cert}]}
+        - name: broken
+          port: 8443
+          protocol: TLS
+          hostname: x.example.com
+          tls: {mode: Terminate, certificateRefs: [{name: no-such-secret}]}
         - {name: web, port: 80, protocol: HTTP}
 routes:
   - metadata: {name: page, namespace: shop, creationTimestamp: "2026-01-01T00:00:00Z"}
@@ -57,6 +63,11 @@ tlsRoutes:
     spec:
       parentRefs: [{name: gw, sectionName: term}]
       hostnames: [t.example.com]
+      rules: [{backendRefs: [{name: page, port: 80}]}]
+  - metadata: {name: undecryptable, namespace: shop, creationTimestamp: "2026-01-06T00:00:00Z"}
+    spec:
+      parentRefs: [{name: gw, sectionName: broken}]
+      hostnames: [x.example.com]
       rules: [{backendRefs: [{name: page, port: 80}]}]
   - metadata: {name: gone, namespace: shop, creationTimestamp: "2026-01-04T00:00:00Z"}
     spec:
@@ -179,10 +190,12 @@ async fn tls_routes_pass_connections_through_by_sni(bin: HaproxyBin) {
     let resolved = gone.parents[0].conditions.iter().find(|c| c.type_ == "ResolvedRefs").unwrap();
     assert_eq!((resolved.status, resolved.reason), (false, "BackendNotFound"), "{resolved:?}");
     assert_eq!(listeners[1].attached_routes, 1, "{listeners:?}");
-    let kinds: Vec<&str> = listeners[2].supported_kinds.iter().map(|k| k.kind.as_str()).collect();
-    assert_eq!((kinds, listeners[2].attached_routes), (vec!["HTTPRoute", "GRPCRoute"], 1), "{listeners:?}");
+    let unresolved = listeners[2].conditions.iter().find(|c| c.type_ == "ResolvedRefs").unwrap();
+    assert_eq!((unresolved.status, unresolved.reason), (false, "InvalidCertificateRef"), "{listeners:?}");
+    let kinds: Vec<&str> = listeners[3].supported_kinds.iter().map(|k| k.kind.as_str()).collect();
+    assert_eq!((kinds, listeners[3].attached_routes), (vec!["HTTPRoute", "GRPCRoute"], 1), "{listeners:?}");
     let port_of = |listener: u16| out.gateways[0].service.ports.iter().find(|p| p.0 == listener).unwrap().1;
-    let (tls, web) = (port_of(443), port_of(80));
+    let (tls, web, broken) = (port_of(443), port_of(80), port_of(8443));
     let tree = tempfile::tempdir().unwrap();
     common::write_tree(&render, tree.path());
     let _h = Haproxy::start(&bin, HaproxyOpts::new(tree.path())).await.unwrap();
@@ -197,12 +210,40 @@ async fn tls_routes_pass_connections_through_by_sni(bin: HaproxyBin) {
     assert!(body.starts_with("page\nGET / HTTP/1.1"), "{body}");
     // A name no route takes, and one whose route has no backend: closed, never answered (an
     // HTTP answer would be a "wrong version number" from curl's TLS).
-    for host in ["a.example.org", "gone.example.com"] {
-        let (code, body) = curl(host, tls, &ca).await;
+    // And a Terminate listener without a certificate: closed, never passed through undecrypted.
+    for (host, port) in [("a.example.org", tls), ("gone.example.com", tls), ("x.example.com", broken)] {
+        let (code, body) = curl(host, port, &ca).await;
         assert_ne!(code, Some(0), "{host}: {body}");
         assert!(!body.contains("wrong version number"), "{host}: {body}");
     }
     // The HTTPRoute beside them.
     let out = Command::new("curl").args(["-s", &format!("http://127.0.0.1:{web}/x")]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("page\nGET /x HTTP/1.1"), "{out:?}");
+}
+
+/// A TLSRoute host added to a TLS listener, to a Service a TLSRoute already uses, changes the
+/// maps only: the config is byte for byte the same, so the change is runtime (no reload).
+#[test]
+fn a_new_tls_host_changes_maps_only() {
+    let objects: GatewayObjects = serde_saphyr::from_str(OBJECTS).unwrap();
+    let settings =
+        || GatewaySettings { bind_address: IpAddr::from([127, 0, 0, 1]), first_bind_port: 20000, ..Default::default() };
+    let t = Default::default();
+    let (before, out) = haptic_render::render_gateway(&objects.clone().input("haptic", settings()), &t).unwrap();
+    let mut more = objects;
+    let mut extra = more.tls_routes.iter().find(|r| r.metadata.name.as_deref() == Some("a")).unwrap().clone();
+    extra.metadata.name = Some("c".into());
+    extra.spec.hostnames = vec!["c.example.com".into()];
+    more.tls_routes.push(extra);
+    let mut input = more.input("haptic", settings());
+    input.previous_slots = out.slots;
+    let (after, out) = haptic_render::render_gateway(&input, &t).unwrap();
+    let c = out.routes.iter().find(|r| r.object.name == "c").unwrap();
+    assert!(c.parents[0].conditions.iter().any(|c| c.type_ == "Accepted" && c.status), "{c:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&before.files["haproxy.cfg"]),
+        String::from_utf8_lossy(&after.files["haproxy.cfg"]),
+        "a new TLS host changes maps only"
+    );
+    assert_ne!(before.files["maps/hosts.map"], after.files["maps/hosts.map"]);
 }
