@@ -6,11 +6,9 @@
 //! preflight is answered here too, never reaching the backend. The attack: an origin that would inject a header or config
 //! (a CR LF, a space, a `%[` format) refuses its own route, and the other route still answers.
 
-use std::net::IpAddr;
-
 use haptic_e2e::net::free_port;
 use haptic_e2e::process::{Haproxy, HaproxyOpts};
-use haptic_render::gateway::{GatewayObjects, GatewaySettings};
+use haptic_render::gateway::GatewayObjects;
 
 mod common;
 
@@ -97,17 +95,9 @@ async fn cors_preflights_are_answered_and_responses_carry_the_origin(bin: haptic
     let mut objects: GatewayObjects = serde_saphyr::from_str(OBJECTS).unwrap();
     objects.endpoint_slices[0].ports.as_mut().unwrap()[0].port = Some(app.into());
     let bind = free_port();
-    let settings = GatewaySettings {
-        bind_address: IpAddr::from([127, 0, 0, 1]),
-        first_bind_port: bind,
-        min_slots: 2,
-        ..Default::default()
-    };
+    let settings = common::loopback_gateway(bind);
     let (render, out) = haptic_render::render_gateway(&objects.input("haptic", settings), &Default::default()).unwrap();
-    let accepted = |name: &str| {
-        let r = out.routes.iter().find(|r| r.object.name == name).unwrap();
-        r.parents[0].conditions.iter().find(|c| c.type_ == "Accepted").unwrap().clone()
-    };
+    let accepted = |name: &str| common::accepted(&out, name);
     assert!(accepted("listed").status && accepted("wild").status, "{:?}", out.routes);
     let inject = accepted("inject");
     assert_eq!((inject.status, inject.reason), (false, "UnsupportedValue"), "{inject:?}");

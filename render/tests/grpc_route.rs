@@ -9,11 +9,9 @@
 //! status and routes nothing. The backends are HAProxy too, answering with the HTTP version and
 //! path they received.
 
-use std::net::IpAddr;
-
 use haptic_e2e::net::free_port;
 use haptic_e2e::process::{Haproxy, HaproxyOpts};
-use haptic_render::gateway::{GatewayObjects, GatewaySettings};
+use haptic_render::gateway::GatewayObjects;
 
 mod common;
 
@@ -123,13 +121,7 @@ async fn grpc_calls_go_by_service_and_method_in_http2(bin: haptic_e2e::HaproxyBi
     let mut objects: GatewayObjects = serde_saphyr::from_str(OBJECTS).unwrap();
     let pki = tempfile::tempdir().unwrap();
     haptic_e2e::tls::make_ca_for(pki.path(), "grpc", "DNS:grpc.test");
-    let read = |f: &str| k8s_openapi::ByteString(std::fs::read(pki.path().join(f)).unwrap());
-    let mut secret = k8s_openapi::api::core::v1::Secret::default();
-    secret.metadata.name = Some("grpc-cert".into());
-    secret.metadata.namespace = Some("web".into());
-    secret.type_ = Some("kubernetes.io/tls".into());
-    secret.data = Some([("tls.crt".to_string(), read("grpc.pem")), ("tls.key".to_string(), read("grpc.key"))].into());
-    objects.secrets.push(secret);
+    objects.secrets.push(common::tls_secret_from(pki.path(), "grpc", "web", "grpc-cert"));
     for s in &mut objects.endpoint_slices {
         let port = match s.metadata.name.as_deref() {
             Some("say") => say,
@@ -138,17 +130,9 @@ async fn grpc_calls_go_by_service_and_method_in_http2(bin: haptic_e2e::HaproxyBi
         };
         s.ports.as_mut().unwrap()[0].port = Some(port.into());
     }
-    let settings = GatewaySettings {
-        bind_address: IpAddr::from([127, 0, 0, 1]),
-        first_bind_port: free_port(),
-        min_slots: 2,
-        ..Default::default()
-    };
+    let settings = common::loopback_gateway(free_port());
     let (render, out) = haptic_render::render_gateway(&objects.input("haptic", settings), &Default::default()).unwrap();
-    let accepted = |name: &str| {
-        let r = out.routes.iter().find(|r| r.object.name == name).unwrap();
-        r.parents[0].conditions.iter().find(|c| c.type_ == "Accepted").unwrap().clone()
-    };
+    let accepted = |name: &str| common::accepted(&out, name);
     assert!(accepted("echo").status && accepted("page").status, "{:?}", out.routes);
     let refused = accepted("method-only");
     assert_eq!((refused.status, refused.reason), (false, "UnsupportedValue"), "{refused:?}");

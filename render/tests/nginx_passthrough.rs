@@ -4,8 +4,6 @@
 //! HAProxy with that host's certificate and routed as HTTP; passthrough alone (no certificate
 //! at all) still binds the HTTPS port.
 
-use std::process::Command;
-
 use haptic_e2e::net::free_port;
 use haptic_e2e::process::{Haproxy, HaproxyOpts};
 use haptic_e2e::HaproxyBin;
@@ -57,24 +55,6 @@ endpointSlices:
       - {addresses: [127.0.0.1]}
 "#;
 
-/// `curl` over TLS to `host` at 127.0.0.1:`port`, trusting only `ca`: (exit code, body).
-async fn curl(host: &str, port: u16, ca: &std::path::Path) -> (Option<i32>, String) {
-    let (host, ca) = (host.to_string(), ca.to_path_buf());
-    tokio::task::spawn_blocking(move || {
-        let out = Command::new("curl")
-            .args(["-sS", "--max-time", "20", "--cacert"])
-            .arg(&ca)
-            .arg("--resolve")
-            .arg(format!("{host}:{port}:127.0.0.1"))
-            .arg(format!("https://{host}:{port}/"))
-            .output()
-            .unwrap();
-        (out.status.code(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
-    })
-    .await
-    .unwrap()
-}
-
 haptic_e2e::on_each_version!(tls_passes_through_by_sni);
 async fn tls_passes_through_by_sni(bin: HaproxyBin) {
     let pki = tempfile::tempdir().unwrap();
@@ -123,10 +103,10 @@ async fn tls_passes_through_by_sni(bin: HaproxyBin) {
     let ca = pki.path().join("ca.pem");
 
     // Passed through: curl verifies the backend's own certificate for pt.example.com.
-    let (code, body) = curl("pt.example.com", https_port, &ca).await;
+    let (code, body) = common::curl_tls("pt.example.com", https_port, &ca).await;
     assert_eq!((code, body.as_str()), (Some(0), "backend sni=pt.example.com"), "{body}");
     // Terminated by HAProxy with web.example.com's certificate, routed as HTTP.
-    let (code, body) = curl("web.example.com", https_port, &ca).await;
+    let (code, body) = common::curl_tls("web.example.com", https_port, &ca).await;
     assert_eq!((code, body.as_str()), (Some(0), "web"), "{body}");
 
     // Passthrough alone (no certificate to terminate with): the HTTPS port is still bound.
@@ -141,6 +121,6 @@ async fn tls_passes_through_by_sni(bin: HaproxyBin) {
     let dir = tempfile::tempdir().unwrap();
     common::write_tree(&render, dir.path());
     let _h2 = Haproxy::start(&bin, HaproxyOpts::new(dir.path())).await.unwrap();
-    let (code, body) = curl("pt.example.com", https_port, &ca).await;
+    let (code, body) = common::curl_tls("pt.example.com", https_port, &ca).await;
     assert_eq!((code, body.as_str()), (Some(0), "backend sni=pt.example.com"), "{body}");
 }

@@ -4,8 +4,6 @@
 //! Secret pairs a certificate with another certificate's key is refused in its own verdict and
 //! the first still serves.
 
-use std::process::Command;
-
 use haptic_e2e::net::free_port;
 use haptic_e2e::process::{Haproxy, HaproxyOpts};
 use haptic_e2e::HaproxyBin;
@@ -56,24 +54,6 @@ fn tls(ns: &str, crt: Vec<u8>, key: Vec<u8>) -> Secret {
     s
 }
 
-/// curl over TLS with SNI `host`, trusting only `ca`: its exit code and what it printed.
-async fn curl(host: &str, port: u16, ca: &std::path::Path) -> (Option<i32>, String) {
-    let (host, ca) = (host.to_string(), ca.to_path_buf());
-    tokio::task::spawn_blocking(move || {
-        let out = Command::new("curl")
-            .args(["-sS", "--max-time", "20", "--cacert"])
-            .arg(&ca)
-            .arg("--resolve")
-            .arg(format!("{host}:{port}:127.0.0.1"))
-            .arg(format!("https://{host}:{port}/"))
-            .output()
-            .unwrap();
-        (out.status.code(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
-    })
-    .await
-    .unwrap()
-}
-
 haptic_e2e::on_each_version!(a_polyglot_is_served_re_encoded_and_a_mismatched_key_refuses_its_ingress);
 async fn a_polyglot_is_served_re_encoded_and_a_mismatched_key_refuses_its_ingress(bin: HaproxyBin) {
     let pki = tempfile::tempdir().unwrap();
@@ -119,9 +99,9 @@ async fn a_polyglot_is_served_re_encoded_and_a_mismatched_key_refuses_its_ingres
     let _h = Haproxy::start(&bin, HaproxyOpts::new(dir.path())).await.unwrap();
     let ca = pki.path().join("ca.pem");
     // good.example.com's certificate, verified against the CA for that name.
-    let (code, body) = curl("good.example.com", https_port, &ca).await;
+    let (code, body) = common::curl_tls("good.example.com", https_port, &ca).await;
     assert_eq!((code, body.as_str()), (Some(0), "web"), "{body}");
     // bad.example.com has no certificate of its own and no route: never its backend.
-    let (code, body) = curl("bad.example.com", https_port, &ca).await;
+    let (code, body) = common::curl_tls("bad.example.com", https_port, &ca).await;
     assert!(code != Some(0) && body != "web", "{code:?} {body}");
 }

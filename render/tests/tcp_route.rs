@@ -5,11 +5,9 @@
 //! refused in its own status and takes nothing. The backends are HTTP servers on 127.0.0.1; the
 //! bytes pass through as they are.
 
-use std::net::IpAddr;
-
 use haptic_e2e::net::free_port;
 use haptic_e2e::process::{Haproxy, HaproxyOpts};
-use haptic_render::gateway::{GatewayObjects, GatewaySettings};
+use haptic_render::gateway::GatewayObjects;
 
 mod common;
 
@@ -86,17 +84,9 @@ async fn tcp_routes_pass_connections_by_weight_and_age(bin: haptic_e2e::HaproxyB
         let port = ports.iter().find(|(n, _)| *n == name).unwrap().1;
         s.ports.as_mut().unwrap()[0].port = Some(port.into());
     }
-    let settings = GatewaySettings {
-        bind_address: IpAddr::from([127, 0, 0, 1]),
-        first_bind_port: free_port(),
-        min_slots: 2,
-        ..Default::default()
-    };
+    let settings = common::loopback_gateway(free_port());
     let (render, out) = haptic_render::render_gateway(&objects.input("haptic", settings), &Default::default()).unwrap();
-    let accepted = |name: &str| {
-        let r = out.routes.iter().find(|r| r.object.name == name).unwrap();
-        r.parents[0].conditions.iter().find(|c| c.type_ == "Accepted").unwrap().clone()
-    };
+    let accepted = |name: &str| common::accepted(&out, name);
     for name in ["weighted", "older", "newer"] {
         assert!(accepted(name).status, "{name}: {:?}", out.routes);
     }

@@ -9,14 +9,13 @@
 //! is refused in its own status, and the host still reaches its owner. The backends are HAProxy
 //! too, each terminating TLS with its own certificate.
 
-use std::net::IpAddr;
 use std::path::Path;
 use std::process::Command;
 
 use haptic_e2e::net::free_port;
 use haptic_e2e::process::{Haproxy, HaproxyOpts};
 use haptic_e2e::HaproxyBin;
-use haptic_render::gateway::{GatewayObjects, GatewaySettings};
+use haptic_render::gateway::GatewayObjects;
 
 mod common;
 
@@ -119,24 +118,6 @@ async fn tls_backend(bin: &HaproxyBin, pki: &Path, name: &str, port: u16) -> (te
     (dir, h)
 }
 
-/// `curl` over TLS to `host` at 127.0.0.1:`port`, trusting only `ca`: (exit code, body).
-async fn curl(host: &str, port: u16, ca: &Path) -> (Option<i32>, String) {
-    let (host, ca) = (host.to_string(), ca.to_path_buf());
-    tokio::task::spawn_blocking(move || {
-        let out = Command::new("curl")
-            .args(["-sS", "--max-time", "20", "--cacert"])
-            .arg(&ca)
-            .arg("--resolve")
-            .arg(format!("{host}:{port}:127.0.0.1"))
-            .arg(format!("https://{host}:{port}/"))
-            .output()
-            .unwrap();
-        (out.status.code(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
-    })
-    .await
-    .unwrap()
-}
-
 haptic_e2e::on_each_version!(tls_routes_pass_connections_through_by_sni);
 async fn tls_routes_pass_connections_through_by_sni(bin: HaproxyBin) {
     let pki = tempfile::tempdir().unwrap();
@@ -150,13 +131,7 @@ async fn tls_routes_pass_connections_through_by_sni(bin: HaproxyBin) {
     let _grab = tls_backend(&bin, pki.path(), "grab", grab).await;
     let page = common::echo_backend("page");
     let mut objects: GatewayObjects = serde_saphyr::from_str(OBJECTS).unwrap();
-    let mut secret = k8s_openapi::api::core::v1::Secret::default();
-    secret.metadata.name = Some("t-cert".into());
-    secret.metadata.namespace = Some("shop".into());
-    secret.type_ = Some("kubernetes.io/tls".into());
-    let read = |f: &str| k8s_openapi::ByteString(std::fs::read(pki.path().join(f)).unwrap());
-    secret.data = Some([("tls.crt".to_string(), read("t.pem")), ("tls.key".to_string(), read("t.key"))].into());
-    objects.secrets.push(secret);
+    objects.secrets.push(common::tls_secret_from(pki.path(), "t", "shop", "t-cert"));
     for s in &mut objects.endpoint_slices {
         let port = match s.metadata.name.as_deref() {
             Some("a") => a,
@@ -166,18 +141,9 @@ async fn tls_routes_pass_connections_through_by_sni(bin: HaproxyBin) {
         };
         s.ports.as_mut().unwrap()[0].port = Some(port.into());
     }
-    let first = free_port();
-    let settings = GatewaySettings {
-        bind_address: IpAddr::from([127, 0, 0, 1]),
-        first_bind_port: first,
-        min_slots: 2,
-        ..Default::default()
-    };
+    let settings = common::loopback_gateway(free_port());
     let (render, out) = haptic_render::render_gateway(&objects.input("haptic", settings), &Default::default()).unwrap();
-    let accepted = |name: &str| {
-        let r = out.routes.iter().find(|r| r.object.name == name).unwrap();
-        r.parents[0].conditions.iter().find(|c| c.type_ == "Accepted").unwrap().clone()
-    };
+    let accepted = |name: &str| common::accepted(&out, name);
     for name in ["a", "wild", "page", "plain"] {
         assert!(accepted(name).status, "{name}: {:?}", out.routes);
     }
@@ -202,17 +168,17 @@ async fn tls_routes_pass_connections_through_by_sni(bin: HaproxyBin) {
     let ca = pki.path().join("ca.pem");
 
     // Through, undecrypted: curl verifies each backend's own certificate.
-    assert_eq!(curl("a.example.com", tls, &ca).await, (Some(0), "a sni=a.example.com".into()));
-    assert_eq!(curl("b.example.com", tls, &ca).await, (Some(0), "b sni=b.example.com".into()));
+    assert_eq!(common::curl_tls("a.example.com", tls, &ca).await, (Some(0), "a sni=a.example.com".into()));
+    assert_eq!(common::curl_tls("b.example.com", tls, &ca).await, (Some(0), "b sni=b.example.com".into()));
     // Decrypted here with the Terminate listener's certificate (curl verifies it), then plain.
-    let (code, body) = curl("t.example.com", tls, &ca).await;
+    let (code, body) = common::curl_tls("t.example.com", tls, &ca).await;
     assert_eq!(code, Some(0), "{body}");
     assert!(body.starts_with("page\nGET / HTTP/1.1"), "{body}");
     // A name no route takes, and one whose route has no backend: closed, never answered (an
     // HTTP answer would be a "wrong version number" from curl's TLS).
     // And a Terminate listener without a certificate: closed, never passed through undecrypted.
     for (host, port) in [("a.example.org", tls), ("gone.example.com", tls), ("x.example.com", broken)] {
-        let (code, body) = curl(host, port, &ca).await;
+        let (code, body) = common::curl_tls(host, port, &ca).await;
         assert_ne!(code, Some(0), "{host}: {body}");
         assert!(!body.contains("wrong version number"), "{host}: {body}");
     }
@@ -226,8 +192,7 @@ async fn tls_routes_pass_connections_through_by_sni(bin: HaproxyBin) {
 #[test]
 fn a_new_tls_host_changes_maps_only() {
     let objects: GatewayObjects = serde_saphyr::from_str(OBJECTS).unwrap();
-    let settings =
-        || GatewaySettings { bind_address: IpAddr::from([127, 0, 0, 1]), first_bind_port: 20000, ..Default::default() };
+    let settings = || common::loopback_gateway(20000);
     let t = Default::default();
     let (before, out) = haptic_render::render_gateway(&objects.clone().input("haptic", settings()), &t).unwrap();
     let mut more = objects;

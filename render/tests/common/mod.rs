@@ -188,3 +188,54 @@ pub fn self_signed(dir: &std::path::Path, file: &str, cn: &str, names: &[&str]) 
     assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
     (std::fs::read(c).unwrap(), std::fs::read(k).unwrap())
 }
+
+/// curl over TLS with SNI `host` to 127.0.0.1:`port`, trusting only `ca`: its exit code and
+/// what it printed.
+#[allow(dead_code)]
+pub async fn curl_tls(host: &str, port: u16, ca: &Path) -> (Option<i32>, String) {
+    let (host, ca) = (host.to_string(), ca.to_path_buf());
+    tokio::task::spawn_blocking(move || {
+        let out = std::process::Command::new("curl")
+            .args(["-sS", "--max-time", "20", "--cacert"])
+            .arg(&ca)
+            .arg("--resolve")
+            .arg(format!("{host}:{port}:127.0.0.1"))
+            .arg(format!("https://{host}:{port}/"))
+            .output()
+            .unwrap();
+        (out.status.code(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    })
+    .await
+    .unwrap()
+}
+
+/// A `kubernetes.io/tls` Secret `ns/name` holding `<file>.pem` and `<file>.key` of `dir` (as
+/// `haptic_e2e::tls` writes them).
+#[allow(dead_code)]
+pub fn tls_secret_from(dir: &Path, file: &str, ns: &str, name: &str) -> Secret {
+    let read = |ext: &str| k8s_openapi::ByteString(std::fs::read(dir.join(format!("{file}.{ext}"))).unwrap());
+    let mut s = Secret::default();
+    s.metadata.name = Some(name.into());
+    s.metadata.namespace = Some(ns.into());
+    s.type_ = Some("kubernetes.io/tls".into());
+    s.data = Some([("tls.crt".to_string(), read("pem")), ("tls.key".to_string(), read("key"))].into());
+    s
+}
+
+/// Gateway settings binding 127.0.0.1 from `first_bind_port`, two slots per backend.
+#[allow(dead_code)]
+pub fn loopback_gateway(first_bind_port: u16) -> haptic_render::gateway::GatewaySettings {
+    haptic_render::gateway::GatewaySettings {
+        bind_address: std::net::IpAddr::from([127, 0, 0, 1]),
+        first_bind_port,
+        min_slots: 2,
+        ..Default::default()
+    }
+}
+
+/// The Accepted condition of route `name`'s first parent in `out`.
+#[allow(dead_code)]
+pub fn accepted(out: &haptic_render::gateway::GatewayOutput, name: &str) -> haptic_render::gateway::Cond {
+    let r = out.routes.iter().find(|r| r.object.name == name).unwrap_or_else(|| panic!("no route {name}"));
+    r.parents[0].conditions.iter().find(|c| c.type_ == "Accepted").unwrap().clone()
+}
