@@ -7,10 +7,44 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it, release it).
+/// A TCP port on 127.0.0.1 that nothing listened on a moment ago and that this process has not
+/// handed out before, nor any of the [`PORT_BLOCK`]` - 1` ports after it (a Gateway binds its
+/// listeners from a first port upwards).
+///
+/// Hand-written rather than `bind(0)`: the kernel may give a released port to the next
+/// `bind(0)` or outgoing connection, and HAProxy binds with `SO_REUSEPORT`, so two HAProxies of
+/// one test process handed one port both bind it and share its connections. Ports come from
+/// below the kernel's ephemeral range, where neither `bind(0)` nor a client lands, in blocks
+/// through a counter (no port twice in one process) that starts at an offset taken from the
+/// process id (so two test processes rarely meet).
 pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().expect("local_addr").port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::OnceLock;
+    const LOW: u32 = 10_000;
+    static NEXT: OnceLock<AtomicU32> = OnceLock::new();
+    let blocks = (ephemeral_low().max(LOW + 1_000) - LOW) / PORT_BLOCK;
+    let next = NEXT.get_or_init(|| AtomicU32::new(std::process::id().wrapping_mul(7_919) % blocks));
+    for _ in 0..blocks {
+        let first = LOW + (next.fetch_add(1, Ordering::Relaxed) % blocks) * PORT_BLOCK;
+        let held: Vec<_> =
+            (first..first + PORT_BLOCK).map_while(|p| TcpListener::bind(("127.0.0.1", p as u16)).ok()).collect();
+        if held.len() == PORT_BLOCK as usize {
+            return first as u16;
+        }
+    }
+    panic!("no {PORT_BLOCK} free ports in a row from {LOW} on 127.0.0.1")
+}
+
+/// How many consecutive ports [`free_port`] hands out at a time.
+pub const PORT_BLOCK: u32 = 16;
+
+/// The first port of the kernel's ephemeral range (`ip_local_port_range`; 32768 when unread).
+fn ephemeral_low() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|p| p.parse().ok()))
+        .unwrap_or(32_768)
+        .min(u32::from(u16::MAX))
 }
 
 /// Sends `GET path` (with `Connection: close`) to `addr` and returns `(status, body)`; 5 s timeout.
