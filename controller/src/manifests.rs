@@ -175,6 +175,9 @@ fn read_docs(dir: &Path) -> Result<Docs, ManifestError> {
                 "GRPCRoute" => objects.grpc_routes.push(Arc::new(serde_json::from_value(with_ns(d)).map_err(parse)?)),
                 "TLSRoute" => objects.tls_routes.push(Arc::new(serde_json::from_value(with_ns(d)).map_err(parse)?)),
                 "TCPRoute" => objects.tcp_routes.push(Arc::new(serde_json::from_value(with_ns(d)).map_err(parse)?)),
+                "BackendTLSPolicy" => {
+                    objects.backend_tls_policies.push(Arc::new(serde_json::from_value(with_ns(d)).map_err(parse)?))
+                }
                 "ReferenceGrant" => objects.grants.push(Arc::new(serde_json::from_value(with_ns(d)).map_err(parse)?)),
                 "Namespace" => objects.namespaces.push(Arc::new(serde_json::from_value(d).map_err(parse)?)),
                 "Service" => objects.services.push(Arc::new(serde_json::from_value(with_ns(d)).map_err(parse)?)),
@@ -191,6 +194,8 @@ fn read_docs(dir: &Path) -> Result<Docs, ManifestError> {
             }
         }
     }
+    // The ConfigMaps serve as the spec's lookups and as BackendTLSPolicies' CA certificates.
+    objects.config_maps = config_maps.clone();
     Ok(Docs { objects, configs, config_maps, skipped })
 }
 

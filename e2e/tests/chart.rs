@@ -982,11 +982,14 @@ fn gateway_mode_creates_the_class_renders_and_grows_rbac_by_the_watchers() {
     assert_eq!(
         got,
         [
+            "/configmaps: get,list,watch",
             "/namespaces: get,list,watch",
             "/secrets: get,list,watch",
             "/services: get,list,watch",
             "discovery.k8s.io/endpointslices: get,list,watch",
             "events.k8s.io/events: create,patch",
+            "gateway.networking.k8s.io/backendtlspolicies/status: get,update,patch",
+            "gateway.networking.k8s.io/backendtlspolicies: get,list,watch",
             "gateway.networking.k8s.io/gatewayclasses/status: get,update,patch",
             "gateway.networking.k8s.io/gatewayclasses: get,list,watch",
             "gateway.networking.k8s.io/gateways/status: get,update,patch",

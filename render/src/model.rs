@@ -836,10 +836,10 @@ pub struct BackendOptions {
     pub fallback: Option<String>,
 }
 
-/// TLS towards a backend's servers, from `proxy-ssl-*`.
+/// TLS towards a backend's servers, from `proxy-ssl-*` or a BackendTLSPolicy.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct UpstreamTls {
-    /// The Secret's name (this Ingress's namespace).
+    /// The Secret's name (this Ingress's namespace; empty for a BackendTLSPolicy).
     pub secret: String,
     /// Verify the servers' certificates against the Secret's `ca.crt`.
     pub verify: bool,
@@ -847,6 +847,9 @@ pub struct UpstreamTls {
     pub name: Option<String>,
     /// Send `name` as SNI.
     pub sni: bool,
+    /// The name sent as SNI instead of `name`, when the two differ (a BackendTLSPolicy's
+    /// `hostname` beside the subject alternative name it checks).
+    pub sni_name: Option<String>,
     /// The CA bundle's path in the tree, once the translator read the Secret.
     pub ca_file: Option<String>,
     /// The client certificate's path in the tree (chain and key), once read.

@@ -674,7 +674,7 @@ pub(crate) fn server_params(o: &crate::model::BackendOptions) -> Result<String, 
             _ => out.push_str(" verify none"),
         }
         if let Some(t) = &o.upstream_tls {
-            if let (true, Some(n)) = (t.sni, &t.name) {
+            if let (true, Some(n)) = (t.sni, t.sni_name.as_ref().or(t.name.as_ref())) {
                 out.push_str(&format!(" sni {}", config_arg(&format!("str({n})"))?));
             }
             if let Some(c) = &t.client_cert {

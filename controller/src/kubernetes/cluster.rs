@@ -1,9 +1,9 @@
 //! The cluster-wide reflectors of render mode: IngressClasses, Ingresses, Services and
 //! EndpointSlices of every namespace (or, serving a GatewayClass, GatewayClasses, Gateways,
-//! HTTPRoutes, GRPCRoutes, TLSRoutes and TCPRoutes where the cluster serves them, ReferenceGrants and Namespaces instead
-//! of the Ingress kinds), and exactly the
-//! TLS Secrets that served Ingresses or listeners name (one watch per Secret, by name in its
-//! namespace).
+//! HTTPRoutes, GRPCRoutes, TLSRoutes, TCPRoutes and BackendTLSPolicies where the cluster serves
+//! them, ReferenceGrants and Namespaces instead of the Ingress kinds), and exactly the TLS
+//! Secrets that served Ingresses or listeners name and the ConfigMaps BackendTLSPolicies name
+//! (one watch per object, by name in its namespace).
 //!
 //! Owns starting them (only while the resource has `spec.render`, so a controller without it
 //! needs no cluster-wide permission), whether their first lists have arrived, and the
@@ -14,8 +14,10 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use haptic_render::gateway_api::{Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TcpRoute, TlsRoute};
-use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use haptic_render::gateway_api::{
+    BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TcpRoute, TlsRoute,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use kube::runtime::reflector::Store;
@@ -38,6 +40,8 @@ pub struct ClusterWatch {
     slices: Store<EndpointSlice>,
     /// Keyed `namespace/name`.
     secrets: Named<Secret>,
+    /// The ConfigMaps BackendTLSPolicies name, keyed `namespace/name`.
+    config_maps: Named<ConfigMap>,
     stop: CancellationToken,
 }
 
@@ -49,6 +53,7 @@ struct GatewayStores {
     grpc_routes: IfServed<GrpcRoute>,
     tls_routes: IfServed<TlsRoute>,
     tcp_routes: IfServed<TcpRoute>,
+    backend_tls_policies: IfServed<BackendTlsPolicy>,
     grants: Store<ReferenceGrant>,
     namespaces: Store<Namespace>,
 }
@@ -126,6 +131,7 @@ impl ClusterWatch {
             grpc_routes: if_served(client, changes, &stop),
             tls_routes: if_served(client, changes, &stop),
             tcp_routes: if_served(client, changes, &stop),
+            backend_tls_policies: if_served(client, changes, &stop),
             grants: all(client, Change::Objects, changes, &stop),
             namespaces: all(client, Change::Objects, changes, &stop),
         });
@@ -137,6 +143,7 @@ impl ClusterWatch {
             services: all(client, Change::Objects, changes, &stop),
             slices: all(client, Change::Endpoints, changes, &stop),
             secrets: Named::default(),
+            config_maps: Named::default(),
             stop,
         }
     }
@@ -147,12 +154,14 @@ impl ClusterWatch {
             let grpc = g.grpc_routes.get().is_some_and(|s| s.as_ref().is_none_or(ready));
             let tls = g.tls_routes.get().is_some_and(|s| s.as_ref().is_none_or(ready));
             let tcp = g.tcp_routes.get().is_some_and(|s| s.as_ref().is_none_or(ready));
+            let btls = g.backend_tls_policies.get().is_some_and(|s| s.as_ref().is_none_or(ready));
             ready(&g.classes)
                 && ready(&g.gateways)
                 && ready(&g.routes)
                 && grpc
                 && tls
                 && tcp
+                && btls
                 && ready(&g.grants)
                 && ready(&g.namespaces)
         });
@@ -183,6 +192,10 @@ impl ClusterWatch {
             grpc_routes: g.and_then(|g| g.grpc_routes.get()?.as_ref().map(Store::state)).unwrap_or_default(),
             tls_routes: g.and_then(|g| g.tls_routes.get()?.as_ref().map(Store::state)).unwrap_or_default(),
             tcp_routes: g.and_then(|g| g.tcp_routes.get()?.as_ref().map(Store::state)).unwrap_or_default(),
+            backend_tls_policies: g
+                .and_then(|g| g.backend_tls_policies.get()?.as_ref().map(Store::state))
+                .unwrap_or_default(),
+            config_maps: Vec::new(),
             grants: g.map(|g| g.grants.state()).unwrap_or_default(),
             namespaces: g.map(|g| g.namespaces.state()).unwrap_or_default(),
         }
@@ -191,17 +204,49 @@ impl ClusterWatch {
     /// Watches exactly the Secrets `refs` (namespace, name) and stops the others; returns those
     /// that exist once every watch has its first list, `None` before.
     pub fn secrets(&self, refs: &BTreeSet<(String, String)>, changes: &Changes) -> Option<Vec<std::sync::Arc<Secret>>> {
-        let key = |ns: &str, name: &str| format!("{ns}/{name}");
-        let keys: BTreeSet<String> = refs.iter().map(|(ns, n)| key(ns, n)).collect();
-        self.secrets.retain(&keys);
-        self.secrets.ensure_each(
-            refs.iter().map(|(ns, n)| (key(ns, n), Api::namespaced(self.client.clone(), ns), n.clone())),
-            changes,
-            &self.stop,
-        );
-        if !self.secrets.ready(&keys) {
-            return None;
-        }
-        Some(refs.iter().filter_map(|(ns, n)| self.secrets.get_keyed(&key(ns, n), ns, n)).collect())
+        exactly(&self.client, &self.secrets, refs, changes, &self.stop)
     }
+
+    /// Watches exactly the ConfigMaps `refs` (namespace, name) and stops the others; returns
+    /// those that exist once every watch has its first list, `None` before.
+    pub fn config_maps(
+        &self,
+        refs: &BTreeSet<(String, String)>,
+        changes: &Changes,
+    ) -> Option<Vec<std::sync::Arc<ConfigMap>>> {
+        exactly(&self.client, &self.config_maps, refs, changes, &self.stop)
+    }
+}
+
+/// Watches exactly the objects `refs` (namespace, name) of `named` and stops the others;
+/// returns those that exist once every watch has its first list, `None` before.
+fn exactly<K>(
+    client: &Client,
+    named: &Named<K>,
+    refs: &BTreeSet<(String, String)>,
+    changes: &Changes,
+    stop: &CancellationToken,
+) -> Option<Vec<std::sync::Arc<K>>>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone + Default,
+{
+    let key = |ns: &str, name: &str| format!("{ns}/{name}");
+    let keys: BTreeSet<String> = refs.iter().map(|(ns, n)| key(ns, n)).collect();
+    named.retain(&keys);
+    named.ensure_each(
+        refs.iter().map(|(ns, n)| (key(ns, n), Api::namespaced(client.clone(), ns), n.clone())),
+        changes,
+        stop,
+    );
+    if !named.ready(&keys) {
+        return None;
+    }
+    Some(refs.iter().filter_map(|(ns, n)| named.get_keyed(&key(ns, n), ns, n)).collect())
 }

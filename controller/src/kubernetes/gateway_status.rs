@@ -2,7 +2,8 @@
 //! Service in the fleet's namespace (selecting the fleet's pods, each listener port to its
 //! bind port; Services of Gateways that are gone are deleted), and the status of the
 //! GatewayClass, of every Gateway (addresses, conditions, listeners) and of every HTTPRoute and
-//! GRPCRoute, TLSRoute and TCPRoute with a parent among them (its `status.parents[]` entries with our controllerName).
+//! GRPCRoute, TLSRoute and TCPRoute with a parent among them (its `status.parents[]` entries with our controllerName),
+//! and of every BackendTLSPolicy (its `status.ancestors[]` entries: the Gateways whose routes reach its Services).
 //!
 //! Owns turning the translator's decisions into API objects: the pure [`service`],
 //! [`class_status`], [`gateway_status`] and [`route_parents`] (conditions keep their
@@ -13,8 +14,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use haptic_render::gateway::{ClassStatus, Cond, GatewayOutcome, GatewayOutput, RouteOutcome, GATEWAY_CONTROLLER};
-use haptic_render::gateway_api::{Gateway, GatewayClass, GrpcRoute, HttpRoute, RouteKind, TcpRoute, TlsRoute};
+use haptic_render::gateway::{
+    ClassStatus, Cond, GatewayOutcome, GatewayOutput, ParentStatus, PolicyOutcome, RouteOutcome, GATEWAY_CONTROLLER,
+};
+use haptic_render::gateway_api::{
+    BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, RouteKind, TcpRoute, TlsRoute,
+};
 use haptic_render::ObjectRef;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -164,18 +169,30 @@ pub fn gateway_status(g: &GatewayOutcome, old: Option<&Value>, at: &str) -> Valu
 
 /// An HTTPRoute's `status.parents`: the entries of other controllers as they are, then ours.
 pub fn route_parents(r: &RouteOutcome, old: &[Value], at: &str) -> Vec<Value> {
+    entries(&r.parents, old, at, "parentRef", 32)
+}
+
+/// A BackendTLSPolicy's `status.ancestors`: the entries of other controllers as they are, then
+/// ours (one per Gateway).
+pub fn policy_ancestors(p: &PolicyOutcome, old: &[Value], at: &str) -> Vec<Value> {
+    entries(&p.ancestors, old, at, "ancestorRef", 16)
+}
+
+/// Status entries keyed by `key` (`parentRef`, `ancestorRef`): the entries of other
+/// controllers as they are, then ours; at most `max`.
+fn entries(ours: &[ParentStatus], old: &[Value], at: &str, key: &str, max: usize) -> Vec<Value> {
     let mut out: Vec<Value> = old
         .iter()
         .filter(|p| p.get("controllerName").and_then(Value::as_str) != Some(GATEWAY_CONTROLLER))
         .cloned()
         .collect();
-    for p in &r.parents {
+    for p in ours {
         let before: Vec<Condition> = old
             .iter()
             .find(|o| {
                 o.get("controllerName").and_then(Value::as_str) == Some(GATEWAY_CONTROLLER)
                     && serde_json::from_value::<haptic_render::gateway_api::ParentReference>(
-                        o.get("parentRef").cloned().unwrap_or_default(),
+                        o.get(key).cloned().unwrap_or_default(),
                     )
                     .ok()
                     .as_ref()
@@ -184,12 +201,12 @@ pub fn route_parents(r: &RouteOutcome, old: &[Value], at: &str) -> Vec<Value> {
             .and_then(|o| serde_json::from_value(o.get("conditions").cloned().unwrap_or_default()).ok())
             .unwrap_or_default();
         out.push(json!({
-            "parentRef": p.parent_ref,
+            key: p.parent_ref,
             "controllerName": GATEWAY_CONTROLLER,
             "conditions": conditions(&p.conditions, &before, at),
         }));
     }
-    out.truncate(32);
+    out.truncate(max);
     out
 }
 
@@ -200,6 +217,7 @@ struct Done {
     class: Option<ClassStatus>,
     gateways: BTreeMap<ObjectRef, GatewayOutcome>,
     routes: BTreeMap<ObjectRef, RouteOutcome>,
+    policies: BTreeMap<ObjectRef, PolicyOutcome>,
 }
 
 /// Writes Gateway Services and statuses while `token` is not cancelled, after each published
@@ -237,6 +255,7 @@ async fn write(
     write_classes(ctx, now, &params, &at, done).await;
     write_gateways(ctx, now, &params, &at, done).await;
     write_routes(ctx, now, &at, done).await;
+    write_policies(ctx, now, &at, done).await;
 }
 
 /// Applies each Gateway's Service that changed, and deletes the Services of Gateways that are
@@ -375,6 +394,48 @@ async fn write_routes(ctx: &Context, now: &GatewayOutput, at: &str, done: &mut D
     }
 }
 
+/// Writes our `status.ancestors[]` entries of every BackendTLSPolicy whose outcome changed;
+/// policies that are gone from the render lose our entries.
+async fn write_policies(ctx: &Context, now: &GatewayOutput, at: &str, done: &mut Done) {
+    let current: BTreeSet<&ObjectRef> = now.policies.iter().map(|p| &p.object).collect();
+    let gone: Vec<PolicyOutcome> = done
+        .policies
+        .keys()
+        .filter(|o| !current.contains(o))
+        .map(|o| PolicyOutcome { object: o.clone(), uid: None, ancestors: vec![] })
+        .collect();
+    let resource = ApiResource::erase::<BackendTlsPolicy>(&());
+    for p in now.policies.iter().chain(gone.iter()) {
+        if done.policies.get(&p.object) == Some(p) || (p.ancestors.is_empty() && !done.policies.contains_key(&p.object))
+        {
+            continue;
+        }
+        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &p.object.namespace, &resource);
+        let old: Vec<Value> = match api.get_status(&p.object.name).await {
+            Ok(o) => o.data.get("status").and_then(|s| s.get("ancestors")).and_then(Value::as_array).cloned(),
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                done.policies.remove(&p.object);
+                continue;
+            }
+            Err(e) => {
+                warn!("cannot read {}: {e}", p.object);
+                continue;
+            }
+        }
+        .unwrap_or_default();
+        let patch = json!({"status": {"ancestors": policy_ancestors(p, &old, at)}});
+        match api.patch_status(&p.object.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) if p.ancestors.is_empty() => {
+                done.policies.remove(&p.object);
+            }
+            Ok(_) => {
+                done.policies.insert(p.object.clone(), p.clone());
+            }
+            Err(e) => warn!("cannot write the status of {}: {e}", p.object),
+        }
+    }
+}
+
 fn now_string() -> String {
     now()
 }
@@ -421,6 +482,34 @@ mod tests {
         assert_eq!(p[0]["controllerName"], "example.com/other");
         assert_eq!(p[1]["parentRef"]["name"], "gw");
         assert_eq!(p[1]["controllerName"], GATEWAY_CONTROLLER);
+    }
+
+    #[test]
+    fn policy_ancestors_are_keyed_by_ancestor_ref_and_keep_other_controllers_entries() {
+        let gw = haptic_render::gateway_api::ParentReference {
+            group: Some("gateway.networking.k8s.io".into()),
+            kind: Some("Gateway".into()),
+            namespace: Some("a".into()),
+            name: "gw".into(),
+            ..Default::default()
+        };
+        let old = vec![
+            json!({"ancestorRef": {"name": "theirs"}, "controllerName": "example.com/other", "conditions": []}),
+            json!({"ancestorRef": gw, "controllerName": GATEWAY_CONTROLLER, "conditions": [
+                {"type": "Accepted", "status": "True", "reason": "Accepted", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            ]}),
+        ];
+        let p = PolicyOutcome {
+            object: ObjectRef { kind: "BackendTLSPolicy".into(), namespace: "a".into(), name: "p".into() },
+            uid: None,
+            ancestors: vec![ParentStatus { parent_ref: gw, conditions: vec![cond("Accepted", true)] }],
+        };
+        let a = policy_ancestors(&p, &old, "2026-06-01T00:00:00Z");
+        assert_eq!(a.len(), 2);
+        assert_eq!(a[0]["controllerName"], "example.com/other");
+        assert_eq!(a[1]["ancestorRef"]["kind"], "Gateway");
+        assert_eq!(a[1].get("parentRef"), None);
+        assert_eq!(a[1]["conditions"][0]["lastTransitionTime"], "2026-01-01T00:00:00Z");
     }
 
     #[test]

@@ -17,11 +17,13 @@ use haptic_protocol::{PlanId, RelPath};
 use haptic_render::annotations::Allowed;
 use haptic_render::edge::{AccessLog, DefaultCertificate, Edge, Forwarded, Hsts, Timeouts};
 use haptic_render::gateway::{GatewayInput, GatewayOutput, GatewaySettings, GATEWAY_CONTROLLER};
-use haptic_render::gateway_api::{Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TcpRoute, TlsRoute};
+use haptic_render::gateway_api::{
+    BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TcpRoute, TlsRoute,
+};
 use haptic_render::ingress::{Incremental, IngressInput, Settings, INGRESS_CONTROLLER};
 use haptic_render::narrow::Exclusion;
 use haptic_render::{SlotMap, Templates, Verdict};
-use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass, IngressLoadBalancerIngress};
 
@@ -53,6 +55,10 @@ pub struct Objects {
     pub tls_routes: Vec<Arc<TlsRoute>>,
     /// TCPRoutes (none when the cluster has no TCPRoute API).
     pub tcp_routes: Vec<Arc<TcpRoute>>,
+    /// BackendTLSPolicies (none when the cluster has no BackendTLSPolicy API).
+    pub backend_tls_policies: Vec<Arc<BackendTlsPolicy>>,
+    /// The ConfigMaps BackendTLSPolicies name (their CA certificates).
+    pub config_maps: Vec<Arc<ConfigMap>>,
     /// ReferenceGrants.
     pub grants: Vec<Arc<ReferenceGrant>>,
     /// Namespaces.
@@ -334,6 +340,20 @@ pub fn gateway_secret_refs(r: &RenderSpec, objects: &Objects) -> BTreeSet<(Strin
     out
 }
 
+/// The ConfigMaps (namespace, name) the BackendTLSPolicies name as CA certificates.
+pub fn config_map_refs(objects: &Objects) -> BTreeSet<(String, String)> {
+    let mut out = BTreeSet::new();
+    for p in &objects.backend_tls_policies {
+        let ns = p.metadata.namespace.clone().unwrap_or_default();
+        for r in &p.spec.validation.ca_certificate_refs {
+            if r.group.is_empty() && r.kind == "ConfigMap" {
+                out.insert((ns.clone(), r.name.clone()));
+            }
+        }
+    }
+    out
+}
+
 /// Renders a spec with `spec.render.gatewayClassName` (pure): the class, the translator and
 /// templates, the spec's extra `files`; the statuses come back beside the render. `namespace`
 /// is the fleet's (where each Gateway's Service lives).
@@ -361,6 +381,8 @@ pub fn render_gateway(
         services: objects.services.clone(),
         endpoint_slices: objects.endpoint_slices.clone(),
         secrets: objects.secrets.clone(),
+        backend_tls_policies: objects.backend_tls_policies.clone(),
+        config_maps: objects.config_maps.clone(),
         previous_slots: previous.clone(),
         settings: GatewaySettings {
             bind_address: s.bind_address,

@@ -1,5 +1,5 @@
 //! Gateway API types (`gateway.networking.k8s.io/v1`, standard channel, v1.6.3): GatewayClass,
-//! Gateway, HTTPRoute, GRPCRoute and ReferenceGrant, written by hand for the fields haptic reads
+//! Gateway, HTTPRoute, GRPCRoute, TLSRoute, TCPRoute, ReferenceGrant and BackendTLSPolicy, written by hand for the fields haptic reads
 //! and writes.
 //!
 //! Owns the serde shapes of those kinds and their `k8s_openapi::Resource` / `Metadata` impls
@@ -194,6 +194,7 @@ resource!(GrpcRoute, "GRPCRoute", "v1", "grpcroutes", k8s_openapi::NamespaceReso
 resource!(TlsRoute, "TLSRoute", "v1", "tlsroutes", k8s_openapi::NamespaceResourceScope);
 resource!(TcpRoute, "TCPRoute", "v1", "tcproutes", k8s_openapi::NamespaceResourceScope);
 resource!(ReferenceGrant, "ReferenceGrant", "v1", "referencegrants", k8s_openapi::NamespaceResourceScope);
+resource!(BackendTlsPolicy, "BackendTLSPolicy", "v1", "backendtlspolicies", k8s_openapi::NamespaceResourceScope);
 
 /// A GatewayClass.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -961,10 +962,124 @@ pub struct ReferenceGrantTo {
     pub name: Option<String>,
 }
 
+/// A BackendTLSPolicy: how the Gateway speaks TLS to the Services it names.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendTlsPolicy {
+    /// Metadata.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// Spec.
+    #[serde(default)]
+    pub spec: BackendTlsPolicySpec,
+}
+
+/// `BackendTLSPolicy.spec`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendTlsPolicySpec {
+    /// The Services (of the policy's namespace) it applies to, each whole or one named port.
+    #[serde(default)]
+    pub target_refs: Vec<PolicyTargetReference>,
+    /// How the backends' certificates are checked.
+    #[serde(default)]
+    pub validation: BackendTlsValidation,
+    /// Implementation-specific options (none is read).
+    #[serde(default)]
+    pub options: BTreeMap<String, String>,
+}
+
+/// `spec.targetRefs[]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyTargetReference {
+    /// Group (`""` for core).
+    #[serde(default)]
+    pub group: String,
+    /// Kind.
+    pub kind: String,
+    /// Name.
+    pub name: String,
+    /// A port name of the Service, when only that port is meant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub section_name: Option<String>,
+}
+
+/// `spec.validation`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendTlsValidation {
+    /// ConfigMaps (of the policy's namespace) whose `ca.crt` the certificates must chain to.
+    #[serde(default)]
+    pub ca_certificate_refs: Vec<LocalObjectReference>,
+    /// `System`: the system's trusted CAs instead.
+    #[serde(rename = "wellKnownCACertificates", default, skip_serializing_if = "Option::is_none")]
+    pub well_known_ca_certificates: Option<String>,
+    /// The name sent as SNI and, without `subjectAltNames`, the one the certificate must carry.
+    #[serde(default)]
+    pub hostname: String,
+    /// Names one of which the certificate must carry instead of `hostname`.
+    #[serde(default)]
+    pub subject_alt_names: Vec<SubjectAltName>,
+}
+
+/// `caCertificateRefs[]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalObjectReference {
+    /// Group (`""` for core).
+    #[serde(default)]
+    pub group: String,
+    /// Kind.
+    pub kind: String,
+    /// Name.
+    pub name: String,
+}
+
+/// `subjectAltNames[]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubjectAltName {
+    /// `Hostname` or `URI`.
+    #[serde(rename = "type", default)]
+    pub type_: String,
+    /// The DNS name, for `Hostname`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    /// The URI, for `URI`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A BackendTLSPolicy as the API writes it reads field by field (the API spells `CA` in
+    /// capitals, which camelCase would not).
+    #[test]
+    fn a_backend_tls_policy_reads_as_the_api_writes_it() {
+        let p: BackendTlsPolicy = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "a"},
+            "spec": {
+                "targetRefs": [{"group": "", "kind": "Service", "name": "s", "sectionName": "https"}],
+                "validation": {
+                    "caCertificateRefs": [{"group": "", "kind": "ConfigMap", "name": "ca"}],
+                    "wellKnownCACertificates": "System",
+                    "hostname": "a.example.com",
+                    "subjectAltNames": [{"type": "URI", "uri": "spiffe://a/b"}],
+                },
+            },
+        }))
+        .unwrap();
+        assert_eq!(p.spec.target_refs[0].section_name.as_deref(), Some("https"));
+        assert_eq!(p.spec.validation.ca_certificate_refs[0].name, "ca");
+        assert_eq!(p.spec.validation.well_known_ca_certificates.as_deref(), Some("System"));
+        assert_eq!(p.spec.validation.hostname, "a.example.com");
+        assert_eq!(p.spec.validation.subject_alt_names[0].type_, "URI");
+        assert_eq!(p.spec.validation.subject_alt_names[0].uri.as_deref(), Some("spiffe://a/b"));
+    }
 
     /// A value from a newer API reads (the object is not lost to a watch) and writes back as
     /// written; the known ones read as their variants and write as the API spells them.

@@ -18,7 +18,12 @@ use crate::slots::{self, SlotMap};
 use crate::sources::common::content_ids;
 
 /// `acc` and the listeners' `certs` into `out`'s Model and slot map.
-pub(super) fn model(input: &GatewayInput, acc: Attached, certs: BTreeMap<String, Cert>, out: &mut GatewayOutput) {
+pub(super) fn model(
+    input: &GatewayInput,
+    acc: Attached,
+    (certs, ca_files): (BTreeMap<String, Cert>, BTreeMap<String, Cert>),
+    out: &mut GatewayOutput,
+) {
     let Attached {
         tables,
         ports,
@@ -35,6 +40,7 @@ pub(super) fn model(input: &GatewayInput, acc: Attached, certs: BTreeMap<String,
         backends,
         mut splits,
         owned: _,
+        reached: _,
     } = acc;
     let model = &mut out.model;
     splits.sort_by(|a, b| a.rule.cmp(&b.rule));
@@ -44,6 +50,10 @@ pub(super) fn model(input: &GatewayInput, acc: Attached, certs: BTreeMap<String,
     rules_and_policies(model, rules, &policies);
     plan_backends(model, &mut out.slots, input, (backends, &tcp_backends));
     model.certs = certs.into_values().collect();
+    // Only the CA files a backend of this render names (a retired backend has no options).
+    let named: BTreeSet<&str> =
+        model.backends.iter().filter_map(|b| b.options.upstream_tls.as_ref()?.ca_file.as_deref()).collect();
+    model.upstream_certs = ca_files.into_values().filter(|c| named.contains(c.path.as_str())).collect();
     let st = &input.settings;
     let mut binds: Vec<Bind> =
         http_binds.iter().map(|p| Bind { address: st.bind_address, port: *p, tls: false, certs: vec![] }).collect();
@@ -150,9 +160,15 @@ fn plan_backends(
     let min_slots = input.settings.min_slots;
     let wanted = backends
         .into_iter()
-        .map(|(name, (endpoints, weights, protocol))| {
+        .map(|(name, (endpoints, weights, speaks))| {
             let weights = weights.into_iter().map(|(a, w)| (a, u16::try_from(w).unwrap_or(256))).collect();
-            let options = BackendOptions { protocol, passthrough: tcp.contains(&name), ..Default::default() };
+            let passthrough = tcp.contains(&name);
+            let options = BackendOptions {
+                protocol: speaks.protocol,
+                upstream_tls: speaks.tls,
+                passthrough,
+                ..Default::default()
+            };
             (name, slots::Wanted { endpoints, min_slots, options, weights, backups: None })
         })
         .collect();

@@ -28,7 +28,7 @@ use haptic_haproxy::names::{is_fetch_arg_name, is_section_name};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
-use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::Serialize;
@@ -41,6 +41,7 @@ use crate::sources::common::{obj, parse_host, parse_path, stable_id, SERVICE_NAM
 
 pub mod api;
 mod assemble;
+mod backend_tls;
 mod grpc_route;
 mod l4_routes;
 mod listeners;
@@ -48,9 +49,11 @@ mod routes;
 
 /// The controller name a GatewayClass must have for haptic to serve it.
 pub const GATEWAY_CONTROLLER: &str = "haptic.dev/gateway-controller";
+pub use backend_tls::PolicyOutcome;
 /// The extended features the translator implements (the GatewayClass's `supportedFeatures`,
 /// with the core ones the suite expects listed too).
 pub const SUPPORTED_FEATURES: &[&str] = &[
+    "BackendTLSPolicy",
     "Gateway",
     "GatewayAddressEmpty",
     "GatewayHTTPListenerIsolation",
@@ -112,6 +115,10 @@ pub struct GatewayInput {
     pub endpoint_slices: Vec<std::sync::Arc<EndpointSlice>>,
     /// The Secrets listeners name.
     pub secrets: Vec<std::sync::Arc<Secret>>,
+    /// BackendTLSPolicies.
+    pub backend_tls_policies: Vec<std::sync::Arc<BackendTlsPolicy>>,
+    /// ConfigMaps (the CA certificates BackendTLSPolicies name).
+    pub config_maps: Vec<std::sync::Arc<ConfigMap>>,
     /// The last ACKed render's slot map (server slots and bind ports).
     pub previous_slots: SlotMap,
     /// Listening and slot settings.
@@ -271,6 +278,8 @@ pub struct GatewayOutput {
     pub gateways: Vec<GatewayOutcome>,
     /// One per HTTPRoute with a parent among them.
     pub routes: Vec<RouteOutcome>,
+    /// One per BackendTLSPolicy.
+    pub policies: Vec<PolicyOutcome>,
     /// One verdict per route and Gateway (for logs and Events).
     pub verdicts: Vec<Verdict>,
 }
@@ -466,13 +475,21 @@ struct Candidate {
     rule: RuleId,
 }
 
-/// A backend to plan: its endpoints, each endpoint's weight (when weighted) and protocol.
-type PlannedBackend = (Vec<Endpoint>, BTreeMap<SocketAddr, u32>, Protocol);
+/// A backend to plan: its endpoints, each endpoint's weight (when weighted) and how it is
+/// spoken to.
+type PlannedBackend = (Vec<Endpoint>, BTreeMap<SocketAddr, u32>, Speaks);
+
+/// How the Gateway speaks to a backend: its protocol, and TLS as a BackendTLSPolicy asks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Speaks {
+    protocol: Protocol,
+    tls: Option<UpstreamTls>,
+}
 
 /// A rule's backends once resolved.
 struct Resolved {
-    /// (backend name, weight, endpoints, protocol)
-    refs: Vec<(String, u32, Vec<Endpoint>, Protocol)>,
+    /// (backend name, weight, endpoints, how it is spoken to)
+    refs: Vec<(String, u32, Vec<Endpoint>, Speaks)>,
     /// The weight of refs that are invalid or missing.
     invalid_weight: u32,
     /// Every ref with a weight, in order: its backend (None: invalid or missing, answered
@@ -496,6 +513,8 @@ struct Gateways<'a> {
     services: BTreeMap<(&'a str, &'a str), &'a Service>,
     /// EndpointSlices by (namespace, Service name from their label).
     slices: BTreeMap<(&'a str, &'a str), Vec<&'a EndpointSlice>>,
+    /// The BackendTLSPolicies, decided.
+    tls: backend_tls::Policies,
 }
 
 /// What the listeners open and the attached routes add up to, before it becomes the Model.
@@ -528,6 +547,8 @@ struct Attached {
     splits: Vec<Split>,
     /// (bind port, hostname) → its owner, when hostnames belong to namespaces.
     owned: BTreeMap<(u16, HostMatch), Claimant>,
+    /// (namespace, Service) → the Gateways (by index) whose attached routes send to it.
+    reached: BTreeMap<(String, String), BTreeSet<usize>>,
 }
 
 /// The key of a (Gateway, listener port) among the bind ports: `namespace/name:port`.
@@ -619,6 +640,7 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
             .filter_map(|s| Some(((s.metadata.namespace.as_deref()?, s.metadata.name.as_deref()?), &**s)))
             .collect(),
         slices,
+        tls: backend_tls::Policies::decide(input),
     };
     let mut acc = Attached::default();
     listeners::binds(&gw, &mut acc);
@@ -644,7 +666,9 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
     for (rank, r) in all.into_iter().enumerate() {
         routes::route(&gw, rank, r, &mut acc, &mut out);
     }
-    assemble::model(input, acc, certs, &mut out);
+    let gateways: Vec<ObjectRef> = out.gateways.iter().map(|g| g.object.clone()).collect();
+    out.policies = gw.tls.outcomes(&acc.reached, &gateways);
+    assemble::model(input, acc, (certs, gw.tls.files), &mut out);
     out.verdicts.sort_by(|a, b| a.object.cmp(&b.object));
     out
 }
@@ -662,8 +686,8 @@ fn rule_backend(
         return ERROR_500.to_string();
     }
     if res.refs.len() == 1 && res.invalid_weight == 0 {
-        let (name, _, eps, protocol) = res.refs.into_iter().next().unwrap_or_default();
-        backends.entry(name.clone()).or_insert((eps, BTreeMap::new(), protocol));
+        let (name, _, eps, speaks) = res.refs.into_iter().next().unwrap_or_default();
+        backends.entry(name.clone()).or_insert((eps, BTreeMap::new(), speaks));
         return name;
     }
     // One backend for the rule: each endpoint weighted by its Service's share over its count.
@@ -679,10 +703,10 @@ fn rule_backend(
             entry.1 = (entry.1 + w).min(256);
         }
     }
-    let protocol = res.refs[0].3;
+    let speaks = res.refs[0].3.clone();
     let eps = eps_all.iter().map(|(a, (d, _))| Endpoint { addr: *a, draining: *d }).collect();
     let weights = eps_all.into_iter().map(|(a, (_, w))| (a, w)).collect();
-    backends.insert(name.clone(), (eps, weights, protocol));
+    backends.insert(name.clone(), (eps, weights, speaks));
     name
 }
 
@@ -912,8 +936,9 @@ fn compile_filters(filters: &[HttpRouteFilter], prefix: Option<usize>) -> Result
     Ok(a)
 }
 
-/// A set of objects as one YAML or JSON document lists them (`gateways`, `routes`, `grants`,
-/// `namespaces`, `services`, `endpointSlices`, `secrets`): test fixtures and offline renders.
+/// A set of objects as one YAML or JSON document lists them (`gateways`, `routes`, `grpcRoutes`,
+/// `tlsRoutes`, `tcpRoutes`, `grants`, `namespaces`, `services`, `endpointSlices`, `secrets`,
+/// `backendTlsPolicies`, `configMaps`): test fixtures and offline renders.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct GatewayObjects {
@@ -937,6 +962,10 @@ pub struct GatewayObjects {
     pub endpoint_slices: Vec<EndpointSlice>,
     /// Secrets.
     pub secrets: Vec<Secret>,
+    /// BackendTLSPolicies.
+    pub backend_tls_policies: Vec<BackendTlsPolicy>,
+    /// ConfigMaps.
+    pub config_maps: Vec<ConfigMap>,
 }
 
 impl GatewayObjects {
@@ -960,6 +989,8 @@ impl GatewayObjects {
             services: arcs(self.services),
             endpoint_slices: arcs(self.endpoint_slices),
             secrets: arcs(self.secrets),
+            backend_tls_policies: arcs(self.backend_tls_policies),
+            config_maps: arcs(self.config_maps),
             previous_slots: SlotMap::default(),
             settings,
             excluded: BTreeMap::new(),

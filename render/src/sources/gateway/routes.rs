@@ -14,10 +14,11 @@ use std::collections::BTreeMap;
 use haptic_haproxy::names::is_section_name;
 
 use super::api::*;
+use super::backend_tls::Applied;
 use super::{
     claimed_by, compile_filters, compile_match, cond, duration_ms, granted, header_ops, intersect, labels_match,
     merge_ops, port_key, rule_backend, stable_id, Attached, Candidate, GatewayOutput, Gateways, ParentStatus, Resolved,
-    RouteOutcome,
+    RouteOutcome, Speaks,
 };
 use crate::model::{
     Cause, HeaderOps, HostMatch, ObjectRef, PathKind, PathRewrite, Policy, Protocol, Redirect, Refusal, RuleId, Split,
@@ -92,6 +93,13 @@ pub(super) fn route(gw: &Gateways<'_>, rank: usize, input: RouteIn<'_>, acc: &mu
     // Attached routes per listener (once per route).
     for (gi, li) in &attachments {
         out.gateways[*gi].listeners[*li].attached_routes += 1;
+    }
+    // The Services it sends to, for their BackendTLSPolicies' status.
+    for br in r.spec.rules.iter().flat_map(|rule| &rule.backend_refs) {
+        if br.group.as_deref().unwrap_or("").is_empty() && br.kind.as_deref().unwrap_or("Service") == "Service" {
+            let key = (br.namespace.clone().unwrap_or_else(|| rns.clone()), br.name.clone());
+            acc.reached.entry(key).or_default().extend(attachments.iter().map(|(gi, _)| *gi));
+        }
     }
     if attached_any {
         for (ri, (cands, acts, res)) in content.compiled.into_iter().enumerate() {
@@ -213,12 +221,12 @@ fn backends(
                     *resolved_refs = Err(unresolved);
                 }
             }
-            Ok((name, eps, protocol)) => {
+            Ok((name, eps, speaks)) => {
                 if weight > 0 {
                     if let Some(last) = res.each.last_mut() {
                         last.0 = Some(name.clone());
                     }
-                    res.refs.push((name, weight, eps, protocol));
+                    res.refs.push((name, weight, eps, speaks));
                 }
             }
         }
@@ -229,16 +237,18 @@ fn backends(
 /// What ends the name of a backend TLS or TCP connections pass through to (`mode tcp`).
 const TCP_SUFFIX: &str = ".tcp";
 
-/// Backend reference `br` (at `at`) of route `one`: its backend name, endpoints and protocol,
-/// or why it does not resolve. A GRPCRoute speaks HTTP/2 to a Service port that does not say
-/// otherwise, through a backend of its own (`.grpc`), so an HTTPRoute's HTTP/1 backend of the
-/// same port stays as it is; a TLSRoute or TCPRoute passes connections to one of their own (`.tcp`).
+/// Backend reference `br` (at `at`) of route `one`: its backend name, endpoints and how it is
+/// spoken to, or why it does not resolve. A GRPCRoute speaks HTTP/2 to a Service port that does
+/// not say otherwise, through a backend of its own (`.grpc`), so an HTTPRoute's HTTP/1 backend of
+/// the same port stays as it is; a TLSRoute or TCPRoute passes connections to one of their own
+/// (`.tcp`). A port a BackendTLSPolicy names is spoken to over TLS as it asks (whatever its
+/// `appProtocol` says of HTTP), or not at all (no endpoints) when the policy cannot apply.
 fn backend_ref(
     gw: &Gateways<'_>,
     one: &One<'_>,
     at: &str,
     br: &HttpBackendRef,
-) -> Result<(String, Vec<Endpoint>, Protocol), Unresolved> {
+) -> Result<(String, Vec<Endpoint>, Speaks), Unresolved> {
     let (rns, kind) = (one.rns, one.kind.name());
     let bns = br.namespace.clone().unwrap_or_else(|| rns.to_string());
     if !br.group.as_deref().unwrap_or("").is_empty() || br.kind.as_deref().unwrap_or("Service") != "Service" {
@@ -269,9 +279,12 @@ fn backend_ref(
             format!("{at}: Service {bns}/{} has no port {port}", br.name),
         ));
     };
+    let policy = if one.kind.is_l4() { None } else { gw.tls.for_port(&bns, &br.name, sp.name.as_deref()) };
     let protocol = match sp.app_protocol.as_deref() {
         // TLS and TCP connections pass through as they are, whatever the port speaks.
         _ if one.kind.is_l4() => Protocol::Http,
+        // Over TLS by the policy: HTTPS is what the port speaks.
+        Some("https" | "HTTPS") if policy.is_some() => Protocol::Http,
         None | Some("http") | Some("kubernetes.io/ws") | Some("kubernetes.io/http") => Protocol::Http,
         Some("kubernetes.io/h2c") => Protocol::H2c,
         Some(other) => {
@@ -293,8 +306,24 @@ fn backend_ref(
         return Err(unresolved("BackendNotFound", Cause::Missing, format!("{at}: {name:?} is not a backend name")));
     }
     let sl = gw.slices.get(&(bns.as_str(), br.name.as_str())).map_or(&[][..], Vec::as_slice);
-    let eps = endpoints(sl, sp.name.as_deref().unwrap_or(""));
-    Ok((name, eps, protocol))
+    let mut eps = endpoints(sl, sp.name.as_deref().unwrap_or(""));
+    let speaks = match policy {
+        None => Speaks { protocol, tls: None },
+        Some(Applied::Tls(t)) => Speaks { protocol: over_tls(protocol), tls: Some(t.clone()) },
+        Some(Applied::Broken) => {
+            eps.clear();
+            Speaks { protocol, tls: None }
+        }
+    };
+    Ok((name, eps, speaks))
+}
+
+/// `p` over TLS.
+fn over_tls(p: Protocol) -> Protocol {
+    match p {
+        Protocol::H2c | Protocol::H2s => Protocol::H2s,
+        _ => Protocol::Https,
+    }
 }
 
 /// The route's parent statuses (for parents that are Gateways of the class), the (Gateway,
@@ -419,8 +448,8 @@ fn rule_into(one: &One<'_>, ri: usize, (cands, acts, mut res): (&[Candidate], Po
         _ => HeaderOps::default(),
     };
     let backend = if split {
-        for (name, _, eps, protocol) in std::mem::take(&mut res.refs) {
-            acc.backends.entry(name).or_insert((eps, BTreeMap::new(), protocol));
+        for (name, _, eps, speaks) in std::mem::take(&mut res.refs) {
+            acc.backends.entry(name).or_insert((eps, BTreeMap::new(), speaks));
         }
         ERROR_500.to_string()
     } else {
