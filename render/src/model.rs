@@ -22,8 +22,9 @@ pub struct Model {
     pub frontends: Vec<Frontend>,
     /// TLS certificates, selected by SNI from their names.
     pub certs: Vec<Cert>,
-    /// PEM files for TLS towards backends (CA bundles, client certificates): written under
-    /// `certs/`, never served on a bind.
+    /// PEM files for TLS towards backends (CA bundles, client certificates) and the CA bundles
+    /// binds check clients' certificates against: written under `certs/`, never served as a
+    /// bind's certificate.
     pub upstream_certs: Vec<Cert>,
     /// Host tables, exact hosts first, then wildcards, then the catch-all.
     pub hosts: Vec<HostTable>,
@@ -216,6 +217,18 @@ pub struct Bind {
     pub tls: bool,
     /// The certificate paths of this bind only (empty: every certificate).
     pub certs: Vec<String>,
+    /// Clients' certificates checked against a CA file, when asked.
+    pub clients: Option<ClientVerify>,
+}
+
+/// How a TLS bind checks clients' certificates.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ClientVerify {
+    /// The CA bundle's path in the tree.
+    pub ca_file: String,
+    /// A client without a valid certificate is refused (`verify required`); otherwise every
+    /// client is let through, with a certificate or not, valid or not (an insecure fallback).
+    pub required: bool,
 }
 
 /// A PEM bundle (certificate chain and key) written under `certs/`.

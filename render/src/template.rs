@@ -323,6 +323,13 @@ fn frontend_views(model: &Model) -> Result<(Vec<FrontendView>, Option<Passthroug
                 // HTTP/2 to clients that offer it, on every version (2.6 offers only HTTP/1.1
                 // without it).
                 s.push_str(" alpn h2,http/1.1");
+                if let Some(c) = &b.clients {
+                    // An insecure fallback lets through a missing certificate (`optional`) and
+                    // one that does not verify (every error ignored, at depth 0 and above).
+                    let verify =
+                        if c.required { "required" } else { "optional ca-ignore-err all crt-ignore-err all" };
+                    s.push_str(&format!(" ca-file {} verify {verify}", config_arg(&c.ca_file)?));
+                }
             }
             binds.push(s);
         }

@@ -266,7 +266,7 @@ impl Feed {
         let mut objects = cw.objects();
         let refs = if gateway { routes::gateway_secret_refs(r, &objects) } else { routes::secret_refs(r, &objects) };
         objects.secrets = cw.secrets(&refs, &self.changes)?;
-        objects.config_maps = cw.config_maps(&routes::config_map_refs(&objects), &self.changes)?;
+        objects.config_maps = cw.config_maps(&routes::config_map_refs(r, &objects), &self.changes)?;
         let applied = self.ctx.board.snapshot().pods.iter().filter_map(|p| p.applied).collect();
         let previous = self.slots.previous(&applied);
         let versions = narrowing::object_versions(&objects);

@@ -340,9 +340,22 @@ pub fn gateway_secret_refs(r: &RenderSpec, objects: &Objects) -> BTreeSet<(Strin
     out
 }
 
-/// The ConfigMaps (namespace, name) the BackendTLSPolicies name as CA certificates.
-pub fn config_map_refs(objects: &Objects) -> BTreeSet<(String, String)> {
+/// The ConfigMaps (namespace, name) the BackendTLSPolicies and the served Gateways' client
+/// certificate validation name as CA certificates.
+pub fn config_map_refs(r: &RenderSpec, objects: &Objects) -> BTreeSet<(String, String)> {
     let mut out = BTreeSet::new();
+    let class = r.gateway_class_name.as_deref();
+    for g in objects.gateways.iter().filter(|g| Some(g.spec.gateway_class_name.as_str()) == class) {
+        let gns = g.metadata.namespace.clone().unwrap_or_default();
+        let Some(f) = g.spec.tls.as_ref().and_then(|t| t.frontend.as_ref()) else { continue };
+        let validations =
+            f.default.iter().chain(f.per_port.iter().map(|p| &p.tls)).filter_map(|t| t.validation.as_ref());
+        for r in validations.flat_map(|v| &v.ca_certificate_refs) {
+            if r.group.is_empty() && r.kind == "ConfigMap" {
+                out.insert((r.namespace.clone().unwrap_or_else(|| gns.clone()), r.name.clone()));
+            }
+        }
+    }
     for p in &objects.backend_tls_policies {
         let ns = p.metadata.namespace.clone().unwrap_or_default();
         for r in &p.spec.validation.ca_certificate_refs {

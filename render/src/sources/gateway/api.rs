@@ -284,6 +284,78 @@ pub struct GatewaySpec {
     /// Labels and annotations for the infrastructure (the Gateway's Service).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub infrastructure: Option<GatewayInfrastructure>,
+    /// TLS settings of the Gateway as a whole (client certificate validation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<GatewayTlsConfig>,
+}
+
+/// `Gateway.spec.tls`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayTlsConfig {
+    /// What applies to the TLS connections clients open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frontend: Option<FrontendTlsConfig>,
+}
+
+/// `spec.tls.frontend`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FrontendTlsConfig {
+    /// For every port without its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<TlsConfig>,
+    /// Per listener port.
+    #[serde(default)]
+    pub per_port: Vec<TlsPortConfig>,
+}
+
+/// `spec.tls.frontend.perPort[]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsPortConfig {
+    /// The listener port.
+    pub port: i32,
+    /// Its settings.
+    #[serde(default)]
+    pub tls: TlsConfig,
+}
+
+/// One port's (or the default) frontend TLS settings.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsConfig {
+    /// Client certificate validation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation: Option<FrontendTlsValidation>,
+}
+
+/// `validation`: the CAs clients' certificates must chain to.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FrontendTlsValidation {
+    /// ConfigMaps (`ca.crt`); another namespace's needs a ReferenceGrant.
+    #[serde(default)]
+    pub ca_certificate_refs: Vec<ObjectReference>,
+    /// `AllowValidOnly` (the default) or `AllowInsecureFallback`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+}
+
+/// A reference to an object of any kind, maybe in another namespace.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectReference {
+    /// Group (`""` for core).
+    #[serde(default)]
+    pub group: String,
+    /// Kind.
+    pub kind: String,
+    /// Name.
+    pub name: String,
+    /// Namespace (default: the referrer's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
 }
 
 /// `Gateway.spec.addresses[]`.

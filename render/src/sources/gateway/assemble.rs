@@ -41,6 +41,8 @@ pub(super) fn model(
         mut splits,
         owned: _,
         reached: _,
+        mut clients,
+        client_cas,
     } = acc;
     let model = &mut out.model;
     splits.sort_by(|a, b| a.rule.cmp(&b.rule));
@@ -54,13 +56,16 @@ pub(super) fn model(
     let named: BTreeSet<&str> =
         model.backends.iter().filter_map(|b| b.options.upstream_tls.as_ref()?.ca_file.as_deref()).collect();
     model.upstream_certs = ca_files.into_values().filter(|c| named.contains(c.path.as_str())).collect();
+    model.upstream_certs.extend(client_cas.into_values());
     let st = &input.settings;
-    let mut binds: Vec<Bind> =
-        http_binds.iter().map(|p| Bind { address: st.bind_address, port: *p, tls: false, certs: vec![] }).collect();
+    let mut binds: Vec<Bind> = http_binds
+        .iter()
+        .map(|p| Bind { address: st.bind_address, port: *p, tls: false, certs: vec![], clients: None })
+        .collect();
     for (p, mut c) in https_binds {
         c.sort();
         c.dedup();
-        binds.push(Bind { address: st.bind_address, port: p, tls: true, certs: c });
+        binds.push(Bind { address: st.bind_address, port: p, tls: true, certs: c, clients: clients.remove(&p) });
     }
     if !binds.is_empty() {
         let listeners = Listeners { ports: ports.into_iter().collect(), tls: tls_listeners };
@@ -77,8 +82,10 @@ pub(super) fn model(
         .collect();
     let l4 = [("gateway_tls", sni_binds, HostLookup::Sni(terminations)), ("gateway_tcp", tcp_binds, HostLookup::Port)];
     for (name, ports, hosts) in l4 {
-        let binds: Vec<Bind> =
-            ports.iter().map(|p| Bind { address: st.bind_address, port: *p, tls: false, certs: vec![] }).collect();
+        let binds: Vec<Bind> = ports
+            .iter()
+            .map(|p| Bind { address: st.bind_address, port: *p, tls: false, certs: vec![], clients: None })
+            .collect();
         if !binds.is_empty() {
             model.frontends.push(Frontend { name: name.into(), binds, hosts });
         }

@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::api::{BackendTlsPolicy, ParentReference, GROUP};
+use super::ca_refs::{self, CaRef, Referrer};
 use super::{cond, Cond, ParentStatus};
 use crate::model::{Cert, HostMatch, UpstreamTls};
 use crate::sources::common::{obj, parse_host};
@@ -69,14 +70,10 @@ impl Policies {
         sorted.sort_by_key(|p| {
             (p.metadata.creation_timestamp.as_ref().map(|t| t.0), obj("BackendTLSPolicy", &p.metadata))
         });
-        let cms: BTreeMap<(&str, &str), &ConfigMap> = config_maps
-            .iter()
-            .filter_map(|c| Some(((c.metadata.namespace.as_deref()?, c.metadata.name.as_deref()?), &**c)))
-            .collect();
         let mut out = Policies::default();
         for p in sorted {
             let left_out = input.excluded.get(&obj("BackendTLSPolicy", &p.metadata));
-            out.decide_one(p, &cms, left_out);
+            out.decide_one(p, config_maps, left_out);
         }
         out
     }
@@ -84,7 +81,7 @@ impl Policies {
     fn decide_one(
         &mut self,
         p: &BackendTlsPolicy,
-        cms: &BTreeMap<(&str, &str), &ConfigMap>,
+        config_maps: &[std::sync::Arc<ConfigMap>],
         left_out: Option<&crate::narrow::Exclusion>,
     ) {
         let me = obj("BackendTLSPolicy", &p.metadata);
@@ -106,7 +103,7 @@ impl Policies {
         } else if let Some(why) = left_out {
             Err(("Invalid", why.to_string()))
         } else {
-            let checked = check(p, &me, cms);
+            let checked = check(p, &me, config_maps);
             refs = checked.refs;
             file = checked.file;
             checked.accepted
@@ -198,7 +195,7 @@ struct Checked {
 }
 
 /// Checks policy `p`'s validation: its name and CAs.
-fn check(p: &BackendTlsPolicy, me: &ObjectRef, cms: &BTreeMap<(&str, &str), &ConfigMap>) -> Checked {
+fn check(p: &BackendTlsPolicy, me: &ObjectRef, config_maps: &[std::sync::Arc<ConfigMap>]) -> Checked {
     let v = &p.spec.validation;
     let name = match verified_name(p) {
         Ok(n) => n,
@@ -217,18 +214,19 @@ fn check(p: &BackendTlsPolicy, me: &ObjectRef, cms: &BTreeMap<(&str, &str), &Con
         };
         return Checked { accepted, refs: Ok(()), file: None };
     }
-    let (pems, refs) = ca_pems(p, me, cms);
-    if pems.is_empty() {
+    let refs =
+        v.ca_certificate_refs.iter().map(|r| CaRef { group: &r.group, kind: &r.kind, namespace: None, name: &r.name });
+    let from = Referrer { kind: "BackendTLSPolicy", namespace: &me.namespace, kind_reason: "InvalidKind" };
+    let found = ca_refs::resolve(refs, "spec.validation.caCertificateRefs", &from, (config_maps, &[]));
+    let refs = found.problem.map_or(Ok(()), |(reason, message)| Err(RefProblem { reason, message }));
+    if found.pems.is_empty() {
         let why = refs.as_ref().err().map_or("no CA certificate", |e| e.reason);
         let accepted = Err(("NoValidCACertificate", format!("no CA certificate reference resolves ({why})")));
         return Checked { accepted, refs, file: None };
     }
     let path = format!("certs/backendtls_{}_{}_ca.pem", me.namespace, me.name);
     t.ca_file = Some(path.clone());
-    let not_after = pems.iter().map(|c| c.not_after).min().unwrap_or(i64::MAX);
-    let pem = pems.into_iter().flat_map(|c| c.pem).collect();
-    let file = Cert { path, hosts: vec![], source: me.clone(), pem, not_after };
-    Checked { accepted: Ok(t), refs, file: Some(file) }
+    Checked { accepted: Ok(t), refs, file: Some(ca_refs::bundle(found.pems, path, me.clone())) }
 }
 
 /// The name the backends' certificates must carry: `hostname`, or the one DNS name of
@@ -247,39 +245,6 @@ fn verified_name(p: &BackendTlsPolicy) -> Result<String, String> {
                   of names is not supported"
             .to_string()),
     }
-}
-
-/// The CA certificates of `p`'s references that resolve, and whether all do.
-fn ca_pems(
-    p: &BackendTlsPolicy,
-    me: &ObjectRef,
-    cms: &BTreeMap<(&str, &str), &ConfigMap>,
-) -> (Vec<crate::pem::CertFile>, Result<(), RefProblem>) {
-    let mut out = Vec::new();
-    let mut problem: Result<(), RefProblem> = Ok(());
-    let mut fail = |reason, message: String| {
-        if problem.is_ok() {
-            problem = Err(RefProblem { reason, message });
-        }
-    };
-    for (i, r) in p.spec.validation.ca_certificate_refs.iter().enumerate() {
-        let at = format!("spec.validation.caCertificateRefs[{i}]");
-        if !r.group.is_empty() || r.kind != "ConfigMap" {
-            fail("InvalidKind", format!("{at}: only ConfigMaps are supported, not {}", r.kind));
-            continue;
-        }
-        let Some(cm) = cms.get(&(me.namespace.as_str(), r.name.as_str())) else {
-            fail("InvalidCACertificateRef", format!("{at}: ConfigMap {}/{} not found", me.namespace, r.name));
-            continue;
-        };
-        let data = cm.data.as_ref().and_then(|d| d.get("ca.crt"));
-        match data.map(|d| crate::pem::ca_bundle("ca.crt", d.as_bytes())) {
-            Some(Ok(f)) => out.push(f),
-            Some(Err(e)) => fail("InvalidCACertificateRef", format!("{at}: ConfigMap {}: {e}", r.name)),
-            None => fail("InvalidCACertificateRef", format!("{at}: ConfigMap {} has no ca.crt", r.name)),
-        }
-    }
-    (out, problem)
 }
 
 #[cfg(test)]

@@ -12,11 +12,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use haptic_haproxy::names::is_section_name;
 
 use super::api::*;
+use super::ca_refs::{self, CaRef, Referrer};
 use super::{
     cond, gateway_host, granted, infrastructure, port_key, service_name, stable_id, Attached, Carries, Cond,
     GatewayInput, GatewayOutcome, GatewayService, Gateways, ListenerStatus, Lst,
 };
-use crate::model::{Cert, ObjectRef, TlsListener};
+use crate::model::{Cert, ClientVerify, ObjectRef, TlsListener};
 use crate::sources::common::{obj, secret_pem};
 
 /// Each (Gateway, listener port)'s bind port, by [`port_key`]: kept from the previous render,
@@ -94,7 +95,8 @@ pub(super) fn gateway(
         } else {
             None
         };
-        let (lst, status) = listener(input, (&gns, gen), l, conflict, certs);
+        let clients = frontend_validation(g, l.port).map(|v| (v, client_ca_path(&gns, g, l.port)));
+        let (lst, status) = listener(input, (&gns, gen), l, (conflict, clients), certs);
         ls.push(lst);
         statuses.push(status);
     }
@@ -102,12 +104,69 @@ pub(super) fn gateway(
     (ls, outcome)
 }
 
-/// Listener `l` of a Gateway of namespace `gns` and generation `gen`, validated, and its status.
+/// The client certificate validation of Gateway `g`'s listener port `port`: its own
+/// (`perPort`), else the default.
+fn frontend_validation(g: &Gateway, port: i32) -> Option<&FrontendTlsValidation> {
+    let f = g.spec.tls.as_ref()?.frontend.as_ref()?;
+    match f.per_port.iter().find(|p| p.port == port) {
+        Some(p) => p.tls.validation.as_ref(),
+        None => f.default.as_ref()?.validation.as_ref(),
+    }
+}
+
+/// Where the CA file of Gateway `g`'s port `port` goes.
+fn client_ca_path(gns: &str, g: &Gateway, port: i32) -> String {
+    let name = g.metadata.name.as_deref().unwrap_or_default();
+    format!("certs/clientca_{}.pem", stable_id("", &[gns, name, &port.to_string()]))
+}
+
+/// Whether Gateway `g` lets clients without a valid certificate through on some port
+/// (`AllowInsecureFallback`).
+fn insecure_fallback(g: &Gateway) -> bool {
+    let Some(f) = g.spec.tls.as_ref().and_then(|t| t.frontend.as_ref()) else { return false };
+    f.default
+        .iter()
+        .chain(f.per_port.iter().map(|p| &p.tls))
+        .filter_map(|t| t.validation.as_ref())
+        .any(|v| v.mode.as_deref() == Some("AllowInsecureFallback"))
+}
+
+/// The client certificate check an HTTPS listener of a Gateway of namespace `gns` gets from
+/// `validation` (its CA file at `path`): none without validation; the CA bundle of the
+/// references that resolve, with the first problem of the others (ResolvedRefs); or, when none
+/// resolves, why the listener cannot be accepted.
+#[allow(clippy::type_complexity)]
+fn client_check(
+    input: &GatewayInput,
+    gns: &str,
+    (validation, path): (&FrontendTlsValidation, String),
+) -> Result<(ClientVerify, Cert, Option<(&'static str, String)>), (&'static str, String)> {
+    let refs = validation.ca_certificate_refs.iter().map(|r| CaRef {
+        group: &r.group,
+        kind: &r.kind,
+        namespace: r.namespace.as_deref(),
+        name: &r.name,
+    });
+    let from = Referrer { kind: "Gateway", namespace: gns, kind_reason: "InvalidCACertificateKind" };
+    let at = "spec.tls.frontend.validation.caCertificateRefs";
+    let found = ca_refs::resolve(refs, at, &from, (&input.config_maps, &input.grants));
+    if found.pems.is_empty() {
+        return Err(found.problem.unwrap_or(("InvalidCACertificateRef", format!("{at}: none"))));
+    }
+    let required = validation.mode.as_deref() != Some("AllowInsecureFallback");
+    let source = ObjectRef { kind: "Gateway".into(), namespace: gns.into(), name: path.clone() };
+    let verify = ClientVerify { ca_file: path.clone(), required };
+    Ok((verify, ca_refs::bundle(found.pems, path, source), found.problem))
+}
+
+/// Listener `l` of a Gateway of namespace `gns` and generation `gen`, validated (with the
+/// listener `conflict` its port has, and the client certificate validation of its port), and
+/// its status.
 fn listener(
     input: &GatewayInput,
     (gns, gen): (&str, i64),
     l: &Listener,
-    conflict: Option<&'static str>,
+    (conflict, validation): (Option<&'static str>, Option<(&FrontendTlsValidation, String)>),
     certs: &mut BTreeMap<String, Cert>,
 ) -> (Lst, ListenerStatus) {
     let mut conds = Vec::new();
@@ -140,11 +199,27 @@ fn listener(
         };
         resolved = Err(("InvalidRouteKinds", format!("only {served} (gateway.networking.k8s.io) are served here")));
     }
-    let accepted = supported && hostname.is_ok() && port != 0;
+    // Clients' certificates, on HTTPS listeners: a CA that does not resolve at all keeps the
+    // listener from serving (never unchecked); one of several only shows in ResolvedRefs.
+    let clients = match validation.filter(|_| l.protocol == ProtocolType::Https) {
+        None => Ok(None),
+        Some(v) => client_check(input, gns, v).map(|(verify, cert, problem)| {
+            if let (Some(p), Ok(())) = (problem, &resolved) {
+                resolved = Err(p);
+            }
+            Some((verify, cert))
+        }),
+    };
+    if let (Err(p), Ok(())) = (&clients, &resolved) {
+        resolved = Err(p.clone());
+    }
+    let accepted = supported && hostname.is_ok() && port != 0 && clients.is_ok();
     let (areason, amsg) = if !supported {
         ("UnsupportedProtocol", format!("protocol {} is not supported", l.protocol))
     } else if let Err(e) = &hostname {
         ("UnsupportedValue", e.clone())
+    } else if let Err((_, m)) = &clients {
+        ("NoValidCACertificate", format!("no CA certificate to check clients with: {m}"))
     } else {
         ("Accepted", "accepted".to_string())
     };
@@ -176,6 +251,7 @@ fn listener(
         from: sel.from.unwrap_or_default(),
         selector: sel.selector,
         certs: if programmed { lcerts } else { vec![] },
+        clients: clients.ok().flatten(),
     };
     let supported_kinds = kinds.into_iter().map(group_kind).collect();
     let status = ListenerStatus { name: l.name.clone(), supported_kinds, attached_routes: 0, conditions: conds };
@@ -315,6 +391,10 @@ fn outcome(
     } else {
         conds.push(cond("Programmed", true, "Programmed", "programmed", gen));
     }
+    if insecure_fallback(g) {
+        let m = "a port lets clients without a valid certificate through (AllowInsecureFallback)";
+        conds.push(cond("InsecureFrontendValidationMode", true, "ConfigurationChanged", m, gen));
+    }
     GatewayOutcome {
         object: obj("Gateway", &g.metadata),
         uid: g.metadata.uid.clone(),
@@ -374,6 +454,10 @@ pub(super) fn binds(gw: &Gateways<'_>, acc: &mut Attached) {
             } else if l.https {
                 if !l.certs.is_empty() {
                     acc.https_binds.entry(b).or_default().extend(l.certs.clone());
+                }
+                if let Some((verify, cert)) = &l.clients {
+                    acc.clients.insert(b, verify.clone());
+                    acc.client_cas.insert(cert.path.clone(), cert.clone());
                 }
                 let gid = port_key(g, l.port);
                 acc.tls_listeners.push(TlsListener {

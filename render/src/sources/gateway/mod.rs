@@ -42,6 +42,7 @@ use crate::sources::common::{obj, parse_host, parse_path, stable_id, SERVICE_NAM
 pub mod api;
 mod assemble;
 mod backend_tls;
+mod ca_refs;
 mod grpc_route;
 mod l4_routes;
 mod listeners;
@@ -56,6 +57,8 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "BackendTLSPolicy",
     "Gateway",
     "GatewayAddressEmpty",
+    "GatewayFrontendClientCertificateValidation",
+    "GatewayFrontendClientCertificateValidationInsecureFallback",
     "GatewayHTTPListenerIsolation",
     "GatewayPort8080",
     "HTTPRouteCORS",
@@ -396,6 +399,8 @@ struct Lst {
     from: FromNamespaces,
     selector: Option<LabelSelector>,
     certs: Vec<String>,
+    /// How its bind checks clients' certificates, with the CA file (HTTPS listeners).
+    clients: Option<(ClientVerify, Cert)>,
 }
 
 /// What a listener carries.
@@ -547,6 +552,10 @@ struct Attached {
     splits: Vec<Split>,
     /// (bind port, hostname) → its owner, when hostnames belong to namespaces.
     owned: BTreeMap<(u16, HostMatch), Claimant>,
+    /// HTTPS bind port → how it checks clients' certificates.
+    clients: BTreeMap<u16, ClientVerify>,
+    /// The CA files those checks read, by path.
+    client_cas: BTreeMap<String, Cert>,
     /// (namespace, Service) → the Gateways (by index) whose attached routes send to it.
     reached: BTreeMap<(String, String), BTreeSet<usize>>,
 }

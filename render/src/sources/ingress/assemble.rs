@@ -274,13 +274,19 @@ fn frontends(model: &mut Model, input: &IngressInput, default_tls: bool) {
     model.edge = st.edge.clone();
     model.frontends.push(Frontend {
         name: "http".into(),
-        binds: vec![Bind { address: st.bind_address, port: st.http_port, tls: false, certs: vec![] }],
+        binds: vec![Bind { address: st.bind_address, port: st.http_port, tls: false, certs: vec![], clients: None }],
         hosts: HostLookup::Host,
     });
     if !model.certs.is_empty() || !model.passthrough.is_empty() || default_tls {
         model.frontends.push(Frontend {
             name: "https".into(),
-            binds: vec![Bind { address: st.bind_address, port: st.https_port, tls: true, certs: vec![] }],
+            binds: vec![Bind {
+                address: st.bind_address,
+                port: st.https_port,
+                tls: true,
+                certs: vec![],
+                clients: None,
+            }],
             hosts: HostLookup::Host,
         });
     }
