@@ -15,17 +15,29 @@ use tokio::net::TcpStream;
 /// `bind(0)` or outgoing connection, and HAProxy binds with `SO_REUSEPORT`, so two HAProxies of
 /// one test process handed one port both bind it and share its connections. Ports come from
 /// below the kernel's ephemeral range, where neither `bind(0)` nor a client lands, in blocks
-/// through a counter (no port twice in one process) that starts at an offset taken from the
-/// process id (so two test processes rarely meet).
+/// through a counter (no block twice in one process) walked in an order taken from the process
+/// id (so two test processes running at once meet only by chance, not block after block).
 pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::sync::OnceLock;
     const LOW: u32 = 10_000;
-    static NEXT: OnceLock<AtomicU32> = OnceLock::new();
-    let blocks = (ephemeral_low().max(LOW + 1_000) - LOW) / PORT_BLOCK;
-    let next = NEXT.get_or_init(|| AtomicU32::new(std::process::id().wrapping_mul(7_919) % blocks));
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    static WALK: OnceLock<(u32, u32, u32)> = OnceLock::new();
+    let (blocks, start, step) = *WALK.get_or_init(|| {
+        let blocks = (ephemeral_low().max(LOW + 1_000) - LOW) / PORT_BLOCK;
+        let pid = u64::from(std::process::id());
+        // A step coprime with the number of blocks visits every block once per round.
+        let step = [7_919u64, 7_907, 7_901, 7_883, 7_879, 7_877]
+            .into_iter()
+            .map(|p| (p * (1 + pid % 97)) % u64::from(blocks))
+            .find(|s| *s > 0 && gcd(*s, u64::from(blocks)) == 1)
+            .unwrap_or(1);
+        (blocks, (pid.wrapping_mul(7_919) % u64::from(blocks)) as u32, step as u32)
+    });
     for _ in 0..blocks {
-        let first = LOW + (next.fetch_add(1, Ordering::Relaxed) % blocks) * PORT_BLOCK;
+        let k = u64::from(NEXT.fetch_add(1, Ordering::Relaxed));
+        let block = (u64::from(start) + k * u64::from(step)) % u64::from(blocks);
+        let first = LOW + block as u32 * PORT_BLOCK;
         let held: Vec<_> =
             (first..first + PORT_BLOCK).map_while(|p| TcpListener::bind(("127.0.0.1", p as u16)).ok()).collect();
         if held.len() == PORT_BLOCK as usize {
@@ -37,6 +49,14 @@ pub fn free_port() -> u16 {
 
 /// How many consecutive ports [`free_port`] hands out at a time.
 pub const PORT_BLOCK: u32 = 16;
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
 
 /// The first port of the kernel's ephemeral range (`ip_local_port_range`; 32768 when unread).
 fn ephemeral_low() -> u32 {
@@ -101,6 +121,16 @@ pub async fn wait_http_body(addr: SocketAddr, path: &str, body: &str, timeout: D
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Blocks handed out in one process never overlap, and lie below the ephemeral range.
+    #[test]
+    fn free_ports_come_in_blocks_that_never_overlap() {
+        let firsts: Vec<u32> = (0..200).map(|_| u32::from(free_port())).collect();
+        let mut sorted = firsts.clone();
+        sorted.sort();
+        assert!(sorted.windows(2).all(|w| w[1] >= w[0] + PORT_BLOCK), "{sorted:?}");
+        assert!(sorted.iter().all(|p| p + PORT_BLOCK <= ephemeral_low()), "{sorted:?}");
+    }
 
     #[test]
     fn parses_response() {

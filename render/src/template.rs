@@ -326,8 +326,7 @@ fn frontend_views(model: &Model) -> Result<(Vec<FrontendView>, Option<Passthroug
                 if let Some(c) = &b.clients {
                     // An insecure fallback lets through a missing certificate (`optional`) and
                     // one that does not verify (every error ignored, at depth 0 and above).
-                    let verify =
-                        if c.required { "required" } else { "optional ca-ignore-err all crt-ignore-err all" };
+                    let verify = if c.required { "required" } else { "optional ca-ignore-err all crt-ignore-err all" };
                     s.push_str(&format!(" ca-file {} verify {verify}", config_arg(&c.ca_file)?));
                 }
             }
