@@ -16,7 +16,8 @@ use tokio::net::TcpStream;
 /// one test process handed one port both bind it and share its connections. Ports come from
 /// below the kernel's ephemeral range, where neither `bind(0)` nor a client lands, in blocks
 /// through a counter (no block twice in one process) walked in an order taken from the process
-/// id (so two test processes running at once meet only by chance, not block after block).
+/// id; a block is this process's while it holds the block's lock file (`flock`, released when
+/// the process ends), so two test processes running at once never share one.
 pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::sync::OnceLock;
@@ -38,6 +39,9 @@ pub fn free_port() -> u16 {
         let k = u64::from(NEXT.fetch_add(1, Ordering::Relaxed));
         let block = (u64::from(start) + k * u64::from(step)) % u64::from(blocks);
         let first = LOW + block as u32 * PORT_BLOCK;
+        if !claim(first) {
+            continue;
+        }
         let held: Vec<_> =
             (first..first + PORT_BLOCK).map_while(|p| TcpListener::bind(("127.0.0.1", p as u16)).ok()).collect();
         if held.len() == PORT_BLOCK as usize {
@@ -49,6 +53,28 @@ pub fn free_port() -> u16 {
 
 /// How many consecutive ports [`free_port`] hands out at a time.
 pub const PORT_BLOCK: u32 = 16;
+
+/// Takes the lock of the block starting at `first` for the rest of this process; false when
+/// another process holds it. Without a lock directory every block is taken.
+fn claim(first: u32) -> bool {
+    use std::sync::Mutex;
+    static HELD: Mutex<Vec<std::fs::File>> = Mutex::new(Vec::new());
+    let dir = std::env::temp_dir().join("haptic-test-ports");
+    if std::fs::create_dir_all(&dir).is_err() {
+        return true;
+    }
+    let Ok(f) = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(dir.join(first.to_string()))
+    else {
+        return true;
+    };
+    match f.try_lock() {
+        Ok(()) => {
+            HELD.lock().unwrap_or_else(|p| p.into_inner()).push(f);
+            true
+        }
+        Err(_) => false,
+    }
+}
 
 fn gcd(a: u64, b: u64) -> u64 {
     if b == 0 {
@@ -122,7 +148,8 @@ pub async fn wait_http_body(addr: SocketAddr, path: &str, body: &str, timeout: D
 mod tests {
     use super::*;
 
-    /// Blocks handed out in one process never overlap, and lie below the ephemeral range.
+    /// Blocks handed out in one process never overlap, lie below the ephemeral range and stay
+    /// locked.
     #[test]
     fn free_ports_come_in_blocks_that_never_overlap() {
         let firsts: Vec<u32> = (0..200).map(|_| u32::from(free_port())).collect();
@@ -130,6 +157,8 @@ mod tests {
         sorted.sort();
         assert!(sorted.windows(2).all(|w| w[1] >= w[0] + PORT_BLOCK), "{sorted:?}");
         assert!(sorted.iter().all(|p| p + PORT_BLOCK <= ephemeral_low()), "{sorted:?}");
+        // Held: another open file (as another process would open it) cannot take the lock.
+        assert!(!claim(firsts[0]));
     }
 
     #[test]
