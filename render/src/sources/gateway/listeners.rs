@@ -135,12 +135,11 @@ fn insecure_fallback(g: &Gateway) -> bool {
 /// `validation` (its CA file at `path`): none without validation; the CA bundle of the
 /// references that resolve, with the first problem of the others (ResolvedRefs); or, when none
 /// resolves, why the listener cannot be accepted.
-#[allow(clippy::type_complexity)]
 fn client_check(
     input: &GatewayInput,
     gns: &str,
     (validation, path): (&FrontendTlsValidation, String),
-) -> Result<(ClientVerify, Cert, Option<(&'static str, String)>), (&'static str, String)> {
+) -> Result<ClientCheck, (&'static str, String)> {
     let refs = validation.ca_certificate_refs.iter().map(|r| CaRef {
         group: &r.group,
         kind: &r.kind,
@@ -156,7 +155,15 @@ fn client_check(
     let required = validation.mode.as_deref() != Some("AllowInsecureFallback");
     let source = ObjectRef { kind: "Gateway".into(), namespace: gns.into(), name: path.clone() };
     let verify = ClientVerify { ca_file: path.clone(), required };
-    Ok((verify, ca_refs::bundle(found.pems, path, source), found.problem))
+    Ok(ClientCheck { verify, ca: ca_refs::bundle(found.pems, path, source), problem: found.problem })
+}
+
+/// A listener's client certificate check: how, its CA file, and the first CA reference that
+/// did not resolve, if one did not.
+struct ClientCheck {
+    verify: ClientVerify,
+    ca: Cert,
+    problem: Option<(&'static str, String)>,
 }
 
 /// Listener `l` of a Gateway of namespace `gns` and generation `gen`, validated (with the
@@ -203,11 +210,11 @@ fn listener(
     // listener from serving (never unchecked); one of several only shows in ResolvedRefs.
     let clients = match validation.filter(|_| l.protocol == ProtocolType::Https) {
         None => Ok(None),
-        Some(v) => client_check(input, gns, v).map(|(verify, cert, problem)| {
-            if let (Some(p), Ok(())) = (problem, &resolved) {
+        Some(v) => client_check(input, gns, v).map(|c| {
+            if let (Some(p), Ok(())) = (c.problem, &resolved) {
                 resolved = Err(p);
             }
-            Some((verify, cert))
+            Some((c.verify, c.ca))
         }),
     };
     if let (Err(p), Ok(())) = (&clients, &resolved) {

@@ -94,8 +94,8 @@ pub(super) fn route(gw: &Gateways<'_>, rank: usize, input: RouteIn<'_>, acc: &mu
     for (gi, li) in &attachments {
         out.gateways[*gi].listeners[*li].attached_routes += 1;
     }
-    // The Services it sends to, for their BackendTLSPolicies' status.
-    for br in r.spec.rules.iter().flat_map(|rule| &rule.backend_refs) {
+    // The Services it sends HTTP to, for their BackendTLSPolicies' status.
+    for br in r.spec.rules.iter().filter(|_| !input.kind.is_l4()).flat_map(|rule| &rule.backend_refs) {
         if br.group.as_deref().unwrap_or("").is_empty() && br.kind.as_deref().unwrap_or("Service") == "Service" {
             let key = (br.namespace.clone().unwrap_or_else(|| rns.clone()), br.name.clone());
             acc.reached.entry(key).or_default().extend(attachments.iter().map(|(gi, _)| *gi));
