@@ -16,7 +16,8 @@
 #     node under the names the suite's manifests use (they pull IfNotPresent);
 #  3. applies the v1.6.3 standard-channel CRDs from the pinned module (server-side);
 #  4. installs our chart with gateway.enabled (GatewayClass `haptic`);
-#  5. runs GATEWAY-HTTP with the features haptic claims and writes the suite's report to
+#  5. runs the profiles with the features the GatewayClass's status claims (the suite reads
+#     them) and writes the suite's report to
 #     conformance/report.yaml (its log to target/conformance/v1.6.3/run.log);
 #  6. uninstalls the chart (the CRDs stay: the cluster is thrown away by `cluster.sh down`).
 # Exit status: the suite's. Needs root (images, nodes), like scripts/cluster.sh.
@@ -29,8 +30,9 @@ tools="$root/conformance/tools"
 out="$root/target/conformance/$V"
 S="$root/target/cluster"
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
-# The extended features haptic claims (conformance/README.md says why not the rest).
-FEATURES=${HAPTIC_CONFORMANCE_FEATURES:-Gateway,HTTPRoute,ReferenceGrant,GatewayPort8080,GatewayAddressEmpty,GatewayHTTPListenerIsolation,HTTPRouteQueryParamMatching,HTTPRouteMethodMatching,HTTPRouteResponseHeaderModification,HTTPRoutePortRedirect,HTTPRouteSchemeRedirect,HTTPRoutePathRedirect,HTTPRouteHostRewrite,HTTPRoutePathRewrite,HTTPRoute303RedirectStatusCode,HTTPRoute307RedirectStatusCode,HTTPRoute308RedirectStatusCode,HTTPRouteParentRefPort,HTTPRouteNamedRouteRule,HTTPRouteBackendProtocolH2C,HTTPRouteBackendProtocolWebSocket,HTTPRouteRequestTimeout,HTTPRouteBackendTimeout,HTTPRouteBackendRequestHeaderModification,GatewayHTTPSListenerDetectMisdirectedRequests,HTTPRouteCORS,GRPCRoute,GRPCRouteNamedRouteRule,TLSRoute,TLSRouteModeTerminate,TLSRouteModeMixed,TCPRoute,BackendTLSPolicy,GatewayFrontendClientCertificateValidation,GatewayFrontendClientCertificateValidationInsecureFallback}
+# The features to test: by default those the GatewayClass's status.supportedFeatures lists (the
+# translator's one list; the suite reads them from the class), or these, comma-separated.
+FEATURES=${HAPTIC_CONFORMANCE_FEATURES:-}
 # The profiles it runs.
 PROFILES=${HAPTIC_CONFORMANCE_PROFILES:-GATEWAY-HTTP,GATEWAY-GRPC,GATEWAY-TLS,GATEWAY-TCP}
 
@@ -123,6 +125,13 @@ uninstall() {
 trap uninstall EXIT
 # No load-balancer provider here: the Gateways' Services are ClusterIP (reached from the host).
 "$root/scripts/cluster.sh" install --set gateway.enabled=true --set gateway.service.type=ClusterIP
+claimed=""
+for _ in $(seq 120); do
+  claimed=$("$kubectl" get gatewayclass haptic -o jsonpath='{.status.supportedFeatures[*].name}' 2>/dev/null || true)
+  [ -n "$claimed" ] && break
+  sleep 1
+done
+[ -n "$claimed" ] || die "the GatewayClass haptic lists no supportedFeatures after 120 s"
 
 # What the fleet did: the controllers' counters (only the Lease holder deploys; summed over both
 # replicas), read before and after the suite. `haptic_applies` counts one per HAProxy pod and
@@ -144,12 +153,17 @@ read -r d0 rt0 rl0 <<<"$(counters)"
 pods=$("$kubectl" -n haptic get pods -l app.kubernetes.io/component=haproxy --no-headers | wc -l)
 report="$root/conformance/report.yaml"
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$root/Cargo.toml" | head -1)
-log "running $PROFILES ($FEATURES); log: $out/run.log"
+features=()
+if [ -n "$FEATURES" ]; then
+  features=(--supported-features="$FEATURES")
+fi
+shown=${FEATURES:-$(tr ' ' ',' <<<"$claimed")}
+log "running $PROFILES ($shown); log: $out/run.log"
 t0=$SECONDS
 read -ra extra <<<"${HAPTIC_CONFORMANCE_ARGS:-}"
 set +e
 "$out/conformance.test" -test.run '^TestConformance$' -test.v -test.timeout 90m \
-  --gateway-class=haptic --conformance-profiles="$PROFILES" --supported-features="$FEATURES" \
+  --gateway-class=haptic --conformance-profiles="$PROFILES" "${features[@]}" \
   --report-output="$report.tmp" --organization=haptic --project=haptic \
   --url=https://github.com/haptic/haptic --version="v$version" --contact=haptic-maintainers \
   --mode=default --cleanup-base-resources=true \
