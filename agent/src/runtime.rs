@@ -22,8 +22,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use haptic_haproxy::cli::command::{
-    self, PatternFile, WorkerLine, ADDR_CHANGED, BACKEND_PUBLISHED, BACKEND_REGISTERED, CERT_COMMITTED,
-    CERT_TRANSACTION, CHUNKS_PER_CONNECTION, MAX_PAYLOAD, NEW_VERSION, SERVER_DELETED, SERVER_REGISTERED,
+    self, PatternFile, WorkerLine, ADDR_CHANGED, BACKEND_PUBLISHED, BACKEND_REGISTERED, CA_FILE_TRANSACTION,
+    CERT_COMMITTED, CERT_TRANSACTION, CHUNKS_PER_CONNECTION, MAX_PAYLOAD, NEW_VERSION, SERVER_DELETED,
+    SERVER_REGISTERED,
 };
 use haptic_haproxy::cli::{self, Expect};
 use haptic_protocol::{BackendAdd, Capabilities, Op, OpKind, ServerAdd, ServerDel, ServerSet, ServerState};
@@ -44,7 +45,7 @@ const DEL_SERVER_RETRY: Duration = Duration::from_millis(100);
 
 /// What this agent can run over the runtime API of HAProxy `version`.
 ///
-/// 2.6, 3.0 and 3.2 run the same seven kinds (all tested against each; `server.add` carries
+/// 2.6, 3.0 and 3.2 run the same eight kinds (all tested against each; `server.add` carries
 /// only the parameters they all take); 3.4 adds `backend.add`; older versions get no runtime
 /// batches, so every change reloads.
 pub fn capabilities(version: (u32, u32, u32)) -> Capabilities {
@@ -141,6 +142,7 @@ pub async fn run_ops(cli: &MasterCli, version: (u32, u32, u32), tree: &Path, ops
             Op::MapLoad { path } => runner.map_load(path.as_str(), tree).await,
             Op::AclReplace { path, patterns } => runner.acl_replace(path.as_str(), patterns).await,
             Op::CertSet { path } => runner.cert_set(path.as_str(), tree).await,
+            Op::CaFileSet { path } => runner.ca_file_set(path.as_str(), tree).await,
             Op::BackendAdd(b) => runner.backend_add(b).await,
             Op::Unknown { .. } => unreachable!("unknown kinds are refused above"),
         };
@@ -335,6 +337,28 @@ impl Runner<'_> {
     }
 
     async fn cert_set(&self, name: &str, tree: &Path) -> Result<(), Failure> {
+        let cmds = SslFile {
+            set: command::set_ssl_cert(name),
+            created: CERT_TRANSACTION,
+            commit: command::commit_ssl_cert(name),
+            abort: command::abort_ssl_cert(name),
+        };
+        self.ssl_file_set(name, tree, cmds).await
+    }
+
+    async fn ca_file_set(&self, name: &str, tree: &Path) -> Result<(), Failure> {
+        let cmds = SslFile {
+            set: command::set_ssl_ca_file(name),
+            created: CA_FILE_TRANSACTION,
+            commit: command::commit_ssl_ca_file(name),
+            abort: command::abort_ssl_ca_file(name),
+        };
+        self.ssl_file_set(name, tree, cmds).await
+    }
+
+    /// Replaces the loaded TLS file `name` (a certificate or a CA file) with the PEM now in
+    /// `tree`: one transaction, committed, or aborted when any step fails.
+    async fn ssl_file_set(&self, name: &str, tree: &Path, cmds: SslFile) -> Result<(), Failure> {
         let file = tree.join(name);
         let pem = tokio::fs::read_to_string(&file)
             .await
@@ -350,21 +374,29 @@ impl Runner<'_> {
             )));
         }
         let result = async {
-            let set = command::set_ssl_cert(name);
             let data = self
                 .line
-                .with_payload(&set, &pem)
-                .map_err(|e| Failure { command: set.clone(), reply: format!("invalid CLI payload: {e}") })?;
-            self.exec(&data, &set, Expect::Starts(CERT_TRANSACTION)).await?;
-            self.command(&command::commit_ssl_cert(name), Expect::LastLine(CERT_COMMITTED)).await
+                .with_payload(&cmds.set, &pem)
+                .map_err(|e| Failure { command: cmds.set.clone(), reply: format!("invalid CLI payload: {e}") })?;
+            self.exec(&data, &cmds.set, Expect::Starts(cmds.created)).await?;
+            self.command(&cmds.commit, Expect::LastLine(CERT_COMMITTED)).await
         }
         .await;
         if result.is_err() {
             // Drop a half-made transaction; "No ongoing transaction!" is fine too.
-            let _ = self.cli.worker(&command::abort_ssl_cert(name)).await;
+            let _ = self.cli.worker(&cmds.abort).await;
         }
         result.map(drop)
     }
+}
+
+/// The CLI commands that replace one loaded TLS file: the transaction, its reply, the commit and
+/// the abort.
+struct SslFile {
+    set: String,
+    created: &'static [&'static str],
+    commit: String,
+    abort: String,
 }
 
 #[cfg(test)]
@@ -373,7 +405,7 @@ mod tests {
 
     #[test]
     fn capabilities_by_version() {
-        // 2.6, 3.0 and 3.2 run the same seven kinds (tests/haproxy_ops.rs runs each on each);
+        // 2.6, 3.0 and 3.2 run the same eight kinds (tests/haproxy_ops.rs runs each on each);
         // 3.4 adds backend.add.
         let c26 = capabilities((2, 6, 12));
         assert_eq!(c26, capabilities((3, 0, 11)), "2.6 and 3.0 do not differ in runnable op kinds");

@@ -146,6 +146,7 @@ async fn verified_reload_success_refusal_and_port_conflict(bin: HaproxyBin) {
             "map.replace" | "map.load" => &["prepare map", "add map", "commit map"],
             "acl.replace" => &["prepare acl", "add acl", "commit acl"],
             "cert.set" => &["set ssl cert", "commit ssl cert"],
+            "cafile.set" => &["set ssl ca-file", "commit ssl ca-file"],
             "backend.add" => &["add backend", "publish backend"],
             other => panic!("{label}: no command list for advertised op {other}"),
         };
@@ -577,6 +578,71 @@ async fn cert_set_swaps_the_served_certificate_without_reload(bin: HaproxyBin) {
     assert!(served_subject(tls).await.contains("new-cert"), "{label}");
 
     assert_eq!(rig.generation().await, gen0, "{label}: cert.set must not reload");
+    rig.stop();
+}
+
+/// curl to 127.0.0.1:`port` over TLS (the server not checked) with the client certificate
+/// `<dir>/<file>.pem` and `.key`: whether it got an answer.
+async fn answered_with_client_cert(port: u16, dir: &Path, file: &str) -> bool {
+    let out = tokio::process::Command::new("curl")
+        .args(["-sk", "--max-time", "10", "--cert"])
+        .arg(dir.join(format!("{file}.pem")))
+        .arg("--key")
+        .arg(dir.join(format!("{file}.key")))
+        .arg(format!("https://127.0.0.1:{port}/"))
+        .output()
+        .await
+        .expect("run curl");
+    out.status.success() && String::from_utf8_lossy(&out.stdout) == "in"
+}
+
+on_each_version!(cafile_set_swaps_the_clients_ca_without_reload);
+async fn cafile_set_swaps_the_clients_ca_without_reload(bin: HaproxyBin) {
+    // Two CAs, each with a client certificate; the bind first trusts the first.
+    let (a, b, srv) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    haptic_e2e::tls::make_ca_for(a.path(), "client", "DNS:a.example");
+    haptic_e2e::tls::make_ca_for(b.path(), "client", "DNS:b.example");
+    let site = make_cert(srv.path(), "site");
+    let ca = |d: &Path| std::fs::read_to_string(d.join("ca.pem")).unwrap();
+    let bin = &bin;
+    let tls = free_port();
+    let cfg = format!(
+        "{}frontend fe_tls\n    bind 127.0.0.1:{tls} ssl crt certs/site.pem ca-file certs/clients.pem verify required\n\
+         \x20   http-request return status 200 content-type text/plain string in\n",
+        head()
+    );
+    let first_ca = ca(a.path());
+    let files = [("certs/site.pem", site.as_str()), ("certs/clients.pem", first_ca.as_str())];
+    let rig = Rig::start(bin, &cfg, &files).await;
+    let label = rig.label.clone();
+    let gen0 = rig.generation().await;
+    assert!(answered_with_client_cert(tls, a.path(), "client").await, "{label}");
+    assert!(!answered_with_client_cert(tls, b.path(), "client").await, "{label}");
+
+    // The tree gets the other CA; then cafile.set: new handshakes check against it.
+    write(rig.path(), "certs/clients.pem", &ca(b.path()));
+    let ops = [Op::CaFileSet { path: rel("certs/clients.pem") }];
+    let report = run_ops(&rig.cli, rig.version, rig.path(), &ops).await.unwrap();
+    assert_eq!(report.counts.get(&OpKind::CaFileSet), Some(&1));
+    common::eventually(&format!("{label}: the new CA checks clients"), Duration::from_secs(10), || async {
+        match (
+            answered_with_client_cert(tls, b.path(), "client").await,
+            answered_with_client_cert(tls, a.path(), "client").await,
+        ) {
+            (true, false) => Ok(()),
+            other => Err(format!("(new CA's client, old CA's client) answered: {other:?}")),
+        }
+    })
+    .await;
+
+    // A file HAProxy cannot load as a CA: refused, no transaction left, the CA unchanged.
+    write(rig.path(), "certs/clients.pem", "garbage\n");
+    let err = run_ops(&rig.cli, rig.version, rig.path(), &ops).await.unwrap_err();
+    assert_eq!(err.op, "cafile.set certs/clients.pem");
+    assert!(!rig.worker("show ssl ca-file").await.contains("*certs/"), "{label}: no transaction left");
+    assert!(answered_with_client_cert(tls, b.path(), "client").await, "{label}");
+
+    assert_eq!(rig.generation().await, gen0, "{label}: cafile.set must not reload");
     rig.stop();
 }
 

@@ -299,6 +299,10 @@ fn loaded_file_changed(path: &RelPath, old_cfg: &str, desired: &Bundle, t: &mut 
             t.runtime.push(format!("{path}: loaded certificate replaced at runtime"));
             t.file_ops.push(Op::CertSet { path: path.clone() });
         }
+        (LoadKind::CaFile, _) => {
+            t.runtime.push(format!("{path}: loaded CA file replaced at runtime"));
+            t.file_ops.push(Op::CaFileSet { path: path.clone() });
+        }
         (LoadKind::Other, _) => t.reload.push(format!("{path}: changed, and the config loads it at startup")),
     }
 }
@@ -477,6 +481,40 @@ mod tests {
         let entries = vec![("x".into(), "y".into())];
         assert_eq!(p.batches[0][0], Op::MapReplace { path: RelPath::new("maps/hosts.map").unwrap(), entries });
         agent_agrees(&old, &new, &Diff { mode: p.mode, reasons: p.reasons, batches: p.batches });
+    }
+
+    /// A CA file a bind or a server loads (`ca-file`): its new contents are a runtime
+    /// `cafile.set` where every pod's agent runs it, a reload where one does not.
+    #[test]
+    fn ca_file_contents_are_runtime_where_the_agent_can() {
+        let cfg = "global\n  default-path config\nfrontend fe\n  bind 127.0.0.1:8443 ssl crt certs/site.pem ca-file certs/clients.pem verify required\nbackend b\n  server s 10.0.0.1:443 ssl verify required ca-file certs/up.pem\n";
+        let old = Bundle::from_texts([
+            ("haproxy.cfg", cfg),
+            ("certs/site.pem", "PEM\n"),
+            ("certs/clients.pem", "CA-1\n"),
+            ("certs/up.pem", "CA-1\n"),
+        ])
+        .unwrap();
+        for path in ["certs/clients.pem", "certs/up.pem"] {
+            let files: Vec<(&str, &str)> = [
+                ("haproxy.cfg", cfg),
+                ("certs/site.pem", "PEM\n"),
+                ("certs/clients.pem", "CA-1\n"),
+                ("certs/up.pem", "CA-1\n"),
+            ]
+            .into_iter()
+            .map(|(p, b)| if p == path { (p, "CA-2\n") } else { (p, b) })
+            .collect();
+            let new = Bundle::from_texts(files).unwrap();
+            let d = diff(&Baseline::of_render(&old), &new);
+            assert_eq!(d.mode, Some(Mode::Runtime), "{path}: {:?}", d.reasons);
+            assert_eq!(d.batches.concat(), vec![Op::CaFileSet { path: RelPath::new(path).unwrap() }]);
+            agent_agrees(&old, &new, &d);
+            let before =
+                Capabilities { ops: caps_all().ops.into_iter().filter(|o| o != "cafile.set").collect(), ..caps_all() };
+            let p = plan(Some(&Baseline::of_render(&old)), &new, API_VERSION, &before);
+            assert_eq!(p.mode, Some(Mode::Reload), "{path}: an agent without cafile.set reloads");
+        }
     }
 
     #[test]

@@ -795,7 +795,7 @@ fn file_op_matches(op: &Op, bytes: &[u8]) -> Result<(), String> {
         Op::MapLoad { .. } => {
             text()?;
         }
-        Op::CertSet { .. } => {}
+        Op::CertSet { .. } | Op::CaFileSet { .. } => {}
         Op::ServerSet(_) | Op::ServerAdd(_) | Op::ServerDel(_) | Op::BackendAdd(_) | Op::Unknown { .. } => {
             return Err("not a file op".into())
         }

@@ -217,7 +217,10 @@ pub enum LoadKind {
     /// A certificate loaded with `crt` (the file, or a file under a `crt` directory):
     /// `set ssl cert` / `commit ssl cert`.
     Cert,
-    /// Anything else (errorfiles, crt-lists, CA files, Lua, a `crt` companion such as
+    /// A CA file loaded with `ca-file` (a bind's or a server's): `set ssl ca-file` /
+    /// `commit ssl ca-file`.
+    CaFile,
+    /// Anything else (errorfiles, crt-lists, CRL files, Lua, a `crt` companion such as
     /// `.key` or `.ocsp`...), or references of several kinds: a change needs a reload.
     Other,
 }
@@ -256,9 +259,13 @@ fn classify_line(tokens: &[String], path: &str, kinds: &mut std::collections::BT
                 kinds.insert(if is_cert_companion(path) { LoadKind::Other } else { LoadKind::Cert });
                 continue;
             }
+            ("ca-file", Some(n)) if n == path => {
+                kinds.insert(LoadKind::CaFile);
+                continue;
+            }
             _ => {}
         }
-        if i > 0 && (tokens[i - 1] == "-f" || tokens[i - 1] == "crt") {
+        if i > 0 && ["-f", "crt", "ca-file"].contains(&tokens[i - 1].as_str()) {
             continue; // handled above as the argument of the previous token
         }
         // Function-style references: `map_str(maps/x.map,default)`, `set-map(maps/x.map)`.
@@ -536,6 +543,12 @@ mod tests {
         assert_eq!(classify(cfg, &p("maps/hosts.map")), LoadKind::Map);
         assert_eq!(classify(cfg, &p("acls/blocked.acl")), LoadKind::Acl);
         assert_eq!(classify(cfg, &p("certs/site.pem")), LoadKind::Cert);
+        let ca = "frontend f\n  bind :443 ssl crt certs/s.pem ca-file certs/clients.pem verify required\nbackend b\n  server s 10.0.0.1:443 ssl verify required ca-file \"certs/up.pem\"\n";
+        assert_eq!(classify(ca, &p("certs/clients.pem")), LoadKind::CaFile);
+        assert_eq!(classify(ca, &p("certs/up.pem")), LoadKind::CaFile);
+        // Loaded as a CA file and as something else: a reload.
+        let both = "frontend f\n  bind :443 ssl crt certs/x.pem ca-file certs/x.pem\n";
+        assert_eq!(classify(both, &p("certs/x.pem")), LoadKind::Other);
         assert_eq!(classify(cfg, &p("certs/site.pem.ocsp")), LoadKind::Other);
         assert_eq!(classify(cfg, &p("errors/503.http")), LoadKind::Other);
         let c = "frontend f\n  http-request set-map(maps/a.map) %[src] x\n  acl h hdr(host) -M -f maps/b.map\n  http-request add-acl(acls/c.acl) %[src]\n  bind :443 ssl crt \"certs/d.pem\" crt-list lists/e.txt\n";

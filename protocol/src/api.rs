@@ -29,7 +29,7 @@ pub struct ApiVersion {
 }
 
 /// The API version this crate speaks.
-pub const API_VERSION: ApiVersion = ApiVersion { major: 1, minor: 2 };
+pub const API_VERSION: ApiVersion = ApiVersion { major: 1, minor: 3 };
 
 impl ApiVersion {
     /// Whether a peer speaking `other` can be driven with this version's messages.

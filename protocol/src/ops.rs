@@ -1,7 +1,7 @@
 //! Runtime-API op kinds carried in `/v1/apply` batches.
 //!
 //! Owns the op vocabulary (`server.set`, `server.add`, `server.del`, `map.replace`, `map.load`,
-//! `acl.replace`, `cert.set`), its JSON form and the checks every decoded op passes (names a CLI
+//! `acl.replace`, `cert.set`, `cafile.set`), its JSON form and the checks every decoded op passes (names a CLI
 //! line can carry, IP literals, ports). Later kinds extend it without breaking old peers: an
 //! unknown kind decodes to [`Op::Unknown`], which an agent refuses cleanly. It must never run an
 //! op.
@@ -34,11 +34,13 @@ pub enum OpKind {
     /// `backend.add`: a new backend, created from a named `defaults` section with its servers,
     /// then published (API 1.2; HAProxy 3.4).
     BackendAdd,
+    /// `cafile.set`: replace a loaded CA file (`ca-file`) from the tree (API 1.3).
+    CaFileSet,
 }
 
 impl OpKind {
     /// Every kind this protocol version knows.
-    pub const ALL: [OpKind; 8] = [
+    pub const ALL: [OpKind; 9] = [
         OpKind::ServerSet,
         OpKind::ServerAdd,
         OpKind::ServerDel,
@@ -47,6 +49,7 @@ impl OpKind {
         OpKind::AclReplace,
         OpKind::CertSet,
         OpKind::BackendAdd,
+        OpKind::CaFileSet,
     ];
 
     /// The wire name, e.g. `server.set`.
@@ -60,6 +63,7 @@ impl OpKind {
             OpKind::AclReplace => "acl.replace",
             OpKind::CertSet => "cert.set",
             OpKind::BackendAdd => "backend.add",
+            OpKind::CaFileSet => "cafile.set",
         }
     }
 
@@ -289,6 +293,11 @@ pub enum Op {
     },
     /// Create and publish a backend with its servers.
     BackendAdd(BackendAdd),
+    /// Replace a loaded CA file with the certificates now at `path` in the tree.
+    CaFileSet {
+        /// The CA file's path in the tree.
+        path: RelPath,
+    },
     /// A kind this version does not know; kept so it can be refused by name.
     Unknown {
         /// The kind's wire name.
@@ -310,6 +319,7 @@ impl Op {
             Op::AclReplace { .. } => Some(OpKind::AclReplace),
             Op::CertSet { .. } => Some(OpKind::CertSet),
             Op::BackendAdd(_) => Some(OpKind::BackendAdd),
+            Op::CaFileSet { .. } => Some(OpKind::CaFileSet),
             Op::Unknown { .. } => None,
         }
     }
@@ -325,9 +335,11 @@ impl Op {
     /// The tree file this op covers, for file-backed kinds.
     pub fn path(&self) -> Option<&RelPath> {
         match self {
-            Op::MapReplace { path, .. } | Op::MapLoad { path } | Op::AclReplace { path, .. } | Op::CertSet { path } => {
-                Some(path)
-            }
+            Op::MapReplace { path, .. }
+            | Op::MapLoad { path }
+            | Op::AclReplace { path, .. }
+            | Op::CertSet { path }
+            | Op::CaFileSet { path } => Some(path),
             _ => None,
         }
     }
@@ -342,6 +354,7 @@ impl Op {
             Op::MapLoad { path } => format!("map.load {path}"),
             Op::AclReplace { path, patterns } => format!("acl.replace {path} ({} patterns)", patterns.len()),
             Op::CertSet { path } => format!("cert.set {path}"),
+            Op::CaFileSet { path } => format!("cafile.set {path}"),
             Op::BackendAdd(b) => format!("backend.add {} ({} servers)", b.backend, b.servers.len()),
             Op::Unknown { op, .. } => format!("unknown op {op:?}"),
         }
@@ -394,6 +407,7 @@ impl Serialize for Op {
             }
             Op::MapLoad { path } => with_tag("map.load", &PathWire { path: path.clone() }),
             Op::CertSet { path } => with_tag("cert.set", &PathWire { path: path.clone() }),
+            Op::CaFileSet { path } => with_tag("cafile.set", &PathWire { path: path.clone() }),
             Op::BackendAdd(x) => with_tag("backend.add", x),
             Op::Unknown { raw, .. } => Ok(raw.clone()),
         }
@@ -441,6 +455,10 @@ impl<'de> Deserialize<'de> for Op {
             "cert.set" => {
                 let w: PathWire = serde_json::from_value(body).map_err(err)?;
                 Op::CertSet { path: w.path }
+            }
+            "cafile.set" => {
+                let w: PathWire = serde_json::from_value(body).map_err(err)?;
+                Op::CaFileSet { path: w.path }
             }
             "backend.add" => {
                 let b: BackendAdd = serde_json::from_value(body).map_err(err)?;

@@ -255,3 +255,32 @@ fn policies_haproxy_cannot_check_are_refused() {
         assert!(!cfg.contains("verify none"), "{name}\n{cfg}");
     }
 }
+
+/// A rotated CA (the ConfigMap's new `ca.crt`) changes the CA file only: `haproxy.cfg` is
+/// byte-identical, so the controller replaces the file at runtime (`cafile.set`), no reload.
+#[test]
+fn a_rotated_ca_changes_only_its_file() {
+    let (one, two) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    haptic_e2e::tls::make_ca(one.path(), "x");
+    haptic_e2e::tls::make_ca(two.path(), "x");
+    let render_with = |ca: &std::path::Path| {
+        let mut objects: GatewayObjects = serde_saphyr::from_str(OBJECTS).unwrap();
+        objects.endpoint_slices.push(slice("ok", "btls", 8443));
+        objects.config_maps = vec![config_map("shop", "ca", &std::fs::read(ca.join("ca.pem")).unwrap())];
+        haptic_render::render_gateway(&objects.input("haptic", common::loopback_gateway(20000)), &Default::default())
+            .unwrap()
+            .0
+    };
+    let (a, b) = (render_with(one.path()), render_with(two.path()));
+    assert_eq!(a.files["haproxy.cfg"], b.files["haproxy.cfg"]);
+    let changed: Vec<&String> = a.files.keys().filter(|k| a.files.get(*k) != b.files.get(*k)).collect();
+    // The CA files of the three applied policies that name the ConfigMap `ca`.
+    assert_eq!(
+        changed,
+        [
+            "certs/backendtls_shop_conflict-old_ca.pem",
+            "certs/backendtls_shop_mismatch_ca.pem",
+            "certs/backendtls_shop_ok_ca.pem"
+        ]
+    );
+}

@@ -39,7 +39,9 @@ pub const ADDR_CHANGED: &[&str] = &[
 pub const NEW_VERSION: &[&str] = &["New version created:"];
 /// Successful replies of `set ssl cert`.
 pub const CERT_TRANSACTION: &[&str] = &["Transaction created for certificate", "Transaction updated for certificate"];
-/// The last line of a successful `commit ssl cert`.
+/// Successful replies of `set ssl ca-file` (2.6 to 3.4 spell them in lower case).
+pub const CA_FILE_TRANSACTION: &[&str] = &["transaction created for CA", "transaction updated for CA"];
+/// The last line of a successful `commit ssl cert` (and `commit ssl ca-file`).
 pub const CERT_COMMITTED: &str = "Success!";
 
 /// Successful reply of `add server`.
@@ -342,6 +344,21 @@ pub fn commit_ssl_cert(name: &str) -> String {
 /// `abort ssl cert <name>`: drops a half-made transaction.
 pub fn abort_ssl_cert(name: &str) -> String {
     format!("abort ssl cert {name}")
+}
+
+/// `set ssl ca-file <name>` (its payload is the PEM, see [`strip_blank_lines`]).
+pub fn set_ssl_ca_file(name: &str) -> String {
+    format!("set ssl ca-file {name}")
+}
+
+/// `commit ssl ca-file <name>` (success: last line [`CERT_COMMITTED`], as for a certificate).
+pub fn commit_ssl_ca_file(name: &str) -> String {
+    format!("commit ssl ca-file {name}")
+}
+
+/// `abort ssl ca-file <name>`: drops a half-made transaction.
+pub fn abort_ssl_ca_file(name: &str) -> String {
+    format!("abort ssl ca-file {name}")
 }
 
 /// Parses the version number out of `New version created: N`.
