@@ -61,7 +61,6 @@ struct RefProblem {
 }
 
 impl Policies {
-    /// Decides every policy in `policies` against `config_maps`.
     /// Decides every policy of `input`: those left out (`excluded`) apply as broken, so their
     /// ports get no servers rather than plain text.
     pub(crate) fn decide(input: &super::GatewayInput) -> Self {
@@ -96,9 +95,11 @@ impl Policies {
             .collect();
         let services = keys.iter().map(|(n, s, _)| (n.clone(), s.clone())).collect();
         let (mut file, mut refs) = (None, Ok(()));
+        // A target an older policy holds: this one applies nowhere.
+        let conflict = keys.iter().find(|k| self.applied.contains_key(*k));
         let accepted = if keys.is_empty() {
             Err(("Invalid", "no target is a Service".to_string()))
-        } else if let Some(k) = keys.iter().find(|k| self.applied.contains_key(*k)) {
+        } else if let Some(k) = conflict {
             Err(("Conflicted", format!("an older BackendTLSPolicy applies to Service {}{}", k.1, port_words(&k.2))))
         } else if let Some(why) = left_out {
             Err(("Invalid", why.to_string()))
@@ -108,11 +109,10 @@ impl Policies {
             file = checked.file;
             checked.accepted
         };
-        let conflicted = matches!(accepted, Err(("Conflicted", _)));
-        if !conflicted {
-            let applied = match (&accepted, &file) {
-                (Ok(t), _) => Applied::Tls(t.clone()),
-                _ => Applied::Broken,
+        if conflict.is_none() {
+            let applied = match &accepted {
+                Ok(t) => Applied::Tls(t.clone()),
+                Err(_) => Applied::Broken,
             };
             for k in keys {
                 self.applied.insert(k, applied.clone());
