@@ -12,7 +12,6 @@
 use haptic_e2e::net::free_port;
 use haptic_e2e::process::{Haproxy, HaproxyOpts};
 use haptic_render::gateway::GatewayObjects;
-use k8s_openapi::api::core::v1::ConfigMap;
 
 mod common;
 
@@ -96,14 +95,6 @@ services:
     spec: {ports: [{name: btls, port: 443}]}
 "#;
 
-fn config_map(ns: &str, name: &str, ca: &[u8]) -> ConfigMap {
-    let mut c = ConfigMap::default();
-    c.metadata.namespace = Some(ns.into());
-    c.metadata.name = Some(name.into());
-    c.data = Some([("ca.crt".to_string(), String::from_utf8(ca.to_vec()).unwrap())].into());
-    c
-}
-
 /// An EndpointSlice of `svc` in `shop`: one endpoint on 127.0.0.1:`port`, its port named `name`.
 fn slice(svc: &str, name: &str, port: u16) -> k8s_openapi::api::discovery::v1::EndpointSlice {
     serde_json::from_value(serde_json::json!({
@@ -150,9 +141,9 @@ async fn backends_are_spoken_to_as_their_policies_ask(bin: haptic_e2e::HaproxyBi
     let ca = std::fs::read(pki.path().join("ca.pem")).unwrap();
     let other_ca = std::fs::read(other.path().join("ca.pem")).unwrap();
     objects.config_maps = vec![
-        config_map("shop", "ca", &ca),
-        config_map("shop", "other-ca", &other_ca),
-        config_map("other", "theirs", &ca),
+        common::ca_config_map("shop", "ca", &ca),
+        common::ca_config_map("shop", "other-ca", &other_ca),
+        common::ca_config_map("other", "theirs", &ca),
     ];
     let (render, out) = haptic_render::render_gateway(
         &objects.input("haptic", common::loopback_gateway(free_port())),
@@ -241,7 +232,7 @@ fn policies_haproxy_cannot_check_are_refused() {
             + "services:\n  - metadata: {name: ok, namespace: shop}\n    spec: {ports: [{name: btls, port: 443}]}\n";
         let mut objects: GatewayObjects = serde_saphyr::from_str(&yaml).unwrap();
         objects.endpoint_slices.push(slice("ok", "btls", 8443));
-        objects.config_maps = vec![config_map("shop", "ca", b"-----BEGIN CERTIFICATE-----\n")];
+        objects.config_maps = vec![common::ca_config_map("shop", "ca", b"-----BEGIN CERTIFICATE-----\n")];
         let (render, out) = haptic_render::render_gateway(
             &objects.input("haptic", common::loopback_gateway(20000)),
             &Default::default(),
@@ -266,7 +257,7 @@ fn a_rotated_ca_changes_only_its_file() {
     let render_with = |ca: &std::path::Path| {
         let mut objects: GatewayObjects = serde_saphyr::from_str(OBJECTS).unwrap();
         objects.endpoint_slices.push(slice("ok", "btls", 8443));
-        objects.config_maps = vec![config_map("shop", "ca", &std::fs::read(ca.join("ca.pem")).unwrap())];
+        objects.config_maps = vec![common::ca_config_map("shop", "ca", &std::fs::read(ca.join("ca.pem")).unwrap())];
         haptic_render::render_gateway(&objects.input("haptic", common::loopback_gateway(20000)), &Default::default())
             .unwrap()
             .0

@@ -12,7 +12,6 @@ use std::path::Path;
 use haptic_e2e::net::free_port;
 use haptic_e2e::process::{Haproxy, HaproxyOpts};
 use haptic_render::gateway::GatewayObjects;
-use k8s_openapi::api::core::v1::ConfigMap;
 
 mod common;
 
@@ -58,12 +57,9 @@ endpointSlices:
     endpoints: [{addresses: [127.0.0.1]}]
 "#;
 
-fn config_map(ns: &str, name: &str, ca: &Path) -> ConfigMap {
-    let mut c = ConfigMap::default();
-    c.metadata.namespace = Some(ns.into());
-    c.metadata.name = Some(name.into());
-    c.data = Some([("ca.crt".to_string(), std::fs::read_to_string(ca.join("ca.pem")).unwrap())].into());
-    c
+/// The ConfigMap `ns/name` holding the CA `ca.pem` of `dir`.
+fn config_map(ns: &str, name: &str, dir: &Path) -> k8s_openapi::api::core::v1::ConfigMap {
+    common::ca_config_map(ns, name, &std::fs::read(dir.join("ca.pem")).unwrap())
 }
 
 /// curl to https://app.example.com:`port` on 127.0.0.1, trusting `ca`, with the client

@@ -222,6 +222,17 @@ pub fn tls_secret_from(dir: &Path, file: &str, ns: &str, name: &str) -> Secret {
     s
 }
 
+/// A ConfigMap `ns/name` whose `ca.crt` is `pem` (the CA certificates BackendTLSPolicies and
+/// Gateways' client validation name).
+#[allow(dead_code)]
+pub fn ca_config_map(ns: &str, name: &str, pem: &[u8]) -> k8s_openapi::api::core::v1::ConfigMap {
+    let mut c = k8s_openapi::api::core::v1::ConfigMap::default();
+    c.metadata.namespace = Some(ns.into());
+    c.metadata.name = Some(name.into());
+    c.data = Some([("ca.crt".to_string(), String::from_utf8(pem.to_vec()).unwrap())].into());
+    c
+}
+
 /// Gateway settings binding 127.0.0.1 from `first_bind_port`, two slots per backend.
 #[allow(dead_code)]
 pub fn loopback_gateway(first_bind_port: u16) -> haptic_render::gateway::GatewaySettings {

@@ -95,7 +95,11 @@ pub(super) fn gateway(
         } else {
             None
         };
-        let clients = frontend_validation(g, l.port).map(|v| (v, client_ca_path(&gns, g, l.port)));
+        let clients = frontend_validation(g, l.port).map(|rules| ClientValidation {
+            rules,
+            ca_path: client_ca_path(&gns, g, l.port),
+            gateway: obj("Gateway", &g.metadata),
+        });
         let (lst, status) = listener(input, (&gns, gen), l, (conflict, clients), certs);
         ls.push(lst);
         statuses.push(status);
@@ -131,15 +135,24 @@ fn insecure_fallback(g: &Gateway) -> bool {
         .any(|v| v.mode.as_deref() == Some("AllowInsecureFallback"))
 }
 
+/// The client certificate validation of one listener port: the Gateway's rules, where its CA
+/// file goes, and the Gateway (the file's source).
+struct ClientValidation<'g> {
+    rules: &'g FrontendTlsValidation,
+    ca_path: String,
+    gateway: ObjectRef,
+}
+
 /// The client certificate check an HTTPS listener of a Gateway of namespace `gns` gets from
-/// `validation` (its CA file at `path`): none without validation; the CA bundle of the
-/// references that resolve, with the first problem of the others (ResolvedRefs); or, when none
-/// resolves, why the listener cannot be accepted.
+/// its port's validation `v`: the CA bundle of the references that resolve, with the first
+/// problem of the others (ResolvedRefs); or, when none resolves, why the listener cannot be
+/// accepted.
 fn client_check(
     input: &GatewayInput,
     gns: &str,
-    (validation, path): (&FrontendTlsValidation, String),
+    v: ClientValidation<'_>,
 ) -> Result<ClientCheck, (&'static str, String)> {
+    let (validation, path) = (v.rules, v.ca_path);
     let refs = validation.ca_certificate_refs.iter().map(|r| CaRef {
         group: &r.group,
         kind: &r.kind,
@@ -153,9 +166,8 @@ fn client_check(
         return Err(found.problem.unwrap_or(("InvalidCACertificateRef", format!("{at}: none"))));
     }
     let required = validation.mode.as_deref() != Some("AllowInsecureFallback");
-    let source = ObjectRef { kind: "Gateway".into(), namespace: gns.into(), name: path.clone() };
     let verify = ClientVerify { ca_file: path.clone(), required };
-    Ok(ClientCheck { verify, ca: ca_refs::bundle(found.pems, path, source), problem: found.problem })
+    Ok(ClientCheck { verify, ca: ca_refs::bundle(found.pems, path, v.gateway), problem: found.problem })
 }
 
 /// A listener's client certificate check: how, its CA file, and the first CA reference that
@@ -173,7 +185,7 @@ fn listener(
     input: &GatewayInput,
     (gns, gen): (&str, i64),
     l: &Listener,
-    (conflict, validation): (Option<&'static str>, Option<(&FrontendTlsValidation, String)>),
+    (conflict, validation): (Option<&'static str>, Option<ClientValidation<'_>>),
     certs: &mut BTreeMap<String, Cert>,
 ) -> (Lst, ListenerStatus) {
     let mut conds = Vec::new();
