@@ -18,7 +18,7 @@ use haptic_render::annotations::Allowed;
 use haptic_render::edge::{AccessLog, DefaultCertificate, Edge, Forwarded, Hsts, Timeouts};
 use haptic_render::gateway::{GatewayInput, GatewayOutput, GatewaySettings, GATEWAY_CONTROLLER};
 use haptic_render::gateway_api::{
-    BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TcpRoute, TlsRoute,
+    BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, ListenerSet, ReferenceGrant, TcpRoute, TlsRoute,
 };
 use haptic_render::ingress::{Incremental, IngressInput, Settings, INGRESS_CONTROLLER};
 use haptic_render::narrow::Exclusion;
@@ -47,6 +47,8 @@ pub struct Objects {
     pub gateway_classes: Vec<Arc<GatewayClass>>,
     /// Gateways.
     pub gateways: Vec<Arc<Gateway>>,
+    /// ListenerSets (none when the cluster has no ListenerSet API).
+    pub listener_sets: Vec<Arc<ListenerSet>>,
     /// HTTPRoutes.
     pub routes: Vec<Arc<HttpRoute>>,
     /// GRPCRoutes (none when the cluster has no GRPCRoute API).
@@ -385,6 +387,7 @@ pub fn render_gateway(
         class_name: class.metadata.name.clone().unwrap_or_default(),
         classes: objects.gateway_classes.clone(),
         gateways: objects.gateways.clone(),
+        listener_sets: objects.listener_sets.clone(),
         routes: objects.routes.clone(),
         grpc_routes: objects.grpc_routes.clone(),
         tls_routes: objects.tls_routes.clone(),

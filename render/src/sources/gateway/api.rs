@@ -1,5 +1,5 @@
 //! Gateway API types (`gateway.networking.k8s.io/v1`, standard channel, v1.6.3): GatewayClass,
-//! Gateway, HTTPRoute, GRPCRoute, TLSRoute, TCPRoute, ReferenceGrant and BackendTLSPolicy, written by hand for the fields haptic reads
+//! Gateway, ListenerSet, HTTPRoute, GRPCRoute, TLSRoute, TCPRoute, ReferenceGrant and BackendTLSPolicy, written by hand for the fields haptic reads
 //! and writes.
 //!
 //! Owns the serde shapes of those kinds and their `k8s_openapi::Resource` / `Metadata` impls
@@ -132,6 +132,8 @@ discriminator! {
         All => "All",
         /// The namespaces the selector selects.
         Selector => "Selector",
+        /// No namespace (`allowedListeners` only, where it is the default).
+        NoNamespace => "None",
     }
 }
 
@@ -194,6 +196,7 @@ resource!(GrpcRoute, "GRPCRoute", "v1", "grpcroutes", k8s_openapi::NamespaceReso
 resource!(TlsRoute, "TLSRoute", "v1", "tlsroutes", k8s_openapi::NamespaceResourceScope);
 resource!(TcpRoute, "TCPRoute", "v1", "tcproutes", k8s_openapi::NamespaceResourceScope);
 resource!(ReferenceGrant, "ReferenceGrant", "v1", "referencegrants", k8s_openapi::NamespaceResourceScope);
+resource!(ListenerSet, "ListenerSet", "v1", "listenersets", k8s_openapi::NamespaceResourceScope);
 resource!(BackendTlsPolicy, "BackendTLSPolicy", "v1", "backendtlspolicies", k8s_openapi::NamespaceResourceScope);
 
 /// A GatewayClass.
@@ -287,6 +290,72 @@ pub struct GatewaySpec {
     /// TLS settings of the Gateway as a whole (client certificate validation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<GatewayTlsConfig>,
+    /// Which ListenerSets may attach (none when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_listeners: Option<AllowedListeners>,
+}
+
+/// `Gateway.spec.allowedListeners`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AllowedListeners {
+    /// From which namespaces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespaces: Option<ListenerNamespaces>,
+}
+
+/// `allowedListeners.namespaces`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerNamespaces {
+    /// `None` (the default), `Same`, `All` or `Selector`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<FromNamespaces>,
+    /// The namespaces' label selector for `Selector`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+}
+
+/// A ListenerSet: listeners another namespace (or the Gateway's) adds to a Gateway that allows it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerSet {
+    /// Metadata.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// Spec.
+    #[serde(default)]
+    pub spec: ListenerSetSpec,
+}
+
+/// `ListenerSet.spec`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerSetSpec {
+    /// The Gateway its listeners join.
+    #[serde(default)]
+    pub parent_ref: ParentGatewayReference,
+    /// Its listeners (the shape of a Gateway's; names unique within the ListenerSet).
+    #[serde(default)]
+    pub listeners: Vec<Listener>,
+}
+
+/// `ListenerSet.spec.parentRef`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ParentGatewayReference {
+    /// Group (default `gateway.networking.k8s.io`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// Kind (default `Gateway`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Name.
+    #[serde(default)]
+    pub name: String,
+    /// Namespace (default: the ListenerSet's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
 }
 
 /// `Gateway.spec.tls`.

@@ -4,8 +4,11 @@
 //! tables the usable listeners open.
 //!
 //! Owns listener and Gateway conditions and bind port stability (kept from the previous render,
-//! else the Gateway Service's target port, else the lowest free one). It must never look at
-//! HTTPRoutes: the routes attached to a listener are counted where routes attach.
+//! else the Gateway Service's target port, else the lowest free one). The listeners of the
+//! ListenerSets a Gateway admits are validated here too, as the ListenerSet's (its namespace for
+//! references), and bind on their Gateway's ports ([`super::listener_sets`] decides which and their
+//! conflicts). It must never look at HTTPRoutes: the routes attached to a listener are counted
+//! where routes attach.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -22,15 +25,20 @@ use crate::sources::common::{obj, secret_pem};
 
 /// Each (Gateway, listener port)'s bind port, by [`port_key`]: kept from the previous render,
 /// else the Gateway Service's target port, else the lowest free one.
-pub(super) fn bind_ports(input: &GatewayInput, gws: &[&Gateway]) -> BTreeMap<String, u16> {
+/// The ports of the admitted ListenerSets' listeners (`extra`: Gateway index, port) count as
+/// their Gateway's.
+pub(super) fn bind_ports(input: &GatewayInput, gws: &[&Gateway], extra: &[(usize, i32)]) -> BTreeMap<String, u16> {
     let st = &input.settings;
     let prev_ports = &input.previous_slots.bind_ports;
     let mut used: BTreeSet<u16> = BTreeSet::new();
     let mut bind_ports: BTreeMap<String, u16> = BTreeMap::new();
     let wanted: Vec<(String, &Gateway, u16)> = gws
         .iter()
-        .flat_map(|g| {
-            let ports: BTreeSet<u16> = g.spec.listeners.iter().filter_map(|l| u16::try_from(l.port).ok()).collect();
+        .enumerate()
+        .flat_map(|(gi, g)| {
+            let own = g.spec.listeners.iter().map(|l| l.port);
+            let sets = extra.iter().filter(move |(i, _)| *i == gi).map(|(_, p)| *p);
+            let ports: BTreeSet<u16> = own.chain(sets).filter_map(|p| u16::try_from(p).ok()).collect();
             ports.into_iter().map(move |p| (port_key(g, p), *g, p))
         })
         .collect();
@@ -95,17 +103,39 @@ pub(super) fn gateway(
         } else {
             None
         };
-        let clients = frontend_validation(g, l.port).map(|rules| ClientValidation {
-            rules,
-            ca_path: client_ca_path(&gns, g, l.port),
-            gateway: obj("Gateway", &g.metadata),
-        });
-        let (lst, status) = listener(input, (&gns, gen), l, (conflict, clients), certs);
+        let clients = client_validation(g, l.port);
+        let name = g.metadata.name.as_deref().unwrap_or_default();
+        let owner = Owner { kind: "Gateway", namespace: &gns, generation: gen, name };
+        let (lst, status) = listener(input, &owner, l, (conflict, clients), certs);
         ls.push(lst);
         statuses.push(status);
     }
     let outcome = outcome(input, g, &ls, statuses, bind_ports);
     (ls, outcome)
+}
+
+/// The client certificate validation of Gateway `g`'s listener port `port`, for its listeners
+/// and those of its ListenerSets (they share the port's bind).
+pub(super) fn client_validation(g: &Gateway, port: i32) -> Option<ClientValidation<'_>> {
+    let gns = g.metadata.namespace.clone().unwrap_or_default();
+    frontend_validation(g, port).map(|rules| ClientValidation {
+        rules,
+        ca_path: client_ca_path(&gns, g, port),
+        gateway: obj("Gateway", &g.metadata),
+    })
+}
+
+/// The object whose listener is validated: a Gateway, or a ListenerSet (its references are
+/// granted to ListenerSets of its namespace).
+pub(super) struct Owner<'a> {
+    /// `Gateway` or `ListenerSet`.
+    pub kind: &'static str,
+    /// Its namespace.
+    pub namespace: &'a str,
+    /// Its generation.
+    pub generation: i64,
+    /// Its name.
+    pub name: &'a str,
 }
 
 /// The client certificate validation of Gateway `g`'s listener port `port`: its own
@@ -137,22 +167,19 @@ fn insecure_fallback(g: &Gateway) -> bool {
 
 /// The client certificate validation of one listener port: the Gateway's rules, where its CA
 /// file goes, and the Gateway (the file's source).
-struct ClientValidation<'g> {
+pub(super) struct ClientValidation<'g> {
     rules: &'g FrontendTlsValidation,
     ca_path: String,
     gateway: ObjectRef,
 }
 
-/// The client certificate check an HTTPS listener of a Gateway of namespace `gns` gets from
-/// its port's validation `v`: the CA bundle of the references that resolve, with the first
+/// The client certificate check an HTTPS listener gets from its port's validation `v` (its
+/// Gateway's, the references resolved from the Gateway's namespace): the CA bundle of the references that resolve, with the first
 /// problem of the others (ResolvedRefs); or, when none resolves, why the listener cannot be
 /// accepted.
-fn client_check(
-    input: &GatewayInput,
-    gns: &str,
-    v: ClientValidation<'_>,
-) -> Result<ClientCheck, (&'static str, String)> {
+fn client_check(input: &GatewayInput, v: ClientValidation<'_>) -> Result<ClientCheck, (&'static str, String)> {
     let (validation, path) = (v.rules, v.ca_path);
+    let gns = v.gateway.namespace.as_str();
     let refs = validation.ca_certificate_refs.iter().map(|r| CaRef {
         group: &r.group,
         kind: &r.kind,
@@ -178,16 +205,16 @@ struct ClientCheck {
     problem: Option<(&'static str, String)>,
 }
 
-/// Listener `l` of a Gateway of namespace `gns` and generation `gen`, validated (with the
-/// listener `conflict` its port has, and the client certificate validation of its port), and
-/// its status.
-fn listener(
+/// Listener `l` of `owner`, validated (with the listener `conflict` its port has, and the client
+/// certificate validation of its port), and its status.
+pub(super) fn listener(
     input: &GatewayInput,
-    (gns, gen): (&str, i64),
+    owner: &Owner<'_>,
     l: &Listener,
     (conflict, validation): (Option<&'static str>, Option<ClientValidation<'_>>),
     certs: &mut BTreeMap<String, Cert>,
 ) -> (Lst, ListenerStatus) {
+    let gen = owner.generation;
     let mut conds = Vec::new();
     let mode = l.tls.as_ref().and_then(|t| t.mode.clone()).unwrap_or_default();
     // A TLS listener terminates TLS (with its certificates) or passes it through.
@@ -206,7 +233,7 @@ fn listener(
     };
     let (kinds, bad_kind) = route_kinds(l, supported, carries);
     let (mut resolved, lcerts) = if l.protocol == ProtocolType::Https || terminate {
-        listener_certs(input, gns, l, certs)
+        listener_certs(input, owner, l, certs)
     } else {
         (Ok(()), Vec::new())
     };
@@ -222,7 +249,7 @@ fn listener(
     // listener from serving (never unchecked); one of several only shows in ResolvedRefs.
     let clients = match validation.filter(|_| l.protocol == ProtocolType::Https) {
         None => Ok(None),
-        Some(v) => client_check(input, gns, v).map(|c| {
+        Some(v) => client_check(input, v).map(|c| {
             if let (Some(p), Ok(())) = (c.problem, &resolved) {
                 resolved = Err(p);
             }
@@ -271,6 +298,7 @@ fn listener(
         selector: sel.selector,
         certs: if programmed { lcerts } else { vec![] },
         clients: clients.ok().flatten(),
+        set: (owner.kind == "ListenerSet").then(|| format!("{}/{}", owner.namespace, owner.name)),
     };
     let supported_kinds = kinds.into_iter().map(group_kind).collect();
     let status = ListenerStatus { name: l.name.clone(), supported_kinds, attached_routes: 0, conditions: conds };
@@ -308,10 +336,11 @@ fn route_kinds(l: &Listener, supported: bool, carries: Carries) -> (Vec<RouteKin
 /// certificate files, or the reason of the first reference that does not resolve.
 fn listener_certs(
     input: &GatewayInput,
-    gns: &str,
+    owner: &Owner<'_>,
     l: &Listener,
     certs: &mut BTreeMap<String, Cert>,
 ) -> (Result<(), (&'static str, String)>, Vec<String>) {
+    let (kind, gns) = (owner.kind, owner.namespace);
     let mut resolved: Result<(), (&'static str, String)> = Ok(());
     let mut lcerts = Vec::new();
     let tls = l.tls.clone().unwrap_or_default();
@@ -327,10 +356,10 @@ fn listener_certs(
         let rns = r.namespace.clone().unwrap_or_else(|| gns.to_string());
         if !r.group.as_deref().unwrap_or("").is_empty() || r.kind.as_deref().unwrap_or("Secret") != "Secret" {
             resolved = Err(("InvalidCertificateRef", format!("{:?} is not a Secret", r.kind)));
-        } else if rns != gns && !granted(&input.grants, "Gateway", gns, "Secret", &rns, &r.name) {
+        } else if rns != gns && !granted(&input.grants, kind, gns, "Secret", &rns, &r.name) {
             resolved = Err((
                 "RefNotPermitted",
-                format!("no ReferenceGrant in {rns} lets Gateways of {gns} use Secret {}", r.name),
+                format!("no ReferenceGrant in {rns} lets {kind}s of {gns} use Secret {}", r.name),
             ));
         } else if !is_section_name(&r.name) || !is_section_name(&rns) {
             resolved = Err(("InvalidCertificateRef", "not a Secret name".into()));
@@ -419,6 +448,7 @@ fn outcome(
         uid: g.metadata.uid.clone(),
         conditions: conds,
         listeners: statuses,
+        attached_listener_sets: 0,
         addresses,
         service,
     }
@@ -453,8 +483,10 @@ fn accepted(statuses: &[ListenerStatus], refused_keys: &[String], gen: i64) -> C
 /// and TCP binds, and a table for
 /// every listener hostname so its requests never reach a less specific listener's routes.
 pub(super) fn binds(gw: &Gateways<'_>, acc: &mut Attached) {
-    for (gi, g) in gw.gws.iter().enumerate() {
-        for l in &gw.listeners[gi] {
+    let own = gw.gws.iter().enumerate().flat_map(|(gi, g)| gw.listeners[gi].iter().map(move |l| (*g, l)));
+    let sets = gw.sets.iter().flat_map(|s| s.listeners.iter().map(move |l| (gw.gws[s.gi], l)));
+    for (g, l) in own.chain(sets) {
+        {
             if !l.usable {
                 continue;
             }
@@ -482,7 +514,10 @@ pub(super) fn binds(gw: &Gateways<'_>, acc: &mut Attached) {
                 acc.tls_listeners.push(TlsListener {
                     port: b,
                     host: l.hostname.clone(),
-                    id: stable_id("l", &[&gid, &l.name]),
+                    id: match &l.set {
+                        None => stable_id("l", &[&gid, &l.name]),
+                        Some(set) => stable_id("l", &[&gid, set, &l.name]),
+                    },
                 });
             } else {
                 acc.http_binds.insert(b);

@@ -45,6 +45,7 @@ mod backend_tls;
 mod ca_refs;
 mod grpc_route;
 mod l4_routes;
+mod listener_sets;
 mod listeners;
 mod routes;
 
@@ -100,6 +101,8 @@ pub struct GatewayInput {
     pub classes: Vec<std::sync::Arc<GatewayClass>>,
     /// Gateways (those of other classes are ignored).
     pub gateways: Vec<std::sync::Arc<Gateway>>,
+    /// ListenerSets (those whose parent is not a Gateway of the class are ignored).
+    pub listener_sets: Vec<std::sync::Arc<ListenerSet>>,
     /// HTTPRoutes (those attached to no Gateway of the class get no status).
     pub routes: Vec<std::sync::Arc<HttpRoute>>,
     /// GRPCRoutes (likewise).
@@ -239,10 +242,25 @@ pub struct GatewayOutcome {
     pub conditions: Vec<Cond>,
     /// Listeners, in spec order.
     pub listeners: Vec<ListenerStatus>,
+    /// How many ListenerSets it accepts (`status.attachedListenerSets`).
+    pub attached_listener_sets: i32,
     /// `status.addresses` values (IP addresses).
     pub addresses: Vec<String>,
     /// Its Service.
     pub service: GatewayService,
+}
+
+/// One ListenerSet's status (those whose parent is a Gateway of the class).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ListenerSetOutcome {
+    /// The ListenerSet.
+    pub object: ObjectRef,
+    /// Its UID.
+    pub uid: Option<String>,
+    /// Conditions.
+    pub conditions: Vec<Cond>,
+    /// Listeners, in spec order (none when it is not accepted as a whole).
+    pub listeners: Vec<ListenerStatus>,
 }
 
 /// One parent's entry in a route's status.
@@ -279,6 +297,8 @@ pub struct GatewayOutput {
     pub unserved: Vec<ClassStatus>,
     /// One per Gateway of the class.
     pub gateways: Vec<GatewayOutcome>,
+    /// One per ListenerSet whose parent is one of them.
+    pub listener_sets: Vec<ListenerSetOutcome>,
     /// One per HTTPRoute with a parent among them.
     pub routes: Vec<RouteOutcome>,
     /// One per BackendTLSPolicy.
@@ -401,6 +421,27 @@ struct Lst {
     certs: Vec<String>,
     /// How its bind checks clients' certificates, with the CA file (HTTPS listeners).
     clients: Option<(ClientVerify, Cert)>,
+    /// The ListenerSet it comes from (`namespace/name`); none for a Gateway's own.
+    set: Option<String>,
+}
+
+/// A ListenerSet whose parent is a Gateway of the class, decided.
+struct Set<'a> {
+    /// Its Gateway, among [`Gateways::gws`].
+    gi: usize,
+    /// The ListenerSet.
+    ls: &'a ListenerSet,
+    /// Its listeners, in spec order (none unless it is accepted).
+    listeners: Vec<Lst>,
+}
+
+/// What a route's parentRef names: a Gateway or a ListenerSet (by index).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Parent {
+    /// Among [`Gateways::gws`].
+    Gateway(usize),
+    /// Among [`Gateways::sets`].
+    Set(usize),
 }
 
 /// What a listener carries.
@@ -510,6 +551,9 @@ struct Gateways<'a> {
     gws: Vec<&'a Gateway>,
     /// Each Gateway's listeners, in spec order.
     listeners: Vec<Vec<Lst>>,
+    /// The ListenerSets of those Gateways, in precedence order (the order of
+    /// [`GatewayOutput::listener_sets`]).
+    sets: Vec<Set<'a>>,
     /// Each (Gateway, listener port)'s bind port, by [`port_key`].
     bind_ports: BTreeMap<String, u16>,
     /// Namespace labels by name.
@@ -558,6 +602,30 @@ struct Attached {
     client_cas: BTreeMap<String, Cert>,
     /// (namespace, Service) → the Gateways (by index) whose attached routes send to it.
     reached: BTreeMap<(String, String), BTreeSet<usize>>,
+}
+
+impl Gateways<'_> {
+    /// The Gateway a parent belongs to.
+    fn gateway_of(&self, p: Parent) -> usize {
+        match p {
+            Parent::Gateway(gi) => gi,
+            Parent::Set(si) => self.sets[si].gi,
+        }
+    }
+
+    /// A parent's own listeners.
+    fn listeners_of(&self, p: Parent) -> &[Lst] {
+        match p {
+            Parent::Gateway(gi) => &self.listeners[gi],
+            Parent::Set(si) => &self.sets[si].listeners,
+        }
+    }
+
+    /// Every listener on Gateway `gi`'s listener port `port`: its own and its ListenerSets'.
+    fn on_port(&self, gi: usize, port: u16) -> impl Iterator<Item = &Lst> {
+        let sets = self.sets.iter().filter(move |s| s.gi == gi).flat_map(|s| s.listeners.iter());
+        self.listeners[gi].iter().chain(sets).filter(move |l| l.port == port)
+    }
 }
 
 /// The key of a (Gateway, listener port) among the bind ports: `namespace/name:port`.
@@ -617,7 +685,13 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
     let mut gws: Vec<&Gateway> =
         input.gateways.iter().map(|g| &**g).filter(|g| g.spec.gateway_class_name == input.class_name).collect();
     gws.sort_by_key(|g| (g.metadata.creation_timestamp.as_ref().map(|t| t.0), obj("Gateway", &g.metadata)));
-    let bind_ports = listeners::bind_ports(input, &gws);
+    let ns_labels: BTreeMap<&str, BTreeMap<String, String>> = input
+        .namespaces
+        .iter()
+        .filter_map(|n| Some((n.metadata.name.as_deref()?, n.metadata.labels.clone().unwrap_or_default())))
+        .collect();
+    let admitted = listener_sets::admit(input, &gws, &ns_labels);
+    let bind_ports = listeners::bind_ports(input, &gws, &listener_sets::ports(&admitted));
     out.slots.bind_ports = bind_ports.clone();
     let mut certs: BTreeMap<String, Cert> = BTreeMap::new();
     let mut glisteners: Vec<Vec<Lst>> = Vec::new();
@@ -626,6 +700,7 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
         out.gateways.push(outcome);
         glisteners.push(ls);
     }
+    let sets = listener_sets::decide(input, &gws, admitted, (&bind_ports, &mut certs), &mut out);
     let mut slices: BTreeMap<(&str, &str), Vec<&EndpointSlice>> = BTreeMap::new();
     for sl in &input.endpoint_slices {
         let svc = sl.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)).map(String::as_str);
@@ -637,12 +712,9 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
         input,
         gws,
         listeners: glisteners,
+        sets,
         bind_ports,
-        ns_labels: input
-            .namespaces
-            .iter()
-            .filter_map(|n| Some((n.metadata.name.as_deref()?, n.metadata.labels.clone().unwrap_or_default())))
-            .collect(),
+        ns_labels,
         services: input
             .services
             .iter()
@@ -945,7 +1017,7 @@ fn compile_filters(filters: &[HttpRouteFilter], prefix: Option<usize>) -> Result
     Ok(a)
 }
 
-/// A set of objects as one YAML or JSON document lists them (`gateways`, `routes`, `grpcRoutes`,
+/// A set of objects as one YAML or JSON document lists them (`gateways`, `listenerSets`, `routes`, `grpcRoutes`,
 /// `tlsRoutes`, `tcpRoutes`, `grants`, `namespaces`, `services`, `endpointSlices`, `secrets`,
 /// `backendTlsPolicies`, `configMaps`): test fixtures and offline renders.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
@@ -953,6 +1025,8 @@ fn compile_filters(filters: &[HttpRouteFilter], prefix: Option<usize>) -> Result
 pub struct GatewayObjects {
     /// Gateways.
     pub gateways: Vec<Gateway>,
+    /// ListenerSets.
+    pub listener_sets: Vec<ListenerSet>,
     /// HTTPRoutes.
     pub routes: Vec<HttpRoute>,
     /// GRPCRoutes.
@@ -989,6 +1063,7 @@ impl GatewayObjects {
             class_name: class.into(),
             classes: vec![c.into()],
             gateways: arcs(self.gateways),
+            listener_sets: arcs(self.listener_sets),
             routes: arcs(self.routes),
             grpc_routes: arcs(self.grpc_routes),
             tls_routes: arcs(self.tls_routes),

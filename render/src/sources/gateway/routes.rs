@@ -17,8 +17,8 @@ use super::api::*;
 use super::backend_tls::Applied;
 use super::{
     claimed_by, compile_filters, compile_match, cond, duration_ms, granted, header_ops, intersect, labels_match,
-    merge_ops, port_key, rule_backend, stable_id, Attached, Candidate, GatewayOutput, Gateways, ParentStatus, Resolved,
-    RouteOutcome, Speaks,
+    merge_ops, port_key, rule_backend, stable_id, Attached, Candidate, GatewayOutput, Gateways, Parent, ParentStatus,
+    Resolved, RouteOutcome, Speaks,
 };
 use crate::model::{
     Cause, HeaderOps, HostMatch, ObjectRef, PathKind, PathRewrite, Policy, Protocol, Redirect, Refusal, RuleId, Split,
@@ -91,21 +91,24 @@ pub(super) fn route(gw: &Gateways<'_>, rank: usize, input: RouteIn<'_>, acc: &mu
         v.warnings.push(Refusal::new(u.cause, "spec.rules", u.message.clone()));
     }
     // Attached routes per listener (once per route).
-    for (gi, li) in &attachments {
-        out.gateways[*gi].listeners[*li].attached_routes += 1;
+    for (p, li) in &attachments {
+        match *p {
+            Parent::Gateway(gi) => out.gateways[gi].listeners[*li].attached_routes += 1,
+            Parent::Set(si) => out.listener_sets[si].listeners[*li].attached_routes += 1,
+        }
     }
     // The Services it sends HTTP to, for their BackendTLSPolicies' status.
     for br in r.spec.rules.iter().filter(|_| !input.kind.is_l4()).flat_map(|rule| &rule.backend_refs) {
         if br.group.as_deref().unwrap_or("").is_empty() && br.kind.as_deref().unwrap_or("Service") == "Service" {
             let key = (br.namespace.clone().unwrap_or_else(|| rns.clone()), br.name.clone());
-            acc.reached.entry(key).or_default().extend(attachments.iter().map(|(gi, _)| *gi));
+            acc.reached.entry(key).or_default().extend(attachments.iter().map(|(p, _)| gw.gateway_of(*p)));
         }
     }
     if attached_any {
         for (ri, (cands, acts, res)) in content.compiled.into_iter().enumerate() {
             rule_into(&one, ri, (&cands, acts, res), acc);
-            for (gi, li) in &attachments {
-                hosts_into(gw, &one, (*gi, *li), (&content.hostnames, &cands), acc, &mut v);
+            for (p, li) in &attachments {
+                hosts_into(gw, &one, (*p, *li), (&content.hostnames, &cands), acc, &mut v);
             }
         }
     }
@@ -326,37 +329,46 @@ fn over_tls(p: Protocol) -> Protocol {
     }
 }
 
-/// The route's parent statuses (for parents that are Gateways of the class), the (Gateway,
-/// listener) pairs it attaches to, and whether any parent accepted it.
+/// The Gateway or ListenerSet of the class that parentRef `pr` of a route of namespace `rns`
+/// names, if it names one.
+fn parent_of(gw: &Gateways<'_>, rns: &str, pr: &ParentReference) -> Option<Parent> {
+    if pr.group.as_deref().unwrap_or(GROUP) != GROUP {
+        return None;
+    }
+    let pns = pr.namespace.as_deref().unwrap_or(rns);
+    let named = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        m.namespace.as_deref() == Some(pns) && m.name.as_deref() == Some(pr.name.as_str())
+    };
+    match pr.kind.as_deref().unwrap_or("Gateway") {
+        "Gateway" => gw.gws.iter().position(|g| named(&g.metadata)).map(Parent::Gateway),
+        "ListenerSet" => gw.sets.iter().position(|s| named(&s.ls.metadata)).map(Parent::Set),
+        _ => None,
+    }
+}
+
+/// The route's parent statuses (for parents that are Gateways of the class or their
+/// ListenerSets, one per parentRef), the (parent, listener) pairs it attaches to, and whether
+/// any parent accepted it.
 fn parents(
     gw: &Gateways<'_>,
     one: &One<'_>,
     content: &Content,
     v: &mut Verdict,
-) -> (Vec<ParentStatus>, Vec<(usize, usize)>, bool) {
+) -> (Vec<ParentStatus>, Vec<(Parent, usize)>, bool) {
     let gen = one.r.metadata.generation.unwrap_or(0);
     let mut parents = Vec::new();
     let mut attached_any = false;
-    let mut attachments: Vec<(usize, usize)> = Vec::new(); // (gateway index, listener index)
+    let mut attachments: Vec<(Parent, usize)> = Vec::new(); // (parent, listener index)
     for pr in &one.r.spec.parent_refs {
-        if pr.group.as_deref().unwrap_or(GROUP) != GROUP || pr.kind.as_deref().unwrap_or("Gateway") != "Gateway" {
-            continue;
-        }
-        let pns = pr.namespace.clone().unwrap_or_else(|| one.rns.to_string());
-        let Some(gi) = gw.gws.iter().position(|g| {
-            g.metadata.namespace.as_deref() == Some(pns.as_str())
-                && g.metadata.name.as_deref() == Some(pr.name.as_str())
-        }) else {
-            continue;
-        };
+        let Some(p) = parent_of(gw, one.rns, pr) else { continue };
         let mut conds = Vec::new();
-        match &parent_listeners(gw, one, content, (gi, pr)) {
+        match &parent_listeners(gw, one, content, (p, pr)) {
             Ok(idx) => {
                 conds.push(cond("Accepted", true, "Accepted", "accepted", gen));
                 attached_any = true;
                 for i in idx {
-                    if !attachments.contains(&(gi, *i)) {
-                        attachments.push((gi, *i));
+                    if !attachments.contains(&(p, *i)) {
+                        attachments.push((p, *i));
                     }
                 }
             }
@@ -374,16 +386,30 @@ fn parents(
     (parents, attachments, attached_any)
 }
 
-/// The listeners of Gateway `gi` that parentRef `pr` names and that take the route (by
-/// namespace, kind and hostname), or why none does.
+/// The listeners of parent `p` (a Gateway's own, or a ListenerSet's) that parentRef `pr` names
+/// and that take the route (by namespace, relative to the parent's, kind and hostname), or why
+/// none does.
 fn parent_listeners(
     gw: &Gateways<'_>,
     one: &One<'_>,
     content: &Content,
-    (gi, pr): (usize, &ParentReference),
+    (p, pr): (Parent, &ParentReference),
 ) -> Result<Vec<usize>, Unresolved> {
-    let gns = gw.gws[gi].metadata.namespace.clone().unwrap_or_default();
-    let ls = &gw.listeners[gi];
+    let meta = match p {
+        Parent::Gateway(gi) => &gw.gws[gi].metadata,
+        Parent::Set(si) => &gw.sets[si].ls.metadata,
+    };
+    let gns = meta.namespace.clone().unwrap_or_default();
+    let ls = gw.listeners_of(p);
+    if let Parent::Set(si) = p {
+        if ls.is_empty() && !gw.sets[si].ls.spec.listeners.is_empty() {
+            return Err(unresolved(
+                "NotAllowedByListeners",
+                Cause::NotAllowed,
+                format!("ListenerSet {}/{} is not accepted", gns, pr.name),
+            ));
+        }
+    }
     let named: Vec<usize> = (0..ls.len())
         .filter(|i| pr.section_name.as_deref().is_none_or(|s| s == ls[*i].name))
         .filter(|i| pr.port.is_none_or(|p| i32::from(ls[*i].port) == p))
@@ -410,6 +436,7 @@ fn parent_listeners(
                         .selector
                         .as_ref()
                         .is_some_and(|s| gw.ns_labels.get(one.rns).is_some_and(|labels| labels_match(s, labels))),
+                    FromNamespaces::NoNamespace => false,
                     _ => one.rns == gns,
                 }
         })
@@ -505,21 +532,22 @@ fn rule_into(one: &One<'_>, ri: usize, (cands, acts, mut res): (&[Candidate], Po
     }
 }
 
-/// A rule's candidates into the host tables of listener `li` of Gateway `gi`: one per route
-/// hostname as it intersects the listener's, unless a more specific listener of the port takes
-/// it or (hostnames owned by namespace) another namespace's older route holds it.
+/// A rule's candidates into the host tables of listener `li` of parent `p`: one per route
+/// hostname as it intersects the listener's, unless a more specific listener of the port (the
+/// Gateway's or a ListenerSet's) takes it or (hostnames owned by namespace) another namespace's
+/// older route holds it.
 fn hosts_into(
     gw: &Gateways<'_>,
     one: &One<'_>,
-    (gi, li): (usize, usize),
+    (p, li): (Parent, usize),
     (hostnames, cands): (&[HostMatch], &[Candidate]),
     acc: &mut Attached,
     v: &mut Verdict,
 ) {
-    let l = &gw.listeners[gi][li];
+    let gi = gw.gateway_of(p);
+    let l = &gw.listeners_of(p)[li];
     let b = gw.bind_ports[&port_key(gw.gws[gi], l.port)];
-    let others: Vec<&Option<HostMatch>> =
-        gw.listeners[gi].iter().filter(|o| o.usable && o.port == l.port).map(|o| &o.hostname).collect();
+    let others: Vec<&Option<HostMatch>> = gw.on_port(gi, l.port).filter(|o| o.usable).map(|o| &o.hostname).collect();
     for h in hostnames {
         let Some(eff) = intersect(&l.hostname, h) else { continue };
         if others.iter().any(|o| claimed_by(&eff, o, &l.hostname)) {
