@@ -172,6 +172,9 @@ fn read_docs(dir: &Path) -> Result<Docs, ManifestError> {
                 "GatewayClass" => objects.gateway_classes.push(Arc::new(serde_json::from_value(d).map_err(parse)?)),
                 "Gateway" => objects.gateways.push(Arc::new(serde_json::from_value(with_ns(d)).map_err(parse)?)),
                 "HTTPRoute" => objects.routes.push(Arc::new(serde_json::from_value(with_ns(d)).map_err(parse)?)),
+                "ListenerSet" => {
+                    objects.listener_sets.push(Arc::new(serde_json::from_value(with_ns(d)).map_err(parse)?))
+                }
                 "GRPCRoute" => objects.grpc_routes.push(Arc::new(serde_json::from_value(with_ns(d)).map_err(parse)?)),
                 "TLSRoute" => objects.tls_routes.push(Arc::new(serde_json::from_value(with_ns(d)).map_err(parse)?)),
                 "TCPRoute" => objects.tcp_routes.push(Arc::new(serde_json::from_value(with_ns(d)).map_err(parse)?)),

@@ -998,6 +998,8 @@ fn gateway_mode_creates_the_class_renders_and_grows_rbac_by_the_watchers() {
             "gateway.networking.k8s.io/grpcroutes: get,list,watch",
             "gateway.networking.k8s.io/httproutes/status: get,update,patch",
             "gateway.networking.k8s.io/httproutes: get,list,watch",
+            "gateway.networking.k8s.io/listenersets/status: get,update,patch",
+            "gateway.networking.k8s.io/listenersets: get,list,watch",
             "gateway.networking.k8s.io/referencegrants: get,list,watch",
             "gateway.networking.k8s.io/tcproutes/status: get,update,patch",
             "gateway.networking.k8s.io/tcproutes: get,list,watch",

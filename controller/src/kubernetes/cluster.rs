@@ -1,6 +1,6 @@
 //! The cluster-wide reflectors of render mode: IngressClasses, Ingresses, Services and
 //! EndpointSlices of every namespace (or, serving a GatewayClass, GatewayClasses, Gateways,
-//! HTTPRoutes, GRPCRoutes, TLSRoutes, TCPRoutes and BackendTLSPolicies where the cluster serves
+//! HTTPRoutes, ListenerSets, GRPCRoutes, TLSRoutes, TCPRoutes and BackendTLSPolicies where the cluster serves
 //! them, ReferenceGrants and Namespaces instead of the Ingress kinds), and exactly the TLS
 //! Secrets that served Ingresses or listeners name and the ConfigMaps BackendTLSPolicies name
 //! (one watch per object, by name in its namespace).
@@ -15,7 +15,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use haptic_render::gateway_api::{
-    BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, ReferenceGrant, TcpRoute, TlsRoute,
+    BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, ListenerSet, ReferenceGrant, TcpRoute, TlsRoute,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -50,6 +50,7 @@ struct GatewayStores {
     classes: Store<GatewayClass>,
     gateways: Store<Gateway>,
     routes: Store<HttpRoute>,
+    listener_sets: IfServed<ListenerSet>,
     grpc_routes: IfServed<GrpcRoute>,
     tls_routes: IfServed<TlsRoute>,
     tcp_routes: IfServed<TcpRoute>,
@@ -128,6 +129,7 @@ impl ClusterWatch {
             classes: all(client, Change::Objects, changes, &stop),
             gateways: all(client, Change::Objects, changes, &stop),
             routes: all(client, Change::Objects, changes, &stop),
+            listener_sets: if_served(client, changes, &stop),
             grpc_routes: if_served(client, changes, &stop),
             tls_routes: if_served(client, changes, &stop),
             tcp_routes: if_served(client, changes, &stop),
@@ -155,6 +157,7 @@ impl ClusterWatch {
             let tls = g.tls_routes.get().is_some_and(|s| s.as_ref().is_none_or(ready));
             let tcp = g.tcp_routes.get().is_some_and(|s| s.as_ref().is_none_or(ready));
             let btls = g.backend_tls_policies.get().is_some_and(|s| s.as_ref().is_none_or(ready));
+            let sets = g.listener_sets.get().is_some_and(|s| s.as_ref().is_none_or(ready));
             ready(&g.classes)
                 && ready(&g.gateways)
                 && ready(&g.routes)
@@ -162,6 +165,7 @@ impl ClusterWatch {
                 && tls
                 && tcp
                 && btls
+                && sets
                 && ready(&g.grants)
                 && ready(&g.namespaces)
         });
@@ -189,6 +193,7 @@ impl ClusterWatch {
             gateway_classes: g.map(|g| g.classes.state()).unwrap_or_default(),
             gateways: g.map(|g| g.gateways.state()).unwrap_or_default(),
             routes: g.map(|g| g.routes.state()).unwrap_or_default(),
+            listener_sets: g.and_then(|g| g.listener_sets.get()?.as_ref().map(Store::state)).unwrap_or_default(),
             grpc_routes: g.and_then(|g| g.grpc_routes.get()?.as_ref().map(Store::state)).unwrap_or_default(),
             tls_routes: g.and_then(|g| g.tls_routes.get()?.as_ref().map(Store::state)).unwrap_or_default(),
             tcp_routes: g.and_then(|g| g.tcp_routes.get()?.as_ref().map(Store::state)).unwrap_or_default(),

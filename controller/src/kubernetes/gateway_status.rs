@@ -1,12 +1,13 @@
 //! Serving a GatewayClass, the leader's writes besides the fleet's own status: each Gateway's
 //! Service in the fleet's namespace (selecting the fleet's pods, each listener port to its
 //! bind port; Services of Gateways that are gone are deleted), and the status of the
-//! GatewayClass, of every Gateway (addresses, conditions, listeners) and of every HTTPRoute and
+//! GatewayClass, of every Gateway (addresses, conditions, listeners, attached ListenerSets), of every
+//! ListenerSet attached to one of them (conditions, listeners), and of every HTTPRoute and
 //! GRPCRoute, TLSRoute and TCPRoute with a parent among them (its `status.parents[]` entries with our controllerName),
 //! and of every BackendTLSPolicy (its `status.ancestors[]` entries: the Gateways whose routes reach its Services).
 //!
 //! Owns turning the translator's decisions into API objects: the pure [`service`],
-//! [`class_status`], [`gateway_status`] and [`route_parents`] (conditions keep their
+//! [`class_status`], [`gateway_status`], [`listener_set_status`] and [`route_parents`] (conditions keep their
 //! `lastTransitionTime` while their status stays), and the loop that writes them with
 //! server-side apply as field manager `haptic-controller` (a route's `parents` is an
 //! atomic list, so it is read, the entries of other controllers kept, and written back). It
@@ -15,10 +16,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use haptic_render::gateway::{
-    ClassStatus, Cond, GatewayOutcome, GatewayOutput, ParentStatus, PolicyOutcome, RouteOutcome, GATEWAY_CONTROLLER,
+    ClassStatus, Cond, GatewayOutcome, GatewayOutput, ListenerSetOutcome, ListenerStatus, ParentStatus, PolicyOutcome,
+    RouteOutcome, GATEWAY_CONTROLLER,
 };
 use haptic_render::gateway_api::{
-    BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, RouteKind, TcpRoute, TlsRoute,
+    BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, ListenerSet, RouteKind, TcpRoute, TlsRoute,
 };
 use haptic_render::ObjectRef;
 use k8s_openapi::api::core::v1::Service;
@@ -125,18 +127,19 @@ pub fn class_status(c: &ClassStatus, old: &[Condition], at: &str) -> Value {
     })
 }
 
-/// A Gateway's status patch, given its current status.
-pub fn gateway_status(g: &GatewayOutcome, old: Option<&Value>, at: &str) -> Value {
-    let old_conds = |v: Option<&Value>| -> Vec<Condition> {
-        v.and_then(|v| v.get("conditions")).and_then(|c| serde_json::from_value(c.clone()).ok()).unwrap_or_default()
-    };
+/// The conditions of a current status (`old`), or none.
+fn old_conds(v: Option<&Value>) -> Vec<Condition> {
+    v.and_then(|v| v.get("conditions")).and_then(|c| serde_json::from_value(c.clone()).ok()).unwrap_or_default()
+}
+
+/// `status.listeners` of a Gateway or ListenerSet, given its current status.
+fn listener_entries(listeners: &[ListenerStatus], old: Option<&Value>, at: &str) -> Vec<Value> {
     let old_listener = |name: &str| {
         old.and_then(|o| o.get("listeners"))
             .and_then(Value::as_array)
             .and_then(|ls| ls.iter().find(|l| l.get("name").and_then(Value::as_str) == Some(name)))
     };
-    let listeners: Vec<Value> = g
-        .listeners
+    listeners
         .iter()
         .map(|l| {
             json!({
@@ -146,7 +149,26 @@ pub fn gateway_status(g: &GatewayOutcome, old: Option<&Value>, at: &str) -> Valu
                 "conditions": conditions(&l.conditions, &old_conds(old_listener(&l.name)), at),
             })
         })
-        .collect();
+        .collect()
+}
+
+/// A ListenerSet's status patch, given its current status.
+pub fn listener_set_status(s: &ListenerSetOutcome, old: Option<&Value>, at: &str) -> Value {
+    json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "ListenerSet",
+        "metadata": {"name": s.object.name, "namespace": s.object.namespace},
+        "status": {
+            "conditions": conditions(&s.conditions, &old_conds(old), at),
+            "listeners": listener_entries(&s.listeners, old, at),
+        },
+    })
+}
+
+/// A Gateway's status patch, given its current status (`attachedListenerSets` only while some
+/// are: a cluster without the ListenerSet API has none, and may not know the field).
+pub fn gateway_status(g: &GatewayOutcome, old: Option<&Value>, at: &str) -> Value {
+    let listeners = listener_entries(&g.listeners, old, at);
     let addresses: Vec<Value> = g
         .addresses
         .iter()
@@ -155,7 +177,7 @@ pub fn gateway_status(g: &GatewayOutcome, old: Option<&Value>, at: &str) -> Valu
             json!({"type": kind, "value": a})
         })
         .collect();
-    json!({
+    let mut patch = json!({
         "apiVersion": "gateway.networking.k8s.io/v1",
         "kind": "Gateway",
         "metadata": {"name": g.object.name, "namespace": g.object.namespace},
@@ -164,7 +186,11 @@ pub fn gateway_status(g: &GatewayOutcome, old: Option<&Value>, at: &str) -> Valu
             "conditions": conditions(&g.conditions, &old_conds(old), at),
             "listeners": listeners,
         },
-    })
+    });
+    if g.attached_listener_sets > 0 {
+        patch["status"]["attachedListenerSets"] = json!(g.attached_listener_sets);
+    }
+    patch
 }
 
 /// An HTTPRoute's `status.parents`: the entries of other controllers as they are, then ours.
@@ -216,6 +242,7 @@ struct Done {
     services: BTreeMap<String, Value>,
     class: Option<ClassStatus>,
     gateways: BTreeMap<ObjectRef, GatewayOutcome>,
+    listener_sets: BTreeMap<ObjectRef, ListenerSetOutcome>,
     routes: BTreeMap<ObjectRef, RouteOutcome>,
     policies: BTreeMap<ObjectRef, PolicyOutcome>,
 }
@@ -254,6 +281,7 @@ async fn write(
     write_services(ctx, now, (selector, kind), &params, done).await;
     write_classes(ctx, now, &params, &at, done).await;
     write_gateways(ctx, now, &params, &at, done).await;
+    write_listener_sets(ctx, now, &params, &at, done).await;
     write_routes(ctx, now, &at, done).await;
     write_policies(ctx, now, &at, done).await;
 }
@@ -342,6 +370,51 @@ async fn write_gateways(ctx: &Context, now: &GatewayOutput, params: &PatchParams
                 done.gateways.insert(g.object.clone(), g.clone());
             }
             Err(e) => warn!("cannot write the status of {}: {e}", g.object),
+        }
+    }
+}
+
+/// Writes the status of every ListenerSet whose outcome changed; one no longer attached to a
+/// Gateway of the class loses what we wrote.
+async fn write_listener_sets(ctx: &Context, now: &GatewayOutput, params: &PatchParams, at: &str, done: &mut Done) {
+    let current: BTreeSet<&ObjectRef> = now.listener_sets.iter().map(|s| &s.object).collect();
+    let gone: Vec<ObjectRef> = done.listener_sets.keys().filter(|o| !current.contains(o)).cloned().collect();
+    let resource = ApiResource::erase::<ListenerSet>(&());
+    for o in gone {
+        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &o.namespace, &resource);
+        let patch = json!({
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "ListenerSet",
+            "metadata": {"name": o.name, "namespace": o.namespace},
+            "status": {},
+        });
+        match api.patch_status(&o.name, params, &Patch::Apply(&patch)).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => {
+                warn!("cannot clear the status of {o}: {e}");
+                continue;
+            }
+        }
+        done.listener_sets.remove(&o);
+    }
+    for s in &now.listener_sets {
+        if done.listener_sets.get(&s.object) == Some(s) {
+            continue;
+        }
+        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &s.object.namespace, &resource);
+        let raw = match api.get_status(&s.object.name).await {
+            Ok(o) => o.data.get("status").cloned(),
+            Err(e) => {
+                warn!("cannot read {}: {e}", s.object);
+                continue;
+            }
+        };
+        match api.patch_status(&s.object.name, params, &Patch::Apply(&listener_set_status(s, raw.as_ref(), at))).await {
+            Ok(_) => {
+                done.listener_sets.insert(s.object.clone(), s.clone());
+            }
+            Err(e) => warn!("cannot write the status of {}: {e}", s.object),
         }
     }
 }
@@ -519,6 +592,7 @@ mod tests {
             uid: None,
             conditions: vec![],
             listeners: vec![],
+            attached_listener_sets: 0,
             addresses: vec![],
             service: haptic_render::gateway::GatewayService {
                 name: "gw-a-gw-0123456789".into(),
@@ -549,5 +623,46 @@ mod tests {
         assert_eq!(s["spec"]["loadBalancerClass"], "example.com/lb");
         assert_eq!(s["metadata"]["annotations"]["lb.example.com/scheme"], "internet-facing");
         assert_eq!(s["metadata"]["annotations"][GATEWAY_ANNOTATION], "a/gw");
+    }
+
+    #[test]
+    fn listener_sets_get_their_status_and_gateways_count_them_only_when_some_attach() {
+        let listener = ListenerStatus {
+            name: "extra".into(),
+            supported_kinds: vec![],
+            attached_routes: 2,
+            conditions: vec![cond("Programmed", true)],
+        };
+        let s = ListenerSetOutcome {
+            object: ObjectRef { kind: "ListenerSet".into(), namespace: "t".into(), name: "ls".into() },
+            uid: None,
+            conditions: vec![cond("Accepted", true)],
+            listeners: vec![listener],
+        };
+        let old = json!({"conditions": [
+            {"type": "Accepted", "status": "True", "reason": "Accepted", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+        ]});
+        let p = listener_set_status(&s, Some(&old), "2026-06-01T00:00:00Z");
+        assert_eq!(p["kind"], "ListenerSet");
+        assert_eq!(p["metadata"]["namespace"], "t");
+        assert_eq!(p["status"]["conditions"][0]["lastTransitionTime"], "2026-01-01T00:00:00Z");
+        assert_eq!(p["status"]["listeners"][0]["attachedRoutes"], 2);
+        let mut g = GatewayOutcome {
+            object: ObjectRef { kind: "Gateway".into(), namespace: "a".into(), name: "gw".into() },
+            uid: None,
+            conditions: vec![],
+            listeners: vec![],
+            attached_listener_sets: 0,
+            addresses: vec![],
+            service: haptic_render::gateway::GatewayService {
+                name: "gw".into(),
+                ports: vec![],
+                labels: BTreeMap::new(),
+                annotations: BTreeMap::new(),
+            },
+        };
+        assert_eq!(gateway_status(&g, None, "t")["status"].get("attachedListenerSets"), None);
+        g.attached_listener_sets = 2;
+        assert_eq!(gateway_status(&g, None, "t")["status"]["attachedListenerSets"], 2);
     }
 }

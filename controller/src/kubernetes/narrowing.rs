@@ -11,7 +11,7 @@
 //! an object it left out is, against that render, new, so a later narrowing can still find it
 //! (recording it would make it look judged, and a narrowing started after a concurrent change
 //! could then never leave it out: the gate stays pinned). Ingress and Gateway renders alike:
-//! the objects are Ingresses, HTTPRoutes and the Secrets they name. It must never run the gate
+//! the objects are Ingresses, routes, ListenerSets and the Secrets they name. It must never run the gate
 //! nor leave out an object that did not change since the last render the gate passed.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -38,7 +38,7 @@ struct Running {
 }
 
 /// The versions of the objects a render reads that a gate refusal can be narrowed to: the
-/// Ingresses, the routes, the BackendTLSPolicies and the Secrets they name.
+/// Ingresses, the routes, the ListenerSets, the BackendTLSPolicies and the Secrets they name.
 pub fn object_versions(o: &super::routes::Objects) -> Versions {
     let v = |kind: &str, m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
         let r = ObjectRef {
@@ -55,6 +55,7 @@ pub fn object_versions(o: &super::routes::Objects) -> Versions {
         .chain(o.grpc_routes.iter().map(|r| v("GRPCRoute", &r.metadata)))
         .chain(o.tls_routes.iter().map(|r| v("TLSRoute", &r.metadata)))
         .chain(o.tcp_routes.iter().map(|r| v("TCPRoute", &r.metadata)))
+        .chain(o.listener_sets.iter().map(|s| v("ListenerSet", &s.metadata)))
         .chain(o.backend_tls_policies.iter().map(|p| v("BackendTLSPolicy", &p.metadata)))
         .chain(o.secrets.iter().map(|s| v("Secret", &s.metadata)))
         .collect()
@@ -82,6 +83,7 @@ pub fn object_sizes(o: &super::routes::Objects) -> BTreeMap<ObjectRef, u64> {
         .chain(o.grpc_routes.iter().map(|g| (r("GRPCRoute", &g.metadata), json_len(&g.spec))))
         .chain(o.tls_routes.iter().map(|t| (r("TLSRoute", &t.metadata), json_len(&t.spec))))
         .chain(o.tcp_routes.iter().map(|t| (r("TCPRoute", &t.metadata), json_len(&t.spec))))
+        .chain(o.listener_sets.iter().map(|s| (r("ListenerSet", &s.metadata), json_len(&s.spec))))
         .chain(o.backend_tls_policies.iter().map(|p| (r("BackendTLSPolicy", &p.metadata), json_len(&p.spec))))
         .chain(o.secrets.iter().map(|s| {
             let data = s.data.as_ref().map(|d| d.values().map(|b| b.0.len() as u64).sum()).unwrap_or(0);

@@ -325,17 +325,27 @@ pub fn gateway_class<'a>(r: &RenderSpec, objects: &'a Objects) -> Result<&'a Gat
     )
 }
 
-/// The Secrets (namespace, name) that the listeners of the served class's Gateways name.
+/// The Secrets (namespace, name) that the listeners of the served class's Gateways, and of the
+/// ListenerSets whose parent is one of them, name.
 pub fn gateway_secret_refs(r: &RenderSpec, objects: &Objects) -> BTreeSet<(String, String)> {
     let Some(class) = r.gateway_class_name.as_deref() else { return BTreeSet::new() };
+    let served: Vec<&Gateway> =
+        objects.gateways.iter().map(|g| &**g).filter(|g| g.spec.gateway_class_name == class).collect();
+    let sets = objects.listener_sets.iter().filter(|s| {
+        let p = &s.spec.parent_ref;
+        let pns = p.namespace.as_deref().or(s.metadata.namespace.as_deref());
+        p.kind.as_deref().unwrap_or("Gateway") == "Gateway"
+            && served
+                .iter()
+                .any(|g| g.metadata.namespace.as_deref() == pns && g.metadata.name.as_deref() == Some(&p.name))
+    });
+    let own = served.iter().map(|g| (&g.metadata, &g.spec.listeners));
     let mut out = BTreeSet::new();
-    for g in objects.gateways.iter().filter(|g| g.spec.gateway_class_name == class) {
-        let gns = g.metadata.namespace.clone().unwrap_or_default();
-        for l in &g.spec.listeners {
-            for c in l.tls.iter().flat_map(|t| t.certificate_refs.iter()) {
-                if c.group.as_deref().unwrap_or("").is_empty() && c.kind.as_deref().unwrap_or("Secret") == "Secret" {
-                    out.insert((c.namespace.clone().unwrap_or_else(|| gns.clone()), c.name.clone()));
-                }
+    for (meta, listeners) in own.chain(sets.map(|s| (&s.metadata, &s.spec.listeners))) {
+        let ns = meta.namespace.clone().unwrap_or_default();
+        for c in listeners.iter().flat_map(|l| l.tls.iter().flat_map(|t| t.certificate_refs.iter())) {
+            if c.group.as_deref().unwrap_or("").is_empty() && c.kind.as_deref().unwrap_or("Secret") == "Secret" {
+                out.insert((c.namespace.clone().unwrap_or_else(|| ns.clone()), c.name.clone()));
             }
         }
     }
