@@ -1,4 +1,5 @@
-//! The Gateway API translator: the GatewayClass a fleet serves, its Gateways and the
+//! The Gateway API translator: the GatewayClass a fleet serves, its Gateways (with the ListenerSets
+//! they admit, [`listener_sets`]) and the
 //! HTTPRoutes, GRPCRoutes, TLSRoutes and TCPRoutes (the others lowered to the HTTPRoutes they
 //! mean, [`grpc_route`], [`l4_routes`]) attached to them (with ReferenceGrants, Namespaces, Services,
 //! EndpointSlices and the TLS Secrets listeners name) to the [`Model`] and to every status the
@@ -89,6 +90,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRouteRequestTimeout",
     "HTTPRouteResponseHeaderModification",
     "HTTPRouteSchemeRedirect",
+    "ListenerSet",
     "ReferenceGrant",
 ];
 
