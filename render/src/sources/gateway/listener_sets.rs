@@ -273,6 +273,12 @@ mod tests {
         // None (the default): not even its own namespace.
         assert!(not_allowed(set(&o, "edge", "in-edge")));
         assert_eq!(attached(&o, "none"), 0);
+        assert!(not_allowed(set(&o, "edge", "explicit")), "from: None");
+        // A Gateway not accepted accepts no ListenerSet.
+        let orphan = set(&o, "team-b", "orphan");
+        assert!(has(&orphan.conditions, "Accepted", false, "ParentNotAccepted"), "{orphan:?}");
+        assert!(has(&orphan.conditions, "Programmed", false, "ParentNotAccepted"));
+        assert_eq!(attached(&o, "static"), 0);
         // Same.
         let ok = set(&o, "edge", "same-ok");
         assert!(
@@ -350,10 +356,28 @@ mod tests {
         assert!(has(&from_edge.parents[0].conditions, "Accepted", false, "NotAllowedByListeners"), "{from_edge:?}");
         let first = set(&o, "team-b", "first");
         assert_eq!(entry(first, "mine").attached_routes, 2, "both and via-set");
+        assert!(o.model.hosts.iter().any(|h| h.host == HostMatch::Exact("first.example.com".into())));
         assert_eq!(entry(first, "shared").attached_routes, 1, "both");
         assert_eq!(entry(first, "http").attached_routes, 0, "a conflicted listener takes no route");
         let all = o.gateways.iter().find(|g| g.object.name == "all").unwrap();
         assert_eq!(all.listeners[0].attached_routes, 1, "both (through the Gateway)");
+    }
+
+    #[test]
+    fn a_listener_set_left_out_of_the_render_holds_nothing() {
+        let mut i = input(FIXTURE);
+        let why = crate::narrow::Exclusion::Suspect;
+        let me = ObjectRef { kind: "ListenerSet".into(), namespace: "team-b".into(), name: "first".into() };
+        i.excluded.insert(me, why.clone());
+        let o = translate_gateway(&i);
+        let first = set(&o, "team-b", "first");
+        assert!(has(&first.conditions, "Accepted", false, "ListenersNotValid"), "{first:?}");
+        assert!(first.conditions.iter().all(|c| c.message == why.to_string()));
+        // The next one in precedence now holds the port and hostname.
+        assert!(has(&set(&o, "team-b", "second").conditions, "Accepted", true, "Accepted"));
+        let both = route(&o, "both");
+        assert!(has(&both.parents[1].conditions, "Accepted", false, "NotAllowedByListeners"), "{both:?}");
+        assert!(!o.model.hosts.iter().any(|h| h.host == HostMatch::Exact("first.example.com".into())));
     }
 
     #[test]
