@@ -16,7 +16,7 @@ use std::sync::Arc;
 use haptic_protocol::{PlanId, RelPath};
 use haptic_render::annotations::Allowed;
 use haptic_render::edge::{AccessLog, DefaultCertificate, Edge, Forwarded, Hsts, Timeouts};
-use haptic_render::gateway::{GatewayInput, GatewayOutput, GatewaySettings, GATEWAY_CONTROLLER};
+use haptic_render::gateway::{admits, GatewayInput, GatewayOutput, GatewaySettings, GATEWAY_CONTROLLER};
 use haptic_render::gateway_api::{
     BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, ListenerSet, ReferenceGrant, TcpRoute, TlsRoute,
 };
@@ -326,18 +326,22 @@ pub fn gateway_class<'a>(r: &RenderSpec, objects: &'a Objects) -> Result<&'a Gat
 }
 
 /// The Secrets (namespace, name) that the listeners of the served class's Gateways, and of the
-/// ListenerSets whose parent is one of them, name.
+/// ListenerSets one of them admits, name (a ListenerSet its Gateway does not admit makes no
+/// Secret read).
 pub fn gateway_secret_refs(r: &RenderSpec, objects: &Objects) -> BTreeSet<(String, String)> {
     let Some(class) = r.gateway_class_name.as_deref() else { return BTreeSet::new() };
     let served: Vec<&Gateway> =
         objects.gateways.iter().map(|g| &**g).filter(|g| g.spec.gateway_class_name == class).collect();
     let sets = objects.listener_sets.iter().filter(|s| {
         let p = &s.spec.parent_ref;
-        let pns = p.namespace.as_deref().or(s.metadata.namespace.as_deref());
+        let lns = s.metadata.namespace.as_deref().unwrap_or_default();
+        let pns = p.namespace.as_deref().unwrap_or(lns);
         p.kind.as_deref().unwrap_or("Gateway") == "Gateway"
-            && served
-                .iter()
-                .any(|g| g.metadata.namespace.as_deref() == pns && g.metadata.name.as_deref() == Some(&p.name))
+            && served.iter().any(|g| {
+                g.metadata.namespace.as_deref() == Some(pns)
+                    && g.metadata.name.as_deref() == Some(&p.name)
+                    && admits(g, lns, &objects.namespaces)
+            })
     });
     let own = served.iter().map(|g| (&g.metadata, &g.spec.listeners));
     let mut out = BTreeSet::new();
@@ -691,5 +695,37 @@ mod tests {
         .unwrap();
         let e = settings(&named, &NoObjects).unwrap_err();
         assert_eq!((e.reason, e.field.as_str()), ("MissingReference", "spec.render.defaultCertificate"), "{e:?}");
+    }
+
+    #[test]
+    fn secrets_are_read_for_the_listener_sets_a_served_gateway_admits_only() {
+        let r: RenderSpec = serde_json::from_value(serde_json::json!({"gatewayClassName": "haptic"})).unwrap();
+        let gw: Gateway = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "gw", "namespace": "edge"},
+            "spec": {"gatewayClassName": "haptic", "allowedListeners": {"namespaces": {"from": "Same"}},
+                "listeners": [{"name": "https", "port": 443, "protocol": "HTTPS",
+                    "tls": {"certificateRefs": [{"name": "own"}]}}]},
+        }))
+        .unwrap();
+        let set = |ns: &str, secret: &str| -> Arc<ListenerSet> {
+            Arc::new(
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": "ls", "namespace": ns},
+                    "spec": {"parentRef": {"name": "gw", "namespace": "edge"},
+                        "listeners": [{"name": "s", "port": 443, "protocol": "HTTPS",
+                            "tls": {"certificateRefs": [{"name": secret, "namespace": "certs"}]}}]},
+                }))
+                .unwrap(),
+            )
+        };
+        let o = Objects {
+            gateways: vec![Arc::new(gw)],
+            listener_sets: vec![set("edge", "admitted"), set("tenant", "refused")],
+            ..Default::default()
+        };
+        let refs = gateway_secret_refs(&r, &o);
+        let want: BTreeSet<(String, String)> =
+            [("edge", "own"), ("certs", "admitted")].iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+        assert_eq!(refs, want);
     }
 }

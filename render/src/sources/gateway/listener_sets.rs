@@ -62,6 +62,15 @@ pub(super) fn admit<'a>(
     out
 }
 
+/// Whether Gateway `g` allows ListenerSets of namespace `lns` (`namespaces`: every Namespace,
+/// for a selector): the one rule, for the translator and for the Secrets the controller watches.
+pub fn admits(g: &Gateway, lns: &str, namespaces: &[std::sync::Arc<k8s_openapi::api::core::v1::Namespace>]) -> bool {
+    let labels =
+        namespaces.iter().find(|n| n.metadata.name.as_deref() == Some(lns)).and_then(|n| n.metadata.labels.clone());
+    let ns_labels = BTreeMap::from([(lns, labels.unwrap_or_default())]);
+    allows(g, lns, &ns_labels)
+}
+
 /// Whether Gateway `g` allows ListenerSets of namespace `lns`.
 fn allows(g: &Gateway, lns: &str, ns_labels: &BTreeMap<&str, BTreeMap<String, String>>) -> bool {
     let Some(n) = g.spec.allowed_listeners.as_ref().and_then(|a| a.namespaces.as_ref()) else { return false };

@@ -53,6 +53,7 @@ mod routes;
 /// The controller name a GatewayClass must have for haptic to serve it.
 pub const GATEWAY_CONTROLLER: &str = "haptic.dev/gateway-controller";
 pub use backend_tls::PolicyOutcome;
+pub use listener_sets::admits;
 /// The extended features the translator implements (the GatewayClass's `supportedFeatures`,
 /// with the core ones the suite expects listed too).
 pub const SUPPORTED_FEATURES: &[&str] = &[
