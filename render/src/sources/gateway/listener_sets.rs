@@ -6,9 +6,10 @@
 //! first, then ListenerSets by age, then `namespace/name`), the conflicts of their listeners with
 //! those before them on a port (the later listener is the one Conflicted, not Accepted and not
 //! Programmed), their status (Accepted, Programmed, per-listener statuses) and the Gateway's
-//! `attachedListenerSets` and Service ports they add. A ListenerSet a Gateway does not admit, or
-//! whose Gateway is not accepted, must never change the config: it gets no bind port, no listener
-//! and no route. It must never look at routes (they attach in [`super::routes`]).
+//! `attachedListenerSets` and Service ports they add. A ListenerSet a Gateway does not admit must
+//! never change the config: it gets no bind port, no listener and no route; one whose Gateway is
+//! not accepted, or with no valid listener, binds nothing. It must never look at routes (they
+//! attach in [`super::routes`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -208,7 +209,12 @@ fn set_listeners(
         let (lst, mut status) = listeners::listener(input, &owner, l, (conflict, clients), certs);
         if let Some(r) = conflict {
             // A listener that loses its port to an earlier one is neither accepted nor programmed.
-            let m = "an earlier listener of the Gateway or of an older ListenerSet holds this port and hostname";
+            let m = match r {
+                "ProtocolConflict" => {
+                    "a listener of the Gateway or of an earlier ListenerSet has another protocol on this port"
+                }
+                _ => "a listener of the Gateway or of an earlier ListenerSet has this hostname on this port",
+            };
             for c in status.conditions.iter_mut().filter(|c| c.type_ == "Accepted" || c.type_ == "Programmed") {
                 *c = cond(c.type_, false, r, m, gen);
             }
