@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use haptic_haproxy::names::is_section_name;
 
+use super::addresses::{self, Requested};
 use super::api::*;
 use super::ca_refs::{self, CaRef, Referrer};
 use super::{
@@ -380,8 +381,10 @@ fn outcome(
         }
     }
     let (labels, annotations, refused_keys) = infrastructure(g.spec.infrastructure.as_ref(), &st.infrastructure_keys);
-    let service = GatewayService { name: service_name(&gns, &name), ports: svc_ports, labels, annotations };
-    let addresses: Vec<String> = input
+    let wanted = addresses::requested(&g.spec.addresses);
+    let address = wanted.for_service();
+    let service = GatewayService { name: service_name(&gns, &name), ports: svc_ports, labels, annotations, address };
+    let on_service: Vec<String> = input
         .services
         .iter()
         .find(|s| {
@@ -390,26 +393,13 @@ fn outcome(
         })
         .map(|s| service_addresses(s))
         .unwrap_or_default();
+    let (addresses, programmed) = address_conditions(&wanted, on_service, &service.name, gen);
     let mut conds = Vec::new();
-    let static_addr = g.spec.addresses.iter().any(|a| a.value.as_deref().is_some_and(|v| !v.is_empty()));
-    if static_addr {
-        conds.push(cond("Accepted", false, "UnsupportedAddress", "static addresses are not supported", gen));
-    } else {
-        conds.push(accepted(&statuses, &refused_keys, gen));
+    match &wanted {
+        Requested::Unsupported(why) => conds.push(cond("Accepted", false, "UnsupportedAddress", why.clone(), gen)),
+        _ => conds.push(accepted(&statuses, &refused_keys, gen)),
     }
-    if static_addr {
-        conds.push(cond("Programmed", false, "AddressNotUsable", "static addresses are not supported", gen));
-    } else if addresses.is_empty() {
-        conds.push(cond(
-            "Programmed",
-            false,
-            "AddressNotAssigned",
-            format!("Service {} has no address yet (a LoadBalancer's is assigned by its provider)", service.name),
-            gen,
-        ));
-    } else {
-        conds.push(cond("Programmed", true, "Programmed", "programmed", gen));
-    }
+    conds.push(programmed);
     if insecure_fallback(g) {
         let m = "a port lets clients without a valid certificate through (AllowInsecureFallback)";
         conds.push(cond("InsecureFrontendValidationMode", true, "ConfigurationChanged", m, gen));
@@ -421,6 +411,33 @@ fn outcome(
         listeners: statuses,
         addresses,
         service,
+    }
+}
+
+/// A Gateway's `status.addresses` and its Programmed condition: the addresses its Service
+/// has, or of the requested ones those the Service carries (Programmed only when it carries
+/// every one).
+fn address_conditions(wanted: &Requested, on_service: Vec<String>, service: &str, gen: i64) -> (Vec<String>, Cond) {
+    match wanted {
+        Requested::Unsupported(why) => (vec![], cond("Programmed", false, "AddressNotUsable", why.clone(), gen)),
+        Requested::Ips(ips) => {
+            let (carried, not) = addresses::carried(ips, &on_service);
+            if not.is_empty() {
+                (carried, cond("Programmed", true, "Programmed", "programmed", gen))
+            } else {
+                let m = format!(
+                    "Service {service} does not carry {} (it carries the first address asked for, when the API server \
+                     accepts it: within the cluster's Service range and not taken)",
+                    not.join(", ")
+                );
+                (carried, cond("Programmed", false, "AddressNotUsable", m, gen))
+            }
+        }
+        Requested::Any if on_service.is_empty() => {
+            let m = format!("Service {service} has no address yet (a LoadBalancer's is assigned by its provider)");
+            (vec![], cond("Programmed", false, "AddressNotAssigned", m, gen))
+        }
+        Requested::Any => (on_service, cond("Programmed", true, "Programmed", "programmed", gen)),
     }
 }
 

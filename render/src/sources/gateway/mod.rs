@@ -39,6 +39,7 @@ use crate::ownership::{Claimant, HostSharing};
 use crate::slots::{Endpoint, SlotMap};
 use crate::sources::common::{obj, parse_host, parse_path, stable_id, SERVICE_NAME_LABEL};
 
+mod addresses;
 pub mod api;
 mod assemble;
 mod backend_tls;
@@ -61,6 +62,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "GatewayFrontendClientCertificateValidationInsecureFallback",
     "GatewayHTTPListenerIsolation",
     "GatewayPort8080",
+    "GatewayStaticAddresses",
     "HTTPRouteCORS",
     "GRPCRoute",
     "GRPCRouteNamedRouteRule",
@@ -226,6 +228,8 @@ pub struct GatewayService {
     pub labels: BTreeMap<String, String>,
     /// Annotations from `spec.infrastructure`.
     pub annotations: BTreeMap<String, String>,
+    /// The static address it is asked to carry (the first of the Gateway's `spec.addresses`).
+    pub address: Option<IpAddr>,
 }
 
 /// One Gateway's status and Service.
@@ -1162,6 +1166,47 @@ mod tests {
         let g = gw(&o, "front");
         assert_eq!(g.addresses, ["10.0.0.42"]);
         assert!(has(&g.conditions, "Programmed", true, "Programmed"));
+    }
+
+    #[test]
+    fn a_static_address_is_programmed_only_once_the_service_carries_it() {
+        let mut i = input(FIXTURE);
+        let front = i.gateways.iter().position(|g| g.metadata.name.as_deref() == Some("front")).unwrap();
+        let ask = |i: &mut GatewayInput, addrs: &[(Option<&str>, &str)]| {
+            let mut g = (*i.gateways[front]).clone();
+            g.spec.addresses = addrs
+                .iter()
+                .map(|(t, v)| GatewaySpecAddress { type_: t.map(str::to_string), value: Some(v.to_string()) })
+                .collect();
+            i.gateways[front] = g.into();
+        };
+        ask(&mut i, &[(Some("test/fake"), "x"), (None, "192.0.2.1"), (Some("IPAddress"), "10.96.0.200")]);
+        let g = gw(&translate_gateway(&i), "front").clone();
+        assert!(has(&g.conditions, "Accepted", false, "UnsupportedAddress"));
+        assert_eq!(g.service.address, None, "nothing is asked of the Service for a Gateway not accepted");
+        ask(&mut i, &[(None, "192.0.2.1"), (Some("IPAddress"), "10.96.0.200")]);
+        let g = gw(&translate_gateway(&i), "front").clone();
+        assert!(has(&g.conditions, "Accepted", true, "Accepted"));
+        assert!(has(&g.conditions, "Programmed", false, "AddressNotUsable"));
+        assert_eq!(g.service.address, Some("192.0.2.1".parse().unwrap()), "the first address is asked for");
+        assert!(g.addresses.is_empty());
+        ask(&mut i, &[(Some("IPAddress"), "10.96.0.200")]);
+        let mut s = Service::default();
+        s.metadata.name = Some(g.service.name.clone());
+        s.metadata.namespace = Some("fleet".into());
+        s.spec = Some(k8s_openapi::api::core::v1::ServiceSpec {
+            cluster_ip: Some("10.96.7.7".into()),
+            ..Default::default()
+        });
+        i.services.push(s.clone().into());
+        let g = gw(&translate_gateway(&i), "front").clone();
+        assert!(has(&g.conditions, "Programmed", false, "AddressNotUsable"), "the Service still has its old address");
+        assert!(g.addresses.is_empty(), "never the address the Gateway did not ask for");
+        s.spec.as_mut().unwrap().cluster_ip = Some("10.96.0.200".into());
+        i.services = vec![s.into()];
+        let g = gw(&translate_gateway(&i), "front").clone();
+        assert!(has(&g.conditions, "Programmed", true, "Programmed"));
+        assert_eq!(g.addresses, ["10.96.0.200"]);
     }
 
     #[test]
