@@ -325,39 +325,68 @@ fn listener_certs(
         if resolved.is_err() {
             break;
         }
-        let rns = r.namespace.clone().unwrap_or_else(|| gns.to_string());
-        if !r.group.as_deref().unwrap_or("").is_empty() || r.kind.as_deref().unwrap_or("Secret") != "Secret" {
-            resolved = Err(("InvalidCertificateRef", format!("{:?} is not a Secret", r.kind)));
-        } else if rns != gns && !granted(&input.grants, "Gateway", gns, "Secret", &rns, &r.name) {
-            resolved = Err((
-                "RefNotPermitted",
-                format!("no ReferenceGrant in {rns} lets Gateways of {gns} use Secret {}", r.name),
-            ));
-        } else if !is_section_name(&r.name) || !is_section_name(&rns) {
-            resolved = Err(("InvalidCertificateRef", "not a Secret name".into()));
-        } else {
-            let sref = ObjectRef { kind: "Secret".into(), namespace: rns.clone(), name: r.name.clone() };
-            let file = match input.excluded.get(&sref) {
-                Some(why) => Err(format!("Secret {rns}/{} is left out: {why}", r.name)),
-                None => secret_pem(&input.secrets, &rns, &r.name).map_err(|w| w.message),
-            };
-            match file {
-                Ok(file) => {
-                    let path = format!("certs/{rns}_{}.pem", r.name);
-                    certs.entry(path.clone()).or_insert_with(|| Cert {
-                        path: path.clone(),
-                        hosts: vec![],
-                        source: ObjectRef { kind: "Secret".into(), namespace: rns.clone(), name: r.name.clone() },
-                        pem: file.pem,
-                        not_after: file.not_after,
-                    });
-                    lcerts.push(path);
-                }
-                Err(why) => resolved = Err(("InvalidCertificateRef", why)),
+        match secret_cert(input, gns, r, "InvalidCertificateRef") {
+            Ok(c) => {
+                lcerts.push(c.path.clone());
+                certs.entry(c.path.clone()).or_insert(c);
             }
+            Err(e) => resolved = Err(e),
         }
     }
     (resolved, lcerts)
+}
+
+/// The certificate Secret `r` names for a Gateway of namespace `gns`, or why it does not
+/// resolve (`RefNotPermitted` without a ReferenceGrant, else the reason `invalid`).
+fn secret_cert(
+    input: &GatewayInput,
+    gns: &str,
+    r: &SecretObjectReference,
+    invalid: &'static str,
+) -> Result<Cert, (&'static str, String)> {
+    let rns = r.namespace.clone().unwrap_or_else(|| gns.to_string());
+    if !r.group.as_deref().unwrap_or("").is_empty() || r.kind.as_deref().unwrap_or("Secret") != "Secret" {
+        return Err((invalid, format!("{:?} is not a Secret", r.kind)));
+    }
+    if rns != gns && !granted(&input.grants, "Gateway", gns, "Secret", &rns, &r.name) {
+        return Err((
+            "RefNotPermitted",
+            format!("no ReferenceGrant in {rns} lets Gateways of {gns} use Secret {}", r.name),
+        ));
+    }
+    if !is_section_name(&r.name) || !is_section_name(&rns) {
+        return Err((invalid, "not a Secret name".into()));
+    }
+    let source = ObjectRef { kind: "Secret".into(), namespace: rns.clone(), name: r.name.clone() };
+    let file = match input.excluded.get(&source) {
+        Some(why) => Err(format!("Secret {rns}/{} is left out: {why}", r.name)),
+        None => secret_pem(&input.secrets, &rns, &r.name).map_err(|w| w.message),
+    };
+    let file = file.map_err(|why| (invalid, why))?;
+    let path = format!("certs/{rns}_{}.pem", r.name);
+    Ok(Cert { path, hosts: vec![], source, pem: file.pem, not_after: file.not_after })
+}
+
+/// The client certificate Gateway `g` presents to backends (`spec.tls.backend`), with its
+/// `ResolvedRefs` condition: False when the reference does not resolve, and then backends
+/// get no certificate from it.
+pub(super) fn backend_client_cert(input: &GatewayInput, g: &Gateway) -> (Option<Cert>, Cond) {
+    let gns = g.metadata.namespace.clone().unwrap_or_default();
+    let gen = g.metadata.generation.unwrap_or(0);
+    let r = g.spec.tls.as_ref().and_then(|t| t.backend.as_ref()).and_then(|b| b.client_certificate_ref.as_ref());
+    let Some(r) = r else {
+        return (None, cond("ResolvedRefs", true, "ResolvedRefs", "resolved", gen));
+    };
+    match secret_cert(input, &gns, r, "InvalidClientCertificateRef") {
+        Ok(mut c) => {
+            // Its own file: a listener's certificate files are served to clients.
+            c.path = format!("certs/backendclient_{}_{}.pem", c.source.namespace, c.source.name);
+            (Some(c), cond("ResolvedRefs", true, "ResolvedRefs", "resolved", gen))
+        }
+        Err((reason, why)) => {
+            (None, cond("ResolvedRefs", false, reason, format!("spec.tls.backend.clientCertificateRef: {why}"), gen))
+        }
+    }
 }
 
 /// Gateway `g`'s outcome: its Service (the usable listeners' ports, the `spec.infrastructure`

@@ -58,6 +58,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "BackendTLSPolicy",
     "Gateway",
     "GatewayAddressEmpty",
+    "GatewayBackendClientCertificate",
     "GatewayFrontendClientCertificateValidation",
     "GatewayFrontendClientCertificateValidationInsecureFallback",
     "GatewayHTTPListenerIsolation",
@@ -524,6 +525,8 @@ struct Gateways<'a> {
     slices: BTreeMap<(&'a str, &'a str), Vec<&'a EndpointSlice>>,
     /// The BackendTLSPolicies, decided.
     tls: backend_tls::Policies,
+    /// Each Gateway's client certificate for backends spoken to over TLS (its file's path).
+    client_certs: Vec<Option<String>>,
 }
 
 /// What the listeners open and the attached routes add up to, before it becomes the Model.
@@ -560,6 +563,8 @@ struct Attached {
     clients: BTreeMap<u16, ClientVerify>,
     /// The CA files those checks read, by path.
     client_cas: BTreeMap<String, Cert>,
+    /// The Gateways' client certificates for backends, by path.
+    client_certs: BTreeMap<String, Cert>,
     /// (namespace, Service) → the Gateways (by index) whose attached routes send to it.
     reached: BTreeMap<(String, String), BTreeSet<usize>>,
 }
@@ -625,8 +630,12 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
     out.slots.bind_ports = bind_ports.clone();
     let mut certs: BTreeMap<String, Cert> = BTreeMap::new();
     let mut glisteners: Vec<Vec<Lst>> = Vec::new();
+    let mut client_certs: Vec<Option<Cert>> = Vec::new();
     for g in &gws {
-        let (ls, outcome) = listeners::gateway(input, g, &bind_ports, &mut certs);
+        let (ls, mut outcome) = listeners::gateway(input, g, &bind_ports, &mut certs);
+        let (client, resolved) = listeners::backend_client_cert(input, g);
+        outcome.conditions.push(resolved);
+        client_certs.push(client);
         out.gateways.push(outcome);
         glisteners.push(ls);
     }
@@ -654,8 +663,12 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
             .collect(),
         slices,
         tls: backend_tls::Policies::decide(input),
+        client_certs: client_certs.iter().map(|c| c.as_ref().map(|c| c.path.clone())).collect(),
     };
-    let mut acc = Attached::default();
+    let mut acc = Attached {
+        client_certs: client_certs.into_iter().flatten().map(|c| (c.path.clone(), c)).collect(),
+        ..Default::default()
+    };
     listeners::binds(&gw, &mut acc);
     let lowered: Vec<grpc_route::Lowered> = input.grpc_routes.iter().map(|r| grpc_route::lower(r)).collect();
     let tls: Vec<HttpRoute> = input.tls_routes.iter().map(|r| l4_routes::lower_tls(r)).collect();
