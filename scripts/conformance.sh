@@ -161,12 +161,19 @@ shown=${FEATURES:-$(tr ' ' ',' <<<"$claimed")}
 log "running $PROFILES ($shown); log: $out/run.log"
 t0=$SECONDS
 read -ra extra <<<"${HAPTIC_CONFORMANCE_ARGS:-}"
+# GatewayStaticAddresses: a Gateway's static address is its Service's cluster IP, so a usable
+# one is free in the cluster's Service range (scripts/cluster.sh: 10.0.0.0/24; the low addresses
+# are the range's static band, which the API server never hands out on its own; 10.0.0.10 is
+# the cluster DNS) and an unusable one is outside it.
+usable=${HAPTIC_CONFORMANCE_USABLE_ADDRESS:-10.0.0.12}
+unusable=${HAPTIC_CONFORMANCE_UNUSABLE_ADDRESS:-192.0.2.1}
 set +e
 "$out/conformance.test" -test.run '^TestConformance$' -test.v -test.timeout 90m \
   --gateway-class=haptic --conformance-profiles="$PROFILES" "${features[@]}" \
   --report-output="$report.tmp" --organization=haptic --project=haptic \
   --url=https://github.com/haptic/haptic --version="v$version" --contact=haptic-maintainers \
   --mode=default --cleanup-base-resources=true \
+  --usable-address="$usable" --unusable-address="$unusable" \
   --timeout-config-overrides="${HAPTIC_CONFORMANCE_TIMEOUTS:-MaxTimeToConsistency:60}" \
   "${extra[@]}" >"$out/run.log" 2>&1
 rc=$?

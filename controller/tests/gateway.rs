@@ -279,3 +279,73 @@ async fn gateways_get_addresses_statuses_and_runtime_routes(bin: HaproxyBin) {
     assert_eq!(converged(&api, 2, None).await["planId"], plan.as_str(), "a refused route changes nothing");
     drop(ctl);
 }
+
+/// Patches Gateway `shop/gw`'s `spec.addresses`.
+async fn ask_addresses(c: &Client, addresses: Value) {
+    let gws: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(c.clone(), "shop", &kube::api::ApiResource::erase::<Gateway>(&()));
+    let patch = json!({"spec": {"addresses": addresses}});
+    gws.patch("gw", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await.unwrap();
+}
+
+/// Gateway `shop/gw`'s status once its conditions say `wanted` (type → reason).
+async fn gateway_with(c: &Client, what: &str, wanted: &[(&str, &str)]) -> Value {
+    let gws: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(c.clone(), "shop", &kube::api::ApiResource::erase::<Gateway>(&()));
+    eventually(what, || async {
+        let o = gws.get("gw").await.ok()?;
+        let (gen, v) = (json!(o.metadata.generation), o.data);
+        let now = |t: &str| cond(&v["status"]["conditions"], t)["observedGeneration"] == gen;
+        wanted.iter().all(|(t, r)| now(t) && cond(&v["status"]["conditions"], t)["reason"] == *r).then_some(v)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_address_is_its_service_cluster_ip_and_never_costs_the_old_one_for_nothing() {
+    let bin = haptic_e2e::bins::haproxy_bins().into_iter().last().expect("an HAProxy binary");
+    let e = env().await;
+    let c = &e.client;
+    gateway_crds(c).await;
+    namespace(c, "fleet").await;
+    namespace(c, "shop").await;
+    put_secret(c, "fleet", PASSWORD).await;
+    let mut pods = LocalPods::new(c.clone(), local_opts("fleet", &bin));
+    pods.create(1).await.unwrap();
+    create_objects(c, pods.agent_port()).await;
+    let ctl = Controller::start(&e.cp, "fleet", &bin, "ctl-a", e.dir.path());
+    class_gateway_and_route_status(c).await;
+    let services: Api<Service> = Api::namespaced(c.clone(), "fleet");
+    let svc_name = haptic_render::gateway::service_name("shop", "gw");
+    let cluster_ip = |s: Service| s.spec.and_then(|s| s.cluster_ip).unwrap_or_default();
+    let before = cluster_ip(services.get(&svc_name).await.unwrap());
+
+    // A type no Service carries: not accepted; the Service keeps serving.
+    ask_addresses(c, json!([{"type": "test/fake", "value": "x"}, {"value": "10.0.0.12"}])).await;
+    gateway_with(c, "Gateway gw not accepted for its address type", &[("Accepted", "UnsupportedAddress")]).await;
+    // An address outside the cluster's Service range first: the API server would refuse it,
+    // so the Service is not recreated and keeps its address.
+    ask_addresses(c, json!([{"value": "192.0.2.1"}, {"type": "IPAddress", "value": "10.0.0.12"}])).await;
+    let g = gateway_with(
+        c,
+        "Gateway gw accepted, its address not usable",
+        &[("Accepted", "Accepted"), ("Programmed", "AddressNotUsable")],
+    )
+    .await;
+    assert_eq!(g["status"]["addresses"], json!([]), "{g}");
+    assert_eq!(cluster_ip(services.get(&svc_name).await.unwrap()), before, "the Service is never deleted for nothing");
+
+    // The address the cluster can give: the Service is created again with it.
+    ask_addresses(c, json!([{"type": "IPAddress", "value": "10.0.0.12"}])).await;
+    let g = gateway_with(c, "Gateway gw programmed with its static address", &[("Programmed", "Programmed")]).await;
+    assert_eq!(g["status"]["addresses"], json!([{"type": "IPAddress", "value": "10.0.0.12"}]), "{g}");
+    let svc = services.get(&svc_name).await.unwrap();
+    assert_eq!(svc.metadata.annotations.clone().unwrap_or_default()["haptic.dev/static-address"], "10.0.0.12");
+    assert_eq!(cluster_ip(svc), "10.0.0.12");
+
+    // Asking for nothing again keeps the address the Service has (a cluster IP stays).
+    ask_addresses(c, json!([])).await;
+    let g = gateway_with(c, "Gateway gw programmed without a static address", &[("Programmed", "Programmed")]).await;
+    assert_eq!(g["status"]["addresses"][0]["value"], "10.0.0.12", "{g}");
+    drop(ctl);
+}

@@ -25,11 +25,11 @@ use haptic_render::gateway_api::{
 use haptic_render::ObjectRef;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::context::Context;
 use super::crd::{GatewayServiceSpec, GatewayServiceType};
@@ -39,6 +39,8 @@ use super::status::FIELD_MANAGER;
 pub const SERVICE_LABEL: &str = "haptic.dev/gateway-service";
 /// The annotation naming the Gateway (`namespace/name`) a Service is for.
 pub const GATEWAY_ANNOTATION: &str = "haptic.dev/gateway";
+/// The annotation naming the static address a Gateway's Service carries.
+pub const ADDRESS_ANNOTATION: &str = "haptic.dev/static-address";
 
 fn now() -> String {
     let f = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
@@ -87,6 +89,9 @@ pub fn service(
     let mut annotations = kind.annotations.clone();
     annotations.extend(g.service.annotations.clone());
     annotations.insert(GATEWAY_ANNOTATION.into(), format!("{}/{}", g.object.namespace, g.object.name));
+    if let Some(ip) = g.service.address {
+        annotations.insert(ADDRESS_ANNOTATION.into(), ip.to_string());
+    }
     let ports: Vec<Value> = g
         .service
         .ports
@@ -103,6 +108,16 @@ pub fn service(
         if let Some(c) = &kind.load_balancer_class {
             spec["loadBalancerClass"] = json!(c);
         }
+    }
+    match g.service.address {
+        Some(ip) if kind.type_ == GatewayServiceType::LoadBalancer => spec["loadBalancerIP"] = json!(ip.to_string()),
+        // An apply that leaves the cluster IP out later keeps it: the API server keeps a
+        // Service's allocated cluster IP when an update leaves it empty.
+        Some(ip) => {
+            spec["clusterIP"] = json!(ip.to_string());
+            spec["clusterIPs"] = json!([ip.to_string()]);
+        }
+        None => {}
     }
     Some(json!({
         "apiVersion": "v1",
@@ -303,6 +318,11 @@ async fn write_services(
         if done.services.get(&g.service.name) == Some(&svc) {
             continue;
         }
+        if let Some(ip) = g.service.address.filter(|_| kind.type_ != GatewayServiceType::LoadBalancer) {
+            if !carry_address(&services, &svc, ip, &g.object).await {
+                continue;
+            }
+        }
         match services.patch(&g.service.name, params, &Patch::Apply(&svc)).await {
             Ok(_) => {
                 done.services.insert(g.service.name.clone(), svc);
@@ -324,6 +344,40 @@ async fn write_services(
         }
         Err(e) => warn!("cannot list the Gateways' Services: {e}"),
     }
+}
+
+/// Makes room for the Service `svc` to carry the cluster IP `ip` its apply asks for (a
+/// cluster IP never changes in place): when it exists with another one, and the API server
+/// accepts `ip` for a Service (a dry-run create first, so a Service is never deleted for an
+/// address it cannot get), it is deleted, for the apply to create it again. False when the
+/// apply must not run, as the Service cannot carry `ip`.
+async fn carry_address(services: &Api<Service>, svc: &Value, ip: std::net::IpAddr, gateway: &ObjectRef) -> bool {
+    let name = svc["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let current = match services.get_opt(&name).await {
+        Ok(Some(e)) => e.spec.and_then(|s| s.cluster_ip),
+        Ok(None) => return true,
+        Err(e) => {
+            warn!("cannot read Service {name} of {gateway}: {e}");
+            return false;
+        }
+    };
+    if current.as_deref() == Some(ip.to_string().as_str()) {
+        return true;
+    }
+    let Ok(mut probe) = serde_json::from_value::<Service>(svc.clone()) else { return false };
+    probe.metadata.name = None;
+    probe.metadata.generate_name = Some("haptic-address-check-".into());
+    let dry = PostParams { dry_run: true, field_manager: Some(FIELD_MANAGER.into()) };
+    if let Err(e) = services.create(&dry, &probe).await {
+        warn!("{gateway} asks for address {ip}, which its Service {name} cannot carry: {e}");
+        return false;
+    }
+    info!("recreating Service {name} of {gateway} with the static address {ip} (a cluster IP never changes in place)");
+    if let Err(e) = services.delete(&name, &DeleteParams::default()).await {
+        warn!("cannot delete Service {name} of {gateway} to give it address {ip}: {e}");
+        return false;
+    }
+    true
 }
 
 /// Writes the status of every GatewayClass left unserved (each time), and of the served one
@@ -595,6 +649,7 @@ mod tests {
             attached_listener_sets: 0,
             addresses: vec![],
             service: haptic_render::gateway::GatewayService {
+                address: None,
                 name: "gw-a-gw-0123456789".into(),
                 ports: vec![(80, 20000), (443, 20001)],
                 labels: BTreeMap::from([("team".to_string(), "blue".to_string())]),
@@ -623,6 +678,18 @@ mod tests {
         assert_eq!(s["spec"]["loadBalancerClass"], "example.com/lb");
         assert_eq!(s["metadata"]["annotations"]["lb.example.com/scheme"], "internet-facing");
         assert_eq!(s["metadata"]["annotations"][GATEWAY_ANNOTATION], "a/gw");
+        assert_eq!(s["spec"].get("loadBalancerIP"), None);
+        assert_eq!(s["spec"].get("clusterIP"), None, "no address asked: the API server assigns one");
+
+        let mut fixed = g.clone();
+        fixed.service.address = Some("10.96.0.200".parse().unwrap());
+        let s = service(&fixed, "fleet", &sel, &lb).unwrap();
+        assert_eq!(s["spec"]["loadBalancerIP"], "10.96.0.200");
+        assert_eq!(s["spec"].get("clusterIP"), None, "a LoadBalancer's cluster IP is not the Gateway's");
+        let s = service(&fixed, "fleet", &sel, &GatewayServiceSpec::default()).unwrap();
+        assert_eq!(s["spec"]["clusterIP"], "10.96.0.200");
+        assert_eq!(s["spec"]["clusterIPs"], json!(["10.96.0.200"]));
+        assert_eq!(s["metadata"]["annotations"][ADDRESS_ANNOTATION], "10.96.0.200");
     }
 
     #[test]
@@ -655,6 +722,7 @@ mod tests {
             attached_listener_sets: 0,
             addresses: vec![],
             service: haptic_render::gateway::GatewayService {
+                address: None,
                 name: "gw".into(),
                 ports: vec![],
                 labels: BTreeMap::new(),

@@ -358,6 +358,15 @@ pub struct ParentGatewayReference {
     pub namespace: Option<String>,
 }
 
+/// `Gateway.spec.tls.backend`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayBackendTls {
+    /// The certificate (and key) the Gateway presents to backends that ask for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_certificate_ref: Option<SecretObjectReference>,
+}
+
 /// `Gateway.spec.tls`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -365,6 +374,9 @@ pub struct GatewayTlsConfig {
     /// What applies to the TLS connections clients open.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub frontend: Option<FrontendTlsConfig>,
+    /// What applies to the TLS connections the Gateway opens to backends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<GatewayBackendTls>,
 }
 
 /// `spec.tls.frontend`.

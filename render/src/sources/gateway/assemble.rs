@@ -43,6 +43,7 @@ pub(super) fn model(
         reached: _,
         mut clients,
         client_cas,
+        client_certs,
     } = acc;
     let model = &mut out.model;
     splits.sort_by(|a, b| a.rule.cmp(&b.rule));
@@ -53,9 +54,14 @@ pub(super) fn model(
     plan_backends(model, &mut out.slots, input, (backends, &tcp_backends));
     model.certs = certs.into_values().collect();
     // Only the CA files a backend of this render names (a retired backend has no options).
-    let named: BTreeSet<&str> =
-        model.backends.iter().filter_map(|b| b.options.upstream_tls.as_ref()?.ca_file.as_deref()).collect();
-    model.upstream_certs = ca_files.into_values().filter(|c| named.contains(c.path.as_str())).collect();
+    let named: BTreeSet<&str> = model
+        .backends
+        .iter()
+        .filter_map(|b| b.options.upstream_tls.as_ref())
+        .flat_map(|t| t.ca_file.iter().chain(&t.client_cert).map(String::as_str))
+        .collect();
+    model.upstream_certs =
+        ca_files.into_values().chain(client_certs.into_values()).filter(|c| named.contains(c.path.as_str())).collect();
     model.upstream_certs.extend(client_cas.into_values());
     let st = &input.settings;
     let mut binds: Vec<Bind> = http_binds

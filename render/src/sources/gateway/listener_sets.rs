@@ -293,7 +293,7 @@ mod tests {
         let orphan = set(&o, "team-b", "orphan");
         assert!(has(&orphan.conditions, "Accepted", false, "ParentNotAccepted"), "{orphan:?}");
         assert!(has(&orphan.conditions, "Programmed", false, "ParentNotAccepted"));
-        assert_eq!(attached(&o, "static"), 0);
+        assert_eq!(attached(&o, "invalid"), 0);
         // Same.
         let ok = set(&o, "edge", "same-ok");
         assert!(

@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use haptic_haproxy::names::is_section_name;
 
+use super::addresses::{self, Requested};
 use super::api::*;
 use super::ca_refs::{self, CaRef, Referrer};
 use super::{
@@ -353,39 +354,69 @@ fn listener_certs(
         if resolved.is_err() {
             break;
         }
-        let rns = r.namespace.clone().unwrap_or_else(|| gns.to_string());
-        if !r.group.as_deref().unwrap_or("").is_empty() || r.kind.as_deref().unwrap_or("Secret") != "Secret" {
-            resolved = Err(("InvalidCertificateRef", format!("{:?} is not a Secret", r.kind)));
-        } else if rns != gns && !granted(&input.grants, kind, gns, "Secret", &rns, &r.name) {
-            resolved = Err((
-                "RefNotPermitted",
-                format!("no ReferenceGrant in {rns} lets {kind}s of {gns} use Secret {}", r.name),
-            ));
-        } else if !is_section_name(&r.name) || !is_section_name(&rns) {
-            resolved = Err(("InvalidCertificateRef", "not a Secret name".into()));
-        } else {
-            let sref = ObjectRef { kind: "Secret".into(), namespace: rns.clone(), name: r.name.clone() };
-            let file = match input.excluded.get(&sref) {
-                Some(why) => Err(format!("Secret {rns}/{} is left out: {why}", r.name)),
-                None => secret_pem(&input.secrets, &rns, &r.name).map_err(|w| w.message),
-            };
-            match file {
-                Ok(file) => {
-                    let path = format!("certs/{rns}_{}.pem", r.name);
-                    certs.entry(path.clone()).or_insert_with(|| Cert {
-                        path: path.clone(),
-                        hosts: vec![],
-                        source: ObjectRef { kind: "Secret".into(), namespace: rns.clone(), name: r.name.clone() },
-                        pem: file.pem,
-                        not_after: file.not_after,
-                    });
-                    lcerts.push(path);
-                }
-                Err(why) => resolved = Err(("InvalidCertificateRef", why)),
+        match secret_cert(input, (kind, gns), r, "InvalidCertificateRef") {
+            Ok(c) => {
+                lcerts.push(c.path.clone());
+                certs.entry(c.path.clone()).or_insert(c);
             }
+            Err(e) => resolved = Err(e),
         }
     }
     (resolved, lcerts)
+}
+
+/// The certificate Secret `r` names for a `kind` (Gateway, ListenerSet) of namespace `gns`, or why
+/// it does not resolve (`RefNotPermitted` without a ReferenceGrant from that kind there, else the
+/// reason `invalid`).
+fn secret_cert(
+    input: &GatewayInput,
+    (kind, gns): (&str, &str),
+    r: &SecretObjectReference,
+    invalid: &'static str,
+) -> Result<Cert, (&'static str, String)> {
+    let rns = r.namespace.clone().unwrap_or_else(|| gns.to_string());
+    if !r.group.as_deref().unwrap_or("").is_empty() || r.kind.as_deref().unwrap_or("Secret") != "Secret" {
+        return Err((invalid, format!("{:?} is not a Secret", r.kind)));
+    }
+    if rns != gns && !granted(&input.grants, kind, gns, "Secret", &rns, &r.name) {
+        return Err((
+            "RefNotPermitted",
+            format!("no ReferenceGrant in {rns} lets {kind}s of {gns} use Secret {}", r.name),
+        ));
+    }
+    if !is_section_name(&r.name) || !is_section_name(&rns) {
+        return Err((invalid, "not a Secret name".into()));
+    }
+    let source = ObjectRef { kind: "Secret".into(), namespace: rns.clone(), name: r.name.clone() };
+    let file = match input.excluded.get(&source) {
+        Some(why) => Err(format!("Secret {rns}/{} is left out: {why}", r.name)),
+        None => secret_pem(&input.secrets, &rns, &r.name).map_err(|w| w.message),
+    };
+    let file = file.map_err(|why| (invalid, why))?;
+    let path = format!("certs/{rns}_{}.pem", r.name);
+    Ok(Cert { path, hosts: vec![], source, pem: file.pem, not_after: file.not_after })
+}
+
+/// The client certificate Gateway `g` presents to backends (`spec.tls.backend`), with its
+/// `ResolvedRefs` condition: False when the reference does not resolve, and then backends
+/// get no certificate from it.
+pub(super) fn backend_client_cert(input: &GatewayInput, g: &Gateway) -> (Option<Cert>, Cond) {
+    let gns = g.metadata.namespace.clone().unwrap_or_default();
+    let gen = g.metadata.generation.unwrap_or(0);
+    let r = g.spec.tls.as_ref().and_then(|t| t.backend.as_ref()).and_then(|b| b.client_certificate_ref.as_ref());
+    let Some(r) = r else {
+        return (None, cond("ResolvedRefs", true, "ResolvedRefs", "resolved", gen));
+    };
+    match secret_cert(input, ("Gateway", &gns), r, "InvalidClientCertificateRef") {
+        Ok(mut c) => {
+            // Its own file: a listener's certificate files are served to clients.
+            c.path = format!("certs/backendclient_{}_{}.pem", c.source.namespace, c.source.name);
+            (Some(c), cond("ResolvedRefs", true, "ResolvedRefs", "resolved", gen))
+        }
+        Err((reason, why)) => {
+            (None, cond("ResolvedRefs", false, reason, format!("spec.tls.backend.clientCertificateRef: {why}"), gen))
+        }
+    }
 }
 
 /// Gateway `g`'s outcome: its Service (the usable listeners' ports, the `spec.infrastructure`
@@ -409,8 +440,10 @@ fn outcome(
         }
     }
     let (labels, annotations, refused_keys) = infrastructure(g.spec.infrastructure.as_ref(), &st.infrastructure_keys);
-    let service = GatewayService { name: service_name(&gns, &name), ports: svc_ports, labels, annotations };
-    let addresses: Vec<String> = input
+    let wanted = addresses::requested(&g.spec.addresses);
+    let address = wanted.for_service();
+    let service = GatewayService { name: service_name(&gns, &name), ports: svc_ports, labels, annotations, address };
+    let on_service: Vec<String> = input
         .services
         .iter()
         .find(|s| {
@@ -419,26 +452,13 @@ fn outcome(
         })
         .map(|s| service_addresses(s))
         .unwrap_or_default();
+    let (addresses, programmed) = address_conditions(&wanted, on_service, &service.name, gen);
     let mut conds = Vec::new();
-    let static_addr = g.spec.addresses.iter().any(|a| a.value.as_deref().is_some_and(|v| !v.is_empty()));
-    if static_addr {
-        conds.push(cond("Accepted", false, "UnsupportedAddress", "static addresses are not supported", gen));
-    } else {
-        conds.push(accepted(&statuses, &refused_keys, gen));
+    match &wanted {
+        Requested::Unsupported(why) => conds.push(cond("Accepted", false, "UnsupportedAddress", why.clone(), gen)),
+        _ => conds.push(accepted(&statuses, &refused_keys, gen)),
     }
-    if static_addr {
-        conds.push(cond("Programmed", false, "AddressNotUsable", "static addresses are not supported", gen));
-    } else if addresses.is_empty() {
-        conds.push(cond(
-            "Programmed",
-            false,
-            "AddressNotAssigned",
-            format!("Service {} has no address yet (a LoadBalancer's is assigned by its provider)", service.name),
-            gen,
-        ));
-    } else {
-        conds.push(cond("Programmed", true, "Programmed", "programmed", gen));
-    }
+    conds.push(programmed);
     if insecure_fallback(g) {
         let m = "a port lets clients without a valid certificate through (AllowInsecureFallback)";
         conds.push(cond("InsecureFrontendValidationMode", true, "ConfigurationChanged", m, gen));
@@ -451,6 +471,33 @@ fn outcome(
         attached_listener_sets: 0,
         addresses,
         service,
+    }
+}
+
+/// A Gateway's `status.addresses` and its Programmed condition: the addresses its Service
+/// has, or of the requested ones those the Service carries (Programmed only when it carries
+/// every one).
+fn address_conditions(wanted: &Requested, on_service: Vec<String>, service: &str, gen: i64) -> (Vec<String>, Cond) {
+    match wanted {
+        Requested::Unsupported(why) => (vec![], cond("Programmed", false, "AddressNotUsable", why.clone(), gen)),
+        Requested::Ips(ips) => {
+            let (carried, not) = addresses::carried(ips, &on_service);
+            if not.is_empty() {
+                (carried, cond("Programmed", true, "Programmed", "programmed", gen))
+            } else {
+                let m = format!(
+                    "Service {service} does not carry {} (it carries the first address asked for, when the API server \
+                     accepts it: within the cluster's Service range and not taken)",
+                    not.join(", ")
+                );
+                (carried, cond("Programmed", false, "AddressNotUsable", m, gen))
+            }
+        }
+        Requested::Any if on_service.is_empty() => {
+            let m = format!("Service {service} has no address yet (a LoadBalancer's is assigned by its provider)");
+            (vec![], cond("Programmed", false, "AddressNotAssigned", m, gen))
+        }
+        Requested::Any => (on_service, cond("Programmed", true, "Programmed", "programmed", gen)),
     }
 }
 

@@ -40,6 +40,7 @@ use crate::ownership::{Claimant, HostSharing};
 use crate::slots::{Endpoint, SlotMap};
 use crate::sources::common::{obj, parse_host, parse_path, stable_id, SERVICE_NAME_LABEL};
 
+mod addresses;
 pub mod api;
 mod assemble;
 mod backend_tls;
@@ -60,10 +61,12 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "BackendTLSPolicy",
     "Gateway",
     "GatewayAddressEmpty",
+    "GatewayBackendClientCertificate",
     "GatewayFrontendClientCertificateValidation",
     "GatewayFrontendClientCertificateValidationInsecureFallback",
     "GatewayHTTPListenerIsolation",
     "GatewayPort8080",
+    "GatewayStaticAddresses",
     "HTTPRouteCORS",
     "GRPCRoute",
     "GRPCRouteNamedRouteRule",
@@ -232,6 +235,8 @@ pub struct GatewayService {
     pub labels: BTreeMap<String, String>,
     /// Annotations from `spec.infrastructure`.
     pub annotations: BTreeMap<String, String>,
+    /// The static address it is asked to carry (the first of the Gateway's `spec.addresses`).
+    pub address: Option<IpAddr>,
 }
 
 /// One Gateway's status and Service.
@@ -567,6 +572,8 @@ struct Gateways<'a> {
     slices: BTreeMap<(&'a str, &'a str), Vec<&'a EndpointSlice>>,
     /// The BackendTLSPolicies, decided.
     tls: backend_tls::Policies,
+    /// Each Gateway's client certificate for backends spoken to over TLS (its file's path).
+    client_certs: Vec<Option<String>>,
 }
 
 /// What the listeners open and the attached routes add up to, before it becomes the Model.
@@ -603,6 +610,8 @@ struct Attached {
     clients: BTreeMap<u16, ClientVerify>,
     /// The CA files those checks read, by path.
     client_cas: BTreeMap<String, Cert>,
+    /// The Gateways' client certificates for backends, by path.
+    client_certs: BTreeMap<String, Cert>,
     /// (namespace, Service) → the Gateways (by index) whose attached routes send to it.
     reached: BTreeMap<(String, String), BTreeSet<usize>>,
 }
@@ -698,8 +707,12 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
     out.slots.bind_ports = bind_ports.clone();
     let mut certs: BTreeMap<String, Cert> = BTreeMap::new();
     let mut glisteners: Vec<Vec<Lst>> = Vec::new();
+    let mut client_certs: Vec<Option<Cert>> = Vec::new();
     for g in &gws {
-        let (ls, outcome) = listeners::gateway(input, g, &bind_ports, &mut certs);
+        let (ls, mut outcome) = listeners::gateway(input, g, &bind_ports, &mut certs);
+        let (client, resolved) = listeners::backend_client_cert(input, g);
+        outcome.conditions.push(resolved);
+        client_certs.push(client);
         out.gateways.push(outcome);
         glisteners.push(ls);
     }
@@ -725,8 +738,12 @@ pub fn translate_gateway(input: &GatewayInput) -> GatewayOutput {
             .collect(),
         slices,
         tls: backend_tls::Policies::decide(input),
+        client_certs: client_certs.iter().map(|c| c.as_ref().map(|c| c.path.clone())).collect(),
     };
-    let mut acc = Attached::default();
+    let mut acc = Attached {
+        client_certs: client_certs.into_iter().flatten().map(|c| (c.path.clone(), c)).collect(),
+        ..Default::default()
+    };
     listeners::binds(&gw, &mut acc);
     let lowered: Vec<grpc_route::Lowered> = input.grpc_routes.iter().map(|r| grpc_route::lower(r)).collect();
     let tls: Vec<HttpRoute> = input.tls_routes.iter().map(|r| l4_routes::lower_tls(r)).collect();
@@ -1240,6 +1257,47 @@ mod tests {
         let g = gw(&o, "front");
         assert_eq!(g.addresses, ["10.0.0.42"]);
         assert!(has(&g.conditions, "Programmed", true, "Programmed"));
+    }
+
+    #[test]
+    fn a_static_address_is_programmed_only_once_the_service_carries_it() {
+        let mut i = input(FIXTURE);
+        let front = i.gateways.iter().position(|g| g.metadata.name.as_deref() == Some("front")).unwrap();
+        let ask = |i: &mut GatewayInput, addrs: &[(Option<&str>, &str)]| {
+            let mut g = (*i.gateways[front]).clone();
+            g.spec.addresses = addrs
+                .iter()
+                .map(|(t, v)| GatewaySpecAddress { type_: t.map(str::to_string), value: Some(v.to_string()) })
+                .collect();
+            i.gateways[front] = g.into();
+        };
+        ask(&mut i, &[(Some("test/fake"), "x"), (None, "192.0.2.1"), (Some("IPAddress"), "10.96.0.200")]);
+        let g = gw(&translate_gateway(&i), "front").clone();
+        assert!(has(&g.conditions, "Accepted", false, "UnsupportedAddress"));
+        assert_eq!(g.service.address, None, "nothing is asked of the Service for a Gateway not accepted");
+        ask(&mut i, &[(None, "192.0.2.1"), (Some("IPAddress"), "10.96.0.200")]);
+        let g = gw(&translate_gateway(&i), "front").clone();
+        assert!(has(&g.conditions, "Accepted", true, "Accepted"));
+        assert!(has(&g.conditions, "Programmed", false, "AddressNotUsable"));
+        assert_eq!(g.service.address, Some("192.0.2.1".parse().unwrap()), "the first address is asked for");
+        assert!(g.addresses.is_empty());
+        ask(&mut i, &[(Some("IPAddress"), "10.96.0.200")]);
+        let mut s = Service::default();
+        s.metadata.name = Some(g.service.name.clone());
+        s.metadata.namespace = Some("fleet".into());
+        s.spec = Some(k8s_openapi::api::core::v1::ServiceSpec {
+            cluster_ip: Some("10.96.7.7".into()),
+            ..Default::default()
+        });
+        i.services.push(s.clone().into());
+        let g = gw(&translate_gateway(&i), "front").clone();
+        assert!(has(&g.conditions, "Programmed", false, "AddressNotUsable"), "the Service still has its old address");
+        assert!(g.addresses.is_empty(), "never the address the Gateway did not ask for");
+        s.spec.as_mut().unwrap().cluster_ip = Some("10.96.0.200".into());
+        i.services = vec![s.into()];
+        let g = gw(&translate_gateway(&i), "front").clone();
+        assert!(has(&g.conditions, "Programmed", true, "Programmed"));
+        assert_eq!(g.addresses, ["10.96.0.200"]);
     }
 
     #[test]

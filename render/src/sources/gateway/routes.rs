@@ -54,6 +54,7 @@ struct Content {
 }
 
 /// The route being translated.
+#[derive(Clone, Copy)]
 struct One<'r> {
     r: &'r HttpRoute,
     /// Its kind (a GRPCRoute comes lowered to the HTTPRoute it means).
@@ -61,6 +62,11 @@ struct One<'r> {
     me: &'r ObjectRef,
     /// Its namespace.
     rns: &'r str,
+    /// The client certificate its backends spoken to over TLS present (the file of the
+    /// Gateways it is translated for), and what ends the names of its rules' ids and
+    /// backends then (empty without one).
+    client_cert: Option<&'r str>,
+    variant: &'r str,
 }
 
 /// A route to translate: its kind, the route (lowered when a GRPCRoute) and what its lowering
@@ -77,7 +83,7 @@ pub(super) fn route(gw: &Gateways<'_>, rank: usize, input: RouteIn<'_>, acc: &mu
     let r = input.route;
     let me = obj(input.kind.name(), &r.metadata);
     let rns = me.namespace.clone();
-    let one = One { r, kind: input.kind, me: &me, rns: &rns };
+    let one = One { r, kind: input.kind, me: &me, rns: &rns, client_cert: None, variant: "" };
     let mut v = Verdict::of(me.clone());
     let mut content = content(gw, &one, rank);
     if let Some(why) = input.lowering {
@@ -105,10 +111,26 @@ pub(super) fn route(gw: &Gateways<'_>, rank: usize, input: RouteIn<'_>, acc: &mu
         }
     }
     if attached_any {
-        for (ri, (cands, acts, res)) in content.compiled.into_iter().enumerate() {
-            rule_into(&one, ri, (&cands, acts, res), acc);
-            for (p, li) in &attachments {
-                hosts_into(gw, &one, (*p, *li), (&content.hostnames, &cands), acc, &mut v);
+        // A backend spoken to over TLS presents the client certificate of the Gateway the
+        // request came through: the attachments are grouped by it, each group translated with
+        // its own rules and backends.
+        let mut groups: BTreeMap<Option<&str>, Vec<(Parent, usize)>> = BTreeMap::new();
+        for a in &attachments {
+            groups.entry(gw.client_certs[gw.gateway_of(a.0)].as_deref()).or_default().push(*a);
+        }
+        let mut plain = Some(content.compiled);
+        for (cert, atts) in groups {
+            let variant = cert.map(|c| format!(".{}", stable_id("c", &[c]))).unwrap_or_default();
+            let one = One { client_cert: cert, variant: &variant, ..one };
+            let compiled = match cert {
+                None => plain.take().unwrap_or_default(),
+                Some(_) => self::content(gw, &one, rank).compiled,
+            };
+            for (ri, (cands, acts, res)) in compiled.into_iter().enumerate() {
+                rule_into(&one, ri, (&cands, acts, res), acc);
+                for (p, li) in &atts {
+                    hosts_into(gw, &one, (*p, *li), (&content.hostnames, &cands), acc, &mut v);
+                }
             }
         }
     }
@@ -157,7 +179,12 @@ fn matches_and_actions(
     let mut cands = Vec::new();
     let mut prefix_len = None;
     for (mi, m) in ms.iter().enumerate() {
-        let id = stable_id("g", &[one.rns, &one.me.name, &ri.to_string(), &mi.to_string()]);
+        let (ri_s, mi_s) = (ri.to_string(), mi.to_string());
+        let mut parts = vec![one.rns, &one.me.name, &ri_s, &mi_s];
+        if !one.variant.is_empty() {
+            parts.push(one.variant);
+        }
+        let id = stable_id("g", &parts);
         match compile_match(m) {
             Ok(mut c) => {
                 if c.path.0 == PathKind::Prefix {
@@ -304,20 +331,28 @@ fn backend_ref(
         (_, p) => (p, ""),
     };
     let canonical = sp.name.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| sp.port.to_string());
-    let name = format!("{bns}_{}_{canonical}{suffix}", br.name);
-    if !is_section_name(&name) {
-        return Err(unresolved("BackendNotFound", Cause::Missing, format!("{at}: {name:?} is not a backend name")));
-    }
+    let mut name = format!("{bns}_{}_{canonical}{suffix}", br.name);
     let sl = gw.slices.get(&(bns.as_str(), br.name.as_str())).map_or(&[][..], Vec::as_slice);
     let mut eps = endpoints(sl, sp.name.as_deref().unwrap_or(""));
     let speaks = match policy {
         None => Speaks { protocol, tls: None },
-        Some(Applied::Tls(t)) => Speaks { protocol: over_tls(protocol), tls: Some(t.clone()) },
+        Some(Applied::Tls(t)) => {
+            let mut t = t.clone();
+            // The Gateway's client certificate: a backend of its own for these Gateways.
+            if let Some(c) = one.client_cert {
+                t.client_cert = Some(c.to_string());
+                name.push_str(one.variant);
+            }
+            Speaks { protocol: over_tls(protocol), tls: Some(t) }
+        }
         Some(Applied::Broken) => {
             eps.clear();
             Speaks { protocol, tls: None }
         }
     };
+    if !is_section_name(&name) {
+        return Err(unresolved("BackendNotFound", Cause::Missing, format!("{at}: {name:?} is not a backend name")));
+    }
     Ok((name, eps, speaks))
 }
 
@@ -486,7 +521,7 @@ fn rule_into(one: &One<'_>, ri: usize, (cands, acts, mut res): (&[Candidate], Po
             RouteKind::Grpc => format!("{}.grpc", me.name),
             RouteKind::Tls => format!("{}.tls", me.name),
             RouteKind::Tcp => format!("{}{TCP_SUFFIX}", me.name),
-        };
+        } + one.variant;
         rule_backend(one.rns, &name, ri, res, &mut acc.backends)
     };
     if one.kind.is_l4() && backend != ERROR_500 {
