@@ -124,7 +124,10 @@ uninstall() {
 }
 trap uninstall EXIT
 # No load-balancer provider here: the Gateways' Services are ClusterIP (reached from the host).
-"$root/scripts/cluster.sh" install --set gateway.enabled=true --set gateway.service.type=ClusterIP
+# This test cluster lets Gateways put any `spec.infrastructure` key on their Services
+# (GatewayInfrastructure); the chart's default lets none through.
+"$root/scripts/cluster.sh" install --set gateway.enabled=true --set gateway.service.type=ClusterIP \
+  --set 'gateway.infrastructureKeys={*}'
 claimed=""
 for _ in $(seq 120); do
   claimed=$("$kubectl" get gatewayclass haptic -o jsonpath='{.status.supportedFeatures[*].name}' 2>/dev/null || true)

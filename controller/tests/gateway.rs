@@ -301,8 +301,50 @@ async fn gateway_with(c: &Client, what: &str, wanted: &[(&str, &str)]) -> Value 
     .await
 }
 
+/// Gateway `shop/gw`'s alias: an ExternalName Service `gw-gateway` in `shop` naming its Service
+/// `svc_name`, with the Gateway's name label, owned by the Gateway. A tenant's own Service with
+/// the name another Gateway's alias would take is left as it is.
+async fn aliases_stand_for_gateways_but_never_over_a_tenants_service(c: &Client, svc_name: &str) {
+    let shop: Api<Service> = Api::namespaced(c.clone(), "shop");
+    let a = eventually("the alias of Gateway gw in shop", || async { shop.get("gw-gateway").await.ok() }).await;
+    let spec = a.spec.clone().unwrap();
+    assert_eq!(spec.type_.as_deref(), Some("ExternalName"));
+    let target = spec.external_name.unwrap_or_default();
+    assert!(target.starts_with(&format!("{svc_name}.fleet.svc.")), "{target}");
+    assert_eq!(a.metadata.labels.clone().unwrap_or_default()["gateway.networking.k8s.io/gateway-name"], "gw");
+    let gws: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(c.clone(), "shop", &kube::api::ApiResource::erase::<Gateway>(&()));
+    let uid = gws.get("gw").await.unwrap().metadata.uid.unwrap();
+    assert_eq!(a.metadata.owner_references.unwrap_or_default()[0].uid, uid);
+
+    apply(
+        c,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "gw2-gateway", "namespace": "shop"},
+               "spec": {"selector": {"app": "mine"}, "ports": [{"port": 8080}]}}),
+    )
+    .await;
+    apply(
+        c,
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+               "metadata": {"name": "gw2", "namespace": "shop"},
+               "spec": {"gatewayClassName": "haptic", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
+    )
+    .await;
+    // Its status comes after its Services were written.
+    eventually("Gateway gw2 accepted", || async {
+        let v = gws.get("gw2").await.ok()?.data;
+        (cond(&v["status"]["conditions"], "Accepted")["status"] == "True").then_some(())
+    })
+    .await;
+    let mine = shop.get("gw2-gateway").await.unwrap();
+    assert!(mine.metadata.labels.unwrap_or_default().is_empty(), "a tenant's Service is left alone");
+    let spec = mine.spec.unwrap();
+    assert_eq!(spec.selector.unwrap()["app"], "mine");
+    assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_static_address_is_its_service_cluster_ip_and_never_costs_the_old_one_for_nothing() {
+async fn gateways_get_aliases_and_static_addresses_that_never_cost_the_old_one_for_nothing() {
     let bin = haptic_e2e::bins::haproxy_bins().into_iter().last().expect("an HAProxy binary");
     let e = env().await;
     let c = &e.client;
@@ -319,6 +361,7 @@ async fn a_static_address_is_its_service_cluster_ip_and_never_costs_the_old_one_
     let svc_name = haptic_render::gateway::service_name("shop", "gw");
     let cluster_ip = |s: Service| s.spec.and_then(|s| s.cluster_ip).unwrap_or_default();
     let before = cluster_ip(services.get(&svc_name).await.unwrap());
+    aliases_stand_for_gateways_but_never_over_a_tenants_service(c, &svc_name).await;
 
     // A type no Service carries: not accepted; the Service keeps serving.
     ask_addresses(c, json!([{"type": "test/fake", "value": "x"}, {"value": "10.0.0.12"}])).await;

@@ -985,6 +985,7 @@ fn gateway_mode_creates_the_class_renders_and_grows_rbac_by_the_watchers() {
             "/configmaps: get,list,watch",
             "/namespaces: get,list,watch",
             "/secrets: get,list,watch",
+            "/services: create,patch",
             "/services: get,list,watch",
             "discovery.k8s.io/endpointslices: get,list,watch",
             "events.k8s.io/events: create,patch",

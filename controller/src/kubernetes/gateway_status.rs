@@ -39,6 +39,10 @@ use super::status::FIELD_MANAGER;
 pub const SERVICE_LABEL: &str = "haptic.dev/gateway-service";
 /// The annotation naming the Gateway (`namespace/name`) a Service is for.
 pub const GATEWAY_ANNOTATION: &str = "haptic.dev/gateway";
+/// The label on the Services that stand for Gateways in their own namespaces.
+pub const ALIAS_LABEL: &str = "haptic.dev/gateway-alias";
+/// The Gateway API's label naming the Gateway a generated object belongs to.
+const GATEWAY_NAME_LABEL: &str = "gateway.networking.k8s.io/gateway-name";
 /// The annotation naming the static address a Gateway's Service carries.
 pub const ADDRESS_ANNOTATION: &str = "haptic.dev/static-address";
 
@@ -84,6 +88,7 @@ pub fn service(
     let mut labels = g.service.labels.clone();
     labels.insert(SERVICE_LABEL.into(), "true".into());
     labels.insert("app.kubernetes.io/managed-by".into(), "haptic".into());
+    labels.insert(GATEWAY_NAME_LABEL.into(), g.object.name.clone());
     // The HAProxyConfig's annotations first: a Gateway's own (`spec.infrastructure`, within the
     // keys allowed) win, and ours last.
     let mut annotations = kind.annotations.clone();
@@ -125,6 +130,65 @@ pub fn service(
         "metadata": {"name": g.service.name, "namespace": namespace, "labels": labels, "annotations": annotations},
         "spec": spec,
     }))
+}
+
+/// The Service that stands for Gateway `g` in its own namespace: an ExternalName alias of its
+/// Service in the fleet's namespace `fleet` (cluster domain `domain`), so the Gateway has a name
+/// where it lives. It carries the labels and annotations its Service gets (the keys
+/// `spec.render.gateway.infrastructureKeys` allows) and the Gateway's name label, and the
+/// Gateway owns it (it goes when the Gateway does). None without a Service or a Gateway UID.
+pub fn alias(g: &GatewayOutcome, fleet: &str, domain: &str) -> Option<Value> {
+    let uid = g.uid.as_ref()?;
+    if g.service.ports.is_empty() {
+        return None;
+    }
+    let mut labels = g.service.labels.clone();
+    labels.insert(GATEWAY_NAME_LABEL.into(), g.object.name.clone());
+    labels.insert(ALIAS_LABEL.into(), "true".into());
+    labels.insert("app.kubernetes.io/managed-by".into(), "haptic".into());
+    let mut annotations = g.service.annotations.clone();
+    annotations.insert(GATEWAY_ANNOTATION.into(), format!("{}/{}", g.object.namespace, g.object.name));
+    let ports: Vec<Value> = g
+        .service
+        .ports
+        .iter()
+        .map(|(port, _)| json!({"name": format!("p{port}"), "port": port, "protocol": "TCP"}))
+        .collect();
+    Some(json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": haptic_render::gateway::alias_name(&g.object.name),
+            "namespace": g.object.namespace,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [{"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+                                 "name": g.object.name, "uid": uid}],
+        },
+        "spec": {"type": "ExternalName", "externalName": format!("{}.{fleet}.svc.{domain}", g.service.name), "ports": ports},
+    }))
+}
+
+/// The cluster's DNS domain from a resolv.conf's search list (the entry after `svc.`), as a
+/// pod's resolv.conf has it.
+fn domain_from_resolv(resolv: &str) -> Option<String> {
+    resolv
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("search"))
+        .flat_map(str::split_whitespace)
+        .find_map(|d| d.strip_prefix("svc.").map(|d| d.trim_end_matches('.').to_string()))
+        .filter(|d| !d.is_empty())
+}
+
+/// The cluster's DNS domain: from this pod's `/etc/resolv.conf`, else `cluster.local`.
+fn cluster_domain() -> &'static str {
+    static DOMAIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DOMAIN.get_or_init(|| {
+        std::fs::read_to_string("/etc/resolv.conf")
+            .ok()
+            .and_then(|r| domain_from_resolv(&r))
+            .unwrap_or_else(|| "cluster.local".into())
+    })
 }
 
 /// The GatewayClass's status patch.
@@ -255,6 +319,8 @@ fn entries(ours: &[ParentStatus], old: &[Value], at: &str, key: &str, max: usize
 #[derive(Debug, Default)]
 struct Done {
     services: BTreeMap<String, Value>,
+    /// Each alias applied, by (namespace, name).
+    aliases: BTreeMap<(String, String), Value>,
     class: Option<ClassStatus>,
     gateways: BTreeMap<ObjectRef, GatewayOutcome>,
     listener_sets: BTreeMap<ObjectRef, ListenerSetOutcome>,
@@ -330,6 +396,9 @@ async fn write_services(
             Err(e) => warn!("cannot apply Service {} for {}: {e}", g.service.name, g.object),
         }
     }
+    for g in &now.gateways {
+        write_alias(ctx, g, params, done).await;
+    }
     match services.list(&ListParams::default().labels(&format!("{SERVICE_LABEL}=true"))).await {
         Ok(list) => {
             for s in list.items {
@@ -343,6 +412,40 @@ async fn write_services(
             }
         }
         Err(e) => warn!("cannot list the Gateways' Services: {e}"),
+    }
+}
+
+/// Applies Gateway `g`'s alias in its namespace when it changed, never over a Service that is
+/// not that Gateway's alias (a tenant's own Service of the same name is left alone).
+async fn write_alias(ctx: &Context, g: &GatewayOutcome, params: &PatchParams, done: &mut Done) {
+    let Some(a) = alias(g, &ctx.namespace, cluster_domain()) else { return };
+    let name = a["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let key = (g.object.namespace.clone(), name.clone());
+    if done.aliases.get(&key) == Some(&a) {
+        return;
+    }
+    let api: Api<Service> = Api::namespaced(ctx.client.clone(), &g.object.namespace);
+    let ours = |s: &Service| {
+        let labelled = s.metadata.labels.as_ref().and_then(|l| l.get(ALIAS_LABEL)).is_some_and(|v| v == "true");
+        let owned = s.metadata.owner_references.iter().flatten().any(|o| Some(&o.uid) == g.uid.as_ref());
+        labelled && owned
+    };
+    match api.get_opt(&name).await {
+        Ok(Some(s)) if !ours(&s) => {
+            warn!("Service {}/{name} is not the alias of {}: left alone, the Gateway gets no alias", key.0, g.object);
+            return;
+        }
+        Ok(_) => {}
+        Err(e) => {
+            warn!("cannot read Service {}/{name} (alias of {}): {e}", key.0, g.object);
+            return;
+        }
+    }
+    match api.patch(&name, params, &Patch::Apply(&a)).await {
+        Ok(_) => {
+            done.aliases.insert(key, a);
+        }
+        Err(e) => warn!("cannot apply Service {}/{name}, the alias of {}: {e}", key.0, g.object),
     }
 }
 
@@ -690,6 +793,24 @@ mod tests {
         assert_eq!(s["spec"]["clusterIP"], "10.96.0.200");
         assert_eq!(s["spec"]["clusterIPs"], json!(["10.96.0.200"]));
         assert_eq!(s["metadata"]["annotations"][ADDRESS_ANNOTATION], "10.96.0.200");
+
+        assert_eq!(alias(&g, "fleet", "cluster.local"), None, "no owner to delete it with");
+        let mut owned = g.clone();
+        owned.uid = Some("u-1".into());
+        let a = alias(&owned, "fleet", "cluster.local").unwrap();
+        assert_eq!(a["metadata"]["namespace"], "a");
+        assert_eq!(a["metadata"]["name"], "gw-gateway");
+        assert_eq!(a["metadata"]["labels"]["gateway.networking.k8s.io/gateway-name"], "gw");
+        assert_eq!(a["metadata"]["labels"]["team"], "blue");
+        assert_eq!(a["metadata"]["ownerReferences"][0]["uid"], "u-1");
+        assert_eq!(a["spec"]["externalName"], "gw-a-gw-0123456789.fleet.svc.cluster.local");
+    }
+
+    #[test]
+    fn the_cluster_domain_comes_from_the_search_list() {
+        let r = "nameserver 10.0.0.10\nsearch haptic.svc.example.corp svc.example.corp example.corp\noptions ndots:5\n";
+        assert_eq!(domain_from_resolv(r).as_deref(), Some("example.corp"));
+        assert_eq!(domain_from_resolv("nameserver 1.1.1.1\nsearch lan\n"), None);
     }
 
     #[test]

@@ -325,9 +325,10 @@ pub fn gateway_class<'a>(r: &RenderSpec, objects: &'a Objects) -> Result<&'a Gat
     )
 }
 
-/// The Secrets (namespace, name) that the listeners of the served class's Gateways, and of the
-/// ListenerSets one of them admits, name (a ListenerSet its Gateway does not admit makes no
-/// Secret read).
+/// The Secrets (namespace, name) that the served class's Gateways name (their listeners'
+/// certificates and their client certificate for backends), and that the listeners of the
+/// ListenerSets one of them admits name (a ListenerSet its Gateway does not admit makes no Secret
+/// read).
 pub fn gateway_secret_refs(r: &RenderSpec, objects: &Objects) -> BTreeSet<(String, String)> {
     let Some(class) = r.gateway_class_name.as_deref() else { return BTreeSet::new() };
     let served: Vec<&Gateway> =
@@ -343,11 +344,16 @@ pub fn gateway_secret_refs(r: &RenderSpec, objects: &Objects) -> BTreeSet<(Strin
                     && admits(g, lns, &objects.namespaces)
             })
     });
-    let own = served.iter().map(|g| (&g.metadata, &g.spec.listeners));
     let mut out = BTreeSet::new();
-    for (meta, listeners) in own.chain(sets.map(|s| (&s.metadata, &s.spec.listeners))) {
+    let own = served.iter().map(|g| {
+        let backend =
+            g.spec.tls.as_ref().and_then(|t| t.backend.as_ref()).and_then(|b| b.client_certificate_ref.as_ref());
+        (&g.metadata, &g.spec.listeners, backend)
+    });
+    for (meta, listeners, backend) in own.chain(sets.map(|s| (&s.metadata, &s.spec.listeners, None))) {
         let ns = meta.namespace.clone().unwrap_or_default();
-        for c in listeners.iter().flat_map(|l| l.tls.iter().flat_map(|t| t.certificate_refs.iter())) {
+        let certs = listeners.iter().flat_map(|l| l.tls.iter().flat_map(|t| t.certificate_refs.iter()));
+        for c in certs.chain(backend) {
             if c.group.as_deref().unwrap_or("").is_empty() && c.kind.as_deref().unwrap_or("Secret") == "Secret" {
                 out.insert((c.namespace.clone().unwrap_or_else(|| ns.clone()), c.name.clone()));
             }
@@ -642,6 +648,27 @@ mod tests {
         let lb = outcome(&r, "ns", &o, &[]).load_balancer.unwrap();
         assert_eq!(lb[0].ip.as_deref(), Some("10.96.0.9"));
         assert_eq!(outcome(&r, "other", &o, &[]).load_balancer, None, "the Service of another namespace");
+    }
+
+    #[test]
+    fn a_gateways_secrets_are_its_listeners_and_its_backend_certificate() {
+        let r: RenderSpec = serde_json::from_value(serde_json::json!({"gatewayClassName": "haptic"})).unwrap();
+        let gw = |class: &str| -> Arc<haptic_render::gateway_api::Gateway> {
+            Arc::new(
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": "gw", "namespace": "shop"},
+                    "spec": {"gatewayClassName": class,
+                             "listeners": [{"name": "s", "port": 443, "protocol": "HTTPS",
+                                            "tls": {"certificateRefs": [{"name": "site"}]}}],
+                             "tls": {"backend": {"clientCertificateRef": {"name": "client", "namespace": "pki"}}}},
+                }))
+                .unwrap(),
+            )
+        };
+        let o = Objects { gateways: vec![gw("haptic"), gw("other")], ..Default::default() };
+        let want: BTreeSet<(String, String)> =
+            [("pki".to_string(), "client".to_string()), ("shop".to_string(), "site".to_string())].into();
+        assert_eq!(gateway_secret_refs(&r, &o), want);
     }
 
     fn class_named(name: &str, controller: &str) -> Arc<IngressClass> {

@@ -229,7 +229,8 @@ pub struct GatewayClassSpec {
     pub description: Option<String>,
 }
 
-/// `GatewayClass.spec.parametersRef`.
+/// `GatewayClass.spec.parametersRef`, and a Gateway's `spec.infrastructure.parametersRef`
+/// (without a namespace).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ParametersReference {
@@ -461,6 +462,9 @@ pub struct GatewayInfrastructure {
     /// Annotations for the generated resources.
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
+    /// Implementation parameters (haptic reads none).
+    #[serde(default, rename = "parametersRef", skip_serializing_if = "Option::is_none")]
+    pub parameters_ref: Option<ParametersReference>,
 }
 
 /// `Gateway.spec.listeners[]`.

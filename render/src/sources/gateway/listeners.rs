@@ -454,8 +454,16 @@ fn outcome(
         .unwrap_or_default();
     let (addresses, programmed) = address_conditions(&wanted, on_service, &service.name, gen);
     let mut conds = Vec::new();
-    match &wanted {
-        Requested::Unsupported(why) => conds.push(cond("Accepted", false, "UnsupportedAddress", why.clone(), gen)),
+    let parameters = g.spec.infrastructure.as_ref().and_then(|i| i.parameters_ref.as_ref());
+    match (&wanted, parameters) {
+        (Requested::Unsupported(why), _) => conds.push(cond("Accepted", false, "UnsupportedAddress", why.clone(), gen)),
+        (_, Some(p)) => {
+            let m = format!(
+                "spec.infrastructure.parametersRef: haptic reads no parameters ({}/{} {:?} is not a kind it supports)",
+                p.group, p.kind, p.name
+            );
+            conds.push(cond("Accepted", false, "InvalidParameters", m, gen));
+        }
         _ => conds.push(accepted(&statuses, &refused_keys, gen)),
     }
     conds.push(programmed);

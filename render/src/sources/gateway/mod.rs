@@ -65,6 +65,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "GatewayFrontendClientCertificateValidation",
     "GatewayFrontendClientCertificateValidationInsecureFallback",
     "GatewayHTTPListenerIsolation",
+    "GatewayInfrastructure",
     "GatewayPort8080",
     "GatewayStaticAddresses",
     "HTTPRouteCORS",
@@ -360,6 +361,21 @@ pub fn service_name(ns: &str, name: &str) -> String {
         base.pop();
     }
     format!("gw-{base}-{}", stable_id("", &[ns, name]))
+}
+
+/// The name of the Service that stands for Gateway `name` in its own namespace (an
+/// ExternalName alias of its Service): `<name>-gateway` when that is a Service name, else
+/// `gw-<hash>`.
+pub fn alias_name(name: &str) -> String {
+    let n = format!("{name}-gateway");
+    let label = n.len() <= 63
+        && n.starts_with(|c: char| c.is_ascii_lowercase())
+        && n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if label {
+        n
+    } else {
+        format!("gw-{}", stable_id("", &[name]))
+    }
 }
 
 /// Whether a header value, path or host can go into config as a quoted word (no NUL, CR, LF;
@@ -1301,6 +1317,30 @@ mod tests {
     }
 
     #[test]
+    fn the_alias_is_a_service_name_and_parameters_are_refused() {
+        assert_eq!(alias_name("front"), "front-gateway");
+        for odd in ["a.b", "9lives", &"x".repeat(60)] {
+            let a = alias_name(odd);
+            assert!(a.starts_with("gw-") && a.len() <= 63, "{a}");
+        }
+        let mut i = input(FIXTURE);
+        let front = i.gateways.iter().position(|g| g.metadata.name.as_deref() == Some("front")).unwrap();
+        let mut g = (*i.gateways[front]).clone();
+        g.spec.infrastructure = Some(GatewayInfrastructure {
+            parameters_ref: Some(ParametersReference {
+                group: "invalid.io".into(),
+                kind: "X".into(),
+                name: "x".into(),
+                namespace: None,
+            }),
+            ..Default::default()
+        });
+        i.gateways[front] = g.into();
+        let g = gw(&translate_gateway(&i), "front").clone();
+        assert!(has(&g.conditions, "Accepted", false, "InvalidParameters"));
+    }
+
+    #[test]
     fn bind_ports_stay_when_gateways_come_and_go() {
         let mut i = input(FIXTURE);
         let first = translate_gateway(&i);
@@ -1558,6 +1598,7 @@ mod tests {
                 ("external-dns.alpha.kubernetes.io/hostname".into(), "victim.example.com".into()),
             ]
             .into(),
+            parameters_ref: None,
         });
         let name = g.metadata.name.clone().unwrap();
         // Empty by default: nothing reaches the Service, the Gateway serves and says why.

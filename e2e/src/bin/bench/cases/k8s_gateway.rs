@@ -67,7 +67,7 @@ const TRAFFIC_ROUNDS: usize = 20;
 const DEADLINE: Duration = Duration::from_secs(60);
 
 /// The backend the render names for Service `svc`, port `http` (80), in [`NS`].
-fn backend(svc: &str) -> String {
+pub(super) fn backend(svc: &str) -> String {
     format!("{NS}_{svc}_http")
 }
 
@@ -110,7 +110,7 @@ fn slice(svc: &str, addrs: &[Ipv4Addr], port: u16) -> Value {
 }
 
 /// HTTPRoute `name`: `host`, prefix `path` → Service `svc` port 80, on [`GATEWAY`].
-fn route(name: &str, host: &str, path: &str, svc: &str) -> Value {
+pub(super) fn route(name: &str, host: &str, path: &str, svc: &str) -> Value {
     json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
            "metadata": {"name": name, "namespace": NS},
            "spec": {"parentRefs": [{"name": GATEWAY}], "hostnames": [host],
@@ -120,7 +120,7 @@ fn route(name: &str, host: &str, path: &str, svc: &str) -> Value {
 
 /// The class, the Gateway, Services `web` and `scale` with their slices and routes, and the
 /// HAProxyConfig rendering the class with the built-in template bound on each pod's `${POD_IP}`.
-async fn objects(client: &Client, agent_port: u16, web: SocketAddr, scale_port: u16) -> Result<()> {
+pub(super) async fn objects(client: &Client, agent_port: u16, web: SocketAddr, scale_port: u16) -> Result<()> {
     let base: Vec<Ipv4Addr> = (0..BASE_EPS).map(scale_addr).collect();
     let SocketAddr::V4(web) = web else {
         return Err(BenchError::Unexpected(format!("upstream {web} is not IPv4")));
@@ -152,7 +152,7 @@ async fn objects(client: &Client, agent_port: u16, web: SocketAddr, scale_port: 
 
 /// The port every pod binds for the Gateway's listener: the target port of the Service the
 /// controller makes for the Gateway.
-async fn bind_port(client: &Client) -> Result<u16> {
+pub(super) async fn bind_port(client: &Client) -> Result<u16> {
     let services: Api<Service> = Api::namespaced(client.clone(), NS);
     let name = haptic_render::gateway::service_name(NS, GATEWAY);
     let deadline = Instant::now() + DEADLINE;
@@ -181,7 +181,7 @@ fn upstream_ok(answer: &(u16, String)) -> bool {
 
 /// Waits (each pod asked every 2 ms until it answers, at most [`DEADLINE`]) until every pod in
 /// `ips` has answered `host` `path` with the upstream's 200; returns when the last one did.
-async fn wait_answering(ips: &[Ipv4Addr], port: u16, host: &str, path: &str) -> Result<Instant> {
+pub(super) async fn wait_answering(ips: &[Ipv4Addr], port: u16, host: &str, path: &str) -> Result<Instant> {
     let deadline = Instant::now() + DEADLINE;
     let mut left = ips.to_vec();
     loop {
@@ -387,7 +387,7 @@ async fn server_state(pods: &LocalPods, ip: Ipv4Addr, backend: &str, addr: &str)
 }
 
 /// The pods' worker pids (through `show servers state` of `web`'s backend, which every render has).
-async fn workers(pods: &LocalPods) -> Result<Vec<Option<u32>>> {
+pub(super) async fn workers(pods: &LocalPods) -> Result<Vec<Option<u32>>> {
     Ok(serving(pods, &backend("web")).await?.into_iter().map(|(_, p)| p).collect())
 }
 

@@ -6,6 +6,7 @@
 pub mod agent_cases;
 pub mod fleet;
 pub mod k8s;
+pub mod k8s_attach;
 pub mod k8s_endpoints;
 pub mod k8s_gateway;
 pub mod new_backend;
@@ -46,6 +47,7 @@ pub const ALL: &[&str] = &[
     "k8s_runtime",
     "endpoint_churn",
     "gateway_route",
+    "attach_routes",
     // Only when named (`--only real_cluster`): needs root and takes the machine's cluster.
     "real_cluster",
 ];
