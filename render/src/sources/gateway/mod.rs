@@ -281,7 +281,8 @@ pub struct ParentStatus {
     pub conditions: Vec<Cond>,
 }
 
-/// One HTTPRoute's status entries (only for parents that are Gateways of the served class).
+/// One route's status entries (only for parents that are Gateways of the served class or their
+/// ListenerSets).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RouteOutcome {
     /// The route.

@@ -78,7 +78,7 @@ pub(super) struct RouteIn<'r> {
 }
 
 /// Translates route `r` (of age rank `rank`) into `acc`, its outcome and verdict into `out`
-/// when a parent is a Gateway of the class.
+/// when a parent is a Gateway of the class or a ListenerSet of one.
 pub(super) fn route(gw: &Gateways<'_>, rank: usize, input: RouteIn<'_>, acc: &mut Attached, out: &mut GatewayOutput) {
     let r = input.route;
     let me = obj(input.kind.name(), &r.metadata);
