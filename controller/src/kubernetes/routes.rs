@@ -644,8 +644,7 @@ mod tests {
                 .unwrap(),
             )
         };
-        let mut o = Objects::default();
-        o.gateways = vec![gw("haptic"), gw("other")];
+        let o = Objects { gateways: vec![gw("haptic"), gw("other")], ..Default::default() };
         let want: BTreeSet<(String, String)> =
             [("pki".to_string(), "client".to_string()), ("shop".to_string(), "site".to_string())].into();
         assert_eq!(gateway_secret_refs(&r, &o), want);
