@@ -590,36 +590,67 @@ fn route_api(ctx: &Context, kind: &str, namespace: &str) -> Option<Api<DynamicOb
 /// Writes our `status.parents[]` entries of every route whose outcome changed; routes that no
 /// longer have a parent of ours lose our entries.
 async fn write_routes(ctx: &Context, now: &GatewayOutput, at: &str, done: &mut Done) {
+    use futures::StreamExt as _;
     let current: BTreeSet<&ObjectRef> = now.routes.iter().map(|r| &r.object).collect();
     let gone: Vec<ObjectRef> = done.routes.keys().filter(|o| !current.contains(o)).cloned().collect();
     let empty: Vec<RouteOutcome> =
         gone.iter().map(|o| RouteOutcome { object: o.clone(), uid: None, parents: vec![] }).collect();
+    let mut writes = Vec::new();
     for r in now.routes.iter().chain(empty.iter()) {
-        if done.routes.get(&r.object) == Some(r) {
-            continue;
+        if done.routes.get(&r.object) != Some(r) {
+            writes.push(async move { (r, write_route(ctx, r, at).await) });
         }
-        let Some(api) = route_api(ctx, &r.object.kind, &r.object.namespace) else { continue };
-        let old: Vec<Value> = match api.get_status(&r.object.name).await {
-            Ok(o) => o.data.get("status").and_then(|s| s.get("parents")).and_then(Value::as_array).cloned(),
-            Err(kube::Error::Api(e)) if e.code == 404 => {
-                done.routes.remove(&r.object);
-                continue;
-            }
-            Err(e) => {
-                warn!("cannot read {}: {e}", r.object);
-                continue;
-            }
-        }
-        .unwrap_or_default();
-        let patch = json!({"status": {"parents": route_parents(r, &old, at)}});
-        match api.patch_status(&r.object.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-            Ok(_) if r.parents.is_empty() => {
+    }
+    // Each write is a read and a patch: many routes at once (a burst of new routes) are
+    // written several at a time, not one round trip after another.
+    let wrote: Vec<(&RouteOutcome, Wrote)> =
+        futures::stream::iter(writes).buffer_unordered(STATUS_WRITES_IN_FLIGHT).collect().await;
+    for (r, w) in wrote {
+        match w {
+            Wrote::Written if r.parents.is_empty() => {
                 done.routes.remove(&r.object);
             }
-            Ok(_) => {
+            Wrote::Written => {
                 done.routes.insert(r.object.clone(), r.clone());
             }
-            Err(e) => warn!("cannot write the status of {}: {e}", r.object),
+            Wrote::Gone => {
+                done.routes.remove(&r.object);
+            }
+            Wrote::Failed => {}
+        }
+    }
+}
+
+/// Status writes in flight at once.
+const STATUS_WRITES_IN_FLIGHT: usize = 16;
+
+/// What became of one status write.
+enum Wrote {
+    Written,
+    /// The object is gone.
+    Gone,
+    /// Not written (logged); tried again with the next render.
+    Failed,
+}
+
+/// Writes route `r`'s `status.parents`: ours replaced, other controllers' kept.
+async fn write_route(ctx: &Context, r: &RouteOutcome, at: &str) -> Wrote {
+    let Some(api) = route_api(ctx, &r.object.kind, &r.object.namespace) else { return Wrote::Failed };
+    let old: Vec<Value> = match api.get_status(&r.object.name).await {
+        Ok(o) => o.data.get("status").and_then(|s| s.get("parents")).and_then(Value::as_array).cloned(),
+        Err(kube::Error::Api(e)) if e.code == 404 => return Wrote::Gone,
+        Err(e) => {
+            warn!("cannot read {}: {e}", r.object);
+            return Wrote::Failed;
+        }
+    }
+    .unwrap_or_default();
+    let patch = json!({"status": {"parents": route_parents(r, &old, at)}});
+    match api.patch_status(&r.object.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(_) => Wrote::Written,
+        Err(e) => {
+            warn!("cannot write the status of {}: {e}", r.object);
+            Wrote::Failed
         }
     }
 }
