@@ -192,22 +192,30 @@ async fn class_gateway_and_route_status(c: &Client) -> u16 {
     bind
 }
 
-on_each_version!(gateways_get_addresses_statuses_and_runtime_routes);
-
-/// A Gateway with its own Service and address, routes with every status, 500 for a missing
-/// backend, a weight shift and a path added at runtime, on 2 local pods.
-async fn gateways_get_addresses_statuses_and_runtime_routes(bin: HaproxyBin) {
+/// The control plane with the Gateway API CRDs, namespaces `fleet` and `shop`, `pods` local
+/// HAProxy pods, the objects of [`create_objects`] and the controller serving them.
+async fn serving_fleet(bin: &HaproxyBin, pods: usize) -> (Env, LocalPods, Controller) {
     let e = env().await;
     let c = &e.client;
     gateway_crds(c).await;
     namespace(c, "fleet").await;
     namespace(c, "shop").await;
     put_secret(c, "fleet", PASSWORD).await;
-    let mut pods = LocalPods::new(c.clone(), local_opts("fleet", &bin));
-    pods.create(2).await.unwrap();
-    create_objects(c, pods.agent_port()).await;
+    let mut local = LocalPods::new(c.clone(), local_opts("fleet", bin));
+    local.create(pods).await.unwrap();
+    create_objects(c, local.agent_port()).await;
+    let ctl = Controller::start(&e.cp, "fleet", bin, "ctl-a", e.dir.path());
+    (e, local, ctl)
+}
+
+on_each_version!(gateways_get_addresses_statuses_and_runtime_routes);
+
+/// A Gateway with its own Service and address, routes with every status, 500 for a missing
+/// backend, a weight shift and a path added at runtime, on 2 local pods.
+async fn gateways_get_addresses_statuses_and_runtime_routes(bin: HaproxyBin) {
+    let (e, pods, ctl) = serving_fleet(&bin, 2).await;
+    let c = &e.client;
     let api: Api<HAProxyConfig> = Api::namespaced(c.clone(), "fleet");
-    let ctl = Controller::start(&e.cp, "fleet", &bin, "ctl-a", e.dir.path());
 
     let bind = class_gateway_and_route_status(c).await;
 
@@ -346,16 +354,8 @@ async fn aliases_stand_for_gateways_but_never_over_a_tenants_service(c: &Client,
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateways_get_aliases_and_static_addresses_that_never_cost_the_old_one_for_nothing() {
     let bin = haptic_e2e::bins::haproxy_bins().into_iter().last().expect("an HAProxy binary");
-    let e = env().await;
+    let (e, _pods, ctl) = serving_fleet(&bin, 1).await;
     let c = &e.client;
-    gateway_crds(c).await;
-    namespace(c, "fleet").await;
-    namespace(c, "shop").await;
-    put_secret(c, "fleet", PASSWORD).await;
-    let mut pods = LocalPods::new(c.clone(), local_opts("fleet", &bin));
-    pods.create(1).await.unwrap();
-    create_objects(c, pods.agent_port()).await;
-    let ctl = Controller::start(&e.cp, "fleet", &bin, "ctl-a", e.dir.path());
     class_gateway_and_route_status(c).await;
     let services: Api<Service> = Api::namespaced(c.clone(), "fleet");
     let svc_name = haptic_render::gateway::service_name("shop", "gw");

@@ -510,23 +510,39 @@ async fn write_classes(ctx: &Context, now: &GatewayOutput, params: &PatchParams,
 
 /// Writes the status of every Gateway whose outcome changed.
 async fn write_gateways(ctx: &Context, now: &GatewayOutput, params: &PatchParams, at: &str, done: &mut Done) {
+    let resource = ApiResource::erase::<Gateway>(&());
     for g in &now.gateways {
         if done.gateways.get(&g.object) == Some(g) {
             continue;
         }
-        let api: Api<Gateway> = Api::namespaced(ctx.client.clone(), &g.object.namespace);
-        let raw = match api.get_status(&g.object.name).await {
-            Ok(o) => o.status.and_then(|s| serde_json::to_value(s).ok()),
-            Err(e) => {
-                warn!("cannot read {}: {e}", g.object);
-                continue;
-            }
-        };
-        match api.patch_status(&g.object.name, params, &Patch::Apply(&gateway_status(g, raw.as_ref(), at))).await {
-            Ok(_) => {
-                done.gateways.insert(g.object.clone(), g.clone());
-            }
-            Err(e) => warn!("cannot write the status of {}: {e}", g.object),
+        if apply_status(ctx, &resource, &g.object, params, |old| gateway_status(g, old, at)).await {
+            done.gateways.insert(g.object.clone(), g.clone());
+        }
+    }
+}
+
+/// Reads the current status of `object` (of `resource`) and applies the status patch `patch`
+/// makes of it; false (logged) when either fails.
+async fn apply_status(
+    ctx: &Context,
+    resource: &ApiResource,
+    object: &ObjectRef,
+    params: &PatchParams,
+    patch: impl FnOnce(Option<&Value>) -> Value,
+) -> bool {
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &object.namespace, resource);
+    let old = match api.get_status(&object.name).await {
+        Ok(o) => o.data.get("status").cloned(),
+        Err(e) => {
+            warn!("cannot read {object}: {e}");
+            return false;
+        }
+    };
+    match api.patch_status(&object.name, params, &Patch::Apply(&patch(old.as_ref()))).await {
+        Ok(_) => true,
+        Err(e) => {
+            warn!("cannot write the status of {object}: {e}");
+            false
         }
     }
 }
@@ -559,19 +575,8 @@ async fn write_listener_sets(ctx: &Context, now: &GatewayOutput, params: &PatchP
         if done.listener_sets.get(&s.object) == Some(s) {
             continue;
         }
-        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &s.object.namespace, &resource);
-        let raw = match api.get_status(&s.object.name).await {
-            Ok(o) => o.data.get("status").cloned(),
-            Err(e) => {
-                warn!("cannot read {}: {e}", s.object);
-                continue;
-            }
-        };
-        match api.patch_status(&s.object.name, params, &Patch::Apply(&listener_set_status(s, raw.as_ref(), at))).await {
-            Ok(_) => {
-                done.listener_sets.insert(s.object.clone(), s.clone());
-            }
-            Err(e) => warn!("cannot write the status of {}: {e}", s.object),
+        if apply_status(ctx, &resource, &s.object, params, |old| listener_set_status(s, old, at)).await {
+            done.listener_sets.insert(s.object.clone(), s.clone());
         }
     }
 }
