@@ -106,31 +106,14 @@ fn slice(svc: &str, name: &str, port: u16) -> k8s_openapi::api::discovery::v1::E
     .unwrap()
 }
 
-/// A TLS backend (HAProxy) with a certificate for abc.example.com from the CA in `pki`,
-/// answering `tls-ok sni=<the SNI it got>`; its port.
-async fn tls_backend(bin: &haptic_e2e::HaproxyBin, pki: &std::path::Path, dir: &std::path::Path) -> (Haproxy, u16) {
-    let mut bundle = std::fs::read(pki.join("srv.pem")).unwrap();
-    bundle.extend(std::fs::read(pki.join("srv.key")).unwrap());
-    std::fs::write(dir.join("srv.pem"), bundle).unwrap();
-    let port = free_port();
-    std::fs::write(
-        dir.join("haproxy.cfg"),
-        format!(
-            "global\n    default-path config\ndefaults\n    mode http\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\n\
-             frontend tls\n    bind 127.0.0.1:{port} ssl crt srv.pem\n    http-request return status 200 content-type text/plain lf-string \"tls-ok sni=%[ssl_fc_sni]\"\n"
-        ),
-    )
-    .unwrap();
-    (Haproxy::start(bin, HaproxyOpts::new(dir)).await.unwrap(), port)
-}
-
 haptic_e2e::on_each_version!(backends_are_spoken_to_as_their_policies_ask);
 async fn backends_are_spoken_to_as_their_policies_ask(bin: haptic_e2e::HaproxyBin) {
     let (pki, other, backend_dir) =
         (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     haptic_e2e::tls::make_ca_for(pki.path(), "srv", "DNS:abc.example.com");
     haptic_e2e::tls::make_ca(other.path(), "x");
-    let (_backend, tls_port) = tls_backend(&bin, pki.path(), backend_dir.path()).await;
+    let (_backend, tls_port) =
+        common::tls_backend(&bin, pki.path(), backend_dir.path(), ("", "tls-ok sni=%[ssl_fc_sni]")).await;
     let plain_port = common::backend("plain");
 
     let mut objects: GatewayObjects = serde_saphyr::from_str(OBJECTS).unwrap();

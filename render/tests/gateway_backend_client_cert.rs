@@ -45,26 +45,6 @@ services:
     spec: {ports: [{name: btls, port: 443}]}
 "#;
 
-/// A TLS backend (HAProxy) with a certificate for abc.example.com from the CA in `pki`,
-/// requiring a client certificate that CA signed and answering `cn=<its common name>`.
-async fn mtls_backend(bin: &haptic_e2e::HaproxyBin, pki: &std::path::Path, dir: &std::path::Path) -> (Haproxy, u16) {
-    let mut bundle = std::fs::read(pki.join("srv.pem")).unwrap();
-    bundle.extend(std::fs::read(pki.join("srv.key")).unwrap());
-    std::fs::write(dir.join("srv.pem"), bundle).unwrap();
-    std::fs::copy(pki.join("ca.pem"), dir.join("ca.pem")).unwrap();
-    let port = free_port();
-    std::fs::write(
-        dir.join("haproxy.cfg"),
-        format!(
-            "global\n    default-path config\ndefaults\n    mode http\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\n\
-             frontend tls\n    bind 127.0.0.1:{port} ssl crt srv.pem ca-file ca.pem verify required\n\
-             \x20   http-request return status 200 content-type text/plain lf-string \"cn=%[ssl_c_s_dn(CN)]\"\n"
-        ),
-    )
-    .unwrap();
-    (Haproxy::start(bin, HaproxyOpts::new(dir)).await.unwrap(), port)
-}
-
 haptic_e2e::on_each_version!(a_gateway_presents_its_client_certificate_to_tls_backends);
 async fn a_gateway_presents_its_client_certificate_to_tls_backends(bin: haptic_e2e::HaproxyBin) {
     let (pki, theirs, backend_dir) =
@@ -75,7 +55,9 @@ async fn a_gateway_presents_its_client_certificate_to_tls_backends(bin: haptic_e
     haptic_e2e::tls::make_host_cert(pki.path(), "theirs", "theirs.example.com");
     std::fs::copy(pki.path().join("theirs.pem"), theirs.path().join("theirs.pem")).unwrap();
     std::fs::copy(pki.path().join("theirs.key"), theirs.path().join("theirs.key")).unwrap();
-    let (_backend, tls_port) = mtls_backend(&bin, pki.path(), backend_dir.path()).await;
+    // Requires a client certificate that CA signed, and answers with its common name.
+    let mutual = ("ca-file ca.pem verify required", "cn=%[ssl_c_s_dn(CN)]");
+    let (_backend, tls_port) = common::tls_backend(&bin, pki.path(), backend_dir.path(), mutual).await;
 
     let mut objects: GatewayObjects = serde_saphyr::from_str(OBJECTS).unwrap();
     objects.endpoint_slices.push(

@@ -250,3 +250,32 @@ pub fn accepted(out: &haptic_render::gateway::GatewayOutput, name: &str) -> hapt
     let r = out.routes.iter().find(|r| r.object.name == name).unwrap_or_else(|| panic!("no route {name}"));
     r.parents[0].conditions.iter().find(|c| c.type_ == "Accepted").unwrap().clone()
 }
+
+/// A TLS backend (HAProxy) on a free port with the certificate `srv` of `pki` (as
+/// `haptic_e2e::tls` writes it) and `ca.pem` of `pki` copied beside it, its bind taking
+/// `bind_extra` (e.g. `ca-file ca.pem verify required`), answering 200 with the log-format
+/// `answer`; the process and its port.
+#[allow(dead_code)]
+pub async fn tls_backend(
+    bin: &haptic_e2e::HaproxyBin,
+    pki: &Path,
+    dir: &Path,
+    (bind_extra, answer): (&str, &str),
+) -> (haptic_e2e::process::Haproxy, u16) {
+    let mut bundle = std::fs::read(pki.join("srv.pem")).unwrap();
+    bundle.extend(std::fs::read(pki.join("srv.key")).unwrap());
+    std::fs::write(dir.join("srv.pem"), bundle).unwrap();
+    std::fs::copy(pki.join("ca.pem"), dir.join("ca.pem")).unwrap();
+    let port = haptic_e2e::net::free_port();
+    std::fs::write(
+        dir.join("haproxy.cfg"),
+        format!(
+            "global\n    default-path config\ndefaults\n    mode http\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\n\
+             frontend tls\n    bind 127.0.0.1:{port} ssl crt srv.pem {bind_extra}\n\
+             \x20   http-request return status 200 content-type text/plain lf-string \"{answer}\"\n"
+        ),
+    )
+    .unwrap();
+    let opts = haptic_e2e::process::HaproxyOpts::new(dir);
+    (haptic_e2e::process::Haproxy::start(bin, opts).await.unwrap(), port)
+}
