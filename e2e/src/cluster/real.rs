@@ -24,7 +24,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams};
 use kube::Client;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -58,6 +58,8 @@ pub const HEALTH_PORT: u16 = 8404;
 pub const AGENT_PORT: u16 = 9080;
 /// The Service's port.
 pub const SERVICE_PORT: u16 = 80;
+/// Log lines per controller replica in [`RealCluster::diagnostics`].
+const DIAGNOSTIC_LOG_LINES: i64 = 60;
 
 /// How the cluster's nodes are reached.
 #[derive(Debug, Clone)]
@@ -299,6 +301,25 @@ impl RealCluster {
         let mut pods: Vec<Pod> = list.items.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
         pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         Ok(pods)
+    }
+
+    /// What a failed step prints besides its own message: the HAProxyConfig's status table and
+    /// conditions, and the last lines each controller replica logged.
+    pub async fn diagnostics(&self) -> String {
+        let mut out = match super::status(&self.client, NAMESPACE).await {
+            Ok(s) => format!("HAProxyConfig status:\n{}conditions: {}\n", super::status_table(&s), s["conditions"]),
+            Err(e) => format!("HAProxyConfig status: {e}\n"),
+        };
+        let selector = "app.kubernetes.io/name=haptic,app.kubernetes.io/component=controller";
+        for p in self.pods(selector).await.unwrap_or_default() {
+            let name = p.metadata.name.unwrap_or_default();
+            let lp = LogParams { tail_lines: Some(DIAGNOSTIC_LOG_LINES), ..LogParams::default() };
+            match self.pods_api().logs(&name, &lp).await {
+                Ok(log) => out.push_str(&format!("the last {DIAGNOSTIC_LOG_LINES} lines of {name}'s log:\n{log}\n")),
+                Err(e) => out.push_str(&format!("{name}'s log: {e}\n")),
+            }
+        }
+        out
     }
 
     /// How the agents are reached: over TLS when the HAProxy pods' agents serve it (the chart's

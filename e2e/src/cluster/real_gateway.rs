@@ -145,13 +145,8 @@ pub async fn run_gateway(c: &mut RealCluster) -> Result<()> {
     answered(c, &ip, SCALE_HOST, "/", |b| b.starts_with(APP_A)).await?;
     ok(&format!("chart with gateway.enabled=true; Gateway {GATEWAY} Programmed at {ip}; an HTTPRoute answers 200"));
 
-    scale_behind_route(c, &ip).await?;
-    weight_shift(c, &ip).await?;
-    refused_route(c, &ip).await?;
-    timed_routes(c, &ip).await?;
-    // Through a node only (kind): the TCP listener is not reached from the host there.
-    if c.is_routed() {
-        tcp_route(c, &ip).await?;
+    if let Err(e) = steps(c, &ip).await {
+        return Err(ClusterError(format!("{e}\n{}", c.diagnostics().await)));
     }
 
     for r in ["scale", "split", "regex"] {
@@ -170,6 +165,19 @@ pub async fn run_gateway(c: &mut RealCluster) -> Result<()> {
     }
     c.uninstall()?;
     ok("objects deleted, release uninstalled");
+    Ok(())
+}
+
+/// The steps after the first route answers; a failure leaves the objects for the diagnostics.
+async fn steps(c: &RealCluster, ip: &str) -> Result<()> {
+    scale_behind_route(c, ip).await?;
+    weight_shift(c, ip).await?;
+    refused_route(c, ip).await?;
+    timed_routes(c, ip).await?;
+    // Through a node only (kind): the TCP listener is not reached from the host there.
+    if c.is_routed() {
+        tcp_route(c, ip).await?;
+    }
     Ok(())
 }
 
