@@ -172,8 +172,9 @@ struct RunArgs {
     /// Quiet window before a change is read (a half-written edit never deploys).
     #[arg(long, env = "HAPTIC_CONTROLLER_SETTLE", default_value = "300ms", value_parser = humantime::parse_duration)]
     settle: Duration,
-    /// Quiet window before a burst of EndpointSlice changes only is rendered (render mode; at
-    /// most `--settle`): short, so a new endpoint serves soon after it turns ready.
+    /// Quiet window before a burst of EndpointSlice changes only, or one lone change to a
+    /// cluster object, is rendered (render mode; at most `--settle`): short, so a new endpoint or
+    /// route serves soon.
     #[arg(
         long,
         env = "HAPTIC_CONTROLLER_ENDPOINT_SETTLE",

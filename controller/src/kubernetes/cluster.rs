@@ -113,7 +113,7 @@ where
         if !served {
             info!("the cluster does not serve {kind} ({gv}): none are read");
         }
-        let _ = out.set(served.then(|| all::<K>(&client, Change::Objects, &changes, &stop)));
+        let _ = out.set(served.then(|| all::<K>(&client, Change::Cluster, &changes, &stop)));
         let _ = changes.unbounded_send(Change::Objects);
     });
     slot
@@ -122,27 +122,27 @@ where
 impl ClusterWatch {
     /// Starts the cluster-wide reflectors (the Gateway API ones when `gateway`, else the
     /// Ingress ones); each event is sent on `changes` (an EndpointSlice's as
-    /// [`Change::Endpoints`]).
+    /// [`Change::Endpoints`], every other one as [`Change::Cluster`]).
     pub fn start(client: &Client, changes: &Changes, parent: &CancellationToken, gateway: bool) -> Self {
         let stop = parent.child_token();
         let gw = gateway.then(|| GatewayStores {
-            classes: all(client, Change::Objects, changes, &stop),
-            gateways: all(client, Change::Objects, changes, &stop),
-            routes: all(client, Change::Objects, changes, &stop),
+            classes: all(client, Change::Cluster, changes, &stop),
+            gateways: all(client, Change::Cluster, changes, &stop),
+            routes: all(client, Change::Cluster, changes, &stop),
             listener_sets: if_served(client, changes, &stop),
             grpc_routes: if_served(client, changes, &stop),
             tls_routes: if_served(client, changes, &stop),
             tcp_routes: if_served(client, changes, &stop),
             backend_tls_policies: if_served(client, changes, &stop),
-            grants: all(client, Change::Objects, changes, &stop),
-            namespaces: all(client, Change::Objects, changes, &stop),
+            grants: all(client, Change::Cluster, changes, &stop),
+            namespaces: all(client, Change::Cluster, changes, &stop),
         });
         ClusterWatch {
             client: client.clone(),
-            classes: (!gateway).then(|| all(client, Change::Objects, changes, &stop)),
-            ingresses: (!gateway).then(|| all(client, Change::Objects, changes, &stop)),
+            classes: (!gateway).then(|| all(client, Change::Cluster, changes, &stop)),
+            ingresses: (!gateway).then(|| all(client, Change::Cluster, changes, &stop)),
             gateway: gw,
-            services: all(client, Change::Objects, changes, &stop),
+            services: all(client, Change::Cluster, changes, &stop),
             slices: all(client, Change::Endpoints, changes, &stop),
             secrets: Named::default(),
             config_maps: Named::default(),
