@@ -28,7 +28,7 @@ use tracing::{info, warn};
 
 use super::routes::Objects;
 use super::settle::Change;
-use super::watch::{ready, watch_into, Changes, Named};
+use super::watch::{ready, watch_into, watch_specs_into, Changes, Named};
 
 /// The reflectors, stopped when dropped.
 pub struct ClusterWatch {
@@ -80,6 +80,25 @@ where
     watch_into(Api::all(client.clone()), watcher::Config::default(), what, kind, changes.clone(), stop.clone())
 }
 
+/// [`all`] for a kind whose status haptic writes and the render never reads: an event that
+/// changed only an object's status is not a change ([`watch_specs_into`]).
+fn specs<K>(client: &Client, changes: &Changes, stop: &CancellationToken) -> Store<K>
+where
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone + Default,
+{
+    let what = format!("{} (all namespaces)", K::kind(&K::DynamicType::default()));
+    let api = Api::all(client.clone());
+    watch_specs_into(api, watcher::Config::default(), what, Change::Cluster, changes.clone(), stop.clone())
+}
+
 /// The store of a kind the cluster may not serve (a CRD not installed): unset until discovery
 /// answers, then the store, or `None` when the API does not serve the kind (none are read).
 type IfServed<K> = Arc<OnceLock<Option<Store<K>>>>;
@@ -87,11 +106,18 @@ type IfServed<K> = Arc<OnceLock<Option<Store<K>>>>;
 /// How long to wait before asking discovery again after it failed.
 const DISCOVERY_RETRY: Duration = Duration::from_secs(2);
 
-/// Watches every `K` once discovery says the cluster serves it; a change is sent on `changes`
-/// when that is known either way.
+/// Watches every `K` once discovery says the cluster serves it (each a kind whose status haptic
+/// writes: [`specs`]); a change is sent on `changes` when that is known either way.
 fn if_served<K>(client: &Client, changes: &Changes, stop: &CancellationToken) -> IfServed<K>
 where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
     K::DynamicType: std::hash::Hash + Eq + Clone + Default,
 {
     let slot: IfServed<K> = Arc::default();
@@ -113,7 +139,7 @@ where
         if !served {
             info!("the cluster does not serve {kind} ({gv}): none are read");
         }
-        let _ = out.set(served.then(|| all::<K>(&client, Change::Cluster, &changes, &stop)));
+        let _ = out.set(served.then(|| specs::<K>(&client, &changes, &stop)));
         let _ = changes.unbounded_send(Change::Objects);
     });
     slot
@@ -127,8 +153,8 @@ impl ClusterWatch {
         let stop = parent.child_token();
         let gw = gateway.then(|| GatewayStores {
             classes: all(client, Change::Cluster, changes, &stop),
-            gateways: all(client, Change::Cluster, changes, &stop),
-            routes: all(client, Change::Cluster, changes, &stop),
+            gateways: specs(client, changes, &stop),
+            routes: specs(client, changes, &stop),
             listener_sets: if_served(client, changes, &stop),
             grpc_routes: if_served(client, changes, &stop),
             tls_routes: if_served(client, changes, &stop),
@@ -140,7 +166,7 @@ impl ClusterWatch {
         ClusterWatch {
             client: client.clone(),
             classes: (!gateway).then(|| all(client, Change::Cluster, changes, &stop)),
-            ingresses: (!gateway).then(|| all(client, Change::Cluster, changes, &stop)),
+            ingresses: (!gateway).then(|| specs(client, changes, &stop)),
             gateway: gw,
             services: all(client, Change::Cluster, changes, &stop),
             slices: all(client, Change::Endpoints, changes, &stop),

@@ -38,7 +38,7 @@ use super::published::Snapshot;
 use super::routes::{self, IngressOutcome, Objects, SlotHistory};
 use super::settle::{Burst, Change, Settle};
 use super::snippet_check::SnippetVerdicts;
-use super::watch::{ready, Changes};
+use super::watch::{ready, Changes, SpecChanges};
 use crate::bundle::Bundle;
 use crate::seams::BundleEvent;
 
@@ -129,10 +129,18 @@ impl Feed {
     ) -> Self {
         let name = &ctx.names.config;
         let (changes, changes_rx) = futures::channel::mpsc::unbounded::<Change>();
+        // The controller's own status writes to the resource come back as events: they are no
+        // change to render (and would hold a new route back by the long window).
+        let mut specs = SpecChanges::default();
         let cfgs = watcher(ctx.configs(), watcher::Config::default().fields(&format!("metadata.name={name}")))
             .default_backoff()
             .reflect(writer)
-            .map(|r| r.map(|_| Change::Objects).map_err(|e| e.to_string()))
+            .filter_map(move |r| {
+                futures::future::ready(match r {
+                    Ok(ev) => specs.is_change(&ev).then_some(Ok(Change::Objects)),
+                    Err(e) => Some(Err(e.to_string())),
+                })
+            })
             .boxed();
         let events = futures::stream::select(cfgs, changes_rx.map(Ok)).boxed();
         let apis = (ctx.api::<ConfigMap>(), ctx.api::<Secret>());

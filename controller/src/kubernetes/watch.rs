@@ -5,7 +5,8 @@
 //! Owns starting, keying and stopping watches and whether a store's first list has arrived. It
 //! must never render, decide when to render, or list a kind the caller did not ask for.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
@@ -149,6 +150,98 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: std::hash::Hash + Eq + Clone + Default,
 {
+    reflect_into(api, cfg, what, kind, changes, stop, |_| true)
+}
+
+/// [`watch_into`] for a kind whose status haptic writes and the render never reads (routes,
+/// Gateways, Ingresses): an event that changed only an object's status (haptic's own status
+/// write, coming back) is not sent, so it neither renders again nor joins the next burst.
+pub(crate) fn watch_specs_into<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+    what: String,
+    kind: Change,
+    changes: Changes,
+    stop: CancellationToken,
+) -> Store<K>
+where
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone + Default,
+{
+    let mut specs = SpecChanges::default();
+    reflect_into(api, cfg, what, kind, changes, stop, move |ev| specs.is_change(ev))
+}
+
+/// Which watch events of a kind changed more than an object's status: a digest of each
+/// object's spec and metadata ([`fingerprint`]) per object.
+pub(crate) struct SpecChanges<K: kube::Resource>
+where
+    K::DynamicType: std::hash::Hash + Eq,
+{
+    seen: HashMap<ObjectRef<K>, u64>,
+}
+
+impl<K: kube::Resource> Default for SpecChanges<K>
+where
+    K::DynamicType: std::hash::Hash + Eq,
+{
+    fn default() -> Self {
+        Self { seen: HashMap::new() }
+    }
+}
+
+impl<K> SpecChanges<K>
+where
+    K: kube::Resource + serde::Serialize,
+    K::DynamicType: std::hash::Hash + Eq + Clone + Default,
+{
+    /// Whether `ev` is a change: anything but an object modified in its status only (a list's
+    /// objects and deletions always are).
+    pub(crate) fn is_change(&mut self, ev: &watcher::Event<K>) -> bool {
+        match ev {
+            watcher::Event::Apply(o) => {
+                let now = fingerprint(o);
+                self.seen.insert(ObjectRef::from_obj(o), now) != Some(now)
+            }
+            watcher::Event::InitApply(o) => {
+                self.seen.insert(ObjectRef::from_obj(o), fingerprint(o));
+                true
+            }
+            watcher::Event::Delete(o) => {
+                self.seen.remove(&ObjectRef::from_obj(o));
+                true
+            }
+            watcher::Event::Init => {
+                self.seen.clear();
+                true
+            }
+            watcher::Event::InitDone => true,
+        }
+    }
+}
+
+/// The watch itself: each event the store takes is sent on `changes` as `kind` when `is_change`
+/// says it is one.
+fn reflect_into<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+    what: String,
+    kind: Change,
+    changes: Changes,
+    stop: CancellationToken,
+    mut is_change: impl FnMut(&watcher::Event<K>) -> bool + Send + 'static,
+) -> Store<K>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone + Default,
+{
     let (reader, writer) = reflector::store();
     let mut stream =
         watcher(api, cfg).default_backoff().modify(|o| o.meta_mut().managed_fields = None).reflect(writer).boxed();
@@ -159,7 +252,7 @@ where
                 ev = stream.next() => match ev {
                     None => return,
                     Some(Err(e)) => warn!("watching {what}: {e}"),
-                    Some(Ok(_)) => if changes.unbounded_send(kind).is_err() { return },
+                    Some(Ok(ev)) => if is_change(&ev) && changes.unbounded_send(kind).is_err() { return },
                 },
             }
         }
@@ -167,9 +260,67 @@ where
     reader
 }
 
+/// A digest of everything in `o` but its status and resourceVersion: equal for two versions of
+/// an object that differ only in status. (A 64-bit hash, not the objects: 5,000 routes cost
+/// 5,000 numbers; a collision would only skip one render, which the next change makes.)
+fn fingerprint<K: serde::Serialize>(o: &K) -> u64 {
+    let mut v = serde_json::to_value(o).unwrap_or_default();
+    if let Some(m) = v.as_object_mut() {
+        m.remove("status");
+        if let Some(meta) = m.get_mut("metadata").and_then(serde_json::Value::as_object_mut) {
+            meta.remove("resourceVersion");
+            meta.remove("managedFields");
+        }
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    v.to_string().hash(&mut h);
+    h.finish()
+}
+
 pub(crate) fn ready<K: kube::Resource + Clone + 'static>(s: &Store<K>) -> bool
 where
     K::DynamicType: std::hash::Hash + Eq + Clone,
 {
     futures::FutureExt::now_or_never(s.wait_until_ready()).is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fingerprint;
+    use haptic_render::gateway_api::HttpRoute;
+    use serde_json::json;
+
+    fn route(v: serde_json::Value) -> HttpRoute {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_status_write_keeps_the_fingerprint_and_any_other_change_moves_it() {
+        let base = json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": {"name": "r", "namespace": "a", "resourceVersion": "1", "generation": 1},
+            "spec": {"hostnames": ["a.example"], "rules": [{"backendRefs": [{"name": "web", "port": 80}]}]}
+        });
+        let at = |f: &dyn Fn(&mut serde_json::Value)| {
+            let mut v = base.clone();
+            f(&mut v);
+            fingerprint(&route(v))
+        };
+        let plain = at(&|_| {});
+        // Our own status write comes back with a new resourceVersion and a status.
+        let status = at(&|v| {
+            v["metadata"]["resourceVersion"] = json!("2");
+            v["status"] = json!({"parents": [{"parentRef": {"name": "gw"}, "controllerName": "haptic.dev/gateway",
+                                              "conditions": []}]});
+        });
+        assert_eq!(plain, status);
+        // A spec, label or annotation change, or a deletion being started, is a change.
+        let spec = at(&|v| v["spec"]["hostnames"] = json!(["b.example"]));
+        let label = at(&|v| v["metadata"]["labels"] = json!({"team": "b"}));
+        let annotation = at(&|v| v["metadata"]["annotations"] = json!({"x": "y"}));
+        let deleting = at(&|v| v["metadata"]["deletionTimestamp"] = json!("2026-12-06T00:00:00Z"));
+        for other in [spec, label, annotation, deleting] {
+            assert_ne!(plain, other);
+        }
+    }
 }

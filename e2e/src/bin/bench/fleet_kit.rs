@@ -223,7 +223,7 @@ impl Controller {
             .arg(dir.join("controller-state"))
             .arg(format!("--gate-env={PORT_ENV}"))
             .env(PORT_ENV, free_port().to_string());
-        Self::spawn(cmd, bin, dir)
+        Self::spawn(cmd, bin, dir, Some(SETTLE))
     }
 
     /// Starts `haptic-controller run --kubernetes` for the `HAProxyConfig` `config` in `namespace`.
@@ -234,23 +234,41 @@ impl Controller {
         namespace: &str,
         config: &str,
     ) -> Result<Self> {
+        Self::spawn(Self::kubernetes(kubeconfig, namespace, config)?, bin, dir, Some(SETTLE))
+    }
+
+    /// [`Controller::start_kubernetes`] for the `HAProxyConfig` `edge`, at the product's default
+    /// settle windows (`--settle`, `--endpoint-settle`) rather than [`SETTLE`].
+    pub fn start_kubernetes_with_default_settle(
+        bin: &HaproxyBin,
+        dir: &Path,
+        kubeconfig: &Path,
+        namespace: &str,
+    ) -> Result<Self> {
+        Self::spawn(Self::kubernetes(kubeconfig, namespace, "edge")?, bin, dir, None)
+    }
+
+    /// `haptic-controller run --kubernetes` for `config` in `namespace`, through `kubeconfig`.
+    fn kubernetes(kubeconfig: &Path, namespace: &str, config: &str) -> Result<Command> {
         let ctl = sibling_bin("haptic-controller", "HAPTIC_CONTROLLER_BIN")?;
         let mut cmd = Command::new(ctl);
         cmd.args(["run", "--kubernetes", "--namespace", namespace, "--config", config])
             .args(["--lease-duration", "15s", "--renew-deadline", "10s", "--retry-period", "2s"])
             .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info,kube=warn");
-        Self::spawn(cmd, bin, dir)
+        Ok(cmd)
     }
 
-    /// The settings both modes share: admin address, identity, settle window (the bench writes
-    /// every render atomically, so a short window loses nothing), drift repair out of the way.
-    fn spawn(mut cmd: Command, bin: &HaproxyBin, dir: &Path) -> Result<Self> {
+    /// The settings both modes share: admin address, identity, settle window `settle` (the
+    /// bench writes every render atomically, so a short window loses nothing; `None`: the
+    /// product's default), drift repair out of the way.
+    fn spawn(mut cmd: Command, bin: &HaproxyBin, dir: &Path, settle: Option<&str>) -> Result<Self> {
         let admin_addr = format!("127.0.0.1:{}", free_port());
         let log = dir.join("controller.log");
         let (o, e) = log_file(&log)?;
         cmd.args(["--admin-listen", &admin_addr, "--identity", "bench-controller"])
-            .args(["--settle", SETTLE, "--drift-interval", "600s", "--max-parallel", "16"])
+            .args(settle.map(|s| ["--settle", s]).into_iter().flatten())
+            .args(["--drift-interval", "600s", "--max-parallel", "16"])
             .arg("--haproxy-bin")
             .arg(&bin.path)
             .stdin(Stdio::null())

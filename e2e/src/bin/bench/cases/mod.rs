@@ -9,6 +9,7 @@ pub mod k8s;
 pub mod k8s_attach;
 pub mod k8s_endpoints;
 pub mod k8s_gateway;
+pub mod k8s_propagate;
 pub mod new_backend;
 pub mod plan_diff;
 pub mod real_cluster;
@@ -48,6 +49,7 @@ pub const ALL: &[&str] = &[
     "endpoint_churn",
     "gateway_route",
     "attach_routes",
+    "propagate_routes",
     // Only when named (`--only real_cluster`): needs root and takes the machine's cluster.
     "real_cluster",
 ];
