@@ -175,7 +175,9 @@ pub fn diff(base: &Baseline, desired: &Bundle) -> Diff {
         t.runtime.extend(cd.backend_reasons());
         t.backend_ops.extend(cd.backend_ops());
         t.runtime.extend(cd.runtime_reasons());
-        t.server_ops.extend(cd.server_ops());
+        let (up, down) = cd.server_ops_split();
+        t.server_up_ops.extend(up);
+        t.server_down_ops.extend(down);
     }
     files_changed(base, desired, old_cfg, &mut t);
     t.decide(cfg_unchanged)
@@ -190,19 +192,22 @@ struct Tally {
     /// `backend.add` ops: first in the batch, before the map that routes to the backend.
     backend_ops: Vec<Op>,
     file_ops: Vec<Op>,
-    server_ops: Vec<Op>,
+    /// Servers added or taking traffic afterwards: before the maps, which may send traffic to them.
+    server_up_ops: Vec<Op>,
+    /// Servers that stop or go: after the maps, which may have taken traffic away from them.
+    server_down_ops: Vec<Op>,
 }
 
 impl Tally {
     /// The diff of what was collected: any reload reason reloads; runtime changes with a
     /// file_only change reload too; else runtime, else file_only.
     fn decide(self, cfg_unchanged: bool) -> Diff {
-        let Tally { reload, mut runtime, file_only, backend_ops, file_ops, server_ops } = self;
+        let Tally { reload, mut runtime, file_only, backend_ops, file_ops, server_up_ops, server_down_ops } = self;
+        let no_server_ops = server_up_ops.is_empty() && server_down_ops.is_empty();
         if !reload.is_empty() {
             return Diff { mode: Some(Mode::Reload), reasons: reload, batches: Vec::new() };
         }
-        let runtime_needed =
-            !backend_ops.is_empty() || !file_ops.is_empty() || !server_ops.is_empty() || !cfg_unchanged;
+        let runtime_needed = !backend_ops.is_empty() || !file_ops.is_empty() || !no_server_ops || !cfg_unchanged;
         if runtime_needed && !file_only.is_empty() {
             // One apply is either runtime (every changed file covered by an op, as the agent's claim
             // check demands) or file_only (the config text unchanged): both at once reload.
@@ -214,15 +219,18 @@ impl Tally {
             return Diff { mode: Some(Mode::Reload), reasons, batches: Vec::new() };
         }
         if runtime_needed {
-            if backend_ops.is_empty() && file_ops.is_empty() && server_ops.is_empty() {
+            if backend_ops.is_empty() && file_ops.is_empty() && no_server_ops {
                 // Only comments or whitespace changed: the running config is equivalent and the
                 // runtime claim (which compares normalized lines) holds with no ops at all.
                 runtime.push("haproxy.cfg: only comments or whitespace changed".into());
                 return Diff { mode: Some(Mode::Runtime), reasons: runtime, batches: Vec::new() };
             }
+            // New backends and new capacity, then the maps that may route to them, then the
+            // capacity the maps no longer route to: no request finds a backend without servers.
             let mut batch = backend_ops;
+            batch.extend(server_up_ops);
             batch.extend(file_ops);
-            batch.extend(server_ops);
+            batch.extend(server_down_ops);
             return Diff { mode: Some(Mode::Runtime), reasons: runtime, batches: vec![batch] };
         }
         Diff { mode: Some(Mode::FileOnly), reasons: file_only, batches: Vec::new() }
@@ -422,6 +430,34 @@ mod tests {
         assert_eq!(p.skew.as_deref(), Some("agent cannot run server.add: complete state and a reload"));
         let p = plan(Some(&Baseline::of_render(&old)), &new, API_VERSION, &caps_all());
         assert_eq!((p.mode, p.skew), (Some(Mode::Runtime), None));
+    }
+
+    #[test]
+    fn a_map_moving_traffic_runs_between_the_capacity_it_needs_and_the_capacity_it_frees() {
+        // be_other's server is parked (a Service no rule routes to); the map moves b.example
+        // there, be_other's server comes up and be_app's goes to maintenance.
+        let two = format!("{CFG}backend be_other\n  server SRV_1 127.0.0.1:1 disabled\n");
+        let old = render(&two, &base_files());
+        let moved = two
+            .replace("server SRV_1 127.0.0.1:9001 weight 10", "server SRV_1 127.0.0.1:9001 weight 10 disabled")
+            .replace("server SRV_1 127.0.0.1:1 disabled", "server SRV_1 127.0.0.1:9005");
+        let new = render(&moved, &with("maps/hosts.map", "a.example be_other\nb.example be_other\n"));
+        let d = diff(&Baseline::of_render(&old), &new);
+        assert_eq!(d.mode, Some(Mode::Runtime), "{:?}", d.reasons);
+        let order: Vec<String> = d.batches[0]
+            .iter()
+            .map(|op| match op {
+                Op::ServerSet(s) => format!("{}/{} {:?}", s.backend, s.server, s.state),
+                other => format!("{:?}", other.kind()),
+            })
+            .collect();
+        assert_eq!(
+            order,
+            ["be_other/SRV_1 Some(Ready)", "Some(MapLoad)", "be_app/SRV_1 Some(Maint)"],
+            "{:?}",
+            d.batches
+        );
+        agent_agrees(&old, &new, &d);
     }
 
     #[test]

@@ -128,9 +128,22 @@ impl CfgDiff {
     /// one-replica rollout: the new one ready, the old one draining) so never has a moment with no
     /// server, whatever order the servers have in the config.
     pub fn server_ops(&self) -> Vec<Op> {
+        let (mut up, down) = self.server_ops_split();
+        up.extend(down);
+        up
+    }
+
+    /// [`CfgDiff::server_ops`] in two parts: the new capacity (`server.add`s and the `server.set`s
+    /// of servers that take traffic afterwards), and the old going (the `server.set`s of servers
+    /// that stop, then `server.del`s). An apply that also changes maps runs the maps between the
+    /// two, so a map that moves traffic to a backend finds its servers ready and a backend loses
+    /// its servers only once no map sends traffic to it.
+    pub fn server_ops_split(&self) -> (Vec<Op>, Vec<Op>) {
         let adds = self.added.iter().cloned().map(Op::ServerAdd);
-        let sets = self.sets_in_order().map(|c| Op::ServerSet(c.op()));
-        adds.chain(sets).chain(self.removed.iter().cloned().map(Op::ServerDel)).collect()
+        let up = self.servers.iter().filter(|c| c.new.takes_traffic()).map(|c| Op::ServerSet(c.op()));
+        let stop = self.servers.iter().filter(|c| !c.new.takes_traffic()).map(|c| Op::ServerSet(c.op()));
+        let dels = self.removed.iter().cloned().map(Op::ServerDel);
+        (adds.chain(up).collect(), stop.chain(dels).collect())
     }
 
     /// A human reason per runtime change, in [`CfgDiff::server_ops`] order.

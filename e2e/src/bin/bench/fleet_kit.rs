@@ -384,7 +384,7 @@ impl Controller {
     }
 }
 
-/// A tiny HTTP upstream on a loopback address answering `200 ok` to every request
+/// A tiny HTTP upstream on a loopback address answering `200 ok` (or its own body) to every request
 /// (`Connection: close`), counting the requests it answered.
 #[derive(Debug)]
 pub struct Upstream {
@@ -402,6 +402,11 @@ impl Upstream {
 
     /// Binds `addr`, which must be a loopback address, and serves.
     pub async fn start_on(addr: std::net::SocketAddr) -> Result<Self> {
+        Self::start_answering(addr, "ok").await
+    }
+
+    /// [`Upstream::start_on`], answering `body` instead of `ok` (so a client tells upstreams apart).
+    pub async fn start_answering(addr: std::net::SocketAddr, body: &'static str) -> Result<Self> {
         if !addr.ip().is_loopback() {
             return Err(BenchError::Unexpected(format!("an upstream on {addr}: only loopback addresses")));
         }
@@ -430,9 +435,11 @@ impl Upstream {
                     };
                     if tokio::time::timeout(Duration::from_secs(10), read).await.is_ok() {
                         counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let _ = s
-                            .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
-                            .await;
+                        let answer = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            body.len()
+                        );
+                        let _ = s.write_all(answer.as_bytes()).await;
                         let _ = s.shutdown().await;
                     }
                 });

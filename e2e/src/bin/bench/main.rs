@@ -44,7 +44,7 @@ struct Args {
     quick: bool,
     /// Run only this case (repeatable): plan_diff, render_scale, runtime_apply, reload_apply, new_backend (3.4),
     /// map_replace, regex_path, verify_state, delta_transfer, fleet_runtime, runtime_while_reload_pending,
-    /// fleet_reload, burst, traffic_under_churn, fleet_scale, k8s_runtime, endpoint_churn, gateway_route, attach_routes, propagate_routes, footprint; real_cluster only when
+    /// fleet_reload, burst, traffic_under_churn, fleet_scale, k8s_runtime, endpoint_churn, gateway_route, attach_routes, propagate_routes, change_under_load, footprint; real_cluster only when
     /// named (root; brings scripts/cluster.sh's cluster up and down).
     #[arg(long = "only", value_name = "NAME")]
     only: Vec<String>,
@@ -198,6 +198,12 @@ async fn run_version(ctx: &Ctx, out: &mut Results) {
         let res = cases::k8s_propagate::run(ctx).await;
         eprintln!("#   propagate_routes: {:.1} s", t.elapsed().as_secs_f64());
         out.record("propagate_routes", &ctx.label, res);
+    }
+    if ctx.wants("change_under_load") {
+        let t = Instant::now();
+        let res = cases::k8s_change::run(ctx).await;
+        eprintln!("#   change_under_load: {:.1} s", t.elapsed().as_secs_f64());
+        out.record("change_under_load", &ctx.label, res);
     }
 }
 

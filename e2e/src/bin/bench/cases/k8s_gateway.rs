@@ -73,7 +73,7 @@ pub(super) fn backend(svc: &str) -> String {
 
 /// Where endpoint `k` of Service `scale` is served (127.0.0.3 onwards; `web`'s is 127.0.0.2,
 /// the template's parked slots are 127.0.0.1:1, local pods live on 127.A.B.N with A.B ≥ 1.1).
-fn scale_addr(k: usize) -> Ipv4Addr {
+pub(super) fn scale_addr(k: usize) -> Ipv4Addr {
     Ipv4Addr::new(127, 0, 0, 3 + u8::try_from(k).unwrap_or(u8::MAX - 3))
 }
 

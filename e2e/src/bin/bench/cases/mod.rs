@@ -7,6 +7,7 @@ pub mod agent_cases;
 pub mod fleet;
 pub mod k8s;
 pub mod k8s_attach;
+pub mod k8s_change;
 pub mod k8s_endpoints;
 pub mod k8s_gateway;
 pub mod k8s_propagate;
@@ -50,6 +51,7 @@ pub const ALL: &[&str] = &[
     "gateway_route",
     "attach_routes",
     "propagate_routes",
+    "change_under_load",
     // Only when named (`--only real_cluster`): needs root and takes the machine's cluster.
     "real_cluster",
 ];
