@@ -592,7 +592,14 @@ cmd_down() {
   if printf '%s\n' "${created[@]}" | grep -qx /run/containerd && ! pgrep -x containerd >/dev/null; then
     rm -rf /run/containerd
   fi
-  for x in "${created[@]}"; do if [ -d "$x" ]; then find "$x" -depth -type d -empty -delete 2>/dev/null || true; fi; done
+  # A directory we created goes with what is left in it of ours: sockets a stopped process left
+  # (kubelet's device-plugins/kubelet.sock when it did not exit cleanly), then empty directories.
+  for x in "${created[@]}"; do
+    if [ -d "$x" ]; then
+      find "$x" -type s -delete 2>/dev/null || true
+      find "$x" -depth -type d -empty -delete 2>/dev/null || true
+    fi
+  done
   # Check: nothing of ours is left.
   chk() {
     printf '  %-10s %s\n' "$1" "$2" >&2

@@ -14,7 +14,7 @@
 //! `server.del` of a batch is checked before the first command goes out, so one the CLI cannot
 //! carry sends nothing. Map and ACL updates are atomic swaps
 //! (`prepare` / `add @ver` / `commit @ver`), verified afterwards with `show map` / `show acl`; a
-//! map's payloads go several to a connection, and nothing is committed unless all were taken.
+//! map's payloads go one to a connection, and nothing is committed unless all were taken.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;

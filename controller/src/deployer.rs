@@ -763,6 +763,10 @@ impl Deployer {
         let due_in_ms = scheduled.and_then(|r| r.due_in_ms).unwrap_or(0);
         let converged = ack.running == Some(target);
         info!(pod = %ep.name, plan = %target.short(), mode = %ack.mode, converged, "ACK");
+        if ack.mode != req.mode {
+            warn!(pod = %ep.name, plan = %target.short(), asked = %req.mode, mode = %ack.mode, reasons = ?ack.reasons,
+                "the agent landed the apply in another mode than asked");
+        }
         self.board.pod(&ep.name, |p| {
             p.applied = Some(ack.applied);
             p.running = ack.running;

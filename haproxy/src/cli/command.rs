@@ -152,11 +152,13 @@ pub fn del_server(target: &str) -> String {
     format!("del server {target}")
 }
 
-/// `add map @ver` payloads sent on one master-CLI connection. The master reads command after
-/// command on a connection (2.6 and 3.0: 200 payloads of 12 KiB on one connection applied in
-/// order), so a transaction's payloads need not pay a connection each; groups bound the work
-/// behind one timeout.
-pub const CHUNKS_PER_CONNECTION: usize = 32;
+/// `add map @ver` payloads sent on one master-CLI connection: one. Several payload commands on
+/// one connection were applied in order in small trials on 2.6 to 3.4, but under the agent, a
+/// map of two 12 KiB payloads on HAProxy 3.4 had its second `@1 add map` answered by the master
+/// itself ("Unknown command: 'add'"), which failed the runtime apply and cost a reload each time
+/// a route was added once the host map passed 12 KiB (about 350 hosts). A connection per payload
+/// costs about a millisecond each.
+pub const CHUNKS_PER_CONNECTION: usize = 1;
 
 /// Why a command or its payload cannot be sent as is (nothing was sent).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

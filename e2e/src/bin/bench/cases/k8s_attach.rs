@@ -181,8 +181,9 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let creates = ms(last_create - t0);
     let note = format!(
-        "{n} HTTPRoutes, {PARALLEL} creates in flight, 2 pods, controller --settle {SETTLE}; floor: the creates themselves \
+        "{n} HTTPRoutes, {PARALLEL} creates in flight, {} pods, controller --settle {SETTLE}; floor: the creates themselves \
          ({:.0} routes/s through the apiserver); {reloads} pod(s) reloaded",
+        ips.len(),
         n as f64 / (creates / 1000.0)
     );
     let mut attach =

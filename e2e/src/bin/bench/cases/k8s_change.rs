@@ -166,9 +166,10 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
     r.goal = Some("100 % 2xx, 0 reloads".into());
     r.meets_goal = Some(wrong.is_empty());
     r.add_note(format!(
-        "route base retargeted {n} times between Service web and Service scale under {CLIENTS} clients sending to 2 pods in turn \
+        "route base retargeted {n} times between Service web and Service scale under {CLIENTS} clients sending to {} pods in turn \
          (each request a new connection); the controller's default settle windows; {total} responses: {} from web, {} from scale, \
          {} other; floor: the patch's round trip",
+        ips.len(),
         served("web"),
         served("scale"),
         total - served("web") - served("scale")

@@ -118,10 +118,11 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
     r.meets_goal =
         Some(took.p50().is_some_and(|v| v <= 300.0) && took.p99().is_some_and(|v| v <= 1000.0) && wrong.is_empty());
     r.add_note(format!(
-        "{n} HTTPRoutes added one at a time (each its own hostname to Service web), 2 pods, the controller's default \
+        "{n} HTTPRoutes added one at a time (each its own hostname to Service web), {} pods, the controller's default \
          --settle 300ms / --endpoint-settle 50ms; each route 404 on every pod before its create; floor: the create's \
          round trip; worker pids checked every {CHECK_EVERY} routes ({reloads} checks saw a reload), {CHECK_SAMPLE} earlier \
          routes asked on every pod at each check; the run took {run_s:.0} s; controller RSS {} at the start, {} at the end",
+        ips.len(),
         mem(rss_start),
         mem(rss_end)
     ));
