@@ -46,6 +46,8 @@ log() { echo "kind.sh: [$(($(date +%s) - start))s] $*" >&2; }
 die() { log "FAILED: $*"; exit 1; }
 
 export GOTOOLCHAIN=local CGO_ENABLED=0
+# helm's API discovery cache: here, not in ~/.kube.
+export KUBECACHEDIR="$work/kube-cache"
 if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then PATH="/usr/local/go/bin:$PATH"; fi
 
 # ------------------------------------------------------------------ tools
@@ -106,7 +108,7 @@ base_image() {
 # frontend image to pull, no bridge needed.
 build() {
   mkdir -p "$work"
-  DOCKER_BUILDKIT=0 docker build --network host "$@" >"$work/docker-build.log" 2>&1 ||
+  DOCKER_BUILDKIT=0 docker build --force-rm --network host "$@" >"$work/docker-build.log" 2>&1 ||
     { tail -30 "$work/docker-build.log" >&2; return 1; }
 }
 
@@ -123,7 +125,7 @@ apt_options() {
 # (default target/debug, built with cargo when missing).
 haptic_images() {
   base_image
-  local bindir="${HAPTIC_BIN_DIR:-${CARGO_TARGET_DIR:-$root/target}/debug}" which ctx file
+  local bindir="${HAPTIC_BIN_DIR:-${CARGO_TARGET_DIR:-$root/target}/debug}" which ctx file old key
   if [ ! -x "$bindir/haptic-agent" ] || [ ! -x "$bindir/haptic-controller" ]; then
     log "cargo build (haptic-agent, haptic-controller) into $bindir"
     cargo build --locked -p haptic-agent --bin haptic-agent -p haptic-controller --bin haptic-controller >&2
@@ -131,6 +133,11 @@ haptic_images() {
   for which in agent controller; do
     file="$root/Dockerfile.$which"
     ctx="$work/images/$which"
+    # Rebuilt only when the binary or the Dockerfile changed.
+    key=$(cat "$bindir/haptic-$which" "$file" | sha256sum | cut -c1-16)
+    if [ "$(docker image inspect -f '{{index .Config.Labels "dev.haptic.key"}}' "localhost/haptic-$which:kind" 2>/dev/null)" = "$key" ]; then
+      continue
+    fi
     rm -rf "$ctx" && mkdir -p "$ctx"
     cp "$bindir/haptic-$which" "$ctx/haptic-$which"
     strip --strip-debug "$ctx/haptic-$which" 2>/dev/null || true
@@ -143,10 +150,15 @@ haptic_images() {
         sed "s#^COPY --from=build /out/haptic-$which #COPY haptic-$which #"
     } >"$ctx/Dockerfile"
     log "docker build localhost/haptic-$which:kind (runtime stage of Dockerfile.$which + $bindir/haptic-$which)"
+    old=$(docker image inspect -f '{{.Id}}' "localhost/haptic-$which:kind" 2>/dev/null || true)
     # shellcheck disable=SC2046
     build --build-arg "BASE_IMAGE=$base_img" --build-arg "REVISION=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
-      --build-arg "APT_OPTIONS=$(apt_options)" -t "localhost/haptic-$which:kind" "$ctx" ||
+      --build-arg "APT_OPTIONS=$(apt_options)" --label "dev.haptic.key=$key" -t "localhost/haptic-$which:kind" "$ctx" ||
       die "docker build of localhost/haptic-$which:kind (context $ctx)"
+    # The previous build of the tag, now untagged.
+    if [ -n "$old" ] && [ "$old" != "$(docker image inspect -f '{{.Id}}' "localhost/haptic-$which:kind")" ]; then
+      docker rmi "$old" >/dev/null 2>&1 || true
+    fi
   done
   web_image
 }
