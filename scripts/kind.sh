@@ -80,10 +80,16 @@ crictl_bin() {
 have_image() { docker image inspect "$1" >/dev/null 2>&1; }
 
 # ------------------------------------------------------------------ local images
-# localhost/haptic-base:trixie-slim: the debootstrap rootfs scripts/images.sh makes, imported.
+# localhost/haptic-base:trixie-slim: debian:trixie-slim where it can be pulled, else the
+# debootstrap rootfs scripts/images.sh makes, imported.
 base_img=localhost/haptic-base:trixie-slim
 base_image() {
   have_image "$base_img" && return 0
+  # Where a registry answers, the official image the Dockerfiles name by default.
+  if timeout 120 docker pull -q docker.io/library/debian:trixie-slim >/dev/null 2>&1; then
+    docker tag docker.io/library/debian:trixie-slim "$base_img"
+    return 0
+  fi
   local rootfs="$root/target/images/rootfs-trixie" mirror="${HAPTIC_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
   if [ ! -f "$rootfs/.complete" ]; then
     command -v debootstrap >/dev/null || { apt-get update -qq >&2; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; }
@@ -307,7 +313,7 @@ local_node_image() { # IMAGE
   log "building $img: kubeadm, kubelet, kubectl v$k8s_version + preloaded ${tags[*]}"
   c=kind-node-build-$$
   docker rm -f "$c" >/dev/null 2>&1 || true
-  docker run -d --name "$c" --privileged --entrypoint sleep "$base" infinity >/dev/null
+  docker run -d --name "$c" --privileged --network none --entrypoint sleep "$base" infinity >/dev/null
   local ok=0
   {
     for b in kubeadm kubelet kubectl; do docker cp "$bin/$b" "$c:/usr/bin/$b"; done
