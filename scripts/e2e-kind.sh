@@ -71,6 +71,15 @@ images:
   controller: {repository: localhost/haptic-controller, tag: "$tag", pullPolicy: Never}
 config:
   name: edge
+haproxy:
+  # One HAProxy pod per worker where possible (the two-node scenario wants them spread), as
+  # scripts/cluster.sh's values say.
+  topologySpreadConstraints:
+    - maxSkew: 1
+      topologyKey: kubernetes.io/hostname
+      whenUnsatisfiable: ScheduleAnyway
+      labelSelector:
+        matchLabels: {app.kubernetes.io/name: haptic, app.kubernetes.io/component: haproxy}
 EOF
 export HAPTIC_E2E_CLUSTER=kind HAPTIC_E2E_VALUES=$values HAPTIC_HELM=$helm
 cargo test --locked -p haptic-e2e --test scenarios every_scenario_on_a_real_cluster -- --nocapture
