@@ -81,5 +81,6 @@ haproxy:
       labelSelector:
         matchLabels: {app.kubernetes.io/name: haptic, app.kubernetes.io/component: haproxy}
 EOF
-export HAPTIC_E2E_CLUSTER=kind HAPTIC_E2E_VALUES=$values HAPTIC_HELM=$helm
+# helm's API discovery cache: under target/, not in ~/.kube.
+export HAPTIC_E2E_CLUSTER=kind HAPTIC_E2E_VALUES=$values HAPTIC_HELM=$helm KUBECACHEDIR="$root/target/kind/kube-cache"
 cargo test --locked -p haptic-e2e --test scenarios every_scenario_on_a_real_cluster -- --nocapture
