@@ -11,6 +11,8 @@
 #   scripts/install-k8s.sh --cluster        # also the node and control-plane binaries a real
 #                                           # cluster needs (kubelet, kube-proxy, kube-scheduler,
 #                                           # kube-controller-manager, kubectl; scripts/cluster.sh)
+#   scripts/install-k8s.sh --kind           # --cluster's binaries plus kubeadm (the locally built
+#                                           # kind node image; scripts/kind.sh)
 #   scripts/install-k8s.sh --regen VERSION  # rewrite e2e/k8s-tools for another Kubernetes version
 #
 # The version matches the k8s-openapi feature the controller enables (v1_34): keep them together.
@@ -43,7 +45,7 @@ regen() {
   done
   # The packages, not only the module: go.sum must hold everything the builds need.
   local c
-  for c in kube-apiserver $cluster_cmds; do (cd "$tools" && go get -tool "k8s.io/kubernetes/cmd/$c@v$v" >&2); done
+  for c in kube-apiserver $cluster_cmds kubeadm; do (cd "$tools" && go get -tool "k8s.io/kubernetes/cmd/$c@v$v" >&2); done
   log "regenerated $tools for Kubernetes v$v"
 }
 
@@ -63,8 +65,17 @@ etcd="$etcd_dir/etcd"
 
 # 1. kube-apiserver (and with --cluster the rest) from the Go module, in one `go build`.
 want=(kube-apiserver)
-[ "${1:-}" = "--cluster" ] && read -ra extra <<<"$cluster_cmds" && want+=("${extra[@]}")
-reported() { if [ "$1" = kubectl ]; then "$dir/$1" version --client; else "$dir/$1" --version; fi 2>/dev/null; }
+case "${1:-}" in
+  --cluster) read -ra extra <<<"$cluster_cmds"; want+=("${extra[@]}") ;;
+  --kind) read -ra extra <<<"$cluster_cmds kubeadm"; want+=("${extra[@]}") ;;
+esac
+reported() {
+  case "$1" in
+    kubectl) "$dir/$1" version --client ;;
+    kubeadm) "$dir/$1" version -o short ;;
+    *) "$dir/$1" --version ;;
+  esac 2>/dev/null
+}
 built() { [ "$(reported "$1" | grep -o 'v1\.[0-9.]*' | head -1)" = "v$version" ]; }
 missing=()
 for c in "${want[@]}"; do built "$c" || missing+=("$c"); done

@@ -218,17 +218,12 @@ impl RealCluster {
             Provider::Local { script, .. } => {
                 run(Command::new(script).arg("stop-node").arg(node_index(node)?.to_string())).map(|_| ())
             }
-            Provider::Kind => run(Command::new("docker").args([
-                "exec",
-                node,
-                "systemctl",
-                "kill",
-                "-s",
-                "KILL",
-                "kubelet",
-                "containerd",
-            ]))
-            .map(|_| ()),
+            // `stop`, not `kill`: kind's units restart a killed kubelet or containerd after 1 s
+            // (Restart=always); containerd's KillMode=process leaves the containers' shims running.
+            Provider::Kind => {
+                run(Command::new("docker").args(["exec", node, "systemctl", "stop", "kubelet", "containerd"]))
+                    .map(|_| ())
+            }
         }
     }
 
