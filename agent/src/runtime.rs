@@ -23,8 +23,7 @@ use std::time::{Duration, Instant};
 
 use haptic_haproxy::cli::command::{
     self, PatternFile, WorkerLine, ADDR_CHANGED, BACKEND_PUBLISHED, BACKEND_REGISTERED, CA_FILE_TRANSACTION,
-    CERT_COMMITTED, CERT_TRANSACTION, CHUNKS_PER_CONNECTION, MAX_PAYLOAD, NEW_VERSION, SERVER_DELETED,
-    SERVER_REGISTERED,
+    CERT_COMMITTED, CERT_TRANSACTION, MAX_PAYLOAD, NEW_VERSION, SERVER_DELETED, SERVER_REGISTERED,
 };
 use haptic_haproxy::cli::{self, Expect};
 use haptic_protocol::{BackendAdd, Capabilities, Op, OpKind, ServerAdd, ServerDel, ServerSet, ServerState};
@@ -302,14 +301,17 @@ impl Runner<'_> {
         let chunks = command::map_chunks(entries, MAX_PAYLOAD).map_err(|e| Failure::local(e.to_string()))?;
         let ver = self.prepare(PatternFile::Map, name).await?;
         let add = PatternFile::Map.add(ver, name);
-        let groups = self
-            .line
-            .pipelined(&add, &chunks, CHUNKS_PER_CONNECTION)
-            .map_err(|e| Failure { command: add.clone(), reply: format!("invalid CLI payload: {e}") })?;
+        // One payload per master-CLI connection: on HAProxy 3.4 a second `@1 add map` payload on
+        // the same connection was answered by the master itself ("Unknown command: 'add'"), which
+        // failed the apply once a map passed one 12 KiB payload.
         // The version stays uncommitted unless every payload was taken: a failure stops here,
         // before `commit`, and the next `prepare` drops it.
-        for (data, n) in &groups {
-            self.exec(data, &format!("{add} ({n} payloads)"), Expect::Empty).await?;
+        for (i, chunk) in chunks.iter().enumerate() {
+            let data = self
+                .line
+                .with_payload(&add, chunk)
+                .map_err(|e| Failure { command: add.clone(), reply: format!("invalid CLI payload: {e}") })?;
+            self.exec(&data, &format!("{add} (payload {} of {})", i + 1, chunks.len()), Expect::Empty).await?;
         }
         self.commit_and_verify(PatternFile::Map, name, ver, entries.len()).await
     }

@@ -152,14 +152,6 @@ pub fn del_server(target: &str) -> String {
     format!("del server {target}")
 }
 
-/// `add map @ver` payloads sent on one master-CLI connection: one. Several payload commands on
-/// one connection were applied in order in small trials on 2.6 to 3.4, but under the agent, a
-/// map of two 12 KiB payloads on HAProxy 3.4 had its second `@1 add map` answered by the master
-/// itself ("Unknown command: 'add'"), which failed the runtime apply and cost a reload each time
-/// a route was added once the host map passed 12 KiB (about 350 hosts). A connection per payload
-/// costs about a millisecond each.
-pub const CHUNKS_PER_CONNECTION: usize = 1;
-
 /// Why a command or its payload cannot be sent as is (nothing was sent).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CommandError {
@@ -225,12 +217,6 @@ impl WorkerLine {
     pub fn several(&self, line: &str) -> String {
         format!("{}{line}", self.tag())
     }
-
-    /// The payload command `cmd` once per chunk, in groups of at most `per` sent on one
-    /// connection: each group is the bytes to write and how many payloads it holds.
-    pub fn pipelined(&self, cmd: &str, chunks: &[String], per: usize) -> Result<Vec<(String, usize)>, CommandError> {
-        pipelined_payloads(&self.command(cmd), chunks, per)
-    }
 }
 
 /// Builds `<cmd> <<\n<payload>\n\n`, refusing payloads HAProxy would cut short or choke on.
@@ -243,20 +229,6 @@ pub fn payload_line(cmd: &str, payload: &str) -> Result<String, CommandError> {
         return Err(CommandError::Payload("an empty payload, or a blank line that would end it early".into()));
     }
     Ok(format!("{cmd} <<\n{body}\n\n"))
-}
-
-/// Joins payload commands `<head> <<` + chunk into groups of at most `per` per connection.
-fn pipelined_payloads(head: &str, chunks: &[String], per: usize) -> Result<Vec<(String, usize)>, CommandError> {
-    chunks
-        .chunks(per.max(1))
-        .map(|group| {
-            let mut data = String::with_capacity(group.iter().map(|c| head.len() + c.len() + 8).sum());
-            for c in group {
-                data.push_str(&payload_line(head, c)?);
-            }
-            Ok((data, group.len()))
-        })
-        .collect()
 }
 
 /// Escapes one CLI argument: `\`, `;`, whitespace and quote characters get a backslash.
@@ -589,20 +561,6 @@ mod tests {
         assert!(map_chunks(&[("k".into(), "v\nx".into())], MAX_PAYLOAD).is_err());
         assert!(map_chunks(&[("k".into(), "v".repeat(MAX_PAYLOAD))], MAX_PAYLOAD).is_err());
         assert!(map_chunks(&[], MAX_PAYLOAD).unwrap().is_empty());
-    }
-
-    #[test]
-    fn pipelined_payloads_keep_every_chunk_in_order() {
-        let chunks: Vec<String> = (0..70).map(|i| format!("k{i} v{i}\n")).collect();
-        let groups = WorkerLine { tagged: false }.pipelined("add map @3 m", &chunks, 32).unwrap();
-        assert_eq!(groups.iter().map(|(_, n)| *n).collect::<Vec<_>>(), vec![32, 32, 6]);
-        let all: String = groups.iter().map(|(d, _)| d.as_str()).collect();
-        assert_eq!(all.matches("@1 add map @3 m <<\n").count(), 70);
-        assert!(all.starts_with("@1 add map @3 m <<\nk0 v0\n\n@1 add map @3 m <<\nk1 v1\n\n"));
-        // Every payload ends with its blank line, so the next command starts on its own line.
-        assert_eq!(all.matches("\n\n").count(), 70);
-        assert!(pipelined_payloads("h", &["a\n\nb".into()], 32).is_err());
-        assert!(pipelined_payloads("h", &[], 32).unwrap().is_empty());
     }
 
     #[test]
