@@ -7,8 +7,12 @@
 #   scripts/cluster.sh load          build both haptic images (scripts/images.sh --prebuilt) and
 #                                    import them into every node (HAPTIC_IMAGES_PROFILE=debug|release,
 #                                    default release)
-#   scripts/cluster.sh install       helm install charts/haptic into namespace haptic with the loaded
-#                                    images (imagePullPolicy Never) and wait for the rollout
+#   scripts/cluster.sh install [--release NAME] [HELM ARGS...]
+#                                    helm install charts/haptic as release NAME (default haptic) into
+#                                    namespace NAME with the loaded images (imagePullPolicy Never)
+#                                    and wait for the rollout
+#   scripts/cluster.sh gateway-crds  apply the Gateway API standard-channel CRDs of the conformance
+#                                    tools' pinned module (server-side) and wait until established
 #   scripts/cluster.sh status        nodes, pods, HAProxyConfigs
 #   scripts/cluster.sh down          stop and remove everything `up` made; exit 1 if anything is left
 #   scripts/cluster.sh stop-node N   kill node N's kubelet and containerd (its containers keep running)
@@ -471,13 +475,32 @@ EOF
 cmd_install() {
   is_up || die "no cluster is running (scripts/cluster.sh up)"
   [ -f "$S/values.yaml" ] || die "no images loaded yet (scripts/cluster.sh load)"
-  local helm
+  local helm release=haptic d
+  if [ "${1:-}" = --release ]; then release=${2:?--release wants a name}; shift 2; fi
   helm=$("$root/scripts/install-helm.sh")
-  KUBECONFIG=$KC "$helm" upgrade --install haptic "$root/charts/haptic" --namespace haptic --create-namespace \
+  KUBECONFIG=$KC "$helm" upgrade --install "$release" "$root/charts/haptic" --namespace "$release" --create-namespace \
     --values "$S/values.yaml" --wait --timeout 5m "$@" >&2
-  KUBECONFIG=$KC "$BIN/kubectl" -n haptic rollout status deployment/haptic-haproxy --timeout 120s >&2
-  KUBECONFIG=$KC "$BIN/kubectl" -n haptic rollout status deployment/haptic-controller --timeout 120s >&2
-  log "installed: KUBECONFIG=$KC $BIN/kubectl -n haptic get hapc,pods -o wide"
+  for d in $(KUBECONFIG=$KC "$BIN/kubectl" -n "$release" get deployments -o name); do
+    KUBECONFIG=$KC "$BIN/kubectl" -n "$release" rollout status "$d" --timeout 120s >&2
+  done
+  log "installed: KUBECONFIG=$KC $BIN/kubectl -n $release get hapc,pods -o wide"
+}
+
+# The Gateway API standard-channel CRDs of the version the conformance suite pins
+# (conformance/tools/go.mod), so the cluster serves what haptic is tested against.
+cmd_gateway_crds() {
+  is_up || die "no cluster is running (scripts/cluster.sh up)"
+  local crds f files=()
+  command -v go >/dev/null || die "go is not installed (it fetches the pinned Gateway API module)"
+  crds=$(cd "$root/conformance/tools" && export GOTOOLCHAIN=local GOFLAGS=-mod=readonly &&
+    go mod download sigs.k8s.io/gateway-api && go list -m -f '{{.Dir}}' sigs.k8s.io/gateway-api)/config/crd/standard
+  [ -d "$crds" ] || die "no Gateway API CRDs at $crds"
+  KUBECONFIG=$KC "$BIN/kubectl" apply --server-side --force-conflicts -f "$crds" >/dev/null
+  # Each CRD's own file (the directory also holds a ValidatingAdmissionPolicy, which has no
+  # Established condition).
+  for f in "$crds"/*.yaml; do [[ $f == *_vap_* ]] || files+=(-f "$f"); done
+  KUBECONFIG=$KC "$BIN/kubectl" wait --for condition=Established --timeout 60s "${files[@]}" >/dev/null
+  log "Gateway API standard CRDs applied from $crds"
 }
 
 # ------------------------------------------------------------------ down
@@ -651,8 +674,9 @@ case "${1:-}" in
   status) binaries; cmd_status ;;
   load) cmd_load ;;
   install) shift; binaries; cmd_install "$@" ;;
+  gateway-crds) binaries; cmd_gateway_crds ;;
   stop-node) shift; cmd_stop_node "$@" ;;
   ctr) shift; n=${1:?ctr wants a node number}; shift; exec ctr -a "$R/node$n/containerd.sock" -n k8s.io "$@" ;;
-  -h | --help) sed -n '2,21p' "$0" ;;
-  *) echo "usage: $0 up [1|2] | load | install | status | down | stop-node N | ctr N ARGS..." >&2; exit 2 ;;
+  -h | --help) sed -n '2,25p' "$0" ;;
+  *) echo "usage: $0 up [1|2] | load | install [--release NAME] [HELM ARGS] | gateway-crds | status | down | stop-node N | ctr N ARGS..." >&2; exit 2 ;;
 esac

@@ -110,11 +110,7 @@ done
 log "echo-basic and coredns imported into $nodes node(s) as: $(echo "$echo_names" "$coredns_names" | tr '\n' ' ')"
 
 # 3. The standard-channel CRDs of the pinned module.
-crds=$(cd "$tools" && go list -m -f '{{.Dir}}' sigs.k8s.io/gateway-api)/config/crd/standard
-"$kubectl" apply --server-side --force-conflicts -f "$crds" >/dev/null
-"$kubectl" wait --for condition=Established --timeout 60s crd/gateways.gateway.networking.k8s.io \
-  crd/httproutes.gateway.networking.k8s.io crd/gatewayclasses.gateway.networking.k8s.io \
-  crd/referencegrants.gateway.networking.k8s.io >/dev/null
+"$root/scripts/cluster.sh" gateway-crds
 log "Gateway API $V standard CRDs applied"
 
 # 4. Our chart, serving the GatewayClass haptic.

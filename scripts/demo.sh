@@ -118,12 +118,18 @@ else
   HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
 fi
 "$HAPROXY" -v >/dev/null 2>&1 || die "$HAPROXY does not run"
-bold "Building haptic (cargo build --release)"
-(cd "$ROOT" && cargo build --release --locked -p haptic-agent -p haptic-controller --bins)
+# HAPTIC_DEMO_PROFILE=debug: the debug build (CI runs the tour with the binaries its tests built).
+case "${HAPTIC_DEMO_PROFILE:-release}" in
+  release) profile_flag=--release profile_dir=release ;;
+  debug) profile_flag="" profile_dir=debug ;;
+  *) die "HAPTIC_DEMO_PROFILE is release or debug" ;;
+esac
+bold "Building haptic (cargo build ${profile_flag:---profile dev})"
+(cd "$ROOT" && cargo build $profile_flag --locked -p haptic-agent -p haptic-controller --bins)
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$ROOT/$TARGET_DIR" ;; esac
-AGENT="$TARGET_DIR/release/haptic-agent"
-CTL="$TARGET_DIR/release/haptic-controller"
+AGENT="$TARGET_DIR/$profile_dir/haptic-agent"
+CTL="$TARGET_DIR/$profile_dir/haptic-controller"
 
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 for p in $FE $ADMIN $((BASE + 101)) $((BASE + 102)) $((BASE + 103)) $((BASE + 201)) $((BASE + 202)) \

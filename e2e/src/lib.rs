@@ -16,6 +16,7 @@ pub mod net;
 pub mod pids;
 pub mod pod;
 pub mod process;
+pub mod readme;
 pub mod tls;
 pub mod tools;
 pub mod wait;
