@@ -92,32 +92,13 @@ binaries() { # sets BIN (kube-*) and ETCD
 
 buildah_() { buildah --storage-driver vfs "$@"; }
 
-# The pause image (a static C program: sleeps, reaps, exits on SIGTERM) and the tests' web image
+# The pause image (scripts/pause.c, static: sleeps, reaps, exits on SIGTERM) and the tests' web image
 # (busybox httpd), as OCI archives under $S/images.
 base_images() {
   local d="$S/images" c
   [ -f "$d/pause.tar" ] && [ -f "$d/web.tar" ] && return
   mkdir -p "$d"
-  cat >"$d/pause.c" <<'EOF'
-#include <signal.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
-static void down(int s) { (void)s; exit(0); }
-static void reap(int s) { (void)s; while (waitpid(-1, NULL, WNOHANG) > 0) {} }
-int main(void) {
-  struct sigaction a;
-  memset(&a, 0, sizeof a);
-  a.sa_handler = down;
-  if (sigaction(SIGINT, &a, NULL) < 0 || sigaction(SIGTERM, &a, NULL) < 0) return 1;
-  a.sa_handler = reap;
-  a.sa_flags = SA_NOCLDSTOP;
-  if (sigaction(SIGCHLD, &a, NULL) < 0) return 2;
-  for (;;) pause();
-}
-EOF
-  gcc -Os -static -o "$d/pause" "$d/pause.c" && strip "$d/pause"
+  gcc -Os -static -o "$d/pause" "$root/scripts/pause.c" && strip "$d/pause"
   rm -rf "$d/web" && mkdir -p "$d/web/bin" "$d/web/www" "$d/web/tmp"
   # busybox-static's binary, from its .deb (installing the package could replace a dynamic busybox).
   if ! compgen -G "$d/busybox-static_*.deb" >/dev/null; then

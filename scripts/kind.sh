@@ -274,26 +274,7 @@ component_images() { # K8S_BIN_DIR ETCD -> prints the tags
   pause_tags=$( { grep '/pause:' <<<"$images"; echo registry.k8s.io/pause:3.10; } | sort -u)
   if ! have_image "$(head -1 <<<"$pause_tags")"; then
     mkdir -p "$ctx/pause"
-    cat >"$ctx/pause/pause.c" <<'EOF'
-#include <signal.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
-static void down(int s) { (void)s; exit(0); }
-static void reap(int s) { (void)s; while (waitpid(-1, NULL, WNOHANG) > 0) {} }
-int main(void) {
-  struct sigaction a;
-  memset(&a, 0, sizeof a);
-  a.sa_handler = down;
-  if (sigaction(SIGINT, &a, NULL) < 0 || sigaction(SIGTERM, &a, NULL) < 0) return 1;
-  a.sa_handler = reap;
-  a.sa_flags = SA_NOCLDSTOP;
-  if (sigaction(SIGCHLD, &a, NULL) < 0) return 2;
-  for (;;) pause();
-}
-EOF
-    gcc -Os -static -o "$ctx/pause/pause" "$ctx/pause/pause.c" && strip "$ctx/pause/pause"
+    gcc -Os -static -o "$ctx/pause/pause" "$root/scripts/pause.c" && strip "$ctx/pause/pause"
     printf 'FROM scratch\nCOPY pause /pause\nENTRYPOINT ["/pause"]\n' >"$ctx/pause/Dockerfile"
     build -t "$(head -1 <<<"$pause_tags")" "$ctx/pause" || die "docker build of the pause image"
   fi

@@ -107,7 +107,9 @@ pub async fn description(hap: &Haproxy) -> Result<String> {
     Ok(hap.show_info().await?.description().unwrap_or_default().to_string())
 }
 
-/// Payloads per master-CLI connection in the floor's map transaction (the agent's grouping).
+/// Payloads per master-CLI connection in the floor's map transaction: HAProxy's best case. The
+/// agent sends one per connection, because HAProxy 3.4 once answered a second pipelined `add map`
+/// itself ("Unknown command") under the propagate_routes bench case.
 pub const PAYLOADS_PER_CONNECTION: usize = 32;
 
 /// The floor of a map replacement: `prepare map`, chunked `add map @ver` payloads sent several to
