@@ -35,7 +35,7 @@ use crate::attempt::{next, Answer, Attempts, Next};
 use crate::blob;
 use crate::bundle::Bundle;
 use crate::client::{AgentClient, ApplyAnswer, CallError};
-use crate::diff::{complete_state, plan, Baseline, PlanDiff};
+use crate::diff::{complete_state, plan, Baseline, PlanDiff, ReloadCause};
 use crate::followup::{judge, poll_delay, Poll, Step, Ticket, Tickets};
 use crate::metrics::{ConflictLabel, Metrics};
 use crate::seams::{Endpoint, FenceHolder};
@@ -228,6 +228,8 @@ impl PodDiff {
 #[derive(Debug)]
 struct SharedRequest {
     mode: Mode,
+    /// What a reload is for (the diff's causes; empty unless `mode` is reload).
+    causes: BTreeSet<ReloadCause>,
     files: Vec<FileEntry>,
     blob: Arc<serde_json::Value>,
     encoded: EncodedApply,
@@ -295,7 +297,7 @@ fn compose(render: &Bundle, pd: &PlanDiff, parts: &[RelPath], shared: &Shared) -
         blob: (*blob).clone(),
     };
     let encoded = EncodedApply::new(&req).map_err(|e| format!("encoding the apply: {e}"))?;
-    Ok(Arc::new(SharedRequest { mode: req.mode, files: req.files, blob, encoded }))
+    Ok(Arc::new(SharedRequest { mode: req.mode, causes: pd.causes.clone(), files: req.files, blob, encoded }))
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -311,12 +313,24 @@ fn differing(pod: &[FileEntry], render: &Bundle) -> BTreeSet<RelPath> {
     haptic_protocol::changed_paths(pod, render.manifest()).into_iter().cloned().collect()
 }
 
+/// What an ACKed apply reloaded for: the diff's causes when it asked for the reload, the agent's
+/// fallback when it asked for none; nothing when it landed without one.
+fn landed_reload_causes(asked: Mode, causes: &BTreeSet<ReloadCause>, landed: Mode) -> BTreeSet<ReloadCause> {
+    match (asked, landed) {
+        (Mode::Reload, Mode::Reload) => causes.clone(),
+        (Mode::Runtime | Mode::FileOnly, Mode::Reload) => BTreeSet::from([ReloadCause::AgentFallback]),
+        // Landed without a reload, or in a mode this controller does not know.
+        _ => BTreeSet::new(),
+    }
+}
+
 /// The diff that rewrites the files that drifted on a pod holding the target plan.
 fn drift_repair(drifted: &BTreeSet<RelPath>, target: PlanId) -> PlanDiff {
     let list: Vec<String> = drifted.iter().map(|p| p.to_string()).collect();
     PlanDiff {
         mode: Some(Mode::FileOnly),
         reasons: vec![format!("drift: {} changed behind the controller's back; rewritten", list.join(", "))],
+        causes: BTreeSet::new(),
         batches: Vec::new(),
         baseline: Some(target),
         skew: None,
@@ -747,6 +761,7 @@ impl Deployer {
         if ack.mode != Mode::Reload {
             self.metrics.reloads_avoided.inc();
         }
+        self.metrics.reload_causes(&landed_reload_causes(req.mode, &req.causes, ack.mode));
         if repaired {
             self.metrics.drift_repairs.inc();
         }
@@ -879,6 +894,18 @@ impl Deployer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reload_counts_for_the_diffs_causes_or_for_the_agents_fallback() {
+        let frontend = BTreeSet::from([ReloadCause::Config(haptic_haproxy::claim::ConfigPart::Frontend)]);
+        assert_eq!(landed_reload_causes(Mode::Reload, &frontend, Mode::Reload), frontend);
+        let fallback = BTreeSet::from([ReloadCause::AgentFallback]);
+        assert_eq!(landed_reload_causes(Mode::Runtime, &BTreeSet::new(), Mode::Reload), fallback);
+        assert_eq!(landed_reload_causes(Mode::FileOnly, &BTreeSet::new(), Mode::Reload), fallback);
+        assert!(landed_reload_causes(Mode::Runtime, &BTreeSet::new(), Mode::Runtime).is_empty());
+        // A runtime landing of an apply asked as a reload (none in practice) counts no reload.
+        assert!(landed_reload_causes(Mode::Reload, &frontend, Mode::Runtime).is_empty());
+    }
 
     #[test]
     fn every_deployment_result_has_a_series_from_the_start() {

@@ -9,11 +9,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use haptic_haproxy::cfg::{parse_acl_file, parse_map_file};
+use haptic_haproxy::claim::ConfigPart;
 use haptic_haproxy::paths::{classify, loaded_paths, LoadKind};
 use haptic_protocol::{
     changed_paths, ApiVersion, Capabilities, FileEntry, Mode, Op, OpKind, PlanId, RelPath, API_VERSION,
 };
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 
 use crate::bundle::{diff_cfg_cached, Bundle, CfgIndex};
 
@@ -46,6 +47,47 @@ impl Baseline {
     }
 }
 
+/// Why an apply reloads, as `haptic_reload_causes_total{cause}` counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ReloadCause {
+    /// A part of `haproxy.cfg` whose change the runtime API cannot make.
+    Config(ConfigPart),
+    /// A file the config loads at startup was added, removed or changed in a way no runtime op
+    /// replaces.
+    File,
+    /// A file the running config does not load changed in the same apply as runtime changes (one
+    /// apply has one mode).
+    FileWithRuntime,
+    /// A new backend, for an agent whose HAProxy adds backends only by reload (before 3.4).
+    BackendByReload,
+    /// No usable baseline on the pod (first apply, version skew, an unknown config text): the
+    /// complete state.
+    CompleteState,
+    /// The agent reloaded where a runtime or file-only apply was asked (an op failed there).
+    AgentFallback,
+}
+
+impl ReloadCause {
+    /// The metric label: a config part's (`frontend`, `backend`, `server`, …), or `file`,
+    /// `file_with_runtime`, `backend_by_reload`, `complete_state`, `agent_fallback`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Config(part) => part.as_str(),
+            Self::File => "file",
+            Self::FileWithRuntime => "file_with_runtime",
+            Self::BackendByReload => "backend_by_reload",
+            Self::CompleteState => "complete_state",
+            Self::AgentFallback => "agent_fallback",
+        }
+    }
+}
+
+impl Serialize for ReloadCause {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 /// The capability-independent diff of two plans.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct Diff {
@@ -53,11 +95,18 @@ pub struct Diff {
     pub mode: Option<Mode>,
     /// Why this mode, in human words (every reload reason for a reload).
     pub reasons: Vec<String>,
+    /// What the reload is for (empty unless the mode is reload).
+    pub causes: BTreeSet<ReloadCause>,
     /// The op batches of a runtime change; empty otherwise.
     pub batches: Vec<Vec<Op>>,
 }
 
 impl Diff {
+    /// A reload for `reasons`, for `causes`.
+    fn reload(reasons: Vec<String>, causes: BTreeSet<ReloadCause>) -> Self {
+        Diff { mode: Some(Mode::Reload), reasons, causes, batches: Vec::new() }
+    }
+
     /// Every op kind the batches use.
     pub fn op_kinds(&self) -> BTreeSet<OpKind> {
         self.batches.iter().flatten().filter_map(Op::kind).collect()
@@ -77,6 +126,8 @@ pub struct PlanDiff {
     pub mode: Option<Mode>,
     /// Human reasons.
     pub reasons: Vec<String>,
+    /// What the reload is for (empty unless the mode is reload).
+    pub causes: BTreeSet<ReloadCause>,
     /// Op batches.
     pub batches: Vec<Vec<Op>>,
     /// The baseline the apply is composed against; `None` = complete state.
@@ -87,7 +138,14 @@ pub struct PlanDiff {
 
 /// The complete state and a reload, for a pod without a usable baseline.
 pub fn complete_state(reason: impl Into<String>) -> PlanDiff {
-    PlanDiff { mode: Some(Mode::Reload), reasons: vec![reason.into()], batches: Vec::new(), baseline: None, skew: None }
+    PlanDiff {
+        mode: Some(Mode::Reload),
+        reasons: vec![reason.into()],
+        causes: BTreeSet::from([ReloadCause::CompleteState]),
+        batches: Vec::new(),
+        baseline: None,
+        skew: None,
+    }
 }
 
 /// Diffs a desired render against a baseline, then fits the result to the agent's API version
@@ -116,7 +174,14 @@ pub fn plan(baseline: Option<&Baseline>, desired: &Bundle, api: ApiVersion, caps
         let why = format!("agent cannot run {}: complete state and a reload", missing.join(", "));
         return PlanDiff { skew: Some(why.clone()), ..complete_state(why) };
     }
-    PlanDiff { mode: d.mode, reasons: d.reasons, batches: d.batches, baseline: Some(base.plan_id), skew: None }
+    PlanDiff {
+        mode: d.mode,
+        reasons: d.reasons,
+        causes: d.causes,
+        batches: d.batches,
+        baseline: Some(base.plan_id),
+        skew: None,
+    }
 }
 
 /// Makes a diff that adds backends a reload, for an agent whose HAProxy adds none at runtime
@@ -135,7 +200,7 @@ fn backends_by_reload(d: &mut Diff) {
         })
         .collect();
     if !added.is_empty() {
-        *d = Diff { mode: Some(Mode::Reload), reasons: added, batches: Vec::new() };
+        *d = Diff::reload(added, BTreeSet::from([ReloadCause::BackendByReload]));
     }
 }
 
@@ -162,16 +227,13 @@ pub fn diff(base: &Baseline, desired: &Bundle) -> Diff {
     let old_cfg: Option<&str> = if cfg_unchanged { Some(new_cfg) } else { base.cfg_text.as_deref() };
 
     let Some(old_cfg) = old_cfg else {
-        return Diff {
-            mode: Some(Mode::Reload),
-            reasons: vec!["haproxy.cfg changed and the baseline's config text is unknown".into()],
-            batches: Vec::new(),
-        };
+        let why = "haproxy.cfg changed and the baseline's config text is unknown".to_string();
+        return Diff::reload(vec![why], BTreeSet::from([ReloadCause::CompleteState]));
     };
     let mut t = Tally::default();
     if !cfg_unchanged {
         let cd = diff_cfg_cached(old_cfg, &base.cfg_index, new_cfg, desired.cfg_index());
-        t.reload.extend(cd.reload_reasons.iter().cloned());
+        t.reload.extend(cd.reload_reasons.iter().map(|r| (ReloadCause::Config(r.part), r.text.clone())));
         t.runtime.extend(cd.backend_reasons());
         t.backend_ops.extend(cd.backend_ops());
         t.runtime.extend(cd.runtime_reasons());
@@ -186,7 +248,7 @@ pub fn diff(base: &Baseline, desired: &Bundle) -> Diff {
 /// The reasons and ops a diff collects before it decides the mode.
 #[derive(Debug, Default)]
 struct Tally {
-    reload: Vec<String>,
+    reload: Vec<(ReloadCause, String)>,
     runtime: Vec<String>,
     file_only: Vec<String>,
     /// `backend.add` ops: first in the batch, before the map that routes to the backend.
@@ -205,7 +267,8 @@ impl Tally {
         let Tally { reload, mut runtime, file_only, backend_ops, file_ops, server_up_ops, server_down_ops } = self;
         let no_server_ops = server_up_ops.is_empty() && server_down_ops.is_empty();
         if !reload.is_empty() {
-            return Diff { mode: Some(Mode::Reload), reasons: reload, batches: Vec::new() };
+            let causes = reload.iter().map(|(c, _)| *c).collect();
+            return Diff::reload(reload.into_iter().map(|(_, r)| r).collect(), causes);
         }
         let runtime_needed = !backend_ops.is_empty() || !file_ops.is_empty() || !no_server_ops || !cfg_unchanged;
         if runtime_needed && !file_only.is_empty() {
@@ -216,14 +279,14 @@ impl Tally {
                 .map(|r| format!("{r}, but it ships with runtime changes (one apply, one mode)"))
                 .collect();
             reasons.extend(runtime);
-            return Diff { mode: Some(Mode::Reload), reasons, batches: Vec::new() };
+            return Diff::reload(reasons, BTreeSet::from([ReloadCause::FileWithRuntime]));
         }
         if runtime_needed {
             if backend_ops.is_empty() && file_ops.is_empty() && no_server_ops {
                 // Only comments or whitespace changed: the running config is equivalent and the
                 // runtime claim (which compares normalized lines) holds with no ops at all.
                 runtime.push("haproxy.cfg: only comments or whitespace changed".into());
-                return Diff { mode: Some(Mode::Runtime), reasons: runtime, batches: Vec::new() };
+                return Diff { mode: Some(Mode::Runtime), reasons: runtime, ..Diff::default() };
             }
             // New backends and new capacity, then the maps that may route to them, then the
             // capacity the maps no longer route to: no request finds a backend without servers.
@@ -231,9 +294,9 @@ impl Tally {
             batch.extend(server_up_ops);
             batch.extend(file_ops);
             batch.extend(server_down_ops);
-            return Diff { mode: Some(Mode::Runtime), reasons: runtime, batches: vec![batch] };
+            return Diff { mode: Some(Mode::Runtime), reasons: runtime, batches: vec![batch], ..Diff::default() };
         }
-        Diff { mode: Some(Mode::FileOnly), reasons: file_only, batches: Vec::new() }
+        Diff { mode: Some(Mode::FileOnly), reasons: file_only, ..Diff::default() }
     }
 }
 
@@ -268,18 +331,21 @@ fn files_changed(base: &Baseline, desired: &Bundle, old_cfg: &str, t: &mut Tally
         let (was, is) = (old_files.contains_key(path), new_files.contains_key(path));
         if !loaded_by_old.contains(path) {
             if loaded_by_new.contains(path) {
-                t.reload.push(format!("{path}: newly loaded by the config"));
+                t.reload.push((ReloadCause::File, format!("{path}: newly loaded by the config")));
             } else {
                 t.file_only.push(format!("{path}: not loaded by the running config (file only)"));
             }
             continue;
         }
         if !is {
-            t.reload.push(format!("{path}: removed while the config loads it"));
+            t.reload.push((ReloadCause::File, format!("{path}: removed while the config loads it")));
             continue;
         }
         if !was {
-            t.reload.push(format!("{path}: added where the config loads files (new files load at reload)"));
+            t.reload.push((
+                ReloadCause::File,
+                format!("{path}: added where the config loads files (new files load at reload)"),
+            ));
             continue;
         }
         loaded_file_changed(path, old_cfg, desired, t);
@@ -301,7 +367,7 @@ fn loaded_file_changed(path: &RelPath, old_cfg: &str, desired: &Bundle, t: &mut 
             t.file_ops.push(Op::AclReplace { path: path.clone(), patterns });
         }
         (LoadKind::Map | LoadKind::Acl, Err(_)) => {
-            t.reload.push(format!("{path}: not UTF-8, cannot be sent as entries"))
+            t.reload.push((ReloadCause::File, format!("{path}: not UTF-8, cannot be sent as entries")))
         }
         (LoadKind::Cert, _) => {
             t.runtime.push(format!("{path}: loaded certificate replaced at runtime"));
@@ -311,7 +377,9 @@ fn loaded_file_changed(path: &RelPath, old_cfg: &str, desired: &Bundle, t: &mut 
             t.runtime.push(format!("{path}: loaded CA file replaced at runtime"));
             t.file_ops.push(Op::CaFileSet { path: path.clone() });
         }
-        (LoadKind::Other, _) => t.reload.push(format!("{path}: changed, and the config loads it at startup")),
+        (LoadKind::Other, _) => {
+            t.reload.push((ReloadCause::File, format!("{path}: changed, and the config loads it at startup")))
+        }
     }
 }
 
@@ -485,6 +553,8 @@ mod tests {
             p.reasons,
             vec!["backend be_new added from defaults haptic (2 servers) (this HAProxy adds backends only by reload)"]
         );
+        assert_eq!(p.causes, BTreeSet::from([ReloadCause::BackendByReload]));
+        assert!(plan(Some(&Baseline::of_render(&old)), &new, API_VERSION, &caps_all()).causes.is_empty());
     }
 
     #[test]
@@ -516,7 +586,7 @@ mod tests {
         assert_eq!((p.mode, p.skew.as_deref()), (Some(Mode::Runtime), None));
         let entries = vec![("x".into(), "y".into())];
         assert_eq!(p.batches[0][0], Op::MapReplace { path: RelPath::new("maps/hosts.map").unwrap(), entries });
-        agent_agrees(&old, &new, &Diff { mode: p.mode, reasons: p.reasons, batches: p.batches });
+        agent_agrees(&old, &new, &Diff { mode: p.mode, reasons: p.reasons, causes: p.causes, batches: p.batches });
     }
 
     /// A CA file a bind or a server loads (`ca-file`): its new contents are a runtime
@@ -612,24 +682,44 @@ mod tests {
     #[test]
     fn everything_else_reloads() {
         let old = render(CFG, &base_files());
-        let cases: Vec<(&str, Bundle)> = vec![
-            ("frontend", render(&CFG.replace("timeout client 5s", "timeout client 6s"), &base_files())),
-            ("bind", render(&CFG.replace("127.0.0.1:8080", "127.0.0.1:8081"), &base_files())),
-            ("new server, cookie", render(&format!("{CFG}  server SRV_3 127.0.0.1:9003 cookie c3\n"), &base_files())),
-            ("errorfile", render(CFG, &with("errors/503.http", "HTTP/1.0 503\r\n\r\nx"))),
-            ("removed map", render(CFG, &with("maps/hosts.map", ""))),
-            ("new cert in crt dir", render(CFG, &[base_files(), vec![("certs/other.pem", "P")]].concat())),
-            ("cert key", render(CFG, &[base_files(), vec![("certs/site.pem.key", "K")]].concat())),
+        let (defaults, frontend, server, file) = (
+            ReloadCause::Config(ConfigPart::Defaults),
+            ReloadCause::Config(ConfigPart::Frontend),
+            ReloadCause::Config(ConfigPart::Server),
+            ReloadCause::File,
+        );
+        let cases: Vec<(&str, Bundle, ReloadCause)> = vec![
+            ("defaults", render(&CFG.replace("timeout client 5s", "timeout client 6s"), &base_files()), defaults),
+            ("bind", render(&CFG.replace("127.0.0.1:8080", "127.0.0.1:8081"), &base_files()), frontend),
+            (
+                "new server, cookie",
+                render(&format!("{CFG}  server SRV_3 127.0.0.1:9003 cookie c3\n"), &base_files()),
+                server,
+            ),
+            ("errorfile", render(CFG, &with("errors/503.http", "HTTP/1.0 503\r\n\r\nx")), file),
+            ("removed map", render(CFG, &with("maps/hosts.map", "")), file),
+            ("new cert in crt dir", render(CFG, &[base_files(), vec![("certs/other.pem", "P")]].concat()), file),
+            ("cert key", render(CFG, &[base_files(), vec![("certs/site.pem.key", "K")]].concat()), file),
         ];
-        for (name, new) in cases {
+        for (name, new, cause) in cases {
             let d = diff(&Baseline::of_render(&old), &new);
             assert_eq!(d.mode, Some(Mode::Reload), "{name}");
             assert!(!d.reasons.is_empty() && d.batches.is_empty(), "{name}");
+            assert_eq!(d.causes, BTreeSet::from([cause]), "{name}: {:?}", d.reasons);
         }
-        // A runtime-eligible change plus a reload-only change reloads.
+        // A runtime-eligible change plus a reload-only change reloads, for the reload-only one.
         let mixed =
             render(&CFG.replace("weight 10", "weight 11").replace("5s", "6s"), &with("maps/hosts.map", "z z\n"));
-        assert_eq!(diff(&Baseline::of_render(&old), &mixed).mode, Some(Mode::Reload));
+        let d = diff(&Baseline::of_render(&old), &mixed);
+        assert_eq!((d.mode, d.causes), (Some(Mode::Reload), BTreeSet::from([defaults])));
+        // A file the config does not load, with a runtime change: one apply, one mode.
+        let file_and_runtime = render(&CFG.replace("weight 10", "weight 11"), &with("files/notes.txt", "x"));
+        let d = diff(&Baseline::of_render(&old), &file_and_runtime);
+        assert_eq!((d.mode, d.causes), (Some(Mode::Reload), BTreeSet::from([ReloadCause::FileWithRuntime])));
+        // What lands at runtime or as files only has no cause.
+        let runtime = render(&CFG.replace("weight 10", "weight 11"), &base_files());
+        assert!(diff(&Baseline::of_render(&old), &runtime).causes.is_empty());
+        assert!(diff(&Baseline::of_render(&old), &render(CFG, &with("files/notes.txt", "x"))).causes.is_empty());
     }
 
     #[test]
@@ -640,7 +730,8 @@ mod tests {
         let map_only = render(CFG, &with("maps/hosts.map", "q r\n"));
         assert_eq!(diff(&base, &map_only).mode, Some(Mode::Runtime));
         let cfg = render(&CFG.replace("weight 10", "weight 11"), &base_files());
-        assert_eq!(diff(&base, &cfg).mode, Some(Mode::Reload));
+        let d = diff(&base, &cfg);
+        assert_eq!((d.mode, d.causes), (Some(Mode::Reload), BTreeSet::from([ReloadCause::CompleteState])));
     }
 
     #[test]
@@ -650,6 +741,7 @@ mod tests {
         let b = Baseline::of_render(&old);
         let p = plan(None, &new, API_VERSION, &caps_all());
         assert_eq!((p.mode, p.baseline), (Some(Mode::Reload), None));
+        assert_eq!(p.causes, BTreeSet::from([ReloadCause::CompleteState]));
         let old_agent = Capabilities { runtime_batches: true, ops: vec!["server.set".into()] };
         let p = plan(Some(&b), &new, API_VERSION, &old_agent);
         assert_eq!((p.mode, p.baseline.is_none(), p.skew.is_some()), (Some(Mode::Reload), true, true));

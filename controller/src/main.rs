@@ -564,12 +564,16 @@ fn diff_cmd(old: PathBuf, new: PathBuf, output: TextOrJson) -> anyhow::Result<()
         TextOrJson::Json => {
             let v = serde_json::json!({
                 "old_plan": o.plan_id(), "new_plan": n.plan_id(),
-                "mode": d.mode, "reasons": d.reasons, "batches": d.batches,
+                "mode": d.mode, "reasons": d.reasons, "causes": d.causes, "batches": d.batches,
             });
             writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
         }
         TextOrJson::Text => {
             writeln!(out, "mode: {}", d.mode.map_or("none (identical)", |m| m.as_str()))?;
+            if !d.causes.is_empty() {
+                let causes: Vec<&str> = d.causes.iter().map(|c| c.as_str()).collect();
+                writeln!(out, "reload for: {}", causes.join(", "))?;
+            }
             for r in &d.reasons {
                 writeln!(out, "  - {r}")?;
             }

@@ -7,7 +7,7 @@
 //! `haptic_gate_pinned`, `haptic_drift_repairs_total`, `haptic_apply_rejected_total{haproxy_pod}`
 //! (not `pod`: prometheus-operator renames a target's own `pod` label to `exported_pod`), plus
 //! `haptic_apply_conflicts_total{conflict}`, `haptic_apply_retries_total`,
-//! `haptic_build_info{component,version}` and `haptic_leader`; in render mode
+//! `haptic_build_info{component,version}`, `haptic_leader` and `haptic_reload_causes_total{cause}`; in render mode
 //! `haptic_render_valid{config}`, `haptic_render_refusals{kind,cause}` and
 //! `haptic_certificate_expiry_timestamp_seconds{secret_namespace,secret}`) and their text encoding. It
 //! removes a pod's series once the pod has left the fleet. It must never decide anything from a
@@ -22,6 +22,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+
+use crate::diff::ReloadCause;
 
 /// The `result` values of `haptic_deployments_total` (`DeploymentResult::as_str`).
 pub const DEPLOYMENT_RESULTS: [&str; 5] = ["success", "partial", "failed", "timeout", "stood_down"];
@@ -70,6 +72,13 @@ pub struct ConflictLabel {
 pub struct ReasonLabel {
     /// `agent_container_not_running` or `agent_unreachable`.
     pub reason: String,
+}
+
+/// `{cause}` of `haptic_reload_causes_total`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CauseLabel {
+    /// [`ReloadCause::as_str`].
+    pub cause: String,
 }
 
 /// `{kind,cause}` of a refusal in a render's verdicts.
@@ -191,6 +200,8 @@ pub struct Metrics {
     pub pods_rejected: Family<ReasonLabel, Counter>,
     /// `haptic_apply_retries_total`: exact retries (same fence and plan) after no answer.
     pub apply_retries: Counter,
+    /// `haptic_reload_causes_total{cause}` (through [`Metrics::reload_causes`]).
+    pub reload_cause: Family<CauseLabel, Counter>,
     /// Render mode's health.
     pub render: RenderHealth,
 }
@@ -265,8 +276,15 @@ impl Metrics {
             "HAProxy pods not admitted as deployment targets, by reason",
             pods_rejected.clone(),
         );
+        let reload_cause = Family::<CauseLabel, Counter>::default();
+        registry.register(
+            "haptic_reload_causes",
+            "Applies that landed with a reload, by what needed it (an apply with several causes counts once under each)",
+            reload_cause.clone(),
+        );
         let render = RenderHealth::register(&mut registry);
         Metrics {
+            reload_cause,
             registry,
             deployments,
             deployment_duration,
@@ -300,6 +318,13 @@ impl Metrics {
     /// Counts one apply.
     pub fn apply(&self, mode: &str, result: &str) {
         self.applies.get_or_create(&ApplyLabels { mode: mode.into(), result: result.into() }).inc();
+    }
+
+    /// Counts one apply that landed with a reload under each of its causes.
+    pub fn reload_causes(&self, causes: &BTreeSet<ReloadCause>) {
+        for c in causes {
+            self.reload_cause.get_or_create(&CauseLabel { cause: c.as_str().into() }).inc();
+        }
     }
 
     /// Counts one pod not admitted, by reason.
@@ -376,6 +401,11 @@ mod tests {
         m.pod_apply_rejected("p1");
         m.pod_apply_rejected("p2");
         m.gate_pinned.set(1);
+        m.reload_causes(&BTreeSet::from([
+            ReloadCause::Config(haptic_haproxy::claim::ConfigPart::Frontend),
+            ReloadCause::File,
+        ]));
+        m.reload_causes(&BTreeSet::from([ReloadCause::File]));
         let text = m.encode();
         for name in [
             "haptic_deployments_total{result=\"success\"} 1",
@@ -393,6 +423,8 @@ mod tests {
             "haptic_drift_repairs_total 0",
             "haptic_apply_rejected_total{haproxy_pod=\"p1\"} 1",
             "haptic_apply_rejected_total{haproxy_pod=\"p2\"} 1",
+            "haptic_reload_causes_total{cause=\"frontend\"} 1",
+            "haptic_reload_causes_total{cause=\"file\"} 2",
         ] {
             assert!(text.contains(name), "{name} missing in\n{text}");
         }

@@ -43,7 +43,8 @@ async fn runtime_reloads_bursts_and_the_gate(bin: HaproxyBin) {
     assert_eq!(fleet.generations().await, gens, "a map change reloaded a pod");
     assert!(metric(&ctl, "haptic_reloads_avoided_total") >= 6.0);
 
-    // A frontend change: one verified (paced) reload per pod.
+    // A `defaults` change: one verified (paced) reload per pod, counted under its cause.
+    let defaults_before = metric(&ctl, "haptic_reload_causes_total{cause=\"defaults\"}");
     cfg.timeout_client = 6;
     let r4 = write_render(&cfg_dir, &cfg.files("a.example be_app\nb.example be_app\n"));
     let s = converged(&ctl, &fleet, r4.plan_id()).await;
@@ -53,6 +54,8 @@ async fn runtime_reloads_bursts_and_the_gate(bin: HaproxyBin) {
         assert_eq!(a.1, b.1 + 1, "pod {i}: exactly one reload");
         assert_ne!(a.0, b.0, "pod {i}: a new worker");
     }
+    assert_eq!(metric(&ctl, "haptic_reload_causes_total{cause=\"defaults\"}") - defaults_before, 3.0);
+    assert_eq!(metric(&ctl, "haptic_reload_causes_total{cause=\"frontend\"}"), 0.0);
 
     // Ten renders while a deployment is in flight: they coalesce in the one pending slot, and
     // the fleet ends on the last with two deployments. Pod 0's agent is stopped (SIGSTOP)

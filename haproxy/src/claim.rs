@@ -23,6 +23,79 @@ pub use incremental::{diff_indexed, verify_runtime_claim_indexed, IndexedCfg, Li
 /// The most reload reasons listed per section before they are summarised.
 const MAX_REASONS_PER_SECTION: usize = 3;
 
+/// Where in a config a change that needs a reload is: what an operator asks of a fleet's reloads
+/// (the controller counts reloads by it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ConfigPart {
+    /// Lines before the first section, or a `global` section.
+    Global,
+    /// A `defaults` section.
+    Defaults,
+    /// A `frontend` or `listen` section (binds, rules), changed, added or removed.
+    Frontend,
+    /// A `backend` section's own lines, or a backend added or removed where that is a reload.
+    Backend,
+    /// A backend's `server` lines, where the runtime API cannot make the change.
+    Server,
+    /// Any other section (`userlist`, `resolvers`, `http-errors`, `peers`, …).
+    OtherSection,
+    /// The same sections in another order.
+    Order,
+}
+
+impl ConfigPart {
+    /// The part a section of this kind (its header's keyword) is.
+    pub fn of_kind(kind: &str) -> Self {
+        match kind {
+            "global" => Self::Global,
+            "defaults" => Self::Defaults,
+            "frontend" | "listen" => Self::Frontend,
+            "backend" => Self::Backend,
+            _ => Self::OtherSection,
+        }
+    }
+
+    /// The part a section header (`backend be_app`) names.
+    fn of_header(header: &str) -> Self {
+        Self::of_kind(header.split_whitespace().next().unwrap_or_default())
+    }
+
+    /// A metric label: `global`, `defaults`, `frontend`, `backend`, `server`, `other_section`,
+    /// `order`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Global => "global",
+            Self::Defaults => "defaults",
+            Self::Frontend => "frontend",
+            Self::Backend => "backend",
+            Self::Server => "server",
+            Self::OtherSection => "other_section",
+            Self::Order => "order",
+        }
+    }
+}
+
+/// One change that needs a reload: where it is, and in human words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReloadReason {
+    /// The part of the config it is in.
+    pub part: ConfigPart,
+    /// What changed, e.g. `frontend fe: added "bind :8443"`.
+    pub text: String,
+}
+
+impl ReloadReason {
+    fn new(part: ConfigPart, text: impl Into<String>) -> Self {
+        Self { part, text: text.into() }
+    }
+}
+
+impl std::fmt::Display for ReloadReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
 /// One server whose runtime-settable fields changed between two configs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerChange {
@@ -82,8 +155,8 @@ pub struct CfgDiff {
     /// Backend sections the new config gains, as the `backend.add` ops that create them (which
     /// only HAProxy 3.4 runs; the controller fits the diff to each agent's capabilities).
     pub backends_added: Vec<BackendAdd>,
-    /// Human reasons for every change that needs a reload; empty means runtime-eligible.
-    pub reload_reasons: Vec<String>,
+    /// Every change that needs a reload; empty means runtime-eligible.
+    pub reload_reasons: Vec<ReloadReason>,
 }
 
 /// A human reason for a `server.add`, e.g. `backend be_app: server SRV_3 added (10.0.0.3:80)`.
@@ -163,6 +236,11 @@ impl CfgDiff {
     pub fn runtime_eligible(&self) -> bool {
         self.reload_reasons.is_empty()
     }
+
+    /// The parts of the config whose changes need the reload (empty when runtime-eligible).
+    pub fn reload_parts(&self) -> BTreeSet<ConfigPart> {
+        self.reload_reasons.iter().map(|r| r.part).collect()
+    }
 }
 
 /// Compares two `haproxy.cfg` texts structurally.
@@ -174,7 +252,7 @@ pub fn diff_cfg(old: &str, new: &str) -> CfgDiff {
 pub fn diff_parsed(old: &cfg::Config, new: &cfg::Config) -> CfgDiff {
     let mut out = CfgDiff::default();
     if old.preamble != new.preamble {
-        out.reload_reasons.push("lines before the first section changed".into());
+        out.reload_reasons.push(ReloadReason::new(ConfigPart::Global, "lines before the first section changed"));
     }
     let old_headers: Vec<&str> = old.sections.iter().map(|s| s.header.as_str()).collect();
     let new_headers: Vec<&str> = new.sections.iter().map(|s| s.header.as_str()).collect();
@@ -189,7 +267,10 @@ pub fn diff_parsed(old: &cfg::Config, new: &cfg::Config) -> CfgDiff {
         for &i in &added {
             match config.clone().and_then(|()| backend_add(new, i)) {
                 Ok(op) => out.backends_added.push(op),
-                Err(why) => out.reload_reasons.push(format!("section added: {} ({why})", new_headers[i])),
+                Err(why) => out.reload_reasons.push(ReloadReason::new(
+                    ConfigPart::of_header(new_headers[i]),
+                    format!("section added: {} ({why})", new_headers[i]),
+                )),
             }
         }
         let added: BTreeSet<usize> = added.into_iter().collect();
@@ -210,7 +291,7 @@ pub fn diff_parsed(old: &cfg::Config, new: &cfg::Config) -> CfgDiff {
                             old: os,
                             new: ns,
                         }),
-                        Err(why) => reasons.push(format!("{}: {why}", o.label())),
+                        Err(why) => reasons.push(ReloadReason::new(line_part(o, ol), format!("{}: {why}", o.label()))),
                     }
                 }
                 if !al.added.is_empty() || !al.removed.is_empty() {
@@ -224,14 +305,31 @@ pub fn diff_parsed(old: &cfg::Config, new: &cfg::Config) -> CfgDiff {
     out
 }
 
-/// Adds one section's reload reasons to `out`, at most [`MAX_REASONS_PER_SECTION`] of them.
-fn push_section_reasons(section: &cfg::Section, mut reasons: Vec<String>, out: &mut CfgDiff) {
+/// Adds one section's reload reasons to `out`, at most [`MAX_REASONS_PER_SECTION`] of them; the
+/// summary of the rest keeps the parts they are in.
+fn push_section_reasons(section: &cfg::Section, mut reasons: Vec<ReloadReason>, out: &mut CfgDiff) {
     if reasons.len() > MAX_REASONS_PER_SECTION {
-        let more = reasons.len() - MAX_REASONS_PER_SECTION;
-        reasons.truncate(MAX_REASONS_PER_SECTION);
-        reasons.push(format!("{}: and {more} more changed lines", section.label()));
+        let rest = reasons.split_off(MAX_REASONS_PER_SECTION);
+        let parts: BTreeSet<ConfigPart> = rest.iter().map(|r| r.part).collect();
+        for &part in &parts {
+            let more = rest.iter().filter(|r| r.part == part).count();
+            let text = match parts.len() {
+                1 => format!("{}: and {more} more changed lines", section.label()),
+                _ => format!("{}: and {more} more changed lines ({})", section.label(), part.as_str()),
+            };
+            reasons.push(ReloadReason::new(part, text));
+        }
     }
     out.reload_reasons.extend(reasons);
+}
+
+/// The part a changed line of `section` is in: a backend's `server` line, else the section.
+fn line_part(section: &cfg::Section, line: &[String]) -> ConfigPart {
+    if section.has_servers() && line.first().is_some_and(|w| w == "server") {
+        ConfigPart::Server
+    } else {
+        ConfigPart::of_kind(&section.kind)
+    }
 }
 
 /// The lines of two versions of one section, matched: `server` lines by name (those only in
@@ -385,21 +483,26 @@ fn membership(
     n: &cfg::Section,
     al: &Aligned<'_>,
     out: &mut CfgDiff,
-    reasons: &mut Vec<String>,
+    reasons: &mut Vec<ReloadReason>,
 ) {
     let backend = n.name.clone().unwrap_or_default();
+    let server = |text: String| ReloadReason::new(ConfigPart::Server, text);
     if let Err(why) = dynamic_backend(old, new, n) {
         for l in &al.removed {
-            reasons.push(format!("{}: removed {:?} ({why})", n.label(), l.join(" ")));
+            reasons.push(server(format!("{}: removed {:?} ({why})", n.label(), l.join(" "))));
         }
         for l in &al.added {
-            reasons.push(format!("{}: added {:?} ({why})", n.label(), l.join(" ")));
+            reasons.push(server(format!("{}: added {:?} ({why})", n.label(), l.join(" "))));
         }
         return;
     }
     for l in &al.removed {
         if !valid_name(&l[1]) {
-            reasons.push(format!("{}: removed {:?} (a name the runtime API cannot carry)", n.label(), l.join(" ")));
+            reasons.push(server(format!(
+                "{}: removed {:?} (a name the runtime API cannot carry)",
+                n.label(),
+                l.join(" ")
+            )));
             continue;
         }
         out.removed.push(ServerDel { backend: backend.clone(), server: l[1].clone() });
@@ -407,7 +510,7 @@ fn membership(
     for l in &al.added {
         match addable(&backend, l) {
             Ok(op) => out.added.push(op),
-            Err(why) => reasons.push(format!("{}: added {:?} ({why})", n.label(), l.join(" "))),
+            Err(why) => reasons.push(server(format!("{}: added {:?} ({why})", n.label(), l.join(" ")))),
         }
     }
 }
@@ -462,7 +565,8 @@ fn backend_add(new: &cfg::Config, i: usize) -> Result<BackendAdd, String> {
 
 /// Names the lines a section gained and lost (as multisets, in file order), e.g.
 /// `backend be_app: added "server SRV_3 127.0.0.1:9003"`.
-fn added_and_removed(o: &cfg::Section, n: &cfg::Section, reasons: &mut Vec<String>) {
+fn added_and_removed(o: &cfg::Section, n: &cfg::Section, reasons: &mut Vec<ReloadReason>) {
+    let part = ConfigPart::of_kind(&o.kind);
     let mut old_left: BTreeMap<&[String], usize> = BTreeMap::new();
     for l in &o.lines {
         *old_left.entry(l.as_slice()).or_default() += 1;
@@ -481,25 +585,25 @@ fn added_and_removed(o: &cfg::Section, n: &cfg::Section, reasons: &mut Vec<Strin
     for l in &o.lines {
         match new_left.get_mut(l.as_slice()) {
             Some(c) if *c > 0 => *c -= 1,
-            _ => reasons.push(format!("{}: removed {:?}", o.label(), l.join(" "))),
+            _ => reasons.push(ReloadReason::new(part, format!("{}: removed {:?}", o.label(), l.join(" ")))),
         }
     }
     for l in added {
-        reasons.push(format!("{}: added {:?}", o.label(), l.join(" ")));
+        reasons.push(ReloadReason::new(part, format!("{}: added {:?}", o.label(), l.join(" "))));
     }
 }
 
-fn section_set_reasons(old: &[&str], new: &[&str], reasons: &mut Vec<String>) {
+fn section_set_reasons(old: &[&str], new: &[&str], reasons: &mut Vec<ReloadReason>) {
     let o: BTreeSet<&str> = old.iter().copied().collect();
     let n: BTreeSet<&str> = new.iter().copied().collect();
     for added in n.difference(&o) {
-        reasons.push(format!("section added: {added}"));
+        reasons.push(ReloadReason::new(ConfigPart::of_header(added), format!("section added: {added}")));
     }
     for removed in o.difference(&n) {
-        reasons.push(format!("section removed: {removed}"));
+        reasons.push(ReloadReason::new(ConfigPart::of_header(removed), format!("section removed: {removed}")));
     }
     if o == n {
-        reasons.push("sections reordered".into());
+        reasons.push(ReloadReason::new(ConfigPart::Order, "sections reordered"));
     }
 }
 
@@ -624,7 +728,7 @@ pub(crate) fn check_claim(
     changed: &[ChangedFile<'_>],
     membership: impl FnOnce(&mut Vec<String>),
 ) -> Result<(), ClaimError> {
-    let mut reasons = diff.reload_reasons.clone();
+    let mut reasons: Vec<String> = diff.reload_reasons.iter().map(ToString::to_string).collect();
     reasons.extend(by.unknown.iter().cloned());
     for ch in &diff.servers {
         if !by.server.contains_key(&(ch.backend.as_str(), ch.server.as_str())) {
@@ -822,6 +926,52 @@ mod tests {
 
     const BASE: &str = "global\n  default-path config\ndefaults\n  mode http\nfrontend fe\n  bind 127.0.0.1:80\n  default_backend be_app\nbackend be_app\n  server SRV_1 10.0.0.1:8080 weight 10 check\n  server SRV_2 10.0.0.2:8080 disabled\n";
 
+    fn texts(d: &CfgDiff) -> Vec<&str> {
+        d.reload_reasons.iter().map(|r| r.text.as_str()).collect()
+    }
+
+    fn parts(old: &str, new: &str) -> Vec<&'static str> {
+        diff_cfg(old, new).reload_parts().into_iter().map(ConfigPart::as_str).collect()
+    }
+
+    #[test]
+    fn each_reload_reason_names_the_part_of_the_config_it_is_in() {
+        let swap = |from: &str, to: &str| BASE.replace(from, to);
+        assert_eq!(parts(BASE, &swap("default-path config", "default-path origin")), ["global"]);
+        assert_eq!(parts(BASE, &swap("  mode http\n", "  mode http\n  timeout client 5s\n")), ["defaults"]);
+        assert_eq!(parts(BASE, &swap("127.0.0.1:80\n", "127.0.0.1:80\n  bind 127.0.0.1:81\n")), ["frontend"]);
+        assert_eq!(parts(BASE, &swap("\nbackend be_app\n", "\nbackend be_app\n  balance source\n")), ["backend"]);
+        // A server change the runtime API cannot make: a parameter other than address/weight/state.
+        assert_eq!(parts(BASE, &swap("weight 10 check", "weight 10 check inter 3s")), ["server"]);
+        let listener = format!("{BASE}frontend fe2\n  bind 127.0.0.1:82\n  default_backend be_app\n");
+        assert_eq!(parts(BASE, &listener), ["frontend"]);
+        assert_eq!(parts(&listener, BASE), ["frontend"]);
+        let users = format!("{BASE}userlist u\n  user a insecure-password b\n");
+        assert_eq!(parts(BASE, &users), ["other_section"]);
+        let two = format!("{BASE}backend be_b\n  server S 10.0.0.9:80\n");
+        let swapped = two.replace(
+            "backend be_app\n  server SRV_1 10.0.0.1:8080 weight 10 check\n  server SRV_2 10.0.0.2:8080 disabled\n",
+            "",
+        )
+            + "backend be_app\n  server SRV_1 10.0.0.1:8080 weight 10 check\n  server SRV_2 10.0.0.2:8080 disabled\n";
+        assert_eq!(parts(&two, &swapped), ["order"]);
+        // Runtime changes name no part.
+        assert!(parts(BASE, &swap("10.0.0.1:8080", "10.0.0.7:8080")).is_empty());
+    }
+
+    #[test]
+    fn a_summarised_section_keeps_the_parts_of_the_lines_it_leaves_out() {
+        let old = "defaults d\n  mode http\nbackend be\n  balance roundrobin\n  retries 1\n  timeout server 5s\n  timeout connect 1s\n  server S 10.0.0.1:80 check\n";
+        let new = "defaults d\n  mode http\nbackend be\n  balance source\n  retries 2\n  timeout server 6s\n  timeout connect 2s\n  server S 10.0.0.1:80 check inter 3s\n";
+        let d = diff_cfg(old, new);
+        let summaries: Vec<&str> = texts(&d)[MAX_REASONS_PER_SECTION..].to_vec();
+        assert_eq!(
+            summaries,
+            ["backend be: and 1 more changed lines (backend)", "backend be: and 1 more changed lines (server)"]
+        );
+        assert_eq!(d.reload_parts().into_iter().collect::<Vec<_>>(), [ConfigPart::Backend, ConfigPart::Server]);
+    }
+
     #[test]
     fn identical_modulo_comments() {
         let noisy = BASE.replace("mode http", "mode   http   # comment") + "\n# trailing\n";
@@ -875,16 +1025,16 @@ mod tests {
         let added = BASE.replace("disabled\n", "disabled\n  server SRV_3 10.0.0.3:8080\n  balance source\n");
         let d = diff_cfg(BASE, &added);
         assert_eq!(
-            d.reload_reasons,
-            vec![r#"backend be_app: added "server SRV_3 10.0.0.3:8080""#, r#"backend be_app: added "balance source""#]
+            texts(&d),
+            [r#"backend be_app: added "server SRV_3 10.0.0.3:8080""#, r#"backend be_app: added "balance source""#]
         );
         let removed = BASE.replace("  default_backend be_app\n", "");
-        assert_eq!(diff_cfg(BASE, &removed).reload_reasons, vec![r#"frontend fe: removed "default_backend be_app""#]);
+        assert_eq!(texts(&diff_cfg(BASE, &removed)), [r#"frontend fe: removed "default_backend be_app""#]);
         // A duplicate line added is named once; a changed line among added ones is both.
         let dup = BASE.replace("mode http\n", "mode http\n  mode http\n  option httplog\n");
         assert_eq!(
-            diff_cfg(BASE, &dup).reload_reasons,
-            vec![r#"defaults: added "mode http""#, r#"defaults: added "option httplog""#]
+            texts(&diff_cfg(BASE, &dup)),
+            [r#"defaults: added "mode http""#, r#"defaults: added "option httplog""#]
         );
     }
 
@@ -992,20 +1142,24 @@ mod tests {
             let d = diff_cfg(BASE, &new);
             assert!(!d.runtime_eligible(), "{what}");
             assert!(d.added.is_empty(), "{what}");
-            assert!(d.reload_reasons.iter().any(|r| r.contains(why)), "{what}: {:?}", d.reload_reasons);
+            assert!(d.reload_reasons.iter().any(|r| r.text.contains(why)), "{what}: {:?}", d.reload_reasons);
         }
         for header in ["listen be_app", "backend be_app from d"] {
             let base = BASE.replace("backend be_app", header).replace("defaults", "defaults d");
             let d = diff_cfg(&base, &base.replace("disabled\n", "disabled\n  server SRV_3 10.0.0.3:80\n"));
-            assert!(d.reload_reasons.iter().any(|r| r.contains("plain `backend`")), "{header}: {:?}", d.reload_reasons);
+            assert!(
+                d.reload_reasons.iter().any(|r| r.text.contains("plain `backend`")),
+                "{header}: {:?}",
+                d.reload_reasons
+            );
         }
         let tracked = format!("{BASE}backend be_b\n  server t 10.0.0.4:80 track be_app/SRV_1\n");
         let d = diff_cfg(&tracked, &tracked.replace("  server SRV_2 10.0.0.2:8080 disabled\n", ""));
-        assert!(d.reload_reasons[0].contains("`track`s another"), "{:?}", d.reload_reasons);
+        assert!(d.reload_reasons[0].text.contains("`track`s another"), "{:?}", d.reload_reasons);
         // Deleting follows the same backend rules.
         let sticky = BASE.replace("mode http", "mode http\n  stick-table type ip size 1k");
         let gone = sticky.replace("  server SRV_2 10.0.0.2:8080 disabled\n", "");
-        assert!(diff_cfg(&sticky, &gone).reload_reasons[0].contains("`stick-table`"));
+        assert!(diff_cfg(&sticky, &gone).reload_reasons[0].text.contains("`stick-table`"));
         // Kept servers reordered: a reload (their ids and round-robin order come from the file).
         let swapped = BASE
             .replace("  server SRV_1 10.0.0.1:8080 weight 10 check\n", "")
@@ -1083,7 +1237,7 @@ mod tests {
         ] {
             let d = diff_cfg(&old, &new);
             assert!(!d.runtime_eligible() && d.backends_added.is_empty(), "{what}");
-            assert!(d.reload_reasons.iter().any(|r| r.contains(why)), "{what}: {:?}", d.reload_reasons);
+            assert!(d.reload_reasons.iter().any(|r| r.text.contains(why)), "{what}: {:?}", d.reload_reasons);
         }
         // A section removed or reordered is no addition.
         let two = named("backend be_b\n  server SRV_1 10.0.0.7:80\n");

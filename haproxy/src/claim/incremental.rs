@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 
 use super::{
-    check_claim, diff_parsed, push_section_reasons, server_change, server_name, servers_by_name,
-    verify_runtime_claim_parsed, CfgDiff, ChangedFile, ClaimError, OpsByTarget, ServerChange,
+    check_claim, diff_parsed, line_part, push_section_reasons, server_change, server_name, servers_by_name,
+    verify_runtime_claim_parsed, CfgDiff, ChangedFile, ClaimError, OpsByTarget, ReloadReason, ServerChange,
 };
 use crate::cfg::{self, parse_server, tokenize, Config, LineSlot, ServerLine};
 use haptic_protocol::Op;
@@ -150,7 +150,10 @@ impl IndexedCfg {
                         old,
                         new,
                     }),
-                    Err(why) => reasons.push(format!("{}: {why}", section.label())),
+                    Err(why) => reasons.push(ReloadReason::new(
+                        line_part(section, &section.lines[e.line]),
+                        format!("{}: {why}", section.label()),
+                    )),
                 }
             }
             push_section_reasons(section, reasons, &mut out);
