@@ -10,6 +10,8 @@
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+use crate::names::Var;
+
 /// The edge settings of a render.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Edge {
@@ -191,7 +193,12 @@ impl Edge {
                 keep("x-forwarded-proto")
             ));
             out.push(format!("http-request set-header X-Forwarded-Host %[req.hdr(host)]{}", keep("x-forwarded-host")));
-            out.push(format!("http-request set-header X-Forwarded-Port %[dst_port]{}", keep("x-forwarded-port")));
+            out.extend(self.client_port_lines());
+            out.push(format!(
+                "http-request set-header X-Forwarded-Port %[var({})]{}",
+                Var::ClientPort,
+                keep("x-forwarded-port")
+            ));
         }
         if let Some(h) = self.hsts {
             let mut value = format!("max-age={}", h.max_age);
@@ -207,6 +214,23 @@ impl Edge {
             ));
         }
         out
+    }
+
+    /// The lines that set [`Var::ClientPort`], the port the client used. With the PROXY protocol
+    /// that is the destination port the load balancer saw. Without it HAProxy's own port is the
+    /// container's (8080 behind a Service port 80), so the port is the Host header's, else the
+    /// scheme's default (a client names a port other than its scheme's in Host).
+    fn client_port_lines(&self) -> Vec<String> {
+        let v = Var::ClientPort;
+        if self.proxy_protocol {
+            return vec![format!("http-request set-var({v}) dst_port")];
+        }
+        vec![
+            format!("http-request set-var({v}) req.hdr(host),port_only"),
+            format!(
+                "http-request set-var({v}) ssl_fc,iif(443,80) if !{{ var({v}) -m found }} || {{ var({v}) -m int 0 }}"
+            ),
+        ]
     }
 
     /// What every client-facing bind gets after its address: ` accept-proxy` with the PROXY

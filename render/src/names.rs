@@ -127,6 +127,8 @@ names! {
         /// The backend an SNI passes TLS through to.
         PassthroughBackend => "pt",
         Terminate => "term",
+        /// The port the client used, for `X-Forwarded-Port`: the Host header's, else the scheme's.
+        ClientPort => "cport",
     }
 }
 

@@ -96,13 +96,20 @@ async fn a_client_cannot_forge_its_forwarded_headers(bin: haptic_e2e::HaproxyBin
     assert_eq!(values(&head, "x-forwarded-for"), ["127.0.0.1"], "{head}");
     assert_eq!(values(&head, "x-forwarded-proto"), ["http"]);
     assert_eq!(values(&head, "x-forwarded-host"), ["site.example.com"]);
-    assert_eq!(values(&head, "x-forwarded-port"), [s.http.port().to_string()]);
+    // HAProxy's own port is not the one the client used behind a Service (8080 for port 80): the
+    // port is the Host header's, else the scheme's.
+    assert_eq!(values(&head, "x-forwarded-port"), ["80"]);
+    let req = format!("GET /x HTTP/1.1\r\nHost: site.example.com:{}\r\nConnection: close\r\n\r\n", s.http.port());
+    let head = common::raw(s.http, &req).await;
+    assert_eq!(values(&head, "x-forwarded-port"), [s.http.port().to_string()], "{head}");
     // The attack: an untrusted client's own headers are dropped, never passed on.
-    let forged = "X-Forwarded-For: 6.6.6.6\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: bank.example\r\n";
+    let forged = "X-Forwarded-For: 6.6.6.6\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: bank.example\r\n\
+                  X-Forwarded-Port: 443\r\n";
     let head = seen(s.http, forged).await;
     assert_eq!(values(&head, "x-forwarded-for"), ["127.0.0.1"], "{head}");
     assert_eq!(values(&head, "x-forwarded-proto"), ["http"]);
     assert_eq!(values(&head, "x-forwarded-host"), ["site.example.com"]);
+    assert_eq!(values(&head, "x-forwarded-port"), ["80"]);
 }
 
 haptic_e2e::on_each_version!(a_trusted_proxy_keeps_its_forwarded_headers);
@@ -210,8 +217,9 @@ async fn an_ingress_tls_bind_speaks_http2(bin: haptic_e2e::HaproxyBin) {
         .unwrap();
     let out = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.ends_with("200 2"), "{out}");
-    // Over TLS the backend is told so.
+    // Over TLS the backend is told so, and the port the client named (h2's :authority).
     assert_eq!(values(&out, "x-forwarded-proto"), ["https"], "{out}");
+    assert_eq!(values(&out, "x-forwarded-port"), [s.https.to_string()], "{out}");
 }
 
 /// A backend answering `web` after `delay` (a thread per connection), and how many requests

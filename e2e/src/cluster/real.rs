@@ -352,7 +352,7 @@ impl RealCluster {
 
     /// One raw HTTP/1.1 request to `port` of `pod`: straight to the pod IP where the host is
     /// routed there, else through the API's port-forward.
-    async fn to_pod(&self, pod: &str, port: u16, req: String) -> Result<(u16, String)> {
+    pub async fn to_pod(&self, pod: &str, port: u16, req: String) -> Result<(u16, String)> {
         self.to_pod_over(pod, port, req, None).await
     }
 

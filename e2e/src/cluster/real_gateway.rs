@@ -7,8 +7,9 @@
 //! failed requests, 0 reloads), a weight shift 90/10 → 10/90 between two backends (a runtime
 //! change, the split measured over a bounded count of requests), an HTTPRoute refused in its own
 //! status while the others keep serving (nothing deployed), and new HTTPRoutes timed from
-//! creation to their first 200 (printed, with what they cost), and TCP listeners whose
-//! TCPRoute, retargeted to a Service another TCPRoute already uses, costs no reload. It must never assert on timing,
+//! creation to their first 200 (printed, with what they cost), TCP listeners whose
+//! TCPRoute, retargeted to a Service another TCPRoute already uses, costs no reload, and the
+//! Gateway's Service as a LoadBalancer (no address published until a provider gives one). It must never assert on timing,
 //! send traffic anywhere but the Gateway's Service, nor leave its objects or the release behind
 //! on success.
 
@@ -178,6 +179,69 @@ async fn steps(c: &RealCluster, ip: &str) -> Result<()> {
     if c.is_routed() {
         tcp_route(c, ip).await?;
     }
+    load_balancer_service(c).await?;
+    Ok(())
+}
+
+/// The address a load-balancer provider publishes in this step (TEST-NET-1: nothing is sent to
+/// it).
+const LB_ADDRESS: &str = "192.0.2.10";
+
+/// The Gateway's status: its first address and whether it is Programmed (with the reason).
+async fn gateway_status(c: &RealCluster) -> Option<(Option<String>, bool, String)> {
+    let g = gateways(c).get(GATEWAY).await.ok()?;
+    let address = g.data["status"]["addresses"].as_array().and_then(|a| a.first()).and_then(|a| a["value"].as_str());
+    let programmed = g.data["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == "Programmed")?.clone();
+    let reason = programmed["reason"].as_str().unwrap_or_default().to_string();
+    Some((address.map(str::to_string), programmed["status"] == "True", reason))
+}
+
+/// `gateway.service.type=LoadBalancer` (the chart's default) on a cluster without a
+/// load-balancer provider: the Gateway's Service becomes a LoadBalancer, and while no provider
+/// has given it an address the Gateway publishes none (never the cluster IP) and is not
+/// Programmed; once one does (this step writes the Service's `status.loadBalancer` as a provider
+/// would), the Gateway publishes that address and is Programmed. Then back to ClusterIP.
+async fn load_balancer_service(c: &RealCluster) -> Result<()> {
+    c.install(&["gateway.enabled=true", "gateway.service.type=LoadBalancer"])?;
+    let services: Api<Service> = Api::namespaced(c.client(), NAMESPACE);
+    let owner = format!("{NAMESPACE}/{GATEWAY}");
+    let name = eventually("the Gateway's Service of type LoadBalancer", Duration::from_secs(120), || async {
+        let list =
+            services.list(&kube::api::ListParams::default().labels("haptic.dev/gateway-service=true")).await.ok()?;
+        list.items.into_iter().find_map(|s| {
+            let ours = s.metadata.annotations.as_ref()?.values().any(|v| *v == owner);
+            let lb = s.spec.as_ref()?.type_.as_deref() == Some("LoadBalancer");
+            (ours && lb).then(|| s.metadata.name.clone().unwrap_or_default())
+        })
+    })
+    .await?;
+    eventually(
+        "no address and Programmed False while the load balancer has none",
+        Duration::from_secs(120),
+        || async {
+            match gateway_status(c).await? {
+                (None, false, reason) if reason == "AddressNotAssigned" => Some(()),
+                _ => None,
+            }
+        },
+    )
+    .await?;
+    let provider = json!({"status": {"loadBalancer": {"ingress": [{"ip": LB_ADDRESS}]}}});
+    services
+        .patch_status(&name, &kube::api::PatchParams::default(), &Patch::Merge(&provider))
+        .await
+        .map_err(|e| ClusterError::of("write the Service's status.loadBalancer", e))?;
+    eventually("the provider's address published and Programmed", Duration::from_secs(120), || async {
+        match gateway_status(c).await? {
+            (Some(a), true, _) if a == LB_ADDRESS => Some(()),
+            _ => None,
+        }
+    })
+    .await?;
+    c.install(&["gateway.enabled=true", "gateway.service.type=ClusterIP"])?;
+    ok(&format!(
+        "gateway.service.type=LoadBalancer: Service {name} is a LoadBalancer; with no address from a provider the Gateway publishes none and is not Programmed (AddressNotAssigned); with {LB_ADDRESS} in the Service's status.loadBalancer it publishes {LB_ADDRESS} and is Programmed"
+    ));
     Ok(())
 }
 

@@ -30,8 +30,15 @@ use super::{eventually, status, status_table, wait_converged, wait_converged_on_
 use crate::pod::base64;
 
 /// The Ingress steps' names for `HAPTIC_E2E_STEPS`, in run order.
-pub const INGRESS_STEPS: [&str; 6] =
-    ["ingress-scale", "ingress-drain", "ingress-hosts", "ingress-tls", "ingress-missing", "ingress-refused"];
+pub const INGRESS_STEPS: [&str; 7] = [
+    "ingress-scale",
+    "ingress-drain",
+    "ingress-hosts",
+    "ingress-tls",
+    "ingress-edge",
+    "ingress-missing",
+    "ingress-refused",
+];
 
 /// The chart's IngressClass (`ingress.className`).
 const CLASS: &str = "haptic";
@@ -43,6 +50,8 @@ const ECHO2: &str = "echo2";
 const ECHO_HOST: &str = "echo.example";
 /// HAProxy's TLS port on the HAProxy Service (the chart's `haproxy.service.ports.https`).
 const HTTPS_PORT: u16 = 443;
+/// HAProxy's exporter on the HAProxy pods (the chart's `haproxy.metricsPort`, port `metrics`).
+const METRICS_PORT: u16 = 8405;
 /// How many server slots a backend has (the chart's `ingress.serverSlots`).
 const SLOTS: usize = 8;
 
@@ -80,6 +89,9 @@ pub async fn run_ingress(c: &mut RealCluster, selection: &Selection) -> Result<(
     }
     if selection.wants("ingress-tls") {
         tls_by_sni(c, &svc).await?;
+    }
+    if selection.wants("ingress-edge") {
+        edge_defaults(c, &svc).await?;
     }
     if selection.wants("ingress-missing") {
         missing_service(c, &svc).await?;
@@ -142,7 +154,8 @@ async fn echo_backend(c: &RealCluster, replicas: usize) -> Result<()> {
 
 /// A Deployment `app` of `replicas` busybox httpd pods (labelled `app.kubernetes.io/name=app`)
 /// answering their pod name on `/`, `a <pod>` on `/a/`, `b <pod>` on `/b/`, `slow <pod>` on
-/// `/cgi-bin/slow` after 10 s (a CGI script), sleeping in preStop
+/// `/cgi-bin/slow` after 10 s and the `X-Forwarded-*` headers it got on `/cgi-bin/headers` (CGI
+/// scripts), sleeping in preStop
 /// so a stopping pod serves until the endpoints drop it; the Services `services` over them (port
 /// 80); waits until every pod is Ready.
 pub(super) async fn web(c: &RealCluster, app: &str, replicas: usize, services: &[&str]) -> Result<()> {
@@ -151,7 +164,10 @@ pub(super) async fn web(c: &RealCluster, app: &str, replicas: usize, services: &
     let script = "h=$(hostname); mkdir -p /www/a /www/b /www/cgi-bin; echo \"$h\" > /www/index.html; \
                   echo \"a $h\" > /www/a/index.html; echo \"b $h\" > /www/b/index.html; \
                   printf '#!/bin/sh\\nsleep 10\\nprintf \"Content-Type: text/plain\\\\r\\\\n\\\\r\\\\nslow %%s\\\\n\" \"$(hostname)\"\\n' \
-                    > /www/cgi-bin/slow; chmod 755 /www/cgi-bin/slow; exec httpd -f -p 8000 -h /www";
+                    > /www/cgi-bin/slow; chmod 755 /www/cgi-bin/slow; \
+                  printf '#!/bin/sh\nprintf \"Content-Type: text/plain\\\\r\\\\n\\\\r\\\\nxff=%%s proto=%%s host=%%s port=%%s\\\\n\" \
+                    \"$HTTP_X_FORWARDED_FOR\" \"$HTTP_X_FORWARDED_PROTO\" \"$HTTP_X_FORWARDED_HOST\" \"$HTTP_X_FORWARDED_PORT\"\n' \
+                    > /www/cgi-bin/headers; chmod 755 /www/cgi-bin/headers; exec httpd -f -p 8000 -h /www";
     let dep = json!({
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": app, "labels": labels},
         "spec": {"replicas": replicas, "selector": {"matchLabels": labels}, "template": {
@@ -834,6 +850,113 @@ async fn tls_by_sni(c: &mut RealCluster, svc: &str) -> Result<()> {
     let cost = Cost::of(&before, &counters(c).await?)?;
     println!("   a TLS Ingress with two hosts and two certificates (the first TLS Ingress): {}", cost.line());
     ok("a TLS Ingress: each host served by SNI with its own certificate (verified against the test CA)");
+    if c.is_routed() {
+        tls_edge_defaults(c, svc, hosts[0], &dir.path().join("ca.pem")).await?;
+    }
+    Ok(())
+}
+
+/// A command's standard output, or its failure with what it wrote.
+fn output_of(cmd: &mut std::process::Command) -> Result<String> {
+    let o = cmd.stdin(std::process::Stdio::null()).output().map_err(|e| ClusterError::of(&format!("{cmd:?}"), e))?;
+    match o.status.success() {
+        true => Ok(String::from_utf8_lossy(&o.stdout).into_owned()),
+        false => Err(ClusterError(format!("{cmd:?}: {}", String::from_utf8_lossy(&o.stderr)))),
+    }
+}
+
+/// Render mode's TLS defaults, from the host (the Service is routed here; curl and openssl are
+/// the clients): h2 offered by ALPN and answered over h2, `X-Forwarded-Proto: https` at the
+/// backend, `http://` to a TLS host redirected to `https://` with 308, and an unknown SNI answered
+/// with the default certificate, never a tenant's.
+async fn tls_edge_defaults(c: &RealCluster, svc: &str, host: &str, ca: &std::path::Path) -> Result<()> {
+    let resolve = format!("{host}:{HTTPS_PORT}:{svc}");
+    let curl = |extra: &[&str], path: &str| {
+        let mut cmd = std::process::Command::new("curl");
+        cmd.args(["-sS", "--max-time", "10", "--cacert"]).arg(ca).args(["--resolve", &resolve]).args(extra);
+        output_of(cmd.arg(format!("https://{host}{path}")))
+    };
+    let version = curl(&["--http2", "-o", "/dev/null", "-w", "%{http_version}"], "/")?;
+    ensure(version == "2", || format!("an h2 request over TLS was answered over HTTP/{version}"))?;
+    let headers = curl(&[], "/cgi-bin/headers")?;
+    ensure(headers.contains("proto=https "), || format!("the backend got {headers:?} over TLS"))?;
+    let (code, _) = c.service_get(svc, host, "/").await?;
+    ensure(code == 308, || format!("http:// to the TLS host {host} answered {code}, not a 308 redirect"))?;
+    let mut s_client = std::process::Command::new("openssl");
+    s_client.args(["s_client", "-connect", &format!("{svc}:{HTTPS_PORT}"), "-servername", "unknown.example"]);
+    let seen = output_of(&mut s_client)?;
+    let subject = seen.lines().find(|l| l.starts_with("subject=")).unwrap_or_default().to_string();
+    ensure(!subject.is_empty() && !subject.contains("secure-"), || {
+        format!("an unknown SNI was answered with {subject:?}, not the default certificate")
+    })?;
+    ok(&format!(
+        "TLS defaults: h2 by ALPN, X-Forwarded-Proto https at the backend, http:// redirected with 308, an unknown SNI gets the default certificate ({subject})"
+    ));
+    Ok(())
+}
+
+/// Requests sent by [`edge_defaults`], each logged once.
+const LOGGED_REQUESTS: usize = 10;
+
+/// Render mode's HTTP defaults through the HAProxy Service: the backend sees the client's own
+/// address in `X-Forwarded-For` (the host's, on this machine's cluster) with the scheme, host and
+/// port the client used; HAProxy's access log on its standard output has one line per request;
+/// and every port the chart's PodMonitor names answers `/metrics` on every HAProxy pod.
+async fn edge_defaults(c: &RealCluster, svc: &str) -> Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let tag = format!("edge{}", std::process::id());
+    for i in 0..LOGGED_REQUESTS {
+        let addr: SocketAddr =
+            format!("{svc}:{}", super::real::SERVICE_PORT).parse().map_err(|e| ClusterError::of("the Service", e))?;
+        let (code, body, client) = if c.is_routed() {
+            let mut s = tokio::net::TcpStream::connect(addr).await.map_err(|e| ClusterError::of("connect", e))?;
+            let me = s.local_addr().map_err(|e| ClusterError::of("local address", e))?.ip().to_string();
+            let req =
+                format!("GET /cgi-bin/headers?{tag}-{i} HTTP/1.1\r\nHost: {ECHO_HOST}\r\nConnection: close\r\n\r\n");
+            s.write_all(req.as_bytes()).await.map_err(|e| ClusterError::of("send", e))?;
+            let mut buf = Vec::new();
+            s.read_to_end(&mut buf).await.map_err(|e| ClusterError::of("read", e))?;
+            let (code, body) = crate::net::parse_http_response(&buf).map_err(|e| ClusterError::of("answer", e))?;
+            (code, body, Some(me))
+        } else {
+            let (code, body) = c.service_get(svc, ECHO_HOST, &format!("/cgi-bin/headers?{tag}-{i}")).await?;
+            (code, body, None)
+        };
+        let want = format!("proto=http host={ECHO_HOST} port={}", super::real::SERVICE_PORT);
+        let xff_ok = match &client {
+            Some(me) => body.starts_with(&format!("xff={me} ")),
+            None => !body.starts_with("xff= "),
+        };
+        ensure(code == 200 && xff_ok && body.contains(&want), || {
+            format!("request {i}: {code} {body:?} (the client was {client:?}; wanted X-Forwarded-* {want})")
+        })?;
+    }
+    let pods = c.haproxy_pods().await?;
+    let logs: Api<Pod> = Api::namespaced(c.client(), NAMESPACE);
+    eventually("one access-log line per request", Duration::from_secs(60), || async {
+        let mut text = String::new();
+        for p in &pods {
+            let lp = kube::api::LogParams { container: Some("haproxy".into()), ..Default::default() };
+            text.push_str(&logs.logs(p, &lp).await.ok()?);
+        }
+        (0..LOGGED_REQUESTS)
+            .all(|i| text.lines().filter(|l| l.contains(&format!("?{tag}-{i} "))).count() == 1)
+            .then_some(())
+    })
+    .await?;
+    for p in &pods {
+        let get = "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".to_string();
+        let (code, body) = c.to_pod(p, METRICS_PORT, get).await?;
+        ensure(code == 200 && body.contains("haproxy_process_"), || {
+            format!("{p}: port metrics ({METRICS_PORT}) answered {code}")
+        })?;
+        let agent = c.agent_metrics(p).await?;
+        ensure(agent.contains("haptic_agent_"), || format!("{p}: port agent's /metrics has no haptic_agent_ series"))?;
+    }
+    ok(&format!(
+        "HTTP defaults: X-Forwarded-For is the client's address (and -Proto, -Host, -Port as it asked) on {LOGGED_REQUESTS} requests, each with one access-log line; the PodMonitor's ports (metrics, agent) answer on {} pods",
+        pods.len()
+    ));
     Ok(())
 }
 
