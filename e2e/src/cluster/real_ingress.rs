@@ -895,41 +895,50 @@ async fn tls_edge_defaults(c: &RealCluster, svc: &str, host: &str, ca: &std::pat
     Ok(())
 }
 
+/// `GET path` for [`ECHO_HOST`] through the Service at `svc`, with a forged `X-Forwarded-For`
+/// where the host reaches the Service (else through a node, without one).
+async fn forged_get(c: &RealCluster, svc: &str, path: &str) -> Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    if !c.is_routed() {
+        return c.service_get(svc, ECHO_HOST, path).await;
+    }
+    let addr: SocketAddr =
+        format!("{svc}:{}", super::real::SERVICE_PORT).parse().map_err(|e| ClusterError::of("the Service", e))?;
+    let mut s = tokio::net::TcpStream::connect(addr).await.map_err(|e| ClusterError::of("connect", e))?;
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nHost: {ECHO_HOST}\r\nX-Forwarded-For: {FORGED_CLIENT}\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).await.map_err(|e| ClusterError::of("send", e))?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.map_err(|e| ClusterError::of("read", e))?;
+    crate::net::parse_http_response(&buf).map_err(|e| ClusterError::of("answer", e))
+}
+
 /// Requests sent by [`edge_defaults`], each logged once.
 const LOGGED_REQUESTS: usize = 10;
 
-/// Render mode's HTTP defaults through the HAProxy Service: the backend sees the client's own
-/// address in `X-Forwarded-For` (the host's, on this machine's cluster) with the scheme, host and
-/// port the client used; HAProxy's access log on its standard output has one line per request;
-/// and every port the chart's PodMonitor names answers `/metrics` on every HAProxy pod.
+/// A forged `X-Forwarded-For` the edge step's client sends: never passed on.
+const FORGED_CLIENT: &str = "203.0.113.66";
+
+/// Render mode's HTTP defaults through the HAProxy Service: the backend is told, in
+/// `X-Forwarded-For`, the address HAProxy's client connected from (the one its access log names;
+/// off the cluster that is kube-proxy's, which masquerades traffic to a ClusterIP), never one the
+/// client forged, with the scheme, host and port the client used; HAProxy's access log on its
+/// standard output has one line per request; and every port the chart's PodMonitor names answers
+/// `/metrics` on every HAProxy pod.
 async fn edge_defaults(c: &RealCluster, svc: &str) -> Result<()> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let tag = format!("edge{}", std::process::id());
+    let want = format!("proto=http host={ECHO_HOST} port={}", super::real::SERVICE_PORT);
+    let mut told = Vec::new();
     for i in 0..LOGGED_REQUESTS {
-        let addr: SocketAddr =
-            format!("{svc}:{}", super::real::SERVICE_PORT).parse().map_err(|e| ClusterError::of("the Service", e))?;
-        let (code, body, client) = if c.is_routed() {
-            let mut s = tokio::net::TcpStream::connect(addr).await.map_err(|e| ClusterError::of("connect", e))?;
-            let me = s.local_addr().map_err(|e| ClusterError::of("local address", e))?.ip().to_string();
-            let req =
-                format!("GET /cgi-bin/headers?{tag}-{i} HTTP/1.1\r\nHost: {ECHO_HOST}\r\nConnection: close\r\n\r\n");
-            s.write_all(req.as_bytes()).await.map_err(|e| ClusterError::of("send", e))?;
-            let mut buf = Vec::new();
-            s.read_to_end(&mut buf).await.map_err(|e| ClusterError::of("read", e))?;
-            let (code, body) = crate::net::parse_http_response(&buf).map_err(|e| ClusterError::of("answer", e))?;
-            (code, body, Some(me))
-        } else {
-            let (code, body) = c.service_get(svc, ECHO_HOST, &format!("/cgi-bin/headers?{tag}-{i}")).await?;
-            (code, body, None)
-        };
-        let want = format!("proto=http host={ECHO_HOST} port={}", super::real::SERVICE_PORT);
-        let xff_ok = match &client {
-            Some(me) => body.starts_with(&format!("xff={me} ")),
-            None => !body.starts_with("xff= "),
-        };
-        ensure(code == 200 && xff_ok && body.contains(&want), || {
-            format!("request {i}: {code} {body:?} (the client was {client:?}; wanted X-Forwarded-* {want})")
+        let path = format!("/cgi-bin/headers?{tag}-{i}");
+        let (code, body) = forged_get(c, svc, &path).await?;
+        let xff = body.strip_prefix("xff=").and_then(|b| b.split(' ').next()).unwrap_or_default().to_string();
+        let one_address = xff.parse::<std::net::IpAddr>().is_ok() && xff != FORGED_CLIENT;
+        ensure(code == 200 && one_address && body.contains(&want), || {
+            format!("request {i}: {code} {body:?} (wanted one address, not the forged {FORGED_CLIENT}, and {want})")
         })?;
+        told.push(xff);
     }
     let pods = c.haproxy_pods().await?;
     let logs: Api<Pod> = Api::namespaced(c.client(), NAMESPACE);
@@ -939,9 +948,12 @@ async fn edge_defaults(c: &RealCluster, svc: &str) -> Result<()> {
             let lp = kube::api::LogParams { container: Some("haproxy".into()), ..Default::default() };
             text.push_str(&logs.logs(p, &lp).await.ok()?);
         }
-        (0..LOGGED_REQUESTS)
-            .all(|i| text.lines().filter(|l| l.contains(&format!("?{tag}-{i} "))).count() == 1)
-            .then_some(())
+        // One line per request, naming the client address the backend was told.
+        let logged = |(i, xff): (usize, &String)| {
+            let lines: Vec<&str> = text.lines().filter(|l| l.contains(&format!("?{tag}-{i} "))).collect();
+            lines.len() == 1 && lines[0].starts_with(&format!("{xff}:"))
+        };
+        told.iter().enumerate().all(logged).then_some(())
     })
     .await?;
     for p in &pods {
@@ -954,7 +966,8 @@ async fn edge_defaults(c: &RealCluster, svc: &str) -> Result<()> {
         ensure(agent.contains("haptic_agent_"), || format!("{p}: port agent's /metrics has no haptic_agent_ series"))?;
     }
     ok(&format!(
-        "HTTP defaults: X-Forwarded-For is the client's address (and -Proto, -Host, -Port as it asked) on {LOGGED_REQUESTS} requests, each with one access-log line; the PodMonitor's ports (metrics, agent) answer on {} pods",
+        "HTTP defaults: on {LOGGED_REQUESTS} requests X-Forwarded-For is the client address HAProxy saw ({}), not the forged one, with -Proto, -Host, -Port as the client asked; one access-log line each, naming that address; the PodMonitor's ports (metrics, agent) answer on {} pods",
+        told.first().map(String::as_str).unwrap_or_default(),
         pods.len()
     ));
     Ok(())
