@@ -682,15 +682,15 @@ mod tests {
     #[test]
     fn everything_else_reloads() {
         let old = render(CFG, &base_files());
-        let (defaults, frontend, server, file) = (
+        let (defaults, listener, server, file) = (
             ReloadCause::Config(ConfigPart::Defaults),
-            ReloadCause::Config(ConfigPart::Frontend),
+            ReloadCause::Config(ConfigPart::Listener),
             ReloadCause::Config(ConfigPart::Server),
             ReloadCause::File,
         );
         let cases: Vec<(&str, Bundle, ReloadCause)> = vec![
             ("defaults", render(&CFG.replace("timeout client 5s", "timeout client 6s"), &base_files()), defaults),
-            ("bind", render(&CFG.replace("127.0.0.1:8080", "127.0.0.1:8081"), &base_files()), frontend),
+            ("bind", render(&CFG.replace("127.0.0.1:8080", "127.0.0.1:8081"), &base_files()), listener),
             (
                 "new server, cookie",
                 render(&format!("{CFG}  server SRV_3 127.0.0.1:9003 cookie c3\n"), &base_files()),

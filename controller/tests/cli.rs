@@ -83,7 +83,7 @@ fn diff_shows_mode_reasons_and_batches() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["mode"], "reload");
     assert!(v["reasons"][0].as_str().unwrap().contains("frontend fe"), "{v}");
-    assert_eq!(v["causes"], serde_json::json!(["frontend"]), "{v}");
+    assert_eq!(v["causes"], serde_json::json!(["listener"]), "{v}");
     let out = bin().arg("diff").arg(old.path()).arg(old.path()).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("identical"));
     // An added server is a server.add; one `add server` cannot take reloads, named, not counted.

@@ -31,7 +31,10 @@ pub enum ConfigPart {
     Global,
     /// A `defaults` section.
     Defaults,
-    /// A `frontend` or `listen` section (binds, rules), changed, added or removed.
+    /// A listener: a `bind` line of a `frontend` or `listen` section, or such a section added or
+    /// removed (a port HAProxy cannot open or close at runtime).
+    Listener,
+    /// A `frontend` or `listen` section's other lines (its rules).
     Frontend,
     /// A `backend` section's own lines, or a backend added or removed where that is a reload.
     Backend,
@@ -55,17 +58,22 @@ impl ConfigPart {
         }
     }
 
-    /// The part a section header (`backend be_app`) names.
+    /// The part a section (`backend be_app`) added or removed is: a `frontend` or `listen` is a
+    /// listener.
     fn of_header(header: &str) -> Self {
-        Self::of_kind(header.split_whitespace().next().unwrap_or_default())
+        match Self::of_kind(header.split_whitespace().next().unwrap_or_default()) {
+            Self::Frontend => Self::Listener,
+            part => part,
+        }
     }
 
-    /// A metric label: `global`, `defaults`, `frontend`, `backend`, `server`, `other_section`,
-    /// `order`.
+    /// A metric label: `global`, `defaults`, `listener`, `frontend`, `backend`, `server`,
+    /// `other_section`, `order`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Global => "global",
             Self::Defaults => "defaults",
+            Self::Listener => "listener",
             Self::Frontend => "frontend",
             Self::Backend => "backend",
             Self::Server => "server",
@@ -323,12 +331,14 @@ fn push_section_reasons(section: &cfg::Section, mut reasons: Vec<ReloadReason>, 
     out.reload_reasons.extend(reasons);
 }
 
-/// The part a changed line of `section` is in: a backend's `server` line, else the section.
+/// The part a changed line of `section` is in: a backend's `server` line, a frontend's `bind`
+/// line, else the section.
 fn line_part(section: &cfg::Section, line: &[String]) -> ConfigPart {
-    if section.has_servers() && line.first().is_some_and(|w| w == "server") {
-        ConfigPart::Server
-    } else {
-        ConfigPart::of_kind(&section.kind)
+    let first = line.first().map(String::as_str);
+    match ConfigPart::of_kind(&section.kind) {
+        _ if section.has_servers() && first == Some("server") => ConfigPart::Server,
+        ConfigPart::Frontend if first == Some("bind") => ConfigPart::Listener,
+        part => part,
     }
 }
 
@@ -566,7 +576,6 @@ fn backend_add(new: &cfg::Config, i: usize) -> Result<BackendAdd, String> {
 /// Names the lines a section gained and lost (as multisets, in file order), e.g.
 /// `backend be_app: added "server SRV_3 127.0.0.1:9003"`.
 fn added_and_removed(o: &cfg::Section, n: &cfg::Section, reasons: &mut Vec<ReloadReason>) {
-    let part = ConfigPart::of_kind(&o.kind);
     let mut old_left: BTreeMap<&[String], usize> = BTreeMap::new();
     for l in &o.lines {
         *old_left.entry(l.as_slice()).or_default() += 1;
@@ -585,11 +594,11 @@ fn added_and_removed(o: &cfg::Section, n: &cfg::Section, reasons: &mut Vec<Reloa
     for l in &o.lines {
         match new_left.get_mut(l.as_slice()) {
             Some(c) if *c > 0 => *c -= 1,
-            _ => reasons.push(ReloadReason::new(part, format!("{}: removed {:?}", o.label(), l.join(" ")))),
+            _ => reasons.push(ReloadReason::new(line_part(o, l), format!("{}: removed {:?}", o.label(), l.join(" ")))),
         }
     }
     for l in added {
-        reasons.push(ReloadReason::new(part, format!("{}: added {:?}", o.label(), l.join(" "))));
+        reasons.push(ReloadReason::new(line_part(n, l), format!("{}: added {:?}", o.label(), l.join(" "))));
     }
 }
 
@@ -939,13 +948,17 @@ mod tests {
         let swap = |from: &str, to: &str| BASE.replace(from, to);
         assert_eq!(parts(BASE, &swap("default-path config", "default-path origin")), ["global"]);
         assert_eq!(parts(BASE, &swap("  mode http\n", "  mode http\n  timeout client 5s\n")), ["defaults"]);
-        assert_eq!(parts(BASE, &swap("127.0.0.1:80\n", "127.0.0.1:80\n  bind 127.0.0.1:81\n")), ["frontend"]);
+        assert_eq!(parts(BASE, &swap("127.0.0.1:80\n", "127.0.0.1:80\n  bind 127.0.0.1:81\n")), ["listener"]);
+        assert_eq!(
+            parts(BASE, &swap("127.0.0.1:80\n", "127.0.0.1:80\n  http-request deny if { path /x }\n")),
+            ["frontend"]
+        );
         assert_eq!(parts(BASE, &swap("\nbackend be_app\n", "\nbackend be_app\n  balance source\n")), ["backend"]);
         // A server change the runtime API cannot make: a parameter other than address/weight/state.
         assert_eq!(parts(BASE, &swap("weight 10 check", "weight 10 check inter 3s")), ["server"]);
         let listener = format!("{BASE}frontend fe2\n  bind 127.0.0.1:82\n  default_backend be_app\n");
-        assert_eq!(parts(BASE, &listener), ["frontend"]);
-        assert_eq!(parts(&listener, BASE), ["frontend"]);
+        assert_eq!(parts(BASE, &listener), ["listener"]);
+        assert_eq!(parts(&listener, BASE), ["listener"]);
         let users = format!("{BASE}userlist u\n  user a insecure-password b\n");
         assert_eq!(parts(BASE, &users), ["other_section"]);
         let two = format!("{BASE}backend be_b\n  server S 10.0.0.9:80\n");
