@@ -135,31 +135,29 @@ done
 # What the fleet did: the controllers' counters (only the Lease holder deploys; summed over both
 # replicas), read before and after the suite. `haptic_applies` counts one per HAProxy pod and
 # plan, by the mode it landed in; `haptic_deployments` one per render deployed to the fleet.
-counters() {
+scrape() { # every controller replica's /metrics, one after the other
   local ips ip
   ips=$("$kubectl" -n haptic get pods -l app.kubernetes.io/component=controller \
     -o jsonpath='{.items[*].status.podIP}')
-  for ip in $ips; do curl -s --max-time 5 "http://$ip:9180/metrics" || true; done |
-    awk '/^haptic_deployments_total[{ ]/ {d += $NF}
+  for ip in $ips; do curl -s --max-time 5 "http://$ip:9180/metrics" || true; done
+}
+counters() { # of a scrape on stdin
+  awk '/^haptic_deployments_total[{ ]/ {d += $NF}
          /^haptic_applies_total\{/ && /result="ack"/ {
            m = $0; sub(/.*mode="/, "", m); sub(/".*/, "", m); a[m] += $NF }
          END { printf "%d %d %d\n", d, a["runtime"], a["reload"] }'
 }
 
 # Reloads by cause (`haptic_reload_causes_total{cause}`), as "cause count" lines.
-causes() {
-  local ips ip
-  ips=$("$kubectl" -n haptic get pods -l app.kubernetes.io/component=controller \
-    -o jsonpath='{.items[*].status.podIP}')
-  for ip in $ips; do curl -s --max-time 5 "http://$ip:9180/metrics" || true; done |
-    awk '/^haptic_reload_causes_total\{/ { c = $0; sub(/.*cause="/, "", c); sub(/".*/, "", c); n[c] += $NF }
+causes() { # of a scrape on stdin
+  awk '/^haptic_reload_causes_total\{/ { c = $0; sub(/.*cause="/, "", c); sub(/".*/, "", c); n[c] += $NF }
          END { for (c in n) printf "%s %d\n", c, n[c] }' | sort
 }
 
 # 5. The suite.
 mkdir -p "$root/conformance"
-read -r d0 rt0 rl0 <<<"$(counters)"
-causes0=$(causes)
+before=$(scrape)
+read -r d0 rt0 rl0 <<<"$(counters <<<"$before")"
 pods=$("$kubectl" -n haptic get pods -l app.kubernetes.io/component=haproxy --no-headers | wc -l)
 report="$root/conformance/report.yaml"
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$root/Cargo.toml" | head -1)
@@ -189,10 +187,11 @@ set +e
 rc=$?
 set -e
 log "the suite ended with status $rc after $((SECONDS - t0)) s"
-read -r d1 rt1 rl1 <<<"$(counters)"
+after=$(scrape)
+read -r d1 rt1 rl1 <<<"$(counters <<<"$after")"
 log "the fleet during the suite: $((d1 - d0)) renders deployed to $pods HAProxy pod(s); applies landed at runtime: $((rt1 - rt0)), with a reload: $((rl1 - rl0)) (summed over the pods)"
 # One apply may reload for several causes, so these add up to at least the reloads above.
-log "reloads by cause: $(join -a 2 -e 0 -o 0,1.2,2.2 <(echo "$causes0") <(causes) |
+log "reloads by cause: $(join -a 2 -e 0 -o 0,1.2,2.2 <(causes <<<"$before") <(causes <<<"$after") |
   awk '$3 - $2 > 0 { printf "%s%s %d", sep, $1, $3 - $2; sep = ", " }')"
 grep -E '^(--- |=== RUN|FAIL|ok|PASS)' "$out/run.log" | grep -E '^--- (FAIL|SKIP)|^(FAIL|ok|PASS)' | head -80 >&2 || true
 if [ -s "$report.tmp" ]; then

@@ -159,11 +159,13 @@ fn path_with_tools() -> String {
     format!("{}:{}:{}", dirs[0].display(), dirs[1].display(), std::env::var("PATH").unwrap_or_default())
 }
 
+/// Fields drop in this order: the cleanup first, while `dir` still holds the YAML files it
+/// deletes the objects of.
 struct Run {
+    cleanup: Cleanup,
     dir: tempfile::TempDir,
     placeholders: Vec<(String, String)>,
     seen: BTreeMap<String, String>,
-    cleanup: Cleanup,
 }
 
 impl Run {
@@ -244,10 +246,10 @@ fn every_readme_command_on_a_real_cluster() {
         return;
     }
     let mut run = Run {
+        cleanup: Cleanup { background: Vec::new(), releases: Vec::new(), files: Vec::new() },
         dir: tempfile::tempdir().unwrap(),
         placeholders: placeholders(),
         seen: BTreeMap::new(),
-        cleanup: Cleanup { background: Vec::new(), releases: Vec::new(), files: Vec::new() },
     };
     for b in readme_blocks() {
         match plan(&b) {

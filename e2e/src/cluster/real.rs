@@ -92,7 +92,8 @@ impl std::fmt::Debug for RealCluster {
     }
 }
 
-fn run(cmd: &mut Command) -> Result<String> {
+/// A command's standard output, or its failure with what it wrote (stdin closed).
+pub(super) fn run(cmd: &mut Command) -> Result<String> {
     let what = format!("{cmd:?}");
     let out = cmd.output().map_err(|e| ClusterError::of(&what, e))?;
     if !out.status.success() {

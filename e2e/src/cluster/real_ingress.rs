@@ -23,7 +23,7 @@ use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::{json, Value};
 
-use super::real::{pod_ready, RealCluster, NAMESPACE};
+use super::real::{pod_ready, run, RealCluster, NAMESPACE};
 use super::real_steps::{apply_params, ensure, install_reading_config_map};
 use super::scenarios::Selection;
 use super::{eventually, status, status_table, wait_converged, wait_converged_on_spec, Cluster, ClusterError, Result};
@@ -856,15 +856,6 @@ async fn tls_by_sni(c: &mut RealCluster, svc: &str) -> Result<()> {
     Ok(())
 }
 
-/// A command's standard output, or its failure with what it wrote.
-fn output_of(cmd: &mut std::process::Command) -> Result<String> {
-    let o = cmd.stdin(std::process::Stdio::null()).output().map_err(|e| ClusterError::of(&format!("{cmd:?}"), e))?;
-    match o.status.success() {
-        true => Ok(String::from_utf8_lossy(&o.stdout).into_owned()),
-        false => Err(ClusterError(format!("{cmd:?}: {}", String::from_utf8_lossy(&o.stderr)))),
-    }
-}
-
 /// Render mode's TLS defaults, from the host (the Service is routed here; curl and openssl are
 /// the clients): h2 offered by ALPN and answered over h2, `X-Forwarded-Proto: https` at the
 /// backend, `http://` to a TLS host redirected to `https://` with 308, and an unknown SNI answered
@@ -874,7 +865,7 @@ async fn tls_edge_defaults(c: &RealCluster, svc: &str, host: &str, ca: &std::pat
     let curl = |extra: &[&str], path: &str| {
         let mut cmd = std::process::Command::new("curl");
         cmd.args(["-sS", "--max-time", "10", "--cacert"]).arg(ca).args(["--resolve", &resolve]).args(extra);
-        output_of(cmd.arg(format!("https://{host}{path}")))
+        run(cmd.arg(format!("https://{host}{path}")))
     };
     let version = curl(&["--http2", "-o", "/dev/null", "-w", "%{http_version}"], "/")?;
     ensure(version == "2", || format!("an h2 request over TLS was answered over HTTP/{version}"))?;
@@ -884,7 +875,7 @@ async fn tls_edge_defaults(c: &RealCluster, svc: &str, host: &str, ca: &std::pat
     ensure(code == 308, || format!("http:// to the TLS host {host} answered {code}, not a 308 redirect"))?;
     let mut s_client = std::process::Command::new("openssl");
     s_client.args(["s_client", "-connect", &format!("{svc}:{HTTPS_PORT}"), "-servername", "unknown.example"]);
-    let seen = output_of(&mut s_client)?;
+    let seen = run(&mut s_client)?;
     let subject = seen.lines().find(|l| l.starts_with("subject=")).unwrap_or_default().to_string();
     ensure(!subject.is_empty() && !subject.contains("secure-"), || {
         format!("an unknown SNI was answered with {subject:?}, not the default certificate")
@@ -898,20 +889,17 @@ async fn tls_edge_defaults(c: &RealCluster, svc: &str, host: &str, ca: &std::pat
 /// `GET path` for [`ECHO_HOST`] through the Service at `svc`, with a forged `X-Forwarded-For`
 /// where the host reaches the Service (else through a node, without one).
 async fn forged_get(c: &RealCluster, svc: &str, path: &str) -> Result<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     if !c.is_routed() {
         return c.service_get(svc, ECHO_HOST, path).await;
     }
     let addr: SocketAddr =
         format!("{svc}:{}", super::real::SERVICE_PORT).parse().map_err(|e| ClusterError::of("the Service", e))?;
-    let mut s = tokio::net::TcpStream::connect(addr).await.map_err(|e| ClusterError::of("connect", e))?;
     let req = format!(
         "GET {path} HTTP/1.1\r\nHost: {ECHO_HOST}\r\nX-Forwarded-For: {FORGED_CLIENT}\r\nConnection: close\r\n\r\n"
     );
-    s.write_all(req.as_bytes()).await.map_err(|e| ClusterError::of("send", e))?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).await.map_err(|e| ClusterError::of("read", e))?;
-    crate::net::parse_http_response(&buf).map_err(|e| ClusterError::of("answer", e))
+    crate::net::http_request_within(addr, &req, Duration::from_secs(30))
+        .await
+        .map_err(|e| ClusterError::of("a request with a forged X-Forwarded-For", e))
 }
 
 /// Requests sent by [`edge_defaults`], each logged once.
