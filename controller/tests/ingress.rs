@@ -295,6 +295,36 @@ async fn mismatched_certificate(st: &Story<'_>) {
     converged(api, 2, None).await;
 }
 
+/// A TLS Ingress whose certificate expires at a known time: the live controller's
+/// `haptic_certificate_expiry_timestamp_seconds` for its Secret says that time.
+async fn certificate_expiry_on_metrics(st: &Story<'_>, ctl: &Controller) {
+    let Story { c, pods, fe, .. } = *st;
+    let mut params = rcgen::CertificateParams::new(vec!["dated.example.com".to_string()]).unwrap();
+    params.not_after = rcgen::date_time_ymd(2031, 1, 2);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    apply(
+        c,
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+               "metadata": {"name": "dated", "namespace": "shop"},
+               "stringData": {"tls.crt": cert.pem(), "tls.key": key.serialize_pem()}}),
+    )
+    .await;
+    let mut dated = ingress("dated", "dated.example.com", &[("/", "empty")], json!({"name": "http"}));
+    dated["spec"]["tls"] = json!([{"hosts": ["dated.example.com"], "secretName": "dated"}]);
+    apply(c, dated).await;
+    // Served: plain HTTP to a TLS host is redirected to HTTPS.
+    answers(pods, fe, "dated.example.com", "/", 308).await;
+    let line = "haptic_certificate_expiry_timestamp_seconds{secret_namespace=\"shop\",secret=\"dated\"}";
+    let want = params.not_after.unix_timestamp() as f64;
+    let got = eventually("the certificate's expiry on the controller's /metrics", || async {
+        let v = ctl.metric(line).await;
+        (v == want).then_some(v)
+    })
+    .await;
+    assert_eq!(got, 1_925_078_400.0, "2031-01-02T00:00:00Z");
+}
+
 on_each_version!(ingresses_route_and_change_at_runtime);
 
 /// Routes, endpoint churn, path churn, status, a refused Ingress, and a mismatched certificate
@@ -325,6 +355,7 @@ async fn ingresses_route_and_change_at_runtime(bin: HaproxyBin) {
     })
     .await;
     mismatched_certificate(&st).await;
+    certificate_expiry_on_metrics(&st, &ctl).await;
     drop(ctl);
 }
 
@@ -332,4 +363,107 @@ async fn ingresses_route_and_change_at_runtime(bin: HaproxyBin) {
 fn shop_host_id() -> String {
     let host = haptic_render::model::HostMatch::Exact("shop.example.com".into());
     haptic_render::ingress::host_id(&host, &Default::default())
+}
+
+/// `spec.render.namespaces`: a controller serving `shop` and `team-b`, running as the chart's
+/// ServiceAccount with the chart's RBAC for that scope (Roles in `shop`, `team-b` and its own
+/// `fleet`; a ClusterRole that reads IngressClasses and nothing else), serves both namespaces'
+/// Ingresses and never a third's; the apiserver's audit log shows it never asked anything of the
+/// third namespace, never listed or watched a namespaced kind cluster-wide, and was never refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_scoped_to_two_namespaces_reads_nothing_of_a_third() {
+    let bin = haptic_e2e::bins::haproxy_bins().into_iter().last().expect("an HAProxy binary");
+    let e = env_audited().await;
+    let c = &e.client;
+    for ns in ["fleet", "shop", "team-b", "other"] {
+        namespace(c, ns).await;
+    }
+    let scope = ["--set", "ingress.enabled=true", "--set", "render.namespaces={shop,team-b}"];
+    let chart = haptic_e2e::tools::render_chart("edge", "fleet", &scope);
+    let rbac = ["ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"];
+    for o in chart.iter().filter(|o| rbac.contains(&o["kind"].as_str().unwrap_or_default())) {
+        apply(c, o.clone()).await;
+    }
+    let sa = chart
+        .iter()
+        .filter(|o| o["kind"] == "ServiceAccount")
+        .filter_map(|o| o["metadata"]["name"].as_str())
+        .find(|n| n.ends_with("-controller"))
+        .expect("the controller's ServiceAccount");
+    let kubeconfig = e.cp.kubeconfig_for("fleet", sa).await.unwrap();
+
+    put_secret(c, "fleet", PASSWORD).await;
+    let mut pods = LocalPods::new(c.clone(), local_opts("fleet", &bin));
+    pods.create(2).await.unwrap();
+    let fe = free_port();
+    create_objects(c, fe, pods.agent_port(), &json!({"name": "http"})).await;
+    let api: Api<HAProxyConfig> = Api::namespaced(c.clone(), "fleet");
+    let scoped = json!({"spec": {"render": {"namespaces": ["shop", "team-b"]}}});
+    api.patch("edge", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&scoped)).await.unwrap();
+    // team-b: an Ingress to a Service without endpoints (503). other: a Service with an
+    // endpoint, a TLS Secret and an Ingress naming both, none of which may be read.
+    let in_ns = |mut o: Value, ns: &str| {
+        o["metadata"]["namespace"] = json!(ns);
+        o
+    };
+    apply(c, in_ns(service("empty"), "team-b")).await;
+    apply(c, in_ns(ingress("b", "b.example.com", &[("/", "empty")], json!({"name": "http"})), "team-b")).await;
+    let cert = rcgen::generate_simple_self_signed(vec!["other.example.com".into()]).unwrap();
+    apply(
+        c,
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+               "metadata": {"name": "other-tls", "namespace": "other"},
+               "stringData": {"tls.crt": cert.cert.pem(), "tls.key": cert.signing_key.serialize_pem()}}),
+    )
+    .await;
+    apply(c, in_ns(service("web"), "other")).await;
+    apply(c, in_ns(slice("web", &["192.0.2.9"]), "other")).await;
+    let mut intruder =
+        in_ns(ingress("intruder", "other.example.com", &[("/", "web")], json!({"name": "http"})), "other");
+    intruder["spec"]["tls"] = json!([{"hosts": ["other.example.com"], "secretName": "other-tls"}]);
+    apply(c, intruder).await;
+
+    let ctl = Controller::start_as(&kubeconfig, "fleet", &bin, "ctl-scoped", e.dir.path(), &[]);
+    converged(&api, 2, None).await;
+    serving(&pods, "shop_web_http", &["192.0.2.1:8080"]).await;
+    answers(&pods, fe, "shop.example.com", "/v1/x", 503).await;
+    answers(&pods, fe, "b.example.com", "/", 503).await;
+    answers(&pods, fe, "other.example.com", "/", 404).await;
+    eventually("status.loadBalancer on Ingress b (team-b)", || async {
+        let i = Api::<Ingress>::namespaced(c.clone(), "team-b").get("b").await.ok()?;
+        i.status?.load_balancer?.ingress?.first()?.ip.clone()
+    })
+    .await;
+    let other = Api::<Ingress>::namespaced(c.clone(), "other").get("intruder").await.unwrap();
+    assert!(other.status.and_then(|s| s.load_balancer?.ingress).is_none_or(|i| i.is_empty()), "never touched");
+
+    let user = format!("system:serviceaccount:fleet:{sa}");
+    let asked: Vec<_> = e.cp.audit().into_iter().filter(|a| a.user == user).collect();
+    assert!(
+        asked.iter().any(|a| a.namespace() == Some("team-b") && a.verb == "watch" && a.uri.contains("/ingresses")),
+        "the audit log has the controller's watches: {asked:#?}"
+    );
+    let refused: Vec<_> = asked.iter().filter(|a| a.code == 403).collect();
+    assert!(refused.is_empty(), "the chart's Roles grant everything the scoped controller asks: {refused:#?}");
+    let third: Vec<_> = asked.iter().filter(|a| a.namespace() == Some("other")).collect();
+    assert!(third.is_empty(), "nothing asked of the third namespace: {third:#?}");
+    let wide: Vec<_> = asked.iter().filter(|a| a.namespace().is_none() && !cluster_scoped_read(&a.uri)).collect();
+    assert!(wide.is_empty(), "no namespaced kind read cluster-wide: {wide:#?}");
+    drop(ctl);
+}
+
+/// A request outside every namespace that a scoped Ingress controller may make: IngressClasses
+/// (cluster-scoped) and API discovery.
+fn cluster_scoped_read(uri: &str) -> bool {
+    let path = uri.split('?').next().unwrap_or_default();
+    let words: Vec<&str> = path.split('/').filter(|w| !w.is_empty()).collect();
+    matches!(
+        words.as_slice(),
+        ["api"]
+            | ["apis"]
+            | ["version"]
+            | ["api", _]
+            | ["apis", _, _]
+            | ["apis", "networking.k8s.io", "v1", "ingressclasses", ..]
+    )
 }

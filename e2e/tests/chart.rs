@@ -929,17 +929,7 @@ fn ingress_mode_creates_the_class_renders_and_grows_rbac_by_the_watchers() {
     assert_eq!(r["serverSlots"], 16);
     assert_eq!(r["snippets"]["defaults"], "    timeout http-request 10s");
     // The ClusterRole: exactly what the watchers, the Ingress status and the Events need.
-    let rules = one(&objs, "ClusterRole", "")["rules"].as_array().unwrap().clone();
-    let mut got: Vec<String> = Vec::new();
-    for rule in &rules {
-        for g in rule["apiGroups"].as_array().unwrap() {
-            for res in rule["resources"].as_array().unwrap() {
-                let verbs: Vec<&str> = rule["verbs"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-                got.push(format!("{}/{}: {}", g.as_str().unwrap(), res.as_str().unwrap(), verbs.join(",")));
-            }
-        }
-    }
-    got.sort();
+    let got = grants(one(&objs, "ClusterRole", ""));
     assert_eq!(
         got,
         [
@@ -959,6 +949,71 @@ fn ingress_mode_creates_the_class_renders_and_grows_rbac_by_the_watchers() {
     one(&objs, "Role", "-controller");
 }
 
+/// A Role's or ClusterRole's rules, one `group/resource: verbs` line per group and resource,
+/// sorted.
+fn grants(role: &Value) -> Vec<String> {
+    let mut got: Vec<String> = Vec::new();
+    for rule in role["rules"].as_array().unwrap() {
+        let verbs: Vec<&str> = rule["verbs"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+        for g in rule["apiGroups"].as_array().unwrap() {
+            for res in rule["resources"].as_array().unwrap() {
+                got.push(format!("{}/{}: {}", g.as_str().unwrap(), res.as_str().unwrap(), verbs.join(",")));
+            }
+        }
+    }
+    got.sort();
+    got
+}
+
+#[test]
+fn render_namespaces_grant_a_role_in_each_and_keep_cluster_read_to_cluster_kinds() {
+    let objs = render(&["--set", "ingress.enabled=true", "--set", "render.namespaces={team-a,team-b}"]);
+    let r = &one(&objs, "HAProxyConfig", "")["spec"]["render"];
+    assert_eq!(r["namespaces"], json!(["team-a", "team-b"]));
+    // Cluster-wide: only the cluster-scoped kind; no Secret, Service or Ingress read.
+    assert_eq!(grants(one(&objs, "ClusterRole", "")), ["networking.k8s.io/ingressclasses: get,list,watch"]);
+    let namespaced = [
+        "/secrets: get,list,watch",
+        "/services: get,list,watch",
+        "discovery.k8s.io/endpointslices: get,list,watch",
+        "events.k8s.io/events: create,patch",
+        "networking.k8s.io/ingresses/status: update,patch",
+        "networking.k8s.io/ingresses: get,list,watch",
+    ];
+    // A Role and its binding in each listed namespace and the release's, for the controller.
+    let sa = name_of(one(&objs, "ServiceAccount", "-controller"));
+    let mut in_ns: Vec<String> = Vec::new();
+    for o in objs.iter().filter(|o| kind_of(o) == "Role" && name_of(o).ends_with(&format!("-render-{NAMESPACE}"))) {
+        assert_eq!(grants(o), namespaced, "{o}");
+        let ns = o["metadata"]["namespace"].as_str().unwrap();
+        let b = objs
+            .iter()
+            .find(|b| kind_of(b) == "RoleBinding" && b["metadata"]["namespace"] == ns && name_of(b) == name_of(o))
+            .unwrap_or_else(|| panic!("no RoleBinding for the Role in {ns}"));
+        assert_eq!((b["roleRef"]["kind"].as_str(), b["subjects"][0]["name"].as_str()), (Some("Role"), Some(sa)));
+        in_ns.push(ns.to_string());
+    }
+    in_ns.sort();
+    assert_eq!(in_ns, [NAMESPACE, "team-a", "team-b"]);
+
+    // Gateway mode: GatewayClasses and Namespaces stay cluster-wide, the rest moves into Roles.
+    let objs = render(&["--set", "gateway.enabled=true", "--set", "render.namespaces={team-a}"]);
+    assert_eq!(
+        grants(one(&objs, "ClusterRole", "")),
+        [
+            "/namespaces: get,list,watch",
+            "gateway.networking.k8s.io/gatewayclasses/status: get,update,patch",
+            "gateway.networking.k8s.io/gatewayclasses: get,list,watch",
+        ]
+    );
+    let roles: Vec<&Value> =
+        objs.iter().filter(|o| kind_of(o) == "Role" && name_of(o).ends_with(&format!("-render-{NAMESPACE}"))).collect();
+    assert_eq!(roles.len(), 2);
+    assert!(roles
+        .iter()
+        .all(|r| grants(r).contains(&"gateway.networking.k8s.io/httproutes: get,list,watch".to_string())));
+}
+
 #[test]
 fn gateway_mode_creates_the_class_renders_and_grows_rbac_by_the_watchers() {
     assert!(!render_default().iter().any(|o| kind_of(o) == "GatewayClass"), "no GatewayClass without gateway.enabled");
@@ -968,17 +1023,7 @@ fn gateway_mode_creates_the_class_renders_and_grows_rbac_by_the_watchers() {
     let r = &one(&objs, "HAProxyConfig", "")["spec"]["render"];
     assert_eq!(r["gatewayClassName"], "haptic");
     assert!(r.get("ingressClassName").is_none());
-    let rules = one(&objs, "ClusterRole", "")["rules"].as_array().unwrap().clone();
-    let mut got: Vec<String> = Vec::new();
-    for rule in &rules {
-        for g in rule["apiGroups"].as_array().unwrap() {
-            for res in rule["resources"].as_array().unwrap() {
-                let verbs: Vec<&str> = rule["verbs"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-                got.push(format!("{}/{}: {}", g.as_str().unwrap(), res.as_str().unwrap(), verbs.join(",")));
-            }
-        }
-    }
-    got.sort();
+    let got = grants(one(&objs, "ClusterRole", ""));
     assert_eq!(
         got,
         [

@@ -161,6 +161,10 @@ statsPort: {{ . }}
 defaultCertificate:
   name: {{ include "haptic.defaultCertificateSecret" . }}
 drainSeconds: {{ .Values.haproxy.drainSeconds }}
+{{- with .Values.render.namespaces }}
+namespaces:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -178,4 +182,69 @@ drain and 10 s for the agent to see HAProxy gone.
 {{/* Render mode's default certificate Secret: the one given, else the chart's. */}}
 {{- define "haptic.defaultCertificateSecret" -}}
 {{- default (printf "%s-default-tls" (include "haptic.fullname" .)) .Values.render.defaultCertificate.existingSecret }}
+{{- end }}
+
+{{/*
+Render mode's read of cluster-scoped kinds: IngressClasses, or GatewayClasses (and their status)
+and Namespaces (for allowedRoutes selectors).
+*/}}
+{{- define "haptic.render.clusterRules" -}}
+{{- if .Values.ingress.enabled }}
+- apiGroups: [networking.k8s.io]
+  resources: [ingressclasses]
+  verbs: [get, list, watch]
+{{- end }}
+{{- if .Values.gateway.enabled }}
+- apiGroups: [gateway.networking.k8s.io]
+  resources: [gatewayclasses]
+  verbs: [get, list, watch]
+- apiGroups: [gateway.networking.k8s.io]
+  resources: [gatewayclasses/status]
+  verbs: [get, update, patch]
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs: [get, list, watch]
+{{- end }}
+{{- end }}
+
+{{/*
+Render mode's read of namespaced kinds, granted cluster-wide or, with render.namespaces, by a
+Role in each of them: the Ingresses and their status, or the Gateway API kinds and their status
+(ConfigMaps, each watched by name, only those BackendTLSPolicies name for CA certificates; each
+Gateway's alias in its own namespace, an ExternalName Service the Gateway owns, which the
+controller never deletes and never applies over a Service that is not the alias); Services,
+EndpointSlices, Secrets (each watched by name) and Events.
+*/}}
+{{- define "haptic.render.namespacedRules" -}}
+{{- if .Values.ingress.enabled }}
+- apiGroups: [networking.k8s.io]
+  resources: [ingresses]
+  verbs: [get, list, watch]
+- apiGroups: [networking.k8s.io]
+  resources: [ingresses/status]
+  verbs: [update, patch]
+{{- end }}
+{{- if .Values.gateway.enabled }}
+- apiGroups: [gateway.networking.k8s.io]
+  resources: [gateways, listenersets, httproutes, grpcroutes, tlsroutes, tcproutes, referencegrants, backendtlspolicies]
+  verbs: [get, list, watch]
+- apiGroups: [gateway.networking.k8s.io]
+  resources: [gateways/status, listenersets/status, httproutes/status, grpcroutes/status, tlsroutes/status, tcproutes/status, backendtlspolicies/status]
+  verbs: [get, update, patch]
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [services]
+  verbs: [create, patch]
+{{- end }}
+- apiGroups: [""]
+  resources: [services, secrets]
+  verbs: [get, list, watch]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [get, list, watch]
+- apiGroups: [events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
 {{- end }}

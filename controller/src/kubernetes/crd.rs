@@ -160,6 +160,19 @@ pub struct RenderSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub gateway_class_name: Option<String>,
+    /// Serve only the objects of these namespaces (and of this one, where the publish Service
+    /// and the default certificate live): Ingresses, Gateways and their routes, Services,
+    /// EndpointSlices, Secrets, ConfigMaps and ReferenceGrants are then listed and watched in
+    /// each of them and never cluster-wide, so the controller needs read access only there (the
+    /// chart's `render.namespaces` gives it a Role in each instead of a ClusterRole). A backend,
+    /// certificate or route in any other namespace is not found. Empty (the default): every
+    /// namespace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 256),
+        inner(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))
+    )]
+    pub namespaces: Vec<String>,
     /// The Service in front of the fleet (this namespace): its address goes into the
     /// `status.loadBalancer` of every served Ingress.
     #[serde(default, skip_serializing_if = "Option::is_none")]

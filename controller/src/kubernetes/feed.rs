@@ -36,6 +36,7 @@ use super::crd::{HAProxyConfig, RenderSpec};
 use super::narrowing::{self, GateNarrowing};
 use super::published::Snapshot;
 use super::routes::{self, IngressOutcome, Objects, SlotHistory};
+use super::scope::Scope;
 use super::settle::{Burst, Change, Settle};
 use super::snippet_check::SnippetVerdicts;
 use super::watch::{ready, Changes, SpecChanges};
@@ -250,13 +251,16 @@ impl Feed {
         self.publish(config, produced, &refs);
     }
 
-    /// Starts, restarts (Ingress ↔ Gateway) or stops the cluster-wide reflectors to match
-    /// `spec.render`.
+    /// Starts, restarts (Ingress ↔ Gateway, another namespace scope) or stops the render-mode
+    /// reflectors to match `spec.render`.
     fn keep_cluster_watch(&mut self, render_spec: Option<&RenderSpec>) {
         let want_gateway = render_spec.is_some_and(|r| r.gateway_class_name.is_some());
-        let start = |f: &Feed| ClusterWatch::start(&f.ctx.client, &f.changes, &f.shutdown, want_gateway);
+        let scope = render_spec.map_or(Scope::All, |r| Scope::of(r, &self.ctx.namespace));
+        let start = |f: &Feed| ClusterWatch::start(&f.ctx.client, &f.changes, &f.shutdown, want_gateway, scope.clone());
         match (render_spec, &self.cluster) {
-            (Some(_), Some(cw)) if cw.is_gateway() != want_gateway => self.cluster = Some(start(self)),
+            (Some(_), Some(cw)) if cw.is_gateway() != want_gateway || *cw.scope() != scope => {
+                self.cluster = Some(start(self))
+            }
             (Some(_), None) => self.cluster = Some(start(self)),
             (None, Some(_)) => self.cluster = None,
             _ => {}

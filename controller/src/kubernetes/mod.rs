@@ -21,6 +21,7 @@ pub mod narrowing;
 pub mod published;
 pub mod routes;
 pub mod run;
+pub mod scope;
 pub mod settle;
 pub mod snippet_check;
 pub mod status;

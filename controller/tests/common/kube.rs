@@ -59,6 +59,18 @@ impl Controller {
         dir: &Path,
         extra: &[&str],
     ) -> Controller {
+        Self::start_as(cp.kubeconfig(), ns, bin, identity, dir, extra)
+    }
+
+    /// [`Self::start_with`] with the credentials of `kubeconfig` instead of the admin's.
+    pub fn start_as(
+        kubeconfig: &Path,
+        ns: &str,
+        bin: &HaproxyBin,
+        identity: &str,
+        dir: &Path,
+        extra: &[&str],
+    ) -> Controller {
         let log = dir.join(format!("controller-{identity}.log"));
         let out = std::fs::File::create(&log).unwrap();
         let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
@@ -70,7 +82,7 @@ impl Controller {
             .args(extra)
             .arg("--haproxy-bin")
             .arg(&bin.path)
-            .env("KUBECONFIG", cp.kubeconfig())
+            .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info,kube=warn")
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
@@ -175,7 +187,16 @@ pub struct Env {
 }
 
 pub async fn env() -> Env {
-    let cp = ControlPlane::start().await.unwrap_or_else(|e| panic!("control plane: {e}"));
+    env_of(ControlPlane::start().await).await
+}
+
+/// [`env`] with the apiserver's audit log on.
+pub async fn env_audited() -> Env {
+    env_of(ControlPlane::start_audited().await).await
+}
+
+async fn env_of(cp: Result<ControlPlane, haptic_e2e::k8s::ControlPlaneError>) -> Env {
+    let cp = cp.unwrap_or_else(|e| panic!("control plane: {e}"));
     let client = cp.client().await.unwrap();
     apply_crd(&client).await;
     Env { cp, client, dir: tempfile::tempdir().unwrap() }

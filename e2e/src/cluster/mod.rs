@@ -20,9 +20,11 @@ pub mod real_gateway;
 pub mod real_hostile;
 pub mod real_ingress;
 pub mod real_scenarios;
+pub mod real_scope;
 pub mod real_steps;
 pub mod real_tenants;
 pub mod real_tls;
+pub mod real_websocket;
 pub mod scenarios;
 
 use std::collections::BTreeMap;

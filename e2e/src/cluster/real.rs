@@ -174,6 +174,13 @@ impl RealCluster {
         self.routed()
     }
 
+    /// The host's own address on the nodes' network, which pods reach (this machine's cluster:
+    /// `scripts/cluster.sh` gives the host 10.99.0.1, where the apiserver listens); `None` on
+    /// kind.
+    pub fn host_address(&self) -> Option<std::net::IpAddr> {
+        self.routed().then_some(std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 99, 0, 1)))
+    }
+
     fn helm(&self) -> Command {
         let mut c = Command::new(&self.helm);
         c.args(["--namespace", NAMESPACE]);
@@ -461,6 +468,16 @@ impl RealCluster {
     }
 
     /// The HAProxy pods' names.
+    /// The addresses of the HAProxy pods not terminating.
+    pub async fn haproxy_pod_ips(&self) -> Result<std::collections::BTreeSet<String>> {
+        Ok(self
+            .pods("app.kubernetes.io/name=haptic,app.kubernetes.io/component=haproxy")
+            .await?
+            .into_iter()
+            .filter_map(|p| p.status?.pod_ip)
+            .collect())
+    }
+
     async fn haproxy_pod_names(&self) -> Result<Vec<String>> {
         Ok(self
             .pods("app.kubernetes.io/name=haptic,app.kubernetes.io/component=haproxy")

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -25,6 +26,7 @@ use serde_json::{json, Value};
 
 use super::real::{pod_ready, run, RealCluster, NAMESPACE};
 use super::real_steps::{apply_params, ensure, install_reading_config_map};
+use super::real_websocket::{EchoServer, Exchanged, Open};
 use super::scenarios::Selection;
 use super::{eventually, status, status_table, wait_converged, wait_converged_on_spec, Cluster, ClusterError, Result};
 use crate::pod::base64;
@@ -240,14 +242,14 @@ pub(super) async fn answered(
 }
 
 /// Waits until `GET path` with `Host: host` answers `code`.
-async fn answers_code(c: &RealCluster, svc: &str, host: &str, path: &str, code: u16) -> Result<()> {
+pub(super) async fn answers_code(c: &RealCluster, svc: &str, host: &str, path: &str, code: u16) -> Result<()> {
     eventually(&format!("{code} for {host}{path}"), Duration::from_secs(90), || async {
         matches!(c.service_get(svc, host, path).await, Ok((got, _)) if got == code).then_some(())
     })
     .await
 }
 
-fn load_balancer_ip(i: &Ingress) -> Option<String> {
+pub(super) fn load_balancer_ip(i: &Ingress) -> Option<String> {
     i.status.as_ref()?.load_balancer.as_ref()?.ingress.as_ref()?.first()?.ip.clone()
 }
 
@@ -468,6 +470,13 @@ fn start_load(
 const DRAIN_HOST: &str = "drain.example";
 /// Slow requests in flight when the HAProxy pods are replaced.
 const SLOW_REQUESTS: usize = 5;
+/// Websockets open when the HAProxy pods are replaced.
+const WEBSOCKETS: usize = 20;
+/// The websockets' echo Service.
+const WS: &str = "ws";
+/// Messages each websocket still exchanges once the old pods are terminating: 10 s, past the
+/// chart's 5 s preStop sleep and into HAProxy's soft stop.
+const WS_AFTER_STOP: usize = 50;
 
 /// `GET path` for `host` through the Service at `ip`, answered in a task: on this machine's
 /// cluster the request is on the wire (connected, written) when this returns.
@@ -496,12 +505,23 @@ async fn sent(
     }))
 }
 
-/// A rollout restart of the HAProxy pods while bounded sequential requests and
-/// [`SLOW_REQUESTS`] requests the echo backend answers after 10 s run through the Service: a
-/// stopping HAProxy leaves the Service first, then stops softly (the image's SIGUSR1) and
-/// finishes what it has, so every request is answered 200 and no slow one is cut.
+/// A rollout restart of the HAProxy pods while bounded sequential requests,
+/// [`SLOW_REQUESTS`] requests the echo backend answers after 10 s and [`WEBSOCKETS`] websockets
+/// exchanging a message every 200 ms run through the Service: a stopping HAProxy leaves the
+/// Service first, then stops softly (the image's SIGUSR1) and finishes what it has, so every
+/// request is answered 200, no slow one is cut, and every websocket goes on through the pod it
+/// started on (an old one) after that pod began terminating, then closes cleanly.
 async fn drain_on_rollout(c: &mut RealCluster, svc: &str) -> Result<()> {
-    put_ingress(c, &ingress("drain", DRAIN_HOST, &[("/cgi-bin/", "Prefix", ECHO, json!({"number": 80}))])).await?;
+    let ws_server = match c.host_address() {
+        Some(ip) => Some(EchoServer::start(ip).await?),
+        None => None,
+    };
+    let mut paths = vec![("/cgi-bin/", "Prefix", ECHO, json!({"number": 80}))];
+    if let Some(server) = &ws_server {
+        server.publish(c, WS).await?;
+        paths.push(("/ws", "Prefix", WS, json!({"number": 80})));
+    }
+    put_ingress(c, &ingress("drain", DRAIN_HOST, &paths)).await?;
     // The first answer takes the script's 10 s: each try waits up to 30 s for its own.
     eventually("200 for the slow path through the HAProxy Service", Duration::from_secs(120), || async {
         let t = sent(c, svc, DRAIN_HOST, "/cgi-bin/slow").await.ok()?;
@@ -511,6 +531,8 @@ async fn drain_on_rollout(c: &mut RealCluster, svc: &str) -> Result<()> {
         }
     })
     .await?;
+    let old_ips: BTreeSet<String> = c.haproxy_pod_ips().await?;
+    let sockets = open_websockets(svc, ws_server.is_some()).await?;
     let stop = Arc::new(AtomicBool::new(false));
     let seen = Arc::new(Mutex::new(Seen::default()));
     let load = start_load(c, svc.to_string(), ECHO_HOST, stop.clone(), seen.clone());
@@ -518,10 +540,18 @@ async fn drain_on_rollout(c: &mut RealCluster, svc: &str) -> Result<()> {
     for _ in 0..SLOW_REQUESTS {
         slow.push(sent(c, svc, DRAIN_HOST, "/cgi-bin/slow").await?);
     }
+    let ws_stop = Arc::new(AtomicBool::new(false));
+    let ws: Vec<_> = sockets.into_iter().map(|s| tokio::spawn(s.exchange(ws_stop.clone(), WS_AFTER_STOP))).collect();
     let restarted = c.replace_all_haproxy().await;
+    // Every old pod is terminating now: the websockets go on into its soft stop, then close.
+    ws_stop.store(true, Ordering::Relaxed);
     let mut answers = Vec::new();
     for t in slow {
         answers.push(t.await.map_err(|e| ClusterError::of("a slow request's task", e))?);
+    }
+    let mut exchanged = Vec::new();
+    for t in ws {
+        exchanged.push(t.await.map_err(|e| ClusterError::of("a websocket's task", e))?);
     }
     stop.store(true, Ordering::Relaxed);
     let bounded = load.await.map_err(|e| ClusterError::of("the load task", e))?;
@@ -532,6 +562,7 @@ async fn drain_on_rollout(c: &mut RealCluster, svc: &str) -> Result<()> {
         .map(|a| format!("{a:?}"))
         .collect();
     ensure(cut.is_empty(), || format!("slow requests cut by the rollout: {cut:?}"))?;
+    let messages = websockets_kept(&exchanged, &old_ips)?;
     let (ok_n, failed) = {
         let s = seen.lock().unwrap_or_else(|e| e.into_inner());
         (s.ok, s.failed.clone())
@@ -540,10 +571,46 @@ async fn drain_on_rollout(c: &mut RealCluster, svc: &str) -> Result<()> {
         format!("{ok_n} requests ok, {} failed: {:?}", failed.len(), &failed[..failed.len().min(10)])
     })?;
     delete_ingress(c, "drain").await?;
+    let ws_line = match ws_server {
+        Some(_) => format!(
+            ", and {WEBSOCKETS} websockets ({messages} messages, every one echoed) each kept through its old pod's termination and closed cleanly"
+        ),
+        None => ", no websockets (kind: the host's address is not on the nodes' network)".into(),
+    };
     ok(&format!(
-        "ingress-drain: a rollout restart of the HAProxy pods under load: {ok_n} requests and {SLOW_REQUESTS} requests of 10 s through the Service, every one answered 200, none cut"
+        "ingress-drain: a rollout restart of the HAProxy pods under load: {ok_n} requests and {SLOW_REQUESTS} requests of 10 s through the Service, every one answered 200, none cut{ws_line}"
     ));
     Ok(())
+}
+
+/// [`WEBSOCKETS`] websockets to the drain host's `/ws` through the Service at `svc`, each with
+/// its first message echoed; none when `enabled` is false.
+async fn open_websockets(svc: &str, enabled: bool) -> Result<Vec<Open>> {
+    if !enabled {
+        return Ok(Vec::new());
+    }
+    // The first waits for the Ingress path to be served.
+    let first = eventually("a websocket through the HAProxy Service", Duration::from_secs(90), || async {
+        Open::new(svc, DRAIN_HOST, "/ws").await.ok()
+    })
+    .await?;
+    let mut open = vec![first];
+    for _ in 1..WEBSOCKETS {
+        open.push(Open::new(svc, DRAIN_HOST, "/ws").await?);
+    }
+    Ok(open)
+}
+
+/// Every websocket exchanged all its messages through one of the pods replaced (`old_ips`);
+/// returns the messages in all.
+fn websockets_kept(exchanged: &[Result<Exchanged>], old_ips: &BTreeSet<String>) -> Result<usize> {
+    let wrong: Vec<String> = exchanged
+        .iter()
+        .filter(|e| !matches!(e, Ok(x) if old_ips.contains(&x.pod_ip) && x.messages >= WS_AFTER_STOP))
+        .map(|e| format!("{e:?}"))
+        .collect();
+    ensure(wrong.is_empty(), || format!("websockets cut or moved by the rollout (old pods {old_ips:?}): {wrong:?}"))?;
+    Ok(exchanged.iter().filter_map(|e| e.as_ref().ok()).map(|x| x.messages + 1).sum())
 }
 
 async fn scale(c: &RealCluster, app: &str, n: usize) -> Result<()> {
@@ -1015,9 +1082,10 @@ async fn clean_up(c: &RealCluster) -> Result<()> {
         let _ = secrets.delete(name, &dp).await;
     }
     let services: Api<Service> = Api::namespaced(client.clone(), NAMESPACE);
-    for name in [ECHO, ECHO2] {
+    for name in [ECHO, ECHO2, WS] {
         let _ = services.delete(name, &dp).await;
     }
+    let _ = Api::<EndpointSlice>::namespaced(client.clone(), NAMESPACE).delete(WS, &dp).await;
     let _ = Api::<Deployment>::namespaced(client.clone(), NAMESPACE).delete(ECHO, &dp).await;
     let s = status(&client, NAMESPACE).await?;
     println!("   after the Ingress steps:\n{}", status_table(&s));

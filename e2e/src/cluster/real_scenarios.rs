@@ -50,6 +50,7 @@ pub fn real_step_names() -> Vec<&'static str> {
         .chain(super::real_ingress::INGRESS_STEPS)
         .chain(super::real_hostile::HOSTILE_STEPS)
         .chain(super::real_tenants::TENANT_STEPS)
+        .chain(super::real_scope::SCOPE_STEPS)
         .collect()
 }
 
@@ -110,6 +111,7 @@ pub async fn run_real(c: &mut RealCluster, selection: &Selection) -> Result<()> 
     super::real_ingress::run_ingress(c, selection).await?;
     super::real_hostile::run_hostile(c, selection).await?;
     super::real_tenants::run_tenants(c, selection).await?;
+    super::real_scope::run_scope(c, selection).await?;
 
     // 10. Two nodes.
     if selection.wants("two-nodes") {

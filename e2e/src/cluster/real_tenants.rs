@@ -67,7 +67,7 @@ pub async fn run_tenants(c: &mut RealCluster, selection: &Selection) -> Result<(
 
 /// An Ingress of class [`CLASS`] in `ns` routing `host` `paths` (path, pathType) to `svc`, with
 /// `annotations` (keys without the ingress-nginx prefix) and `tls` (a Secret name).
-fn ingress(ns: &str, name: &str, host: &str, paths: &[(&str, &str)], annotations: &[(&str, &str)]) -> Value {
+pub(super) fn ingress(ns: &str, name: &str, host: &str, paths: &[(&str, &str)], annotations: &[(&str, &str)]) -> Value {
     let a: serde_json::Map<String, Value> =
         annotations.iter().map(|(k, v)| (format!("{ANNOTATION}{k}"), Value::from(*v))).collect();
     let svc = format!("{ns}-web");
@@ -99,7 +99,7 @@ where
 
 /// The namespace `ns` with a backend Deployment and Service `<ns>-web` whose busybox httpd
 /// answers `ns` on every path it has (`/`, `/admin/`, `/admin/x/`, `/account/`), Ready.
-async fn namespace_with_web(c: &RealCluster, ns: &str) -> Result<()> {
+pub(super) async fn namespace_with_web(c: &RealCluster, ns: &str) -> Result<()> {
     let client = c.client();
     let n = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
     Api::<Namespace>::all(client.clone())
@@ -355,11 +355,16 @@ fn mismatched_tls_secret() -> Result<Value> {
 
 /// Deletes both namespaces and waits until they are gone.
 async fn clean_up(c: &RealCluster) -> Result<()> {
+    delete_namespaces(c, &[ATTACKER, VICTIM]).await
+}
+
+/// Deletes the namespaces `names` and waits until they are gone.
+pub(super) async fn delete_namespaces(c: &RealCluster, names: &[&str]) -> Result<()> {
     let nss: Api<Namespace> = Api::all(c.client());
-    for ns in [ATTACKER, VICTIM] {
+    for ns in names {
         let _ = nss.delete(ns, &DeleteParams::default()).await;
     }
-    for ns in [ATTACKER, VICTIM] {
+    for ns in names {
         eventually(&format!("the namespace {ns} gone"), Duration::from_secs(180), || async {
             matches!(nss.get_opt(ns).await, Ok(None)).then_some(())
         })

@@ -161,6 +161,30 @@ impl Drop for GroupProc {
     }
 }
 
+/// One request in the apiserver's audit log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditEntry {
+    /// Who asked, e.g. `system:serviceaccount:fleet:edge-haptic-controller`.
+    pub user: String,
+    /// `list`, `watch`, `get`, `create`, `patch`, ...
+    pub verb: String,
+    /// The request's path and query.
+    pub uri: String,
+    /// The answer's HTTP status.
+    pub code: u16,
+}
+
+impl AuditEntry {
+    /// The namespace in the URI's path (`…/namespaces/<ns>/…`, or the Namespace object
+    /// `/api/v1/namespaces/<ns>` itself), if any.
+    pub fn namespace(&self) -> Option<&str> {
+        let path = self.uri.split('?').next().unwrap_or_default();
+        let mut words = path.split('/');
+        words.find(|w| *w == "namespaces")?;
+        words.next().filter(|w| !w.is_empty())
+    }
+}
+
 /// A running etcd + kube-apiserver pair on 127.0.0.1, stopped on drop.
 #[derive(Debug)]
 pub struct ControlPlane {
@@ -179,6 +203,16 @@ pub struct ControlPlane {
 impl ControlPlane {
     /// Starts etcd and the apiserver on free loopback ports and waits until `/readyz` is 200.
     pub async fn start() -> Result<Self, ControlPlaneError> {
+        Self::launch(false).await
+    }
+
+    /// [`Self::start`] with the apiserver's audit log on: every request's user, verb, URI and
+    /// answer, read back with [`Self::audit`].
+    pub async fn start_audited() -> Result<Self, ControlPlaneError> {
+        Self::launch(true).await
+    }
+
+    async fn launch(audit: bool) -> Result<Self, ControlPlaneError> {
         let t0 = Instant::now();
         let apiserver_path = apiserver_bin()?;
         let etcd_path = etcd_bin()?;
@@ -197,7 +231,15 @@ impl ControlPlane {
 
         let port = free_port();
         let url = format!("https://127.0.0.1:{port}");
-        let cmd = apiserver_command(&apiserver_path, d, &etcd_url, port, &sa_key);
+        let mut cmd = apiserver_command(&apiserver_path, d, &etcd_url, port, &sa_key);
+        if audit {
+            // Metadata level: who asked what of which URI, and the answer's code; no bodies.
+            let policy =
+                "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n";
+            std::fs::write(d.join("audit-policy.yaml"), policy).map_err(io_err("write the audit policy"))?;
+            cmd.arg(format!("--audit-policy-file={}", d.join("audit-policy.yaml").display()))
+                .arg(format!("--audit-log-path={}", d.join("audit.log").display()));
+        }
         // etcd must accept connections before the apiserver's storage checks start the clock.
         wait_tcp(etcd_port, &mut etcd).await?;
 
@@ -278,6 +320,46 @@ impl ControlPlane {
     /// The admin bearer token.
     pub fn token(&self) -> &str {
         &self.token
+    }
+
+    /// A kubeconfig file authenticating as the ServiceAccount `namespace/name` (a token from the
+    /// TokenRequest API, valid for an hour): what a pod of that ServiceAccount may do, RBAC and
+    /// nothing else.
+    pub async fn kubeconfig_for(&self, namespace: &str, name: &str) -> Result<PathBuf, ControlPlaneError> {
+        use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+        use k8s_openapi::api::core::v1::ServiceAccount;
+        let client = self.client().await?;
+        let api: kube::Api<ServiceAccount> = kube::Api::namespaced(client, namespace);
+        let req = TokenRequest {
+            spec: TokenRequestSpec { expiration_seconds: Some(3600), ..Default::default() },
+            ..Default::default()
+        };
+        let answer = api
+            .create_token_request(name, &Default::default(), &req)
+            .await
+            .map_err(|e| ControlPlaneError::Kube(format!("TokenRequest for {namespace}/{name}: {e}")))?;
+        let token = answer.status.map(|s| s.token).unwrap_or_default();
+        let admin = format!("token: {}", self.token);
+        let text = self.kubeconfig_text.replacen(&admin, &format!("token: {token}"), 1);
+        let path = self.dir.path().join(format!("kubeconfig-{namespace}-{name}"));
+        std::fs::write(&path, text).map_err(io_err("write a ServiceAccount's kubeconfig"))?;
+        Ok(path)
+    }
+
+    /// The audit log so far ([`Self::start_audited`]; empty otherwise), one entry per request
+    /// the apiserver answered; a watch, long-running, also once when its answer started.
+    pub fn audit(&self) -> Vec<AuditEntry> {
+        let text = std::fs::read_to_string(self.dir.path().join("audit.log")).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| e["stage"] == "ResponseComplete" || e["stage"] == "ResponseStarted")
+            .map(|e| AuditEntry {
+                user: e["user"]["username"].as_str().unwrap_or_default().to_string(),
+                verb: e["verb"].as_str().unwrap_or_default().to_string(),
+                uri: e["requestURI"].as_str().unwrap_or_default().to_string(),
+                code: e["responseStatus"]["code"].as_u64().unwrap_or_default() as u16,
+            })
+            .collect()
     }
 
     /// The apiserver's `/version` `gitVersion`, e.g. `v1.34.4`.
@@ -396,4 +478,23 @@ fn apiserver_command(apiserver: &Path, dir: &Path, etcd_url: &str, port: u16, sa
         .arg("--endpoint-reconciler-type=none")
         .arg("--v=1");
     cmd
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AuditEntry;
+
+    fn entry(uri: &str) -> AuditEntry {
+        AuditEntry { user: "u".into(), verb: "list".into(), uri: uri.into(), code: 200 }
+    }
+
+    #[test]
+    fn an_audit_entry_names_the_namespace_of_its_path() {
+        assert_eq!(entry("/api/v1/namespaces/team-a/secrets?fieldSelector=x").namespace(), Some("team-a"));
+        assert_eq!(entry("/apis/networking.k8s.io/v1/namespaces/b/ingresses/x/status").namespace(), Some("b"));
+        assert_eq!(entry("/api/v1/namespaces/other").namespace(), Some("other"));
+        assert_eq!(entry("/api/v1/namespaces?watch=true").namespace(), None);
+        assert_eq!(entry("/api/v1/secrets?limit=500").namespace(), None);
+        assert_eq!(entry("/apis/networking.k8s.io/v1/ingressclasses").namespace(), None);
+    }
 }

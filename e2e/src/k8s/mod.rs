@@ -7,6 +7,6 @@ pub mod control_plane;
 pub mod gateway_api;
 pub mod local_pods;
 
-pub use control_plane::{apiserver_bin, etcd_bin, k8s_version, ControlPlane, ControlPlaneError};
+pub use control_plane::{apiserver_bin, etcd_bin, k8s_version, AuditEntry, ControlPlane, ControlPlaneError};
 pub use gateway_api::{install_gateway_crds, GatewayCrdsError};
 pub use local_pods::{Container, LocalPods, LocalPodsError, LocalPodsOpts, AGENT_CONTAINER, HAPROXY_CONTAINER};
