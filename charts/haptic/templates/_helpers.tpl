@@ -248,3 +248,12 @@ EndpointSlices, Secrets (each watched by name) and Events.
   resources: [events]
   verbs: [create, patch]
 {{- end }}
+
+{{/* The namespaces render mode reads, in words: every one, or render.namespaces and the release's. */}}
+{{- define "haptic.render.scope" -}}
+{{- with .Values.render.namespaces -}}
+namespaces {{ join ", " (uniq (append . $.Release.Namespace)) }} only
+{{- else -}}
+every namespace
+{{- end -}}
+{{- end }}
