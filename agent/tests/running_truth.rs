@@ -3,6 +3,9 @@
 //! - A runtime apply made while a reload is pending never puts its ops into the worker: when that
 //!   pending reload then fails (a port held by another socket, with the bind pre-check off), the
 //!   worker serves exactly the last good plan that `running` names.
+//! - A runtime apply whose op addresses a backend only the pending plan has (the worker, still on
+//!   the older plan, answers "No such backend") lands with that pending reload, still paced:
+//!   no reload at once, and the worker then serves the new plan.
 //! - A reload that is not verified within `--reload-timeout` does not swap the last good tree back
 //!   under a HAProxy that may still be reading the new one: the tree stays, `running` is unknown
 //!   (`null`), and a verifying reload is scheduled that settles it.
@@ -79,6 +82,54 @@ async fn failed_pending_reload_leaves_no_runtime_ops_in_the_worker(bin: HaproxyB
     assert!(s.last_error.as_deref().is_some_and(|e| e.contains(&held_addr)), "{label}: HAProxy's words: {s:?}");
     drop(held);
     println!("{label}: a failed pending reload left no runtime op in the worker");
+}
+
+on_each_version!(a_runtime_op_on_a_backend_the_pending_plan_adds_lands_with_that_reload);
+async fn a_runtime_op_on_a_backend_the_pending_plan_adds_lands_with_that_reload(bin: HaproxyBin) {
+    let label = bin.label();
+    let opts = PodOpts { min_reload_interval: "3s".into(), ..Default::default() };
+    let pod = pod_with(&bin, opts).await;
+    let (a, b) = (backend("A").await, backend("B").await);
+    let (fe, fe_new) = (port(), port());
+    let v1 = only_cfg(&cfg(pod.health_bind(), fe, &[("s1", a.port)], ""));
+    let p1 = pid(&v1);
+    apply_ok(&pod, &request((1, 1), None, Mode::Reload, &v1, |_| true, vec![])).await;
+    wait_state(&pod, "v1 running", |s| s.running.as_ref().map(|r| r.plan_id) == Some(p1)).await;
+    let worker = pod.haproxy().worker_pid().await.unwrap();
+
+    // v2 adds a frontend and the backend be_new: its reload is paced (v1's just ran).
+    let new = |port: u16| {
+        format!("\nfrontend fe_new\n    bind 127.0.0.1:{fe_new}\n    default_backend be_new\n\nbackend be_new\n    server s1 127.0.0.1:{port}\n")
+    };
+    let v2 = only_cfg(&cfg(pod.health_bind(), fe, &[("s1", a.port)], &new(a.port)));
+    let p2 = pid(&v2);
+    let ack = apply_ok(&pod, &request((1, 2), Some(p1), Mode::Reload, &v2, |_| true, vec![])).await;
+    assert_eq!(ack["reload"]["state"], "scheduled", "{label}: {ack}");
+
+    // v3 moves be_new's server: a runtime op on a backend the worker (still on v1) lacks.
+    let v3 = only_cfg(&cfg(pod.health_bind(), fe, &[("s1", a.port)], &new(b.port)));
+    let p3 = pid(&v3);
+    let op = Op::ServerSet(ServerSet {
+        backend: "be_new".into(),
+        server: "s1".into(),
+        addr: Some("127.0.0.1".into()),
+        port: Some(b.port),
+        weight: None,
+        state: None,
+    });
+    let ack = apply_ok(&pod, &request((1, 3), Some(p2), Mode::Runtime, &v3, |_| true, vec![vec![op]])).await;
+    assert_eq!((&ack["mode"], &ack["reload"]["state"]), (&"reload".into(), &"scheduled".into()), "{label}: {ack}");
+    assert_eq!(
+        pod.haproxy().worker_pid().await.unwrap(),
+        worker,
+        "{label}: no reload at once, the pending one is paced"
+    );
+
+    // The pending reload lands v3: be_new serves B.
+    wait_state(&pod, "v3 running", |s| s.running.as_ref().map(|r| r.plan_id) == Some(p3)).await;
+    wait_body(SocketAddr::from(([127, 0, 0, 1], fe_new)), "/", "B").await;
+    wait_body(SocketAddr::from(([127, 0, 0, 1], fe)), "/", "A").await;
+    println!("{label}: a runtime op on a backend of the pending plan landed with its paced reload");
 }
 
 on_each_version!(reload_timeout_keeps_the_tree_and_running_unknown);

@@ -20,6 +20,7 @@ pub mod names;
 pub mod narrow;
 pub mod ownership;
 pub mod pem;
+pub mod skeleton;
 pub mod slots;
 pub mod sources;
 pub mod template;

@@ -384,29 +384,38 @@ fn terminate_view(t: &crate::model::TlsTermination) -> Result<TerminateView, Ren
 }
 
 /// One backend's section.
+/// The view of server `s` of backend `b`.
+fn server_view(b: &crate::model::Backend, s: &crate::model::Server) -> ServerView {
+    let addr = match s.endpoint {
+        // A parsed address and port, written by Rust, never object text: unquoted, so the
+        // runtime claim reads it as the IP literal `set server … addr` takes.
+        Some(a) => a.to_string(),
+        // A parked slot: an address nothing listens on, never used while disabled.
+        None => "127.0.0.1:1".to_string(),
+    };
+    let mut server = ServerView {
+        name: s.name.clone(),
+        addr,
+        disabled: s.endpoint.is_none(),
+        draining: s.draining,
+        cookie: b.options.affinity.as_ref().map(|_| s.name.clone()),
+        weight: s.weight.filter(|_| !s.draining && s.endpoint.is_some()),
+        backup: s.backup,
+        words: String::new(),
+    };
+    server.words = server_words(&server);
+    server
+}
+
+/// What the built-in template writes of server `s` of backend `b` after its name and a space:
+/// its address, then its words.
+pub(crate) fn server_text(b: &crate::model::Backend, s: &crate::model::Server) -> String {
+    let v = server_view(b, s);
+    v.addr + &v.words
+}
+
 fn backend_view(model: &Model, b: &crate::model::Backend) -> Result<BackendView, RenderError> {
-    let mut servers = Vec::new();
-    for s in &b.servers {
-        let addr = match s.endpoint {
-            // A parsed address and port, written by Rust, never object text: unquoted, so the
-            // runtime claim reads it as the IP literal `set server … addr` takes.
-            Some(a) => a.to_string(),
-            // A parked slot: an address nothing listens on, never used while disabled.
-            None => "127.0.0.1:1".to_string(),
-        };
-        let mut server = ServerView {
-            name: s.name.clone(),
-            addr,
-            disabled: s.endpoint.is_none(),
-            draining: s.draining,
-            cookie: b.options.affinity.as_ref().map(|_| s.name.clone()),
-            weight: s.weight.filter(|_| !s.draining && s.endpoint.is_some()),
-            backup: s.backup,
-            words: String::new(),
-        };
-        server.words = server_words(&server);
-        servers.push(server);
-    }
+    let servers = b.servers.iter().map(|s| server_view(b, s)).collect();
     if !is_section_name(&b.name) {
         return Err(RenderError::Template(format!("{:?} is not a backend name", b.name)));
     }
@@ -925,6 +934,25 @@ impl std::io::Write for Capped {
 
 /// Renders `haproxy.cfg`.
 pub fn render_cfg(model: &Model, t: &Templates) -> Result<String, RenderError> {
+    render_view(&view(model, &t.snippets)?, t)
+}
+
+/// [`render_cfg`] with `hole` in place of every server's address and no words after it; `None`
+/// for a template of the admin's (only the built-in one is known to write a server's fields
+/// but its name only through [`server_text`]).
+pub(crate) fn render_with_holes(model: &Model, t: &Templates, hole: &str) -> Result<Option<String>, RenderError> {
+    if t.main.is_some() {
+        return Ok(None);
+    }
+    let mut ctx = view(model, &t.snippets)?;
+    for s in ctx.backends.iter_mut().flat_map(|b| b.servers.iter_mut()) {
+        s.addr = hole.to_string();
+        s.words.clear();
+    }
+    render_view(&ctx, t).map(Some)
+}
+
+fn render_view(ctx: &View<'_>, t: &Templates) -> Result<String, RenderError> {
     let mut env = Environment::new();
     env.set_auto_escape_callback(|_| AutoEscape::None);
     env.set_undefined_behavior(UndefinedBehavior::Strict);
@@ -937,9 +965,8 @@ pub fn render_cfg(model: &Model, t: &Templates) -> Result<String, RenderError> {
     let src = t.main.as_deref().unwrap_or(BUILTIN);
     env.add_template("haproxy.cfg", src).map_err(|e| RenderError::Template(format!("{e:#}")))?;
     let tmpl = env.get_template("haproxy.cfg").map_err(|e| RenderError::Template(format!("{e:#}")))?;
-    let ctx = view(model, &t.snippets)?;
     let mut out = Capped { buf: Vec::new() };
-    tmpl.render_captured_to(minijinja::Value::from(minijinja::value::Serde(&ctx)), &mut out)
+    tmpl.render_captured_to(minijinja::Value::from(minijinja::value::Serde(ctx)), &mut out)
         .map_err(|e| RenderError::Template(format!("{e:#}")))?;
     String::from_utf8(out.buf).map_err(|e| RenderError::Template(e.to_string()))
 }

@@ -60,7 +60,8 @@ impl Agent {
     }
 
     /// Lands the swapped-in plan; returns the mode it really landed with and the reload, if any.
-    /// A failed runtime op falls back to a reload of the (checked) tree.
+    /// A failed runtime op falls back to a reload of the (checked) tree: at once, or, while a
+    /// reload is pending (the worker runs an older plan), with that paced reload.
     pub(super) async fn land(
         &self,
         p: &mut Persisted,
@@ -114,8 +115,16 @@ impl Agent {
                             reason: format!("runtime op failed ({why}) and the tree does not pass haproxy -c"),
                         })));
                     }
-                    // At once, not paced: the worker holds the ops that landed before the failure.
-                    Ok((Mode::Reload, Some(self.reload_now(p, reasons).await?)))
+                    if running_was_prev {
+                        // At once, not paced: the worker holds the ops that landed before the failure.
+                        return Ok((Mode::Reload, Some(self.reload_now(p, reasons).await?)));
+                    }
+                    // A reload is pending: the worker runs an older plan, which may lack what the
+                    // ops address (a backend the pending plan adds). That reload loads this tree,
+                    // still paced; until it lands the worker runs ahead of its config.
+                    reasons.push("a reload is pending: this plan lands with it".into());
+                    self.haproxy.set_ops_ahead(true);
+                    Ok((Mode::Reload, Some(self.reload_paced(p, reasons).await?)))
                 }
             },
             // decide_mode never keeps an unknown mode: it is a checked reload.

@@ -2,7 +2,8 @@
 //! last render translated (the Model but its backends, the verdicts, what each backend wants,
 //! the map and certificate files) and, while every input but the EndpointSlices and the
 //! previous slot map is the same, redoes only the backends' endpoints and slots and the
-//! template.
+//! template (or, while the backends keep their server slots, fills the [`Skeleton`] of the
+//! config cut around its servers).
 //!
 //! Owns the proof that the kept translation still holds: every Ingress, Service and Secret the
 //! same `Arc` ([`Arc::ptr_eq`], in the same order) as last time, and the class, settings, allowed
@@ -21,6 +22,7 @@ use super::{translate_routes, IngressInput, Settings, Translated};
 use crate::model::ObjectRef;
 use crate::narrow::Exclusion;
 use crate::ownership::HostSharing;
+use crate::skeleton::Skeleton;
 use crate::{model_files, template, Render, RenderError, Templates};
 
 /// A stateful Ingress render: [`Incremental::render`] gives what [`crate::render`] gives, reusing
@@ -29,6 +31,7 @@ use crate::{model_files, template, Render, RenderError, Templates};
 pub struct Incremental {
     last: Option<Kept>,
     reused: bool,
+    filled: bool,
 }
 
 /// The last translation and the inputs it holds for.
@@ -38,6 +41,8 @@ struct Kept {
     translated: Translated,
     /// The maps and certificates of `translated` (none depends on backends).
     files: BTreeMap<String, Vec<u8>>,
+    /// `haproxy.cfg` cut around its servers, once an endpoint-only render ran the template.
+    skeleton: Option<Skeleton>,
 }
 
 /// Every input a translation reads but the EndpointSlices and the previous slot map. The
@@ -108,14 +113,26 @@ impl Incremental {
                 self.reused = false;
                 let translated = translate_routes(input);
                 let files = model_files(&translated.model)?;
-                Kept { of: Key::of(input), translated, files }
+                Kept { of: Key::of(input), translated, files, skeleton: None }
             }
         };
         let kept = self.last.insert(kept);
         let t = &mut kept.translated;
         let (backends, slots) = t.wants.backends(input);
         t.model.backends = backends;
-        let cfg = template::render_cfg(&t.model, templates)?;
+        let filled = kept.skeleton.as_ref().and_then(|s| s.fill(&t.model, templates));
+        self.filled = filled.is_some();
+        let cfg = match filled {
+            Some(cfg) => cfg,
+            None => {
+                let cfg = template::render_cfg(&t.model, templates)?;
+                // Endpoints change again and again: the next endpoint-only renders fill this.
+                if self.reused {
+                    kept.skeleton = Skeleton::cut(&t.model, templates, &cfg)?;
+                }
+                cfg
+            }
+        };
         let mut files = kept.files.clone();
         files.insert("haproxy.cfg".to_string(), cfg.into_bytes());
         Ok(Render { files, verdicts: t.verdicts.clone(), slots, certificates: crate::certificates(&t.model) })
@@ -124,6 +141,12 @@ impl Incremental {
     /// Whether the last [`Incremental::render`] reused the translation before it.
     pub fn reused(&self) -> bool {
         self.reused
+    }
+
+    /// Whether the last [`Incremental::render`] filled the kept skeleton instead of running the
+    /// template.
+    pub fn filled(&self) -> bool {
+        self.filled
     }
 
     /// Forgets the kept translation: the next render translates in full.
@@ -286,6 +309,25 @@ mod tests {
                 prop_assert_eq!(inc.reused(), s.endpoints_only(), "{:?}", s);
             }
         }
+    }
+
+    /// The first endpoint-only render runs the template and cuts the skeleton; the next ones
+    /// fill it, until a server slot is added (the template again) or a translation.
+    #[test]
+    fn endpoint_only_renders_fill_the_skeleton_while_the_slots_stay() {
+        let mut i = input(FIXTURES[0]);
+        let mut inc = Incremental::new();
+        let mut gone = Vec::new();
+        both(&mut inc, &mut i);
+        let mut filled = Vec::new();
+        for s in
+            [Step::Move(0, 0, 9), Step::Move(0, 0, 10), Step::Terminate(0, 0, true), Step::Slots, Step::Move(0, 0, 11)]
+        {
+            s.apply(&mut i, &mut gone);
+            both(&mut inc, &mut i);
+            filled.push(inc.filled());
+        }
+        assert_eq!(filled, [false, true, true, false, false]);
     }
 
     /// The canary weights follow the endpoint counts on the fast path.

@@ -756,6 +756,14 @@ pub(crate) mod fixture {
         c
     }
 
+    /// The Model (with its backends) that a render of the fixture `yaml` hands the template.
+    pub(crate) fn model(yaml: &str) -> crate::model::Model {
+        let i = input(yaml);
+        let mut t = translate_routes(&i);
+        t.model.backends = t.wants.backends(&i).0;
+        t.model
+    }
+
     pub(crate) fn input(yaml: &str) -> IngressInput {
         let f: Fixture = serde_saphyr::from_str(yaml).unwrap();
         IngressInput {
