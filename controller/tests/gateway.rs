@@ -392,3 +392,58 @@ async fn gateways_get_aliases_and_static_addresses_that_never_cost_the_old_one_f
     assert_eq!(g["status"]["addresses"][0]["value"], "10.0.0.12", "{g}");
     drop(ctl);
 }
+
+/// `spec.render.namespaces` in Gateway mode: a controller serving `shop`, running as the chart's
+/// ServiceAccount with the chart's RBAC for that scope (Roles in `shop` and `fleet`; a
+/// ClusterRole for GatewayClasses and Namespaces only), programs `shop`'s Gateway and its route;
+/// a Gateway and an HTTPRoute of a third namespace are never served (no Service made for them),
+/// and the audit log shows nothing asked of that namespace, no namespaced kind read
+/// cluster-wide, no request refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_scoped_to_one_namespace_serves_no_gateway_of_another() {
+    let bin = haptic_e2e::bins::haproxy_bins().into_iter().last().expect("an HAProxy binary");
+    let e = env_audited().await;
+    let c = &e.client;
+    gateway_crds(c).await;
+    for ns in ["fleet", "shop", "other"] {
+        namespace(c, ns).await;
+    }
+    let (sa, kubeconfig) =
+        chart_rbac(&e, &["--set", "gateway.enabled=true", "--set", "render.namespaces={shop}"]).await;
+    put_secret(c, "fleet", PASSWORD).await;
+    let mut pods = LocalPods::new(c.clone(), local_opts("fleet", &bin));
+    pods.create(1).await.unwrap();
+    create_objects(c, pods.agent_port()).await;
+    let api: Api<HAProxyConfig> = Api::namespaced(c.clone(), "fleet");
+    let scoped = json!({"spec": {"render": {"namespaces": ["shop"]}}});
+    api.patch("edge", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&scoped)).await.unwrap();
+    apply(
+        c,
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+               "metadata": {"name": "intruder", "namespace": "other"},
+               "spec": {"gatewayClassName": "haptic", "listeners": [{"name": "http", "port": 8081, "protocol": "HTTP"}]}}),
+    )
+    .await;
+    let mut other_route = route("split", json!([{"backendRefs": [{"name": "web", "port": 80}]}]));
+    other_route["metadata"]["namespace"] = json!("other");
+    other_route["spec"]["parentRefs"] = json!([{"name": "intruder"}]);
+    apply(c, other_route).await;
+
+    let ctl = Controller::start_as(&kubeconfig, "fleet", &bin, "ctl-scoped", e.dir.path(), &[]);
+    class_gateway_and_route_status(c).await;
+    let services: Api<Service> = Api::namespaced(c.clone(), "fleet");
+    let theirs = haptic_render::gateway::service_name("other", "intruder");
+    assert!(services.get_opt(&theirs).await.unwrap().is_none(), "no Service for a Gateway outside the scope");
+    let gws: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(c.clone(), "other", &kube::api::ApiResource::erase::<Gateway>(&()));
+    let intruder = gws.get("intruder").await.unwrap().data;
+    let conds = intruder["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    assert!(conds.iter().all(|c| c["reason"] == "Pending"), "never touched: {intruder}");
+
+    let asked = audited_as(&e, &sa, ("shop", "httproutes"), "other");
+    let cluster_kinds = [("gateway.networking.k8s.io", "gatewayclasses"), ("", "namespaces")];
+    let wide: Vec<_> =
+        asked.iter().filter(|a| a.namespace().is_none() && !cluster_read(&a.uri, &cluster_kinds)).collect();
+    assert!(wide.is_empty(), "no namespaced kind read cluster-wide: {wide:#?}");
+    drop(ctl);
+}

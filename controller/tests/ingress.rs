@@ -379,18 +379,7 @@ async fn a_controller_scoped_to_two_namespaces_reads_nothing_of_a_third() {
         namespace(c, ns).await;
     }
     let scope = ["--set", "ingress.enabled=true", "--set", "render.namespaces={shop,team-b}"];
-    let chart = haptic_e2e::tools::render_chart("edge", "fleet", &scope);
-    let rbac = ["ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"];
-    for o in chart.iter().filter(|o| rbac.contains(&o["kind"].as_str().unwrap_or_default())) {
-        apply(c, o.clone()).await;
-    }
-    let sa = chart
-        .iter()
-        .filter(|o| o["kind"] == "ServiceAccount")
-        .filter_map(|o| o["metadata"]["name"].as_str())
-        .find(|n| n.ends_with("-controller"))
-        .expect("the controller's ServiceAccount");
-    let kubeconfig = e.cp.kubeconfig_for("fleet", sa).await.unwrap();
+    let (sa, kubeconfig) = chart_rbac(&e, &scope).await;
 
     put_secret(c, "fleet", PASSWORD).await;
     let mut pods = LocalPods::new(c.clone(), local_opts("fleet", &bin));
@@ -437,33 +426,11 @@ async fn a_controller_scoped_to_two_namespaces_reads_nothing_of_a_third() {
     let other = Api::<Ingress>::namespaced(c.clone(), "other").get("intruder").await.unwrap();
     assert!(other.status.and_then(|s| s.load_balancer?.ingress).is_none_or(|i| i.is_empty()), "never touched");
 
-    let user = format!("system:serviceaccount:fleet:{sa}");
-    let asked: Vec<_> = e.cp.audit().into_iter().filter(|a| a.user == user).collect();
-    assert!(
-        asked.iter().any(|a| a.namespace() == Some("team-b") && a.verb == "watch" && a.uri.contains("/ingresses")),
-        "the audit log has the controller's watches: {asked:#?}"
-    );
-    let refused: Vec<_> = asked.iter().filter(|a| a.code == 403).collect();
-    assert!(refused.is_empty(), "the chart's Roles grant everything the scoped controller asks: {refused:#?}");
-    let third: Vec<_> = asked.iter().filter(|a| a.namespace() == Some("other")).collect();
-    assert!(third.is_empty(), "nothing asked of the third namespace: {third:#?}");
-    let wide: Vec<_> = asked.iter().filter(|a| a.namespace().is_none() && !cluster_scoped_read(&a.uri)).collect();
+    let asked = audited_as(&e, &sa, ("team-b", "ingresses"), "other");
+    let wide: Vec<_> = asked
+        .iter()
+        .filter(|a| a.namespace().is_none() && !cluster_read(&a.uri, &[("networking.k8s.io", "ingressclasses")]))
+        .collect();
     assert!(wide.is_empty(), "no namespaced kind read cluster-wide: {wide:#?}");
     drop(ctl);
-}
-
-/// A request outside every namespace that a scoped Ingress controller may make: IngressClasses
-/// (cluster-scoped) and API discovery.
-fn cluster_scoped_read(uri: &str) -> bool {
-    let path = uri.split('?').next().unwrap_or_default();
-    let words: Vec<&str> = path.split('/').filter(|w| !w.is_empty()).collect();
-    matches!(
-        words.as_slice(),
-        ["api"]
-            | ["apis"]
-            | ["version"]
-            | ["api", _]
-            | ["apis", _, _]
-            | ["apis", "networking.k8s.io", "v1", "ingressclasses", ..]
-    )
 }

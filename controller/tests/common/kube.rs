@@ -287,3 +287,54 @@ pub async fn new_backend_change(
     }
     s["planId"].as_str().unwrap().to_string()
 }
+
+/// The chart's RBAC for release `edge` in `fleet`, rendered with `values` and applied, and a
+/// kubeconfig of its controller's ServiceAccount: returns the account's name and that file.
+pub async fn chart_rbac(e: &Env, values: &[&str]) -> (String, PathBuf) {
+    let chart = haptic_e2e::tools::render_chart("edge", "fleet", values);
+    let rbac = ["ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"];
+    for o in chart.iter().filter(|o| rbac.contains(&o["kind"].as_str().unwrap_or_default())) {
+        apply(&e.client, o.clone()).await;
+    }
+    let sa = chart
+        .iter()
+        .filter(|o| o["kind"] == "ServiceAccount")
+        .filter_map(|o| o["metadata"]["name"].as_str())
+        .find(|n| n.ends_with("-controller"))
+        .expect("the controller's ServiceAccount")
+        .to_string();
+    let kubeconfig = e.cp.kubeconfig_for("fleet", &sa).await.unwrap();
+    (sa, kubeconfig)
+}
+
+/// What the ServiceAccount `fleet/sa` asked the apiserver, from its audit log, after checking
+/// that it watched `(namespace, resource)` `watched` (the log has its watches), was never refused
+/// and asked nothing of the namespace `outside`.
+pub fn audited_as(e: &Env, sa: &str, watched: (&str, &str), outside: &str) -> Vec<haptic_e2e::k8s::AuditEntry> {
+    let user = format!("system:serviceaccount:fleet:{sa}");
+    let asked: Vec<_> = e.cp.audit().into_iter().filter(|a| a.user == user).collect();
+    let (ns, resource) = watched;
+    assert!(
+        asked.iter().any(|a| a.namespace() == Some(ns) && a.verb == "watch" && a.uri.contains(&format!("/{resource}"))),
+        "the audit log has the controller's watch of {resource} in {ns}: {asked:#?}"
+    );
+    let refused: Vec<_> = asked.iter().filter(|a| a.code == 403).collect();
+    assert!(refused.is_empty(), "the chart's Roles grant everything the scoped controller asks: {refused:#?}");
+    let third: Vec<_> = asked.iter().filter(|a| a.namespace() == Some(outside)).collect();
+    assert!(third.is_empty(), "nothing asked of the namespace {outside}: {third:#?}");
+    asked
+}
+
+/// Whether `uri`, outside every namespace, is API discovery or a read of one of the
+/// cluster-scoped `kinds` (group, resource; the core group is "").
+pub fn cluster_read(uri: &str, kinds: &[(&str, &str)]) -> bool {
+    let path = uri.split('?').next().unwrap_or_default();
+    let words: Vec<&str> = path.split('/').filter(|w| !w.is_empty()).collect();
+    let resource = match words.as_slice() {
+        ["api"] | ["apis"] | ["version"] | ["api", _] | ["apis", _, _] => return true,
+        ["api", "v1", resource, ..] => ("", *resource),
+        ["apis", group, _, resource, ..] => (*group, *resource),
+        _ => return false,
+    };
+    kinds.contains(&resource)
+}
