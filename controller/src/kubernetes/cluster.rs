@@ -8,8 +8,8 @@
 //! Owns starting them (only while the resource has `spec.render`, so a controller without it
 //! needs no cluster-wide permission; one watch per namespace and kind when the scope lists
 //! namespaces, so none lists a namespaced kind cluster-wide), whether their first lists have
-//! arrived, and the [`Objects`] view of their stores. It must never render or decide anything: [`super::routes`]
-//! does. Every reflector backs off on errors and drops managed fields.
+//! arrived, and the [`Objects`] view of their stores. It must never render or decide anything:
+//! [`super::routes`] does. Every reflector backs off on errors and drops managed fields.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, OnceLock};

@@ -161,12 +161,12 @@ pub struct RenderSpec {
     #[schemars(length(min = 1, max = 253))]
     pub gateway_class_name: Option<String>,
     /// Serve only the objects of these namespaces (and of this one, where the publish Service
-    /// and the default certificate live): Ingresses, Gateways and their routes, Services,
-    /// EndpointSlices, Secrets, ConfigMaps and ReferenceGrants are then listed and watched in
-    /// each of them and never cluster-wide, so the controller needs read access only there (the
-    /// chart's `render.namespaces` gives it a Role in each instead of a ClusterRole). A backend,
-    /// certificate or route in any other namespace is not found. Empty (the default): every
-    /// namespace.
+    /// and the default certificate live): Ingresses, Gateways and their routes, ReferenceGrants,
+    /// Services and EndpointSlices are then listed and watched in each of them, and the Secrets
+    /// and ConfigMaps they name read there, never cluster-wide; so the controller needs read
+    /// access only there (the chart's `render.namespaces` gives it a Role in each instead of a
+    /// ClusterRole). A backend, certificate or route in any other namespace is not found.
+    /// Empty (the default): every namespace.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(
         length(max = 256),

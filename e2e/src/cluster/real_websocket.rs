@@ -25,7 +25,7 @@ use super::real_steps::apply_params;
 use super::{Cluster, ClusterError, Result};
 
 /// How often a client sends a message.
-pub(super) const EVERY: Duration = Duration::from_millis(200);
+const EVERY: Duration = Duration::from_millis(200);
 /// How long a client waits for the echo of one message.
 const ECHO_WITHIN: Duration = Duration::from_secs(10);
 
