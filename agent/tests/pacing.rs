@@ -1,5 +1,6 @@
 //! On HAProxy 2.6, 3.0, 3.2 and 3.4, each its own test case: a failing runtime op falls back to a reload from
-//! the tree; a burst of reload-needing applies costs at most two verified reloads; a runtime
+//! the tree at once when no reload is pending (with one pending, it joins that paced reload:
+//! `running_truth.rs`); a burst of reload-needing applies costs at most two verified reloads; a runtime
 //! apply while a reload is scheduled lands at once and survives the reload; an unverifiable
 //! runtime claim takes the checked reload path.
 
@@ -33,31 +34,36 @@ fn running_is(s: &haptic_protocol::StateResponse, p: PlanId) -> bool {
 on_each_version!(failing_op_falls_back_to_a_reload);
 async fn failing_op_falls_back_to_a_reload(bin: HaproxyBin) {
     let label = bin.label();
-    // An interval no test run reaches: "scheduled" below never depends on machine speed.
+    // An interval no test run reaches: "done" below is the fallback ignoring the pacer, never
+    // machine speed.
     let pod = pod_with(&bin, paced("1h")).await;
     let (a, b) = (backend("A").await, backend("B").await);
     let fe = port();
-    let f0 = only_cfg(&cfg(pod.health_bind(), fe, &[("s1", a.port)], ""));
+    let f0 = only_cfg(&cfg(pod.health_bind(), fe, &[("s1", a.port), ("s9", a.port)], ""));
+    let p0 = pid(&f0);
     apply_ok(&pod, &request((1, 1), None, Mode::Reload, &f0, |_| true, vec![])).await;
-    // s9 exists in the tree but the worker does not have it yet (its reload is scheduled).
-    let f1 = only_cfg(&cfg(pod.health_bind(), fe, &[("s1", a.port), ("s9", a.port)], ""));
-    let ack1 = apply_ok(&pod, &request((1, 2), Some(pid(&f0)), Mode::Reload, &f1, |_| true, vec![])).await;
-    assert_eq!(ack1["reload"]["state"], "scheduled", "{label}: {ack1}");
-    // A verified runtime claim whose op HAProxy refuses: "No such server".
-    let f2 = only_cfg(&cfg(pod.health_bind(), fe, &[("s1", a.port), ("s9", b.port)], ""));
-    let req = request((1, 3), Some(pid(&f1)), Mode::Runtime, &f2, |_| true, vec![vec![server_set("s9", b.port)]]);
+    wait_state(&pod, "f0 running", |s| running_is(s, p0)).await;
+    // The worker loses s9 behind the agent's back (no reload is pending): the next op on it is
+    // refused with "No such server".
+    let h = pod.haproxy();
+    h.worker_cmd("set server be_app/s9 state maint").await.unwrap();
+    let gone = h.worker_cmd("del server be_app/s9").await.unwrap();
+    assert!(gone.to_lowercase().contains("deleted"), "{label}: {gone}");
+    // A verified runtime claim whose op HAProxy refuses.
+    let f1 = only_cfg(&cfg(pod.health_bind(), fe, &[("s1", a.port), ("s9", b.port)], ""));
+    let req = request((1, 2), Some(p0), Mode::Runtime, &f1, |_| true, vec![vec![server_set("s9", b.port)]]);
     let ack = apply_ok(&pod, &req).await;
     assert_eq!(ack["mode"], "reload", "{label}: {ack}");
     // The fallback reload ran at once (not paced to the end of the hour), and `running` names it.
     assert_eq!(ack["reload"]["state"], "done", "{label}: {ack}");
-    assert_eq!(ack["running"], json!(pid(&f2)), "{label}: {ack}");
+    assert_eq!(ack["running"], json!(pid(&f1)), "{label}: {ack}");
     let reasons = ack["reasons"].to_string();
     assert!(reasons.contains("server.set be_app/s9"), "{label}: reason names the op: {reasons}");
     assert!(reasons.to_lowercase().contains("no such server"), "{label}: reason has HAProxy's reply: {reasons}");
     // The tree's config goes live.
-    let p2 = pid(&f2);
-    wait_state(&pod, "running == the fallback plan", |s| running_is(s, p2)).await;
-    let servers = pod.haproxy().worker_cmd("show servers state be_app").await.unwrap();
+    let p1 = pid(&f1);
+    wait_state(&pod, "running == the fallback plan", |s| running_is(s, p1)).await;
+    let servers = h.worker_cmd("show servers state be_app").await.unwrap();
     let s9 = servers.lines().find(|l| l.split_whitespace().nth(3) == Some("s9")).unwrap_or_else(|| panic!("{servers}"));
     assert!(s9.contains(&b.port.to_string()), "{label}: s9 points to B: {s9}");
     println!("{label}: op failure fell back to a reload: {reasons}");
