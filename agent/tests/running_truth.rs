@@ -20,6 +20,18 @@ use haptic_e2e::pod::PodOpts;
 use haptic_e2e::HaproxyBin;
 use haptic_protocol::{Mode, Op, ServerSet};
 
+/// `server.set` of `backend/s1` to 127.0.0.1:`port`.
+fn server_set(backend: &str, port: u16) -> Op {
+    Op::ServerSet(ServerSet {
+        backend: backend.into(),
+        server: "s1".into(),
+        addr: Some("127.0.0.1".into()),
+        port: Some(port),
+        weight: None,
+        state: None,
+    })
+}
+
 fn conflict_frontend(port: u16) -> String {
     format!("\nfrontend fe_conflict\n    bind 127.0.0.1:{port}\n    default_backend be_app\n")
 }
@@ -55,14 +67,7 @@ async fn failed_pending_reload_leaves_no_runtime_ops_in_the_worker(bin: HaproxyB
 
     // v3 moves s1 to B: a runtime change on top of v2, while the worker still runs v1.
     let v3 = only_cfg(&cfg(pod.health_bind(), fe, &[("s1", b.port)], &extra));
-    let op = Op::ServerSet(ServerSet {
-        backend: "be_app".into(),
-        server: "s1".into(),
-        addr: Some("127.0.0.1".into()),
-        port: Some(b.port),
-        weight: None,
-        state: None,
-    });
+    let op = server_set("be_app", b.port);
     let ack = apply_ok(&pod, &request((1, 3), Some(p2), Mode::Runtime, &v3, |_| true, vec![vec![op]])).await;
     assert_eq!(ack["running"], serde_json::json!(p1), "{label}: {ack}");
 
@@ -87,7 +92,8 @@ async fn failed_pending_reload_leaves_no_runtime_ops_in_the_worker(bin: HaproxyB
 on_each_version!(a_runtime_op_on_a_backend_the_pending_plan_adds_lands_with_that_reload);
 async fn a_runtime_op_on_a_backend_the_pending_plan_adds_lands_with_that_reload(bin: HaproxyBin) {
     let label = bin.label();
-    let opts = PodOpts { min_reload_interval: "3s".into(), ..Default::default() };
+    // Long enough that v2's and v3's applies are always inside v1's interval (both paced).
+    let opts = PodOpts { min_reload_interval: "10s".into(), ..Default::default() };
     let pod = pod_with(&bin, opts).await;
     let (a, b) = (backend("A").await, backend("B").await);
     let (fe, fe_new) = (port(), port());
@@ -109,14 +115,7 @@ async fn a_runtime_op_on_a_backend_the_pending_plan_adds_lands_with_that_reload(
     // v3 moves be_new's server: a runtime op on a backend the worker (still on v1) lacks.
     let v3 = only_cfg(&cfg(pod.health_bind(), fe, &[("s1", a.port)], &new(b.port)));
     let p3 = pid(&v3);
-    let op = Op::ServerSet(ServerSet {
-        backend: "be_new".into(),
-        server: "s1".into(),
-        addr: Some("127.0.0.1".into()),
-        port: Some(b.port),
-        weight: None,
-        state: None,
-    });
+    let op = server_set("be_new", b.port);
     let ack = apply_ok(&pod, &request((1, 3), Some(p2), Mode::Runtime, &v3, |_| true, vec![vec![op]])).await;
     assert_eq!((&ack["mode"], &ack["reload"]["state"]), (&"reload".into(), &"scheduled".into()), "{label}: {ack}");
     assert_eq!(

@@ -74,6 +74,29 @@ impl Drop for ClusterWatch {
     }
 }
 
+/// A namespaced kind a reflector can watch.
+trait Namespaced:
+    kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Namespaced for K where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// The stores of one namespaced kind: one watch of every namespace, or one per namespace of
 /// the [`Scope`].
 struct Stores<K: kube::Resource + 'static>(Vec<Store<K>>)
@@ -121,13 +144,7 @@ where
 /// Every `K` (namespaced) the scope reads.
 fn in_scope<K>(client: &Client, scope: &Scope, kind: Change, changes: &Changes, stop: &CancellationToken) -> Stores<K>
 where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Namespaced,
     K::DynamicType: std::hash::Hash + Eq + Clone + Default,
 {
     let watch = |(api, what)| watch_into(api, watcher::Config::default(), what, kind, changes.clone(), stop.clone());
@@ -323,13 +340,7 @@ fn exactly<K>(
     stop: &CancellationToken,
 ) -> Option<Vec<std::sync::Arc<K>>>
 where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Namespaced,
     K::DynamicType: std::hash::Hash + Eq + Clone + Default,
 {
     let key = |ns: &str, name: &str| format!("{ns}/{name}");
