@@ -8,7 +8,7 @@
 //! template's own output byte for byte, and it fills only a model of the same shape (backend
 //! and server names, in order); anything else is the caller's full template render.
 
-use crate::model::Model;
+use crate::model::{Model, Server};
 use crate::template::{render_with_holes, server_text, Templates};
 use crate::RenderError;
 
@@ -26,6 +26,10 @@ pub struct Skeleton {
     shape: Vec<(String, Vec<String>)>,
     /// And the template and snippets they were cut with.
     templates: Templates,
+    /// What the last fill wrote into each hole, and of which server (and whether its backend
+    /// has affinity, the one backend option a server's text reads): a server the same as then
+    /// is written again without formatting it.
+    texts: Vec<(bool, Server, String)>,
 }
 
 fn shape_of(model: &Model) -> Vec<(String, Vec<String>)> {
@@ -38,13 +42,13 @@ impl Skeleton {
     pub fn cut(model: &Model, t: &Templates, full: &str) -> Result<Option<Skeleton>, RenderError> {
         let Some(holed) = render_with_holes(model, t, HOLE)? else { return Ok(None) };
         let parts: Vec<String> = holed.split(HOLE).map(str::to_string).collect();
-        let skeleton = Skeleton { parts, shape: shape_of(model), templates: t.clone() };
+        let mut skeleton = Skeleton { parts, shape: shape_of(model), templates: t.clone(), texts: Vec::new() };
         Ok(skeleton.fill(model, t).filter(|f| f == full).map(|_| skeleton))
     }
 
     /// `haproxy.cfg` for `model` under `t`, when they are the backends, server slots and
     /// templates this skeleton was cut for.
-    pub fn fill(&self, model: &Model, t: &Templates) -> Option<String> {
+    pub fn fill(&mut self, model: &Model, t: &Templates) -> Option<String> {
         let servers: usize = self.shape.iter().map(|(_, s)| s.len()).sum();
         let same = self.parts.len() == servers + 1
             && self.templates == *t
@@ -60,10 +64,18 @@ impl Skeleton {
         let mut out = String::with_capacity(self.parts.iter().map(String::len).sum::<usize>() + servers * 32);
         let mut parts = self.parts.iter();
         out.push_str(parts.next()?);
+        let last = std::mem::take(&mut self.texts);
+        let mut last = last.into_iter();
         for b in &model.backends {
+            let affinity = b.options.affinity.is_some();
             for s in &b.servers {
-                out.push_str(&server_text(b, s));
+                let text = match last.next() {
+                    Some((a, was, text)) if a == affinity && was == *s => text,
+                    _ => server_text(b, s),
+                };
+                out.push_str(&text);
                 out.push_str(parts.next()?);
+                self.texts.push((affinity, s.clone(), text));
             }
         }
         Some(out)
@@ -81,7 +93,7 @@ mod tests {
         let m = model(include_str!("../tests/fixtures/canary.yaml"));
         let t = Templates::default();
         let full = render_cfg(&m, &t).unwrap();
-        let s = Skeleton::cut(&m, &t, &full).unwrap().expect("the built-in template cuts");
+        let mut s = Skeleton::cut(&m, &t, &full).unwrap().expect("the built-in template cuts");
         assert_eq!(s.parts.len(), m.backends.iter().map(|b| b.servers.len()).sum::<usize>() + 1);
         assert_eq!(s.fill(&m, &t).as_deref(), Some(full.as_str()));
     }
@@ -90,12 +102,16 @@ mod tests {
     fn a_moved_endpoint_fills_as_the_template_renders_it() {
         let mut m = model(include_str!("../tests/fixtures/basic.yaml"));
         let t = Templates::default();
-        let s = Skeleton::cut(&m, &t, &render_cfg(&m, &t).unwrap()).unwrap().unwrap();
+        let mut s = Skeleton::cut(&m, &t, &render_cfg(&m, &t).unwrap()).unwrap().unwrap();
         let server = &mut m.backends[0].servers[0];
         server.endpoint = Some("10.1.2.3:8080".parse().unwrap());
         server.draining = true;
         m.backends[0].servers[1].endpoint = None;
         assert_eq!(s.fill(&m, &t), Some(render_cfg(&m, &t).unwrap()));
+        // And back: the texts kept of the last fill are written again only for the very same
+        // server.
+        let back = model(include_str!("../tests/fixtures/basic.yaml"));
+        assert_eq!(s.fill(&back, &t), Some(render_cfg(&back, &t).unwrap()));
     }
 
     #[test]
@@ -103,7 +119,7 @@ mod tests {
         let m = model(include_str!("../tests/fixtures/basic.yaml"));
         let t = Templates::default();
         let full = render_cfg(&m, &t).unwrap();
-        let s = Skeleton::cut(&m, &t, &full).unwrap().unwrap();
+        let mut s = Skeleton::cut(&m, &t, &full).unwrap().unwrap();
         let mut grown = m.clone();
         let mut extra = grown.backends[0].servers[0].clone();
         extra.name = "SRV_999".into();

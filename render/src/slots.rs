@@ -21,7 +21,7 @@ use crate::model::{Backend, BackendOptions, Server};
 pub const BACKUP_SLOTS: &str = "#backup";
 
 /// A backend a render wants.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Wanted {
     /// Its endpoints.
     pub endpoints: Vec<Endpoint>,
@@ -39,16 +39,18 @@ pub struct Wanted {
 /// previous render's slot map `prev`, and those no route names any more, retired with every
 /// slot parked (at least `retired_min` slots), so a backend's last route going (and one coming
 /// back) is a change of servers and maps, not of sections; the assignments go into `slot_map`
-/// (`backends` and `retired`).
+/// (`backends` and `retired`). A backend whose wants and previous slots are those `memo` holds
+/// takes its servers from there; `memo` then holds this render's.
 pub fn plan_backends(
     prev: &SlotMap,
     wanted: BTreeMap<String, Wanted>,
     retired_min: usize,
     slot_map: &mut SlotMap,
+    memo: &mut PlanMemo,
 ) -> Vec<Backend> {
     // Backup slots are never retired alone: they count as active, and go with their backend.
-    let backups = prev.backends.keys().filter(|k| k.ends_with(BACKUP_SLOTS)).cloned();
-    let active: BTreeSet<String> = wanted.keys().cloned().chain(backups).collect();
+    let backups = prev.backends.keys().filter(|k| k.ends_with(BACKUP_SLOTS));
+    let active: BTreeSet<&str> = wanted.keys().chain(backups).map(String::as_str).collect();
     slot_map.retired = retired(prev, &active, RETIRED_KEPT);
     // A retired backend keeps its shape (the protocol its servers speak, `mode tcp`), so its
     // section's text does not change with its last route going.
@@ -61,29 +63,90 @@ pub fn plan_backends(
     let all: BTreeMap<String, Wanted> = wanted.into_iter().chain(retired).collect();
     slot_map.shapes = all
         .iter()
-        .map(|(n, w)| (n.clone(), Shape { protocol: w.options.protocol, passthrough: w.options.passthrough }))
+        .map(|(n, w)| (n, Shape { protocol: w.options.protocol, passthrough: w.options.passthrough }))
         .filter(|(_, s)| *s != Shape::default())
+        .map(|(n, s)| (n.clone(), s))
         .collect();
-    let mut out = Vec::new();
+    memo.generation += 1;
+    let mut out = Vec::with_capacity(all.len());
     for (name, w) in all {
-        let (mut servers, s) = plan(&w.endpoints, prev.backends.get(&name), w.min_slots);
+        let backup_key = w.backups.is_some().then(|| format!("{name}{BACKUP_SLOTS}"));
+        let was = (prev.backends.get(&name), backup_key.as_ref().and_then(|k| prev.backends.get(k)));
+        let planned = match memo.planned.get_mut(&name) {
+            Some(p) => {
+                if !p.holds(&w, was) {
+                    *p = Planned::of(w, was);
+                }
+                p
+            }
+            None => memo.planned.entry(name.clone()).or_insert_with(|| Planned::of(w, was)),
+        };
+        planned.generation = memo.generation;
+        if let (Some(key), Some(s)) = (backup_key, &planned.backup_slots) {
+            slot_map.backends.insert(key, s.clone());
+        }
+        slot_map.backends.insert(name.clone(), planned.slots.clone());
+        out.push(Backend { name, servers: planned.servers.clone(), options: planned.wanted.options.clone() });
+    }
+    let generation = memo.generation;
+    memo.planned.retain(|_, p| p.generation == generation);
+    out
+}
+
+/// What [`plan_backends`] planned for each backend of its last render: reused for a backend
+/// whose wants and previous slots are the same, as planning depends on those alone.
+#[derive(Debug, Clone, Default)]
+pub struct PlanMemo {
+    planned: BTreeMap<String, Planned>,
+    /// Counts the calls; what the last one did not plan is dropped.
+    generation: u64,
+}
+
+/// One backend's planning: what it was planned of, and what it gave.
+#[derive(Debug, Clone)]
+struct Planned {
+    wanted: Wanted,
+    /// Its slots, and its backup slots, in the previous slot map.
+    prev: (Option<BackendSlots>, Option<BackendSlots>),
+    servers: Vec<Server>,
+    slots: BackendSlots,
+    backup_slots: Option<BackendSlots>,
+    /// The last [`PlanMemo::generation`] that planned this backend.
+    generation: u64,
+}
+
+impl Planned {
+    /// Plans `w` against its previous slots and backup slots `was`.
+    fn of(w: Wanted, was: (Option<&BackendSlots>, Option<&BackendSlots>)) -> Self {
+        let (mut servers, slots) = plan(&w.endpoints, was.0, w.min_slots);
         for srv in &mut servers {
             srv.weight = srv.endpoint.and_then(|a| w.weights.get(&a).copied());
         }
-        slot_map.backends.insert(name.clone(), s);
+        let mut backup_slots = None;
         if let Some(fb) = &w.backups {
-            let key = format!("{name}{BACKUP_SLOTS}");
-            let (backups, s) = plan(fb, prev.backends.get(&key), 2);
+            let (backups, s) = plan(fb, was.1, 2);
             servers.extend(backups.into_iter().map(|mut b| {
                 b.name = b.name.replacen("SRV_", "BAK_", 1);
                 b.backup = true;
                 b
             }));
-            slot_map.backends.insert(key, s);
+            backup_slots = Some(s);
         }
-        out.push(Backend { name, servers, options: w.options });
+        let prev = (was.0.cloned(), was.1.cloned());
+        Planned { wanted: w, prev, servers, slots, backup_slots, generation: 0 }
     }
-    out
+
+    /// Whether planning `w` against `was` gives this again.
+    fn holds(&self, w: &Wanted, was: (Option<&BackendSlots>, Option<&BackendSlots>)) -> bool {
+        let p = &self.wanted;
+        p.endpoints == w.endpoints
+            && p.min_slots == w.min_slots
+            && p.weights == w.weights
+            && p.backups == w.backups
+            && p.options == w.options
+            && self.prev.0.as_ref() == was.0
+            && self.prev.1.as_ref() == was.1
+    }
 }
 
 /// Per backend: its slot count and which endpoint sits in which slot (0-based).
@@ -120,11 +183,15 @@ pub const RETIRED_KEPT: usize = 64;
 /// The backends retired after a render whose routes name `active`, given the previous slot map
 /// `prev`: those of `prev` that are not active, the ones already retired first (in their
 /// order), then the newly retired by name; at most `keep`, the oldest dropped.
-pub fn retired(prev: &SlotMap, active: &BTreeSet<String>, keep: usize) -> Vec<String> {
-    let mut out: Vec<String> =
-        prev.retired.iter().filter(|n| prev.backends.contains_key(*n) && !active.contains(*n)).cloned().collect();
+pub fn retired(prev: &SlotMap, active: &BTreeSet<&str>, keep: usize) -> Vec<String> {
+    let mut out: Vec<String> = prev
+        .retired
+        .iter()
+        .filter(|n| prev.backends.contains_key(*n) && !active.contains(n.as_str()))
+        .cloned()
+        .collect();
     for name in prev.backends.keys() {
-        if !active.contains(name) && !out.contains(name) {
+        if !active.contains(name.as_str()) && !out.contains(name) {
             out.push(name.clone());
         }
     }
@@ -220,10 +287,10 @@ mod tests {
         ]
         .into();
         let mut first = SlotMap::default();
-        plan_backends(&SlotMap::default(), wanted, 2, &mut first);
+        plan_backends(&SlotMap::default(), wanted, 2, &mut first, &mut PlanMemo::default());
         assert_eq!(first.shapes.len(), 2, "{:?}", first.shapes);
         let mut second = SlotMap::default();
-        let bs = plan_backends(&first, BTreeMap::new(), 2, &mut second);
+        let bs = plan_backends(&first, BTreeMap::new(), 2, &mut second, &mut PlanMemo::default());
         let opts = |n: &str| bs.iter().find(|b| b.name == n).unwrap().options.clone();
         assert_eq!((opts("tcp").passthrough, opts("tcp").protocol), (true, Protocol::Http));
         assert_eq!((opts("grpc").passthrough, opts("grpc").protocol), (false, Protocol::H2c));
@@ -252,7 +319,7 @@ mod tests {
                 .collect()
         };
         let mut first = SlotMap::default();
-        let bs = plan_backends(&SlotMap::default(), wanted(&["b", "a"]), 4, &mut first);
+        let bs = plan_backends(&SlotMap::default(), wanted(&["b", "a"]), 4, &mut first, &mut PlanMemo::default());
         assert_eq!(bs.iter().map(|b| b.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
         let b = &bs[1].servers;
         let names: Vec<(&str, bool, Option<u16>)> = b.iter().map(|s| (s.name.as_str(), s.backup, s.weight)).collect();
@@ -262,7 +329,7 @@ mod tests {
         );
         assert!(first.backends.contains_key("b#backup"));
         let mut second = SlotMap::default();
-        let bs = plan_backends(&first, wanted(&["a"]), 4, &mut second);
+        let bs = plan_backends(&first, wanted(&["a"]), 4, &mut second, &mut PlanMemo::default());
         assert_eq!(second.retired, ["b"], "the backup slots are never retired alone");
         let b = bs.iter().find(|b| b.name == "b").unwrap();
         assert!(b.servers.iter().all(|s| s.endpoint.is_none() && !s.backup), "{b:?}");
@@ -300,7 +367,7 @@ mod tests {
 
     #[test]
     fn unrouted_backends_retire_oldest_first_and_come_back() {
-        let active = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<BTreeSet<_>>();
+        let active = |names: &[&'static str]| names.iter().copied().collect::<BTreeSet<&str>>();
         // b and c lose their last route: retired (by name), after the already retired z.
         let prev = slot_map(&["a", "b", "c", "z"], &["z"]);
         assert_eq!(retired(&prev, &active(&["a"]), 10), ["z", "b", "c"]);
@@ -314,6 +381,36 @@ mod tests {
     }
 
     proptest! {
+        /// A memo kept across renders plans what a fresh one plans: each render's backends and
+        /// slot map are the same, whichever backends come, go, move endpoints or get backups.
+        #[test]
+        fn a_kept_memo_plans_as_a_fresh_one(
+            renders in proptest::collection::vec(
+                proptest::collection::btree_map(0u8..4, (proptest::collection::btree_set(0u8..6, 0..5), any::<bool>()), 0..4),
+                1..10,
+            ),
+        ) {
+            let mut kept = PlanMemo::default();
+            let mut prev = SlotMap::default();
+            for r in renders {
+                let wanted = || -> BTreeMap<String, Wanted> {
+                    r.iter()
+                        .map(|(b, (eps, backup))| {
+                            let endpoints: Vec<Endpoint> = eps.iter().map(|i| ep(*i)).collect();
+                            let backups = backup.then(|| endpoints.iter().rev().copied().collect());
+                            (format!("be{b}"), Wanted { endpoints, min_slots: 2, backups, ..Wanted::default() })
+                        })
+                        .collect()
+                };
+                let (mut with, mut without) = (SlotMap::default(), SlotMap::default());
+                let a = plan_backends(&prev, wanted(), 2, &mut with, &mut kept);
+                let b = plan_backends(&prev, wanted(), 2, &mut without, &mut PlanMemo::default());
+                prop_assert_eq!(a, b);
+                prop_assert_eq!(&with, &without);
+                prev = with;
+            }
+        }
+
         /// Any sequence of endpoint sets keeps every surviving endpoint in its slot, puts no two
         /// endpoints in one slot, and never shrinks a backend below its minimum.
         #[test]

@@ -185,5 +185,6 @@ fn plan_backends(
             (name, slots::Wanted { endpoints, min_slots, options, weights, backups: None })
         })
         .collect();
-    model.backends = slots::plan_backends(&input.previous_slots, wanted, min_slots, slot_map);
+    model.backends =
+        slots::plan_backends(&input.previous_slots, wanted, min_slots, slot_map, &mut slots::PlanMemo::default());
 }

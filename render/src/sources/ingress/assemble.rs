@@ -11,19 +11,22 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
+use std::sync::Arc;
+
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::annotations::{CanarySelector, Policy};
 use super::{
-    canary_weights, host_id, kept_hosts, resolve, rule_id, slice_index, slots_for, EndpointSource, IngressInput, Route,
-    RouteKey, Routes,
+    canary_weights, host_id, kept_hosts, rule_id, slice_index, slices_of, slots_for, EndpointSource, IngressInput,
+    Route, RouteKey, Routes, SliceIndex,
 };
 use crate::model::{
     Backend, BackendOptions, Bind, Frontend, HostLookup, HostMatch, HostTable, Model, PathEntry, PathRewrite,
     PolicyEntry, PolicyId, RewriteEntry, Rule, RuleCanary, RuleId, DEFAULT_RULE,
 };
 use crate::ownership::{Claim, Owners};
-use crate::slots::{self, Endpoint, SlotMap};
-use crate::sources::common::content_ids;
+use crate::slots::{self, Endpoint, PlanMemo, SlotMap};
+use crate::sources::common::{content_ids, endpoints};
 
 /// Weighted backends: name → (main, canary, weight, total).
 type Weighted = BTreeMap<String, (String, String, u32, u32)>;
@@ -208,14 +211,63 @@ fn host_tables(
     }
 }
 
+/// What the last [`Wants::backends`] resolved and planned, reused where its inputs are the same
+/// (an endpoint change then redoes the backends of the Services whose slices changed alone).
+#[derive(Debug, Default)]
+pub(super) struct BackendMemo {
+    /// Each endpoint source's EndpointSlices (the very objects, compared by pointer), the
+    /// endpoints they gave, and the last call that resolved it.
+    endpoints: BTreeMap<EndpointSource, Resolved>,
+    plans: PlanMemo,
+    /// Counts the calls; what the last one did not resolve is dropped.
+    generation: u64,
+}
+
+/// An endpoint source resolved.
+#[derive(Debug)]
+struct Resolved {
+    slices: Vec<Arc<EndpointSlice>>,
+    endpoints: Vec<Endpoint>,
+    generation: u64,
+}
+
+impl BackendMemo {
+    /// The endpoints `src` names among the indexed EndpointSlices: those resolved last time
+    /// while they come of the very same slices.
+    fn resolve(&mut self, index: &SliceIndex<'_>, src: &EndpointSource) -> Vec<Endpoint> {
+        let slices = slices_of(index, src);
+        let same = |kept: &[Arc<EndpointSlice>]| {
+            kept.len() == slices.len() && kept.iter().zip(slices).all(|(a, b)| Arc::ptr_eq(a, b))
+        };
+        let fresh = || {
+            let refs: Vec<&EndpointSlice> = slices.iter().map(|s| &***s).collect();
+            let endpoints = endpoints(&refs, &src.port);
+            Resolved { slices: slices.iter().map(|s| Arc::clone(s)).collect(), endpoints, generation: 0 }
+        };
+        let r = match self.endpoints.get_mut(src) {
+            Some(r) => {
+                if !same(&r.slices) {
+                    *r = fresh();
+                }
+                r
+            }
+            None => self.endpoints.entry(src.clone()).or_insert_with(fresh),
+        };
+        r.generation = self.generation;
+        r.endpoints.clone()
+    }
+}
+
 impl Wants {
     /// The backends with their endpoints from `input`'s EndpointSlices and their slots planned
     /// against its previous slot map (weighted ones' servers weighed, backup slots for a
-    /// `default-backend`, the retired ones with every slot parked), and the slot map.
-    pub(super) fn backends(&self, input: &IngressInput) -> (Vec<Backend>, SlotMap) {
+    /// `default-backend`, the retired ones with every slot parked), and the slot map. What
+    /// `memo` holds of the last call is reused where its inputs are the same.
+    pub(super) fn backends(&self, input: &IngressInput, memo: &mut BackendMemo) -> (Vec<Backend>, SlotMap) {
         let index = slice_index(&input.endpoint_slices);
+        memo.generation += 1;
         let mut eps: BTreeMap<String, Vec<Endpoint>> =
-            self.sources.iter().map(|(name, src)| (name.clone(), resolve(&index, src))).collect();
+            self.sources.iter().map(|(name, src)| (name.clone(), memo.resolve(&index, src))).collect();
         let canary_eps = weigh(&mut eps, &self.weighted);
         let prev = &input.previous_slots;
         let mut wanted = BTreeMap::new();
@@ -236,11 +288,13 @@ impl Wants {
                 weights = endpoints.iter().map(|e| (e.addr, if theirs.contains(&e.addr) { wc } else { wm })).collect();
             }
             let backups =
-                self.fallbacks.get(&name).map(|src| src.as_ref().map(|s| resolve(&index, s)).unwrap_or_default());
+                self.fallbacks.get(&name).map(|src| src.as_ref().map(|s| memo.resolve(&index, s)).unwrap_or_default());
             wanted.insert(name, slots::Wanted { endpoints, min_slots, options, weights, backups });
         }
         let mut slot_map = SlotMap::default();
-        let backends = slots::plan_backends(prev, wanted, input.settings.min_slots, &mut slot_map);
+        let backends = slots::plan_backends(prev, wanted, input.settings.min_slots, &mut slot_map, &mut memo.plans);
+        let generation = memo.generation;
+        memo.endpoints.retain(|_, r| r.generation == generation);
         (backends, slot_map)
     }
 }

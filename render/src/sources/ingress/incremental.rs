@@ -18,6 +18,7 @@ use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 
 use super::annotations::Allowed;
+use super::assemble::BackendMemo;
 use super::{translate_routes, IngressInput, Settings, Translated};
 use crate::model::ObjectRef;
 use crate::narrow::Exclusion;
@@ -30,6 +31,9 @@ use crate::{model_files, template, Render, RenderError, Templates};
 #[derive(Debug, Default)]
 pub struct Incremental {
     last: Option<Kept>,
+    /// What the backends of the last render resolved and planned (valid across translations:
+    /// keyed by every input it was made of).
+    backends: BackendMemo,
     reused: bool,
     filled: bool,
 }
@@ -118,9 +122,9 @@ impl Incremental {
         };
         let kept = self.last.insert(kept);
         let t = &mut kept.translated;
-        let (backends, slots) = t.wants.backends(input);
+        let (backends, slots) = t.wants.backends(input, &mut self.backends);
         t.model.backends = backends;
-        let filled = kept.skeleton.as_ref().and_then(|s| s.fill(&t.model, templates));
+        let filled = kept.skeleton.as_mut().and_then(|s| s.fill(&t.model, templates));
         self.filled = filled.is_some();
         let cfg = match filled {
             Some(cfg) => cfg,
@@ -152,6 +156,7 @@ impl Incremental {
     /// Forgets the kept translation: the next render translates in full.
     pub fn clear(&mut self) {
         self.last = None;
+        self.backends = BackendMemo::default();
     }
 }
 

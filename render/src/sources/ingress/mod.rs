@@ -38,9 +38,9 @@ use crate::model::{
     Cause, Cert, HostMatch, Model, ObjectRef, PathKind, PathRewrite, Refusal, Verdict, Why, UNAVAILABLE,
 };
 use crate::ownership::{Claim, Claimant, HostSharing, Owners};
-use crate::slots::{Endpoint, SlotMap};
+use crate::slots::SlotMap;
 pub use crate::sources::common::SERVICE_NAME_LABEL;
-use crate::sources::common::{endpoints, obj, parse_host, secret_pem, unique_id};
+use crate::sources::common::{obj, parse_host, secret_pem, unique_id};
 
 mod admit;
 pub mod annotations;
@@ -301,7 +301,7 @@ fn rewrite_of(kind: PathKind, path: &str, target: &Option<String>) -> Result<Opt
 
 /// Where a backend's endpoints come from: the EndpointSlices of a Service (`service` in `ns`)
 /// and the port of theirs named `port` (`""` for the Service port without name).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct EndpointSource {
     ns: String,
     service: String,
@@ -333,21 +333,23 @@ impl<'a> Ctx<'a> {
 }
 
 /// The EndpointSlices by (namespace, Service name from their label).
-fn slice_index(slices: &[Arc<EndpointSlice>]) -> BTreeMap<(&str, &str), Vec<&EndpointSlice>> {
-    let mut out: BTreeMap<_, Vec<_>> = BTreeMap::new();
+fn slice_index(slices: &[Arc<EndpointSlice>]) -> SliceIndex<'_> {
+    let mut out: SliceIndex<'_> = BTreeMap::new();
     for sl in slices {
         let svc = sl.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)).map(String::as_str);
         if let (Some(ns), Some(svc)) = (sl.metadata.namespace.as_deref(), svc) {
-            out.entry((ns, svc)).or_default().push(&**sl);
+            out.entry((ns, svc)).or_default().push(sl);
         }
     }
     out
 }
 
-/// The endpoints `src` names among the indexed EndpointSlices.
-fn resolve(index: &BTreeMap<(&str, &str), Vec<&EndpointSlice>>, src: &EndpointSource) -> Vec<Endpoint> {
-    let slices = index.get(&(src.ns.as_str(), src.service.as_str())).map_or(&[][..], Vec::as_slice);
-    endpoints(slices, &src.port)
+/// EndpointSlices by the namespace and Service they belong to.
+type SliceIndex<'a> = BTreeMap<(&'a str, &'a str), Vec<&'a Arc<EndpointSlice>>>;
+
+/// The EndpointSlices `src` names among the indexed ones.
+fn slices_of<'b>(index: &'b SliceIndex<'_>, src: &'b EndpointSource) -> &'b [&'b Arc<EndpointSlice>] {
+    index.get(&(src.ns.as_str(), src.service.as_str())).map_or(&[], Vec::as_slice)
 }
 
 impl Ctx<'_> {
@@ -565,7 +567,7 @@ fn translate_routes(input: &IngressInput) -> Translated {
 /// Ingress's verdict), and the slot map of this render.
 pub fn translate_ingress(input: &IngressInput) -> (Model, Vec<Verdict>, SlotMap) {
     let Translated { mut model, verdicts, wants } = translate_routes(input);
-    let (backends, slot_map) = wants.backends(input);
+    let (backends, slot_map) = wants.backends(input, &mut assemble::BackendMemo::default());
     model.backends = backends;
     (model, verdicts, slot_map)
 }
@@ -760,7 +762,7 @@ pub(crate) mod fixture {
     pub(crate) fn model(yaml: &str) -> crate::model::Model {
         let i = input(yaml);
         let mut t = translate_routes(&i);
-        t.model.backends = t.wants.backends(&i).0;
+        t.model.backends = t.wants.backends(&i, &mut assemble::BackendMemo::default()).0;
         t.model
     }
 

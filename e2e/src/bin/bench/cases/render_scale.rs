@@ -111,8 +111,10 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
         let old = cfg_of(&first);
         // One endpoint moves: the next render keeps every other endpoint in its slot, and the
         // runtime claim sees one server change.
-        let before = inp.clone();
+        // Both renders plan against the slots of the first, as the controller plans against
+        // the last slot map the pods acknowledged.
         inp.previous_slots = first.slots.clone();
+        let before = inp.clone();
         let moved = &mut Arc::make_mut(&mut inp.endpoint_slices[services / 2]).endpoints[3].addresses[0];
         *moved = "10.255.0.1".into();
         let second = render(&inp, &templates).map_err(fail)?;
