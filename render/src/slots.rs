@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -83,9 +84,9 @@ pub fn plan_backends(
         };
         planned.generation = memo.generation;
         if let (Some(key), Some(s)) = (backup_key, &planned.backup_slots) {
-            slot_map.backends.insert(key, s.clone());
+            slot_map.backends.insert(key, Arc::clone(s));
         }
-        slot_map.backends.insert(name.clone(), planned.slots.clone());
+        slot_map.backends.insert(name.clone(), Arc::clone(&planned.slots));
         out.push(Backend { name, servers: planned.servers.clone(), options: planned.wanted.options.clone() });
     }
     let generation = memo.generation;
@@ -102,58 +103,66 @@ pub struct PlanMemo {
     generation: u64,
 }
 
+/// A backend's slots and backup slots in the previous slot map.
+type Was<'a> = (Option<&'a Arc<BackendSlots>>, Option<&'a Arc<BackendSlots>>);
+
 /// One backend's planning: what it was planned of, and what it gave.
 #[derive(Debug, Clone)]
 struct Planned {
     wanted: Wanted,
     /// Its slots, and its backup slots, in the previous slot map.
-    prev: (Option<BackendSlots>, Option<BackendSlots>),
+    prev: (Option<Arc<BackendSlots>>, Option<Arc<BackendSlots>>),
     servers: Vec<Server>,
-    slots: BackendSlots,
-    backup_slots: Option<BackendSlots>,
+    slots: Arc<BackendSlots>,
+    backup_slots: Option<Arc<BackendSlots>>,
     /// The last [`PlanMemo::generation`] that planned this backend.
     generation: u64,
 }
 
 impl Planned {
     /// Plans `w` against its previous slots and backup slots `was`.
-    fn of(w: Wanted, was: (Option<&BackendSlots>, Option<&BackendSlots>)) -> Self {
-        let (mut servers, slots) = plan(&w.endpoints, was.0, w.min_slots);
+    fn of(w: Wanted, was: Was<'_>) -> Self {
+        let (mut servers, slots) = plan(&w.endpoints, was.0.map(Arc::as_ref), w.min_slots);
         for srv in &mut servers {
             srv.weight = srv.endpoint.and_then(|a| w.weights.get(&a).copied());
         }
         let mut backup_slots = None;
         if let Some(fb) = &w.backups {
-            let (backups, s) = plan(fb, was.1, 2);
+            let (backups, s) = plan(fb, was.1.map(Arc::as_ref), 2);
             servers.extend(backups.into_iter().map(|mut b| {
                 b.name = b.name.replacen("SRV_", "BAK_", 1);
                 b.backup = true;
                 b
             }));
-            backup_slots = Some(s);
+            backup_slots = Some(Arc::new(s));
         }
         let prev = (was.0.cloned(), was.1.cloned());
-        Planned { wanted: w, prev, servers, slots, backup_slots, generation: 0 }
+        Planned { wanted: w, prev, servers, slots: Arc::new(slots), backup_slots, generation: 0 }
     }
 
     /// Whether planning `w` against `was` gives this again.
-    fn holds(&self, w: &Wanted, was: (Option<&BackendSlots>, Option<&BackendSlots>)) -> bool {
+    fn holds(&self, w: &Wanted, was: Was<'_>) -> bool {
+        let same = |a: Option<&Arc<BackendSlots>>, b: Option<&Arc<BackendSlots>>| match (a, b) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+            (a, b) => a.is_none() && b.is_none(),
+        };
         let p = &self.wanted;
         p.endpoints == w.endpoints
             && p.min_slots == w.min_slots
             && p.weights == w.weights
             && p.backups == w.backups
             && p.options == w.options
-            && self.prev.0.as_ref() == was.0
-            && self.prev.1.as_ref() == was.1
+            && same(self.prev.0.as_ref(), was.0)
+            && same(self.prev.1.as_ref(), was.1)
     }
 }
 
 /// Per backend: its slot count and which endpoint sits in which slot (0-based).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SlotMap {
-    /// Backend name → its slots (retired backends included).
-    pub backends: BTreeMap<String, BackendSlots>,
+    /// Backend name → its slots (retired backends included); shared with the renders that
+    /// planned the same slots, so the slot maps a controller keeps cost what changed.
+    pub backends: BTreeMap<String, Arc<BackendSlots>>,
     /// The retired backends: no route names them; kept with every slot parked. Oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retired: Vec<String>,
@@ -358,7 +367,7 @@ mod tests {
         SlotMap {
             backends: backends
                 .iter()
-                .map(|b| (b.to_string(), BackendSlots { count: 2, ..Default::default() }))
+                .map(|b| (b.to_string(), Arc::new(BackendSlots { count: 2, ..Default::default() })))
                 .collect(),
             retired: retired.iter().map(|r| r.to_string()).collect(),
             ..Default::default()
