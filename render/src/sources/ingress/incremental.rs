@@ -3,7 +3,8 @@
 //! the map and certificate files) and, while every input but the EndpointSlices and the
 //! previous slot map is the same, redoes only the backends' endpoints and slots and the
 //! template (or, while the backends keep their server slots, fills the [`Skeleton`] of the
-//! config cut around its servers).
+//! config cut around its servers). Its backend memo, kept across translations too, resolves
+//! and plans again only the backends whose EndpointSlices, wants or previous slots changed.
 //!
 //! Owns the proof that the kept translation still holds: every Ingress, Service and Secret the
 //! same `Arc` ([`Arc::ptr_eq`], in the same order) as last time, and the class, settings, allowed
