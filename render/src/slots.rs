@@ -83,8 +83,8 @@ pub fn plan_backends(
             None => memo.planned.entry(name.clone()).or_insert_with(|| Planned::of(w, was)),
         };
         planned.generation = memo.generation;
-        if let (Some(key), Some(s)) = (backup_key, &planned.backup_slots) {
-            slot_map.backends.insert(key, Arc::clone(s));
+        if let (Some(backup), Some(s)) = (backup_key, &planned.backup_slots) {
+            slot_map.backends.insert(backup, Arc::clone(s));
         }
         slot_map.backends.insert(name.clone(), Arc::clone(&planned.slots));
         out.push(Backend { name, servers: planned.servers.clone(), options: planned.wanted.options.clone() });
@@ -99,7 +99,9 @@ pub fn plan_backends(
 #[derive(Debug, Clone, Default)]
 pub struct PlanMemo {
     planned: BTreeMap<String, Planned>,
-    /// Counts the calls; what the last one did not plan is dropped.
+    /// Counts the calls; what the last one did not plan is dropped. Entries are updated in
+    /// place and swept by generation: taking the map and inserting every entry again made a
+    /// moved endpoint at 1,000 backends 0.7 ms slower (`bench --only render_scale`).
     generation: u64,
 }
 

@@ -219,7 +219,8 @@ pub(super) struct BackendMemo {
     /// endpoints they gave, and the last call that resolved it.
     endpoints: BTreeMap<EndpointSource, Resolved>,
     plans: PlanMemo,
-    /// Counts the calls; what the last one did not resolve is dropped.
+    /// Counts the calls; what the last one did not resolve is dropped (swept by generation, as
+    /// [`PlanMemo`] is, so a hit moves nothing).
     generation: u64,
 }
 
