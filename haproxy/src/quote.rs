@@ -178,16 +178,24 @@ pub fn map_line(key: &str, value: &str) -> Result<String, Inexpressible> {
 /// `out` is unchanged when the line is refused.
 pub fn push_map_line(out: &mut String, key: &str, value: &str) -> Result<(), Inexpressible> {
     let (key, value) = (map_key(key)?, map_value(value)?);
-    let len = key.len() + value.len() + 2;
-    if len > MAX_MAP_LINE {
-        return Err(Inexpressible::LineTooLong { len, max: MAX_MAP_LINE });
-    }
+    let len = map_line_fits(key.len(), value.len())?;
     out.reserve(len);
     out.push_str(key);
     out.push(' ');
     out.push_str(value);
     out.push('\n');
     Ok(())
+}
+
+/// The length of a map line of a `key_len`-byte key and a `value_len`-byte value (the space and
+/// the newline counted), or why it exceeds [`MAX_MAP_LINE`]. For checking a key or value that is
+/// only part of the line's text (the rest known to be well formed) without writing the line.
+pub fn map_line_fits(key_len: usize, value_len: usize) -> Result<usize, Inexpressible> {
+    let len = key_len + value_len + 2;
+    if len > MAX_MAP_LINE {
+        return Err(Inexpressible::LineTooLong { len, max: MAX_MAP_LINE });
+    }
+    Ok(len)
 }
 
 /// A PCRE pattern matching `s` literally (not anchored: wrap it in `^…$` for an exact match):

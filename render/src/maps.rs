@@ -41,7 +41,7 @@
 //! added answers 404 until its policy, rewrite and canary entries are in, never without them.
 //! It must never write a line other than through `haptic_haproxy::quote::map_line` (or `push_map_line`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use haptic_haproxy::quote::{map_line, push_map_line, regex_literal, Inexpressible};
 
@@ -71,12 +71,12 @@ pub fn regex_key(hid: &str, regex: &str) -> Result<String, Inexpressible> {
 pub fn build(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, Inexpressible> {
     let mut hosts = String::new();
     let mut wild = String::new();
-    let mut suffixes: Vec<(String, String)> = Vec::new();
-    let mut exact: Vec<(String, String)> = Vec::new();
-    let mut prefix: Vec<(String, String)> = Vec::new();
-    let mut regex: Vec<(String, String)> = Vec::new();
-    // The keys in `exact`, for the "an Exact entry wins" check.
-    let mut exact_keys: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    let mut suffixes: Vec<(String, &str)> = Vec::new();
+    let mut exact: Vec<(String, &str)> = Vec::new();
+    let mut prefix: Vec<(String, &str)> = Vec::new();
+    let mut regex: Vec<(String, &str)> = Vec::new();
+    // The keys in `exact`, for the "an Exact entry wins" check (only asked whether it holds one).
+    let mut exact_keys: HashSet<String> = HashSet::new();
     for t in &model.hosts {
         let at = t.port.map(|p| format!("@{p}")).unwrap_or_default();
         let hid = match &t.host {
@@ -89,7 +89,7 @@ pub fn build(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, Inexpressible> 
                 t.id.as_str()
             }
             HostMatch::Suffix(suffix) => {
-                suffixes.push((format!("{suffix}{at}"), t.id.clone()));
+                suffixes.push((format!("{suffix}{at}"), t.id.as_str()));
                 t.id.as_str()
             }
             HostMatch::Any if t.port.is_some() => {
@@ -101,25 +101,25 @@ pub fn build(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, Inexpressible> 
         for p in &t.paths {
             let full = format!("{hid}{}", p.path);
             match p.kind {
-                PathKind::Regex => regex.push((regex_key(hid, &p.path)?, p.rule.to_string())),
+                PathKind::Regex => regex.push((regex_key(hid, &p.path)?, &p.rule)),
                 PathKind::Exact => {
                     exact_keys.insert(full.clone());
-                    exact.push((full, p.rule.to_string()));
+                    exact.push((full, &p.rule));
                 }
                 PathKind::Prefix => {
                     // An Exact entry of the same path wins (it was sorted first).
                     if !exact_keys.contains(&full) {
                         exact_keys.insert(full.clone());
-                        exact.push((full.clone(), p.rule.to_string()));
+                        exact.push((full.clone(), &p.rule));
                     }
-                    let beg = if p.path == "/" { full } else { format!("{full}/") };
-                    prefix.push((beg, p.rule.to_string()));
+                    let beg = if p.path == "/" { full } else { full + "/" };
+                    prefix.push((beg, &p.rule));
                 }
             }
         }
         // The shortest key of the host: only what no path of it matches.
         if t.unmatched_not_found && !t.paths.iter().any(|p| p.kind == PathKind::Prefix && p.path == "/") {
-            prefix.push((format!("{hid}/"), NOT_FOUND_RULE.to_string()));
+            prefix.push((format!("{hid}/"), NOT_FOUND_RULE));
         }
     }
     // Longest first; ties by key so the bytes are deterministic.
@@ -165,7 +165,7 @@ pub fn build(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, Inexpressible> 
 }
 
 /// The map lines of `v`'s (key, value) pairs.
-fn lines(v: &[(String, String)]) -> Result<String, Inexpressible> {
+fn lines(v: &[(String, &str)]) -> Result<String, Inexpressible> {
     let mut out = String::with_capacity(v.iter().map(|(k, r)| k.len() + r.len() + 2).sum());
     for (k, r) in v {
         push_map_line(&mut out, k, r)?;
@@ -208,7 +208,7 @@ fn rule_maps(model: &Model, out: &mut BTreeMap<String, Vec<u8>>) -> Result<(), I
 /// port, and the TLS listeners.
 fn listener_maps(
     listeners: &[&Listeners],
-    suffixes: &[(String, String)],
+    suffixes: &[(String, &str)],
     out: &mut BTreeMap<String, Vec<u8>>,
 ) -> Result<(), Inexpressible> {
     out.insert(MapFile::Suffixes.name().to_string(), lines(suffixes)?.into_bytes());
@@ -219,7 +219,7 @@ fn listener_maps(
     for TlsListener { port, host, id } in listeners.iter().flat_map(|l| l.tls.iter()) {
         match host {
             Some(HostMatch::Exact(h)) => push_map_line(&mut exact, &format!("{h}@{port}"), id)?,
-            Some(HostMatch::Suffix(s)) => suffix.push((format!("{s}@{port}"), id.clone())),
+            Some(HostMatch::Suffix(s)) => suffix.push((format!("{s}@{port}"), id.as_str())),
             _ => push_map_line(&mut exact, &format!("@{port}"), id)?,
         }
     }

@@ -6,7 +6,7 @@
 //! is parsed and re-encoded by [`crate::pem`]. It must never hold a source's semantics (which
 //! objects are served, how they attach): those stay in the source's own module.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::{IpAddr, SocketAddr};
 
 use haptic_haproxy::quote;
@@ -56,26 +56,31 @@ const _: () = assert!(STABLE_ID_HEX.is_multiple_of(2));
 /// file after another, can never send one object's requests through another's entries between
 /// two files.
 pub(crate) fn stable_id(prefix: &str, parts: &[&str]) -> String {
-    let mut bytes = Vec::new();
+    let mut h = haptic_protocol::Hasher::new();
     for p in parts {
-        bytes.extend_from_slice(p.as_bytes());
-        bytes.push(0xff);
+        h.update(p.as_bytes());
+        h.update(&[0xff]);
     }
-    let digest = haptic_protocol::Digest::of(&bytes);
-    let mut id = String::with_capacity(prefix.len() + STABLE_ID_HEX);
+    let mut hex = [0u8; STABLE_ID_HEX];
+    let digest = h.finish();
+    hex::encode_to_slice(&digest.as_bytes()[..STABLE_ID_HEX / 2], &mut hex)
+        .expect("the digits are twice the bytes encoded");
+    let mut id = String::with_capacity(prefix.len() + STABLE_ID_HEX + 1);
     id.push_str(prefix);
-    id.push_str(&hex::encode(&digest.as_bytes()[..STABLE_ID_HEX / 2]));
+    id.extend(hex.iter().map(|&b| char::from(b)));
     id
 }
 
 /// [`stable_id`], told apart from the ids already `taken` by a counter after the digits (two
 /// contents of one id are never seen in practice; the counter keeps the maps right if they are).
-pub(crate) fn unique_id(prefix: &str, parts: &[&str], taken: &BTreeSet<String>) -> String {
+/// `taken` is only asked whether it holds an id, so it is a hash set (a render asks it once per
+/// rule).
+pub(crate) fn unique_id(prefix: &str, parts: &[&str], taken: &HashSet<String>) -> String {
     let base = stable_id(prefix, parts);
-    (0u32..)
-        .map(|n| if n == 0 { base.clone() } else { format!("{base}{n}") })
-        .find(|id| !taken.contains(id))
-        .unwrap_or(base)
+    if !taken.contains(&base) {
+        return base;
+    }
+    (1u32..).map(|n| format!("{base}{n}")).find(|id| !taken.contains(id)).unwrap_or(base)
 }
 
 /// The longest id [`unique_id`] gives in practice (`prefix`, the digits, a one-digit counter).
@@ -90,7 +95,7 @@ pub(crate) fn content_ids<T: Ord + std::fmt::Debug>(
     prefix: &str,
     items: impl Iterator<Item = T>,
 ) -> BTreeMap<T, String> {
-    let mut taken = BTreeSet::new();
+    let mut taken = HashSet::new();
     let distinct: BTreeSet<T> = items.collect();
     distinct
         .into_iter()
@@ -113,7 +118,8 @@ pub(crate) fn parse_path(kind: PathKind, p: Option<&str>) -> Result<String, Stri
     static LONGEST: std::sync::LazyLock<(String, String)> =
         std::sync::LazyLock::new(|| (longest_id("h"), longest_id("r")));
     let (hid, id) = (&LONGEST.0, &LONGEST.1);
-    if let Err(e) = quote::map_key(&format!("h0{p}")).and_then(|_| quote::map_line(&format!("{hid}{p}/"), id)) {
+    // The path starts with `/`, so the characters of the key are what can be refused in it.
+    if let Err(e) = quote::map_key(p).and_then(|_| quote::map_line_fits(hid.len() + p.len() + 1, id.len())) {
         return Err(format!("{:?} cannot be a map key: {e}", p.chars().take(64).collect::<String>()));
     }
     if kind == PathKind::Regex {
@@ -227,4 +233,50 @@ pub(crate) fn origins<'a>(list: impl IntoIterator<Item = &'a str>) -> Result<Vec
     out.sort();
     out.dedup();
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use haptic_haproxy::quote::{push_map_line, MAX_MAP_LINE};
+
+    /// The longest path whose prefix line (`<longest host id><path>/ <longest rule id>`) fits.
+    fn longest_path() -> String {
+        let room = MAX_MAP_LINE - 2 - longest_id("h").len() - 1 - longest_id("r").len();
+        format!("/{}", "a".repeat(room - 1))
+    }
+
+    #[test]
+    fn a_path_is_accepted_exactly_when_its_longest_map_line_fits() {
+        let p = longest_path();
+        assert_eq!(parse_path(PathKind::Prefix, Some(&p)).as_deref(), Ok(p.as_str()));
+        let mut line = String::new();
+        push_map_line(&mut line, &format!("{}{p}/", longest_id("h")), &longest_id("r")).unwrap();
+        assert_eq!(line.len(), MAX_MAP_LINE);
+        for kind in [PathKind::Exact, PathKind::Prefix] {
+            assert!(parse_path(kind, Some(&format!("{p}a"))).is_err());
+        }
+    }
+
+    #[test]
+    fn a_path_that_cannot_be_a_map_key_is_refused() {
+        for bad in ["/a b", "/a\tb", "/a\u{b}b", "/a\nb", "/a\0b", "relative"] {
+            assert!(parse_path(PathKind::Exact, Some(bad)).is_err(), "{bad:?}");
+        }
+        for good in ["/", "/#frag-like", "/a%20b", "/ü"] {
+            assert!(parse_path(PathKind::Exact, Some(good)).is_ok(), "{good:?}");
+        }
+    }
+
+    #[test]
+    fn stable_ids_are_the_prefix_and_sixteen_hex_digits_and_unique_ids_step_aside() {
+        let id = stable_id("r", &["=a.example", "/x", "Prefix"]);
+        // Ids live on in running HAProxy's maps: they never change from one version to the next.
+        assert_eq!(id, "r644debd019aa5c9f");
+        assert!(id[1..].bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()), "{id}");
+        assert_ne!(id, stable_id("r", &["=a.example/x", "Prefix"]), "parts are delimited");
+        let taken: HashSet<String> = [id.clone(), format!("{id}1")].into();
+        assert_eq!(unique_id("r", &["=a.example", "/x", "Prefix"], &taken), format!("{id}2"));
+        assert_eq!(unique_id("r", &["=a.example", "/x", "Prefix"], &HashSet::new()), id);
+    }
 }

@@ -7,7 +7,9 @@
 //! rule and path order, a host/path claimed already stays with the Ingress that claimed it. It
 //! must never look at the Model being built nor at another Ingress's verdict.
 
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
+use std::fmt::Display;
 
 use haptic_haproxy::names::is_section_name;
 use k8s_openapi::api::networking::v1::{HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressRule, IngressSpec};
@@ -162,7 +164,7 @@ fn default_backend(one: &One<'_>, spec: &IngressSpec, acc: &mut Routes<'_>, v: &
     } else if let (Some(_), Err(e)) = (&spec.default_backend, one.owners.admits(&HostMatch::Any, one.ns)) {
         v.refusals.push(Refusal::new(Cause::NotAllowed, "spec.defaultBackend", e.to_string()));
     } else if let Some(b) = &spec.default_backend {
-        match acc.ctx.backend(one.ns, b, "spec.defaultBackend", one.opts(), v) {
+        match acc.ctx.backend(one.ns, b, &"spec.defaultBackend", one.opts(), v) {
             Ok(be) => match &acc.default {
                 Some(Route { source: by, .. }) => v.refusals.push(Refusal {
                     cause: Cause::Conflict,
@@ -228,7 +230,8 @@ fn rule_routes(
         return;
     }
     for (pi, p) in http.paths.iter().enumerate() {
-        let field = format!("spec.rules[{ri}].http.paths[{pi}]");
+        // Formatted only into a refusal or warning.
+        let field = format_args!("spec.rules[{ri}].http.paths[{pi}]");
         path_route(one, (&host, &field, p), acc, v, own);
     }
 }
@@ -269,7 +272,7 @@ fn passthrough(
         }
         return;
     }
-    match acc.ctx.backend(one.ns, &p.backend, &format!("{field}.http.paths[0].backend"), one.opts(), v) {
+    match acc.ctx.backend(one.ns, &p.backend, &format_args!("{field}.http.paths[0].backend"), one.opts(), v) {
         Ok(be) => {
             acc.passthrough.insert(h.clone(), (be, one.me.clone()));
         }
@@ -281,7 +284,7 @@ fn passthrough(
 /// routed to its backend, unless another Ingress routes it already.
 fn path_route(
     one: &One<'_>,
-    (host, field, p): (&HostMatch, &str, &HTTPIngressPath),
+    (host, field, p): (&HostMatch, &dyn Display, &HTTPIngressPath),
     acc: &mut Routes<'_>,
     v: &mut Verdict,
     own: &mut Vec<Own>,
@@ -313,7 +316,7 @@ fn path_route(
             return;
         }
     };
-    let key = (host.clone(), path.clone(), kind);
+    let key = (host.clone(), path, kind);
     if let Some(c) = &one.meaning.canary {
         let at = (one.ns, &p.backend, field);
         if let Err(r) = join_canary(&mut acc.ctx, &mut acc.routes, &key, c, at, one.opts(), v) {
@@ -321,17 +324,21 @@ fn path_route(
         }
         return;
     }
-    if let Some(Route { source: by, .. }) = acc.routes.get(&key) {
-        if by != one.me {
-            v.refusals.push(Refusal {
-                cause: Cause::Conflict,
-                field: format!("{field}.path"),
-                message: format!("{kind:?} {path} on this host is already routed by {by}"),
-            });
+    let slot = match acc.routes.entry(key) {
+        Entry::Occupied(e) => {
+            let (by, (_, path, _)) = (&e.get().source, e.key());
+            if by != one.me {
+                v.refusals.push(Refusal {
+                    cause: Cause::Conflict,
+                    field: format!("{field}.path"),
+                    message: format!("{kind:?} {path} on this host is already routed by {by}"),
+                });
+            }
+            return;
         }
-        return;
-    }
-    match acc.ctx.backend(one.ns, &p.backend, &format!("{field}.backend"), one.opts(), v) {
+        Entry::Vacant(slot) => slot,
+    };
+    match acc.ctx.backend(one.ns, &p.backend, &format_args!("{field}.backend"), one.opts(), v) {
         Ok(be) => {
             let route = Route {
                 backend: be,
@@ -341,9 +348,9 @@ fn path_route(
                 canary: None,
             };
             if *host != HostMatch::Any && !one.meaning.paths.aliases.is_empty() {
-                own.push((path.clone(), kind, route.clone()));
+                own.push((slot.key().1.clone(), kind, route.clone()));
             }
-            acc.routes.insert(key, route);
+            slot.insert(route);
         }
         Err(r) => v.refusals.push(r),
     }

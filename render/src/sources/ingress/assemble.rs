@@ -9,7 +9,7 @@
 //! an EndpointSlice nor the previous slot map, so its result holds for as long as every other
 //! input does. It must never refuse or warn: whatever reaches it is served.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -144,7 +144,7 @@ fn rules(
 ) -> (BTreeMap<HostMatch, Vec<PathEntry>>, Weighted) {
     let mut weighted = Weighted::new();
     let mut hosts: BTreeMap<HostMatch, Vec<PathEntry>> = BTreeMap::new();
-    let mut taken = BTreeSet::new();
+    let mut taken = HashSet::with_capacity(routes.len());
     for ((host, path, kind), r) in routes {
         let id = rule_id(host, path, *kind, &taken);
         taken.insert(id.clone());
@@ -166,7 +166,14 @@ fn rules(
             canary,
             source: r.source.clone(),
         });
-        hosts.entry(host.clone()).or_default().push(PathEntry { kind: *kind, path: path.clone(), rule: id });
+        let entry = PathEntry { kind: *kind, path: path.clone(), rule: id };
+        // The routes come ordered by host: most join the host the last one made.
+        match hosts.last_entry() {
+            Some(mut last) if last.key() == host => last.get_mut().push(entry),
+            _ => {
+                hosts.insert(host.clone(), vec![entry]);
+            }
+        }
     }
     if let Some(r) = default {
         model.rules.push(Rule {
@@ -198,7 +205,7 @@ fn host_tables(
         hosts.entry(h).or_default();
     }
     let default_ns = default.map(|r| r.source.namespace.as_str());
-    let mut ids: BTreeSet<String> = BTreeSet::new();
+    let mut ids: HashSet<String> = HashSet::with_capacity(hosts.len());
     for (host, mut paths) in hosts {
         paths.sort_by(|a, b| b.path.len().cmp(&a.path.len()).then(a.kind.cmp(&b.kind)).then(a.path.cmp(&b.path)));
         // The default backend answers a host's unmatched paths only for its own namespace's hosts.

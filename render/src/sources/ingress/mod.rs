@@ -24,7 +24,8 @@
 //! value into the Model that the map builder or the template cannot quote.
 
 use haptic_haproxy::names::is_section_name;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fmt::Display;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -208,7 +209,7 @@ pub fn tls_secret_refs<'a>(
 
 /// A host table's id in the maps: `h` and the [`unique_id`] of the host as it is matched, so
 /// hosts coming and going never move another host's id.
-pub fn host_id(host: &HostMatch, taken: &BTreeSet<String>) -> String {
+pub fn host_id(host: &HostMatch, taken: &HashSet<String>) -> String {
     unique_id("h", &[&host_name(host)], taken)
 }
 
@@ -225,8 +226,14 @@ fn host_name(host: &HostMatch) -> String {
 /// A rule's id in the maps: `r` and the [`unique_id`] of its host, path and path kind. A
 /// host/path is one namespace's (ownership), so an id, once in the maps, only ever stands for
 /// that namespace's rule, whatever other routes come and go.
-fn rule_id(host: &HostMatch, path: &str, kind: PathKind, taken: &BTreeSet<String>) -> String {
-    unique_id("r", &[&host_name(host), path, &format!("{kind:?}")], taken)
+fn rule_id(host: &HostMatch, path: &str, kind: PathKind, taken: &HashSet<String>) -> String {
+    // The kind's `Debug` name, as ids have always been made of.
+    let kind = match kind {
+        PathKind::Exact => "Exact",
+        PathKind::Prefix => "Prefix",
+        PathKind::Regex => "Regex",
+    };
+    unique_id("r", &[&host_name(host), path, kind], taken)
 }
 
 /// Where a host/path sends a request, and what it does to it on the way.
@@ -308,13 +315,15 @@ struct EndpointSource {
     port: String,
 }
 
+// The two maps looked up once per path are hash maps: nothing reads them in order.
 struct Ctx<'a> {
     /// Services by (namespace, name).
-    services: BTreeMap<(&'a str, &'a str), &'a Service>,
+    services: HashMap<(&'a str, &'a str), &'a Service>,
     /// Where each backend's endpoints come from.
     backends: BTreeMap<String, EndpointSource>,
-    /// Each backend's options and the Ingress that set them first.
-    options: BTreeMap<String, (BackendOptions, ObjectRef)>,
+    /// Each backend's options and the Ingress that set them first; a backend is in it exactly
+    /// when it is in `backends`.
+    options: HashMap<String, (BackendOptions, ObjectRef)>,
     /// Where the `default-backend` endpoints of the backends that have one come from (none: its
     /// Service is missing or has no port, so no endpoints).
     fallbacks: BTreeMap<String, Option<EndpointSource>>,
@@ -328,7 +337,7 @@ impl<'a> Ctx<'a> {
             .iter()
             .filter_map(|s| Some(((s.metadata.namespace.as_deref()?, s.metadata.name.as_deref()?), &**s)))
             .collect();
-        Ctx { services, backends: BTreeMap::new(), options: BTreeMap::new(), fallbacks: BTreeMap::new() }
+        Ctx { services, backends: BTreeMap::new(), options: HashMap::new(), fallbacks: BTreeMap::new() }
     }
 }
 
@@ -360,7 +369,7 @@ impl Ctx<'_> {
         &mut self,
         ns: &str,
         b: &IngressBackend,
-        field: &str,
+        field: &dyn Display,
         opts: (&BackendOptions, &ObjectRef),
         v: &mut Verdict,
     ) -> Result<String, Refusal> {
@@ -404,35 +413,33 @@ impl Ctx<'_> {
                     format!("backend {name} is set up differently by {by} (timeouts, protocol or snippet annotations)"),
                 ))
             }
-            Some(_) => {}
+            Some(_) => return Ok(name),
             None => {
                 self.options.insert(name.clone(), (opts.0.clone(), opts.1.clone()));
             }
         }
-        if !self.backends.contains_key(&name) {
-            let port = sp.name.clone().unwrap_or_default();
-            self.backends.insert(name.clone(), EndpointSource { ns: ns.into(), service: svc_ref.name.clone(), port });
-            if let Some(fb) = &opts.0.fallback {
-                let src = match self.services.get(&(ns, fb.as_str())).copied() {
-                    Some(svc) => {
-                        let first = svc.spec.as_ref().and_then(|s| s.ports.as_deref()).and_then(|p| p.first());
-                        first.map(|p| EndpointSource {
-                            ns: ns.into(),
-                            service: fb.clone(),
-                            port: p.name.clone().unwrap_or_default(),
-                        })
-                    }
-                    None => {
-                        v.warnings.push(Refusal {
-                            cause: Cause::Missing,
-                            field: annotations::field_of_key("default-backend"),
-                            message: format!("Service {ns}/{fb} does not exist: no backup servers"),
-                        });
-                        None
-                    }
-                };
-                self.fallbacks.insert(name.clone(), src);
-            }
+        let port = sp.name.clone().unwrap_or_default();
+        self.backends.insert(name.clone(), EndpointSource { ns: ns.into(), service: svc_ref.name.clone(), port });
+        if let Some(fb) = &opts.0.fallback {
+            let src = match self.services.get(&(ns, fb.as_str())).copied() {
+                Some(svc) => {
+                    let first = svc.spec.as_ref().and_then(|s| s.ports.as_deref()).and_then(|p| p.first());
+                    first.map(|p| EndpointSource {
+                        ns: ns.into(),
+                        service: fb.clone(),
+                        port: p.name.clone().unwrap_or_default(),
+                    })
+                }
+                None => {
+                    v.warnings.push(Refusal {
+                        cause: Cause::Missing,
+                        field: annotations::field_of_key("default-backend"),
+                        message: format!("Service {ns}/{fb} does not exist: no backup servers"),
+                    });
+                    None
+                }
+            };
+            self.fallbacks.insert(name.clone(), src);
         }
         Ok(name)
     }
@@ -579,7 +586,7 @@ fn join_canary(
     routes: &mut BTreeMap<(HostMatch, String, PathKind), Route>,
     key: &(HostMatch, String, PathKind),
     c: &annotations::Canary,
-    (ns, backend, field): (&str, &IngressBackend, &str),
+    (ns, backend, field): (&str, &IngressBackend, &dyn Display),
     opts: (&BackendOptions, &ObjectRef),
     v: &mut Verdict,
 ) -> Result<(), Refusal> {
@@ -607,7 +614,7 @@ fn join_canary(
         ));
     }
     let main = route.backend.clone();
-    let be = ctx.backend(ns, backend, &format!("{field}.backend"), opts, v)?;
+    let be = ctx.backend(ns, backend, &format_args!("{field}.backend"), opts, v)?;
     if be == main {
         return Err(refuse(Cause::Invalid, format!("the canary's backend is the main one ({main})")));
     }
@@ -1438,7 +1445,7 @@ services:
         assert!(cfg.contains("default-path config"), "{cfg}");
         assert!(cfg.contains("backend shop_web_80\n"), "{cfg}");
         assert!(cfg.contains("server SRV_2 10.0.0.2:8080 weight 0"), "{cfg}");
-        let h = host_id(&HostMatch::Exact("shop.example.com".into()), &BTreeSet::new());
+        let h = host_id(&HostMatch::Exact("shop.example.com".into()), &HashSet::new());
         let prefix = String::from_utf8(a.files["maps/paths_prefix.map"].clone()).unwrap();
         assert!(prefix.starts_with(&format!("{h}/exact/")) || prefix.starts_with(&format!("{h}/cart/")), "{prefix}");
         assert!(prefix.contains(&format!("{h}/api/ ")), "{prefix}");
@@ -1472,8 +1479,8 @@ services:
         for (host, id) in &before {
             assert_eq!(after.get(host), Some(id), "{host}");
         }
-        let taken: BTreeSet<String> = [host_id(&HostMatch::Any, &BTreeSet::new())].into();
-        assert_ne!(host_id(&HostMatch::Any, &taken), host_id(&HostMatch::Any, &BTreeSet::new()));
+        let taken: HashSet<String> = [host_id(&HostMatch::Any, &HashSet::new())].into();
+        assert_ne!(host_id(&HostMatch::Any, &taken), host_id(&HostMatch::Any, &HashSet::new()));
     }
 
     #[test]
