@@ -1,5 +1,6 @@
-//! Process memory and CPU figures from `/proc`: a process's resident set (`VmRSS`) and peak (`VmHWM`, resettable through `clear_refs`). It must never signal or
-//! otherwise touch the processes it reads.
+//! Process memory and CPU figures from `/proc`: a process's resident set (`VmRSS`, and its
+//! `RssAnon` and `RssFile` parts) and peak (`VmHWM`, resettable through `clear_refs`). It must
+//! never signal or otherwise touch the processes it reads.
 
 /// A `kB` field of `/proc/<pid>/status`, in bytes.
 fn status_field(pid: u32, key: &str) -> Option<u64> {
@@ -16,6 +17,12 @@ pub fn parse_status_kb(text: &str, key: &str) -> Option<u64> {
 /// The resident set size in bytes.
 pub fn rss(pid: u32) -> Option<u64> {
     status_field(pid, "VmRSS")
+}
+
+/// The resident set's two parts in bytes: anonymous memory (heap, stacks) and file pages (the
+/// binary's code and data as far as they were read).
+pub fn rss_parts(pid: u32) -> Option<(u64, u64)> {
+    Some((status_field(pid, "RssAnon")?, status_field(pid, "RssFile")?))
 }
 
 /// The peak resident set size in bytes since start or the last [`reset_peak`].
@@ -57,6 +64,15 @@ fn clock_ticks_per_second() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn this_process_has_anonymous_and_file_pages_within_its_resident_set() {
+        let pid = std::process::id();
+        let (anon, file) = rss_parts(pid).unwrap();
+        assert!(anon > 0 && file > 0);
+        // The two are read one after the other: the heap may grow between the reads.
+        assert!(anon + file <= rss(pid).unwrap() + 16 * 1024 * 1024);
+    }
 
     #[test]
     fn stat_cpu_ticks() {

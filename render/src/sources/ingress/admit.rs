@@ -10,13 +10,14 @@
 use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::fmt::Display;
+use std::sync::Arc;
 
 use haptic_haproxy::names::is_section_name;
 use k8s_openapi::api::networking::v1::{HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressRule, IngressSpec};
 
 use super::annotations::{self, BackendOptions, Meaning};
 use super::{auth_users, join_canary, rewrite_of, tls_pem, upstream_files, IngressInput, Route, Routes};
-use crate::model::{Cause, Cert, HostMatch, ObjectRef, PathKind, Refusal, Verdict, Why};
+use crate::model::{Cause, Cert, HostMatch, ObjectRef, PathKind, Policy, Refusal, Verdict, Why};
 use crate::ownership::Owners;
 use crate::sources::common::{obj, parse_host, parse_path};
 
@@ -31,6 +32,8 @@ struct One<'i> {
     me: &'i ObjectRef,
     ns: &'i str,
     meaning: &'i Meaning,
+    /// `meaning.policy`, shared by every route of the Ingress.
+    policy: Arc<Policy>,
 }
 
 impl One<'_> {
@@ -53,7 +56,8 @@ fn parts(input: &IngressInput, owners: &Owners, ing: &Ingress, acc: &mut Routes<
     let spec = ing.spec.clone().unwrap_or_default();
     let Some(meaning) = meaning(input, ing, &spec, &mut v) else { return v };
     let Some(meaning) = secrets(input, ing, &ns, meaning, acc, &mut v) else { return v };
-    let one = One { input, owners, ing, me: &me, ns: &ns, meaning: &meaning };
+    let policy = Arc::new(meaning.policy.clone());
+    let one = One { input, owners, ing, me: &me, ns: &ns, meaning: &meaning, policy };
     default_backend(&one, &spec, acc, &mut v);
     let mut own: Vec<Own> = Vec::new();
     for (ri, rule) in spec.rules.as_deref().unwrap_or_default().iter().enumerate() {
@@ -174,7 +178,7 @@ fn default_backend(one: &One<'_>, spec: &IngressSpec, acc: &mut Routes<'_>, v: &
                 None => {
                     acc.default = Some(Route {
                         backend: be,
-                        policy: one.meaning.policy.clone(),
+                        policy: Arc::clone(&one.policy),
                         rewrite: None,
                         source: one.me.clone(),
                         canary: None,
@@ -340,13 +344,8 @@ fn path_route(
     };
     match acc.ctx.backend(one.ns, &p.backend, &format_args!("{field}.backend"), one.opts(), v) {
         Ok(be) => {
-            let route = Route {
-                backend: be,
-                policy: one.meaning.policy.clone(),
-                rewrite,
-                source: one.me.clone(),
-                canary: None,
-            };
+            let route =
+                Route { backend: be, policy: Arc::clone(&one.policy), rewrite, source: one.me.clone(), canary: None };
             if *host != HostMatch::Any && !one.meaning.paths.aliases.is_empty() {
                 own.push((slot.key().1.clone(), kind, route.clone()));
             }

@@ -98,7 +98,7 @@ impl<'r> Ids<'r> {
             .values()
             .chain(default)
             .filter(|r| !r.policy.is_empty())
-            .map(|r| (r.source.namespace.as_str(), &r.policy));
+            .map(|r| (r.source.namespace.as_str(), &*r.policy));
         let rewrites = routes.values().filter_map(|r| r.rewrite.as_ref());
         let canaries =
             routes.values().filter_map(|r| r.canary.as_ref().map(|c| &c.canary.selector)).filter(|s| !s.is_empty());
@@ -111,7 +111,7 @@ impl<'r> Ids<'r> {
 
     /// The id of `r`'s policy, none for the empty policy.
     fn policy(&self, r: &Route) -> Option<PolicyId> {
-        self.policies.get(&(r.source.namespace.as_str(), &r.policy)).map(|id| id.as_str().into())
+        self.policies.get(&(r.source.namespace.as_str(), &*r.policy)).map(|id| id.as_str().into())
     }
 
     /// The Model's policy, canary selector and rewrite tables.

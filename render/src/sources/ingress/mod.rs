@@ -240,7 +240,8 @@ fn rule_id(host: &HostMatch, path: &str, kind: PathKind, taken: &HashSet<String>
 #[derive(Debug, Clone)]
 struct Route {
     backend: String,
-    policy: Policy,
+    /// The Ingress's policy, one allocation shared by all its routes.
+    policy: Arc<Policy>,
     /// (pattern anchored at the start, `replace-path` format).
     rewrite: Option<PathRewrite>,
     source: ObjectRef,
