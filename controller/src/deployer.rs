@@ -17,7 +17,7 @@
 //! decide when to deploy (the scheduler does) and never send an apply without a fence from the
 //! [`FenceHolder`].
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -41,12 +41,14 @@ use crate::metrics::{ConflictLabel, Metrics};
 use crate::seams::{Endpoint, FenceHolder};
 use crate::status::{DeploymentResult, Phase, StatusBoard};
 
-/// How many baselines the plan cache keeps. Each holds its config's text and, once diffed, its
-/// parsed index (at 10,000 Ingress paths about 2 and 5 MiB), so the cache keeps only the plans
-/// pods are likely to hold: the newest render and the one before. A pod holding an older plan
-/// has its baseline decoded from the blob its state carries (one parse of its config), then
-/// cached again. At 32 the controller at 10,000 paths held 25 MiB more (`endpoint_churn`).
-const PLAN_CACHE: usize = 2;
+/// How many of the newest baselines the plan cache keeps whoever holds them. Each holds its
+/// config's text and, once diffed, its parsed index (at 10,000 Ingress paths about 2 and 5 MiB):
+/// keeping the last 32 renders held about 20 MiB more at that size (`endpoint_churn`).
+const PLAN_CACHE_NEWEST: usize = 2;
+/// How many baselines the plan cache keeps at most: the newest, then those a pod is known to
+/// hold. A pod holding a plan no longer cached has its baseline decoded from the blob its state
+/// carries, which above 512 KiB of config holds no config text (so a complete state and a reload).
+const PLAN_CACHE: usize = 32;
 /// The pause before an exact retry of an apply that got no answer (times the retry number).
 const TRANSPORT_RETRY_BACKOFF: Duration = Duration::from_millis(200);
 
@@ -171,9 +173,16 @@ impl PlanCache {
         Some(b)
     }
 
-    fn insert(&mut self, b: Arc<Baseline>) {
+    /// Adds `b` as the most recently used; keeps the [`PLAN_CACHE_NEWEST`] most recently used
+    /// and, after them, those whose plan a pod is known to hold (`held`).
+    fn insert(&mut self, b: Arc<Baseline>, held: &HashSet<PlanId>) {
         self.entries.retain(|e| e.plan_id != b.plan_id);
         self.entries.push_front(b);
+        let mut position = 0;
+        self.entries.retain(|e| {
+            position += 1;
+            position <= PLAN_CACHE_NEWEST || held.contains(&e.plan_id)
+        });
         self.entries.truncate(PLAN_CACHE);
     }
 }
@@ -395,7 +404,8 @@ impl Deployer {
 
     /// Remembers a render as a baseline (so pods that ACK it never need their blob decoded).
     pub fn remember(&self, r: &Bundle) {
-        lock(&self.cache).insert(Arc::new(Baseline::of_render(r)));
+        let held = self.held_plans();
+        lock(&self.cache).insert(Arc::new(Baseline::of_render(r)), &held);
     }
 
     /// Forgets what it knew of pods (e.g. after a cancelled deployment): the next deployment
@@ -492,6 +502,11 @@ impl Deployer {
         Ok(s)
     }
 
+    /// The plans the pods are known to hold.
+    fn held_plans(&self) -> HashSet<PlanId> {
+        lock(&self.known).values().filter_map(|k| k.applied).collect()
+    }
+
     /// The baseline for a pod's applied plan: the plan cache, else its blob.
     fn baseline(&self, pod: &str, k: &Known) -> Option<Arc<Baseline>> {
         let applied = k.applied?;
@@ -501,7 +516,8 @@ impl Deployer {
         match blob::decode(&k.blob, applied) {
             Ok(b) => {
                 let b = Arc::new(b);
-                lock(&self.cache).insert(b.clone());
+                let held = self.held_plans();
+                lock(&self.cache).insert(b.clone(), &held);
                 Some(b)
             }
             Err(e) => {
@@ -945,17 +961,30 @@ mod tests {
     }
 
     #[test]
-    fn plan_cache_is_a_bounded_lru() {
+    fn plan_cache_keeps_the_newest_and_the_plans_pods_hold() {
         let mut c = PlanCache::default();
-        let renders: Vec<Bundle> = (0..(PLAN_CACHE as u32 + 2)).collect::<Vec<_>>().into_iter().map(r).collect();
-        for x in &renders {
-            c.insert(Arc::new(Baseline::of_render(x)));
-            // Keep the first one hot.
+        let renders: Vec<Bundle> = (0..(PLAN_CACHE as u32 + 2)).map(r).collect();
+        let none = HashSet::new();
+        for x in &renders[..4] {
+            c.insert(Arc::new(Baseline::of_render(x)), &none);
+            // Keep the first one hot: it stays among the newest.
             assert!(c.get(renders[0].plan_id()).is_some());
         }
-        assert_eq!(c.entries.len(), PLAN_CACHE);
-        assert!(c.get(renders[0].plan_id()).is_some());
+        assert_eq!(c.entries.len(), PLAN_CACHE_NEWEST);
         assert!(c.get(renders[1].plan_id()).is_none(), "the least recently used is evicted");
+        // A plan a pod holds stays however many renders come after it, up to the bound.
+        let held: HashSet<PlanId> = renders.iter().map(Bundle::plan_id).collect();
+        for x in &renders {
+            c.insert(Arc::new(Baseline::of_render(x)), &held);
+        }
+        assert_eq!(c.entries.len(), PLAN_CACHE);
+        assert!(c.get(renders[0].plan_id()).is_none() && c.get(renders[2].plan_id()).is_some());
+        // Once no pod holds them, only the newest two (the one just inserted and the one just
+        // used) and the one still held stay.
+        let one_held: HashSet<PlanId> = [renders[3].plan_id()].into();
+        c.insert(Arc::new(Baseline::of_render(&renders[5])), &one_held);
+        let kept: Vec<PlanId> = c.entries.iter().map(|e| e.plan_id).collect();
+        assert_eq!(kept, [renders[5].plan_id(), renders[2].plan_id(), renders[3].plan_id()]);
     }
 
     #[test]
