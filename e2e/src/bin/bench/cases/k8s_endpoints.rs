@@ -379,8 +379,8 @@ async fn scale_rows(ctx: &Ctx, client: &Client, pods: &LocalPods, ctl: &Controll
 }
 
 /// How long the controller is left alone before its memory at rest is read: longer than tokio's
-/// keep-alive of an idle blocking thread (10 s), the threads the renders run on, whose
-/// allocator pages go back to the system when they end.
+/// keep-alive of an idle blocking thread (10 s), the threads the renders run on, so those have
+/// ended and the allocator has had the chance to return what they freed.
 const REST: Duration = Duration::from_secs(15);
 
 /// The controller's resident memory after [`REST`] with nothing sent to it: what a controller
