@@ -25,6 +25,13 @@ pub fn rss_parts(pid: u32) -> Option<(u64, u64)> {
     Some((status_field(pid, "RssAnon")?, status_field(pid, "RssFile")?))
 }
 
+/// [`rss_parts`] as a note says them (`12.3 MiB anonymous, 24.0 MiB of file pages`); zeros when
+/// the process is gone.
+pub fn rss_parts_note(pid: u32) -> String {
+    let (anon, file) = rss_parts(pid).unwrap_or_default();
+    format!("{:.1} MiB anonymous, {:.1} MiB of file pages", mib(anon), mib(file))
+}
+
 /// The peak resident set size in bytes since start or the last [`reset_peak`].
 pub fn peak(pid: u32) -> Option<u64> {
     status_field(pid, "VmHWM")

@@ -359,13 +359,11 @@ async fn scale_rows(ctx: &Ctx, client: &Client, pods: &LocalPods, ctl: &Controll
         let served = t.elapsed();
         let pid = ctl.pid();
         let (rss, peak) = (crate::proc_mem::rss(pid).unwrap_or(0), crate::proc_mem::peak(pid).unwrap_or(0));
-        let (anon, file) = crate::proc_mem::rss_parts(pid).unwrap_or_default();
+        let parts = crate::proc_mem::rss_parts_note(pid);
         let metric = format!("controller RSS, {paths} paths / {services} svc / {} ep", services * ENDPOINTS);
         let mut r = Row::single("endpoint_churn", &metric, &ctx.label, crate::proc_mem::mib(rss), None, "MiB");
         r.add_note(format!(
-            "{:.1} MiB anonymous, {:.1} MiB of file pages (the binary); peak {:.1} MiB; objects sent in {:.1} s, every pod serving them {:.1} s after the first was sent",
-            crate::proc_mem::mib(anon),
-            crate::proc_mem::mib(file),
+            "{parts} (the binary); peak {:.1} MiB; objects sent in {:.1} s, every pod serving them {:.1} s after the first was sent",
             crate::proc_mem::mib(peak),
             sent.as_secs_f64(),
             served.as_secs_f64()
@@ -388,7 +386,6 @@ const REST: Duration = Duration::from_secs(15);
 async fn at_rest(ctx: &Ctx, pid: u32, metric: &str) -> Row {
     tokio::time::sleep(REST).await;
     let rss = crate::proc_mem::rss(pid).unwrap_or(0);
-    let (anon, file) = crate::proc_mem::rss_parts(pid).unwrap_or_default();
     let mut r = Row::single(
         "endpoint_churn",
         &format!("{metric}, at rest"),
@@ -398,10 +395,9 @@ async fn at_rest(ctx: &Ctx, pid: u32, metric: &str) -> Row {
         "MiB",
     );
     r.add_note(format!(
-        "read {} s after every pod served the last change, nothing sent meanwhile: {:.1} MiB anonymous, {:.1} MiB of file pages",
+        "read {} s after every pod served the last change, nothing sent meanwhile: {}",
         REST.as_secs(),
-        crate::proc_mem::mib(anon),
-        crate::proc_mem::mib(file)
+        crate::proc_mem::rss_parts_note(pid)
     ));
     r
 }
