@@ -17,6 +17,7 @@ pub mod pids;
 pub mod pod;
 pub mod process;
 pub mod readme;
+pub mod sweep;
 pub mod tls;
 pub mod tools;
 pub mod wait;

@@ -44,8 +44,8 @@ struct Args {
     quick: bool,
     /// Run only this case (repeatable): plan_diff, render_scale, runtime_apply, reload_apply, new_backend (3.4),
     /// map_replace, regex_path, verify_state, delta_transfer, fleet_runtime, runtime_while_reload_pending,
-    /// fleet_reload, burst, traffic_under_churn, fleet_scale, k8s_runtime, endpoint_churn, gateway_route, attach_routes, propagate_routes, change_under_load, footprint; real_cluster only when
-    /// named (root; brings scripts/cluster.sh's cluster up and down).
+    /// fleet_reload, burst, traffic_under_churn, fleet_scale, k8s_runtime, endpoint_churn, gateway_route, attach_routes, propagate_routes, change_under_load, sweep, footprint; only when
+    /// named: churn_routes (15 minutes of churn) and real_cluster (root; brings scripts/cluster.sh's cluster up and down).
     #[arg(long = "only", value_name = "NAME")]
     only: Vec<String>,
     /// Write one JSON object per figure and HAProxy version to FILE (a JSON array).
@@ -60,6 +60,9 @@ struct Args {
     /// Pods in the fleet and Kubernetes cases (default 3; `fleet_scale` runs 3, 16 and 64).
     #[arg(long)]
     pods: Option<usize>,
+    /// Write `sweep`'s steps (routes, latency, memory) to FILE as JSON, for `sweep-plot`.
+    #[arg(long, value_name = "FILE")]
+    sweep_json: Option<PathBuf>,
 }
 
 fn bins(args: &Args) -> anyhow::Result<Vec<HaproxyBin>> {
@@ -93,7 +96,8 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let pods = args.pods.unwrap_or(3);
     let mut out = Results::default();
     println!("{}", report::header());
-    let base = Ctx { quick: args.quick, bin: bins[0].clone(), label: "none".into(), only, pods };
+    let sweep_json = args.sweep_json.clone();
+    let base = Ctx { quick: args.quick, bin: bins[0].clone(), label: "none".into(), only, pods, sweep_json };
     if base.wants("plan_diff") {
         out.record("plan_diff", "none", cases::plan_diff::run(&base).await);
     }
@@ -107,7 +111,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     }
     // The real cluster (scripts/cluster.sh) runs HAProxy 3.0 from the image: once, its
     // standalone floor on the last (newest) HAProxy here.
-    if base.only.as_ref().is_some_and(|o| o.iter().any(|n| n == "real_cluster")) {
+    if base.named("real_cluster") {
         if let Some(bin) = bins.last() {
             let ctx = Ctx { bin: bin.clone(), label: version_label(bin), ..base.clone() };
             let t = Instant::now();
@@ -204,6 +208,18 @@ async fn run_version(ctx: &Ctx, out: &mut Results) {
         let res = cases::k8s_change::run(ctx).await;
         eprintln!("#   change_under_load: {:.1} s", t.elapsed().as_secs_f64());
         out.record("change_under_load", &ctx.label, res);
+    }
+    if ctx.wants("sweep") {
+        let t = Instant::now();
+        let res = cases::k8s_sweep::run(ctx).await;
+        eprintln!("#   sweep: {:.1} s", t.elapsed().as_secs_f64());
+        out.record("sweep", &ctx.label, res);
+    }
+    if ctx.named("churn_routes") {
+        let t = Instant::now();
+        let res = cases::k8s_churn::run(ctx).await;
+        eprintln!("#   churn_routes: {:.1} s", t.elapsed().as_secs_f64());
+        out.record("churn_routes", &ctx.label, res);
     }
 }
 

@@ -21,6 +21,7 @@ use super::Ctx;
 use crate::error::{BenchError, Result};
 use crate::fleet_kit::{sibling_bin, Controller, SETTLE};
 use crate::floor::parse_server_addr;
+use crate::proc_mem::{mib, rss};
 use crate::report::Row;
 use crate::stats::Samples;
 
@@ -251,4 +252,21 @@ pub async fn run(ctx: &Ctx, standalone: Option<f64>) -> Result<Vec<Row>> {
     drop(pods);
     drop(cp);
     Ok(rows)
+}
+
+/// Each pod's HAProxy resident memory (master + current worker), MiB.
+pub(super) async fn haproxy_mib(pods: &LocalPods) -> Result<Vec<f64>> {
+    let mut out = Vec::new();
+    for n in pods.names() {
+        let Some(pod) = pods.pod(&n) else { continue };
+        let h = pod.haproxy();
+        let worker = h.show_info().await?.pid();
+        out.push(mib([Some(h.master_pid()), worker].into_iter().flatten().filter_map(rss).sum()));
+    }
+    Ok(out)
+}
+
+/// MiB figures to one decimal, for a note.
+pub(super) fn rounded(v: &[f64]) -> Vec<f64> {
+    v.iter().map(|m| (m * 10.0).round() / 10.0).collect()
 }

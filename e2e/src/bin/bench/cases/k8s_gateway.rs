@@ -49,7 +49,7 @@ use crate::stats::Samples;
 const CASE: &str = "gateway_route";
 /// The GatewayClass and the Gateway (in [`NS`], the fleet's namespace too).
 const CLASS: &str = "haptic";
-const GATEWAY: &str = "gw";
+pub(super) const GATEWAY: &str = "gw";
 /// The host of the route made at start (every pod answering it: the first render is deployed).
 const BASE_HOST: &str = "base.gw.bench";
 /// The host of the route to Service `scale`.
@@ -94,18 +94,28 @@ fn template() -> Result<String> {
 }
 
 fn service(name: &str) -> Value {
-    json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": NS},
+    service_in(NS, name)
+}
+
+/// Headless Service `name` in `ns`, port `http` 80.
+pub(super) fn service_in(ns: &str, name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": ns},
            "spec": {"clusterIP": "None", "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}})
 }
 
 /// The EndpointSlice of `svc` standing for the upstreams on `addrs` (loopback) and `port`.
 fn slice(svc: &str, addrs: &[Ipv4Addr], port: u16) -> Value {
+    slice_in(NS, svc, addrs, port)
+}
+
+/// The EndpointSlice of `svc` in `ns` standing for the upstreams on `addrs` and `port`.
+pub(super) fn slice_in(ns: &str, svc: &str, addrs: &[Ipv4Addr], port: u16) -> Value {
     let eps: Vec<Value> = addrs
         .iter()
         .map(|a| json!({"addresses": [published(*a).to_string()], "conditions": {"ready": true}}))
         .collect();
     json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-           "metadata": {"name": format!("{svc}-1"), "namespace": NS, "labels": {"kubernetes.io/service-name": svc}},
+           "metadata": {"name": format!("{svc}-1"), "namespace": ns, "labels": {"kubernetes.io/service-name": svc}},
            "addressType": "IPv4", "ports": [{"name": "http", "port": port}], "endpoints": eps})
 }
 
@@ -182,14 +192,40 @@ fn upstream_ok(answer: &(u16, String)) -> bool {
 /// Waits (each pod asked every 2 ms until it answers, at most [`DEADLINE`]) until every pod in
 /// `ips` has answered `host` `path` with the upstream's 200; returns when the last one did.
 pub(super) async fn wait_answering(ips: &[Ipv4Addr], port: u16, host: &str, path: &str) -> Result<Instant> {
-    let deadline = Instant::now() + DEADLINE;
+    wait_until(ips, port, host, path, DEADLINE, upstream_ok).await
+}
+
+/// Waits (each pod asked every 2 ms, at most `deadline`) until every pod in `ips` has answered
+/// `host` `path` with status `want`; returns when the last one did.
+pub(super) async fn wait_status(
+    ips: &[Ipv4Addr],
+    port: u16,
+    host: &str,
+    path: &str,
+    want: u16,
+    deadline: Duration,
+) -> Result<Instant> {
+    wait_until(ips, port, host, path, deadline, |a| a.0 == want).await
+}
+
+/// Waits (each pod asked every 2 ms, at most `deadline`) until every pod in `ips` has given an
+/// answer to `host` `path` that `ok` accepts; returns when the last one did.
+async fn wait_until(
+    ips: &[Ipv4Addr],
+    port: u16,
+    host: &str,
+    path: &str,
+    deadline: Duration,
+    ok: impl Fn(&(u16, String)) -> bool,
+) -> Result<Instant> {
+    let deadline = Instant::now() + deadline;
     let mut left = ips.to_vec();
     loop {
         let mut still = Vec::new();
         let mut last = (0, String::new());
         for ip in left {
             let a = get(ip, port, host, path).await;
-            if !upstream_ok(&a) {
+            if !ok(&a) {
                 still.push(ip);
                 last = a;
             }

@@ -8,9 +8,11 @@ pub mod fleet;
 pub mod k8s;
 pub mod k8s_attach;
 pub mod k8s_change;
+pub mod k8s_churn;
 pub mod k8s_endpoints;
 pub mod k8s_gateway;
 pub mod k8s_propagate;
+pub mod k8s_sweep;
 pub mod new_backend;
 pub mod plan_diff;
 pub mod real_cluster;
@@ -52,6 +54,9 @@ pub const ALL: &[&str] = &[
     "attach_routes",
     "propagate_routes",
     "change_under_load",
+    "sweep",
+    // Only when named (`--only churn_routes`): its churn alone takes 15 minutes.
+    "churn_routes",
     // Only when named (`--only real_cluster`): needs root and takes the machine's cluster.
     "real_cluster",
 ];
@@ -69,12 +74,19 @@ pub struct Ctx {
     pub only: Option<Vec<String>>,
     /// Pods in fleet cases.
     pub pods: usize,
+    /// Where `sweep` writes its steps (JSON), if anywhere.
+    pub sweep_json: Option<std::path::PathBuf>,
 }
 
 impl Ctx {
     /// Whether case `name` is selected.
     pub fn wants(&self, name: &str) -> bool {
         self.only.as_ref().is_none_or(|o| o.iter().any(|n| n == name))
+    }
+
+    /// Whether case `name` was named with `--only` (for the cases a full run leaves out).
+    pub fn named(&self, name: &str) -> bool {
+        self.only.as_ref().is_some_and(|o| o.iter().any(|n| n == name))
     }
 
     /// Measured repetitions of a sub-second case.
