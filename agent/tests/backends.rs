@@ -224,3 +224,68 @@ async fn runtime_backends_off_reloads_on_3_4() {
     wait_state(&pod, "v2 runs", |s| s.running.as_ref().map(|r| r.plan_id) == Some(pid(&v2))).await;
     assert_eq!(get_host(fe, "b.example").await, (200, "B".into()));
 }
+
+/// `files` with a second, named `defaults` section before the backends whose HTTP rule sets
+/// the server timeout from `maps/timeouts.map` by Host (as the render's `defaults
+/// haptic_backends` reads a route's timeout from a map), and that map's entries.
+fn files_with_backend_rules(
+    health: &str,
+    fe: u16,
+    backends: &[(&str, u16)],
+    hosts: &[(&str, &str)],
+    timeouts: &str,
+) -> Files {
+    let mut f = files(health, fe, backends, hosts, "");
+    let cfg = String::from_utf8(f["haproxy.cfg"].clone()).unwrap();
+    let defaults = "\ndefaults haptic_backends\n    mode http\n    timeout connect 2s\n    timeout client 5s\n    \
+                    timeout server 5s\n    http-request set-timeout server req.hdr(host),map(maps/timeouts.map) \
+                    if { req.hdr(host),map(maps/timeouts.map) -m found }\n\nbackend be_none\n";
+    let cfg = cfg.replacen("\nbackend be_none\n", defaults, 1);
+    f.insert("haproxy.cfg".into(), cfg.into_bytes());
+    f.insert("maps/timeouts.map".into(), timeouts.as_bytes().to_vec());
+    f
+}
+
+/// On HAProxy 3.4: a backend added at runtime from a `defaults` section holding an HTTP rule
+/// runs that rule, as the same section loaded cold from the file does: the map's 300 ms server
+/// timeout answers 504 for a backend that never answers, where the section's own timeout is 5 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_added_at_runtime_runs_its_defaults_rules_on_3_4() {
+    let bin = haptic_e2e::haproxy_bin(3, 4);
+    let pod = pod(&bin).await;
+    let fe = port();
+    let a = backend("A").await;
+    // Takes connections into its backlog and never answers.
+    let hung = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let hung_port = hung.local_addr().unwrap().port();
+    let v1 = files_with_backend_rules(pod.health_bind(), fe, &[("be_a", a.port)], &[("a.example", "be_a")], "");
+    apply_ok(&pod, &request((1, 1), None, Mode::Reload, &v1, |_| true, vec![])).await;
+    let (w0, m0) = (worker(&pod).await, master_reloads(&pod).await);
+
+    let hosts = [("a.example", "be_a"), ("slow.example", "be_slow")];
+    let backends = [("be_a", a.port), ("be_slow", hung_port)];
+    let v2 = files_with_backend_rules(pod.health_bind(), fe, &backends, &hosts, "slow.example 300\n");
+    let mut batch = backend_batch(&v1, &v2);
+    assert_eq!(d_defaults(&batch), ["haptic_backends"]);
+    batch.insert(0, Op::MapLoad { path: RelPath::new("maps/timeouts.map").unwrap() });
+    let ack = apply_ok(&pod, &request((1, 2), Some(pid(&v1)), Mode::Runtime, &v2, |_| true, vec![batch])).await;
+    assert_eq!(ack["mode"], "runtime", "{ack}\n{}", pod.agent_log());
+    assert_eq!((worker(&pod).await, master_reloads(&pod).await), (w0, m0), "backend.add reloaded");
+    let (code, _) = tokio::time::timeout(std::time::Duration::from_secs(3), get_host(fe, "slow.example"))
+        .await
+        .expect("no answer within 3 s: the map's 300 ms timeout did not apply");
+    assert_eq!(code, 504);
+    assert_eq!(get_host(fe, "a.example").await, (200, "A".into()));
+    drop(hung);
+}
+
+/// The `defaults` each `backend.add` of `batch` names.
+fn d_defaults(batch: &[Op]) -> Vec<&str> {
+    batch
+        .iter()
+        .filter_map(|o| match o {
+            Op::BackendAdd(b) => Some(b.defaults.as_str()),
+            _ => None,
+        })
+        .collect()
+}

@@ -26,6 +26,8 @@
 //!   (without the delimiter `^h1(?i:/?\d*/.*)` matched `h11/account`).
 //! - `maps/rules.map`: rule id → backend name (`default` → the default backend).
 //! - `maps/policies.map`: rule id → policy id, for the rules that have a policy.
+//! - `maps/policy_timeouts.map`: policy id → server timeout in ms, for the policies that set one
+//!   (read by a rule every backend inherits, so a timeout is a map entry, never a backend line).
 //! - `maps/rewrites.map`: rule id → rewrite id, for the rules that rewrite their path.
 //! - `maps/passthrough.map`: SNI host → `mode tcp` backend, for `ssl-passthrough` hosts.
 //! - `maps/tls_terminate.map`: host id → bind port, for the host tables of Gateway TLS
@@ -201,6 +203,13 @@ fn rule_maps(model: &Model, out: &mut BTreeMap<String, Vec<u8>>) -> Result<(), I
     out.insert(MapFile::CanaryBackends.name().to_string(), canary_be.into_bytes());
     out.insert(MapFile::MainBackends.name().to_string(), main_be.into_bytes());
     out.insert(MapFile::Policies.name().to_string(), policies.into_bytes());
+    let mut timeouts = String::new();
+    for p in &model.policies {
+        if let Some(ms) = p.policy.timeout_ms {
+            push_map_line(&mut timeouts, &p.id, &ms.to_string())?;
+        }
+    }
+    out.insert(MapFile::PolicyTimeouts.name().to_string(), timeouts.into_bytes());
     Ok(())
 }
 
@@ -264,6 +273,7 @@ mod tests {
             MapFile::PathsPrefix.name(),
             MapFile::PathsRegex.name(),
             MapFile::Policies.name(),
+            MapFile::PolicyTimeouts.name(),
             MapFile::Rewrites.name(),
             MapFile::Canaries.name(),
             MapFile::CanaryBackends.name(),

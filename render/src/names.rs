@@ -71,6 +71,8 @@ names! {
         Rules => "rules",
         /// Rule id → policy id.
         Policies => "policies",
+        /// Policy id → its server timeout in ms, for the policies that set one.
+        PolicyTimeouts => "policy_timeouts",
         /// Rule id → rewrite id.
         Rewrites => "rewrites",
         /// Rule id → canary selector id.

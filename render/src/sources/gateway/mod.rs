@@ -1465,7 +1465,10 @@ mod tests {
         let cfg = String::from_utf8(a.files["haproxy.cfg"].clone()).unwrap();
         assert!(cfg.contains("set-header 'X-Via' 'haptic %%[env(HOME)]'"), "{cfg}");
         assert!(cfg.contains("del-header 'X-Drop'"), "{cfg}");
-        assert!(cfg.contains("http-request set-timeout server 1500ms if"), "{cfg}");
+        // A timeout is a map entry the backends' defaults read, never a backend line.
+        assert!(!cfg.contains("set-timeout server 1500"), "{cfg}");
+        let timeouts = String::from_utf8(a.files["maps/policy_timeouts.map"].clone()).unwrap();
+        assert!(timeouts.lines().any(|l| l.ends_with(" 1500")), "{timeouts}");
         assert!(cfg.contains("://'new.example.com'%[pathq] code 301 if"), "{cfg}");
         assert!(cfg.contains("backend haptic_error_500\n    http-request return status 500"), "{cfg}");
         assert!(cfg.contains("crt 'certs/edge_site.pem'"), "{cfg}");
