@@ -299,7 +299,7 @@ impl Feed {
         };
         let (out, ingress, gateway) = pass.fitting(&mut excluded, &mut self.incremental);
         let out = out.map(|(render, slot_map)| {
-            self.slots.record(render.plan_id(), slot_map);
+            self.slots.record(render.plan_id(), slot_map, &applied);
             render
         });
         if let Ok(r) = &out {

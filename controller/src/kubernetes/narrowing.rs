@@ -152,6 +152,7 @@ impl GateNarrowing {
 
     /// Moves on the gate's status; `true` when the next render differs: render again.
     pub fn on_gate(&mut self, gate: &GateStatus) -> bool {
+        self.forget_before(gate.last_good);
         if let Some(r) = &mut self.running {
             let Some(p) = r.pending else { return false };
             let verdict = match &gate.last_refused {
@@ -199,6 +200,15 @@ impl GateNarrowing {
         }
         self.running = Some(Running { narrower, base: now.clone(), pending: None });
         true
+    }
+
+    /// Drops the versions of the plans published before `good`, the last plan the gate passed:
+    /// a narrowing starts from the last good plan's versions, and the gate judges plans in the
+    /// order they are published, so an older one is never asked for again. At thousands of
+    /// routes each plan's versions are most of a megabyte.
+    fn forget_before(&mut self, good: Option<PlanId>) {
+        let Some(at) = good.and_then(|g| self.versions.iter().position(|(p, _)| *p == g)) else { return };
+        self.versions.drain(..at);
     }
 }
 
@@ -283,6 +293,21 @@ mod tests {
         fn left_out(&mut self, now: &Versions) -> Vec<String> {
             self.n.excluded(now).keys().map(|o| o.name.clone()).collect()
         }
+    }
+
+    #[test]
+    fn only_the_versions_of_the_last_good_plan_and_newer_are_kept() {
+        let mut sim = Sim::default();
+        for v in 1..=5 {
+            sim.settle(&versions(&[("a", &v.to_string())]));
+        }
+        let kept: Vec<PlanId> = sim.n.versions.iter().map(|(p, _)| *p).collect();
+        assert_eq!(kept, [plan(5)], "every render passed: the newest is the last good");
+        // Refused renders stay until one after them passes; the last good one stays with them.
+        sim.bad.insert((ing("b"), "1".into()));
+        sim.render(&versions(&[("a", "5"), ("b", "1")]));
+        let kept: Vec<PlanId> = sim.n.versions.iter().map(|(p, _)| *p).collect();
+        assert_eq!(kept, [plan(5), plan(6)]);
     }
 
     #[test]

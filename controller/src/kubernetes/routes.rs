@@ -452,14 +452,26 @@ pub struct SlotHistory {
     recent: VecDeque<(PlanId, SlotMap)>,
 }
 
-/// How many renders' slot maps are kept.
+/// How many renders' slot maps are kept at most.
 pub const SLOT_HISTORY: usize = 32;
 
+/// How many of the newest renders' slot maps are kept whether or not a pod has applied them (a
+/// render being deployed); older ones only while a pod has applied them. At thousands of
+/// backends one slot map is about a megabyte.
+pub const SLOT_HISTORY_NEWEST: usize = 2;
+
 impl SlotHistory {
-    /// Records the slots of a published render.
-    pub fn record(&mut self, plan: PlanId, slots: SlotMap) {
+    /// Records the slots of a published render; of the older ones, keeps the newest
+    /// [`SLOT_HISTORY_NEWEST`] and those of plans in `applied` (at most [`SLOT_HISTORY`] in all).
+    pub fn record(&mut self, plan: PlanId, slots: SlotMap, applied: &BTreeSet<PlanId>) {
         self.recent.retain(|(p, _)| *p != plan);
         self.recent.push_back((plan, slots));
+        let newest = self.recent.len().saturating_sub(SLOT_HISTORY_NEWEST);
+        let mut i = 0;
+        self.recent.retain(|(p, _)| {
+            i += 1;
+            i > newest || applied.contains(p)
+        });
         while self.recent.len() > SLOT_HISTORY {
             self.recent.pop_front();
         }
@@ -598,15 +610,29 @@ mod tests {
         let (a, b, c) = (PlanId(Digest::of(b"a")), PlanId(Digest::of(b"b")), PlanId(Digest::of(b"c")));
         let mut h = SlotHistory::default();
         assert_eq!(h.previous(&BTreeSet::new()), SlotMap::default());
-        h.record(a, slots(1));
-        h.record(b, slots(2));
-        h.record(c, slots(3));
+        let applied = BTreeSet::from([a]);
+        h.record(a, slots(1), &BTreeSet::new());
+        h.record(b, slots(2), &applied);
+        h.record(c, slots(3), &applied);
         assert_eq!(h.previous(&BTreeSet::from([a, b])), slots(2));
         assert_eq!(h.previous(&BTreeSet::new()), slots(3), "nothing applied yet: the newest render");
         for i in 0..SLOT_HISTORY {
-            h.record(PlanId(Digest::of(format!("x{i}").as_bytes())), slots(9));
+            h.record(PlanId(Digest::of(format!("x{i}").as_bytes())), slots(9), &BTreeSet::new());
         }
-        assert_eq!(h.previous(&BTreeSet::from([a])), slots(9), "a is forgotten");
+        assert_eq!(h.previous(&applied), slots(9), "a is forgotten once no pod has applied it");
+    }
+
+    #[test]
+    fn the_slot_history_keeps_the_newest_and_the_renders_pods_have_applied() {
+        let plans: Vec<PlanId> = (0..10).map(|i| PlanId(Digest::of(format!("p{i}").as_bytes()))).collect();
+        let mut h = SlotHistory::default();
+        let held = BTreeSet::from([plans[3]]);
+        for (i, p) in plans.iter().enumerate() {
+            h.record(*p, slots(i), &held);
+        }
+        let kept: Vec<PlanId> = h.recent.iter().map(|(p, _)| *p).collect();
+        assert_eq!(kept, [plans[3], plans[8], plans[9]]);
+        assert_eq!(h.previous(&held), slots(3), "a pod still runs plan 3: its slots");
     }
 
     #[test]
