@@ -249,6 +249,7 @@ async fn delete_all(client: &Client, s: Shape) -> Result<()> {
     Ok(())
 }
 
+/// The mean of `v` (NaN when empty).
 fn mean(v: impl Iterator<Item = f64>) -> f64 {
     let (sum, n) = v.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
     if n == 0 {
