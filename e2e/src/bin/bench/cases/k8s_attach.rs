@@ -11,24 +11,22 @@
 //! Every route must attach and the last must answer; reloads are counted by the pods' worker
 //! pids. It must never send traffic anywhere but 127.0.0.0/8 nor leave a process behind.
 
-use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use haptic_e2e::k8s::install_gateway_crds;
 use haptic_render::gateway::GATEWAY_CONTROLLER;
 use haptic_render::gateway_api::{Gateway, HttpRoute};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, WatchEvent, WatchParams};
 use serde_json::Value;
 
-use super::k8s::{kerr, local_fleet, NS};
+use super::k8s::{kerr, NS};
 use super::k8s_endpoints::apply;
-use super::k8s_gateway::{bind_port, objects, route, wait_answering, workers};
+use super::k8s_gateway::{bind_port, gateway_fleet, route, wait_answering, workers, GatewayFleet};
 use super::Ctx;
 use crate::error::{BenchError, Result};
-use crate::fleet_kit::{Controller, Upstream, SETTLE};
+use crate::fleet_kit::{Controller, SETTLE};
 use crate::report::Row;
 
 const CASE: &str = "attach_routes";
@@ -145,12 +143,7 @@ async fn pids(pods: &haptic_e2e::k8s::LocalPods) -> Result<Vec<Option<u32>>> {
 /// Runs `attach_routes`.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
     let n = if ctx.quick { ROUTES / 5 } else { ROUTES };
-    let (cp, client, pods) = local_fleet(ctx).await?;
-    install_gateway_crds(&client).await.map_err(|e| BenchError::Kubernetes(e.to_string()))?;
-    let ips: Vec<Ipv4Addr> = pods.names().iter().filter_map(|p| pods.ip(p)).collect();
-    let web = Upstream::start_on(SocketAddr::from(([127, 0, 0, 2], 0))).await?;
-    let scale = Upstream::start_on(SocketAddr::from(([127, 0, 0, 3], 0))).await?;
-    objects(&client, pods.agent_port(), SocketAddr::from(([127, 0, 0, 2], web.port)), scale.port).await?;
+    let GatewayFleet { web, scale, pods, client, cp, ips } = gateway_fleet(ctx).await?;
     let tmp = tempfile::Builder::new().prefix("haptic-bench-attach-").tempdir().map_err(BenchError::io("tempdir"))?;
     let ctl = Controller::start_kubernetes(&ctx.bin, tmp.path(), cp.kubeconfig(), NS, "edge")?;
     let bind = bind_port(&client).await?;

@@ -18,7 +18,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use haptic_e2e::k8s::{install_gateway_crds, LocalPods};
+use haptic_e2e::k8s::LocalPods;
 use haptic_e2e::net::http_request;
 use haptic_render::gateway_api::{Gateway, HttpRoute};
 use k8s_openapi::api::core::v1::Service;
@@ -27,12 +27,14 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch
 use kube::Client;
 use serde_json::{json, Value};
 
-use super::k8s::{haproxy_mib, kerr, local_fleet, rounded, NS};
+use super::k8s::{haproxy_mib, kerr, rounded, NS};
 use super::k8s_endpoints::apply;
-use super::k8s_gateway::{bind_port, objects, service_in, slice_in, wait_answering, wait_status, workers, GATEWAY};
+use super::k8s_gateway::{
+    bind_port, gateway_fleet, service_in, slice_in, wait_answering, wait_status, workers, GatewayFleet, GATEWAY,
+};
 use super::Ctx;
 use crate::error::{BenchError, Result};
-use crate::fleet_kit::{Controller, Upstream};
+use crate::fleet_kit::Controller;
 use crate::proc_mem::{cpu_seconds, mib, rss};
 use crate::report::Row;
 
@@ -267,12 +269,7 @@ fn max(v: impl Iterator<Item = f64>) -> f64 {
 /// Runs `churn_routes`.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
     let (s, length) = shape(ctx)?;
-    let (cp, client, pods) = local_fleet(ctx).await?;
-    install_gateway_crds(&client).await.map_err(|e| BenchError::Kubernetes(e.to_string()))?;
-    let ips: Vec<Ipv4Addr> = pods.names().iter().filter_map(|p| pods.ip(p)).collect();
-    let web = Upstream::start_on(SocketAddr::from(([127, 0, 0, 2], 0))).await?;
-    let scale = Upstream::start_on(SocketAddr::from(([127, 0, 0, 3], 0))).await?;
-    objects(&client, pods.agent_port(), SocketAddr::from(([127, 0, 0, 2], web.port)), scale.port).await?;
+    let GatewayFleet { web, scale, pods, client, cp, ips } = gateway_fleet(ctx).await?;
     open_gateway(&client).await?;
     let tmp = tempfile::Builder::new().prefix("haptic-bench-churn-").tempdir().map_err(BenchError::io("tempdir"))?;
     let ctl = Controller::start_kubernetes_with_default_settle(&ctx.bin, tmp.path(), cp.kubeconfig(), NS)?;

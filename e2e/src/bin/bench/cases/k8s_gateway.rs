@@ -160,6 +160,30 @@ pub(super) async fn objects(client: &Client, agent_port: u16, web: SocketAddr, s
     Ok(())
 }
 
+/// The setup the route-scale cases share: the local fleet with the Gateway API CRDs, upstream
+/// `web` on 127.0.0.2 and `scale` on 127.0.0.3 answering `ok`, and the objects of [`objects`].
+/// Fields drop in order: the upstreams, the pods, then the control plane.
+pub(super) struct GatewayFleet {
+    pub web: crate::fleet_kit::Upstream,
+    pub scale: crate::fleet_kit::Upstream,
+    pub pods: LocalPods,
+    pub client: Client,
+    pub cp: haptic_e2e::k8s::ControlPlane,
+    /// The pods' addresses.
+    pub ips: Vec<Ipv4Addr>,
+}
+
+/// Starts a [`GatewayFleet`].
+pub(super) async fn gateway_fleet(ctx: &super::Ctx) -> Result<GatewayFleet> {
+    let (cp, client, pods) = local_fleet(ctx).await?;
+    install_gateway_crds(&client).await.map_err(|e| BenchError::Kubernetes(e.to_string()))?;
+    let ips: Vec<Ipv4Addr> = pods.names().iter().filter_map(|p| pods.ip(p)).collect();
+    let web = crate::fleet_kit::Upstream::start_on(SocketAddr::from(([127, 0, 0, 2], 0))).await?;
+    let scale = crate::fleet_kit::Upstream::start_on(SocketAddr::from(([127, 0, 0, 3], 0))).await?;
+    objects(&client, pods.agent_port(), SocketAddr::from(([127, 0, 0, 2], web.port)), scale.port).await?;
+    Ok(GatewayFleet { web, scale, pods, client, cp, ips })
+}
+
 /// The port every pod binds for the Gateway's listener: the target port of the Service the
 /// controller makes for the Gateway.
 pub(super) async fn bind_port(client: &Client) -> Result<u16> {

@@ -14,15 +14,13 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Instant;
 
-use haptic_e2e::k8s::install_gateway_crds;
 use haptic_e2e::net::http_request;
 
-use super::k8s::local_fleet;
 use super::k8s_endpoints::apply;
-use super::k8s_gateway::{bind_port, objects, route, wait_answering, workers};
+use super::k8s_gateway::{bind_port, gateway_fleet, route, wait_answering, workers, GatewayFleet};
 use super::Ctx;
 use crate::error::{BenchError, Result};
-use crate::fleet_kit::{Controller, Upstream};
+use crate::fleet_kit::Controller;
 use crate::proc_mem::{mib, rss};
 use crate::report::Row;
 use crate::stats::Samples;
@@ -71,12 +69,7 @@ async fn check_earlier(ips: &[Ipv4Addr], port: u16, made: usize, wrong: &mut Vec
 /// Runs `propagate_routes`.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
     let n = count(ctx)?;
-    let (cp, client, pods) = local_fleet(ctx).await?;
-    install_gateway_crds(&client).await.map_err(|e| BenchError::Kubernetes(e.to_string()))?;
-    let ips: Vec<Ipv4Addr> = pods.names().iter().filter_map(|p| pods.ip(p)).collect();
-    let web = Upstream::start_on(SocketAddr::from(([127, 0, 0, 2], 0))).await?;
-    let scale = Upstream::start_on(SocketAddr::from(([127, 0, 0, 3], 0))).await?;
-    objects(&client, pods.agent_port(), SocketAddr::from(([127, 0, 0, 2], web.port)), scale.port).await?;
+    let GatewayFleet { web, scale, pods, client, cp, ips } = gateway_fleet(ctx).await?;
     let tmp =
         tempfile::Builder::new().prefix("haptic-bench-propagate-").tempdir().map_err(BenchError::io("tempdir"))?;
     let ctl = Controller::start_kubernetes_with_default_settle(&ctx.bin, tmp.path(), cp.kubeconfig(), super::k8s::NS)?;

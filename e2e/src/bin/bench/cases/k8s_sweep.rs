@@ -21,19 +21,18 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use haptic_e2e::k8s::install_gateway_crds;
 use haptic_e2e::net::http_request;
 use haptic_e2e::sweep::{Direction, Step};
 use haptic_render::gateway_api::HttpRoute;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject};
 use kube::Client;
 
-use super::k8s::{haproxy_mib, kerr, local_fleet, rounded, NS};
+use super::k8s::{haproxy_mib, kerr, rounded, NS};
 use super::k8s_endpoints::apply;
-use super::k8s_gateway::{bind_port, objects, route, wait_answering, wait_status, workers};
+use super::k8s_gateway::{bind_port, gateway_fleet, route, wait_answering, wait_status, workers, GatewayFleet};
 use super::Ctx;
 use crate::error::{BenchError, Result};
-use crate::fleet_kit::{Controller, Upstream};
+use crate::fleet_kit::Controller;
 use crate::proc_mem::{mib, rss};
 use crate::report::Row;
 use crate::stats::Samples;
@@ -274,12 +273,7 @@ fn rows(ctx: &Ctx, steps: &[Step], timed: &[Samples], wrong: &[String], note: &s
 /// Runs `sweep`.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
     let counts = if ctx.quick { QUICK_STEPS } else { STEPS };
-    let (cp, client, pods) = local_fleet(ctx).await?;
-    install_gateway_crds(&client).await.map_err(|e| BenchError::Kubernetes(e.to_string()))?;
-    let ips: Vec<Ipv4Addr> = pods.names().iter().filter_map(|p| pods.ip(p)).collect();
-    let web = Upstream::start_on(SocketAddr::from(([127, 0, 0, 2], 0))).await?;
-    let scale = Upstream::start_on(SocketAddr::from(([127, 0, 0, 3], 0))).await?;
-    objects(&client, pods.agent_port(), SocketAddr::from(([127, 0, 0, 2], web.port)), scale.port).await?;
+    let GatewayFleet { web, scale, pods, client, cp, ips } = gateway_fleet(ctx).await?;
     let tmp = tempfile::Builder::new().prefix("haptic-bench-sweep-").tempdir().map_err(BenchError::io("tempdir"))?;
     let ctl = Controller::start_kubernetes_with_default_settle(&ctx.bin, tmp.path(), cp.kubeconfig(), NS)?;
     let bind = bind_port(&client).await?;
