@@ -539,7 +539,16 @@ impl Deployer {
             ops,
         };
         let cell = lock(&shared.diffs).entry(key.clone()).or_default().clone();
-        let diff = cell.get_or_init(|| Arc::new(plan(base.as_deref(), render, k.api, &k.caps))).clone();
+        let diff = cell
+            .get_or_init(|| {
+                let d = plan(base.as_deref(), render, k.api, &k.caps);
+                if let Some(mode) = d.mode {
+                    // Once per baseline and render: what the pods on this baseline will be asked, and why.
+                    info!(pod, plan = %render.plan_id().short(), %mode, causes = ?d.causes, reasons = ?d.reasons, "diff");
+                }
+                Arc::new(d)
+            })
+            .clone();
         PodDiff { diff, key: Some(key) }
     }
 
