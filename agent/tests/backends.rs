@@ -289,3 +289,44 @@ fn d_defaults(batch: &[Op]) -> Vec<&str> {
         })
         .collect()
 }
+
+/// `files` with a frontend that speaks only HTTP/2 in clear (`proto h2`) on `h2`, answering
+/// `H2`, and the backends `extra` (each `(name, server line parameters)`, one server to it).
+fn files_with_h2_upstream(health: &str, fe: u16, h2: u16, hosts: &[(&str, &str)], extra: &[(&str, &str)]) -> Files {
+    let mut f = files(health, fe, &[], hosts, "");
+    let mut cfg = String::from_utf8(f["haproxy.cfg"].clone()).unwrap();
+    let upstream = format!(
+        "\nfrontend fe_h2only\n    bind 127.0.0.1:{h2} proto h2\n\
+         \x20   http-request return status 200 content-type text/plain string \"H2\"\n\nbackend be_none\n"
+    );
+    cfg = cfg.replacen("\nbackend be_none\n", &upstream, 1);
+    for (name, params) in extra {
+        cfg.push_str(&format!("\nbackend {name}\n    server SRV_1 127.0.0.1:{h2}{params}\n"));
+    }
+    f.insert("haproxy.cfg".into(), cfg.into_bytes());
+    f
+}
+
+/// On HAProxy 3.4: a backend whose server speaks HTTP/2 in clear (`proto h2`, as the render
+/// writes it for an h2c or gRPC backend) is added at runtime with no reload, and its server
+/// really speaks HTTP/2: an upstream that takes only HTTP/2 answers through it, where the same
+/// server without `proto h2` (added in the same batch) gets no 200.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_of_h2_servers_is_added_at_runtime_on_3_4() {
+    let bin = haptic_e2e::haproxy_bin(3, 4);
+    let pod = pod(&bin).await;
+    let (fe, h2) = (port(), port());
+    let v1 = files_with_h2_upstream(pod.health_bind(), fe, h2, &[], &[]);
+    apply_ok(&pod, &request((1, 1), None, Mode::Reload, &v1, |_| true, vec![])).await;
+    let (w0, m0) = (worker(&pod).await, master_reloads(&pod).await);
+
+    let hosts = [("h2.example", "be_h2"), ("h1.example", "be_h1")];
+    let v2 = files_with_h2_upstream(pod.health_bind(), fe, h2, &hosts, &[("be_h2", " proto h2"), ("be_h1", "")]);
+    let batch = backend_batch(&v1, &v2);
+    assert_eq!(d_defaults(&batch), ["haptic", "haptic"]);
+    let ack = apply_ok(&pod, &request((1, 2), Some(pid(&v1)), Mode::Runtime, &v2, |_| true, vec![batch])).await;
+    assert_eq!(ack["mode"], "runtime", "{ack}\n{}", pod.agent_log());
+    assert_eq!((worker(&pod).await, master_reloads(&pod).await), (w0, m0), "backend.add reloaded");
+    assert_eq!(get_host(fe, "h2.example").await, (200, "H2".into()));
+    assert_ne!(get_host(fe, "h1.example").await.0, 200, "an HTTP/1 server got 200 from an HTTP/2-only upstream");
+}

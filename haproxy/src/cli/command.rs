@@ -71,9 +71,9 @@ pub fn add_backend(op: &haptic_protocol::BackendAdd) -> Result<(String, String),
 
 /// `server` parameters that `add server` takes on HAProxy 2.6, 3.0, 3.2 and 3.4, with the same
 /// meaning as on a `server` line, and that need no other config object: flags first, then
-/// keywords followed by one value. Anything else (`cookie` is refused by 2.6, `enabled` by 3.0,
-/// `init-addr`/`resolvers` by both, `ssl`/`track`/`agent-check` need more than the line) keeps
-/// a server change a reload.
+/// keywords followed by one value (`proto h2`, the mux of an h2c or gRPC backend, is taken by
+/// all four). Anything else (`cookie` is refused by 2.6, `enabled` by 3.0, `init-addr`/`resolvers`
+/// by both, `ssl`/`track`/`agent-check` need more than the line) keeps a server change a reload.
 const ADD_SERVER_FLAGS: &[&str] = &["check", "backup", "send-proxy", "send-proxy-v2"];
 const ADD_SERVER_VALUED: &[&str] = &[
     "inter",
@@ -88,6 +88,7 @@ const ADD_SERVER_VALUED: &[&str] = &[
     "error-limit",
     "observe",
     "on-error",
+    "proto",
 ];
 
 /// Checks a `server` line's parameters (besides address, `weight` and `disabled`) for
@@ -611,6 +612,10 @@ mod tests {
         assert_eq!(
             add_server(&op(&[], Maint)).unwrap(),
             vec!["add server be_app/SRV_3 10.0.0.3:8080 weight 10 disabled"]
+        );
+        assert_eq!(
+            add_server(&op(&["proto", "h2"], Maint)).unwrap(),
+            vec!["add server be_app/SRV_3 10.0.0.3:8080 weight 10 disabled proto h2"]
         );
         let v6 = haptic_protocol::ServerAdd { addr: "::1".parse().unwrap(), weight: None, ..op(&[], Ready) };
         assert_eq!(add_server(&v6).unwrap()[0], "add server be_app/SRV_3 [::1]:8080");
