@@ -173,6 +173,18 @@ impl Edge {
         out
     }
 
+    /// Lines for the `defaults` of `mode tcp` backends: the timeouts a backend uses (connect,
+    /// server, tunnel), without the HTTP ones and the HTTP log.
+    pub fn tcp_backend_defaults_lines(&self) -> Vec<String> {
+        let t = &self.timeouts;
+        vec![
+            format!("timeout connect {}s", t.connect),
+            format!("timeout client {}s", t.client),
+            format!("timeout server {}s", t.server),
+            format!("timeout tunnel {}s", t.tunnel),
+        ]
+    }
+
     /// Lines for every HTTP frontend, before its routing: the forwarded headers and HSTS.
     pub fn frontend_lines(&self) -> Vec<String> {
         let mut out = Vec::new();

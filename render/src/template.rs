@@ -104,6 +104,8 @@ struct EdgeView {
     global: Vec<String>,
     /// For `defaults` (the timeouts among them).
     defaults: Vec<String>,
+    /// For the `mode tcp` backends' `defaults`: the connect, server and tunnel timeouts.
+    tcp_defaults: Vec<String>,
     /// For every HTTP frontend, before routing.
     frontend: Vec<String>,
     /// The stats and exporter frontend's bind, when there is one.
@@ -272,6 +274,7 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
         edge: EdgeView {
             global: model.edge.global_lines(),
             defaults: model.edge.defaults_lines(),
+            tcp_defaults: model.edge.tcp_backend_defaults_lines(),
             frontend: model.edge.frontend_lines(),
             stats: model.edge.stats.map(|a| config_arg(&a.to_string())).transpose()?,
         },

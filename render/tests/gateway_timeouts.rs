@@ -4,7 +4,8 @@
 //! not the backend. The timeout is an entry of `maps/policy_timeouts.map` that the backends'
 //! defaults section reads, never a line of the backend, so a later route with a timeout to a
 //! Service the render has not served yet adds a plain backend section and map entries only: a
-//! change HAProxy 3.4 takes at runtime (`add backend … from haptic_backends`).
+//! change HAProxy 3.4 takes at runtime (`add backend … from haptic_backends`); and the first
+//! timeout of a render that had none changes its maps only, never the config text.
 
 use haptic_e2e::net::free_port;
 use haptic_e2e::process::{Haproxy, HaproxyOpts};
@@ -76,12 +77,15 @@ async fn a_routes_timeout_is_a_map_entry_its_backend_does_not_carry(bin: haptic_
     // A backend that takes connections and never answers: the kernel completes each handshake
     // into the listener's backlog, and nothing reads.
     let hung = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let mut objects: GatewayObjects = serde_saphyr::from_str(OBJECTS).unwrap();
-    for s in &mut objects.endpoint_slices {
-        s.ports.as_mut().unwrap()[0].port = Some(hung.local_addr().unwrap().port().into());
-    }
     let settings = common::loopback_gateway(free_port());
-    let input = objects.input("haptic", settings);
+    let input_of = |yaml: &str| {
+        let mut objects: GatewayObjects = serde_saphyr::from_str(yaml).unwrap();
+        for s in &mut objects.endpoint_slices {
+            s.ports.as_mut().unwrap()[0].port = Some(hung.local_addr().unwrap().port().into());
+        }
+        objects.input("haptic", settings.clone())
+    };
+    let input = input_of(OBJECTS);
     let (render, out) = haptic_render::render_gateway(&input, &Default::default()).unwrap();
     assert!(common::accepted(&out, "quick").status, "{:?}", out.routes);
     let cfg = String::from_utf8(render.files["haproxy.cfg"].clone()).unwrap();
@@ -110,5 +114,12 @@ async fn a_routes_timeout_is_a_map_entry_its_backend_does_not_carry(bin: haptic_
     assert!(added[0].0.contains("later"), "{added:?}");
     let timeouts = String::from_utf8(later.files["maps/policy_timeouts.map"].clone()).unwrap();
     assert!(timeouts.lines().any(|l| l.ends_with(" 700")), "{timeouts}");
+
+    // The first timeout of a render that had none changes maps only: no line of the config.
+    let untimed = input_of(&OBJECTS.replace("          timeouts: {backendRequest: 400ms}\n", ""));
+    let (before, _) = haptic_render::render_gateway(&untimed, &Default::default()).unwrap();
+    let before_cfg = String::from_utf8(before.files["haproxy.cfg"].clone()).unwrap();
+    assert_ne!(before.files["maps/policy_timeouts.map"], render.files["maps/policy_timeouts.map"]);
+    assert_eq!(before_cfg, cfg, "a route's first timeout changed the config text");
     drop(hung);
 }

@@ -112,7 +112,9 @@ fn snippet_lines(text: &str) -> Vec<Vec<String>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+    // About one generated snippet in eight passes the check: room for the rejects of 128 cases
+    // (the default 1,024 ran out in some runs).
+    #![proptest_config(ProptestConfig { cases: 128, max_global_rejects: 8192, ..ProptestConfig::default() })]
 
     /// For any snippet the check accepts: the same sections in the same order with the same
     /// headers, the same lines in every section but the Ingress's backend, and there exactly

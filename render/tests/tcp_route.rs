@@ -85,7 +85,8 @@ async fn tcp_routes_pass_connections_by_weight_and_age(bin: haptic_e2e::HaproxyB
         s.ports.as_mut().unwrap()[0].port = Some(port.into());
     }
     let settings = common::loopback_gateway(free_port());
-    let (render, out) = haptic_render::render_gateway(&objects.input("haptic", settings), &Default::default()).unwrap();
+    let input = objects.input("haptic", settings.clone());
+    let (render, out) = haptic_render::render_gateway(&input, &Default::default()).unwrap();
     let accepted = |name: &str| common::accepted(&out, name);
     for name in ["weighted", "older", "newer"] {
         assert!(accepted(name).status, "{name}: {:?}", out.routes);
@@ -111,4 +112,21 @@ async fn tcp_routes_pass_connections_by_weight_and_age(bin: haptic_e2e::HaproxyB
     for _ in 0..10 {
         assert_eq!(who(one), "c");
     }
+
+    // The older route retargeted to a Service never served before: a plain backend after
+    // `defaults haptic_tcp_backends` (no `mode` line of its own) and map entries, a change
+    // HAProxy 3.4 makes at runtime (`add backend … from haptic_tcp_backends`).
+    let retargeted = OBJECTS
+        .replace("rules: [{backendRefs: [{name: c, port: 80}]}]", "rules: [{backendRefs: [{name: d, port: 80}]}]")
+        .replace("\nendpointSlices:\n", "\n  - metadata: {name: d, namespace: db}\n    spec: {ports: [{port: 80}]}\nendpointSlices:\n")
+        + "  - metadata: {name: d, namespace: db, labels: {kubernetes.io/service-name: d}}\n    addressType: IPv4\n    \
+           ports: [{port: 1}]\n    endpoints: [{addresses: [127.0.0.1]}]\n";
+    let mut next = serde_saphyr::from_str::<GatewayObjects>(&retargeted).unwrap().input("haptic", settings);
+    next.previous_slots = render.slots.clone();
+    let (later, _) = haptic_render::render_gateway(&next, &Default::default()).unwrap();
+    let text = |r: &haptic_render::Render| String::from_utf8(r.files["haproxy.cfg"].clone()).unwrap();
+    let d = haptic_haproxy::claim::diff_cfg(&text(&render), &text(&later));
+    assert!(d.runtime_eligible(), "{:?}", d.reload_reasons);
+    let added: Vec<(&str, &str)> = d.backends_added.iter().map(|b| (b.backend.as_str(), b.defaults.as_str())).collect();
+    assert_eq!(added, [("db_d_80.tcp", "haptic_tcp_backends")], "{}", text(&later));
 }

@@ -1181,7 +1181,10 @@ services:
             String::from_utf8(crate::render(&input(yaml), &Default::default()).unwrap().files["haproxy.cfg"].clone())
                 .unwrap();
         assert!(cfg.contains("frontend tls_passthrough\n    mode tcp\n"), "{cfg}");
-        assert!(cfg.contains("backend shop_web_80.tcp\n    mode tcp\n"), "{cfg}");
+        // It follows the `mode tcp` defaults and carries no `mode` line of its own.
+        let (http, tcp) = cfg.split_once("\ndefaults haptic_tcp_backends\n    mode tcp\n").expect("the tcp defaults");
+        assert!(tcp.contains("\nbackend shop_web_80.tcp\n    server "), "{cfg}");
+        assert!(http.contains("\nbackend shop_web_80\n") && !http.contains("shop_web_80.tcp"), "{cfg}");
         assert!(!cfg.contains("frontend https\n"), "nothing to terminate: {cfg}");
     }
 
