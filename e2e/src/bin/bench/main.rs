@@ -45,7 +45,8 @@ struct Args {
     /// Run only this case (repeatable): plan_diff, render_scale, runtime_apply, reload_apply, new_backend (3.4),
     /// map_replace, regex_path, verify_state, delta_transfer, fleet_runtime, runtime_while_reload_pending,
     /// fleet_reload, burst, traffic_under_churn, fleet_scale, k8s_runtime, endpoint_churn, gateway_route, attach_routes, propagate_routes, change_under_load, sweep, footprint; only when
-    /// named: churn_routes (15 minutes of churn) and real_cluster (root; brings scripts/cluster.sh's cluster up and down).
+    /// named: churn_routes (15 minutes of churn), real_cluster (root; brings scripts/cluster.sh's cluster up and down) and
+    /// real_routes (root; attach_routes, propagate_routes, sweep and churn_routes on that cluster).
     #[arg(long = "only", value_name = "NAME")]
     only: Vec<String>,
     /// Write one JSON object per figure and HAProxy version to FILE (a JSON array).
@@ -119,6 +120,13 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             eprintln!("#   real_cluster: {:.1} s", t.elapsed().as_secs_f64());
             out.record("real_cluster", &ctx.label, res);
         }
+    }
+    // The route-scale cases on the real cluster: the image's HAProxy, once.
+    if base.named("real_routes") {
+        let t = Instant::now();
+        let res = cases::real_routes::run(&base).await;
+        eprintln!("#   real_routes: {:.1} s", t.elapsed().as_secs_f64());
+        out.record("real_routes", "image", res);
     }
     eprintln!("# total {:.1} s", started.elapsed().as_secs_f64());
     if let Some(path) = &args.json {

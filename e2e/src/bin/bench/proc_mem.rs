@@ -42,6 +42,28 @@ pub fn reset_peak(pid: u32) -> bool {
     std::fs::write(format!("/proc/{pid}/clear_refs"), "5").is_ok()
 }
 
+/// The processes of the Kubernetes pod whose uid is `pod_uid` (their cgroup path names it, as
+/// `pod<uid>` with dashes under the cgroupfs driver or underscores under systemd's) whose
+/// program (`argv[0]`) ends with `program`, by pid.
+pub fn pod_processes(pod_uid: &str, program: &str) -> Vec<u32> {
+    let marks = [format!("pod{pod_uid}"), format!("pod{}", pod_uid.replace('-', "_"))];
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut out: Vec<u32> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let argv0 = std::fs::read(format!("/proc/{pid}/cmdline")).ok().and_then(|c| {
+                let first = c.split(|b| *b == 0).next()?.to_vec();
+                String::from_utf8(first).ok()
+            });
+            argv0.is_some_and(|a| a.ends_with(program))
+                && std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+                    .is_ok_and(|c| marks.iter().any(|m| c.contains(m.as_str())))
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
 /// Bytes to MiB.
 pub fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)

@@ -9,7 +9,9 @@
 //! status writes (each MODIFIED event of a created route).
 //!
 //! Every route must attach and the last must answer; reloads are counted by the pods' worker
-//! pids. It must never send traffic anywhere but 127.0.0.0/8 nor leave a process behind.
+//! pids. It runs on any route fleet (`route_fleet`: the local control plane, or the real
+//! cluster through `real_routes`), and must never send traffic anywhere but the fleet's HAProxy
+//! pods nor leave a process behind.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -23,10 +25,10 @@ use serde_json::Value;
 
 use super::k8s::{kerr, NS};
 use super::k8s_endpoints::apply;
-use super::k8s_gateway::{bind_port, gateway_fleet, route, wait_answering, workers, GatewayFleet};
+use super::k8s_gateway::{route, wait_answering};
+use super::route_fleet::{settled_workers, LocalRouteFleet, RouteFleet, Settle, SETUP_ROUTES};
 use super::Ctx;
 use crate::error::{BenchError, Result};
-use crate::fleet_kit::{Controller, SETTLE};
 use crate::report::Row;
 
 const CASE: &str = "attach_routes";
@@ -34,8 +36,6 @@ const CASE: &str = "attach_routes";
 const ROUTES: usize = 1000;
 /// Creates in flight at once.
 const PARALLEL: usize = 8;
-/// The routes the setup made before (`base`, `scale`).
-const SETUP_ROUTES: u64 = 2;
 /// How long the routes may take to attach.
 const DEADLINE: Duration = Duration::from_secs(300);
 
@@ -126,57 +126,43 @@ async fn wait_attached(routes: &Api<DynamicObject>, gateways: &Api<DynamicObject
     }
 }
 
-/// The pods' worker pids, asked again while a pod refuses its master socket (2.6 and 3.0
-/// re-execute the master on a reload), at most 10 s.
-async fn pids(pods: &haptic_e2e::k8s::LocalPods) -> Result<Vec<Option<u32>>> {
-    let mut got = workers(pods).await;
-    for _ in 0..50 {
-        if got.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        got = workers(pods).await;
-    }
-    got
+/// Runs `attach_routes` on the local control plane.
+pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
+    let fleet = LocalRouteFleet::start(ctx, Settle::Bench).await?;
+    run_on(ctx, &fleet).await
 }
 
-/// Runs `attach_routes`.
-pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
+/// Runs `attach_routes` on `fleet`.
+pub(super) async fn run_on(ctx: &Ctx, fleet: &impl RouteFleet) -> Result<Vec<Row>> {
     let n = if ctx.quick { ROUTES / 5 } else { ROUTES };
-    let GatewayFleet { web, scale, pods, client, cp, ips } = gateway_fleet(ctx).await?;
-    let tmp = tempfile::Builder::new().prefix("haptic-bench-attach-").tempdir().map_err(BenchError::io("tempdir"))?;
-    let ctl = Controller::start_kubernetes(&ctx.bin, tmp.path(), cp.kubeconfig(), NS, "edge")?;
-    let bind = bind_port(&client).await?;
-    wait_answering(&ips, bind, "base.gw.bench", "/").await?;
-    let start_pids = pids(&pods).await?;
+    let (client, ips, bind) = (fleet.client(), fleet.ips(), fleet.bind());
+    let start_pids = settled_workers(fleet).await?;
     let routes: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &ApiResource::erase::<HttpRoute>(&()));
     let gateways: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &ApiResource::erase::<Gateway>(&()));
     let writes = StatusWrites::start(&routes).await?;
 
     let t0 = Instant::now();
     let created: Vec<Result<String>> = futures::stream::iter(0..n)
-        .map(|i| apply(&client, route(&name(i), &host(i), "/", "web")))
+        .map(|i| apply(client, route(&name(i), &host(i), "/", "web")))
         .buffer_unordered(PARALLEL)
         .collect()
         .await;
     let last_create = Instant::now();
     created.into_iter().collect::<Result<Vec<_>>>()?;
     let done = wait_attached(&routes, &gateways, n).await?;
-    let answering = wait_answering(&ips, bind, &host(n - 1), "/").await?;
+    let answering = wait_answering(ips, bind, &host(n - 1), "/").await?;
     // The last status writes may land after the check saw them all.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let status_writes = writes.count.load(Ordering::Relaxed);
     drop(writes);
-    let reloads = pids(&pods).await?.iter().zip(&start_pids).filter(|(a, b)| a != b).count();
-    drop(ctl);
-    drop((web, scale, pods, cp));
+    let reloads = settled_workers(fleet).await?.iter().zip(&start_pids).filter(|(a, b)| a != b).count();
 
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let creates = ms(last_create - t0);
     let note = format!(
-        "{n} HTTPRoutes, {PARALLEL} creates in flight, {} pods, controller --settle {SETTLE}; floor: the creates themselves \
+        "{n} HTTPRoutes, {PARALLEL} creates in flight; {}; floor: the creates themselves \
          ({:.0} routes/s through the apiserver); {reloads} pod(s) reloaded",
-        ips.len(),
+        fleet.describe(),
         n as f64 / (creates / 1000.0)
     );
     let mut attach =

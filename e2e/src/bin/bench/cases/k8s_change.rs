@@ -133,7 +133,7 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
     objects(&client, pods.agent_port(), SocketAddr::from(([127, 0, 0, 2], web.port)), first.port).await?;
     let tmp = tempfile::Builder::new().prefix("haptic-bench-change-").tempdir().map_err(BenchError::io("tempdir"))?;
     let ctl = Controller::start_kubernetes_with_default_settle(&ctx.bin, tmp.path(), cp.kubeconfig(), NS)?;
-    let bind = bind_port(&client).await?;
+    let bind = bind_port(&client, NS).await?;
     wait_body(&ips, bind, "web").await?;
     let start_pids = workers(&pods).await?;
 

@@ -11,14 +11,14 @@
 //! the churn and after every route and Service is deleted again.
 //!
 //! Every route must answer through every pod at the full size and after the churn, and a deleted
-//! one must answer 404. It must never send traffic anywhere but 127.0.0.0/8 nor leave a process
-//! behind.
+//! one must answer 404. It runs on any route fleet (`route_fleet`: the local control plane, or the real
+//! cluster through `real_routes`), and must never send traffic anywhere but the fleet's HAProxy
+//! pods nor leave a process behind.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use haptic_e2e::k8s::LocalPods;
 use haptic_e2e::net::http_request;
 use haptic_render::gateway_api::{Gateway, HttpRoute};
 use k8s_openapi::api::core::v1::Service;
@@ -27,14 +27,12 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch
 use kube::Client;
 use serde_json::{json, Value};
 
-use super::k8s::{haproxy_mib, kerr, rounded, NS};
+use super::k8s::{kerr, rounded, NS};
 use super::k8s_endpoints::apply;
-use super::k8s_gateway::{
-    bind_port, gateway_fleet, service_in, slice_in, wait_answering, wait_status, workers, GatewayFleet, GATEWAY,
-};
+use super::k8s_gateway::{wait_status, GATEWAY};
+use super::route_fleet::{settled_workers, LocalRouteFleet, RouteFleet, Settle};
 use super::Ctx;
 use crate::error::{BenchError, Result};
-use crate::fleet_kit::Controller;
 use crate::proc_mem::{cpu_seconds, mib, rss};
 use crate::report::Row;
 
@@ -100,13 +98,13 @@ async fn apply_all(client: &Client, n: usize, make: impl Fn(usize) -> Value) -> 
 }
 
 /// The Gateway's listener takes routes from every namespace; every backend gets [`SLOTS`] slots.
-async fn open_gateway(client: &Client) -> Result<()> {
+async fn open_gateway(client: &Client, fleet_ns: &str) -> Result<()> {
     let gateways: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &ApiResource::erase::<Gateway>(&()));
     let listeners = json!({"spec": {"listeners": [{"name": "http", "port": 80, "protocol": "HTTP",
                                                      "allowedRoutes": {"namespaces": {"from": "All"}}}]}});
     gateways.patch(GATEWAY, &PatchParams::default(), &Patch::Merge(&listeners)).await.map_err(kerr("patch Gateway"))?;
     let ar = ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk("haptic.dev", "v1alpha1", "HAProxyConfig"));
-    let configs: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &ar);
+    let configs: Api<DynamicObject> = Api::namespaced_with(client.clone(), fleet_ns, &ar);
     let slots = json!({"spec": {"render": {"serverSlots": SLOTS}}});
     configs.patch("edge", &PatchParams::default(), &Patch::Merge(&slots)).await.map_err(kerr("patch HAProxyConfig"))?;
     Ok(())
@@ -129,9 +127,10 @@ fn shape(ctx: &Ctx) -> Result<(Shape, Duration)> {
     Ok((shape, churn))
 }
 
-/// Every namespace, and every route with its Service and EndpointSlice (to the upstream on
-/// 127.0.0.2:`port`); returns how long the creates took.
-async fn create(client: &Client, s: Shape, port: u16) -> Result<Duration> {
+/// Every namespace, and every route with its Service and the objects that make the Service
+/// reach the fleet's upstream; returns how long the creates took.
+async fn create(fleet: &impl RouteFleet, s: Shape) -> Result<Duration> {
+    let client = fleet.client();
     let t = Instant::now();
     apply_all(
         client,
@@ -139,17 +138,13 @@ async fn create(client: &Client, s: Shape, port: u16) -> Result<Duration> {
         |k| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("churn{k}")}}),
     )
     .await?;
-    let upstream = [Ipv4Addr::new(127, 0, 0, 2)];
-    apply_all(client, s.total(), |i| {
-        let (ns, j) = s.at(i);
-        service_in(&ns, &format!("s{j}"))
-    })
-    .await?;
-    apply_all(client, s.total(), |i| {
-        let (ns, j) = s.at(i);
-        slice_in(&ns, &format!("s{j}"), &upstream, port)
-    })
-    .await?;
+    let backends: Vec<Value> = (0..s.total())
+        .flat_map(|i| {
+            let (ns, j) = s.at(i);
+            fleet.backend(&ns, &format!("s{j}"))
+        })
+        .collect();
+    apply_all(client, backends.len(), |k| backends[k].clone()).await?;
     apply_all(client, s.total(), |i| {
         let (ns, j) = s.at(i);
         route(&ns, j, "/a")
@@ -190,16 +185,15 @@ struct Sample {
 /// (route `i` picked by a prime stride over every route), a [`Sample`] every second. Returns the
 /// samples and the last route changed.
 async fn churn(
-    client: &Client,
+    fleet: &impl RouteFleet,
     ctl: u32,
-    pods: &LocalPods,
     s: Shape,
     moved: &mut [bool],
     length: Duration,
 ) -> Result<(Vec<Sample>, usize)> {
     let every = Duration::from_secs(1) / OPS_PER_S;
     let (start, mut next, mut samples, mut last) = (Instant::now(), Instant::now(), Vec::new(), 0);
-    let mut op = 0usize;
+    let (mut op, client) = (0usize, fleet.client());
     while start.elapsed() < length {
         let i = (op / 3 * 7919) % s.total();
         let (ns, j) = s.at(i);
@@ -223,7 +217,7 @@ async fn churn(
             samples.push(Sample {
                 controller_mib: rss(ctl).map_or(f64::NAN, mib),
                 controller_cpu_s: cpu_seconds(ctl).unwrap_or(f64::NAN),
-                haproxy_mib: haproxy_mib(pods).await?,
+                haproxy_mib: fleet.haproxy_mib().await?,
             });
         }
         next += every;
@@ -266,45 +260,46 @@ fn max(v: impl Iterator<Item = f64>) -> f64 {
     v.fold(0.0, f64::max)
 }
 
-/// Runs `churn_routes`.
+/// Runs `churn_routes` on the local control plane.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
-    let (s, length) = shape(ctx)?;
-    let GatewayFleet { web, scale, pods, client, cp, ips } = gateway_fleet(ctx).await?;
-    open_gateway(&client).await?;
-    let tmp = tempfile::Builder::new().prefix("haptic-bench-churn-").tempdir().map_err(BenchError::io("tempdir"))?;
-    let ctl = Controller::start_kubernetes_with_default_settle(&ctx.bin, tmp.path(), cp.kubeconfig(), NS)?;
-    let bind = bind_port(&client).await?;
-    wait_answering(&ips, bind, "base.gw.bench", "/").await?;
-    tokio::time::sleep(REST).await;
-    let rss_mib = || rss(ctl.pid()).map_or(f64::NAN, mib);
-    let (start_mib, start_hap) = (rss_mib(), haproxy_mib(&pods).await?);
+    let fleet = LocalRouteFleet::start(ctx, Settle::Product).await?;
+    run_on(ctx, &fleet).await
+}
 
-    let creates = create(&client, s, web.port).await?;
+/// Runs `churn_routes` on `fleet`.
+pub(super) async fn run_on(ctx: &Ctx, fleet: &impl RouteFleet) -> Result<Vec<Row>> {
+    let (s, length) = shape(ctx)?;
+    let (client, ips, bind) = (fleet.client(), fleet.ips(), fleet.bind());
+    open_gateway(client, fleet.fleet_ns()).await?;
+    let ctl = fleet.controller_pid().await?;
+    tokio::time::sleep(REST).await;
+    let rss_mib = || rss(ctl).map_or(f64::NAN, mib);
+    let (start_mib, start_hap) = (rss_mib(), fleet.haproxy_mib().await?);
+
+    let creates = create(fleet, s).await?;
     let t = Instant::now();
-    wait_route(&ips, bind, s, s.total() - 1, "/a", 200).await?;
+    wait_route(ips, bind, s, s.total() - 1, "/a", 200).await?;
     let mut moved = vec![false; s.total()];
     let mut wrong = Vec::new();
-    check_all(&ips, bind, s, &moved, &mut wrong).await;
+    check_all(ips, bind, s, &moved, &mut wrong).await;
     let serving = t.elapsed();
-    let (full_mib, full_hap) = (rss_mib(), haproxy_mib(&pods).await?);
-    let full_pids = workers(&pods).await?;
+    let (full_mib, full_hap) = (rss_mib(), fleet.haproxy_mib().await?);
+    let full_pids = settled_workers(fleet).await?;
 
-    let (samples, last) = churn(&client, ctl.pid(), &pods, s, &mut moved, length).await?;
-    wait_route(&ips, bind, s, last, if moved[last] { "/b" } else { "/a" }, 200).await?;
-    check_all(&ips, bind, s, &moved, &mut wrong).await;
+    let (samples, last) = churn(fleet, ctl, s, &mut moved, length).await?;
+    wait_route(ips, bind, s, last, if moved[last] { "/b" } else { "/a" }, 200).await?;
+    check_all(ips, bind, s, &moved, &mut wrong).await;
     tokio::time::sleep(REST).await;
     let after_churn = rss_mib();
-    let pids = workers(&pods).await?;
+    let pids = settled_workers(fleet).await?;
     let reloads = pids.iter().zip(&full_pids).filter(|(a, b)| a != b).count();
 
-    delete_all(&client, s).await?;
+    delete_all(client, s).await?;
     for k in 0..s.namespaces {
-        wait_route(&ips, bind, s, k * s.per_ns, if moved[k * s.per_ns] { "/b" } else { "/a" }, 404).await?;
+        wait_route(ips, bind, s, k * s.per_ns, if moved[k * s.per_ns] { "/b" } else { "/a" }, 404).await?;
     }
     tokio::time::sleep(REST).await;
-    let (deleted_mib, deleted_hap) = (rss_mib(), haproxy_mib(&pods).await?);
-    drop(ctl);
-    drop((web, scale, pods, cp));
+    let (deleted_mib, deleted_hap) = (rss_mib(), fleet.haproxy_mib().await?);
 
     let minute = samples.len().min(60);
     let first = mean(samples.iter().take(minute).map(|x| x.controller_mib));
@@ -318,7 +313,7 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
     };
     let hap_peak = max(samples.iter().flat_map(|x| x.haproxy_mib.iter().copied()).chain(full_hap.iter().copied()));
     let note = format!(
-        "{} namespaces x {} HTTPRoutes, each with its own Service (one endpoint) = {} routes and backends, {} pods, \
+        "{} namespaces x {} HTTPRoutes, each with its own Service = {} routes and backends; {}; \
          {SLOTS} server slots per backend; creates took {:.0} s, every route answering on every pod {:.1} s after the last; \
          churn {} s at {OPS_PER_S} changes/s (update, delete, create again), {reloads} pod(s) reloaded during it; controller RSS {start_mib:.1} MiB before the routes, \
          {full_mib:.1} at the full size, {after_churn:.1} at rest after the churn, {deleted_mib:.1} at rest after every route and \
@@ -327,7 +322,7 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
         s.namespaces,
         s.per_ns,
         s.total(),
-        ips.len(),
+        fleet.describe(),
         creates.as_secs_f64(),
         serving.as_secs_f64(),
         length.as_secs(),

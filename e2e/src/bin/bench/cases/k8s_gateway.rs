@@ -165,7 +165,8 @@ pub(super) async fn objects(client: &Client, agent_port: u16, web: SocketAddr, s
 /// Fields drop in order: the upstreams, the pods, then the control plane.
 pub(super) struct GatewayFleet {
     pub web: crate::fleet_kit::Upstream,
-    pub scale: crate::fleet_kit::Upstream,
+    /// Serves Service `scale` until dropped.
+    pub _scale: crate::fleet_kit::Upstream,
     pub pods: LocalPods,
     pub client: Client,
     pub cp: haptic_e2e::k8s::ControlPlane,
@@ -181,13 +182,13 @@ pub(super) async fn gateway_fleet(ctx: &super::Ctx) -> Result<GatewayFleet> {
     let web = crate::fleet_kit::Upstream::start_on(SocketAddr::from(([127, 0, 0, 2], 0))).await?;
     let scale = crate::fleet_kit::Upstream::start_on(SocketAddr::from(([127, 0, 0, 3], 0))).await?;
     objects(&client, pods.agent_port(), SocketAddr::from(([127, 0, 0, 2], web.port)), scale.port).await?;
-    Ok(GatewayFleet { web, scale, pods, client, cp, ips })
+    Ok(GatewayFleet { web, _scale: scale, pods, client, cp, ips })
 }
 
 /// The port every pod binds for the Gateway's listener: the target port of the Service the
-/// controller makes for the Gateway.
-pub(super) async fn bind_port(client: &Client) -> Result<u16> {
-    let services: Api<Service> = Api::namespaced(client.clone(), NS);
+/// controller makes for the Gateway in the fleet's namespace `fleet_ns`.
+pub(super) async fn bind_port(client: &Client, fleet_ns: &str) -> Result<u16> {
+    let services: Api<Service> = Api::namespaced(client.clone(), fleet_ns);
     let name = haptic_render::gateway::service_name(NS, GATEWAY);
     let deadline = Instant::now() + DEADLINE;
     loop {
@@ -466,7 +467,7 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
     objects(&client, pods.agent_port(), SocketAddr::from(([127, 0, 0, 2], web.port)), scale_port).await?;
     let tmp = tempfile::Builder::new().prefix("haptic-bench-gw-").tempdir().map_err(BenchError::io("tempdir"))?;
     let ctl = Controller::start_kubernetes(&ctx.bin, tmp.path(), cp.kubeconfig(), NS, "edge")?;
-    let bind = bind_port(&client).await?;
+    let bind = bind_port(&client, NS).await?;
     wait_answering(&ips, bind, BASE_HOST, "/").await?;
     let base: BTreeSet<String> = (0..BASE_EPS).map(|k| scale_addr(k).to_string()).collect();
     let pids = match wait_serving(&pods, &backend("scale"), &base).await {

@@ -9,7 +9,9 @@
 //! with the first (a changed pid is a reload). The floor is the apiserver's own: each create's
 //! round trip. The controller's resident memory is read at the start and at the end.
 //!
-//! It must never send traffic anywhere but 127.0.0.0/8 nor leave a process behind.
+//! It runs on any route fleet (`route_fleet`: the local control plane, or the real
+//! cluster through `real_routes`), and must never send traffic anywhere but the fleet's HAProxy
+//! pods nor leave a process behind.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Instant;
@@ -17,10 +19,10 @@ use std::time::Instant;
 use haptic_e2e::net::http_request;
 
 use super::k8s_endpoints::apply;
-use super::k8s_gateway::{bind_port, gateway_fleet, route, wait_answering, workers, GatewayFleet};
+use super::k8s_gateway::{route, wait_answering};
+use super::route_fleet::{settled_workers, LocalRouteFleet, RouteFleet, Settle};
 use super::Ctx;
 use crate::error::{BenchError, Result};
-use crate::fleet_kit::Controller;
 use crate::proc_mem::{mib, rss};
 use crate::report::Row;
 use crate::stats::Samples;
@@ -66,34 +68,36 @@ async fn check_earlier(ips: &[Ipv4Addr], port: u16, made: usize, wrong: &mut Vec
     }
 }
 
-/// Runs `propagate_routes`.
+/// Runs `propagate_routes` on the local control plane.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
+    let fleet = LocalRouteFleet::start(ctx, Settle::Product).await?;
+    run_on(ctx, &fleet).await
+}
+
+/// Runs `propagate_routes` on `fleet`.
+pub(super) async fn run_on(ctx: &Ctx, fleet: &impl RouteFleet) -> Result<Vec<Row>> {
     let n = count(ctx)?;
-    let GatewayFleet { web, scale, pods, client, cp, ips } = gateway_fleet(ctx).await?;
-    let tmp =
-        tempfile::Builder::new().prefix("haptic-bench-propagate-").tempdir().map_err(BenchError::io("tempdir"))?;
-    let ctl = Controller::start_kubernetes_with_default_settle(&ctx.bin, tmp.path(), cp.kubeconfig(), super::k8s::NS)?;
-    let bind = bind_port(&client).await?;
-    wait_answering(&ips, bind, "base.gw.bench", "/").await?;
-    let start_pids = workers(&pods).await?;
-    let rss_start = rss(ctl.pid());
+    let (client, ips, bind) = (fleet.client(), fleet.ips(), fleet.bind());
+    let ctl = fleet.controller_pid().await?;
+    let start_pids = settled_workers(fleet).await?;
+    let rss_start = rss(ctl);
 
     let (mut took, mut creates, mut wrong, mut reloads) = (Samples::new(), Samples::new(), Vec::new(), 0);
     let t_run = Instant::now();
     for i in 0..n {
-        for ip in &ips {
+        for ip in ips {
             let a = get(*ip, bind, &host(i)).await;
             if a.0 != 404 {
                 wrong.push(format!("route {i} before its create: {ip} answered {a:?}, not 404"));
             }
         }
         let t = Instant::now();
-        apply(&client, route(&format!("p{i}"), &host(i), "/", "web")).await?;
+        apply(client, route(&format!("p{i}"), &host(i), "/", "web")).await?;
         creates.push_ms(t.elapsed());
-        took.push_ms(wait_answering(&ips, bind, &host(i), "/").await? - t);
+        took.push_ms(wait_answering(ips, bind, &host(i), "/").await? - t);
         if (i + 1) % CHECK_EVERY == 0 || i + 1 == n {
-            check_earlier(&ips, bind, i, &mut wrong).await;
-            let pids = workers(&pods).await?;
+            check_earlier(ips, bind, i, &mut wrong).await;
+            let pids = settled_workers(fleet).await?;
             if pids != start_pids {
                 reloads += 1;
                 wrong.push(format!("by route {i}: worker pids {start_pids:?} -> {pids:?} (a reload)"));
@@ -101,9 +105,7 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
         }
     }
     let run_s = t_run.elapsed().as_secs_f64();
-    let rss_end = rss(ctl.pid());
-    drop(ctl);
-    drop((web, scale, pods, cp));
+    let rss_end = rss(ctl);
 
     let mem = |b: Option<u64>| b.map_or_else(|| "?".into(), |b| format!("{:.0} MiB", mib(b)));
     let mut r = Row::repeated(CASE, "new route -> 200 on every pod", &ctx.label, &took, Some(&creates), "ms");
@@ -111,11 +113,11 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
     r.meets_goal =
         Some(took.p50().is_some_and(|v| v <= 300.0) && took.p99().is_some_and(|v| v <= 1000.0) && wrong.is_empty());
     r.add_note(format!(
-        "{n} HTTPRoutes added one at a time (each its own hostname to Service web), {} pods, the controller's default \
-         --settle 300ms / --endpoint-settle 50ms; each route 404 on every pod before its create; floor: the create's \
+        "{n} HTTPRoutes added one at a time (each its own hostname to Service web); {}; each route 404 on every pod \
+         before its create; floor: the create's \
          round trip; worker pids checked every {CHECK_EVERY} routes ({reloads} checks saw a reload), {CHECK_SAMPLE} earlier \
          routes asked on every pod at each check; the run took {run_s:.0} s; controller RSS {} at the start, {} at the end",
-        ips.len(),
+        fleet.describe(),
         mem(rss_start),
         mem(rss_end)
     ));

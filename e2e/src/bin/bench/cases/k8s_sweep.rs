@@ -11,8 +11,9 @@
 //! whole of the current change, the pods in turn; bounded by [`MAX_REQUESTS`] and [`MAX_LOAD`]).
 //!
 //! Every response must be the upstream's 200 and no pod may reload (worker pids). The steps go
-//! to `--sweep-json` for `sweep-plot`. It must never send traffic anywhere but 127.0.0.0/8 nor
-//! leave a process behind.
+//! to `--sweep-json` for `sweep-plot`. It runs on any route fleet (`route_fleet`: the local control plane, or the real
+//! cluster through `real_routes`), and must never send traffic anywhere but the fleet's HAProxy
+//! pods nor leave a process behind.
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -27,12 +28,12 @@ use haptic_render::gateway_api::HttpRoute;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject};
 use kube::Client;
 
-use super::k8s::{haproxy_mib, kerr, rounded, NS};
+use super::k8s::{kerr, rounded, NS};
 use super::k8s_endpoints::apply;
-use super::k8s_gateway::{bind_port, gateway_fleet, route, wait_answering, wait_status, workers, GatewayFleet};
+use super::k8s_gateway::{route, wait_answering, wait_status};
+use super::route_fleet::{settled_workers, LocalRouteFleet, RouteFleet, Settle};
 use super::Ctx;
 use crate::error::{BenchError, Result};
-use crate::fleet_kit::Controller;
 use crate::proc_mem::{mib, rss};
 use crate::report::Row;
 use crate::stats::Samples;
@@ -270,26 +271,29 @@ fn rows(ctx: &Ctx, steps: &[Step], timed: &[Samples], wrong: &[String], note: &s
     out.into_iter().map(|r| r.verified(wrong)).collect()
 }
 
-/// Runs `sweep`.
+/// Runs `sweep` on the local control plane.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
-    let counts = if ctx.quick { QUICK_STEPS } else { STEPS };
-    let GatewayFleet { web, scale, pods, client, cp, ips } = gateway_fleet(ctx).await?;
-    let tmp = tempfile::Builder::new().prefix("haptic-bench-sweep-").tempdir().map_err(BenchError::io("tempdir"))?;
-    let ctl = Controller::start_kubernetes_with_default_settle(&ctx.bin, tmp.path(), cp.kubeconfig(), NS)?;
-    let bind = bind_port(&client).await?;
-    wait_answering(&ips, bind, "base.gw.bench", "/").await?;
-    let start_pids = workers(&pods).await?;
+    let fleet = LocalRouteFleet::start(ctx, Settle::Product).await?;
+    run_on(ctx, &fleet).await
+}
 
-    let load = Load::start(&ips, bind, 0, counts.len());
+/// Runs `sweep` on `fleet`.
+pub(super) async fn run_on(ctx: &Ctx, fleet: &impl RouteFleet) -> Result<Vec<Row>> {
+    let counts = if ctx.quick { QUICK_STEPS } else { STEPS };
+    let (client, ips, bind) = (fleet.client(), fleet.ips(), fleet.bind());
+    let ctl = fleet.controller_pid().await?;
+    let start_pids = settled_workers(fleet).await?;
+
+    let load = Load::start(ips, bind, 0, counts.len());
     let (mut steps, mut timed, mut now) = (Vec::new(), Vec::new(), 0);
     let t_run = Instant::now();
     for (k, &to) in counts.iter().enumerate() {
-        let propagate_ms = step(&client, &ips, bind, &load, now, to).await?;
+        let propagate_ms = step(client, ips, bind, &load, now, to).await?;
         let direction = if to < now { Direction::Down } else { Direction::Up };
         now = to;
         let t = load.time_step(k).await?;
-        let controller_mib = rss(ctl.pid()).map_or(f64::NAN, mib);
-        let haproxy_mib = haproxy_mib(&pods).await?;
+        let controller_mib = rss(ctl).map_or(f64::NAN, mib);
+        let haproxy_mib = fleet.haproxy_mib().await?;
         let (p50_ms, p99_ms) = (t.p50().unwrap_or(f64::NAN), t.p99().unwrap_or(f64::NAN));
         steps.push(Step {
             direction,
@@ -305,9 +309,7 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
     }
     let run_s = t_run.elapsed().as_secs_f64();
     let answers = load.finish().await;
-    let pids = workers(&pods).await?;
-    drop(ctl);
-    drop((web, scale, pods, cp));
+    let pids = settled_workers(fleet).await?;
     write_steps(ctx, &steps)?;
 
     let total: u64 = answers.values().sum();
@@ -320,10 +322,10 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
         wrong.push(format!("worker pids {start_pids:?} -> {pids:?} (a reload)"));
     }
     let note = format!(
-        "{} steps over {HOSTS} hostnames, {} pods, {CLIENTS} clients (each request a new connection) sending {total} requests \
-         in {run_s:.0} s, {STEP_REQUESTS} timed per step; the controller's default settle windows",
+        "{} steps over {HOSTS} hostnames; {}; {CLIENTS} clients (each request a new connection) sending {total} requests \
+         in {run_s:.0} s, {STEP_REQUESTS} timed per step",
         counts.len(),
-        ips.len()
+        fleet.describe()
     );
     Ok(rows(ctx, &steps, &timed, &wrong, &note))
 }

@@ -16,8 +16,10 @@ pub mod k8s_sweep;
 pub mod new_backend;
 pub mod plan_diff;
 pub mod real_cluster;
+pub mod real_routes;
 pub mod regex_path;
 pub mod render_scale;
+pub mod route_fleet;
 pub mod tree50;
 
 use std::sync::Arc;
@@ -59,6 +61,9 @@ pub const ALL: &[&str] = &[
     "churn_routes",
     // Only when named (`--only real_cluster`): needs root and takes the machine's cluster.
     "real_cluster",
+    // Only when named (`--only real_routes`): needs root, takes the machine's cluster, and runs
+    // the route-scale cases there (with `churn_routes`' 15 minutes unless told otherwise).
+    "real_routes",
 ];
 
 /// What every case gets.

@@ -29,7 +29,8 @@ const CHANGES: usize = 5;
 /// for a reload slot.
 const SPACING: Duration = Duration::from_millis(2500);
 
-fn script(args: &[&str]) -> Result<Duration> {
+/// Runs `scripts/cluster.sh ARGS` with the images of this build's profile; how long it took.
+pub(super) fn script(args: &[&str]) -> Result<Duration> {
     let t = Instant::now();
     let out = Command::new(workspace_root().join("scripts/cluster.sh"))
         .args(args)
@@ -110,6 +111,27 @@ async fn standalone(ctx: &Ctx) -> Result<Samples> {
     Ok(s)
 }
 
+/// Refuses `case` unless this process runs as root (`scripts/cluster.sh` needs it).
+pub(super) fn require_root(case: &str) -> Result<()> {
+    let uid =
+        std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").map_err(BenchError::io("/proc/self"))?);
+    if uid != 0 {
+        return Err(BenchError::Unexpected(format!("{case} needs root (scripts/cluster.sh)")));
+    }
+    Ok(())
+}
+
+/// Connects to the cluster `scripts/cluster.sh` runs, with its chart values and our helm.
+pub(super) async fn connect() -> Result<RealCluster> {
+    let state = workspace_root().join("target/cluster");
+    let helm =
+        Command::new(workspace_root().join("scripts/install-helm.sh")).output().map_err(BenchError::io("helm"))?;
+    let helm = PathBuf::from(String::from_utf8_lossy(&helm.stdout).trim());
+    RealCluster::connect_with(RealCluster::local_provider(), &state.join("kubeconfig"), state.join("values.yaml"), helm)
+        .await
+        .map_err(|e| BenchError::Unexpected(e.to_string()))
+}
+
 async fn on_cluster() -> Result<(Vec<(&'static str, Duration)>, Samples)> {
     let mut times = Vec::new();
     script(&["down"])?;
@@ -122,13 +144,7 @@ async fn on_cluster() -> Result<(Vec<(&'static str, Duration)>, Samples)> {
     script(&["down"])?;
     times.push(("up_warm", script(&["up", "2"])?));
     times.push(("load", script(&["load"])?));
-    let kubeconfig = state.join("kubeconfig");
-    let helm =
-        Command::new(workspace_root().join("scripts/install-helm.sh")).output().map_err(BenchError::io("helm"))?;
-    let helm = PathBuf::from(String::from_utf8_lossy(&helm.stdout).trim());
-    let c = RealCluster::connect_with(RealCluster::local_provider(), &kubeconfig, state.join("values.yaml"), helm)
-        .await
-        .map_err(|e| BenchError::Unexpected(e.to_string()))?;
+    let c = connect().await?;
     let t = Instant::now();
     install_reading_config_map(&c).await.map_err(|e| BenchError::Unexpected(e.to_string()))?;
     times.push(("install", t.elapsed()));
@@ -160,12 +176,7 @@ async fn on_cluster() -> Result<(Vec<(&'static str, Duration)>, Samples)> {
 /// Runs the case (see the module doc).
 pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
     // /proc/self belongs to the process's effective uid.
-    let root =
-        std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").map_err(BenchError::io("/proc/self"))?)
-            == 0;
-    if !root {
-        return Err(BenchError::Unexpected("real_cluster needs root (scripts/cluster.sh)".into()));
-    }
+    require_root("real_cluster")?;
     let base = standalone(ctx).await?;
     let res = on_cluster().await;
     if res.is_err() {
