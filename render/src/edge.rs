@@ -173,8 +173,8 @@ impl Edge {
         out
     }
 
-    /// Lines for the `defaults` of `mode tcp` backends: the timeouts a backend uses (connect,
-    /// server, tunnel), without the HTTP ones and the HTTP log.
+    /// Lines for the `defaults` of `mode tcp` backends: the connect, client, server and tunnel
+    /// timeouts, without `timeout http-request` and the HTTP log.
     pub fn tcp_backend_defaults_lines(&self) -> Vec<String> {
         let t = &self.timeouts;
         vec![
