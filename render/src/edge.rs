@@ -154,14 +154,8 @@ impl Edge {
 
     /// Lines for the `defaults` section.
     pub fn defaults_lines(&self) -> Vec<String> {
-        let t = &self.timeouts;
-        let mut out = vec![
-            format!("timeout connect {}s", t.connect),
-            format!("timeout client {}s", t.client),
-            format!("timeout server {}s", t.server),
-            format!("timeout tunnel {}s", t.tunnel),
-            format!("timeout http-request {}s", t.http_request),
-        ];
+        let mut out = self.tcp_backend_defaults_lines();
+        out.push(format!("timeout http-request {}s", self.timeouts.http_request));
         match self.access_log {
             AccessLog::Off => {}
             AccessLog::Http => out.extend(["log global".to_string(), "option httplog".to_string()]),

@@ -22,7 +22,7 @@ use haptic_e2e::net::http_request;
 
 use super::k8s::{local_fleet, NS};
 use super::k8s_endpoints::apply;
-use super::k8s_gateway::{bind_port, objects, route, scale_addr, workers};
+use super::k8s_gateway::{bind_port, objects, route, scale_addr, workers, BASE_HOST};
 use super::Ctx;
 use crate::error::{BenchError, Result};
 use crate::fleet_kit::{Controller, Upstream};
@@ -30,8 +30,6 @@ use crate::report::Row;
 use crate::stats::Samples;
 
 const CASE: &str = "change_under_load";
-/// The route the load asks for (made by the setup, to Service `web`).
-const HOST: &str = "base.gw.bench";
 /// Retargets of route `base` (6 with `--quick`).
 const RETARGETS: usize = 20;
 /// Clients sending at once.
@@ -42,9 +40,9 @@ const MAX_LOAD: Duration = Duration::from_secs(300);
 /// How long one retarget may take to reach every pod.
 const DEADLINE: Duration = Duration::from_secs(60);
 
-/// `GET /` for [`HOST`] on `ip:port`: the status (0 when nothing answered) and the body.
+/// `GET /` for [`BASE_HOST`] on `ip:port`: the status (0 when nothing answered) and the body.
 async fn get(ip: Ipv4Addr, port: u16) -> (u16, String) {
-    let req = format!("GET / HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n");
+    let req = format!("GET / HTTP/1.1\r\nHost: {BASE_HOST}\r\nConnection: close\r\n\r\n");
     http_request(SocketAddr::from((ip, port)), &req).await.unwrap_or((0, String::new()))
 }
 
@@ -64,7 +62,7 @@ async fn wait_body(ips: &[Ipv4Addr], port: u16, body: &str) -> Result<Instant> {
             return Ok(Instant::now());
         }
         if Instant::now() > deadline {
-            return Err(BenchError::Timeout(format!("{HOST} never answered {body:?} on {left:?}")));
+            return Err(BenchError::Timeout(format!("{BASE_HOST} never answered {body:?} on {left:?}")));
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
@@ -142,7 +140,7 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
     for r in 0..n {
         let to = if r % 2 == 0 { "scale" } else { "web" };
         let t = Instant::now();
-        apply(&client, route("base", HOST, "/", to)).await?;
+        apply(&client, route("base", BASE_HOST, "/", to)).await?;
         patches.push_ms(t.elapsed());
         took.push_ms(wait_body(&ips, bind, to).await? - t);
     }

@@ -1,5 +1,5 @@
 //! `churn_routes`: [`NAMESPACES`] namespaces × [`ROUTES_PER_NS`] HTTPRoutes, each with its own
-//! Service (one endpoint, the bench's upstream), then [`CHURN`] of churn at [`OPS_PER_S`]
+//! Service (reaching the fleet's upstream), then [`CHURN`] of churn at [`OPS_PER_S`]
 //! changes a second, on the local control plane in the setup of `gateway_route` (etcd +
 //! kube-apiserver on loopback with the Gateway API CRDs, HAProxy pods run by the kubelet
 //! stand-in, the Gateway's listener taking routes from every namespace) with a real

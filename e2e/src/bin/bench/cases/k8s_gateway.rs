@@ -51,9 +51,9 @@ const CASE: &str = "gateway_route";
 const CLASS: &str = "haptic";
 pub(super) const GATEWAY: &str = "gw";
 /// The host of the route made at start (every pod answering it: the first render is deployed).
-const BASE_HOST: &str = "base.gw.bench";
+pub(super) const BASE_HOST: &str = "base.gw.bench";
 /// The host of the route to Service `scale`.
-const SCALE_HOST: &str = "scale.gw.bench";
+pub(super) const SCALE_HOST: &str = "scale.gw.bench";
 /// Ready endpoints of Service `scale` between scale events.
 const BASE_EPS: usize = 2;
 /// Ready endpoints each scale event adds.
@@ -108,12 +108,16 @@ fn slice(svc: &str, addrs: &[Ipv4Addr], port: u16) -> Value {
     slice_in(NS, svc, addrs, port)
 }
 
-/// The EndpointSlice of `svc` in `ns` standing for the upstreams on `addrs` and `port`.
+/// The EndpointSlice of `svc` in `ns` standing for the upstreams on `addrs` (loopback) and `port`.
 pub(super) fn slice_in(ns: &str, svc: &str, addrs: &[Ipv4Addr], port: u16) -> Value {
-    let eps: Vec<Value> = addrs
-        .iter()
-        .map(|a| json!({"addresses": [published(*a).to_string()], "conditions": {"ready": true}}))
-        .collect();
+    let published: Vec<Ipv4Addr> = addrs.iter().map(|a| published(*a)).collect();
+    slice_of(ns, svc, &published, port)
+}
+
+/// The EndpointSlice of `svc` in `ns`: ready endpoints `addrs` as they are, on `port`.
+pub(super) fn slice_of(ns: &str, svc: &str, addrs: &[Ipv4Addr], port: u16) -> Value {
+    let eps: Vec<Value> =
+        addrs.iter().map(|a| json!({"addresses": [a.to_string()], "conditions": {"ready": true}})).collect();
     json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
            "metadata": {"name": format!("{svc}-1"), "namespace": ns, "labels": {"kubernetes.io/service-name": svc}},
            "addressType": "IPv4", "ports": [{"name": "http", "port": port}], "endpoints": eps})
@@ -128,6 +132,13 @@ pub(super) fn route(name: &str, host: &str, path: &str, svc: &str) -> Value {
                                "backendRefs": [{"name": svc, "port": 80}]}]}})
 }
 
+/// Gateway [`GATEWAY`] of class [`CLASS`] in [`NS`], one HTTP listener on port 80.
+pub(super) fn gateway() -> Value {
+    json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+           "metadata": {"name": GATEWAY, "namespace": NS},
+           "spec": {"gatewayClassName": CLASS, "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}})
+}
+
 /// The class, the Gateway, Services `web` and `scale` with their slices and routes, and the
 /// HAProxyConfig rendering the class with the built-in template bound on each pod's `${POD_IP}`.
 pub(super) async fn objects(client: &Client, agent_port: u16, web: SocketAddr, scale_port: u16) -> Result<()> {
@@ -140,9 +151,7 @@ pub(super) async fn objects(client: &Client, agent_port: u16, web: SocketAddr, s
                "data": {"haproxy.cfg.j2": template()?}}),
         json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass", "metadata": {"name": CLASS},
                "spec": {"controllerName": GATEWAY_CONTROLLER}}),
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-               "metadata": {"name": GATEWAY, "namespace": NS},
-               "spec": {"gatewayClassName": CLASS, "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
+        gateway(),
         service("web"),
         slice("web", &[*web.ip()], web.port()),
         service("scale"),

@@ -30,9 +30,9 @@ use serde_json::{json, Value};
 
 use super::k8s::{kerr, NS};
 use super::k8s_endpoints::apply;
-use super::k8s_gateway::{bind_port, route, service_in, wait_answering, GATEWAY};
+use super::k8s_gateway::{bind_port, gateway, route, service_in, slice_of, wait_answering, BASE_HOST, SCALE_HOST};
 use super::real_cluster::{connect, require_root, script};
-use super::route_fleet::{RouteFleet, BASE_HOST};
+use super::route_fleet::RouteFleet;
 use super::Ctx;
 use crate::error::{BenchError, Result};
 use crate::proc_mem::{mib, pod_processes, rss};
@@ -102,8 +102,8 @@ async fn web_ips(client: &Client) -> Result<Vec<Ipv4Addr>> {
 }
 
 impl RealRouteFleet {
-    /// Installs the chart and the objects every case starts from; waits until every HAProxy
-    /// pod answers route `base`.
+    /// Installs the chart, the upstream, the Gateway and its Services; the routes every case
+    /// starts from are [`RealRouteFleet::reset`]'s.
     async fn start() -> Result<Self> {
         let cluster = connect().await?;
         cluster
@@ -114,10 +114,7 @@ impl RealRouteFleet {
         apply(&client, web_deployment()).await?;
         let web = web_ips(&client).await?;
         let mut fleet = Self { cluster, client, ips: Vec::new(), bind: 0, web };
-        let gateway = json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-               "metadata": {"name": GATEWAY, "namespace": NS},
-               "spec": {"gatewayClassName": "haptic", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}});
-        apply(&fleet.client, gateway).await?;
+        apply(&fleet.client, gateway()).await?;
         for svc in ["web", "scale"] {
             for obj in fleet.backend(NS, svc) {
                 apply(&fleet.client, obj).await?;
@@ -126,7 +123,6 @@ impl RealRouteFleet {
         fleet.ips =
             fleet.cluster.haproxy_pod_ips().await.map_err(cluster_err)?.iter().filter_map(|i| i.parse().ok()).collect();
         fleet.bind = bind_port(&fleet.client, NAMESPACE).await?;
-        fleet.reset().await?;
         Ok(fleet)
     }
 
@@ -140,7 +136,7 @@ impl RealRouteFleet {
             .await
             .map_err(kerr("delete HTTPRoutes"))?;
         apply(&self.client, route("base", BASE_HOST, "/", "web")).await?;
-        apply(&self.client, route("scale", "scale.gw.bench", "/", "scale")).await?;
+        apply(&self.client, route("scale", SCALE_HOST, "/", "scale")).await?;
         wait_answering(&self.ips, self.bind, BASE_HOST, "/").await?;
         Ok(())
     }
@@ -223,12 +219,7 @@ impl RouteFleet for RealRouteFleet {
     }
 
     fn backend(&self, ns: &str, svc: &str) -> Vec<Value> {
-        let eps: Vec<Value> =
-            self.web.iter().map(|a| json!({"addresses": [a.to_string()], "conditions": {"ready": true}})).collect();
-        let slice = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-               "metadata": {"name": format!("{svc}-1"), "namespace": ns, "labels": {"kubernetes.io/service-name": svc}},
-               "addressType": "IPv4", "ports": [{"name": "http", "port": WEB_PORT}], "endpoints": eps});
-        vec![service_in(ns, svc), slice]
+        vec![service_in(ns, svc), slice_of(ns, svc, &self.web, WEB_PORT)]
     }
 }
 

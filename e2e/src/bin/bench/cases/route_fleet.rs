@@ -10,20 +10,18 @@
 //! new Service reach the upstream. It must never send traffic, nor start or stop anything a
 //! case owns.
 
-use std::net::Ipv4Addr;
-use std::path::PathBuf;
-
 use kube::Client;
 use serde_json::Value;
+use std::net::Ipv4Addr;
 
 use super::k8s::{haproxy_mib, NS};
-use super::k8s_gateway::{bind_port, gateway_fleet, service_in, slice_in, wait_answering, workers, GatewayFleet};
+use super::k8s_gateway::{
+    bind_port, gateway_fleet, service_in, slice_in, wait_answering, workers, GatewayFleet, BASE_HOST,
+};
 use super::Ctx;
 use crate::error::{BenchError, Result};
 use crate::fleet_kit::{Controller, SETTLE};
 
-/// The host of the route `base` every fleet starts with.
-pub(super) const BASE_HOST: &str = "base.gw.bench";
 /// The routes every fleet starts with (`base`, `scale`).
 pub(super) const SETUP_ROUTES: u64 = 2;
 
@@ -74,10 +72,10 @@ impl LocalRouteFleet {
         let fleet = gateway_fleet(ctx).await?;
         let dir =
             tempfile::Builder::new().prefix("haptic-bench-routes-").tempdir().map_err(BenchError::io("tempdir"))?;
-        let kubeconfig: PathBuf = fleet.cp.kubeconfig().to_path_buf();
+        let kubeconfig = fleet.cp.kubeconfig();
         let ctl = match settle {
-            Settle::Product => Controller::start_kubernetes_with_default_settle(&ctx.bin, dir.path(), &kubeconfig, NS)?,
-            Settle::Bench => Controller::start_kubernetes(&ctx.bin, dir.path(), &kubeconfig, NS, "edge")?,
+            Settle::Product => Controller::start_kubernetes_with_default_settle(&ctx.bin, dir.path(), kubeconfig, NS)?,
+            Settle::Bench => Controller::start_kubernetes(&ctx.bin, dir.path(), kubeconfig, NS, "edge")?,
         };
         let bind = bind_port(&fleet.client, NS).await?;
         wait_answering(&fleet.ips, bind, BASE_HOST, "/").await?;
