@@ -1,15 +1,14 @@
 //! `change_under_load`: an HTTPRoute retargeted [`RETARGETS`] times between two Services under
-//! steady load, on the local control plane in the setup of `gateway_route` (etcd +
-//! kube-apiserver on loopback with the Gateway API CRDs, HAProxy pods run by the kubelet
-//! stand-in) with a real `haptic-controller run --kubernetes` at the product's default settle
-//! windows. Service `web`'s upstream answers `web`, Service `scale`'s two answer `scale`, so every
+//! steady load, on a route fleet (the local control plane with a real `haptic-controller run
+//! --kubernetes`, or the real cluster of `real_routes`) at the product's default settle windows.
+//! Service `web`'s upstream answers [`WEB_BODY`], Service [`ALT`]'s answers [`ALT_BODY`], so every
 //! response says which side served it. [`CLIENTS`] clients send requests for the route's host
 //! to the pods in turn (each a new connection, bounded by [`MAX_REQUESTS`] and [`MAX_LOAD`]) and
 //! count every response by status and body; each retarget is timed until every pod answers from
 //! the new side. The floor is the apiserver's own: each patch's round trip.
 //!
 //! Every response must be a 200 from one of the two sides, and no pod may reload (worker pids).
-//! It must never send traffic anywhere but 127.0.0.0/8 nor leave a process behind.
+//! It must never send traffic anywhere but the fleet's pods nor leave a process behind.
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -17,15 +16,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use haptic_e2e::k8s::install_gateway_crds;
 use haptic_e2e::net::http_request;
 
-use super::k8s::{local_fleet, NS};
 use super::k8s_endpoints::apply;
-use super::k8s_gateway::{bind_port, objects, route, scale_addr, workers, BASE_HOST};
+use super::k8s_gateway::{route, BASE_HOST};
+use super::route_fleet::{settled_workers, LocalRouteFleet, RouteFleet, Settle, ALT, ALT_BODY, WEB_BODY};
 use super::Ctx;
 use crate::error::{BenchError, Result};
-use crate::fleet_kit::{Controller, Upstream};
 use crate::report::Row;
 use crate::stats::Samples;
 
@@ -119,41 +116,38 @@ impl Drop for Load {
     }
 }
 
-/// Runs `change_under_load`.
+/// Runs `change_under_load` on the local control plane.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
-    let n = if ctx.quick { 6 } else { RETARGETS };
-    let (cp, client, pods) = local_fleet(ctx).await?;
-    install_gateway_crds(&client).await.map_err(|e| BenchError::Kubernetes(e.to_string()))?;
-    let ips: Vec<Ipv4Addr> = pods.names().iter().filter_map(|p| pods.ip(p)).collect();
-    let web = Upstream::start_answering(SocketAddr::from(([127, 0, 0, 2], 0)), "web").await?;
-    let first = Upstream::start_answering(SocketAddr::from((scale_addr(0), 0)), "scale").await?;
-    let second = Upstream::start_answering(SocketAddr::from((scale_addr(1), first.port)), "scale").await?;
-    objects(&client, pods.agent_port(), SocketAddr::from(([127, 0, 0, 2], web.port)), first.port).await?;
-    let tmp = tempfile::Builder::new().prefix("haptic-bench-change-").tempdir().map_err(BenchError::io("tempdir"))?;
-    let ctl = Controller::start_kubernetes_with_default_settle(&ctx.bin, tmp.path(), cp.kubeconfig(), NS)?;
-    let bind = bind_port(&client, NS).await?;
-    wait_body(&ips, bind, "web").await?;
-    let start_pids = workers(&pods).await?;
+    let mut fleet = LocalRouteFleet::start(ctx, Settle::Product).await?;
+    run_on(ctx, &mut fleet).await
+}
 
-    let load = Load::start(&ips, bind);
+/// Runs `change_under_load` on `fleet`: route `base` retargeted between Service `web` (answering
+/// [`WEB_BODY`]) and Service [`ALT`] (answering [`ALT_BODY`]).
+pub(super) async fn run_on(ctx: &Ctx, fleet: &mut impl RouteFleet) -> Result<Vec<Row>> {
+    let n = if ctx.quick { 6 } else { RETARGETS };
+    fleet.start_alt().await?;
+    let (client, ips, bind) = (fleet.client(), fleet.ips(), fleet.bind());
+    wait_body(ips, bind, WEB_BODY).await?;
+    let start_pids = settled_workers(&*fleet).await?;
+
+    let load = Load::start(ips, bind);
     let (mut took, mut patches) = (Samples::new(), Samples::new());
     for r in 0..n {
-        let to = if r % 2 == 0 { "scale" } else { "web" };
+        let (to, body) = if r % 2 == 0 { (ALT, ALT_BODY) } else { ("web", WEB_BODY) };
         let t = Instant::now();
-        apply(&client, route("base", BASE_HOST, "/", to)).await?;
+        apply(client, route("base", BASE_HOST, "/", to)).await?;
         patches.push_ms(t.elapsed());
-        took.push_ms(wait_body(&ips, bind, to).await? - t);
+        took.push_ms(wait_body(ips, bind, body).await? - t);
     }
     let counts = load.finish().await;
-    let pids = workers(&pods).await?;
-    drop(ctl);
-    drop((web, first, second, pods, cp));
+    let pids = settled_workers(&*fleet).await?;
 
     let total: u64 = counts.values().sum();
     let served = |b: &str| counts.get(&(200, b.to_string())).copied().unwrap_or(0);
     let mut wrong: Vec<String> = counts
         .iter()
-        .filter(|((code, body), _)| !(*code == 200 && (body == "web" || body == "scale")))
+        .filter(|((code, body), _)| !(*code == 200 && (body == WEB_BODY || body == ALT_BODY)))
         .map(|((code, body), k)| format!("{k} responses {code} {body:?}"))
         .collect();
     if pids != start_pids {
@@ -164,13 +158,14 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Row>> {
     r.goal = Some("100 % 2xx, 0 reloads".into());
     r.meets_goal = Some(wrong.is_empty());
     r.add_note(format!(
-        "route base retargeted {n} times between Service web and Service scale under {CLIENTS} clients sending to {} pods in turn \
-         (each request a new connection); the controller's default settle windows; {total} responses: {} from web, {} from scale, \
-         {} other; floor: the patch's round trip",
+        "route base retargeted {n} times between Service web and Service {ALT} under {CLIENTS} clients sending to {} pods in \
+         turn (each request a new connection); {}; {total} responses: {} from web, {} from {ALT}, {} other; floor: the \
+         patch's round trip",
         ips.len(),
-        served("web"),
-        served("scale"),
-        total - served("web") - served("scale")
+        fleet.describe(),
+        served(WEB_BODY),
+        served(ALT_BODY),
+        total - served(WEB_BODY) - served(ALT_BODY)
     ));
     Ok(vec![r.verified(&wrong)])
 }

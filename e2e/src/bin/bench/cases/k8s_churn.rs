@@ -33,7 +33,7 @@ use super::k8s_gateway::{wait_status, GATEWAY};
 use super::route_fleet::{settled_workers, LocalRouteFleet, RouteFleet, Settle};
 use super::Ctx;
 use crate::error::{BenchError, Result};
-use crate::proc_mem::{cpu_seconds, mib, rss};
+use crate::proc_mem::{cpu_seconds, mib, rss, rss_parts_note};
 use crate::report::Row;
 
 const CASE: &str = "churn_routes";
@@ -275,6 +275,7 @@ pub(super) async fn run_on(ctx: &Ctx, fleet: &impl RouteFleet) -> Result<Vec<Row
     tokio::time::sleep(REST).await;
     let rss_mib = || rss(ctl).map_or(f64::NAN, mib);
     let (start_mib, start_hap) = (rss_mib(), fleet.haproxy_mib().await?);
+    let start_parts = rss_parts_note(ctl);
 
     let creates = create(fleet, s).await?;
     let t = Instant::now();
@@ -300,6 +301,7 @@ pub(super) async fn run_on(ctx: &Ctx, fleet: &impl RouteFleet) -> Result<Vec<Row
     }
     tokio::time::sleep(REST).await;
     let (deleted_mib, deleted_hap) = (rss_mib(), fleet.haproxy_mib().await?);
+    let deleted_parts = rss_parts_note(ctl);
 
     let minute = samples.len().min(60);
     let first = mean(samples.iter().take(minute).map(|x| x.controller_mib));
@@ -317,7 +319,7 @@ pub(super) async fn run_on(ctx: &Ctx, fleet: &impl RouteFleet) -> Result<Vec<Row
          {SLOTS} server slots per backend; creates took {:.0} s, every route answering on every pod {:.1} s after the last; \
          churn {} s at {OPS_PER_S} changes/s (update, delete, create again), {reloads} pod(s) reloaded during it; controller RSS {start_mib:.1} MiB before the routes, \
          {full_mib:.1} at the full size, {after_churn:.1} at rest after the churn, {deleted_mib:.1} at rest after every route and \
-         Service was deleted; controller CPU {cpu:.0} % of one core during the churn; HAProxy RSS per pod (MiB) before {:?}, \
+         Service was deleted (before: {start_parts}; after deletion: {deleted_parts}); controller CPU {cpu:.0} % of one core during the churn; HAProxy RSS per pod (MiB) before {:?}, \
          at the full size {:?}, after deletion {:?}",
         s.namespaces,
         s.per_ns,

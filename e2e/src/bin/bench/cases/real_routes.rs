@@ -1,16 +1,16 @@
-//! `real_routes`: the route-scale cases (`attach_routes`, `propagate_routes`, `sweep`,
-//! `churn_routes`) on the real cluster of `scripts/cluster.sh`: one node (kubelet + containerd),
+//! `real_routes`: the route-scale cases (`attach_routes`, `propagate_routes`,
+//! `change_under_load`, `sweep`, `churn_routes`) on the real cluster of `scripts/cluster.sh`: one node (kubelet + containerd),
 //! our images loaded (this build's profile), the Gateway API standard CRDs, and the chart
 //! installed by helm with `gateway.enabled` (2 HAProxy pods, 2 controller replicas of which the
 //! Lease holder deploys, the product's settle windows, 2 server slots per backend). The
 //! upstream is a Deployment of 2 busybox `httpd` pods in namespace [`NS`] answering `ok` on every
-//! path the cases ask; each Service is headless with an EndpointSlice the case writes naming
+//! path the cases ask (`change_under_load` adds one answering `alt`); each Service is headless with an EndpointSlice the case writes naming
 //! those pods, so 5,000 Services need no more pods. Traffic goes to the HAProxy pods' own
 //! addresses on the Gateway's bind port, every pod asked. Memory is read from `/proc` of this
 //! machine (the containers are its processes): the Lease holder's controller process and each
 //! HAProxy pod's `haproxy` processes, found by their cgroup.
 //!
-//! `HAPTIC_BENCH_REAL_ROUTES` (comma-separated: `attach`, `propagate`, `sweep`, `churn`; default
+//! `HAPTIC_BENCH_REAL_ROUTES` (comma-separated: `attach`, `propagate`, `change`, `sweep`, `churn`; default
 //! all) picks the cases; `HAPTIC_BENCH_PROPAGATE_ROUTES` and `HAPTIC_BENCH_CHURN_SECS` size them
 //! as on the local control plane. Needs root; runs only when named (`--only real_routes`); takes
 //! the machine's one cluster down before and after, and must never touch a cluster it did not
@@ -32,7 +32,7 @@ use super::k8s::{kerr, NS};
 use super::k8s_endpoints::apply;
 use super::k8s_gateway::{bind_port, gateway, route, service_in, slice_of, wait_answering, BASE_HOST, SCALE_HOST};
 use super::real_cluster::{connect, require_root, script};
-use super::route_fleet::RouteFleet;
+use super::route_fleet::{RouteFleet, ALT, ALT_BODY, WEB_BODY};
 use super::Ctx;
 use crate::error::{BenchError, Result};
 use crate::proc_mem::{mib, pod_processes, rss};
@@ -41,6 +41,8 @@ use crate::report::Row;
 const CASE: &str = "real_routes";
 /// The upstream Deployment in [`NS`], its replicas and port.
 const WEB: &str = "web-ok";
+/// The Deployment (1 pod) behind Service [`ALT`].
+const ALT_WEB: &str = "web-alt";
 const WEB_REPLICAS: usize = 2;
 const WEB_PORT: u16 = 8000;
 /// The sweep's paths are `/r0` … `/r<SWEEP_PATHS - 1>`.
@@ -61,25 +63,27 @@ pub(super) struct RealRouteFleet {
     web: Vec<Ipv4Addr>,
 }
 
-/// The Deployment answering `ok` on `/`, `/a`, `/b` and every sweep path.
-fn web_deployment() -> Value {
-    let labels = json!({"app.kubernetes.io/name": WEB});
+/// Deployment `name` of `replicas` busybox `httpd` pods answering `body` on `/`, `/a`, `/b` and
+/// every sweep path.
+fn web_deployment(name: &str, body: &str, replicas: usize) -> Value {
+    let labels = json!({"app.kubernetes.io/name": name});
     let script = format!(
-        "mkdir -p /www; for f in index.html a b; do printf ok > /www/$f; done; i=0; \
-         while [ $i -lt {SWEEP_PATHS} ]; do printf ok > /www/r$i; i=$((i+1)); done; exec httpd -f -p {WEB_PORT} -h /www"
+        "mkdir -p /www; for f in index.html a b; do printf {body} > /www/$f; done; i=0; \
+         while [ $i -lt {SWEEP_PATHS} ]; do printf {body} > /www/r$i; i=$((i+1)); done; exec httpd -f -p {WEB_PORT} -h /www"
     );
-    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": WEB, "namespace": NS},
-           "spec": {"replicas": WEB_REPLICAS, "selector": {"matchLabels": labels}, "template": {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": NS},
+           "spec": {"replicas": replicas, "selector": {"matchLabels": labels}, "template": {
                "metadata": {"labels": labels},
                "spec": {"containers": [{"name": "httpd", "image": "localhost/haptic-e2e-web:1", "imagePullPolicy": "Never",
                                         "command": ["/bin/sh", "-c", script],
                                         "readinessProbe": {"tcpSocket": {"port": WEB_PORT}, "periodSeconds": 1}}]}}}})
 }
 
-/// Waits until [`WEB_REPLICAS`] upstream pods are ready; their addresses.
-async fn web_ips(client: &Client) -> Result<Vec<Ipv4Addr>> {
+/// Applies [`web_deployment`] and waits until its `replicas` pods are ready; their addresses.
+async fn start_web(client: &Client, name: &str, body: &str, replicas: usize) -> Result<Vec<Ipv4Addr>> {
+    apply(client, web_deployment(name, body, replicas)).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let lp = ListParams::default().labels(&format!("app.kubernetes.io/name={WEB}"));
+    let lp = ListParams::default().labels(&format!("app.kubernetes.io/name={name}"));
     let deadline = std::time::Instant::now() + READY;
     loop {
         let ready: Vec<Ipv4Addr> = pods
@@ -91,11 +95,11 @@ async fn web_ips(client: &Client) -> Result<Vec<Ipv4Addr>> {
             .filter(|p| haptic_e2e::cluster::real::pod_ready(p))
             .filter_map(|p| p.status.as_ref()?.pod_ip.as_ref()?.parse().ok())
             .collect();
-        if ready.len() == WEB_REPLICAS {
+        if ready.len() == replicas {
             return Ok(ready);
         }
         if std::time::Instant::now() > deadline {
-            return Err(BenchError::Timeout(format!("{WEB}: {} of {WEB_REPLICAS} pods ready", ready.len())));
+            return Err(BenchError::Timeout(format!("{name}: {} of {replicas} pods ready", ready.len())));
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -111,8 +115,7 @@ impl RealRouteFleet {
             .map_err(cluster_err)?;
         let client = cluster.client();
         apply(&client, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).await?;
-        apply(&client, web_deployment()).await?;
-        let web = web_ips(&client).await?;
+        let web = start_web(&client, WEB, WEB_BODY, WEB_REPLICAS).await?;
         let mut fleet = Self { cluster, client, ips: Vec::new(), bind: 0, web };
         apply(&fleet.client, gateway()).await?;
         for svc in ["web", "scale"] {
@@ -221,11 +224,19 @@ impl RouteFleet for RealRouteFleet {
     fn backend(&self, ns: &str, svc: &str) -> Vec<Value> {
         vec![service_in(ns, svc), slice_of(ns, svc, &self.web, WEB_PORT)]
     }
+
+    async fn start_alt(&mut self) -> Result<()> {
+        let alt = start_web(&self.client, ALT_WEB, ALT_BODY, 1).await?;
+        for obj in [service_in(NS, ALT), slice_of(NS, ALT, &alt, WEB_PORT)] {
+            apply(&self.client, obj).await?;
+        }
+        Ok(())
+    }
 }
 
-/// Which of the four cases run (`HAPTIC_BENCH_REAL_ROUTES`).
+/// Which of the cases run (`HAPTIC_BENCH_REAL_ROUTES`).
 fn wanted() -> Result<Vec<String>> {
-    let all = ["attach", "propagate", "sweep", "churn"];
+    let all = ["attach", "propagate", "change", "sweep", "churn"];
     let Ok(v) = std::env::var("HAPTIC_BENCH_REAL_ROUTES") else { return Ok(all.map(String::from).to_vec()) };
     let picked: Vec<String> = v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
     match picked.iter().find(|p| !all.contains(&p.as_str())) {
@@ -236,7 +247,7 @@ fn wanted() -> Result<Vec<String>> {
 
 /// The cases on the running cluster, each from a fleet with only routes `base` and `scale`.
 async fn on_cluster(ctx: &Ctx, which: &[String]) -> Result<Vec<Row>> {
-    let fleet = RealRouteFleet::start().await?;
+    let mut fleet = RealRouteFleet::start().await?;
     let mut ctx = ctx.clone();
     ctx.label = format!("{} (image, real cluster)", fleet.haproxy_version().await?);
     let (mut rows, mut failed) = (Vec::new(), Vec::new());
@@ -247,6 +258,7 @@ async fn on_cluster(ctx: &Ctx, which: &[String]) -> Result<Vec<Row>> {
             Ok(()) => match case.as_str() {
                 "attach" => super::k8s_attach::run_on(&ctx, &fleet).await,
                 "propagate" => super::k8s_propagate::run_on(&ctx, &fleet).await,
+                "change" => super::k8s_change::run_on(&ctx, &mut fleet).await,
                 "sweep" => super::k8s_sweep::run_on(&ctx, &fleet).await,
                 _ => super::k8s_churn::run_on(&ctx, &fleet).await,
             },

@@ -1,29 +1,38 @@
-//! The fleet the route-scale cases (`attach_routes`, `propagate_routes`, `sweep`,
-//! `churn_routes`) run on, as one trait: the local control plane with HAProxy pods run by the
-//! kubelet stand-in and the bench's own controller process ([`LocalRouteFleet`]), or the real
-//! cluster of `scripts/cluster.sh` with the chart installed by helm (`real_routes`). Either holds
+//! The fleet the route-scale cases (`attach_routes`, `propagate_routes`, `change_under_load`,
+//! `sweep`, `churn_routes`) run on, as one trait: the local control plane with HAProxy pods run
+//! by the kubelet stand-in and the bench's own controller process ([`LocalRouteFleet`]), or the
+//! real cluster of `scripts/cluster.sh` with the chart installed by helm (`real_routes`). Either holds
 //! the Gateway [`GATEWAY`] in [`NS`] with its HTTP listener, Services `web` and `scale` (each an
-//! upstream answering `ok`) and the routes `base` and `scale`.
+//! upstream answering `ok`) and the routes `base` and `scale`; on request a second upstream
+//! behind Service `alt`.
 //!
 //! Owns what a case asks of a fleet: the apiserver, the pods' addresses and bind port, worker
 //! pids, the deploying controller's process and HAProxy's memory, and the objects that make a
-//! new Service reach the upstream. It must never send traffic, nor start or stop anything a
-//! case owns.
+//! new Service reach the upstream, and the second upstream. It must never send traffic, nor
+//! start or stop anything a case owns.
 
 use kube::Client;
 use serde_json::Value;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddr};
 
 use super::k8s::{haproxy_mib, NS};
+use super::k8s_endpoints::apply;
 use super::k8s_gateway::{
     bind_port, gateway_fleet, service_in, slice_in, wait_answering, workers, GatewayFleet, BASE_HOST,
 };
 use super::Ctx;
 use crate::error::{BenchError, Result};
-use crate::fleet_kit::{Controller, SETTLE};
+use crate::fleet_kit::{Controller, Upstream, SETTLE};
 
 /// The routes every fleet starts with (`base`, `scale`).
 pub(super) const SETUP_ROUTES: u64 = 2;
+/// What the upstream of Services `web` and `scale` answers.
+pub(super) const WEB_BODY: &str = "ok";
+/// The Service of [`NS`] that [`RouteFleet::start_alt`] makes, and what its upstream answers.
+pub(super) const ALT: &str = "alt";
+pub(super) const ALT_BODY: &str = "alt";
+/// Where the local fleet's [`ALT`] upstream listens (the template writes 192.0.2.k as 127.0.0.k).
+const ALT_ADDR: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 250);
 
 /// What a route-scale case asks of the fleet it runs on.
 pub(super) trait RouteFleet {
@@ -45,6 +54,9 @@ pub(super) trait RouteFleet {
     async fn haproxy_mib(&self) -> Result<Vec<f64>>;
     /// The objects that make headless Service `svc` of `ns` (port 80) reach the upstream.
     fn backend(&self, ns: &str, svc: &str) -> Vec<Value>;
+    /// Starts a second upstream answering [`ALT_BODY`] and makes Service [`ALT`] of [`NS`] reach
+    /// it; it serves until the fleet is dropped.
+    async fn start_alt(&mut self) -> Result<()>;
 }
 
 /// The product's settle windows, or the bench's short one.
@@ -63,6 +75,7 @@ pub(super) struct LocalRouteFleet {
     fleet: GatewayFleet,
     bind: u16,
     settle: Settle,
+    alt: Option<Upstream>,
     _dir: tempfile::TempDir,
 }
 
@@ -79,7 +92,7 @@ impl LocalRouteFleet {
         };
         let bind = bind_port(&fleet.client, NS).await?;
         wait_answering(&fleet.ips, bind, BASE_HOST, "/").await?;
-        Ok(Self { ctl, fleet, bind, settle, _dir: dir })
+        Ok(Self { ctl, fleet, bind, settle, alt: None, _dir: dir })
     }
 }
 
@@ -127,6 +140,15 @@ impl RouteFleet for LocalRouteFleet {
 
     fn backend(&self, ns: &str, svc: &str) -> Vec<Value> {
         vec![service_in(ns, svc), slice_in(ns, svc, &[Ipv4Addr::new(127, 0, 0, 2)], self.fleet.web.port)]
+    }
+
+    async fn start_alt(&mut self) -> Result<()> {
+        let up = Upstream::start_answering(SocketAddr::from((ALT_ADDR, 0)), ALT_BODY).await?;
+        for obj in [service_in(NS, ALT), slice_in(NS, ALT, &[ALT_ADDR], up.port)] {
+            apply(&self.fleet.client, obj).await?;
+        }
+        self.alt = Some(up);
+        Ok(())
     }
 }
 
