@@ -216,6 +216,11 @@ where
             }
             watcher::Event::Delete(o) => {
                 self.seen.remove(&ObjectRef::from_obj(o));
+                // A hash map keeps its room after removals (see [`Room`]): give it back once
+                // the map is mostly empty.
+                if self.seen.capacity() >= COMPACT_FROM && self.seen.len().saturating_mul(4) < self.seen.capacity() {
+                    self.seen.shrink_to_fit();
+                }
                 true
             }
             watcher::Event::Init => {
@@ -242,22 +247,78 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: std::hash::Hash + Eq + Clone + Default,
 {
-    let (reader, writer) = reflector::store();
-    let mut stream =
-        watcher(api, cfg).default_backoff().modify(|o| o.meta_mut().managed_fields = None).reflect(writer).boxed();
+    let (reader, mut writer) = reflector::store();
+    let store = reader.clone();
+    let mut stream = watcher(api, cfg).default_backoff().modify(|o| o.meta_mut().managed_fields = None).boxed();
     tokio::spawn(async move {
+        let mut room = Room::default();
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
                 ev = stream.next() => match ev {
                     None => return,
                     Some(Err(e)) => warn!("watching {what}: {e}"),
-                    Some(Ok(ev)) => if is_change(&ev) && changes.unbounded_send(kind).is_err() { return },
+                    Some(Ok(ev)) => {
+                        writer.apply_watcher_event(&ev);
+                        if room.outgrown(&ev, store.len()) {
+                            rebuild(&mut writer, &store);
+                        }
+                        if is_change(&ev) && changes.unbounded_send(kind).is_err() {
+                            return;
+                        }
+                    }
                 },
             }
         }
     });
     reader
+}
+
+/// The fewest objects a store must once have held before it is rebuilt smaller: below that its
+/// map's spare room is a few KiB.
+const COMPACT_FROM: usize = 256;
+
+/// When a store's map has too much room. A hash map keeps the room of the most it ever held
+/// after its objects are deleted: after 5,000 routes and their Services and EndpointSlices were
+/// deleted, the stores' empty tables were half of the controller's live heap (840 KiB each,
+/// heaptrack). Tracks the most a store held since it was last built; once it holds under a
+/// quarter of that, it is due to be rebuilt at its present size. Each rebuild copies the objects
+/// left, fewer than a third of those deleted since the last one.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Room {
+    peak: usize,
+}
+
+impl Room {
+    /// Whether the store, holding `len` objects after `ev`, is due to be rebuilt. Only after a
+    /// deletion: that is the only event that shrinks a store, and never comes while a list is
+    /// being read (whose objects wait in the writer's buffer, which a rebuild would discard). A
+    /// list builds the store anew.
+    fn outgrown<K>(&mut self, ev: &watcher::Event<K>, len: usize) -> bool {
+        match ev {
+            watcher::Event::InitDone => self.peak = len,
+            watcher::Event::Delete(_) if self.peak >= COMPACT_FROM && len.saturating_mul(4) < self.peak => {
+                self.peak = len;
+                return true;
+            }
+            _ => self.peak = self.peak.max(len),
+        }
+        false
+    }
+}
+
+/// Builds `store` anew from its own objects, as a list would: the reader sees the old map until
+/// the new one replaces it whole.
+fn rebuild<K>(writer: &mut reflector::store::Writer<K>, store: &Store<K>)
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone,
+{
+    writer.apply_watcher_event(&watcher::Event::Init);
+    for o in store.state() {
+        writer.apply_watcher_event(&watcher::Event::InitApply(K::clone(&o)));
+    }
+    writer.apply_watcher_event(&watcher::Event::InitDone);
 }
 
 /// A digest of everything in `o` but its status and resourceVersion: equal for two versions of
@@ -286,9 +347,95 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::fingerprint;
+    use super::{fingerprint, rebuild, Room, COMPACT_FROM};
     use haptic_render::gateway_api::HttpRoute;
+    use k8s_openapi::api::core::v1::Service;
+    use kube::runtime::reflector::{self, ObjectRef};
+    use kube::runtime::watcher::Event;
+    use proptest::prelude::*;
     use serde_json::json;
+
+    fn service(k: usize) -> Service {
+        serde_json::from_value(json!({"metadata": {"name": format!("s{k}"), "namespace": "a"}})).unwrap()
+    }
+
+    /// What a watch can say to a store, for the property test.
+    #[derive(Debug, Clone, Copy)]
+    enum Op {
+        Add(usize),
+        Delete(usize),
+        Relist,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (1usize..600).prop_map(Op::Add),
+            4 => (1usize..600).prop_map(Op::Delete),
+            1 => Just(Op::Relist),
+        ]
+    }
+
+    #[test]
+    fn a_store_is_rebuilt_with_every_object_it_holds_once_under_a_quarter_of_its_peak() {
+        let (reader, mut writer) = reflector::store::<Service>();
+        let mut room = Room::default();
+        writer.apply_watcher_event(&Event::Init);
+        writer.apply_watcher_event(&Event::InitDone);
+        for k in 0..1000 {
+            writer.apply_watcher_event(&Event::Apply(service(k)));
+            assert!(!room.outgrown(&Event::Apply(service(k)), reader.len()));
+        }
+        let mut rebuilt_at = Vec::new();
+        for k in 0..1000 {
+            let ev = Event::Delete(service(k));
+            writer.apply_watcher_event(&ev);
+            if room.outgrown(&ev, reader.len()) {
+                rebuild(&mut writer, &reader);
+                rebuilt_at.push(reader.len());
+            }
+        }
+        // 1000 -> 249 (under a quarter), then 249 is under COMPACT_FROM: no more.
+        assert_eq!(rebuilt_at, vec![249]);
+        assert!(reader.is_empty());
+
+        // A rebuild keeps every object the store holds, and the store serves them after it.
+        for k in 0..300 {
+            writer.apply_watcher_event(&Event::Apply(service(k)));
+        }
+        rebuild(&mut writer, &reader);
+        assert_eq!(reader.len(), 300);
+        for k in 0..300 {
+            assert!(reader.get(&ObjectRef::new(&format!("s{k}")).within("a")).is_some(), "s{k} lost");
+        }
+    }
+
+    proptest! {
+        /// Rebuilds copy at most a third of the objects deleted (amortised O(1) per event), come
+        /// only after a deletion, and a store that once held `COMPACT_FROM` or more never stays
+        /// under a quarter of its peak since the last list or rebuild.
+        #[test]
+        fn rebuilds_cost_at_most_a_third_of_the_deletions(ops in proptest::collection::vec(op(), 1..60)) {
+            let mut room = Room::default();
+            let (mut len, mut deleted, mut copied, mut peak) = (0usize, 0usize, 0usize, 0usize);
+            for op in ops {
+                let (ev, now) = match op {
+                    Op::Add(n) => (Event::Apply(()), len + n),
+                    Op::Delete(n) => (Event::Delete(()), len.saturating_sub(n)),
+                    Op::Relist => (Event::InitDone, len),
+                };
+                deleted += len - now.min(len);
+                len = now;
+                peak = if matches!(op, Op::Relist) { len } else { peak.max(len) };
+                if room.outgrown(&ev, len) {
+                    prop_assert!(matches!(op, Op::Delete(_)));
+                    copied += len;
+                    peak = len;
+                }
+                prop_assert!(peak < COMPACT_FROM || len * 4 >= peak, "{len} of a peak of {peak}");
+            }
+            prop_assert!(copied * 3 <= deleted, "copied {copied} for {deleted} deleted");
+        }
+    }
 
     fn route(v: serde_json::Value) -> HttpRoute {
         serde_json::from_value(v).unwrap()
