@@ -1,20 +1,22 @@
 //! `real_routes`: the route-scale cases (`attach_routes`, `propagate_routes`,
-//! `change_under_load`, `sweep`, `churn_routes`) on the real cluster of `scripts/cluster.sh`: one node (kubelet + containerd),
-//! our images loaded (this build's profile), the Gateway API standard CRDs, and the chart
-//! installed by helm with `gateway.enabled` (2 HAProxy pods, 2 controller replicas of which the
-//! Lease holder deploys, the product's settle windows, 2 server slots per backend). The
-//! upstream is a Deployment of 2 busybox `httpd` pods in namespace [`NS`] answering `ok` on every
-//! path the cases ask (`change_under_load` adds one answering `alt`); each Service is headless with an EndpointSlice the case writes naming
-//! those pods, so 5,000 Services need no more pods. Traffic goes to the HAProxy pods' own
-//! addresses on the Gateway's bind port, every pod asked. Memory is read from `/proc` of this
-//! machine (the containers are its processes): the Lease holder's controller process and each
-//! HAProxy pod's `haproxy` processes, found by their cgroup.
+//! `change_under_load`, `sweep`, `churn_routes`) on the real cluster of `scripts/cluster.sh`: one
+//! node (kubelet + containerd), our images loaded (this build's profile), the Gateway API
+//! standard CRDs, and the chart installed by helm with `gateway.enabled` (2 HAProxy pods, 2
+//! controller replicas of which the Lease holder deploys, the product's settle windows, 2 server
+//! slots per backend). The upstream is a Deployment of 2 busybox `httpd` pods in namespace
+//! [`NS`] answering `ok` on every path the cases ask (`change_under_load` adds one answering
+//! `alt`); each Service is headless with an EndpointSlice the case writes naming those pods, so
+//! 5,000 Services need no more pods. Traffic goes to the HAProxy pods' own addresses on the
+//! Gateway's bind port, every pod asked. Memory is read from `/proc` of this machine (the
+//! containers are its processes): the Lease holder's controller process and each HAProxy pod's
+//! `haproxy` processes, found by their cgroup.
 //!
-//! `HAPTIC_BENCH_REAL_ROUTES` (comma-separated: `attach`, `propagate`, `change`, `sweep`, `churn`; default
-//! all) picks the cases; `HAPTIC_BENCH_PROPAGATE_ROUTES` and `HAPTIC_BENCH_CHURN_SECS` size them
-//! as on the local control plane. Needs root; runs only when named (`--only real_routes`); takes
-//! the machine's one cluster down before and after, and must never touch a cluster it did not
-//! start nor send traffic outside this machine and the cluster's pods.
+//! `HAPTIC_BENCH_REAL_ROUTES` (comma-separated: `attach`, `propagate`, `change`, `sweep`,
+//! `churn`; default all) picks the cases; `HAPTIC_BENCH_PROPAGATE_ROUTES` and
+//! `HAPTIC_BENCH_CHURN_SECS` size them as on the local control plane. Needs root; runs only when
+//! named (`--only real_routes`); takes the machine's one cluster down before and after, and must
+//! never touch a cluster it did not start nor send traffic outside this machine and the cluster's
+//! pods.
 
 use std::net::Ipv4Addr;
 use std::time::Duration;
