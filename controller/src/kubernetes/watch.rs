@@ -216,9 +216,8 @@ where
             }
             watcher::Event::Delete(o) => {
                 self.seen.remove(&ObjectRef::from_obj(o));
-                // A hash map keeps its room after removals (see [`Room`]): give it back once
-                // the map is mostly empty.
-                if self.seen.capacity() >= COMPACT_FROM && self.seen.len().saturating_mul(4) < self.seen.capacity() {
+                // A hash map keeps its room after removals (see [`Room`]).
+                if mostly_empty(self.seen.len(), self.seen.capacity()) {
                     self.seen.shrink_to_fit();
                 }
                 true
@@ -278,13 +277,19 @@ where
 /// map's spare room is a few KiB.
 const COMPACT_FROM: usize = 256;
 
+/// Whether a map holding `len` entries with room for `room` (or a store that held `room` at
+/// most) should be made smaller: it once held [`COMPACT_FROM`] or more and holds under a quarter.
+fn mostly_empty(len: usize, room: usize) -> bool {
+    room >= COMPACT_FROM && len.saturating_mul(4) < room
+}
+
 /// When a store's map has too much room. A hash map keeps the room of the most it ever held
 /// after its objects are deleted: after 5,000 routes and their Services and EndpointSlices were
 /// deleted, the stores' empty tables were half of the controller's live heap (840 KiB each,
 /// heaptrack). Tracks the most a store held since it was last built; once it holds under a
 /// quarter of that, it is due to be rebuilt at its present size. Each rebuild copies the objects
 /// left, fewer than a third of those deleted since the last one.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default)]
 struct Room {
     peak: usize,
 }
@@ -297,7 +302,7 @@ impl Room {
     fn outgrown<K>(&mut self, ev: &watcher::Event<K>, len: usize) -> bool {
         match ev {
             watcher::Event::InitDone => self.peak = len,
-            watcher::Event::Delete(_) if self.peak >= COMPACT_FROM && len.saturating_mul(4) < self.peak => {
+            watcher::Event::Delete(_) if mostly_empty(len, self.peak) => {
                 self.peak = len;
                 return true;
             }

@@ -43,10 +43,10 @@ use crate::report::Row;
 const CASE: &str = "real_routes";
 /// The upstream Deployment in [`NS`], its replicas and port.
 const WEB: &str = "web-ok";
-/// The Deployment (1 pod) behind Service [`ALT`].
-const ALT_WEB: &str = "web-alt";
 const WEB_REPLICAS: usize = 2;
 const WEB_PORT: u16 = 8000;
+/// The Deployment (1 pod, on [`WEB_PORT`]) behind Service [`ALT`].
+const ALT_WEB: &str = "web-alt";
 /// The sweep's paths are `/r0` … `/r<SWEEP_PATHS - 1>`.
 const SWEEP_PATHS: usize = 1000;
 /// How long the upstream pods may take to be ready.

@@ -1,10 +1,10 @@
 //! The fleet the route-scale cases (`attach_routes`, `propagate_routes`, `change_under_load`,
 //! `sweep`, `churn_routes`) run on, as one trait: the local control plane with HAProxy pods run
 //! by the kubelet stand-in and the bench's own controller process ([`LocalRouteFleet`]), or the
-//! real cluster of `scripts/cluster.sh` with the chart installed by helm (`real_routes`). Either holds
-//! the Gateway [`GATEWAY`] in [`NS`] with its HTTP listener, Services `web` and `scale` (each an
-//! upstream answering `ok`) and the routes `base` and `scale`; on request a second upstream
-//! behind Service `alt`.
+//! real cluster of `scripts/cluster.sh` with the chart installed by helm (`real_routes`). Either
+//! holds the Gateway [`GATEWAY`] in [`NS`] with its HTTP listener, Services `web` and `scale`
+//! (each an upstream answering `ok`) and the routes `base` and `scale`; on request a second
+//! upstream behind Service `alt`.
 //!
 //! Owns what a case asks of a fleet: the apiserver, the pods' addresses and bind port, worker
 //! pids, the deploying controller's process and HAProxy's memory, and the objects that make a
@@ -28,8 +28,9 @@ use crate::fleet_kit::{Controller, Upstream, SETTLE};
 pub(super) const SETUP_ROUTES: u64 = 2;
 /// What the upstream of Services `web` and `scale` answers.
 pub(super) const WEB_BODY: &str = "ok";
-/// The Service of [`NS`] that [`RouteFleet::start_alt`] makes, and what its upstream answers.
+/// The Service of [`NS`] that [`RouteFleet::start_alt`] makes.
 pub(super) const ALT: &str = "alt";
+/// What the upstream of Service [`ALT`] answers.
 pub(super) const ALT_BODY: &str = "alt";
 /// Where the local fleet's [`ALT`] upstream listens (the template writes 192.0.2.k as 127.0.0.k).
 const ALT_ADDR: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 250);
