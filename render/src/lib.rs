@@ -15,6 +15,7 @@
 
 pub mod edge;
 pub mod maps;
+pub mod mirror;
 pub mod model;
 pub mod names;
 pub mod narrow;
@@ -104,8 +105,8 @@ pub fn render_model(
     Ok(Render { files, verdicts, slots, certificates: certificates(model) })
 }
 
-/// The files of a Model but `haproxy.cfg`: its maps and certificates. None of them depends on
-/// the Model's backends.
+/// The files of a Model but `haproxy.cfg`: its maps, certificates and the mirror's script. None
+/// of them depends on the Model's backends.
 fn model_files(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, RenderError> {
     let mut files = maps::build(model)?;
     for cert in model.certs.iter().chain(&model.upstream_certs) {
@@ -113,6 +114,9 @@ fn model_files(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, RenderError> 
     }
     if let Some(d) = &model.edge.default_certificate {
         files.insert(edge::DEFAULT_CERTIFICATE_PATH.to_string(), d.pem.clone());
+    }
+    if model.policies.iter().any(|p| !p.policy.mirrors.is_empty()) {
+        files.insert(mirror::SCRIPT_PATH.to_string(), mirror::SCRIPT.as_bytes().to_vec());
     }
     Ok(files)
 }

@@ -715,6 +715,18 @@ pub struct Policy {
     /// Backend responses with these statuses (400–599, sorted, distinct) are replaced by
     /// HAProxy's own response with the same status (`custom-http-errors`).
     pub error_pages: Vec<u16>,
+    /// Copies of the request sent to other backends, their answers dropped.
+    pub mirrors: Vec<Mirror>,
+}
+
+/// A copy of a rule's request (as its backend gets it: after the header, Host and path changes)
+/// sent to another backend without waiting for it; what that backend answers is dropped.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Mirror {
+    /// The backend the copy goes to (a backend of the Model).
+    pub backend: String,
+    /// The share of requests copied, `numerator` out of `denominator` (`None`: every request).
+    pub share: Option<(u32, u32)>,
 }
 
 /// An origin CORS allows.
@@ -795,6 +807,7 @@ impl Policy {
             limit,
             auth,
             error_pages,
+            mirrors,
         } = self;
         allow.is_none()
             && deny.is_empty()
@@ -811,6 +824,7 @@ impl Policy {
             && limit.is_none()
             && auth.is_none()
             && error_pages.is_empty()
+            && mirrors.is_empty()
     }
 }
 
@@ -913,7 +927,7 @@ mod tests {
     #[test]
     fn a_policy_is_empty_exactly_when_it_is_the_default() {
         assert!(Policy::default().is_empty());
-        let set: [fn(&mut Policy); 8] = [
+        let set: [fn(&mut Policy); 9] = [
             |p| p.deny.push(Cidr { addr: IpAddr::from([10, 0, 0, 0]), len: 8 }),
             |p| p.https_redirect = true,
             |p| p.max_body = Some(1),
@@ -922,6 +936,7 @@ mod tests {
             |p| p.timeout_ms = Some(1),
             |p| p.response_headers.add.push(("x".into(), "y".into())),
             |p| p.error_pages.push(503),
+            |p| p.mirrors.push(Mirror { backend: "b".into(), share: None }),
         ];
         for f in set {
             let mut p = Policy::default();

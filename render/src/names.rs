@@ -131,6 +131,8 @@ names! {
         Terminate => "term",
         /// The port the client used, for `X-Forwarded-Port`: the Host header's, else the scheme's.
         ClientPort => "cport",
+        /// The backend a mirrored copy of a request goes to, in the mirror frontend.
+        Mirror => "mirror",
     }
 }
 

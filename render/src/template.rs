@@ -95,6 +95,19 @@ struct View<'a> {
     regex_lookup: String,
     /// The edge's lines ([`crate::edge`]).
     edge: EdgeView,
+    /// The mirror's script and frontend, when some policy mirrors requests.
+    mirror: Option<MirrorView>,
+}
+
+/// Where the mirror's script is and where its frontend listens ([`crate::mirror`]).
+#[derive(Serialize)]
+struct MirrorView {
+    /// The script's path, quoted.
+    lua: String,
+    /// The environment variable naming the socket to the script.
+    env: &'static str,
+    /// `abns@…`, quoted.
+    socket: String,
 }
 
 /// The lines of [`crate::edge::Edge`], by section.
@@ -277,6 +290,15 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
             tcp_defaults: model.edge.tcp_backend_defaults_lines(),
             frontend: model.edge.frontend_lines(),
             stats: model.edge.stats.map(|a| config_arg(&a.to_string())).transpose()?,
+        },
+        mirror: if model.policies.iter().any(|p| !p.policy.mirrors.is_empty()) {
+            Some(MirrorView {
+                lua: config_arg(crate::mirror::SCRIPT_PATH)?,
+                env: crate::mirror::SOCKET_ENV,
+                socket: config_arg(&crate::mirror::socket(model))?,
+            })
+        } else {
+            None
         },
     })
 }
@@ -792,6 +814,9 @@ pub(crate) fn policy_lines_of(id: &str, p: &Policy) -> Result<Vec<String>, Rende
     }
     if let Some(r) = &p.path_rewrite {
         out.extend(path_rewrite_lines(r, &when)?);
+    }
+    for m in &p.mirrors {
+        out.extend(crate::mirror::line(m, &when)?);
     }
     Ok(out)
 }

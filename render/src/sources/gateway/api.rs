@@ -739,6 +739,34 @@ pub struct HttpRouteFilter {
     /// `CORS`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cors: Option<HttpCorsFilter>,
+    /// `RequestMirror`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_mirror: Option<HttpRequestMirrorFilter>,
+}
+
+/// A RequestMirror filter: where copies of the requests go, and how many of them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRequestMirrorFilter {
+    /// The Service port the copies go to (its weight and filters are not read).
+    pub backend_ref: HttpBackendRef,
+    /// The percentage of requests copied (0–100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percent: Option<i32>,
+    /// The fraction of requests copied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fraction: Option<Fraction>,
+}
+
+/// `requestMirror.fraction`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Fraction {
+    /// Numerator.
+    pub numerator: i32,
+    /// Denominator (the API's default: 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub denominator: Option<i32>,
 }
 
 /// A CORS filter.

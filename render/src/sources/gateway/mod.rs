@@ -92,6 +92,9 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRoutePathRewrite",
     "HTTPRoutePortRedirect",
     "HTTPRouteQueryParamMatching",
+    "HTTPRouteRequestMirror",
+    "HTTPRouteRequestMultipleMirrors",
+    "HTTPRouteRequestPercentageMirror",
     "HTTPRouteRequestTimeout",
     "HTTPRouteResponseHeaderModification",
     "HTTPRouteSchemeRedirect",
@@ -566,6 +569,9 @@ struct Resolved {
     /// Every ref with a weight, in order: its backend (None: invalid or missing, answered
     /// with 500), weight and own request header operations.
     each: Vec<(Option<String>, u32, HeaderOps)>,
+    /// The backends the rule's requests are copied to: (backend name, endpoints, how it is
+    /// spoken to).
+    mirrors: Vec<(String, Vec<Endpoint>, Speaks)>,
 }
 
 /// The Gateways of the class with their validated listeners and bind ports, and the indexes
@@ -1048,10 +1054,27 @@ fn compile_filters(filters: &[HttpRouteFilter], prefix: Option<usize>) -> Result
                 }
                 a.path_rewrite = u.path.as_ref().map(|p| path_modifier(p, prefix)).transpose()?;
             }
+            // Its backend is resolved with the rule's own ([`routes`]).
+            FilterType::RequestMirror => {}
             other => return Err(format!("filter {other} is not supported")),
         }
     }
     Ok(a)
+}
+
+/// The share of requests a RequestMirror filter copies, `numerator` out of `denominator`
+/// (`None`: every request).
+fn mirror_share(m: &HttpRequestMirrorFilter) -> Result<Option<(u32, u32)>, String> {
+    let (n, d) = match (m.percent, &m.fraction) {
+        (Some(_), Some(_)) => return Err("percent and fraction are exclusive".into()),
+        (None, None) => return Ok(None),
+        (Some(p), None) => (p, 100),
+        (None, Some(f)) => (f.numerator, f.denominator.unwrap_or(100)),
+    };
+    match (u32::try_from(n), u32::try_from(d)) {
+        (Ok(n), Ok(d)) if d > 0 && n <= d => Ok((n < d).then_some((n, d))),
+        _ => Err(format!("a share of {n} in {d} is not a fraction of the requests")),
+    }
 }
 
 /// A set of objects as one YAML or JSON document lists them (`gateways`, `listenerSets`, `routes`, `grpcRoutes`,

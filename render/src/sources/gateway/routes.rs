@@ -17,12 +17,12 @@ use super::api::*;
 use super::backend_tls::Applied;
 use super::{
     claimed_by, compile_filters, compile_match, cond, duration_ms, granted, header_ops, intersect, labels_match,
-    merge_ops, port_key, rule_backend, stable_id, Attached, Candidate, GatewayOutput, Gateways, Parent, ParentStatus,
-    Resolved, RouteOutcome, Speaks,
+    merge_ops, mirror_share, port_key, rule_backend, stable_id, Attached, Candidate, GatewayOutput, Gateways, Parent,
+    ParentStatus, Resolved, RouteOutcome, Speaks,
 };
 use crate::model::{
-    Cause, HeaderOps, HostMatch, ObjectRef, PathKind, PathRewrite, Policy, Protocol, Redirect, Refusal, RuleId, Split,
-    Verdict, ERROR_500,
+    Cause, HeaderOps, HostMatch, Mirror, ObjectRef, PathKind, PathRewrite, Policy, Protocol, Redirect, Refusal, RuleId,
+    Split, Verdict, ERROR_500,
 };
 use crate::ownership::{claim_in_age_order, shown, Claimant, HostSharing};
 use crate::slots::Endpoint;
@@ -157,9 +157,10 @@ fn content(gw: &Gateways<'_>, one: &One<'_>, rank: usize) -> Content {
     let mut compiled = Vec::new();
     let mut resolved_refs: Result<(), Unresolved> = Ok(());
     for (ri, rule) in rules_in.iter().enumerate() {
-        let (cands, acts) = matches_and_actions(one, (rank, ri), rule, &mut bad);
+        let (cands, mut acts) = matches_and_actions(one, (rank, ri), rule, &mut bad);
         let field = format!("spec.rules[{ri}]");
-        let res = backends(gw, one, (&field, rule), &mut bad, &mut resolved_refs);
+        let mut res = backends(gw, one, (&field, rule), &mut bad, &mut resolved_refs);
+        mirrors(gw, one, (&field, rule), (&mut acts, &mut res), (&mut bad, &mut resolved_refs));
         compiled.push((cands, acts, res));
     }
     Content { hostnames, bad, compiled, resolved_refs }
@@ -227,7 +228,7 @@ fn backends(
     bad: &mut Option<String>,
     resolved_refs: &mut Result<(), Unresolved>,
 ) -> Resolved {
-    let mut res = Resolved { refs: vec![], invalid_weight: 0, each: vec![] };
+    let mut res = Resolved { refs: vec![], invalid_weight: 0, each: vec![], mirrors: vec![] };
     for (bi, br) in rule.backend_refs.iter().enumerate() {
         let at = format!("{field}.backendRefs[{bi}]");
         let weight = u32::try_from(br.weight.unwrap_or(1)).unwrap_or(0);
@@ -262,6 +263,41 @@ fn backends(
         }
     }
     res
+}
+
+/// The RequestMirror filters of rule `rule` (at `field`) of route `one`, their backends
+/// resolved as the rule's own are: each one's backend into `res` (so it is written) and a copy
+/// of the rule's requests to it into `acts`. A share that is not a fraction goes to `bad`, the
+/// first reference that does not resolve to `resolved_refs` (that copy is not made).
+fn mirrors(
+    gw: &Gateways<'_>,
+    one: &One<'_>,
+    (field, rule): (&str, &HttpRouteRule),
+    (acts, res): (&mut Policy, &mut Resolved),
+    (bad, resolved_refs): (&mut Option<String>, &mut Result<(), Unresolved>),
+) {
+    for (fi, f) in rule.filters.iter().enumerate() {
+        let (FilterType::RequestMirror, Some(m)) = (&f.type_, &f.request_mirror) else { continue };
+        let at = format!("{field}.filters[{fi}].requestMirror");
+        let share = match mirror_share(m) {
+            Ok(s) => s,
+            Err(e) => {
+                *bad = Some(format!("{at}: {e}"));
+                continue;
+            }
+        };
+        match backend_ref(gw, one, &format!("{at}.backendRef"), &m.backend_ref) {
+            Err(unresolved) => {
+                if resolved_refs.is_ok() {
+                    *resolved_refs = Err(unresolved);
+                }
+            }
+            Ok((name, eps, speaks)) => {
+                acts.mirrors.push(Mirror { backend: name.clone(), share });
+                res.mirrors.push((name, eps, speaks));
+            }
+        }
+    }
 }
 
 /// What ends the name of a backend TLS or TCP connections pass through to (`mode tcp`).
@@ -505,6 +541,9 @@ fn rule_into(one: &One<'_>, ri: usize, (cands, acts, mut res): (&[Candidate], Po
         && res.each.len() > 1
         && (res.each.iter().any(|e| !e.2.is_empty()) || (res.invalid_weight > 0 && !res.refs.is_empty()));
     let each = std::mem::take(&mut res.each);
+    for (name, eps, speaks) in std::mem::take(&mut res.mirrors) {
+        acc.backends.entry(name).or_insert((eps, BTreeMap::new(), speaks));
+    }
     let single_ops = match each.as_slice() {
         [(_, _, ops)] => ops.clone(),
         _ => HeaderOps::default(),
