@@ -1184,6 +1184,29 @@ mod tests {
     }
 
     #[test]
+    fn a_mirror_copies_its_share_of_the_requests_and_a_share_that_is_not_a_fraction_is_refused() {
+        let m = |y: &str| -> HttpRequestMirrorFilter {
+            serde_saphyr::from_str(&format!("{{backendRef: {{name: m, port: 80}}{y}}}")).unwrap()
+        };
+        assert_eq!(mirror_share(&m("")), Ok(None));
+        assert_eq!(mirror_share(&m(", percent: 100")), Ok(None));
+        assert_eq!(mirror_share(&m(", percent: 35")), Ok(Some((35, 100))));
+        assert_eq!(mirror_share(&m(", percent: 0")), Ok(Some((0, 100))));
+        assert_eq!(mirror_share(&m(", fraction: {numerator: 25, denominator: 50}")), Ok(Some((25, 50))));
+        assert_eq!(mirror_share(&m(", fraction: {numerator: 5}")), Ok(Some((5, 100))));
+        assert_eq!(mirror_share(&m(", fraction: {numerator: 3, denominator: 3}")), Ok(None));
+        for bad in [
+            ", percent: 101",
+            ", percent: -1",
+            ", fraction: {numerator: 1, denominator: 0}",
+            ", fraction: {numerator: 4, denominator: 3}",
+            ", percent: 5, fraction: {numerator: 1}",
+        ] {
+            assert!(mirror_share(&m(bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn the_class_is_accepted_with_its_features_and_other_classes_are_left_alone() {
         let o = translate_gateway(&input(FIXTURE));
         let c = o.class.as_ref().unwrap();
