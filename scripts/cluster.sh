@@ -11,8 +11,10 @@
 #                                    helm install charts/haptic as release NAME (default haptic) into
 #                                    namespace NAME with the loaded images (imagePullPolicy Never)
 #                                    and wait for the rollout
-#   scripts/cluster.sh gateway-crds  apply the Gateway API standard-channel CRDs of the conformance
-#                                    tools' pinned module (server-side) and wait until established
+#   scripts/cluster.sh gateway-crds [standard|experimental]
+#                                    apply the Gateway API CRDs of that channel (default standard)
+#                                    of the conformance tools' pinned module (server-side) and wait
+#                                    until established; experimental replaces standard ones
 #   scripts/cluster.sh status        nodes, pods, HAProxyConfigs
 #   scripts/cluster.sh down          stop and remove everything `up` made; exit 1 if anything is left
 #   scripts/cluster.sh stop-node N   kill node N's kubelet and containerd (its containers keep running)
@@ -467,21 +469,44 @@ cmd_install() {
   log "installed: KUBECONFIG=$KC $BIN/kubectl -n $release get hapc,pods -o wide"
 }
 
-# The Gateway API standard-channel CRDs of the version the conformance suite pins
-# (conformance/tools/go.mod), so the cluster serves what haptic is tested against.
+# The Gateway API CRDs of a channel (standard by default), of the version the conformance suite
+# pins (conformance/tools/go.mod), so the cluster serves what haptic is tested against.
 cmd_gateway_crds() {
   is_up || die "no cluster is running (scripts/cluster.sh up)"
-  local crds f files=()
+  local channel=${1:-standard} crds f files=()
+  [[ $channel =~ ^(standard|experimental)$ ]] || die "gateway-crds takes standard or experimental, not '$channel'"
   command -v go >/dev/null || die "go is not installed (it fetches the pinned Gateway API module)"
   crds=$(cd "$root/conformance/tools" && export GOTOOLCHAIN=local GOFLAGS=-mod=readonly &&
-    go mod download sigs.k8s.io/gateway-api && go list -m -f '{{.Dir}}' sigs.k8s.io/gateway-api)/config/crd/standard
+    go mod download sigs.k8s.io/gateway-api && go list -m -f '{{.Dir}}' sigs.k8s.io/gateway-api)/config/crd/$channel
   [ -d "$crds" ] || die "no Gateway API CRDs at $crds"
-  KUBECONFIG=$KC "$BIN/kubectl" apply --server-side --force-conflicts -f "$crds" >/dev/null
+  if [ "$channel" = experimental ]; then
+    # The admission policy refuses experimental CRDs over standard ones (it is applied again
+    # once they are in).
+    KUBECONFIG=$KC "$BIN/kubectl" delete --ignore-not-found validatingadmissionpolicybinding,validatingadmissionpolicy \
+      safe-upgrades.gateway.networking.k8s.io >/dev/null
+  else
+    # The experimental channel's own kinds go: the conformance suite refuses a cluster whose
+    # Gateway API CRDs are of two channels.
+    local x
+    x=$(KUBECONFIG=$KC "$BIN/kubectl" get crd -o name | grep '\.gateway\.networking\.x-k8s\.io$' || true)
+    # shellcheck disable=SC2086 # one name a word
+    [ -z "$x" ] || KUBECONFIG=$KC "$BIN/kubectl" delete --wait $x >/dev/null
+  fi
   # Each CRD's own file (the directory also holds a ValidatingAdmissionPolicy, which has no
-  # Established condition).
-  for f in "$crds"/*.yaml; do [[ $f == *_vap_* ]] || files+=(-f "$f"); done
+  # Established condition, and the experimental one a kustomization).
+  for f in "$crds"/*.yaml; do [[ $f == *_vap_* || $f == */kustomization.yaml ]] || files+=(-f "$f"); done
+  # The API server may still hold a deleted admission policy for a moment: tried for 30 s.
+  local i
+  for ((i = 0; ; i++)); do
+    KUBECONFIG=$KC "$BIN/kubectl" apply --server-side --force-conflicts "${files[@]}" >/dev/null 2>"$R/crds.err" && break
+    ((i < 30)) || { cat "$R/crds.err" >&2; die "the $channel CRDs were refused"; }
+    sleep 1
+  done
+  # The channel's admission policy once its CRDs are in (it refuses experimental CRDs over
+  # standard ones, whichever channel it comes with).
+  KUBECONFIG=$KC "$BIN/kubectl" apply --server-side --force-conflicts -f "$crds"/*_vap_*.yaml >/dev/null
   KUBECONFIG=$KC "$BIN/kubectl" wait --for condition=Established --timeout 60s "${files[@]}" >/dev/null
-  log "Gateway API standard CRDs applied from $crds"
+  log "Gateway API $channel CRDs applied from $crds"
 }
 
 # ------------------------------------------------------------------ down
@@ -655,9 +680,9 @@ case "${1:-}" in
   status) binaries; cmd_status ;;
   load) cmd_load ;;
   install) shift; binaries; cmd_install "$@" ;;
-  gateway-crds) binaries; cmd_gateway_crds ;;
+  gateway-crds) shift; binaries; cmd_gateway_crds "$@" ;;
   stop-node) shift; cmd_stop_node "$@" ;;
   ctr) shift; n=${1:?ctr wants a node number}; shift; exec ctr -a "$R/node$n/containerd.sock" -n k8s.io "$@" ;;
   -h | --help) sed -n '2,25p' "$0" ;;
-  *) echo "usage: $0 up [1|2] | load | install [--release NAME] [HELM ARGS] | gateway-crds | status | down | stop-node N | ctr N ARGS..." >&2; exit 2 ;;
+  *) echo "usage: $0 up [1|2] | load | install [--release NAME] [HELM ARGS] | gateway-crds [standard|experimental] | status | down | stop-node N | ctr N ARGS..." >&2; exit 2 ;;
 esac

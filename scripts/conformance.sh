@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The upstream Gateway API conformance suite (sigs.k8s.io/gateway-api/conformance v1.6.3, profile
-# GATEWAY-HTTP) against haptic on the real cluster of scripts/cluster.sh.
+# The upstream Gateway API conformance suite (sigs.k8s.io/gateway-api/conformance v1.6.3, profiles
+# GATEWAY-HTTP, -GRPC, -TLS and -TCP, on the standard and then the experimental channel's CRDs)
+# against haptic on the real cluster of scripts/cluster.sh.
 #
 #   scripts/conformance.sh              run it (a cluster must be up and our images loaded:
 #                                       scripts/cluster.sh up && scripts/cluster.sh load)
@@ -16,10 +17,13 @@
 #     node under the names the suite's manifests use (they pull IfNotPresent);
 #  3. applies the v1.6.3 standard-channel CRDs from the pinned module (server-side);
 #  4. installs our chart with gateway.enabled (GatewayClass `haptic`);
-#  5. runs the profiles with the features the GatewayClass's status claims (the suite reads
-#     them) and writes the suite's report to
-#     conformance/report.yaml (its log to target/conformance/v1.6.3/run.log);
-#  6. uninstalls the chart (the CRDs stay: the cluster is thrown away by `cluster.sh down`).
+#  5. runs the profiles with the features the GatewayClass's status claims, but those whose
+#     fields only the experimental channel has, and writes the suite's report to
+#     conformance/report.yaml (its log to target/conformance/v1.6.3/run-standard.log);
+#  6. replaces the CRDs with the experimental channel's and runs the profiles again with every
+#     claimed feature: conformance/report-experimental.yaml (run-experimental.log);
+#     HAPTIC_CONFORMANCE_EXPERIMENTAL=0 skips this run;
+#  7. uninstalls the chart (the CRDs stay: the cluster is thrown away by `cluster.sh down`).
 # Exit status: the suite's. Needs root (images, nodes), like scripts/cluster.sh.
 set -euo pipefail
 
@@ -31,7 +35,7 @@ out="$root/target/conformance/$V"
 S="$root/target/cluster"
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=readonly
 # The features to test: by default those the GatewayClass's status.supportedFeatures lists (the
-# translator's one list; the suite reads them from the class), or these, comma-separated.
+# translator's one list), or these, comma-separated.
 FEATURES=${HAPTIC_CONFORMANCE_FEATURES:-}
 # The profiles it runs.
 PROFILES=${HAPTIC_CONFORMANCE_PROFILES:-GATEWAY-HTTP,GATEWAY-GRPC,GATEWAY-TLS,GATEWAY-TCP}
@@ -154,20 +158,15 @@ causes() { # of a scrape on stdin
          END { for (c in n) printf "%s %d\n", c, n[c] }' | sort
 }
 
-# 5. The suite.
+# The claimed features whose fields only the experimental channel's CRDs have (`rules[].retry`):
+# the standard run leaves them out (the API server would drop the field), the experimental run
+# tests every claimed feature.
+experimental_only="HTTPRouteRetry HTTPRouteRetryBackendTimeout HTTPRouteRetryConnectionError"
+
+# 5. The suite, once per channel: CHANNEL FEATURES REPORT (FEATURES comma-separated).
 mkdir -p "$root/conformance"
-before=$(scrape)
-read -r d0 rt0 rl0 <<<"$(counters <<<"$before")"
 pods=$("$kubectl" -n haptic get pods -l app.kubernetes.io/component=haproxy --no-headers | wc -l)
-report="$root/conformance/report.yaml"
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$root/Cargo.toml" | head -1)
-features=()
-if [ -n "$FEATURES" ]; then
-  features=(--supported-features="$FEATURES")
-fi
-shown=${FEATURES:-$(tr ' ' ',' <<<"$claimed")}
-log "running $PROFILES ($shown); log: $out/run.log"
-t0=$SECONDS
 read -ra extra <<<"${HAPTIC_CONFORMANCE_ARGS:-}"
 # GatewayStaticAddresses: a Gateway's static address is its Service's cluster IP, so a usable
 # one is free in the cluster's Service range (scripts/cluster.sh: 10.0.0.0/24; the low addresses
@@ -175,28 +174,46 @@ read -ra extra <<<"${HAPTIC_CONFORMANCE_ARGS:-}"
 # the cluster DNS) and an unusable one is outside it.
 usable=${HAPTIC_CONFORMANCE_USABLE_ADDRESS:-10.0.0.12}
 unusable=${HAPTIC_CONFORMANCE_UNUSABLE_ADDRESS:-192.0.2.1}
-set +e
-"$out/conformance.test" -test.run '^TestConformance$' -test.v -test.timeout 90m \
-  --gateway-class=haptic --conformance-profiles="$PROFILES" "${features[@]}" \
-  --report-output="$report.tmp" --organization=haptic --project=haptic \
-  --url=https://github.com/haptic/haptic --version="v$version" --contact=haptic-maintainers \
-  --mode=default --cleanup-base-resources=true \
-  --usable-address="$usable" --unusable-address="$unusable" \
-  --timeout-config-overrides="${HAPTIC_CONFORMANCE_TIMEOUTS:-MaxTimeToConsistency:60}" \
-  "${extra[@]}" >"$out/run.log" 2>&1
-rc=$?
-set -e
-log "the suite ended with status $rc after $((SECONDS - t0)) s"
-after=$(scrape)
-read -r d1 rt1 rl1 <<<"$(counters <<<"$after")"
-log "the fleet during the suite: $((d1 - d0)) renders deployed to $pods HAProxy pod(s); applies landed at runtime: $((rt1 - rt0)), with a reload: $((rl1 - rl0)) (summed over the pods)"
-# One apply may reload for several causes, so these add up to at least the reloads above.
-log "reloads by cause: $(join -a 2 -e 0 -o 0,1.2,2.2 <(causes <<<"$before") <(causes <<<"$after") |
-  awk '$3 - $2 > 0 { printf "%s%s %d", sep, $1, $3 - $2; sep = ", " }')"
-grep -E '^(--- |=== RUN|FAIL|ok|PASS)' "$out/run.log" | grep -E '^--- (FAIL|SKIP)|^(FAIL|ok|PASS)' | head -80 >&2 || true
-if [ -s "$report.tmp" ]; then
-  mv "$report.tmp" "$report"
-  log "report: $report"
-  grep -E '^(  - name|    (result|summary)|      (Passed|Failed|Skipped)):' "$report" >&2 || true
+suite() {
+  local channel=$1 features=$2 report=$3 log="$out/run-$1.log" before after rc t0 d0 rt0 rl0 d1 rt1 rl1
+  before=$(scrape)
+  read -r d0 rt0 rl0 <<<"$(counters <<<"$before")"
+  log "running $PROFILES on the $channel channel ($features); log: $log"
+  t0=$SECONDS
+  set +e
+  "$out/conformance.test" -test.run '^TestConformance$' -test.v -test.timeout 90m \
+    --gateway-class=haptic --conformance-profiles="$PROFILES" --supported-features="$features" \
+    --report-output="$report.tmp" --organization=haptic --project=haptic \
+    --url=https://github.com/haptic/haptic --version="v$version" --contact=haptic-maintainers \
+    --mode=default --cleanup-base-resources=true \
+    --usable-address="$usable" --unusable-address="$unusable" \
+    --timeout-config-overrides="${HAPTIC_CONFORMANCE_TIMEOUTS:-MaxTimeToConsistency:60}" \
+    "${extra[@]}" >"$log" 2>&1
+  rc=$?
+  set -e
+  log "the suite ($channel) ended with status $rc after $((SECONDS - t0)) s"
+  after=$(scrape)
+  read -r d1 rt1 rl1 <<<"$(counters <<<"$after")"
+  log "the fleet during the suite: $((d1 - d0)) renders deployed to $pods HAProxy pod(s); applies landed at runtime: $((rt1 - rt0)), with a reload: $((rl1 - rl0)) (summed over the pods)"
+  # One apply may reload for several causes, so these add up to at least the reloads above.
+  log "reloads by cause: $(join -a 2 -e 0 -o 0,1.2,2.2 <(causes <<<"$before") <(causes <<<"$after") |
+    awk '$3 - $2 > 0 { printf "%s%s %d", sep, $1, $3 - $2; sep = ", " }')"
+  grep -E '^(--- |=== RUN|FAIL|ok|PASS)' "$log" | grep -E '^--- (FAIL|SKIP)|^(FAIL|ok|PASS)' | head -80 >&2 || true
+  if [ -s "$report.tmp" ]; then
+    mv "$report.tmp" "$report"
+    log "report: $report"
+    grep -E '^(  - name|    (result|summary)|      (Passed|Failed|Skipped)):' "$report" >&2 || true
+  fi
+  return "$rc"
+}
+
+all=${FEATURES:-$(tr ' ' ',' <<<"$claimed")}
+standard=$(tr ',' '\n' <<<"$all" | grep -vxF -f <(tr ' ' '\n' <<<"$experimental_only") | paste -sd, -)
+rc=0
+suite standard "$standard" "$root/conformance/report.yaml" || rc=$?
+# The experimental channel: its CRDs replace the standard ones, and every feature is tested.
+if [ "${HAPTIC_CONFORMANCE_EXPERIMENTAL:-1}" = 1 ]; then
+  "$root/scripts/cluster.sh" gateway-crds experimental
+  suite experimental "$all" "$root/conformance/report-experimental.yaml" || rc=$?
 fi
 exit "$rc"

@@ -99,10 +99,11 @@ if [ "${HAPTIC_TEST_CLUSTER:-1}" = 1 ]; then
   HAPTIC_E2E_CLUSTER=real HAPTIC_E2E_VALUES="$PWD/target/cluster/values.yaml" \
     env "$kubeconfig" cargo test --locked -p haptic-e2e --test scenarios every_scenario_on_a_real_cluster -- --nocapture
   $sudo scripts/cluster.sh down
-  # The upstream Gateway API conformance suite (v1.6.3, GATEWAY-HTTP) on a fresh one-node cluster
+  # The upstream Gateway API conformance suite (v1.6.3, four profiles) on a fresh one-node cluster
   # (the e2e suite above stops a node on purpose): scripts/conformance.sh builds it (cached),
   # loads its images, installs the chart with gateway.enabled and writes
-  # conformance/report.yaml; then our own Gateway steps. HAPTIC_TEST_CONFORMANCE=0 skips both.
+  # conformance/report.yaml, then report-experimental.yaml on the experimental channel's CRDs;
+  # then our own Gateway steps (on those CRDs). HAPTIC_TEST_CONFORMANCE=0 skips both.
   if [ "${HAPTIC_TEST_CONFORMANCE:-1}" = 1 ]; then
     conformance_t0=$SECONDS
     kubeconfig=$($sudo scripts/cluster.sh up 1 | tail -1)

@@ -861,7 +861,22 @@ pub struct BackendOptions {
     pub passthrough: bool,
     /// A Service of the same namespace whose endpoints are the backend's `backup` servers.
     pub fallback: Option<String>,
+    /// Requests retried on connection failures and these answers.
+    pub retry: Option<Retry>,
 }
+
+/// When and how often HAProxy tries a request again (`retry-on`, `retries`): on a failed
+/// connection, an empty answer, and the answers with `codes`, at once, up to `attempts` times.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Retry {
+    /// Statuses retried: each one `retry-on` knows ([`RETRY_CODES`]), sorted, distinct.
+    pub codes: Vec<u16>,
+    /// The most tries after the first.
+    pub attempts: u32,
+}
+
+/// The statuses HAProxy's `retry-on` can retry on.
+pub const RETRY_CODES: &[u16] = &[401, 403, 404, 408, 425, 500, 501, 502, 503, 504];
 
 /// TLS towards a backend's servers, from `proxy-ssl-*` or a BackendTLSPolicy.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]

@@ -179,6 +179,8 @@ struct BackendView {
     tcp: bool,
     /// `http-request` lines for the rules sending here (Gateway API timeouts).
     lines: Vec<String>,
+    /// `retry-on` and `retries` lines, when its requests are retried.
+    retry: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -450,6 +452,7 @@ fn backend_view(model: &Model, b: &crate::model::Backend) -> Result<BackendView,
         .filter_map(|(k, v)| v.map(|v| format!("timeout {k} {v}s")))
         .collect();
     let server_params = server_params(o)?;
+    let retry = o.retry.as_ref().map(retry_lines).transpose()?.unwrap_or_default();
     // A policy's timeout applies where its rules' requests go (`set-timeout` is a backend
     // action).
     let mut lines = Vec::new();
@@ -472,7 +475,21 @@ fn backend_view(model: &Model, b: &crate::model::Backend) -> Result<BackendView,
         cookie: o.affinity.as_ref().map(cookie_line).transpose()?,
         tcp: o.passthrough,
         lines,
+        retry,
     })
+}
+
+/// A backend's `retry-on` and `retries` lines: connection failures, empty answers and the
+/// statuses asked (each one `retry-on` knows, Rust integers).
+fn retry_lines(r: &crate::model::Retry) -> Result<Vec<String>, RenderError> {
+    let mut on = vec!["conn-failure".to_string(), "empty-response".to_string()];
+    for &c in &r.codes {
+        if !crate::model::RETRY_CODES.contains(&c) {
+            return Err(RenderError::Template(format!("retry-on cannot retry on {c}")));
+        }
+        on.push(c.to_string());
+    }
+    Ok(vec![format!("retry-on {}", on.join(" ")), format!("retries {}", r.attempts)])
 }
 
 /// One piece of a log-format string: literal text (escaped) or a sample expression of ours.

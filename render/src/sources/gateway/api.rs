@@ -647,6 +647,24 @@ pub struct HttpRouteRule {
     /// Timeouts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeouts: Option<HttpRouteTimeouts>,
+    /// Retries (the experimental channel's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<HttpRouteRetry>,
+}
+
+/// `rules[].retry`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRouteRetry {
+    /// Statuses retried.
+    #[serde(default)]
+    pub codes: Vec<i32>,
+    /// The most tries after the first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<i32>,
+    /// The least wait between tries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<String>,
 }
 
 /// `rules[].timeouts`.

@@ -179,6 +179,7 @@ fn plan_backends(
             let options = BackendOptions {
                 protocol: speaks.protocol,
                 upstream_tls: speaks.tls,
+                retry: speaks.retry,
                 passthrough,
                 ..Default::default()
             };

@@ -60,7 +60,14 @@ fn lower_rule(ri: usize, rule: &GrpcRouteRule, bad: &mut Option<String>) -> Http
             HttpRouteMatch { path, headers: m.headers.clone(), ..HttpRouteMatch::default() }
         })
         .collect();
-    HttpRouteRule { name: rule.name.clone(), matches, filters, backend_refs: rule.backend_refs.clone(), timeouts: None }
+    HttpRouteRule {
+        name: rule.name.clone(),
+        matches,
+        filters,
+        backend_refs: rule.backend_refs.clone(),
+        timeouts: None,
+        retry: None,
+    }
 }
 
 /// The path match of a method match: `/<service>/<method>` exactly, or `/<service>` as a prefix.

@@ -34,6 +34,7 @@ fn lower(
             filters: Vec::new(),
             backend_refs,
             timeouts: None,
+            retry: None,
         })
         .collect();
     let spec = HttpRouteSpec { parent_refs: parent_refs.to_vec(), hostnames: hostnames.to_vec(), rules };

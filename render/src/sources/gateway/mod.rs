@@ -83,6 +83,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRouteBackendProtocolWebSocket",
     "HTTPRouteBackendRequestHeaderModification",
     "HTTPRouteBackendTimeout",
+    "HTTPRouteDestinationPortMatching",
     "GatewayHTTPSListenerDetectMisdirectedRequests",
     "HTTPRouteHostRewrite",
     "HTTPRouteMethodMatching",
@@ -97,6 +98,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRouteRequestPercentageMirror",
     "HTTPRouteRequestTimeout",
     "HTTPRouteResponseHeaderModification",
+    "HTTPRouteRetry",
     "HTTPRouteSchemeRedirect",
     "ListenerSet",
     "ReferenceGrant",
@@ -558,6 +560,8 @@ type PlannedBackend = (Vec<Endpoint>, BTreeMap<SocketAddr, u32>, Speaks);
 struct Speaks {
     protocol: Protocol,
     tls: Option<UpstreamTls>,
+    /// The rule's retries (a backend of its own per Service port and retry).
+    retry: Option<Retry>,
 }
 
 /// A rule's backends once resolved.
@@ -1062,6 +1066,27 @@ fn compile_filters(filters: &[HttpRouteFilter], prefix: Option<usize>) -> Result
     Ok(a)
 }
 
+/// The tries a rule's `retry` asks for as HAProxy makes them, or why it cannot. HAProxy tries
+/// again at once, so a `backoff` other than 0 cannot be honoured; `attempts` left out is one.
+fn retry_of(r: &HttpRouteRetry) -> Result<Retry, String> {
+    if let Some(b) = r.backoff.as_deref() {
+        if duration_ms(b)? != 0 {
+            return Err(format!("backoff {b}: HAProxy tries again at once, it cannot wait between tries"));
+        }
+    }
+    let mut codes = Vec::new();
+    for &c in &r.codes {
+        match u16::try_from(c) {
+            Ok(c) if RETRY_CODES.contains(&c) => codes.push(c),
+            _ => return Err(format!("HAProxy cannot retry on status {c} (it can on {RETRY_CODES:?})")),
+        }
+    }
+    codes.sort_unstable();
+    codes.dedup();
+    let attempts = u32::try_from(r.attempts.unwrap_or(1)).map_err(|_| "attempts is negative".to_string())?;
+    Ok(Retry { codes, attempts })
+}
+
 /// The share of requests a RequestMirror filter copies, `numerator` out of `denominator`
 /// (`None`: every request).
 fn mirror_share(m: &HttpRequestMirrorFilter) -> Result<Option<(u32, u32)>, String> {
@@ -1181,6 +1206,19 @@ mod tests {
     fn parent<'a>(o: &'a GatewayOutput, route: &str, section: Option<&str>) -> &'a ParentStatus {
         let r = o.routes.iter().find(|r| r.object.name == route).unwrap_or_else(|| panic!("no status for {route}"));
         r.parents.iter().find(|p| p.parent_ref.section_name.as_deref() == section).unwrap()
+    }
+
+    #[test]
+    fn a_retry_is_what_retry_on_can_say_or_refused() {
+        let r = |y: &str| -> HttpRouteRetry { serde_saphyr::from_str(y).unwrap() };
+        assert_eq!(
+            retry_of(&r("{codes: [503, 500, 503], attempts: 3}")),
+            Ok(Retry { codes: vec![500, 503], attempts: 3 })
+        );
+        assert_eq!(retry_of(&r("{codes: [], backoff: 0s}")), Ok(Retry { codes: vec![], attempts: 1 }));
+        for bad in ["{codes: [599]}", "{codes: [200]}", "{codes: [500], backoff: 100ms}", "{attempts: -1}"] {
+            assert!(retry_of(&r(bad)).is_err(), "{bad}");
+        }
     }
 
     #[test]

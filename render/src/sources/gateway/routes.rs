@@ -17,12 +17,12 @@ use super::api::*;
 use super::backend_tls::Applied;
 use super::{
     claimed_by, compile_filters, compile_match, cond, duration_ms, granted, header_ops, intersect, labels_match,
-    merge_ops, mirror_share, port_key, rule_backend, stable_id, Attached, Candidate, GatewayOutput, Gateways, Parent,
-    ParentStatus, Resolved, RouteOutcome, Speaks,
+    merge_ops, mirror_share, port_key, retry_of, rule_backend, stable_id, Attached, Candidate, GatewayOutput, Gateways,
+    Parent, ParentStatus, Resolved, RouteOutcome, Speaks,
 };
 use crate::model::{
-    Cause, HeaderOps, HostMatch, Mirror, ObjectRef, PathKind, PathRewrite, Policy, Protocol, Redirect, Refusal, RuleId,
-    Split, Verdict, ERROR_500,
+    Cause, HeaderOps, HostMatch, Mirror, ObjectRef, PathKind, PathRewrite, Policy, Protocol, Redirect, Refusal, Retry,
+    RuleId, Split, Verdict, ERROR_500,
 };
 use crate::ownership::{claim_in_age_order, shown, Claimant, HostSharing};
 use crate::slots::Endpoint;
@@ -229,6 +229,13 @@ fn backends(
     resolved_refs: &mut Result<(), Unresolved>,
 ) -> Resolved {
     let mut res = Resolved { refs: vec![], invalid_weight: 0, each: vec![], mirrors: vec![] };
+    let retry = match rule.retry.as_ref().map(retry_of).transpose() {
+        Ok(r) => r,
+        Err(e) => {
+            *bad = Some(format!("{field}.retry: {e}"));
+            None
+        }
+    };
     for (bi, br) in rule.backend_refs.iter().enumerate() {
         let at = format!("{field}.backendRefs[{bi}]");
         let weight = u32::try_from(br.weight.unwrap_or(1)).unwrap_or(0);
@@ -245,7 +252,7 @@ fn backends(
         if weight > 0 {
             res.each.push((None, weight, ops));
         }
-        match backend_ref(gw, one, &at, br) {
+        match backend_ref(gw, one, &at, br).and_then(|b| with_retry(b, retry.as_ref(), &at)) {
             Err(unresolved) => {
                 res.invalid_weight += weight;
                 if resolved_refs.is_ok() {
@@ -263,6 +270,25 @@ fn backends(
         }
     }
     res
+}
+
+/// A resolved backend (at `at`) as a rule with `retry` sends to it: a backend of its own per
+/// retry, named after the Service port's with the retry's id.
+fn with_retry(
+    (name, eps, mut speaks): (String, Vec<Endpoint>, Speaks),
+    retry: Option<&Retry>,
+    at: &str,
+) -> Result<(String, Vec<Endpoint>, Speaks), Unresolved> {
+    let Some(r) = retry else { return Ok((name, eps, speaks)) };
+    let mut parts: Vec<String> = r.codes.iter().map(u16::to_string).collect();
+    parts.push(format!("x{}", r.attempts));
+    let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+    let name = format!("{name}.{}", stable_id("r", &parts));
+    if !is_section_name(&name) {
+        return Err(unresolved("BackendNotFound", Cause::Missing, format!("{at}: {name:?} is not a backend name")));
+    }
+    speaks.retry = Some(r.clone());
+    Ok((name, eps, speaks))
 }
 
 /// The RequestMirror filters of rule `rule` (at `field`) of route `one`, their backends
@@ -371,7 +397,7 @@ fn backend_ref(
     let sl = gw.slices.get(&(bns.as_str(), br.name.as_str())).map_or(&[][..], Vec::as_slice);
     let mut eps = endpoints(sl, sp.name.as_deref().unwrap_or(""));
     let speaks = match policy {
-        None => Speaks { protocol, tls: None },
+        None => Speaks { protocol, tls: None, retry: None },
         Some(Applied::Tls(t)) => {
             let mut t = t.clone();
             // The Gateway's client certificate: a backend of its own for these Gateways.
@@ -379,11 +405,11 @@ fn backend_ref(
                 t.client_cert = Some(c.to_string());
                 name.push_str(one.variant);
             }
-            Speaks { protocol: over_tls(protocol), tls: Some(t) }
+            Speaks { protocol: over_tls(protocol), tls: Some(t), retry: None }
         }
         Some(Applied::Broken) => {
             eps.clear();
-            Speaks { protocol, tls: None }
+            Speaks { protocol, tls: None, retry: None }
         }
     };
     if !is_section_name(&name) {
