@@ -4,8 +4,8 @@
 //! the action names. The request itself never waits for its copy.
 //!
 //! Owns the script, its path in the tree, the socket's name and the `http-request` line that
-//! copies a policy's requests. It must never put an object's text in the line: the backend is a checked
-//! section name of ours and the share is two Rust integers.
+//! copies a policy's requests. It must never put an object's text in the line: the backend is a
+//! checked section name of ours and the share is two Rust integers.
 
 use crate::model::{Mirror, Model};
 use crate::RenderError;
@@ -20,7 +20,7 @@ pub const SOCKET_ENV: &str = "HAPTIC_MIRROR_SOCKET";
 
 /// Where the `haptic_mirror` frontend of `model`'s config listens, the script sending its
 /// copies there: an abstract socket named after the first bind, so two HAProxy processes of
-/// one network namespace (tests, pods sharing a host's network) never take each other's.
+/// one network namespace (tests on one host) never take each other's.
 pub fn socket(model: &Model) -> String {
     match model.frontends.iter().flat_map(|f| &f.binds).next() {
         Some(b) => format!("abns@haptic-mirror-{}", std::net::SocketAddr::new(b.address, b.port)),

@@ -303,8 +303,14 @@ fn mirrors(
     (bad, resolved_refs): (&mut Option<String>, &mut Result<(), Unresolved>),
 ) {
     for (fi, f) in rule.filters.iter().enumerate() {
-        let (FilterType::RequestMirror, Some(m)) = (&f.type_, &f.request_mirror) else { continue };
+        if f.type_ != FilterType::RequestMirror {
+            continue;
+        }
         let at = format!("{field}.filters[{fi}].requestMirror");
+        let Some(m) = &f.request_mirror else {
+            *bad = Some(format!("{at}: missing"));
+            continue;
+        };
         let share = match mirror_share(m) {
             Ok(s) => s,
             Err(e) => {
