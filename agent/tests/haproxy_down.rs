@@ -60,9 +60,14 @@ async fn gone_and_back(bin: HaproxyBin, victim: Victim) {
         }
     })
     .await;
-    let s = wait_state(&pod, "HAProxy seen gone", |s| !s.haproxy.running && s.running.is_none()).await;
+    // The agent says HAProxy is gone, then why: waited for together.
+    let s = wait_state(&pod, "HAProxy seen gone, and why", |s| {
+        !s.haproxy.running
+            && s.running.is_none()
+            && s.last_error.as_deref().is_some_and(|e| e.contains("HAProxy not running"))
+    })
+    .await;
     assert_eq!((s.haproxy.master_pid, s.haproxy.worker_pid), (None, None), "{label}: no dead pids");
-    assert!(s.last_error.as_deref().is_some_and(|e| e.contains("HAProxy not running")), "{label}: {s:?}");
 
     // An apply: 503, not a rejection, and the tree is written for HAProxy's next start.
     let v2 = only_cfg(&cfg(pod.health_bind(), fe, &[("s1", b.port)], ""));
