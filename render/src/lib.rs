@@ -115,7 +115,7 @@ fn model_files(model: &Model) -> Result<BTreeMap<String, Vec<u8>>, RenderError> 
     if let Some(d) = &model.edge.default_certificate {
         files.insert(edge::DEFAULT_CERTIFICATE_PATH.to_string(), d.pem.clone());
     }
-    if model.policies.iter().any(|p| !p.policy.mirrors.is_empty()) {
+    if mirror::used(model) {
         files.insert(mirror::SCRIPT_PATH.to_string(), mirror::SCRIPT.as_bytes().to_vec());
     }
     Ok(files)

@@ -18,6 +18,12 @@ pub const SCRIPT_PATH: &str = "lua/haptic_mirror.lua";
 /// The environment variable `global` sets to the socket's name; the script reads it.
 pub const SOCKET_ENV: &str = "HAPTIC_MIRROR_SOCKET";
 
+/// Whether some policy of `model` copies requests: the script, `global`'s lines and the
+/// `haptic_mirror` frontend are written only then.
+pub fn used(model: &Model) -> bool {
+    model.policies.iter().any(|p| !p.policy.mirrors.is_empty())
+}
+
 /// Where the `haptic_mirror` frontend of `model`'s config listens, the script sending its
 /// copies there: an abstract socket named after the first bind, so two HAProxy processes of
 /// one network namespace (tests on one host) never take each other's.

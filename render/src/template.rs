@@ -293,7 +293,7 @@ fn view<'a>(model: &Model, snippets: &'a Snippets) -> Result<View<'a>, RenderErr
             frontend: model.edge.frontend_lines(),
             stats: model.edge.stats.map(|a| config_arg(&a.to_string())).transpose()?,
         },
-        mirror: if model.policies.iter().any(|p| !p.policy.mirrors.is_empty()) {
+        mirror: if crate::mirror::used(model) {
             Some(MirrorView {
                 lua: config_arg(crate::mirror::SCRIPT_PATH)?,
                 env: crate::mirror::SOCKET_ENV,
